@@ -1,0 +1,400 @@
+// Package harness runs real Kubernetes control planes for mcmirror's
+// end-to-end tests: one etcd shared by several named clusters, each with its
+// own kube-apiserver (RBAC, ServiceAccount tokens, etcd prefix, service CIDR)
+// and, where asked, kube-controller-manager and KWOK, so that StatefulSets get
+// Running pods and EndpointSlices the way a real cluster makes them.
+//
+// One environment serves a whole test package:
+//
+//	var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
+//		{Name: "east"}, {Name: "west", Workloads: true},
+//	}})
+//
+//	func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
+//
+// Every process the harness starts is stopped when the package's tests end,
+// when the test that started it ends, and, should the test binary die, by the
+// kernel. Logs stay in the environment's directory; a failed test prints what
+// they gained while it ran.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Options describes an environment.
+type Options struct {
+	// Clusters to start, in order. Names must be unique DNS labels.
+	Clusters []ClusterOptions
+	// StartTimeout bounds the start of the whole environment (default 3m).
+	StartTimeout time.Duration
+}
+
+// ClusterOptions describes one cluster of an environment.
+type ClusterOptions struct {
+	// Name of the cluster, e.g. "west".
+	Name string
+	// Workloads runs kube-controller-manager and KWOK in this cluster.
+	Workloads bool
+}
+
+// Env is a set of running clusters.
+type Env struct {
+	// Dir holds the environment's state and every process's log. It is
+	// removed when all tests passed and kept otherwise.
+	Dir string
+
+	opts     Options
+	pki      *pki
+	caFile   string
+	saKey    string
+	saPub    string
+	etcdURL  string
+	clusters []*Cluster
+	byName   map[string]*Cluster
+	pods     *podNet
+
+	mu    sync.Mutex
+	procs []*Process // every process ever started, in start order
+}
+
+// New returns an environment that Run or Start brings up.
+func New(opts Options) *Env {
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 3 * time.Minute
+	}
+	return &Env{opts: opts, byName: map[string]*Cluster{}}
+}
+
+// Run is the body of a TestMain: it starts the environment, runs the tests,
+// stops every process, checks that none is left, and returns the exit code.
+// A test binary re-executed by RunPod as a helper server never returns from
+// Run: it serves and exits.
+func (e *Env) Run(m *testing.M) int {
+	runRoleIfAsked()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.StartTimeout)
+	err := e.Start(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "harness: %v\n", err)
+		e.dumpLogs(os.Stderr)
+		e.Stop()
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "harness: %d clusters ready in %.1fs (state and logs in %s)\n",
+		len(e.clusters), time.Since(start).Seconds(), e.Dir)
+	code := m.Run()
+	e.Stop()
+	if left := e.Leftovers(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "harness: processes still running after stop: %s\n", strings.Join(left, ", "))
+		code = 1
+	}
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "harness: logs kept in %s\n", e.Dir)
+	} else {
+		_ = os.RemoveAll(e.Dir)
+	}
+	return code
+}
+
+// Start brings up etcd and every cluster. Clusters start in parallel.
+func (e *Env) Start(ctx context.Context) error {
+	if err := e.validate(); err != nil {
+		return err
+	}
+	var err error
+	if e.Dir, err = os.MkdirTemp("", "mcmirror-e2e-"); err != nil {
+		return err
+	}
+	if e.pki, err = newPKI(); err != nil {
+		return err
+	}
+	e.caFile = filepath.Join(e.Dir, "ca.crt")
+	e.saKey, e.saPub = filepath.Join(e.Dir, "sa.key"), filepath.Join(e.Dir, "sa.pub")
+	if err := os.WriteFile(e.caFile, e.pki.CAPEM, 0o644); err != nil {
+		return err
+	}
+	if err := writeServiceAccountKey(e.saKey, e.saPub); err != nil {
+		return err
+	}
+	if e.pods, err = newPodNet(); err != nil {
+		return err
+	}
+	if err := e.startEtcd(ctx); err != nil {
+		return err
+	}
+	for i, co := range e.opts.Clusters {
+		c := &Cluster{
+			Name:      co.Name,
+			Workloads: co.Workloads,
+			env:       e,
+			index:     i,
+			dir:       filepath.Join(e.Dir, co.Name),
+			// Distinct ranges per cluster, so that an address says which
+			// cluster it belongs to: services 10.96+i.0.0/16, pods
+			// 10.200+i.0.0/16.
+			ServiceCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(96 + i), 0, 0}), 16),
+			PodCIDR:     netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(200 + i), 0, 0}), 16),
+		}
+		c.Kubeconfig = filepath.Join(c.dir, "kubeconfig")
+		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+			return err
+		}
+		e.clusters = append(e.clusters, c)
+		e.byName[c.Name] = c
+	}
+	return e.parallel(ctx, func(ctx context.Context, c *Cluster) error {
+		if err := c.startAPIServer(e.etcdURL); err != nil {
+			return err
+		}
+		if err := c.waitAPIServer(ctx); err != nil {
+			return err
+		}
+		if !c.Workloads {
+			return nil
+		}
+		if err := c.startWorkloads(); err != nil {
+			return err
+		}
+		return c.waitWorkloads(ctx)
+	})
+}
+
+func (e *Env) validate() error {
+	if len(e.opts.Clusters) == 0 {
+		return fmt.Errorf("harness: no clusters")
+	}
+	if len(e.opts.Clusters) > 50 {
+		return fmt.Errorf("harness: at most 50 clusters")
+	}
+	seen := map[string]bool{}
+	for _, c := range e.opts.Clusters {
+		if c.Name == "" || seen[c.Name] {
+			return fmt.Errorf("harness: cluster names must be unique and not empty: %q", c.Name)
+		}
+		seen[c.Name] = true
+	}
+	return nil
+}
+
+// parallel runs f for every cluster at once and returns the first error.
+func (e *Env) parallel(ctx context.Context, f func(context.Context, *Cluster) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(e.clusters))
+	for _, c := range e.clusters {
+		go func() {
+			err := f(ctx, c)
+			if err != nil {
+				cancel()
+			}
+			errc <- err
+		}()
+	}
+	var first error
+	for range e.clusters {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (e *Env) startEtcd(ctx context.Context) error {
+	bin, err := Binary("etcd")
+	if err != nil {
+		return err
+	}
+	client, err := freePort()
+	if err != nil {
+		return err
+	}
+	peer, err := freePort()
+	if err != nil {
+		return err
+	}
+	e.etcdURL = "http://127.0.0.1:" + strconv.Itoa(client)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
+	if _, err := e.startProcess("etcd", nil, bin,
+		"--name=e2e",
+		"--data-dir="+filepath.Join(e.Dir, "etcd"),
+		"--listen-client-urls="+e.etcdURL, "--advertise-client-urls="+e.etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=e2e="+peerURL,
+		"--unsafe-no-fsync", // test data: speed over durability
+		"--log-level=warn",
+	); err != nil {
+		return err
+	}
+	return e.poll(ctx, "etcd", func(context.Context) (bool, error) {
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(client), time.Second)
+		if err != nil {
+			return false, nil
+		}
+		conn.Close()
+		return true, nil
+	})
+}
+
+// Stop stops every process in reverse start order and removes the pod
+// network namespaces. It is safe to call more than once.
+func (e *Env) Stop() {
+	e.mu.Lock()
+	procs := append([]*Process(nil), e.procs...)
+	e.mu.Unlock()
+	// Components first (reverse order), etcd last; in parallel within a
+	// level would save little and make logs harder to read.
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].Stop()
+	}
+	if e.pods != nil {
+		e.pods.removeAll()
+	}
+}
+
+// Cluster returns the cluster called name; it panics on an unknown name,
+// which is a bug in the test.
+func (e *Env) Cluster(name string) *Cluster {
+	c, ok := e.byName[name]
+	if !ok {
+		panic(fmt.Sprintf("harness: no cluster %q", name))
+	}
+	return c
+}
+
+// Clusters returns the clusters in the order of Options.Clusters.
+func (e *Env) Clusters() []*Cluster { return append([]*Cluster(nil), e.clusters...) }
+
+// CAPEM is the CA certificate every API server's serving certificate chains
+// to.
+func (e *Env) CAPEM() []byte { return append([]byte(nil), e.pki.CAPEM...) }
+
+// startProcess starts a process, records it, and appends its PID to the
+// environment's pids file (and to $MCMIRROR_PID_FILE when set), so that a
+// check after the run can prove nothing was left behind.
+func (e *Env) startProcess(name string, env []string, argv ...string) (*Process, error) {
+	return e.launch(name, true, env, argv...)
+}
+
+// launch starts and records a process. A critical one is part of the
+// environment: its exit fails every wait of the harness.
+func (e *Env) launch(name string, critical bool, env []string, argv ...string) (*Process, error) {
+	logName := strings.NewReplacer("/", "-", " ", "_").Replace(name) + ".log"
+	p, err := startProcess(name, filepath.Join(e.Dir, "logs", logName), env, argv...)
+	if err != nil {
+		return nil, err
+	}
+	p.critical = critical
+	e.mu.Lock()
+	e.procs = append(e.procs, p)
+	e.mu.Unlock()
+	line := fmt.Sprintf("%d %s\n", p.PID, name)
+	appendFile(filepath.Join(e.Dir, "pids"), line)
+	if f := os.Getenv("MCMIRROR_PID_FILE"); f != "" {
+		appendFile(f, line)
+	}
+	return p, nil
+}
+
+// StartProcess starts a process for the test t, e.g. a coredns-mc server, with its
+// log in the environment's log directory. The process is stopped when t
+// ends. env is added to the environment of the process.
+func (e *Env) StartProcess(t testing.TB, name string, env []string, argv ...string) *Process {
+	t.Helper()
+	p, err := e.launch(name, false, env, argv...)
+	if err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// exited returns a critical process that has exited although nobody stopped
+// it.
+func (e *Env) exited() *Process {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.procs {
+		if done, _ := p.Exited(); done && p.critical && !p.stopping.Load() {
+			return p
+		}
+	}
+	return nil
+}
+
+// Leftovers lists the recorded processes that are still running.
+func (e *Env) Leftovers() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var left []string
+	for _, p := range e.procs {
+		if alive(p.PID) {
+			left = append(left, fmt.Sprintf("%s (pid %d)", p.Name, p.PID))
+		}
+	}
+	return left
+}
+
+// LogOnFailure makes t print, if it fails, the last lines that every log of
+// the environment gained while t ran.
+func (e *Env) LogOnFailure(t testing.TB) {
+	t.Helper()
+	e.mu.Lock()
+	offsets := map[string]int64{}
+	for _, p := range e.procs {
+		offsets[p.LogPath] = fileSize(p.LogPath)
+	}
+	e.mu.Unlock()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		e.mu.Lock()
+		procs := append([]*Process(nil), e.procs...)
+		e.mu.Unlock()
+		for _, p := range procs {
+			if tail := tailFile(p.LogPath, offsets[p.LogPath], 40); tail != "" {
+				t.Logf("--- %s (%s), last lines while the test ran:\n%s", p.Name, p.LogPath, tail)
+			}
+		}
+	})
+}
+
+// dumpLogs writes the tail of every log to w.
+func (e *Env) dumpLogs(w *os.File) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.procs {
+		fmt.Fprintf(w, "--- %s (%s):\n%s\n", p.Name, p.LogPath, p.Tail(30))
+	}
+}
+
+func appendFile(path, line string) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(line)
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,67 @@
+package harness
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+)
+
+// roleEnv names the role a re-executed test binary plays instead of running
+// tests.
+const roleEnv = "MCMIRROR_HARNESS_ROLE"
+
+// EchoServer is a Command for RunPod: the test binary itself, re-executed as
+// a TCP server on port that greets every connection with one line,
+// "hello from <cluster>/<pod>", and then echoes what it receives until the
+// client closes its side.
+func EchoServer(port int) Command {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return Command{Argv: []string{exe}, Env: []string{roleEnv + "=echo", "MCMIRROR_ECHO_PORT=" + strconv.Itoa(port)}}
+}
+
+// runRoleIfAsked serves the role named in the environment and exits; it
+// returns at once when there is none.
+func runRoleIfAsked() {
+	switch role := os.Getenv(roleEnv); role {
+	case "":
+		return
+	case "echo":
+		if err := serveEcho(os.Getenv("MCMIRROR_ECHO_PORT"), os.Getenv("MCMIRROR_POD_NAME")); err != nil {
+			fmt.Fprintln(os.Stderr, "echo:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	default:
+		fmt.Fprintf(os.Stderr, "harness: unknown role %q\n", role)
+		os.Exit(2)
+	}
+}
+
+func serveEcho(port, name string) error {
+	l, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "echo: %s listening on %s\n", name, l.Addr())
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer conn.Close()
+			w := bufio.NewWriter(conn)
+			fmt.Fprintf(w, "hello from %s\n", name)
+			if err := w.Flush(); err != nil {
+				return
+			}
+			_, _ = io.Copy(conn, conn)
+		}()
+	}
+}

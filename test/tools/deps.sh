@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# deps.sh installs the Debian packages the tests and the demo use, when they
+# are missing: dig (dnsutils), ip (iproute2), ps (procps), flock (util-linux).
+# Extra package names may be given as arguments (make bench adds dnsperf).
+set -euo pipefail
+
+declare -A cmd_pkg=([dig]=dnsutils [ip]=iproute2 [ps]=procps [flock]=util-linux [taskset]=util-linux)
+need=()
+for cmd in "${!cmd_pkg[@]}"; do
+	command -v "$cmd" >/dev/null 2>&1 || need+=("${cmd_pkg[$cmd]}")
+done
+for pkg in "$@"; do
+	command -v "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+((${#need[@]})) || exit 0
+
+mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
+sudo=""
+[[ $(id -u) == 0 ]] || sudo=sudo
+echo "deps.sh: installing ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >&2
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# gotest.sh runs `go test` with what the end-to-end tests need (Debian
+# packages, the cached control-plane binaries, a coredns-mc binary) and then
+# proves that no process the test harness started is still running.
+# Arguments go to `go test`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+test/tools/deps.sh
+MCMIRROR_TESTBIN=$(test/tools/build.sh)
+export MCMIRROR_TESTBIN
+pidfile=$(mktemp)
+trap 'rm -f "$pidfile"' EXIT
+export MCMIRROR_PID_FILE=$pidfile
+
+status=0
+go test -timeout 45m "$@" || status=$?
+
+# Each line of the pid file is "PID NAME" for a process a harness started.
+left=0
+while read -r pid name; do
+	state=$(ps -o stat= -p "$pid" 2>/dev/null || true)
+	if [[ -n $state && $state != Z* ]]; then
+		echo "gotest.sh: $name (pid $pid) still running after the tests; killing it" >&2
+		kill -9 "$pid" 2>/dev/null || true
+		left=1
+	fi
+done <"$pidfile"
+echo "gotest.sh: $(wc -l <"$pidfile") processes started by the test harness, $( ((left)) && echo some || echo none) left running" >&2
+((left == 0)) || status=1
+exit "$status"

@@ -1,10 +1,46 @@
-// Command coredns-mc is CoreDNS with every standard plugin, built as one
-// binary for mcmirror's multi-cluster service discovery.
+// Command coredns-mc is CoreDNS with every standard plugin and mcmirror, the
+// multi-cluster plugin, in one binary. Subcommands run mcmirror's other
+// parts:
+//
+//	coredns-mc [coredns flags]        the DNS server
+//	coredns-mc controller [flags]     the mirror controller
 package main
 
 import (
+	"fmt"
+	"os"
+	"sort"
+
 	_ "github.com/coredns/coredns/core/plugin" // the standard plugins
 	"github.com/coredns/coredns/coremain"
 )
 
-func main() { coremain.Run() }
+// subcommands maps a first argument to the part of mcmirror it runs; each
+// part registers itself from its own file's init. The function returns the
+// exit code.
+var subcommands = map[string]func(args []string) int{}
+
+func main() {
+	if len(os.Args) > 1 {
+		if run, ok := subcommands[os.Args[1]]; ok {
+			os.Exit(run(os.Args[2:]))
+		}
+		if os.Args[1] == "help" {
+			usage()
+			return
+		}
+	}
+	coremain.Run()
+}
+
+func usage() {
+	names := make([]string, 0, len(subcommands))
+	for name := range subcommands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	fmt.Println("usage: coredns-mc [coredns flags] | coredns-mc SUBCOMMAND [flags]")
+	for _, n := range names {
+		fmt.Println("  " + n)
+	}
+}

@@ -207,6 +207,10 @@ func (c *Cluster) waitWorkloads(ctx context.Context) error {
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("%s: create node: %w", c.Name, err)
 	}
+	// KWOK marks the node Ready within a second or two; a minute means it
+	// will not.
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	return c.env.poll(ctx, c.Name+"/kwok node", func(ctx context.Context) (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
 		if err != nil {

@@ -47,6 +47,12 @@ func TestClustersAreIsolated(t *testing.T) {
 		ip, err := netip.ParseAddr(got.Spec.ClusterIP)
 		require.NoError(t, err)
 		assert.True(t, c.ServiceCIDR.Contains(ip), "%s: ClusterIP %s outside %s", c.Name, ip, c.ServiceCIDR)
+		for _, other := range env.Clusters() {
+			if other != c {
+				assert.False(t, other.ServiceCIDR.Overlaps(c.ServiceCIDR), "%s and %s share service addresses", c.Name, other.Name)
+				assert.False(t, other.ServiceCIDR.Contains(ip), "%s: ClusterIP %s is in %s's range", c.Name, ip, other.Name)
+			}
+		}
 	}
 	for _, c := range env.Clusters() {
 		for _, other := range env.Clusters() {

@@ -9,9 +9,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 test/tools/deps.sh
 MCMIRROR_TESTBIN=$(test/tools/build.sh)
 export MCMIRROR_TESTBIN
-pidfile=$(mktemp)
-trap 'rm -f "$pidfile"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pidfile=$work/pids
+touch "$pidfile"
 export MCMIRROR_PID_FILE=$pidfile
+# One coredns-mc for every end-to-end test, with the race detector on.
+go build -race -o "$work/coredns-mc" ./cmd/coredns-mc
+export MCMIRROR_COREDNS_MC=$work/coredns-mc
 
 status=0
 go test -timeout 45m "$@" || status=$?

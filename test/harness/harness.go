@@ -307,12 +307,18 @@ func (e *Env) launch(name string, critical bool, env []string, argv ...string) (
 	return p, nil
 }
 
+// Launch starts a process that belongs to the environment: Stop stops it.
+// Outside tests (the demo) it is what StartProcess is inside them.
+func (e *Env) Launch(name string, env []string, argv ...string) (*Process, error) {
+	return e.launch(name, false, env, argv...)
+}
+
 // StartProcess starts a process for the test t, e.g. a coredns-mc server, with its
 // log in the environment's log directory. The process is stopped when t
 // ends. env is added to the environment of the process.
 func (e *Env) StartProcess(t testing.TB, name string, env []string, argv ...string) *Process {
 	t.Helper()
-	p, err := e.launch(name, false, env, argv...)
+	p, err := e.Launch(name, env, argv...)
 	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}

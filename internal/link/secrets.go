@@ -1,0 +1,256 @@
+package link
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// SecretWatcherOptions configures a SecretWatcher.
+type SecretWatcherOptions struct {
+	// Namespace holds the link Secrets.
+	Namespace string
+	// Selector narrows the Secrets looked at; nil selects every Secret of
+	// type mirror.linkerd.io/remote-kubeconfig in Namespace.
+	Selector k8slabels.Selector
+	// Reserved are cluster names a Secret may not take: the local
+	// cluster's and the static links'. A Secret must not silently replace
+	// a link an operator wrote into the configuration.
+	Reserved []string
+	// Logf reports Secrets that are ignored, and why. Nil discards.
+	Logf func(format string, args ...any)
+}
+
+// SecretWatcher turns the link Secrets of one namespace of the local cluster
+// into links: Add when a Secret appears, Add again when its kubeconfig
+// changes, Remove and Add when the cluster it names changes, Remove when it
+// goes away.
+//
+// Two Secrets naming the same cluster: the first one seen wins, and the
+// other takes over when the first is deleted. A Secret updated with a
+// kubeconfig that cannot be used is reported and ignored, and the link keeps
+// running on the last good one: a bad edit must not cut a cluster off.
+type SecretWatcher struct {
+	handler  Handler
+	reserved map[string]bool
+	logf     func(string, ...any)
+
+	informer cache.SharedIndexInformer
+	// reg tells when the initial list has reached the handler, which is
+	// when every link that exists at start-up has been added.
+	reg cache.ResourceEventHandlerRegistration
+
+	mu sync.Mutex
+	// bySecret is the link each Secret (namespace/name) runs.
+	bySecret map[string]secretLink
+	// owner is the Secret that runs each cluster's link.
+	owner map[string]string
+}
+
+type secretLink struct {
+	name string
+	// sum identifies the kubeconfig, so that an update that changes
+	// something else (an annotation, say) does not restart the link.
+	sum [sha256.Size]byte
+}
+
+// NewSecretWatcher returns a watcher of the link Secrets that client sees
+// in opts.Namespace; Run starts it.
+func NewSecretWatcher(client kubernetes.Interface, h Handler, opts SecretWatcherOptions) (*SecretWatcher, error) {
+	if opts.Namespace == "" {
+		return nil, fmt.Errorf("link secrets: no namespace")
+	}
+	w := &SecretWatcher{
+		handler:  h,
+		reserved: make(map[string]bool, len(opts.Reserved)),
+		logf:     opts.Logf,
+		bySecret: map[string]secretLink{},
+		owner:    map[string]string{},
+	}
+	if w.logf == nil {
+		w.logf = func(string, ...any) {}
+	}
+	for _, r := range opts.Reserved {
+		w.reserved[r] = true
+	}
+
+	selector := ""
+	if opts.Selector != nil {
+		selector = opts.Selector.String()
+	}
+	// The API server filters Secrets by type; fakes do not, so the
+	// handler checks the type again.
+	fieldSelector := "type=" + labels.LinkSecretType
+	secrets := client.CoreV1().Secrets(opts.Namespace)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector, o.FieldSelector = selector, fieldSelector
+			return secrets.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector, o.FieldSelector = selector, fieldSelector
+			return secrets.Watch(ctx, o)
+		},
+	}
+	w.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Secret{}, 0, cache.Indexers{})
+	reg, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if s, ok := obj.(*corev1.Secret); ok {
+				w.upsert(s)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if s, ok := obj.(*corev1.Secret); ok {
+				w.upsert(s)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if s, ok := obj.(*corev1.Secret); ok {
+				w.delete(s)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.reg = reg
+	return w, nil
+}
+
+// Run watches the Secrets until ctx is done.
+func (w *SecretWatcher) Run(ctx context.Context) { w.informer.Run(ctx.Done()) }
+
+// HasSynced reports whether every Secret that existed when Run started has
+// been handled.
+func (w *SecretWatcher) HasSynced() bool { return w.reg.HasSynced() }
+
+// Links returns the names of the clusters linked by Secrets, sorted.
+func (w *SecretWatcher) Links() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	names := make([]string, 0, len(w.owner))
+	for n := range w.owner {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func key(s *corev1.Secret) string { return s.Namespace + "/" + s.Name }
+
+func (w *SecretWatcher) upsert(s *corev1.Secret) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	k := key(s)
+	old, running := w.bySecret[k]
+	name, cfg, err := FromSecret(s)
+	if err != nil {
+		if running {
+			w.logf("link %s: keeping the running link: %v", old.name, err)
+		} else {
+			w.logf("ignoring link secret: %v", err)
+		}
+		return
+	}
+	if w.reserved[name] {
+		w.logf("ignoring link secret %s: cluster %q is the local cluster or a configured link", k, name)
+		if running {
+			w.stop(k, old)
+		}
+		return
+	}
+	sum := sha256.Sum256(s.Data[labels.LinkSecretKey])
+	if running && old.name == name && old.sum == sum {
+		return // nothing DNS depends on changed
+	}
+	if running && old.name == name {
+		// The kubeconfig changed: the handler restarts the link.
+		w.bySecret[k] = secretLink{name: name, sum: sum}
+		w.handler.Add(name, cfg)
+		return
+	}
+	if running {
+		// The Secret names another cluster now.
+		w.stop(k, old)
+		w.adopt(old.name)
+	}
+	if other, taken := w.owner[name]; taken {
+		w.logf("ignoring link secret %s: cluster %q is already linked by secret %s", k, name, other)
+		return
+	}
+	w.bySecret[k] = secretLink{name: name, sum: sum}
+	w.owner[name] = k
+	w.handler.Add(name, cfg)
+}
+
+func (w *SecretWatcher) delete(s *corev1.Secret) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := key(s)
+	if l, running := w.bySecret[k]; running {
+		w.stop(k, l)
+		w.adopt(l.name)
+	}
+}
+
+func (w *SecretWatcher) stop(k string, l secretLink) {
+	delete(w.bySecret, k)
+	if w.owner[l.name] == k {
+		delete(w.owner, l.name)
+	}
+	w.handler.Remove(l.name)
+}
+
+// adopt starts the link to cluster name from another Secret that names it,
+// if there is one: the one that lost a tie when the link was taken.
+func (w *SecretWatcher) adopt(name string) {
+	if _, taken := w.owner[name]; taken {
+		return
+	}
+	var candidates []*corev1.Secret
+	for _, obj := range w.informer.GetStore().List() {
+		s, ok := obj.(*corev1.Secret)
+		if !ok {
+			continue
+		}
+		if _, running := w.bySecret[key(s)]; running {
+			continue
+		}
+		if n, ok := ClusterNameOf(s); ok && n == name {
+			candidates = append(candidates, s)
+		}
+	}
+	slices.SortFunc(candidates, func(a, b *corev1.Secret) int {
+		if key(a) < key(b) {
+			return -1
+		}
+		return 1
+	})
+	for _, s := range candidates {
+		n, cfg, err := FromSecret(s)
+		if err != nil || n != name {
+			continue
+		}
+		k := key(s)
+		w.bySecret[k] = secretLink{name: name, sum: sha256.Sum256(s.Data[labels.LinkSecretKey])}
+		w.owner[name] = k
+		w.handler.Add(name, cfg)
+		return
+	}
+}

@@ -1,0 +1,260 @@
+package link
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+)
+
+// recorder is a Handler that logs its calls as "+name host" and "-name".
+type recorder struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *recorder) Add(name string, cfg *rest.Config) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, "+"+name+" "+cfg.Host)
+}
+
+func (r *recorder) Remove(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, "-"+name)
+}
+
+func (r *recorder) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// waitCalls waits until the recorder has seen exactly want.
+func (r *recorder) waitCalls(t *testing.T, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := r.get()
+		if slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls = %q, want %q", got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type logs struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logs) logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+func (l *logs) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func startWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOptions) (*recorder, *logs) {
+	t.Helper()
+	rec, lg := &recorder{}, &logs{}
+	if opts.Namespace == "" {
+		opts.Namespace = "linkerd-multicluster"
+	}
+	opts.Logf = lg.logf
+	w, err := NewSecretWatcher(client, rec, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go w.Run(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for !w.HasSynced() {
+		if time.Now().After(deadline) {
+			t.Fatal("secret watcher did not sync")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return rec, lg
+}
+
+var ctxBG = context.Background()
+
+func TestSecretWatcherLifecycle(t *testing.T) {
+	west := kubeconfig(t, "https://west.example:6443")
+	west2 := kubeconfig(t, "https://west-2.example:6443")
+	client := fake.NewClientset(secret("cluster-credentials-west", nil, west))
+	rec, _ := startWatcher(t, client, SecretWatcherOptions{})
+	secrets := client.CoreV1().Secrets("linkerd-multicluster")
+
+	// Existing at start.
+	rec.waitCalls(t, "+west https://west.example:6443")
+
+	// An update that leaves the kubeconfig alone does not restart.
+	s := secret("cluster-credentials-west", nil, west)
+	s.Annotations = map[string]string{"touched": "yes"}
+	if _, err := secrets.Update(ctxBG, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A new kubeconfig restarts the link: Add again, without a Remove.
+	if _, err := secrets.Update(ctxBG, secret("cluster-credentials-west", nil, west2), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitCalls(t, "+west https://west.example:6443", "+west https://west-2.example:6443")
+
+	// Added at run time.
+	if _, err := secrets.Create(ctxBG, secret("cluster-credentials-paris", nil, west), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitCalls(t, "+west https://west.example:6443", "+west https://west-2.example:6443", "+paris https://west.example:6443")
+
+	// Deleted at run time.
+	if err := secrets.Delete(ctxBG, "cluster-credentials-west", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitCalls(t, "+west https://west.example:6443", "+west https://west-2.example:6443", "+paris https://west.example:6443", "-west")
+}
+
+func TestSecretWatcherRename(t *testing.T) {
+	kc := kubeconfig(t, "https://x.example")
+	client := fake.NewClientset(secret("link", map[string]string{labels.LinkClusterName: "west"}, kc))
+	rec, _ := startWatcher(t, client, SecretWatcherOptions{})
+	rec.waitCalls(t, "+west https://x.example")
+
+	// The label now names another cluster: the old link goes, the new comes.
+	if _, err := client.CoreV1().Secrets("linkerd-multicluster").Update(ctxBG, secret("link", map[string]string{labels.LinkClusterName: "paris"}, kc), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitCalls(t, "+west https://x.example", "-west", "+paris https://x.example")
+}
+
+func TestSecretWatcherBadUpdateKeepsLink(t *testing.T) {
+	kc := kubeconfig(t, "https://west.example")
+	client := fake.NewClientset(secret("cluster-credentials-west", nil, kc))
+	rec, lg := startWatcher(t, client, SecretWatcherOptions{})
+	rec.waitCalls(t, "+west https://west.example")
+
+	if _, err := client.CoreV1().Secrets("linkerd-multicluster").Update(ctxBG, secret("cluster-credentials-west", nil, []byte("{{{")), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !lg.contains("keeping the running link") {
+		if time.Now().After(deadline) {
+			t.Fatal("bad kubeconfig was not reported")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rec.waitCalls(t, "+west https://west.example")
+}
+
+func TestSecretWatcherIgnores(t *testing.T) {
+	kc := kubeconfig(t, "https://x.example")
+	opaque := secret("cluster-credentials-paris", nil, kc)
+	opaque.Type = corev1.SecretTypeOpaque
+	client := fake.NewClientset(
+		secret("cluster-credentials-east", nil, kc),   // the local cluster
+		secret("cluster-credentials-static", nil, kc), // a configured link
+		opaque,                     // not a link secret
+		secret("no-name", nil, kc), // names no cluster
+		secret("cluster-credentials-west", nil, kc),
+	)
+	rec, lg := startWatcher(t, client, SecretWatcherOptions{Reserved: []string{"east", "static"}})
+	rec.waitCalls(t, "+west https://x.example")
+	for _, want := range []string{`cluster "east" is the local cluster`, `cluster "static" is the local cluster`, "names no cluster"} {
+		if !lg.contains(want) {
+			t.Errorf("no log line about %q", want)
+		}
+	}
+}
+
+func TestSecretWatcherSelector(t *testing.T) {
+	kc := kubeconfig(t, "https://x.example")
+	client := fake.NewClientset(
+		secret("cluster-credentials-west", map[string]string{"mcmirror": "yes"}, kc),
+		secret("cluster-credentials-paris", nil, kc),
+	)
+	sel, err := k8slabels.Parse("mcmirror=yes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := startWatcher(t, client, SecretWatcherOptions{Selector: sel})
+	rec.waitCalls(t, "+west https://x.example")
+}
+
+func TestSecretWatcherDuplicateTakesOver(t *testing.T) {
+	a := kubeconfig(t, "https://a.example")
+	b := kubeconfig(t, "https://b.example")
+	client := fake.NewClientset(
+		secret("a", map[string]string{labels.LinkClusterName: "west"}, a),
+		secret("b", map[string]string{labels.LinkClusterName: "west"}, b),
+	)
+	rec, lg := startWatcher(t, client, SecretWatcherOptions{})
+	first := rec.get()
+	if len(first) != 1 {
+		t.Fatalf("calls = %q, want one link to west", first)
+	}
+	if !lg.contains(`cluster "west" is already linked`) {
+		t.Error("duplicate not reported")
+	}
+	loser, loserHost := "b", "https://b.example"
+	if first[0] == "+west https://b.example" {
+		loser, loserHost = "a", "https://a.example"
+	}
+	winner := "a"
+	if loser == "a" {
+		winner = "b"
+	}
+	if err := client.CoreV1().Secrets("linkerd-multicluster").Delete(ctxBG, winner, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitCalls(t, first[0], "-west", "+west "+loserHost)
+}
+
+func TestSecretWatcherLinks(t *testing.T) {
+	kc := kubeconfig(t, "https://x.example")
+	client := fake.NewClientset(secret("cluster-credentials-west", nil, kc), secret("cluster-credentials-paris", nil, kc))
+	rec := &recorder{}
+	w, err := NewSecretWatcher(client, rec, SecretWatcherOptions{Namespace: "linkerd-multicluster"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxBG)
+	defer cancel()
+	go w.Run(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for !w.HasSynced() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := w.Links(); !slices.Equal(got, []string{"paris", "west"}) {
+		t.Errorf("Links() = %q", got)
+	}
+	if _, err := NewSecretWatcher(client, rec, SecretWatcherOptions{}); err == nil {
+		t.Error("no error without a namespace")
+	}
+}

@@ -1,0 +1,311 @@
+package mcmirror
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+)
+
+// These tests run the informer layer against client-go's fake clientsets:
+// narrow checks of the wiring. The end-to-end tests run it against real API
+// servers.
+
+func service(name string, lbls map[string]string, clusterIP string, ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: lbls},
+		Spec:       corev1.ServiceSpec{ClusterIP: clusterIP, Ports: ports},
+	}
+}
+
+var exportedGW = map[string]string{labels.Exported: labels.ExportGateway}
+
+func mirrorService(name, cluster, headlessOf, clusterIP string) *corev1.Service {
+	l := map[string]string{labels.MirroredService: "true", labels.ClusterName: cluster}
+	if headlessOf != "" {
+		l[labels.HeadlessMirrorSvcName] = headlessOf
+	}
+	return service(name, l, clusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+}
+
+func endpointSlice(name, svc string, eps ...discovery.Endpoint) *discovery.EndpointSlice {
+	return &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{labels.ServiceName: svc}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Endpoints:   eps,
+	}
+}
+
+func podEndpoint(host, ip string, ready bool) discovery.Endpoint {
+	return discovery.Endpoint{Addresses: []string{ip}, Hostname: ptr.To(host), Conditions: discovery.EndpointConditions{Ready: ptr.To(ready)}}
+}
+
+// eventually polls f for up to 5s.
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func startPlugin(t *testing.T, local kubernetes.Interface, links map[string]kubernetes.Interface, timeout time.Duration) *MCMirror {
+	t.Helper()
+	m, err := New(local, Options{Zones: []string{"cluster.local.", "in-addr.arpa."}, Cluster: "east", TTL: 5, StartupTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range links {
+		if err := m.AddLink(name, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Stop() })
+	return m
+}
+
+func TestControllerWatches(t *testing.T) {
+	ctx := context.Background()
+	west := fake.NewClientset(
+		service("nginx-svc", exportedGW, corev1.ClusterIPNone, corev1.ServicePort{Name: "http", Port: 80}),
+		endpointSlice("nginx-svc-1", "nginx-svc", podEndpoint("nginx-set-0", "10.1.0.10", true)),
+		service("private", nil, "10.100.0.9"), // not exported
+	)
+	local := fake.NewClientset(
+		mirrorService("nginx-svc-west", "west", "", corev1.ClusterIPNone),
+		mirrorService("nginx-set-0-west", "west", "nginx-svc-west", "10.96.0.10"),
+		mirrorService("nginx-set-1-west", "west", "nginx-svc-west", "10.96.0.11"),
+	)
+	m := startPlugin(t, local, map[string]kubernetes.Interface{"west": west}, 5*time.Second)
+	if !m.Ready() {
+		t.Fatal("not ready after Start")
+	}
+	if got := testutil.ToFloat64(linkSynced.WithLabelValues("west")); got != 1 {
+		t.Errorf("link_synced{cluster=west} = %v", got)
+	}
+	eventually(t, "objects metric", func() bool {
+		return testutil.ToFloat64(linkObjects.WithLabelValues("west", "service")) == 1 && // the fake's watch would send both
+			testutil.ToFloat64(linkObjects.WithLabelValues("east", "mirror")) == 3
+	})
+	wantAddrs(t, m.index, "nginx-svc-west"+z, "10.96.0.10")
+	wantAbsent(t, m.index, "private-west"+z)
+
+	// Scale up: a new ready pod, whose mirror exists.
+	west.DiscoveryV1().EndpointSlices("default").Update(ctx, endpointSlice("nginx-svc-1", "nginx-svc",
+		podEndpoint("nginx-set-0", "10.1.0.10", true), podEndpoint("nginx-set-1", "10.1.0.11", true)), metav1.UpdateOptions{})
+	eventually(t, "the new pod", func() bool {
+		a, _ := addrs(m.index, "nginx-svc-west"+z)
+		return slices.Equal(a, []string{"10.96.0.10", "10.96.0.11"})
+	})
+
+	// A mirror's ClusterIP appears for a pod that had none.
+	west.DiscoveryV1().EndpointSlices("default").Create(ctx, endpointSlice("nginx-svc-2", "nginx-svc", podEndpoint("nginx-set-2", "10.1.0.12", true)), metav1.CreateOptions{})
+	local.CoreV1().Services("default").Create(ctx, mirrorService("nginx-set-2-west", "west", "nginx-svc-west", "10.96.0.12"), metav1.CreateOptions{})
+	eventually(t, "the pod whose mirror came", func() bool {
+		a, _ := addrs(m.index, "nginx-set-2.nginx-svc-west"+z)
+		return slices.Equal(a, []string{"10.96.0.12"})
+	})
+
+	// Unexport: the label goes.
+	west.CoreV1().Services("default").Update(ctx, service("nginx-svc", nil, corev1.ClusterIPNone), metav1.UpdateOptions{})
+	eventually(t, "unexport", func() bool { return m.index.lookup("nginx-svc-west"+z) == nil })
+
+	// Export a Service whose slices are already there: found without a new list.
+	west.DiscoveryV1().EndpointSlices("default").Create(ctx, endpointSlice("private-1", "private", podEndpoint("p", "10.1.0.20", true)), metav1.CreateOptions{})
+	west.CoreV1().Services("default").Update(ctx, service("private", map[string]string{labels.Exported: labels.ExportFlat}, "10.100.0.9"), metav1.UpdateOptions{})
+	eventually(t, "the newly exported Service", func() bool {
+		a, _ := addrs(m.index, "private-west"+z)
+		return slices.Equal(a, []string{"10.1.0.20"})
+	})
+
+	// The link goes: so do its names.
+	m.RemoveLink("west")
+	eventually(t, "link removal", func() bool { return m.index.lookup("private-west"+z) == nil })
+	if err := m.AddLink("east", fake.NewClientset()); err == nil {
+		t.Error("a link named like the local cluster was accepted")
+	}
+}
+
+func TestControllerLocalExports(t *testing.T) {
+	local := fake.NewClientset(
+		service("api", exportedGW, "10.100.0.7", corev1.ServicePort{Name: "http", Port: 80}),
+		// A mirror carrying the export label is never exported again.
+		func() *corev1.Service {
+			s := mirrorService("db-west", "west", "", "10.96.0.40")
+			s.Labels[labels.Exported] = labels.ExportGateway
+			return s
+		}(),
+	)
+	m := startPlugin(t, local, nil, time.Second)
+	wantAddrs(t, m.index, "api-global"+z, "10.100.0.7")
+	wantAbsent(t, m.index, "db-west-global"+z)
+}
+
+func TestControllerDeadLink(t *testing.T) {
+	// Nothing listens on port 1: the link never syncs.
+	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	west := fake.NewClientset(service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
+	local := fake.NewClientset(mirrorService("web-west", "west", "", "10.96.0.20"))
+
+	begin := time.Now()
+	m := startPlugin(t, local, map[string]kubernetes.Interface{"west": west, "paris": dead}, 300*time.Millisecond)
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Errorf("Start took %s with a dead link", took)
+	}
+	eventually(t, "readiness despite the dead link", m.Ready)
+	wantAddrs(t, m.index, "web-west"+z, "10.96.0.20")
+	if got := testutil.ToFloat64(linkSynced.WithLabelValues("paris")); got != 0 {
+		t.Errorf("link_synced{cluster=paris} = %v, want 0", got)
+	}
+	eventually(t, "watch errors counted", func() bool { return testutil.ToFloat64(linkWatchErrors.WithLabelValues("paris")) > 0 })
+}
+
+func TestControllerNotReadyBeforeTimeout(t *testing.T) {
+	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(fake.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", StartupTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Ready() {
+		t.Error("ready before start")
+	}
+	if err := m.AddLink("paris", dead); err != nil {
+		t.Fatal(err)
+	}
+	m.ctrl.start()
+	defer m.Stop()
+	time.Sleep(200 * time.Millisecond)
+	if m.Ready() {
+		t.Error("ready with a link that has not synced and has time left")
+	}
+}
+
+func TestControllerProgrammingLatency(t *testing.T) {
+	ctx := context.Background()
+	west := fake.NewClientset(service("web", map[string]string{labels.Exported: labels.ExportFlat}, "10.100.0.1"))
+	m := startPlugin(t, fake.NewClientset(), map[string]kubernetes.Interface{"latency": west}, time.Second)
+
+	h := programmingLatency.WithLabelValues("latency").(prometheus.Histogram)
+	count := func() uint64 {
+		var d dto.Metric
+		if err := h.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.GetHistogram().GetSampleCount()
+	}
+	before := count()
+	s := endpointSlice("web-1", "web", podEndpoint("", "10.1.0.1", true))
+	s.Annotations = map[string]string{labels.EndpointsLastChangeTriggerTime: time.Now().Add(-time.Second).Format(time.RFC3339Nano)}
+	west.DiscoveryV1().EndpointSlices("default").Create(ctx, s, metav1.CreateOptions{})
+	eventually(t, "the endpoint", func() bool { a, _ := addrs(m.index, "web-latency"+z); return len(a) == 1 })
+	eventually(t, "a latency sample", func() bool { return count() == before+1 })
+}
+
+func TestMirrorGroup(t *testing.T) {
+	tests := []struct {
+		m    Mirror
+		want groupKey
+		ok   bool
+	}{
+		{Mirror{objMeta: objMeta{Name: "nginx-svc-west", Namespace: "ns"}, Cluster: "west"}, groupKey{"ns", "nginx-svc"}, true},
+		{Mirror{objMeta: objMeta{Name: "nginx-set-0-west", Namespace: "ns"}, Cluster: "west", HeadlessOf: "nginx-svc-west"}, groupKey{"ns", "nginx-svc"}, true},
+		{Mirror{objMeta: objMeta{Name: "svc-us-west", Namespace: "ns"}, Cluster: "us-west"}, groupKey{"ns", "svc"}, true},
+		{Mirror{objMeta: objMeta{Name: "nginx-svc-west", Namespace: "ns"}}, groupKey{}, false},             // no cluster label
+		{Mirror{objMeta: objMeta{Name: "nginx-svc", Namespace: "ns"}, Cluster: "west"}, groupKey{}, false}, // not <svc>-<cluster>
+	}
+	for _, tc := range tests {
+		got, ok := mirrorGroup(&tc.m)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("mirrorGroup(%s) = %v, %t; want %v, %t", tc.m.Name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestControllerServeDNS answers a query end to end through the informers.
+func TestControllerServeDNS(t *testing.T) {
+	west := fake.NewClientset(service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
+	local := fake.NewClientset(mirrorService("web-west", "west", "", "10.96.0.20"))
+	m := startPlugin(t, local, map[string]kubernetes.Interface{"west": west}, time.Second)
+	m.Next = fromNext
+	runCase(t, m, testCase("web-west"+z, dns.TypeA, a("web-west"+z, "10.96.0.20")), false)
+	runCase(t, m, testCase("20.0.96.10.in-addr.arpa.", dns.TypePTR, ptrRR("20.0.96.10.in-addr.arpa.", "web-west"+z)), false)
+	runCase(t, m, next("web-paris"+z), false)
+}
+
+func TestControllerReplaceLink(t *testing.T) {
+	flat := map[string]string{labels.Exported: labels.ExportFlat}
+	a := fake.NewClientset(service("web", flat, "10.100.0.1"), endpointSlice("web-1", "web", podEndpoint("", "10.1.0.1", true)))
+	b := fake.NewClientset(service("web", flat, "10.100.0.1"), endpointSlice("web-1", "web", podEndpoint("", "10.1.0.2", true)))
+	m := startPlugin(t, fake.NewClientset(), map[string]kubernetes.Interface{"west": a}, time.Second)
+	wantAddrs(t, m.index, "web-west"+z, "10.1.0.1")
+
+	// A configuration that cannot connect: the last known state stays.
+	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ReplaceLink("west", dead); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	wantAddrs(t, m.index, "web-west"+z, "10.1.0.1")
+
+	// A working one takes over once it has synced.
+	if err := m.ReplaceLink("west", b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new configuration's answers", func() bool {
+		got, _ := addrs(m.index, "web-west"+z)
+		return slices.Equal(got, []string{"10.1.0.2"})
+	})
+	if got := m.ctrl.Links(); !slices.Equal(got, []string{"west"}) {
+		t.Errorf("links %v", got)
+	}
+
+	// A new name is a plain add.
+	if err := m.ReplaceLink("paris", a); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the added link", func() bool { return m.index.lookup("web-paris"+z) != nil })
+}
+
+func TestLinkHandler(t *testing.T) {
+	m := startPlugin(t, fake.NewClientset(), nil, 100*time.Millisecond)
+	h := m.LinkHandler()
+	h.Add("west", &rest.Config{Host: "http://127.0.0.1:1"})
+	if got := m.ctrl.Links(); !slices.Equal(got, []string{"west"}) {
+		t.Fatalf("links %v after Add", got)
+	}
+	h.Add("West", &rest.Config{Host: "http://127.0.0.1:1"}) // not a cluster name: logged, ignored
+	h.Remove("west")
+	if got := m.ctrl.Links(); len(got) != 0 {
+		t.Fatalf("links %v after Remove", got)
+	}
+}

@@ -1,0 +1,128 @@
+package mcmirror
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/mcmirror/mcmirror/internal/labels"
+)
+
+// fakeSource is a source held in maps, for the index and handler tests.
+type fakeSource struct {
+	links    []string
+	services map[[3]string]*Service // cluster, ns, name
+	slices   map[[3]string][]*Slice // cluster, ns, service
+	mirrors  map[[2]string]*Mirror  // ns, name
+	synced   bool
+}
+
+func newFakeSource(links ...string) *fakeSource {
+	return &fakeSource{
+		links:    links,
+		services: map[[3]string]*Service{},
+		slices:   map[[3]string][]*Slice{},
+		mirrors:  map[[2]string]*Mirror{},
+		synced:   true,
+	}
+}
+
+func (f *fakeSource) Links() []string { return f.links }
+func (f *fakeSource) Service(c, ns, name string) *Service {
+	return f.services[[3]string{c, ns, name}]
+}
+func (f *fakeSource) Slices(c, ns, name string) []*Slice { return f.slices[[3]string{c, ns, name}] }
+func (f *fakeSource) Mirror(ns, name string) *Mirror     { return f.mirrors[[2]string{ns, name}] }
+func (f *fakeSource) HasSynced() bool                    { return f.synced }
+
+// keys returns every group the source holds objects of.
+func (f *fakeSource) keys() []groupKey {
+	var ks []groupKey
+	add := func(k groupKey) {
+		if !slices.Contains(ks, k) {
+			ks = append(ks, k)
+		}
+	}
+	for k := range f.services {
+		add(groupKey{k[1], k[2]})
+	}
+	for k := range f.slices {
+		add(groupKey{k[1], k[2]})
+	}
+	for _, m := range f.mirrors {
+		if k, ok := mirrorGroup(m); ok {
+			add(k)
+		}
+	}
+	return ks
+}
+
+// svc adds an exported Service. ips empty means headless.
+func (f *fakeSource) svc(cluster, ns, name string, mode labels.Mode, ips []string, ports ...Port) *Service {
+	s := &Service{
+		objMeta:    objMeta{Name: name, Namespace: ns},
+		Mode:       mode,
+		Headless:   len(ips) == 0,
+		ClusterIPs: ips,
+		Ports:      ports,
+	}
+	f.services[[3]string{cluster, ns, name}] = s
+	return s
+}
+
+// slice adds an EndpointSlice of Service ns/svc.
+func (f *fakeSource) slice(cluster, ns, svc string, ports []Port, eps ...Endpoint) {
+	k := [3]string{cluster, ns, svc}
+	f.slices[k] = append(f.slices[k], &Slice{
+		objMeta:   objMeta{Name: svc + "-abcde", Namespace: ns},
+		Service:   svc,
+		Ports:     ports,
+		Endpoints: eps,
+	})
+}
+
+// mirror adds a local mirror Service; ips empty means headless.
+func (f *fakeSource) mirror(ns, name, cluster, headlessOf string, ips []string, ports ...Port) {
+	f.mirrors[[2]string{ns, name}] = &Mirror{
+		objMeta:    objMeta{Name: name, Namespace: ns},
+		Cluster:    cluster,
+		HeadlessOf: headlessOf,
+		Headless:   len(ips) == 0,
+		ClusterIPs: ips,
+		Ports:      ports,
+	}
+}
+
+func ep(host, ip string, ready bool) Endpoint {
+	return Endpoint{Hostname: host, Addresses: []string{ip}, Ready: ready}
+}
+
+var (
+	httpPort = Port{Name: "http", Protocol: "tcp", Port: 80}
+	dnsPort  = Port{Name: "dns", Protocol: "udp", Port: 53}
+)
+
+// newTestPlugin returns a plugin over src with every group built.
+func newTestPlugin(t testing.TB, src *fakeSource, ttl uint32, fl fall.F) *MCMirror {
+	t.Helper()
+	m, err := newWithSource(src, Options{
+		Zones:   []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa."},
+		Cluster: "east",
+		TTL:     ttl,
+		Fall:    fl,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncAll(m, src)
+	return m
+}
+
+// syncAll builds every group of src, and the groups those builds ask for.
+func syncAll(m *MCMirror, src *fakeSource) {
+	queue := src.keys()
+	for len(queue) > 0 {
+		k := queue[0]
+		queue = append(queue[1:], m.index.sync(k)...)
+	}
+}

@@ -1,0 +1,282 @@
+package mcmirror
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// addrs returns the A and AAAA addresses of name in the index, sorted, and
+// whether the name is there at all.
+func addrs(x *index, name string) ([]string, bool) {
+	e := x.lookup(name)
+	if e == nil {
+		return nil, false
+	}
+	var out []string
+	for _, rr := range append(slices.Clone(e.a), e.aaaa...) {
+		switch r := rr.(type) {
+		case *dns.A:
+			out = append(out, r.A.String())
+		case *dns.AAAA:
+			out = append(out, r.AAAA.String())
+		}
+	}
+	slices.Sort(out)
+	return out, true
+}
+
+func wantAddrs(t *testing.T, x *index, name string, want ...string) {
+	t.Helper()
+	got, ok := addrs(x, name)
+	if !ok {
+		t.Errorf("%s: not in the index, want %v", name, want)
+		return
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s: %v, want %v", name, got, want)
+	}
+}
+
+func wantAbsent(t *testing.T, x *index, name string) {
+	t.Helper()
+	if e := x.lookup(name); e != nil {
+		t.Errorf("%s: in the index (%v), want it gone", name, e.a)
+	}
+}
+
+func TestIndexUpdates(t *testing.T) {
+	src := fixture()
+	m := newTestPlugin(t, src, 5, fall.Zero)
+	x := m.index
+	nginx := groupKey{"default", "nginx-svc"}
+
+	wantAddrs(t, x, "nginx-svc-west"+z, "10.96.0.10", "10.96.0.11")
+
+	// A per-pod mirror goes: its pod is left out.
+	delete(src.mirrors, [2]string{"default", "nginx-set-1-west"})
+	x.sync(nginx)
+	wantAddrs(t, x, "nginx-svc-west"+z, "10.96.0.10")
+	wantAbsent(t, x, "nginx-set-1.nginx-svc-west"+z)
+	wantAbsent(t, x, "11.0.96.10.in-addr.arpa.")
+
+	// ... and comes back with another ClusterIP.
+	src.mirror("default", "nginx-set-1-west", "west", "nginx-svc-west", []string{"10.96.0.99"}, httpPort)
+	x.sync(nginx)
+	wantAddrs(t, x, "nginx-set-1.nginx-svc-west"+z, "10.96.0.99")
+	if e := x.lookup("99.0.96.10.in-addr.arpa."); e == nil || e.ptr[0].(*dns.PTR).Ptr != "nginx-set-1.nginx-svc-west"+z {
+		t.Errorf("PTR of the new mirror ClusterIP: %v", e)
+	}
+
+	// A pod turns not ready.
+	src.slices[[3]string{"west", "default", "nginx-svc"}][0].Endpoints[0].Ready = false
+	x.sync(nginx)
+	wantAbsent(t, x, "nginx-set-0.nginx-svc-west"+z)
+	wantAddrs(t, x, "nginx-svc-west"+z, "10.96.0.99")
+	wantAddrs(t, x, "nginx-svc-global"+z, "10.0.0.10", "10.96.0.99", "10.96.1.10")
+
+	// The slices go: still exported, so NODATA rather than someone else's.
+	delete(src.slices, [3]string{"west", "default", "nginx-svc"})
+	x.sync(nginx)
+	wantAddrs(t, x, "nginx-svc-west"+z)
+
+	// West unexports: every west name of the group goes, -global shrinks.
+	delete(src.services, [3]string{"west", "default", "nginx-svc"})
+	x.sync(nginx)
+	wantAbsent(t, x, "nginx-svc-west"+z)
+	wantAbsent(t, x, "_http._tcp.nginx-svc-west"+z)
+	wantAbsent(t, x, "_tcp.nginx-svc-west"+z)
+	wantAddrs(t, x, "nginx-svc-global"+z, "10.0.0.10", "10.96.1.10")
+	wantAddrs(t, x, "nginx-svc-paris"+z, "10.96.1.10")
+
+	// Paris unexports: -global is the local cluster alone.
+	delete(src.services, [3]string{"paris", "default", "nginx-svc"})
+	x.sync(nginx)
+	wantAbsent(t, x, "nginx-svc-paris"+z)
+	wantAbsent(t, x, "10.1.96.10.in-addr.arpa.")
+	wantAddrs(t, x, "nginx-svc-global"+z, "10.0.0.10")
+
+	// The local cluster unexports: nothing is left of the group.
+	delete(src.services, [3]string{"east", "default", "nginx-svc"})
+	x.sync(nginx)
+	wantAbsent(t, x, "nginx-svc-global"+z)
+	wantAbsent(t, x, "_http._tcp.nginx-svc-global"+z)
+
+	// Other groups were not touched.
+	wantAddrs(t, x, "web-west"+z, "10.96.0.20", "fd00::20")
+
+	// Exported again, by west alone.
+	src.svc("west", "default", "nginx-svc", labels.Gateway, nil, httpPort)
+	src.slice("west", "default", "nginx-svc", []Port{httpPort}, ep("nginx-set-1", "10.1.0.11", true))
+	x.sync(nginx)
+	wantAddrs(t, x, "nginx-svc-west"+z, "10.96.0.99")
+	wantAddrs(t, x, "nginx-svc-global"+z, "10.96.0.99")
+}
+
+func TestIndexServiceChanges(t *testing.T) {
+	src := fixture()
+	m := newTestPlugin(t, src, 5, fall.Zero)
+	x := m.index
+	web := groupKey{"default", "web"}
+
+	// Gateway to flat: remote endpoint addresses replace the mirror's.
+	s := src.services[[3]string{"west", "default", "web"}]
+	s.Mode = labels.Flat
+	src.slice("west", "default", "web", []Port{{Name: "http", Protocol: "tcp", Port: 8080}}, ep("", "10.1.0.60", true))
+	x.sync(web)
+	wantAddrs(t, x, "web-west"+z, "10.1.0.60")
+	wantAbsent(t, x, "20.0.96.10.in-addr.arpa.") // flat mode has no mirror to name
+
+	// The mirror's ClusterIP changes in gateway mode.
+	s.Mode = labels.Gateway
+	src.mirror("default", "web-west", "west", "", []string{"10.96.0.21"}, httpPort)
+	x.sync(web)
+	wantAddrs(t, x, "web-west"+z, "10.96.0.21")
+	wantAbsent(t, x, "_dns._udp.web-west"+z) // the new mirror has no dns port
+
+	// A mirror of another cluster's Service of that name is not used.
+	src.mirror("default", "web-west", "paris", "", []string{"10.96.0.22"}, httpPort)
+	x.sync(web)
+	wantAddrs(t, x, "web-west"+z)
+}
+
+func TestIndexLinkRemoved(t *testing.T) {
+	src := fixture()
+	m := newTestPlugin(t, src, 5, fall.Zero)
+	x := m.index
+
+	src.links = []string{"paris"}
+	for _, k := range src.keys() {
+		x.sync(k)
+	}
+	for _, name := range []string{"nginx-svc-west" + z, "nginx-set-0.nginx-svc-west" + z, "web-west" + z, "flat-west" + z, "10.0.96.10.in-addr.arpa."} {
+		wantAbsent(t, x, name)
+	}
+	wantAddrs(t, x, "nginx-svc-global"+z, "10.0.0.10", "10.96.1.10")
+}
+
+func TestIndexLocalOnly(t *testing.T) {
+	src := newFakeSource("west")
+	src.svc("east", "default", "api", labels.Gateway, []string{"10.100.0.7"}, httpPort)
+	m := newTestPlugin(t, src, 5, fall.Zero)
+	wantAddrs(t, m.index, "api-global"+z, "10.100.0.7")
+	wantAbsent(t, m.index, "api-east"+z) // the local cluster's own names are the kubernetes plugin's
+	e := m.index.lookup("_http._tcp.api-global" + z)
+	if e == nil || len(e.srv) != 1 || e.srv[0].(*dns.SRV).Target != "api"+z {
+		t.Errorf("SRV of a local ClusterIP Service: %v", e)
+	}
+}
+
+func TestIndexNameCollision(t *testing.T) {
+	// Service foo-us of west and Service foo of us-west are both
+	// foo-us-west.
+	src := newFakeSource("us-west", "west")
+	src.svc("west", "default", "foo-us", labels.Gateway, []string{"10.100.0.1"}, httpPort)
+	src.mirror("default", "foo-us-west", "west", "", []string{"10.96.0.1"}, httpPort)
+	src.svc("us-west", "default", "foo", labels.Gateway, []string{"10.100.0.2"}, httpPort)
+	m := newTestPlugin(t, src, 5, fall.Zero)
+	x := m.index
+
+	// The mirror carries cluster-name=west, so only foo-us of west can use
+	// it; foo of us-west has no mirror of its own but still claims the
+	// name. The group that sorts first (foo) keeps it, whatever the order
+	// of the builds.
+	for _, order := range [][]groupKey{{{"default", "foo"}, {"default", "foo-us"}}, {{"default", "foo-us"}, {"default", "foo"}}} {
+		x2 := newIndex(src, "east", []string{"cluster.local."}, 5, false)
+		for _, k := range order {
+			x2.sync(k)
+		}
+		if e := x2.lookup("foo-us-west" + z); e == nil || e.owner.svc != "foo" {
+			t.Errorf("order %v: owner %v, want foo", order, e)
+		}
+	}
+	if e := x.lookup("foo-us-west" + z); e == nil || e.owner.svc != "foo" {
+		t.Fatalf("owner %v, want foo", e)
+	}
+
+	// us-west unexports foo: the name goes to foo-us of west, rebuilt
+	// because it lost the name before.
+	delete(src.services, [3]string{"us-west", "default", "foo"})
+	again := x.sync(groupKey{"default", "foo"})
+	if !slices.Equal(again, []groupKey{{"default", "foo-us"}}) {
+		t.Fatalf("sync asked to rebuild %v, want foo-us", again)
+	}
+	for _, k := range again {
+		x.sync(k)
+	}
+	wantAddrs(t, x, "foo-us-west"+z, "10.96.0.1")
+}
+
+func TestIndexInvalidNames(t *testing.T) {
+	src := newFakeSource("west")
+	long := strings.Repeat("a", 60) // a-...-west is 65 characters: no mirror name
+	src.svc("west", "default", long, labels.Flat, []string{"10.100.0.1"}, httpPort)
+	src.slice("west", "default", long, []Port{httpPort}, ep("", "10.1.0.1", true))
+	src.svc("west", "default", "ok", labels.Flat, nil, httpPort)
+	src.slice("west", "default", "ok", []Port{httpPort}, ep(strings.Repeat("h", 64), "10.1.0.2", true), ep("", "not-an-ip", true))
+	m := newTestPlugin(t, src, 5, fall.Zero)
+	if n := m.index.len(); n == 0 {
+		t.Fatal("empty index")
+	}
+	for name := range m.index.names {
+		if _, ok := dns.IsDomainName(name); !ok {
+			t.Errorf("invalid name %q in the index", name)
+		}
+		if strings.Contains(name, long) && !strings.Contains(name, "-global") {
+			t.Errorf("name %q of an unmirrorable Service", name)
+		}
+		if strings.Contains(name, "hhhh") {
+			t.Errorf("name %q of an overlong hostname", name)
+		}
+	}
+	// The pod's name cannot be; its address still answers the Service's.
+	wantAddrs(t, m.index, "ok-west"+z, "10.1.0.2")
+}
+
+func TestIndexZones(t *testing.T) {
+	src := fixture()
+	m, err := newWithSource(src, Options{Zones: []string{"cluster.local.", "example.org."}, Cluster: "east", TTL: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncAll(m, src)
+	wantAddrs(t, m.index, "web-west.default.svc.cluster.local.", "10.96.0.20", "fd00::20")
+	wantAddrs(t, m.index, "web-west.default.svc.example.org.", "10.96.0.20", "fd00::20")
+	// No reverse zone, no PTR names.
+	wantAbsent(t, m.index, "20.0.96.10.in-addr.arpa.")
+
+	if _, err := newWithSource(src, Options{Zones: []string{"in-addr.arpa."}, Cluster: "east"}); err == nil {
+		t.Error("no error with reverse zones only")
+	}
+}
+
+func TestIndexMetrics(t *testing.T) {
+	src := newFakeSource("west")
+	src.svc("west", "default", "web", labels.Gateway, []string{"10.100.0.1"}, httpPort)
+	src.mirror("default", "web-west", "west", "", []string{"10.96.0.20", "fd00::20"}, httpPort)
+	m := newTestPlugin(t, src, 5, fall.Zero)
+	// web-west, _http._tcp.web-west, _tcp.web-west, and the same for
+	// web-global, and two PTRs.
+	if got := testutil.ToFloat64(indexNames); got != 8 {
+		t.Errorf("index_names = %v, want 8", got)
+	}
+	for typ, want := range map[string]float64{"A": 2, "AAAA": 2, "SRV": 4, "PTR": 2} {
+		if got := testutil.ToFloat64(indexRecords.WithLabelValues(typ)); got != want {
+			t.Errorf("index_records{type=%s} = %v, want %v", typ, got, want)
+		}
+	}
+	delete(src.services, [3]string{"west", "default", "web"})
+	m.index.sync(groupKey{"default", "web"})
+	if got := testutil.ToFloat64(indexNames); got != 0 {
+		t.Errorf("index_names = %v after unexport, want 0", got)
+	}
+	if got := testutil.ToFloat64(indexRecords.WithLabelValues("SRV")); got != 0 {
+		t.Errorf("index_records{type=SRV} = %v after unexport, want 0", got)
+	}
+}

@@ -1,0 +1,271 @@
+// Package mcmirror is a CoreDNS plugin that answers multi-cluster Service
+// names from watched Kubernetes clusters:
+//
+//	<svc>-<cluster>.<ns>.svc.<zone>          a Service exported by a linked cluster
+//	<host>.<svc>-<cluster>.<ns>.svc.<zone>   one pod of a headless one
+//	<svc>-global.<ns>.svc.<zone>             every cluster exporting <svc>
+//	_<port>._<proto>.<any of those>          SRV, with glue
+//
+// and PTR for the mirror ClusterIPs. See README.md.
+package mcmirror
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/dnsutil"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/coredns/coredns/request"
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
+
+	"github.com/miekg/dns"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+)
+
+// MCMirror is the mcmirror plugin.
+type MCMirror struct {
+	Next plugin.Handler
+	// Zones are the zones answered, forward and reverse, lowercased.
+	Zones []string
+	Fall  fall.F
+
+	// src tells whether the watches have synced; it is the controller,
+	// or a fake in tests.
+	src   source
+	index *index
+	// ctrl is the informer layer; nil when src is a fake.
+	ctrl *controller
+	// soa is the SOA record of each zone, for the authority section of
+	// NXDOMAIN and NODATA answers.
+	soa [][]dns.RR
+	// startupTimeout bounds how long Start waits for the watches.
+	startupTimeout time.Duration
+}
+
+// Options are the settings of an MCMirror.
+type Options struct {
+	// Zones are the zones to answer in; the first forward zone names the
+	// targets of PTR records. Reverse zones enable PTR answers.
+	Zones []string
+	// Cluster is this cluster's name.
+	Cluster string
+	// TTL of every record; 0 is a valid TTL.
+	TTL uint32
+	// StartupTimeout is how long a link that cannot sync holds up
+	// readiness and Start. Zero means the default, 5s.
+	StartupTimeout time.Duration
+	// ExportSelector selects exported Services; nil means
+	// labels.DefaultExportSelector.
+	ExportSelector k8slabels.Selector
+	// Fall is the fallthrough configuration.
+	Fall fall.F
+}
+
+// defaultStartupTimeout is the startup_timeout of the Corefile.
+const defaultStartupTimeout = 5 * time.Second
+
+// New returns an MCMirror that watches the local cluster through local.
+// Links are added with AddLink (or AddLinkSecrets); Start starts watching.
+func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
+	if err := labels.ValidateClusterName(o.Cluster); err != nil {
+		return nil, err
+	}
+	sel := o.ExportSelector
+	if sel == nil {
+		var err error
+		if sel, err = k8slabels.Parse(labels.DefaultExportSelector); err != nil {
+			return nil, err
+		}
+	}
+	if o.StartupTimeout == 0 {
+		o.StartupTimeout = defaultStartupTimeout
+	}
+	ctrl := newController(o.Cluster, sel, o.StartupTimeout)
+	m, err := newWithSource(ctrl, o)
+	if err != nil {
+		return nil, err
+	}
+	m.ctrl = ctrl
+	ctrl.sync = m.index.sync
+	if err := ctrl.addCluster(o.Cluster, local); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// newWithSource returns an MCMirror over src, which tests fake.
+func newWithSource(src source, o Options) (*MCMirror, error) {
+	m := &MCMirror{Fall: o.Fall, src: src, startupTimeout: o.StartupTimeout}
+	var forward []string
+	reverse := false
+	for _, z := range o.Zones {
+		z = dns.Fqdn(strings.ToLower(z))
+		m.Zones = append(m.Zones, z)
+		if isReverse(z) {
+			reverse = true
+			continue
+		}
+		forward = append(forward, z)
+	}
+	if len(forward) == 0 {
+		return nil, errors.New("non-reverse zone name must be used")
+	}
+	serial := uint32(time.Now().Unix())
+	for _, z := range m.Zones {
+		m.soa = append(m.soa, []dns.RR{&dns.SOA{
+			Hdr:     dns.RR_Header{Name: z, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: min(o.TTL, 300)},
+			Ns:      dnsutil.Join("ns.dns", z),
+			Mbox:    dnsutil.Join("hostmaster", z),
+			Serial:  serial,
+			Refresh: 7200,
+			Retry:   1800,
+			Expire:  86400,
+			Minttl:  o.TTL,
+		}})
+	}
+	m.index = newIndex(src, o.Cluster, forward, o.TTL, reverse)
+	return m, nil
+}
+
+// AddLink watches a linked cluster through client. It fails when the name
+// is taken (by the local cluster or another link) or is not a valid cluster
+// name.
+func (m *MCMirror) AddLink(name string, client kubernetes.Interface) error {
+	if err := labels.ValidateClusterName(name); err != nil {
+		return err
+	}
+	return m.ctrl.addCluster(name, client)
+}
+
+// ReplaceLink watches a linked cluster through client, the one already
+// linked by that name (if any) going on serving until client's watches have
+// synced: for a kubeconfig that changed.
+func (m *MCMirror) ReplaceLink(name string, client kubernetes.Interface) error {
+	if err := labels.ValidateClusterName(name); err != nil {
+		return err
+	}
+	return m.ctrl.replaceCluster(name, client)
+}
+
+// RemoveLink stops watching a linked cluster; its names go away.
+func (m *MCMirror) RemoveLink(name string) { m.ctrl.removeCluster(name) }
+
+// AddLinkSecrets has the link Secrets that w finds added and removed as
+// links; Start starts w. The Handler w calls is the one LinkHandler returns.
+func (m *MCMirror) AddLinkSecrets(w *link.SecretWatcher) { m.ctrl.secrets = w }
+
+// Start starts watching and waits, at most the startup timeout, until the
+// index is ready to answer.
+func (m *MCMirror) Start() error {
+	m.ctrl.start()
+	deadline := time.Now().Add(m.startupTimeout)
+	for !m.ctrl.HasSynced() {
+		if time.Now().After(deadline) {
+			log.Warningf("Starting with clusters that have not synced: %s", strings.Join(m.ctrl.unsynced(), ", "))
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// Stop stops watching.
+func (m *MCMirror) Stop() error {
+	m.ctrl.stop()
+	return nil
+}
+
+// ServeDNS implements the plugin.Handler interface.
+func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	if len(r.Question) != 1 {
+		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
+	}
+	q := r.Question[0]
+	qname := strings.ToLower(q.Name) // no copy when already lowercase
+	zi := m.zone(qname)
+	if zi < 0 {
+		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
+	}
+
+	e := m.index.lookup(qname)
+	if e == nil {
+		kind, ok := m.index.claimed(qname, m.Zones[zi])
+		if !ok {
+			// Not ours: a local Service named like a mirror, a cluster we
+			// do not link, a Service nobody exports.
+			return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
+		}
+		if m.Fall.Through(qname) {
+			return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
+		}
+		rcode := dns.RcodeNameError
+		if !m.src.HasSynced() {
+			rcode = dns.RcodeServerFailure
+		}
+		return m.negative(w, r, zi, kind, rcode)
+	}
+
+	answer, extra := e.records(q.Qtype)
+	if len(answer) == 0 {
+		return m.negative(w, r, zi, e.kind, dns.RcodeSuccess) // NODATA
+	}
+	msg := new(dns.Msg)
+	msg.SetReply(r)
+	msg.Authoritative = true
+	msg.Answer = answer
+	msg.Extra = extra
+	write(w, r, msg)
+	countAnswer(e.kind, dns.RcodeSuccess)
+	return dns.RcodeSuccess, nil
+}
+
+// negative writes an answer without records: NXDOMAIN, NODATA or SERVFAIL,
+// with the zone's SOA in the authority section.
+func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind nameKind, rcode int) (int, error) {
+	msg := new(dns.Msg)
+	msg.SetRcode(r, rcode)
+	msg.Authoritative = true
+	msg.Ns = m.soa[zi]
+	write(w, r, msg)
+	countAnswer(kind, rcode)
+	// The answer is written: say success, as plugin.BackendError does.
+	return dns.RcodeSuccess, nil
+}
+
+// write makes msg fit the client's buffer, as the server would: truncated,
+// with TC set, over UDP; whole over TCP.
+func write(w dns.ResponseWriter, r *dns.Msg, msg *dns.Msg) {
+	state := request.Request{W: w, Req: r}
+	state.SizeAndDo(msg)
+	w.WriteMsg(state.Scrub(msg))
+}
+
+// zone returns the index in m.Zones of the longest zone that holds qname
+// (lowercased), or -1. Unlike plugin.Zones.Matches it does not allocate.
+func (m *MCMirror) zone(qname string) int {
+	best := -1
+	for i, z := range m.Zones {
+		if len(qname) < len(z) || !strings.HasSuffix(qname, z) {
+			continue
+		}
+		if len(qname) > len(z) && z != "." && qname[len(qname)-len(z)-1] != '.' {
+			continue
+		}
+		if best < 0 || len(z) > len(m.Zones[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// isReverse reports whether zone is a reverse zone, in-addr.arpa. and
+// ip6.arpa. themselves included (dnsutil.IsReverse wants a label before).
+func isReverse(zone string) bool { return dnsutil.IsReverse("."+zone) > 0 }
+
+// Name implements the plugin.Handler interface.
+func (m *MCMirror) Name() string { return pluginName }

@@ -1,0 +1,414 @@
+package mcmirror
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fixture is east's view of a fleet: east (local), west and paris linked.
+//
+//	west:  headless nginx-svc (gateway): nginx-set-0, -1 ready, -2 not ready
+//	       ClusterIP web (gateway), dual-stack mirror
+//	       headless anon (gateway) without hostnames: mirrored as ClusterIP
+//	       ClusterIP nomirror (gateway) whose mirror does not exist yet
+//	       ClusterIP flat (flat mode): one ready, one not-ready endpoint
+//	       headless pub (flat mode) publishing not-ready addresses
+//	paris: headless nginx-svc (gateway): nginx-set-0's mirror exists,
+//	       nginx-set-1's does not yet
+//	east:  headless nginx-svc exported, one pod
+func fixture() *fakeSource {
+	f := newFakeSource("paris", "west")
+
+	f.svc("west", "default", "nginx-svc", labels.Gateway, nil, httpPort)
+	f.slice("west", "default", "nginx-svc", []Port{httpPort},
+		ep("nginx-set-0", "10.1.0.10", true),
+		ep("nginx-set-1", "10.1.0.11", true),
+		ep("nginx-set-2", "10.1.0.12", false))
+	f.mirror("default", "nginx-svc-west", "west", "", nil, httpPort)
+	f.mirror("default", "nginx-set-0-west", "west", "nginx-svc-west", []string{"10.96.0.10"}, httpPort)
+	f.mirror("default", "nginx-set-1-west", "west", "nginx-svc-west", []string{"10.96.0.11"}, httpPort)
+	f.mirror("default", "nginx-set-2-west", "west", "nginx-svc-west", []string{"10.96.0.12"}, httpPort)
+
+	f.svc("west", "default", "web", labels.Gateway, []string{"10.100.0.1"}, httpPort, dnsPort)
+	f.mirror("default", "web-west", "west", "", []string{"10.96.0.20", "fd00::20"}, httpPort, dnsPort)
+
+	f.svc("west", "default", "anon", labels.Gateway, nil, httpPort)
+	f.slice("west", "default", "anon", []Port{httpPort}, ep("", "10.1.0.50", true))
+	f.mirror("default", "anon-west", "west", "", []string{"10.96.0.30"}, httpPort)
+
+	f.svc("west", "default", "nomirror", labels.Gateway, []string{"10.100.0.2"}, httpPort)
+
+	target := Port{Name: "http", Protocol: "tcp", Port: 8080}
+	f.svc("west", "default", "flat", labels.Flat, []string{"10.100.0.3"}, httpPort)
+	f.slice("west", "default", "flat", []Port{target}, ep("", "10.1.0.30", true), ep("", "10.1.0.31", false))
+
+	pub := f.svc("west", "default", "pub", labels.Flat, nil, httpPort)
+	pub.PublishNotReady = true
+	f.slice("west", "default", "pub", []Port{target},
+		ep("db-0", "10.1.0.40", true), ep("db-1", "10.1.0.41", false), ep("", "10.1.0.42", true))
+
+	f.svc("paris", "default", "nginx-svc", labels.Gateway, nil, httpPort)
+	f.slice("paris", "default", "nginx-svc", []Port{httpPort},
+		ep("nginx-set-0", "10.2.0.10", true), ep("nginx-set-1", "10.2.0.11", true))
+	f.mirror("default", "nginx-svc-paris", "paris", "", nil, httpPort)
+	f.mirror("default", "nginx-set-0-paris", "paris", "nginx-svc-paris", []string{"10.96.1.10"}, httpPort)
+
+	f.svc("east", "default", "nginx-svc", labels.Gateway, nil, httpPort)
+	f.slice("east", "default", "nginx-svc", []Port{httpPort}, ep("nginx-set-0", "10.0.0.10", true))
+	return f
+}
+
+const (
+	z   = ".default.svc.cluster.local."
+	soa = "cluster.local.	5	IN	SOA	ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5"
+)
+
+// fromNext is what the next plugin answers, so that a test sees the query
+// went on down the chain.
+var fromNext = test.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Answer = []dns.RR{test.A(r.Question[0].Name + " 1 IN A 192.0.2.53")}
+	w.WriteMsg(m)
+	return dns.RcodeSuccess, nil
+})
+
+func next(name string) test.Case {
+	return test.Case{Qname: name, Qtype: dns.TypeA, Answer: []dns.RR{test.A(name + " 1 IN A 192.0.2.53")}}
+}
+
+func nxdomain(name string, qtype uint16) test.Case {
+	return test.Case{Qname: name, Qtype: qtype, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(soa)}}
+}
+
+func nodata(name string, qtype uint16) test.Case {
+	return test.Case{Qname: name, Qtype: qtype, Ns: []dns.RR{test.SOA(soa)}}
+}
+
+func a(name, ip string) dns.RR         { return test.A(fmt.Sprintf("%s 5 IN A %s", name, ip)) }
+func aaaa(name, ip string) dns.RR      { return test.AAAA(fmt.Sprintf("%s 5 IN AAAA %s", name, ip)) }
+func ptrRR(name, target string) dns.RR { return test.PTR(fmt.Sprintf("%s 5 IN PTR %s", name, target)) }
+func srv(name string, weight, port int, target string) dns.RR {
+	return test.SRV(fmt.Sprintf("%s 5 IN SRV 0 %d %d %s", name, weight, port, target))
+}
+
+var dnsTestCases = []test.Case{
+	// Gateway mode, headless: per-pod mirror ClusterIPs of ready pods.
+	{Qname: "nginx-svc-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{
+		a("nginx-svc-west"+z, "10.96.0.10"), a("nginx-svc-west"+z, "10.96.0.11")}},
+	nodata("nginx-svc-west"+z, dns.TypeAAAA),
+	{Qname: "nginx-svc-west" + z, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{
+			srv("nginx-svc-west"+z, 50, 80, "nginx-set-0.nginx-svc-west"+z),
+			srv("nginx-svc-west"+z, 50, 80, "nginx-set-1.nginx-svc-west"+z)},
+		Extra: []dns.RR{
+			a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10"),
+			a("nginx-set-1.nginx-svc-west"+z, "10.96.0.11")}},
+	{Qname: "_http._tcp.nginx-svc-west" + z, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{
+			srv("_http._tcp.nginx-svc-west"+z, 50, 80, "nginx-set-0.nginx-svc-west"+z),
+			srv("_http._tcp.nginx-svc-west"+z, 50, 80, "nginx-set-1.nginx-svc-west"+z)},
+		Extra: []dns.RR{
+			a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10"),
+			a("nginx-set-1.nginx-svc-west"+z, "10.96.0.11")}},
+	nodata("_http._tcp.nginx-svc-west"+z, dns.TypeA),
+	nodata("_tcp.nginx-svc-west"+z, dns.TypeSRV), // empty non-terminal
+	nxdomain("_http._udp.nginx-svc-west"+z, dns.TypeSRV),
+	nxdomain("_https._tcp.nginx-svc-west"+z, dns.TypeSRV),
+
+	// One pod.
+	{Qname: "nginx-set-0.nginx-svc-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10")}},
+	nodata("nginx-set-0.nginx-svc-west"+z, dns.TypeAAAA),
+	{Qname: "nginx-set-0.nginx-svc-west" + z, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{srv("nginx-set-0.nginx-svc-west"+z, 100, 80, "nginx-set-0.nginx-svc-west"+z)},
+		Extra:  []dns.RR{a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10")}},
+	{Qname: "_http._tcp.nginx-set-1.nginx-svc-west" + z, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{srv("_http._tcp.nginx-set-1.nginx-svc-west"+z, 100, 80, "nginx-set-1.nginx-svc-west"+z)},
+		Extra:  []dns.RR{a("nginx-set-1.nginx-svc-west"+z, "10.96.0.11")}},
+	nxdomain("nginx-set-2.nginx-svc-west"+z, dns.TypeA), // not ready
+	nxdomain("nginx-set-9.nginx-svc-west"+z, dns.TypeA), // no such pod
+	nxdomain("a.b.nginx-set-0.nginx-svc-west"+z, dns.TypeA),
+
+	// Paris: a pod whose mirror does not exist yet is left out.
+	{Qname: "nginx-svc-paris" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("nginx-svc-paris"+z, "10.96.1.10")}},
+	nxdomain("nginx-set-1.nginx-svc-paris"+z, dns.TypeA),
+
+	// -global: every exporting cluster, the local one included.
+	{Qname: "nginx-svc-global" + z, Qtype: dns.TypeA, Answer: []dns.RR{
+		a("nginx-svc-global"+z, "10.0.0.10"),
+		a("nginx-svc-global"+z, "10.96.0.10"),
+		a("nginx-svc-global"+z, "10.96.0.11"),
+		a("nginx-svc-global"+z, "10.96.1.10")}},
+	{Qname: "_http._tcp.nginx-svc-global" + z, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{
+			srv("_http._tcp.nginx-svc-global"+z, 25, 80, "nginx-set-0.nginx-svc-paris"+z),
+			srv("_http._tcp.nginx-svc-global"+z, 25, 80, "nginx-set-0.nginx-svc-west"+z),
+			srv("_http._tcp.nginx-svc-global"+z, 25, 80, "nginx-set-0.nginx-svc"+z), // the local pod
+			srv("_http._tcp.nginx-svc-global"+z, 25, 80, "nginx-set-1.nginx-svc-west"+z)},
+		Extra: []dns.RR{
+			a("nginx-set-0.nginx-svc-paris"+z, "10.96.1.10"),
+			a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10"),
+			a("nginx-set-0.nginx-svc"+z, "10.0.0.10"),
+			a("nginx-set-1.nginx-svc-west"+z, "10.96.0.11")}},
+	nodata("nginx-svc-global"+z, dns.TypeAAAA),
+	nxdomain("nginx-set-0.nginx-svc-global"+z, dns.TypeA),
+
+	// Gateway mode, ClusterIP, dual-stack mirror.
+	{Qname: "web-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("web-west"+z, "10.96.0.20")}},
+	{Qname: "web-west" + z, Qtype: dns.TypeAAAA, Answer: []dns.RR{aaaa("web-west"+z, "fd00::20")}},
+	{Qname: "web-west" + z, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{srv("web-west"+z, 50, 53, "web-west"+z), srv("web-west"+z, 50, 80, "web-west"+z)},
+		Extra:  []dns.RR{a("web-west"+z, "10.96.0.20"), aaaa("web-west"+z, "fd00::20")}},
+	{Qname: "_dns._udp.web-west" + z, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{srv("_dns._udp.web-west"+z, 100, 53, "web-west"+z)},
+		Extra:  []dns.RR{a("web-west"+z, "10.96.0.20"), aaaa("web-west"+z, "fd00::20")}},
+	nxdomain("pod.web-west"+z, dns.TypeA), // no per-pod names for ClusterIP exports
+	nodata("web-west"+z, dns.TypeMX),
+	nodata("web-west"+z, dns.TypePTR),
+	nodata("web-west"+z, dns.TypeTXT),
+
+	// Headless export without named endpoints: a ClusterIP mirror.
+	{Qname: "anon-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("anon-west"+z, "10.96.0.30")}},
+
+	// Exported, but no mirror yet: claimed, nothing routable.
+	nodata("nomirror-west"+z, dns.TypeA),
+	nodata("nomirror-west"+z, dns.TypeSRV),
+
+	// Flat mode: ready endpoint IPs and ports.
+	{Qname: "flat-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("flat-west"+z, "10.1.0.30")}},
+	{Qname: "_http._tcp.flat-west" + z, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{srv("_http._tcp.flat-west"+z, 100, 8080, "flat-west"+z)},
+		Extra:  []dns.RR{a("flat-west"+z, "10.1.0.30")}},
+	// Flat, headless, publishing not-ready addresses: every endpoint, by
+	// hostname or dashed address.
+	{Qname: "pub-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{
+		a("pub-west"+z, "10.1.0.40"), a("pub-west"+z, "10.1.0.41"), a("pub-west"+z, "10.1.0.42")}},
+	{Qname: "db-1.pub-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("db-1.pub-west"+z, "10.1.0.41")}},
+	{Qname: "10-1-0-42.pub-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("10-1-0-42.pub-west"+z, "10.1.0.42")}},
+
+	// PTR for mirror ClusterIPs: the most specific name.
+	{Qname: "10.0.96.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{
+		ptrRR("10.0.96.10.in-addr.arpa.", "nginx-set-0.nginx-svc-west"+z)}},
+	{Qname: "20.0.96.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{
+		ptrRR("20.0.96.10.in-addr.arpa.", "web-west"+z)}},
+	{Qname: "0.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{
+		ptrRR("0.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", "web-west"+z)}},
+	{Qname: "10.1.96.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{
+		ptrRR("10.1.96.10.in-addr.arpa.", "nginx-set-0.nginx-svc-paris"+z)}},
+	{Qname: "30.0.1.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{ // the kubernetes plugin's
+		test.A("30.0.1.10.in-addr.arpa. 1 IN A 192.0.2.53")}},
+	{Qname: "12.0.96.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{ // mirror of a not-ready pod
+		test.A("12.0.96.10.in-addr.arpa. 1 IN A 192.0.2.53")}},
+
+	// Not claimed: on down the chain.
+	next("foo-west" + z),        // west does not export foo: a local Service's name
+	next("nginx-svc-tokyo" + z), // no such link
+	next("nginx-svc-east" + z),  // the local cluster is no link
+	next("nginx-svc" + z),       // the kubernetes plugin's
+	next("foo-global" + z),      // nobody exports foo
+	next("x.foo-west" + z),      // below an unclaimed name
+	next("default.svc.cluster.local."),
+	next("cluster.local."),
+	next("example.org."),
+}
+
+func TestServeDNS(t *testing.T) {
+	m := newTestPlugin(t, fixture(), 5, fall.Zero)
+	m.Next = fromNext
+	for _, tc := range dnsTestCases {
+		t.Run(fmt.Sprintf("%s/%s", dns.TypeToString[tc.Qtype], tc.Qname), func(t *testing.T) {
+			runCase(t, m, tc, false)
+		})
+	}
+}
+
+func runCase(t *testing.T, m *MCMirror, tc test.Case, tcp bool) *dns.Msg {
+	t.Helper()
+	rec := dnstest.NewRecorder(&test.ResponseWriter{TCP: tcp})
+	if _, err := m.ServeDNS(context.Background(), rec, tc.Msg()); err != nil {
+		t.Fatalf("ServeDNS: %v", err)
+	}
+	if rec.Msg == nil {
+		t.Fatal("no answer written")
+	}
+	// SortAndCheck sorts in place; answers share the index's slices.
+	resp := rec.Msg.Copy()
+	if err := test.SortAndCheck(resp, tc); err != nil {
+		t.Error(err)
+	}
+	return resp
+}
+
+func TestServeDNSCase(t *testing.T) {
+	m := newTestPlugin(t, fixture(), 5, fall.Zero)
+	m.Next = fromNext
+	q := "NGINX-Set-0.Nginx-Svc-WEST.Default.svc.Cluster.Local."
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	if _, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: q, Qtype: dns.TypeA}.Msg()); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Msg.Question[0].Name != q {
+		t.Errorf("question %q, want the query's case %q", rec.Msg.Question[0].Name, q)
+	}
+	if len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != "10.96.0.10" {
+		t.Errorf("answer %v", rec.Msg.Answer)
+	}
+	if !rec.Msg.Authoritative {
+		t.Error("answer not authoritative")
+	}
+}
+
+func TestServeDNSFallthrough(t *testing.T) {
+	m := newTestPlugin(t, fixture(), 5, fall.Root)
+	m.Next = fromNext
+	for _, tc := range []test.Case{
+		next("nginx-set-9.nginx-svc-west" + z), // NXDOMAIN falls through
+		next("_https._tcp.nginx-svc-west" + z),
+		{Qname: "nginx-set-0.nginx-svc-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10")}},
+		nodata("nginx-svc-west"+z, dns.TypeAAAA), // NODATA does not
+	} {
+		runCase(t, m, tc, false)
+	}
+
+	// Fallthrough for another zone only.
+	m = newTestPlugin(t, fixture(), 5, fall.F{Zones: []string{"example.org."}})
+	m.Next = fromNext
+	runCase(t, m, nxdomain("nginx-set-9.nginx-svc-west"+z, dns.TypeA), false)
+}
+
+func TestServeDNSNotSynced(t *testing.T) {
+	src := fixture()
+	m := newTestPlugin(t, src, 5, fall.Zero)
+	m.Next = fromNext
+	src.synced = false
+	// What would be NXDOMAIN may just not be known yet.
+	runCase(t, m, test.Case{Qname: "nginx-set-9.nginx-svc-west" + z, Qtype: dns.TypeA, Rcode: dns.RcodeServerFailure, Ns: []dns.RR{test.SOA(soa)}}, false)
+	// What is known is answered.
+	runCase(t, m, test.Case{Qname: "web-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("web-west"+z, "10.96.0.20")}}, false)
+}
+
+func TestServeDNSTTL(t *testing.T) {
+	m := newTestPlugin(t, fixture(), 30, fall.Zero)
+	m.Next = fromNext
+	runCase(t, m, test.Case{Qname: "web-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{test.A("web-west" + z + " 30 IN A 10.96.0.20")}}, false)
+	runCase(t, m, test.Case{Qname: "_dns._udp.web-west" + z, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{test.SRV("_dns._udp.web-west" + z + " 30 IN SRV 0 100 53 web-west" + z)},
+		Extra:  []dns.RR{test.A("web-west" + z + " 30 IN A 10.96.0.20"), test.AAAA("web-west" + z + " 30 IN AAAA fd00::20")}}, false)
+	runCase(t, m, test.Case{Qname: "10.0.96.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{
+		test.PTR("10.0.96.10.in-addr.arpa. 30 IN PTR nginx-set-0.nginx-svc-west" + z)}}, false)
+	// The SOA's TTL and minimum follow too.
+	runCase(t, m, test.Case{Qname: "web-west" + z, Qtype: dns.TypeTXT, Ns: []dns.RR{
+		test.SOA("cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 30")}}, false)
+}
+
+// bigFixture exports a 300-pod headless Service from west and paris (150
+// pods each), with every per-pod mirror.
+func bigFixture() *fakeSource {
+	f := newFakeSource("paris", "west")
+	for ci, c := range []string{"west", "paris"} {
+		f.svc(c, "default", "big", labels.Gateway, nil, httpPort)
+		f.mirror("default", "big-"+c, c, "", nil, httpPort)
+		var eps []Endpoint
+		for i := range 150 {
+			host := fmt.Sprintf("big-%d", i)
+			eps = append(eps, ep(host, fmt.Sprintf("10.%d.%d.%d", ci+1, i/250, i%250+1), true))
+			f.mirror("default", host+"-"+c, c, "big-"+c, []string{fmt.Sprintf("10.9%d.%d.%d", ci, i/250, i%250+1)}, httpPort)
+		}
+		f.slice(c, "default", "big", []Port{httpPort}, eps...)
+	}
+	return f
+}
+
+func TestServeDNSTruncation(t *testing.T) {
+	m := newTestPlugin(t, bigFixture(), 5, fall.Zero)
+	m.Next = fromNext
+	name := "_http._tcp.big-global" + z
+
+	for _, tc := range []struct {
+		tcp  bool
+		edns uint16
+	}{{false, 0}, {false, 1232}, {true, 0}} {
+		r := new(dns.Msg)
+		r.SetQuestion(name, dns.TypeSRV)
+		if tc.edns > 0 {
+			r.SetEdns0(tc.edns, false)
+		}
+		rec := dnstest.NewRecorder(&test.ResponseWriter{TCP: tc.tcp})
+		if _, err := m.ServeDNS(context.Background(), rec, r); err != nil {
+			t.Fatal(err)
+		}
+		got := rec.Msg
+		if tc.tcp {
+			if got.Truncated || len(got.Answer) != 300 || len(got.Extra) != 300 {
+				t.Errorf("TCP: TC=%t, %d answers, %d extra; want the whole set of 300 with glue", got.Truncated, len(got.Answer), len(got.Extra))
+			}
+			buf, err := got.Pack()
+			if err != nil {
+				t.Fatalf("TCP answer does not pack: %v", err)
+			}
+			if len(buf) > dns.MaxMsgSize {
+				t.Errorf("TCP answer is %d bytes", len(buf))
+			}
+			continue
+		}
+		if !got.Truncated {
+			t.Errorf("UDP (EDNS %d): TC not set with %d answers", tc.edns, len(got.Answer))
+		}
+		if len(got.Answer) == 0 || len(got.Answer) >= 300 {
+			t.Errorf("UDP (EDNS %d): %d answers, want some but not all", tc.edns, len(got.Answer))
+		}
+		limit := 512
+		if tc.edns > 0 {
+			limit = int(tc.edns)
+		}
+		buf, err := got.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(buf) > limit {
+			t.Errorf("UDP (EDNS %d): %d bytes, more than %d", tc.edns, len(buf), limit)
+		}
+	}
+
+	// The index is intact afterwards.
+	runCase(t, m, test.Case{Qname: "big-7.big-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("big-7.big-west"+z, "10.90.0.8")}}, false)
+}
+
+func TestServeDNSMetrics(t *testing.T) {
+	m := newTestPlugin(t, fixture(), 5, fall.Zero)
+	m.Next = fromNext
+	count := func(k nameKind, rcode string) float64 {
+		return testutil.ToFloat64(answers.WithLabelValues(k.String(), rcode))
+	}
+	tests := []struct {
+		tc    test.Case
+		kind  nameKind
+		rcode string
+	}{
+		{test.Case{Qname: "web-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("web-west"+z, "10.96.0.20")}}, kindCluster, "NOERROR"},
+		{nodata("nginx-svc-global"+z, dns.TypeAAAA), kindGlobal, "NOERROR"},
+		{nxdomain("nope.nginx-svc-west"+z, dns.TypeA), kindPod, "NXDOMAIN"},
+		{nxdomain("_x._tcp.nginx-svc-west"+z, dns.TypeSRV), kindSRV, "NXDOMAIN"},
+		{test.Case{Qname: "20.0.96.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{ptrRR("20.0.96.10.in-addr.arpa.", "web-west"+z)}}, kindPTR, "NOERROR"},
+	}
+	for _, tt := range tests {
+		before := count(tt.kind, tt.rcode)
+		runCase(t, m, tt.tc, false)
+		if got := count(tt.kind, tt.rcode) - before; got != 1 {
+			t.Errorf("%s: answers_total{kind=%s,rcode=%s} grew by %v, want 1", tt.tc.Qname, tt.kind, tt.rcode, got)
+		}
+	}
+}
+
+func testCase(name string, qtype uint16, answer ...dns.RR) test.Case {
+	return test.Case{Qname: name, Qtype: qtype, Answer: answer}
+}

@@ -1,0 +1,106 @@
+package mcmirror
+
+import (
+	"github.com/coredns/coredns/plugin"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Every label here has a handful of values: a cluster name, a name kind, an
+// rcode, a record type. Never an address or a Service name.
+var (
+	// linkSynced is 1 once the informers of a cluster have synced.
+	linkSynced = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "link_synced",
+		Help:      "Whether the informers of a cluster (linked or local) have synced: 1 or 0.",
+	}, []string{"cluster"})
+
+	// linkLastSync is when a cluster last told us something.
+	linkLastSync = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "link_last_sync_timestamp_seconds",
+		Help:      "Unix time of the last list, watch event or watch bookmark received from a cluster.",
+	}, []string{"cluster"})
+
+	// linkWatchErrors counts failed lists and watches: a link that is down.
+	linkWatchErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "link_watch_errors_total",
+		Help:      "Number of failed lists and watches against a cluster.",
+	}, []string{"cluster"})
+
+	// linkObjects is the number of objects watched in a cluster, by kind
+	// (service, endpointslice, mirror).
+	linkObjects = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "link_objects",
+		Help:      "Number of objects watched in a cluster, by kind.",
+	}, []string{"cluster", "kind"})
+
+	// indexNames is the number of names in the index.
+	indexNames = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "index_names",
+		Help:      "Number of names in the index.",
+	})
+
+	// indexRecords is the number of records in the index, by type.
+	indexRecords = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "index_records",
+		Help:      "Number of records in the index, by type.",
+	}, []string{"type"})
+
+	// answers counts answers by name kind and rcode.
+	answers = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "answers_total",
+		Help:      "Number of answers given, by name kind (cluster, pod, global, srv, ptr) and rcode.",
+	}, []string{"kind", "rcode"})
+
+	// programmingLatency is the time from a change in a cluster to the
+	// index answering with it.
+	programmingLatency = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "programming_duration_seconds",
+		Help:      "Time from an endpoint change (the EndpointSlice's last-change-trigger-time) to the index being updated.",
+		// From 1 millisecond to ~17 minutes.
+		Buckets:                     prometheus.ExponentialBuckets(0.001, 2, 20),
+		NativeHistogramBucketFactor: plugin.NativeHistogramBucketFactor,
+	}, []string{"cluster"})
+)
+
+// answerRcodes are the rcodes the plugin answers with, in the order of
+// answerCounters' second index.
+var answerRcodes = [...]int{dns.RcodeSuccess, dns.RcodeNameError, dns.RcodeServerFailure}
+
+// answerCounters are the answers counters, resolved once so that counting
+// an answer is one atomic add: no label hashing on the hot path.
+var answerCounters = func() (c [numKinds][len(answerRcodes)]prometheus.Counter) {
+	for k := range numKinds {
+		for i, rc := range answerRcodes {
+			c[k][i] = answers.WithLabelValues(k.String(), dns.RcodeToString[rc])
+		}
+	}
+	return c
+}()
+
+func countAnswer(kind nameKind, rcode int) {
+	for i, rc := range answerRcodes {
+		if rc == rcode {
+			answerCounters[kind][i].Inc()
+			return
+		}
+	}
+}

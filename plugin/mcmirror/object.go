@@ -1,0 +1,261 @@
+package mcmirror
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coredns/coredns/plugin/kubernetes/object"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The informers store these trimmed objects, not the API's: DNS needs a few
+// fields of each Service and EndpointSlice, and a remote cluster may have
+// many of them. Memory per stored object is a decision, made here.
+
+// objMeta is the part of ObjectMeta the informers need to key an object.
+type objMeta struct {
+	Name      string
+	Namespace string
+	Version   string // resourceVersion
+
+	*object.Empty // the rest of metav1.Object, as no-ops
+}
+
+// GetNamespace implements the metav1.Object interface.
+func (m *objMeta) GetNamespace() string { return m.Namespace }
+
+// SetNamespace implements the metav1.Object interface.
+func (m *objMeta) SetNamespace(string) {}
+
+// GetName implements the metav1.Object interface.
+func (m *objMeta) GetName() string { return m.Name }
+
+// SetName implements the metav1.Object interface.
+func (m *objMeta) SetName(string) {}
+
+// GetResourceVersion implements the metav1.Object interface.
+func (m *objMeta) GetResourceVersion() string { return m.Version }
+
+// SetResourceVersion implements the metav1.Object interface.
+func (m *objMeta) SetResourceVersion(string) {}
+
+// Port is a Service or EndpointSlice port.
+type Port struct {
+	Name     string
+	Protocol string // lowercased, as in _<port>._<proto> names: tcp, udp, sctp
+	Port     int32
+}
+
+// Service is an exported Service, trimmed to what DNS needs.
+type Service struct {
+	objMeta
+	// Exported is whether the Service matches the export selector. The API
+	// server only sends those, but a watch that does not filter (a fake
+	// clientset's) must not export everything.
+	Exported   bool
+	Mode       labels.Mode
+	Headless   bool
+	ClusterIPs []string
+	Ports      []Port
+	// PublishNotReady makes not-ready endpoints count as ready, as the
+	// Service's publishNotReadyAddresses asks.
+	PublishNotReady bool
+	// ExternalName Services have no addresses to export.
+	ExternalName bool
+}
+
+// DeepCopyObject implements the runtime.Object interface.
+func (s *Service) DeepCopyObject() runtime.Object {
+	c := *s
+	c.ClusterIPs = slices.Clone(s.ClusterIPs)
+	c.Ports = slices.Clone(s.Ports)
+	return &c
+}
+
+// Mirror is a local mirror Service, trimmed to what DNS needs.
+type Mirror struct {
+	objMeta
+	// IsMirror is whether the Service carries the mirror label; see
+	// Service.Exported for why it is checked again.
+	IsMirror bool
+	// Cluster is the remote cluster it mirrors (mirror.linkerd.io/cluster-name).
+	Cluster string
+	// HeadlessOf names the headless mirror a per-pod mirror belongs to
+	// (mirror.linkerd.io/headless-mirror-svc-name); empty otherwise.
+	HeadlessOf string
+	Headless   bool
+	ClusterIPs []string
+	Ports      []Port
+}
+
+// DeepCopyObject implements the runtime.Object interface.
+func (m *Mirror) DeepCopyObject() runtime.Object {
+	c := *m
+	c.ClusterIPs = slices.Clone(m.ClusterIPs)
+	c.Ports = slices.Clone(m.Ports)
+	return &c
+}
+
+// Slice is an EndpointSlice, trimmed to what DNS needs.
+type Slice struct {
+	objMeta
+	Service   string // the kubernetes.io/service-name label
+	Ports     []Port
+	Endpoints []Endpoint
+	// TriggerTime is the last-change-trigger-time annotation, used for the
+	// programming latency metric; zero when absent.
+	TriggerTime time.Time
+}
+
+// Endpoint is an endpoint of a Slice.
+type Endpoint struct {
+	Addresses []string
+	Hostname  string
+	// Ready is the endpoint's ready condition, nil (unknown) counting as
+	// ready as the API asks.
+	Ready bool
+}
+
+// DeepCopyObject implements the runtime.Object interface.
+func (s *Slice) DeepCopyObject() runtime.Object {
+	c := *s
+	c.Ports = slices.Clone(s.Ports)
+	c.Endpoints = make([]Endpoint, len(s.Endpoints))
+	for i, e := range s.Endpoints {
+		c.Endpoints[i] = Endpoint{Addresses: slices.Clone(e.Addresses), Hostname: e.Hostname, Ready: e.Ready}
+	}
+	return &c
+}
+
+// serviceTransform returns the informer transform for the Services that
+// export selects.
+func serviceTransform(export k8slabels.Selector) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		t, err := toService(obj)
+		if s, ok := obj.(*corev1.Service); ok && err == nil {
+			t.(*Service).Exported = export.Matches(k8slabels.Set(s.Labels))
+		}
+		return t, err
+	}
+}
+
+// toService trims a Service.
+func toService(obj any) (any, error) {
+	switch s := obj.(type) {
+	case *Service:
+		return s, nil // already trimmed: transforms must be idempotent
+	case *corev1.Service:
+		t := &Service{
+			objMeta:         objMeta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion},
+			Exported:        true,
+			Mode:            labels.ExportMode(s.Labels),
+			Headless:        s.Spec.ClusterIP == corev1.ClusterIPNone,
+			ClusterIPs:      clusterIPs(&s.Spec),
+			Ports:           servicePorts(s.Spec.Ports),
+			PublishNotReady: s.Spec.PublishNotReadyAddresses,
+			ExternalName:    s.Spec.Type == corev1.ServiceTypeExternalName,
+		}
+		return t, nil
+	}
+	return obj, nil // tombstones and the like pass through
+}
+
+// toMirror is the informer transform for local mirror Services.
+func toMirror(obj any) (any, error) {
+	switch s := obj.(type) {
+	case *Mirror:
+		return s, nil
+	case *corev1.Service:
+		return &Mirror{
+			objMeta:    objMeta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion},
+			IsMirror:   s.Labels[labels.MirroredService] == labels.MirroredServiceValue,
+			Cluster:    s.Labels[labels.ClusterName],
+			HeadlessOf: s.Labels[labels.HeadlessMirrorSvcName],
+			Headless:   s.Spec.ClusterIP == corev1.ClusterIPNone,
+			ClusterIPs: clusterIPs(&s.Spec),
+			Ports:      servicePorts(s.Spec.Ports),
+		}, nil
+	}
+	return obj, nil
+}
+
+// toSlice is the informer transform for EndpointSlices.
+func toSlice(obj any) (any, error) {
+	switch s := obj.(type) {
+	case *Slice:
+		return s, nil
+	case *discovery.EndpointSlice:
+		t := &Slice{
+			objMeta: objMeta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion},
+			Service: s.Labels[labels.ServiceName],
+		}
+		if s.AddressType == discovery.AddressTypeFQDN {
+			return t, nil // names, not addresses: nothing to answer
+		}
+		if v, ok := s.Annotations[labels.EndpointsLastChangeTriggerTime]; ok {
+			// A bad value only costs a latency sample: an error here
+			// would stall the informer.
+			if tt, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				t.TriggerTime = tt
+			}
+		}
+		if len(s.Ports) > 0 {
+			t.Ports = make([]Port, 0, len(s.Ports))
+			for _, p := range s.Ports {
+				if p.Port == nil {
+					continue // "all ports": nothing to put in an SRV record
+				}
+				port := Port{Port: *p.Port, Protocol: "tcp"}
+				if p.Name != nil {
+					port.Name = *p.Name
+				}
+				if p.Protocol != nil {
+					port.Protocol = strings.ToLower(string(*p.Protocol))
+				}
+				t.Ports = append(t.Ports, port)
+			}
+		}
+		t.Endpoints = make([]Endpoint, 0, len(s.Endpoints))
+		for _, e := range s.Endpoints {
+			ep := Endpoint{Addresses: slices.Clone(e.Addresses), Ready: e.Conditions.Ready == nil || *e.Conditions.Ready}
+			if e.Hostname != nil {
+				ep.Hostname = strings.ToLower(*e.Hostname)
+			}
+			t.Endpoints = append(t.Endpoints, ep)
+		}
+		return t, nil
+	}
+	return obj, nil
+}
+
+func clusterIPs(spec *corev1.ServiceSpec) []string {
+	if spec.ClusterIP == corev1.ClusterIPNone || spec.ClusterIP == "" {
+		return nil
+	}
+	if len(spec.ClusterIPs) > 0 {
+		return slices.Clone(spec.ClusterIPs)
+	}
+	return []string{spec.ClusterIP}
+}
+
+func servicePorts(ps []corev1.ServicePort) []Port {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]Port, len(ps))
+	for i, p := range ps {
+		proto := strings.ToLower(string(p.Protocol))
+		if proto == "" {
+			proto = "tcp"
+		}
+		out[i] = Port{Name: p.Name, Protocol: proto, Port: p.Port}
+	}
+	return out
+}

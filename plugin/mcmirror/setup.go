@@ -1,0 +1,313 @@
+package mcmirror
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
+
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+const pluginName = "mcmirror"
+
+var log = clog.NewWithPlugin(pluginName)
+
+func init() { plugin.Register(pluginName, setup) }
+
+func setup(c *caddy.Controller) error {
+	cfg, err := parse(c)
+	if err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	m, err := cfg.build()
+	if err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	c.OnStartup(m.Start)
+	c.OnShutdown(m.Stop)
+	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+		m.Next = next
+		return m
+	})
+	return nil
+}
+
+// config is a parsed mcmirror stanza. Nothing is read from disk or the
+// network while parsing, so that a Corefile can be checked anywhere; build
+// does that.
+type config struct {
+	zones          []string
+	cluster        string
+	kubeconfig     string // local cluster; in-cluster config when empty
+	context        string
+	kubeconfigAt   string // file:line of the kubeconfig property, for errors
+	links          []link.Static
+	linksAt        []string // file:line of each link
+	secrets        bool
+	secretsNS      string
+	secretsSel     k8slabels.Selector // nil: every link Secret
+	exportSel      k8slabels.Selector
+	ttl            uint32
+	startupTimeout time.Duration
+	fall           fall.F
+}
+
+func parse(c *caddy.Controller) (*config, error) {
+	var (
+		cfg *config
+		err error
+	)
+	for i := 0; c.Next(); i++ {
+		if i > 0 {
+			return nil, plugin.ErrOnce
+		}
+		if cfg, err = parseStanza(c); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+func parseStanza(c *caddy.Controller) (*config, error) {
+	cfg := &config{ttl: 5, startupTimeout: defaultStartupTimeout}
+	cfg.zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys)
+	if !slices.ContainsFunc(cfg.zones, func(z string) bool { return !isReverse(z) }) {
+		return nil, c.Errf("non-reverse zone name must be used")
+	}
+
+	for c.NextBlock() {
+		switch prop := c.Val(); prop {
+		case "cluster":
+			args := c.RemainingArgs()
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			if cfg.cluster != "" {
+				return nil, c.Errf("cluster given twice")
+			}
+			if err := labels.ValidateClusterName(args[0]); err != nil {
+				return nil, c.Errf("%v", err)
+			}
+			cfg.cluster = args[0]
+
+		case "kubeconfig":
+			args := c.RemainingArgs()
+			if len(args) != 1 && len(args) != 2 {
+				return nil, c.ArgErr()
+			}
+			if cfg.kubeconfig != "" {
+				return nil, c.Errf("kubeconfig given twice")
+			}
+			cfg.kubeconfig = args[0]
+			if len(args) == 2 {
+				cfg.context = args[1]
+			}
+			cfg.kubeconfigAt = where(c)
+
+		case "link":
+			args := c.RemainingArgs()
+			if len(args) != 2 && len(args) != 3 {
+				return nil, c.ArgErr()
+			}
+			if err := labels.ValidateClusterName(args[0]); err != nil {
+				return nil, c.Errf("link: %v", err)
+			}
+			if slices.ContainsFunc(cfg.links, func(l link.Static) bool { return l.Name == args[0] }) {
+				return nil, c.Errf("link %q given twice", args[0])
+			}
+			l := link.Static{Name: args[0], Kubeconfig: args[1]}
+			if len(args) == 3 {
+				l.Context = args[2]
+			}
+			cfg.links = append(cfg.links, l)
+			cfg.linksAt = append(cfg.linksAt, where(c))
+
+		case "link_secrets":
+			args := c.RemainingArgs()
+			if len(args) == 0 {
+				return nil, c.ArgErr()
+			}
+			if cfg.secrets {
+				return nil, c.Errf("link_secrets given twice")
+			}
+			cfg.secrets, cfg.secretsNS = true, args[0]
+			if len(args) > 1 {
+				sel, err := k8slabels.Parse(strings.Join(args[1:], " "))
+				if err != nil {
+					return nil, c.Errf("link_secrets: bad selector %q: %v", strings.Join(args[1:], " "), err)
+				}
+				cfg.secretsSel = sel
+			}
+
+		case "export_selector":
+			args := c.RemainingArgs()
+			if len(args) == 0 {
+				return nil, c.ArgErr()
+			}
+			if cfg.exportSel != nil {
+				return nil, c.Errf("export_selector given twice")
+			}
+			s := strings.Join(args, " ")
+			sel, err := k8slabels.Parse(s)
+			if err != nil {
+				return nil, c.Errf("export_selector: bad selector %q: %v", s, err)
+			}
+			if sel.Empty() {
+				return nil, c.Errf("export_selector: %q selects every Service", s)
+			}
+			cfg.exportSel = sel
+
+		case "ttl":
+			args := c.RemainingArgs()
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			t, err := strconv.Atoi(args[0])
+			if err != nil {
+				return nil, c.Errf("ttl: %q is not a number of seconds", args[0])
+			}
+			if t < 0 || t > 3600 {
+				return nil, c.Errf("ttl must be in range [0, 3600]: %d", t)
+			}
+			cfg.ttl = uint32(t)
+
+		case "startup_timeout":
+			args := c.RemainingArgs()
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			d, err := time.ParseDuration(args[0])
+			if err != nil {
+				return nil, c.Errf("startup_timeout: %v", err)
+			}
+			if d <= 0 {
+				return nil, c.Errf("startup_timeout must be positive: %s", args[0])
+			}
+			cfg.startupTimeout = d
+
+		case "fallthrough":
+			cfg.fall.SetZonesFromArgs(c.RemainingArgs())
+
+		default:
+			return nil, c.Errf("unknown property '%s'", prop)
+		}
+	}
+
+	if cfg.cluster == "" {
+		return nil, c.Errf("no cluster: this cluster's name is required")
+	}
+	for i, l := range cfg.links {
+		if l.Name == cfg.cluster {
+			return nil, fmt.Errorf("%s - Error during parsing: link %q has this cluster's name", cfg.linksAt[i], l.Name)
+		}
+	}
+	return cfg, nil
+}
+
+// where returns the file and line the dispenser is at.
+func where(c *caddy.Controller) string { return fmt.Sprintf("%s:%d", c.File(), c.Line()) }
+
+// build makes the plugin: it loads the kubeconfigs and makes the clients.
+func (cfg *config) build() (*MCMirror, error) {
+	localCfg, err := cfg.localConfig()
+	if err != nil {
+		return nil, err
+	}
+	local, err := kubernetes.NewForConfig(localCfg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := New(local, Options{
+		Zones:          cfg.zones,
+		Cluster:        cfg.cluster,
+		TTL:            cfg.ttl,
+		StartupTimeout: cfg.startupTimeout,
+		ExportSelector: cfg.exportSel,
+		Fall:           cfg.fall,
+	})
+	if err != nil {
+		return nil, err
+	}
+	reserved := []string{cfg.cluster}
+	for i, l := range cfg.links {
+		rc, err := l.Config()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.linksAt[i], err)
+		}
+		client, err := newClient(rc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: link %s: %w", cfg.linksAt[i], l.Name, err)
+		}
+		if err := m.AddLink(l.Name, client); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.linksAt[i], err)
+		}
+		reserved = append(reserved, l.Name)
+	}
+	if cfg.secrets {
+		w, err := link.NewSecretWatcher(local, m.LinkHandler(), link.SecretWatcherOptions{
+			Namespace: cfg.secretsNS,
+			Selector:  cfg.secretsSel,
+			Reserved:  reserved,
+			Logf:      log.Warningf,
+		})
+		if err != nil {
+			return nil, err
+		}
+		m.AddLinkSecrets(w)
+	}
+	return m, nil
+}
+
+func (cfg *config) localConfig() (*rest.Config, error) {
+	if cfg.kubeconfig == "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no kubeconfig given and not running in a cluster: %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := link.LoadKubeconfig(cfg.kubeconfig, cfg.context)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.kubeconfigAt, err)
+	}
+	return rc, nil
+}
+
+// newClient makes the client of a cluster.
+func newClient(rc *rest.Config) (kubernetes.Interface, error) {
+	rc = rest.CopyConfig(rc)
+	rc.UserAgent = "coredns-mcmirror"
+	return kubernetes.NewForConfig(rc)
+}
+
+// LinkHandler returns the link.Handler that adds and removes links of m:
+// what a link.SecretWatcher (or a controller of one's own) reports to.
+func (m *MCMirror) LinkHandler() link.Handler {
+	return link.HandlerFuncs{
+		AddFunc: func(name string, rc *rest.Config) {
+			client, err := newClient(rc)
+			if err != nil {
+				log.Errorf("Link %s: %v", name, err)
+				return
+			}
+			if err := m.ReplaceLink(name, client); err != nil {
+				log.Errorf("Link %s: %v", name, err)
+				return
+			}
+			log.Infof("Linked cluster %s (%s)", name, rc.Host)
+		},
+		RemoveFunc: m.RemoveLink,
+	}
+}

@@ -1,0 +1,272 @@
+package mcmirror
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/caddy/caddyfile"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		input     string
+		shouldErr string // a part of the error; empty: no error
+		check     func(*testing.T, *config)
+	}{
+		// Defaults.
+		{"mcmirror {\ncluster east\n}", "", func(t *testing.T, c *config) {
+			if c.cluster != "east" || c.ttl != 5 || c.startupTimeout != 5*time.Second {
+				t.Errorf("cluster %q ttl %d startup_timeout %s", c.cluster, c.ttl, c.startupTimeout)
+			}
+			if !slices.Equal(c.zones, []string{"cluster.local."}) {
+				t.Errorf("zones %v, want the server block's", c.zones)
+			}
+			if c.exportSel != nil || c.secrets || len(c.links) != 0 || c.kubeconfig != "" {
+				t.Errorf("unexpected settings %+v", c)
+			}
+			if !c.fall.Equal(fall.F{}) {
+				t.Errorf("fallthrough %v", c.fall)
+			}
+		}},
+		// Every property.
+		{`mcmirror cluster.local in-addr.arpa {
+			cluster east
+			kubeconfig /etc/east.kubeconfig east-admin
+			link west /etc/west.kubeconfig
+			link paris /etc/fleet.kubeconfig paris-admin
+			link_secrets linkerd-multicluster mcmirror.io/link in (yes, true)
+			export_selector example.com/export=yes
+			ttl 30
+			startup_timeout 1m
+			fallthrough example.org
+		}`, "", func(t *testing.T, c *config) {
+			if !slices.Equal(c.zones, []string{"cluster.local.", "in-addr.arpa."}) {
+				t.Errorf("zones %v", c.zones)
+			}
+			if c.kubeconfig != "/etc/east.kubeconfig" || c.context != "east-admin" {
+				t.Errorf("kubeconfig %q %q", c.kubeconfig, c.context)
+			}
+			if len(c.links) != 2 || c.links[0].Name != "west" || c.links[0].Kubeconfig != "/etc/west.kubeconfig" || c.links[0].Context != "" ||
+				c.links[1].Name != "paris" || c.links[1].Context != "paris-admin" {
+				t.Errorf("links %+v", c.links)
+			}
+			if !c.secrets || c.secretsNS != "linkerd-multicluster" || c.secretsSel.String() != "mcmirror.io/link in (true,yes)" {
+				t.Errorf("link_secrets %t %q %v", c.secrets, c.secretsNS, c.secretsSel)
+			}
+			if c.exportSel.String() != "example.com/export=yes" {
+				t.Errorf("export_selector %v", c.exportSel)
+			}
+			if c.ttl != 30 || c.startupTimeout != time.Minute {
+				t.Errorf("ttl %d startup_timeout %s", c.ttl, c.startupTimeout)
+			}
+			if !c.fall.Equal(fall.F{Zones: []string{"example.org."}}) {
+				t.Errorf("fallthrough %v", c.fall)
+			}
+		}},
+		{"mcmirror {\ncluster east\nlink_secrets linkerd\nfallthrough\nttl 0\n}", "", func(t *testing.T, c *config) {
+			if c.secretsSel != nil || c.ttl != 0 || !c.fall.Equal(fall.Root) {
+				t.Errorf("selector %v ttl %d fall %v", c.secretsSel, c.ttl, c.fall)
+			}
+		}},
+		{"mcmirror {\ncluster east\nttl 3600\nexport_selector mirror.linkerd.io/exported in (true, remote-discovery)\n}", "", func(t *testing.T, c *config) {
+			want, _ := k8slabels.Parse(labels.DefaultExportSelector)
+			if c.ttl != 3600 || c.exportSel.String() != want.String() {
+				t.Errorf("ttl %d selector %v", c.ttl, c.exportSel)
+			}
+		}},
+
+		// Errors.
+		{"mcmirror", "no cluster", nil},
+		{"mcmirror {\n}", "no cluster", nil},
+		{"mcmirror {\ncluster\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east west\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster East\n}", "invalid cluster name", nil},
+		{"mcmirror {\ncluster global\n}", "reserved", nil},
+		{"mcmirror {\ncluster east\ncluster west\n}", "cluster given twice", nil},
+		{"mcmirror {\ncluster east\nkubeconfig\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nkubeconfig a b c\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nkubeconfig a\nkubeconfig b\n}", "kubeconfig given twice", nil},
+		{"mcmirror {\ncluster east\nlink west\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nlink west a b c\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nlink West a\n}", "invalid cluster name", nil},
+		{"mcmirror {\ncluster east\nlink global a\n}", "reserved", nil},
+		{"mcmirror {\ncluster east\nlink west a\nlink west b\n}", `link "west" given twice`, nil},
+		{"mcmirror {\nlink east a\ncluster east\n}", `Testfile:2 - Error during parsing: link "east" has this cluster's name`, nil},
+		{"mcmirror {\ncluster east\nlink_secrets\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nlink_secrets ns a=b=c\n}", "link_secrets: bad selector", nil},
+		{"mcmirror {\ncluster east\nlink_secrets ns\nlink_secrets other\n}", "link_secrets given twice", nil},
+		{"mcmirror {\ncluster east\nexport_selector\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nexport_selector in in in\n}", "export_selector: bad selector", nil},
+		{"mcmirror {\ncluster east\nexport_selector a=b\nexport_selector c=d\n}", "export_selector given twice", nil},
+		{"mcmirror {\ncluster east\nttl\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nttl 1 2\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nttl five\n}", "not a number", nil},
+		{"mcmirror {\ncluster east\nttl -1\n}", "ttl must be in range [0, 3600]: -1", nil},
+		{"mcmirror {\ncluster east\nttl 3601\n}", "ttl must be in range [0, 3600]: 3601", nil},
+		{"mcmirror {\ncluster east\nstartup_timeout\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nstartup_timeout 5\n}", "startup_timeout: time: missing unit", nil},
+		{"mcmirror {\ncluster east\nstartup_timeout soon\n}", "startup_timeout: time: invalid duration", nil},
+		{"mcmirror {\ncluster east\nstartup_timeout -1s\n}", "startup_timeout must be positive", nil},
+		{"mcmirror {\ncluster east\nfoo bar\n}", "unknown property 'foo'", nil},
+		{"mcmirror in-addr.arpa {\ncluster east\n}", "non-reverse zone name must be used", nil},
+		{"mcmirror {\ncluster east\n}\nmcmirror {\ncluster east\n}", "this plugin", nil}, // plugin.ErrOnce
+	}
+
+	for i, tc := range tests {
+		c := caddy.NewTestController("dns", tc.input)
+		c.ServerBlockKeys = []string{"cluster.local.:53"}
+		cfg, err := parse(c)
+		if tc.shouldErr != "" {
+			if err == nil {
+				t.Errorf("test %d: no error, want one containing %q\n%s", i, tc.shouldErr, tc.input)
+			} else if !strings.Contains(err.Error(), tc.shouldErr) {
+				t.Errorf("test %d: error %q, want one containing %q", i, err, tc.shouldErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("test %d: %v\n%s", i, err, tc.input)
+			continue
+		}
+		if tc.check != nil {
+			tc.check(t, cfg)
+		}
+	}
+}
+
+func TestParseErrorsNameTheLine(t *testing.T) {
+	c := caddy.NewTestController("dns", "mcmirror {\ncluster east\n\nttl 99999\n}")
+	c.ServerBlockKeys = []string{"cluster.local.:53"}
+	_, err := parse(c)
+	if err == nil || !strings.Contains(err.Error(), "Testfile:4") {
+		t.Fatalf("error %v does not name line 4", err)
+	}
+}
+
+// writeKubeconfig writes a kubeconfig with the contexts given, pointing at
+// an address nothing listens on; the first context is current.
+func writeKubeconfig(t *testing.T, contexts ...string) string {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	for i, n := range contexts {
+		cfg.Clusters[n] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+		cfg.AuthInfos[n] = &clientcmdapi.AuthInfo{Token: "t"}
+		cfg.Contexts[n] = &clientcmdapi.Context{Cluster: n, AuthInfo: n}
+		if i == 0 {
+			cfg.CurrentContext = n
+		}
+	}
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSetup(t *testing.T) {
+	kc := writeKubeconfig(t, "east", "west")
+	garbage := filepath.Join(t.TempDir(), "garbage")
+	if err := os.WriteFile(garbage, []byte("::: not yaml ["), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing")
+
+	tests := []struct {
+		input     string
+		shouldErr string
+	}{
+		{"mcmirror {\ncluster east\nkubeconfig " + kc + "\nlink west " + kc + " west\n}", ""},
+		{"mcmirror {\ncluster east\nkubeconfig " + kc + "\nlink west " + kc + "\nlink_secrets linkerd-multicluster\n}", ""},
+		{"mcmirror {\ncluster east\nkubeconfig " + kc + " east\n}", ""},
+		{"mcmirror {\ncluster east\nkubeconfig " + missing + "\n}", "Testfile:3: kubeconfig " + missing + ": stat"},
+		{"mcmirror {\ncluster east\nkubeconfig " + kc + " nope\n}", `no context "nope"`},
+		{"mcmirror {\ncluster east\nkubeconfig " + garbage + "\n}", "kubeconfig " + garbage},
+		{"mcmirror {\ncluster east\nkubeconfig " + kc + "\nlink west " + missing + "\n}", "Testfile:4: link west: kubeconfig " + missing},
+		{"mcmirror {\ncluster east\nkubeconfig " + kc + "\nlink west " + garbage + "\n}", "link west: kubeconfig " + garbage},
+		{"mcmirror {\ncluster east\nkubeconfig " + kc + "\nlink west " + kc + " paris\n}", `link west: kubeconfig ` + kc + `: no context "paris"`},
+		{"mcmirror {\ncluster east\nttl 99999\n}", "ttl must be in range"},
+	}
+	for i, tc := range tests {
+		c := caddy.NewTestController("dns", tc.input)
+		c.ServerBlockKeys = []string{"cluster.local.:53"}
+		err := setup(c)
+		if tc.shouldErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.shouldErr) {
+				t.Errorf("test %d: error %v, want one containing %q", i, err, tc.shouldErr)
+			} else if !strings.HasPrefix(err.Error(), "plugin/mcmirror: ") {
+				t.Errorf("test %d: error %q is not the plugin's", i, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("test %d: %v", i, err)
+			continue
+		}
+		plugins := dnsserver.GetConfig(c).Plugin
+		if len(plugins) != 1 {
+			t.Errorf("test %d: %d plugins added", i, len(plugins))
+		}
+	}
+}
+
+func TestSetupInCluster(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	c := caddy.NewTestController("dns", "mcmirror {\ncluster east\n}")
+	c.ServerBlockKeys = []string{"cluster.local.:53"}
+	if err := setup(c); err == nil || !strings.Contains(err.Error(), "not running in a cluster") {
+		t.Fatalf("error %v, want one saying there is no in-cluster config", err)
+	}
+}
+
+var corefileBlock = regexp.MustCompile("(?s)(?:```|~~~) ?corefile\n(.*?)(?:```|~~~)")
+
+// TestReadme parses the mcmirror stanza of every corefile example of
+// README.md.
+func TestReadme(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := corefileBlock.FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) < 3 {
+		t.Fatalf("found %d corefile examples, want at least 3", len(blocks))
+	}
+	directives := append(slices.Clone(dnsserver.Directives), pluginName)
+	for i, b := range blocks {
+		sbs, err := caddyfile.Parse("README.md", strings.NewReader(b[1]), directives)
+		if err != nil {
+			t.Errorf("example %d: %v", i, err)
+			continue
+		}
+		found := false
+		for _, sb := range sbs {
+			tokens, ok := sb.Tokens[pluginName]
+			if !ok {
+				continue
+			}
+			found = true
+			c := caddy.NewTestController("dns", "")
+			c.Dispenser = caddyfile.NewDispenserTokens("README.md", tokens)
+			c.ServerBlockKeys = sb.Keys
+			if _, err := parse(c); err != nil {
+				t.Errorf("example %d: %v\n%s", i, err, b[1])
+			}
+		}
+		if !found {
+			t.Errorf("example %d has no mcmirror stanza", i)
+		}
+	}
+}

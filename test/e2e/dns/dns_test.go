@@ -1,0 +1,379 @@
+// Package dns_test proves plugin mcmirror end to end: a real coredns-mc
+// process answers real DNS queries (Go client and dig) from real API servers.
+// Cluster east is the local one; west and paris are linked.
+package dns_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
+	{Name: "east", Workloads: true},
+	{Name: "west", Workloads: true},
+	{Name: "paris", Workloads: true},
+}})
+
+func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
+
+const zone = "svc.cluster.local."
+
+var (
+	linkMu   sync.Mutex
+	linkKC   = map[string][]byte{}
+	linkPath = map[string]string{}
+)
+
+// linkKubeconfig returns a kubeconfig for remote with the read-only
+// credentials of deploy/remote-link.yaml, and its path.
+func linkKubeconfig(t *testing.T, remote *harness.Cluster) ([]byte, string) {
+	t.Helper()
+	linkMu.Lock()
+	defer linkMu.Unlock()
+	if kc, ok := linkKC[remote.Name]; ok {
+		return kc, linkPath[remote.Name]
+	}
+	kc, err := remote.LinkKubeconfig(context.Background())
+	require.NoError(t, err)
+	path := filepath.Join(env.Dir, remote.Name+"-link.kubeconfig")
+	require.NoError(t, os.WriteFile(path, kc, 0o600))
+	linkKC[remote.Name], linkPath[remote.Name] = kc, path
+	return kc, path
+}
+
+// links returns the Corefile lines that link each remote cluster.
+func links(t *testing.T, remotes ...*harness.Cluster) string {
+	var b strings.Builder
+	for _, r := range remotes {
+		_, path := linkKubeconfig(t, r)
+		fmt.Fprintf(&b, "        link %s %s\n", r.Name, path)
+	}
+	return b.String()
+}
+
+// The seed walkthrough in gateway mode: a StatefulSet exported by west and by
+// paris, and by east itself, is reached per pod through the mirror ClusterIPs
+// in east, and its peers in every cluster are found by one SRV query.
+func TestGatewayWalkthrough(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	const ns = "walk"
+	for _, c := range []*harness.Cluster{east, west, paris} {
+		require.NoError(t, c.Apply(ctx, statefulSet(ns, 3, labels.ExportGateway)))
+	}
+	mirrors := map[string]map[string]string{}
+	for _, c := range []*harness.Cluster{west, paris} {
+		waitEndpoints(t, c, ns, "nginx-svc", 3)
+		mirrors[c.Name] = mirrorHeadless(t, east, c, ns, "nginx-svc")
+	}
+	local := waitEndpoints(t, east, ns, "nginx-svc", 3)
+
+	// A local Service whose name merely ends in a linked cluster's name.
+	foo, err := east.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "foo-west"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	s := startServer(t, corefileFor(east, links(t, west, paris)))
+
+	for _, c := range []*harness.Cluster{west, paris} {
+		for host, ip := range mirrors[c.Name] {
+			name := fmt.Sprintf("%s.nginx-svc-%s.%s.%s", host, c.Name, ns, zone)
+			assert.Equal(t, []string{ip}, answers(s.ask(t, "udp", name, dns.TypeA)), name)
+			assert.True(t, east.ServiceCIDR.Contains(mustAddr(t, ip)), "a mirror ClusterIP is local")
+		}
+		// The headless mirror name: every per-pod mirror ClusterIP.
+		name := fmt.Sprintf("nginx-svc-%s.%s.%s", c.Name, ns, zone)
+		assert.Equal(t, values(mirrors[c.Name]), answers(s.ask(t, "udp", name, dns.TypeA)), name)
+	}
+
+	// The seed's dig line, with the real dig.
+	name := "nginx-set-0.nginx-svc-west." + ns + "." + zone
+	assert.Equal(t, []string{mirrors["west"]["nginx-set-0"]}, s.dig(t, name))
+
+	// SRV on -global: every pod of every exporting cluster, east's own
+	// included under its local name, each target with its glue.
+	r := s.ask(t, "tcp", "_http._tcp.nginx-svc-global."+ns+"."+zone, dns.TypeSRV)
+	require.Equal(t, dns.RcodeSuccess, r.Rcode)
+	want := map[string]string{}
+	for _, c := range []string{"west", "paris"} {
+		for host, ip := range mirrors[c] {
+			want[fmt.Sprintf("%s.nginx-svc-%s.%s.%s", host, c, ns, zone)] = ip
+		}
+	}
+	for host, ip := range local {
+		want[fmt.Sprintf("%s.nginx-svc.%s.%s", host, ns, zone)] = ip
+	}
+	var targets []string
+	for _, rr := range r.Answer {
+		srv := rr.(*dns.SRV)
+		assert.Equal(t, uint16(80), srv.Port)
+		targets = append(targets, srv.Target)
+	}
+	assert.ElementsMatch(t, keys(want), targets)
+	assert.Equal(t, want, glue(r), "glue A records for every target")
+	assert.Len(t, s.dig(t, "SRV", "_http._tcp.nginx-svc-global."+ns+"."+zone), 9, "dig sees 9 peers")
+
+	// Each SRV target resolves on its own.
+	for target, ip := range want {
+		assert.Equal(t, []string{ip}, answers(s.ask(t, "udp", target, dns.TypeA)), target)
+	}
+
+	// PTR of a mirror ClusterIP names the pod.
+	rev, err := dns.ReverseAddr(mirrors["paris"]["nginx-set-1"])
+	require.NoError(t, err)
+	assert.Equal(t, []string{"nginx-set-1.nginx-svc-paris." + ns + "." + zone}, answers(s.ask(t, "udp", rev, dns.TypePTR)))
+
+	// AAAA on a name with only A records: NODATA with the SOA, not NXDOMAIN.
+	r = s.ask(t, "udp", name, dns.TypeAAAA)
+	assert.Equal(t, dns.RcodeSuccess, r.Rcode)
+	assert.Empty(t, r.Answer)
+	require.Len(t, r.Ns, 1)
+	assert.Equal(t, dns.TypeSOA, r.Ns[0].Header().Rrtype)
+
+	// A pod that does not exist in a claimed service: NXDOMAIN with the SOA.
+	r = s.ask(t, "udp", "nginx-set-7.nginx-svc-west."+ns+"."+zone, dns.TypeA)
+	assert.Equal(t, dns.RcodeNameError, r.Rcode)
+
+	// The local foo-west is not hidden: the kubernetes plugin answers it.
+	assert.Equal(t, []string{foo.Spec.ClusterIP}, answers(s.ask(t, "udp", "foo-west."+ns+"."+zone, dns.TypeA)))
+	// Names are case-insensitive.
+	assert.Equal(t, []string{mirrors["west"]["nginx-set-0"]},
+		answers(s.ask(t, "udp", strings.ToUpper(name), dns.TypeA)))
+}
+
+// Changes in a remote cluster show in the answers: scaling, unexporting,
+// deleting the namespace.
+func TestRemoteChanges(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	const ns = "changes"
+	for _, c := range []*harness.Cluster{west, paris} {
+		require.NoError(t, c.Apply(ctx, statefulSet(ns, 3, labels.ExportGateway)))
+		waitEndpoints(t, c, ns, "nginx-svc", 3)
+		mirrorHeadless(t, east, c, ns, "nginx-svc")
+	}
+	s := startServer(t, corefileFor(east, links(t, west, paris)))
+	global := "nginx-svc-global." + ns + "." + zone
+	require.Len(t, answers(s.ask(t, "udp", global, dns.TypeA)), 6)
+
+	// Scale west 3 → 5: two more pods once their mirrors exist.
+	scale(t, west, ns, 5)
+	waitEndpoints(t, west, ns, "nginx-svc", 5)
+	ips := mirrorHeadless(t, east, west, ns, "nginx-svc")
+	eventuallyAnswers(t, s, "nginx-svc-west."+ns+"."+zone, values(ips))
+	eventuallyCount(t, s, global, 8)
+
+	// Scale west 5 → 2.
+	scale(t, west, ns, 2)
+	waitEndpoints(t, west, ns, "nginx-svc", 2)
+	eventuallyCount(t, s, "nginx-svc-west."+ns+"."+zone, 2)
+	mirrorHeadless(t, east, west, ns, "nginx-svc")
+	eventuallyCount(t, s, global, 5)
+
+	// Unexport in paris: its names go, the global name keeps west's pods.
+	setExport(t, paris, ns, "nginx-svc", "")
+	eventuallyRcode(t, s, "nginx-set-0.nginx-svc-paris."+ns+"."+zone, dns.RcodeNameError)
+	eventuallyCount(t, s, global, 2)
+
+	// Deleting the namespace in west takes its names away; with no cluster
+	// exporting, the global name is no longer claimed.
+	require.NoError(t, west.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+	// The namespace controller takes seconds to delete what the namespace
+	// holds; the plugin's part starts when the Service is gone.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := west.Client.CoreV1().Services(ns).Get(ctx, "nginx-svc", metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(err), "service deleted: %v", err)
+	}, 60*time.Second, 20*time.Millisecond)
+	eventuallyRcode(t, s, "nginx-svc-west."+ns+"."+zone, dns.RcodeNameError)
+	eventuallyRcode(t, s, global, dns.RcodeNameError)
+}
+
+// Flat mode answers the remote pod IPs, with no mirror at all.
+func TestFlatMode(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, paris := env.Cluster("east"), env.Cluster("paris")
+	const ns = "flat"
+	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 3, labels.ExportFlat)))
+	eps := waitEndpoints(t, paris, ns, "nginx-svc", 3)
+	s := startServer(t, corefileFor(east, links(t, paris)))
+
+	for host, ip := range eps {
+		assert.True(t, paris.PodCIDR.Contains(mustAddr(t, ip)))
+		eventuallyAnswers(t, s, host+".nginx-svc-paris."+ns+"."+zone, []string{ip})
+	}
+	assert.Equal(t, values(eps), answers(s.ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
+
+	scale(t, paris, ns, 4)
+	eps = waitEndpoints(t, paris, ns, "nginx-svc", 4)
+	eventuallyAnswers(t, s, "nginx-svc-global."+ns+"."+zone, values(eps))
+}
+
+// Links come and go with Linkerd-format kubeconfig Secrets in the local
+// cluster.
+func TestLinkSecrets(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	const ns = "secrets"
+	require.NoError(t, west.Apply(ctx, statefulSet(ns, 2, labels.ExportFlat)))
+	eps := waitEndpoints(t, west, ns, "nginx-svc", 2)
+	kc, _ := linkKubeconfig(t, west)
+
+	require.NoError(t, east.Apply(ctx, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"linkerd-multicluster"}}`))
+	s := startServer(t, corefileFor(east, "        link_secrets linkerd-multicluster\n"))
+	name := "nginx-svc-west." + ns + "." + zone
+	assert.NotEqual(t, dns.RcodeSuccess, s.ask(t, "udp", name, dns.TypeA).Rcode, "no link yet")
+
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "cluster-credentials-west", Namespace: "linkerd-multicluster",
+			Labels: map[string]string{labels.LinkClusterName: "west"},
+		},
+		Type: corev1.SecretType(labels.LinkSecretType),
+		Data: map[string][]byte{labels.LinkSecretKey: kc},
+	}
+	_, err := east.Client.CoreV1().Secrets("linkerd-multicluster").Create(ctx, secret, metav1.CreateOptions{})
+	require.NoError(t, err)
+	eventuallyAnswers(t, s, name, values(eps))
+
+	require.NoError(t, east.Client.CoreV1().Secrets("linkerd-multicluster").Delete(ctx, secret.Name, metav1.DeleteOptions{}))
+	eventuallyRcode(t, s, name, dns.RcodeNameError)
+}
+
+// A link whose API server cannot be reached does not keep the server from
+// becoming ready and answering for the other links.
+func TestUnreachableLink(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, paris := env.Cluster("east"), env.Cluster("paris")
+	const ns = "dead"
+	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
+	eps := waitEndpoints(t, paris, ns, "nginx-svc", 1)
+
+	// A kubeconfig for an API server that is not there.
+	kc, _ := linkKubeconfig(t, paris)
+	dead := strings.Replace(string(kc), paris.Server, fmt.Sprintf("https://127.0.0.1:%d", freePort(t)), 1)
+	deadPath := filepath.Join(t.TempDir(), "dead.kubeconfig")
+	require.NoError(t, os.WriteFile(deadPath, []byte(dead), 0o600))
+
+	s := startServer(t, corefileFor(east, links(t, paris)+"        link moon "+deadPath+"\n        startup_timeout 2s\n"))
+	assert.Equal(t, values(eps), answers(s.ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
+}
+
+// A -global SRV answer with 300 pods does not fit in UDP: it is truncated
+// there and served whole over TCP.
+func TestLargeAnswerOverTCP(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	const ns = "large"
+	require.NoError(t, west.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: big, namespace: %[1]s, labels: {%[2]s: %[3]s}}
+spec:
+  clusterIP: None
+  ports: [{name: http, port: 80}]
+`, ns, labels.Exported, labels.ExportFlat)))
+	// Three slices of 100 endpoints, as the EndpointSlice controller would
+	// split them.
+	for i := range 3 {
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("big-%d", i), Namespace: ns,
+				Labels: map[string]string{discoveryv1.LabelServiceName: "big", discoveryv1.LabelManagedBy: "e2e"},
+			},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
+		}
+		for j := range 100 {
+			n := i*100 + j
+			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+				Addresses:  []string{fmt.Sprintf("10.201.%d.%d", 10+n/250, 1+n%250)},
+				Hostname:   ptr(fmt.Sprintf("big-%d", n)),
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+			})
+		}
+		_, err := west.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	s := startServer(t, corefileFor(east, links(t, west)))
+	name := "_http._tcp.big-global." + ns + "." + zone
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		r := s.ask(c, "tcp", name, dns.TypeSRV)
+		assert.Len(c, r.Answer, 300)
+		assert.Len(c, glue(r), 300)
+	}, 20*time.Second, 50*time.Millisecond, "300 SRV records over TCP")
+	r := s.ask(t, "udp", name, dns.TypeSRV)
+	assert.True(t, r.Truncated, "UDP answer has TC set")
+	assert.Less(t, len(r.Answer), 300)
+	assert.Len(t, s.dig(t, "+tcp", "SRV", name), 300, "dig over TCP sees all 300")
+}
+
+// eventuallyAnswers waits until name's A answer is want, and logs how long
+// that took.
+func eventuallyAnswers(t *testing.T, s *server, name string, want []string) {
+	t.Helper()
+	start := time.Now()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, want, answers(s.ask(c, "udp", name, dns.TypeA)))
+	}, 15*time.Second, 20*time.Millisecond, name)
+	t.Logf("%s answered %d addresses after %v", name, len(want), time.Since(start).Round(time.Millisecond))
+}
+
+// eventuallyCount waits until name has n A records.
+func eventuallyCount(t *testing.T, s *server, name string, n int) {
+	t.Helper()
+	start := time.Now()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Len(c, answers(s.ask(c, "udp", name, dns.TypeA)), n)
+	}, 15*time.Second, 20*time.Millisecond, "%s with %d records", name, n)
+	t.Logf("%s had %d records after %v", name, n, time.Since(start).Round(time.Millisecond))
+}
+
+// eventuallyRcode waits until an A query for name answers rcode.
+func eventuallyRcode(t *testing.T, s *server, name string, rcode int) {
+	t.Helper()
+	start := time.Now()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, dns.RcodeToString[rcode], dns.RcodeToString[s.ask(c, "udp", name, dns.TypeA).Rcode])
+	}, 15*time.Second, 20*time.Millisecond, "%s answers %s", name, dns.RcodeToString[rcode])
+	t.Logf("%s answered %s after %v", name, dns.RcodeToString[rcode], time.Since(start).Round(time.Millisecond))
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }

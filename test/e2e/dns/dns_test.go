@@ -156,6 +156,15 @@ func TestGatewayWalkthrough(t *testing.T) {
 
 	// The local foo-west is not hidden: the kubernetes plugin answers it.
 	assert.Equal(t, []string{foo.Spec.ClusterIP}, answers(s.ask(t, "udp", "foo-west."+ns+"."+zone, dns.TypeA)))
+	// What an operator sees: every link synced, answers counted by kind,
+	// the programming latency of remote changes observed.
+	for _, c := range []string{"east", "west", "paris"} {
+		v, ok := s.metric(t, `coredns_mcmirror_link_synced{cluster="`+c+`"}`)
+		assert.True(t, ok && v == "1", "%s synced: %q", c, v)
+	}
+	_, ok := s.metric(t, `coredns_mcmirror_answers_total{kind="pod",rcode="NOERROR"}`)
+	assert.True(t, ok, "pod answers counted")
+
 	// Names are case-insensitive.
 	assert.Equal(t, []string{mirrors["west"]["nginx-set-0"]},
 		answers(s.ask(t, "udp", strings.ToUpper(name), dns.TypeA)))
@@ -280,6 +289,11 @@ func TestUnreachableLink(t *testing.T) {
 
 	s := startServer(t, corefileFor(east, links(t, paris)+"        link moon "+deadPath+"\n        startup_timeout 2s\n"))
 	assert.Equal(t, values(eps), answers(s.ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
+	// The dead link is visible to an operator.
+	v, _ := s.metric(t, `coredns_mcmirror_link_synced{cluster="moon"}`)
+	assert.Equal(t, "0", v, "moon is not synced")
+	v, _ = s.metric(t, `coredns_mcmirror_link_synced{cluster="paris"}`)
+	assert.Equal(t, "1", v, "paris is synced")
 }
 
 // A -global SRV answer with 300 pods does not fit in UDP: it is truncated

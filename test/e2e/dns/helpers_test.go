@@ -3,6 +3,7 @@ package dns_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -182,8 +183,9 @@ func ensureService(t *testing.T, c *harness.Cluster, s *corev1.Service) *corev1.
 
 // server is a running coredns-mc.
 type server struct {
-	addr  string // DNS, UDP and TCP
-	ready string // the ready plugin's URL
+	addr    string // DNS, UDP and TCP
+	ready   string // the ready plugin's URL
+	metrics string // the prometheus plugin's URL
 	proc  *harness.Process
 }
 
@@ -195,6 +197,7 @@ func corefileFor(local *harness.Cluster, block string) string {
     bind 127.0.0.1
     errors
     ready 127.0.0.1:{READY}
+    prometheus 127.0.0.1:{METRICS}
     mcmirror cluster.local in-addr.arpa ip6.arpa {
         cluster %[1]s
         kubeconfig %[2]s
@@ -215,13 +218,14 @@ func startServer(t *testing.T, corefile string) *server {
 	t.Helper()
 	bin, err := harness.CorednsMC()
 	require.NoError(t, err)
-	port, readyPort := freePort(t), freePort(t)
-	corefile = strings.ReplaceAll(corefile, "{READY}", strconv.Itoa(readyPort))
+	port, readyPort, metricsPort := freePort(t), freePort(t), freePort(t)
+	corefile = strings.NewReplacer("{READY}", strconv.Itoa(readyPort), "{METRICS}", strconv.Itoa(metricsPort)).Replace(corefile)
 	path := filepath.Join(t.TempDir(), "Corefile")
 	require.NoError(t, os.WriteFile(path, []byte(corefile), 0o644))
 	s := &server{
 		addr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		ready: fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort),
+		ready:   fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort),
+		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort),
 	}
 	s.proc = env.StartProcess(t, "east/coredns-mc", nil, bin, "-conf", path, "-dns.port", strconv.Itoa(port))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -238,6 +242,24 @@ func startServer(t *testing.T, corefile string) *server {
 		assert.Equal(c, dns.RcodeSuccess, r.Rcode)
 	}, 60*time.Second, 50*time.Millisecond, "coredns-mc ready")
 	return s
+}
+
+// metric returns the value of the sample of the server's metrics whose name
+// and labels are exactly series, e.g. `coredns_mcmirror_link_synced{cluster="west"}`,
+// and whether it was there.
+func (s *server) metric(t *testing.T, series string) (string, bool) {
+	t.Helper()
+	resp, err := http.Get(s.metrics)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // freePort returns a port free for both UDP and TCP on 127.0.0.1.

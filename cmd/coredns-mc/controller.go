@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+func init() {
+	subcommands["controller"] = func(args []string) int { return runController(args) }
+}
+
+// linkFlags collects the repeatable --link NAME=KUBECONFIG[:CONTEXT].
+type linkFlags []link.Static
+
+func (l *linkFlags) String() string { return fmt.Sprint(*l) }
+
+func (l *linkFlags) Set(v string) error {
+	name, rest, ok := strings.Cut(v, "=")
+	if !ok || name == "" || rest == "" {
+		return fmt.Errorf("want NAME=KUBECONFIG[:CONTEXT], got %q", v)
+	}
+	if err := labels.ValidateClusterName(name); err != nil {
+		return err
+	}
+	s := link.Static{Name: name, Kubeconfig: rest}
+	// A path that exists is a path, colons included; otherwise the text
+	// after the last colon names a context.
+	if _, err := os.Stat(rest); err != nil {
+		if i := strings.LastIndex(rest, ":"); i > 0 {
+			s.Kubeconfig, s.Context = rest[:i], rest[i+1:]
+		}
+	}
+	for _, o := range *l {
+		if o.Name == name {
+			return fmt.Errorf("link %q given twice", name)
+		}
+	}
+	*l = append(*l, s)
+	return nil
+}
+
+func runController(args []string) int {
+	fs := flag.NewFlagSet("coredns-mc controller", flag.ContinueOnError)
+	var links linkFlags
+	var (
+		kubeconfig      = fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: in-cluster config)")
+		kubeContext     = fs.String("context", "", "context in --kubeconfig (default: its current context)")
+		cluster         = fs.String("cluster", "", "name of this cluster (required)")
+		linkSecrets     = fs.String("link-secrets", "", "NAMESPACE[/SELECTOR]: link the clusters of the Linkerd-format kubeconfig Secrets there")
+		exportSelector  = fs.String("export-selector", labels.DefaultExportSelector, "label selector of the exported Services of linked clusters")
+		egressAddress   = fs.String("egress-address", "", "address of the local gateway egress the mirrors point at (required; not loopback)")
+		egressPorts     = fs.String("egress-ports", "", "FROM-TO: egress ports allocated to mirror ports (required)")
+		createNS        = fs.Bool("create-namespaces", false, "create the namespace of an exported Service when it is missing locally")
+		podGrace        = fs.Duration("pod-grace", 30*time.Second, "how long a per-pod mirror outlives its remote endpoint (rolling updates)")
+		linkGrace       = fs.Duration("link-removal-grace", 10*time.Second, "how long the mirrors of a removed link are kept before they are deleted")
+		workers         = fs.Int("workers", 4, "concurrent syncs")
+		leaderElect     = fs.Bool("leader-elect", false, "run only while holding a Lease, so that several replicas are safe")
+		leaderNamespace = fs.String("leader-elect-namespace", "kube-system", "namespace of the leader election Lease")
+		leaderName      = fs.String("leader-elect-name", "mcmirror-controller", "name of the leader election Lease")
+		leaseDuration   = fs.Duration("leader-elect-lease-duration", 15*time.Second, "Lease duration")
+		renewDeadline   = fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before giving up")
+		retryPeriod     = fs.Duration("leader-elect-retry-period", 2*time.Second, "interval between Lease attempts")
+		metricsAddr     = fs.String("metrics-addr", ":9154", "address of /metrics and /healthz (empty: off)")
+		apiQPS          = fs.Float64("kube-api-qps", 50, "queries per second to the local API server (client-side limit)")
+		apiBurst        = fs.Int("kube-api-burst", 100, "burst of queries to the local API server")
+	)
+	fs.Var(&links, "link", "NAME=KUBECONFIG[:CONTEXT]: link a cluster (repeatable)")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.Func("v", "log verbosity", func(s string) error { return klogFlags.Set("v", s) })
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "coredns-mc controller: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected arguments %q", fs.Args())
+	}
+	if *cluster == "" {
+		return fail("--cluster is required")
+	}
+	egress, err := netip.ParseAddr(*egressAddress)
+	if err != nil {
+		return fail("--egress-address: %v", err)
+	}
+	if egress.IsLoopback() || egress.IsUnspecified() || egress.IsLinkLocalUnicast() || egress.IsMulticast() {
+		return fail("--egress-address %s: the API server refuses loopback, unspecified, link-local and multicast endpoint addresses", egress)
+	}
+	ports, err := controller.ParsePortRange(*egressPorts)
+	if err != nil {
+		return fail("--egress-ports: %v", err)
+	}
+	sel, err := k8slabels.Parse(*exportSelector)
+	if err != nil || sel.Empty() {
+		return fail("--export-selector %q: must select some Services (%v)", *exportSelector, err)
+	}
+	var secretsNS string
+	var secretsSel k8slabels.Selector
+	if *linkSecrets != "" {
+		ns, s, _ := strings.Cut(*linkSecrets, "/")
+		secretsNS = ns
+		if s != "" {
+			if secretsSel, err = k8slabels.Parse(s); err != nil {
+				return fail("--link-secrets: bad selector %q: %v", s, err)
+			}
+		}
+	}
+	for _, l := range links {
+		if l.Name == *cluster {
+			return fail("--link %s: that is this cluster's name", l.Name)
+		}
+	}
+
+	var cfg *rest.Config
+	if *kubeconfig != "" {
+		cfg, err = link.LoadKubeconfig(*kubeconfig, *kubeContext)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fail("local cluster: %v", err)
+	}
+	// client-go's default (5 QPS) would make every export wait for
+	// the writes of the previous ones.
+	cfg.QPS, cfg.Burst = float32(*apiQPS), *apiBurst
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fail("local cluster: %v", err)
+	}
+	staticCfgs := make([]*rest.Config, len(links))
+	for i, l := range links {
+		if staticCfgs[i], err = l.Config(); err != nil {
+			return fail("%v", err)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background().WithName("controller")
+	ctx = klog.NewContext(ctx, logger)
+
+	if *metricsAddr != "" {
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fail("--metrics-addr: %v", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.Handler())
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		logger.Info("Serving metrics", "address", ln.Addr().String())
+	}
+
+	// run is the controller proper: links, then the sync loop.
+	run := func(ctx context.Context) error {
+		var watcher *link.SecretWatcher
+		opts := controller.Options{
+			Cluster:          *cluster,
+			Client:           client,
+			ExportSelector:   sel,
+			EgressAddress:    egress,
+			EgressPorts:      ports,
+			CreateNamespaces: *createNS,
+			PodGrace:         *podGrace,
+			LinkRemovalGrace: *linkGrace,
+			Workers:          *workers,
+		}
+		if secretsNS != "" {
+			opts.LinksSynced = func() bool { return watcher != nil && watcher.HasSynced() }
+		}
+		ctrl, err := controller.New(opts)
+		if err != nil {
+			return err
+		}
+		reserved := []string{*cluster}
+		for i, l := range links {
+			ctrl.Add(l.Name, staticCfgs[i])
+			reserved = append(reserved, l.Name)
+		}
+		if secretsNS != "" {
+			w, err := link.NewSecretWatcher(client, ctrl, link.SecretWatcherOptions{
+				Namespace: secretsNS,
+				Selector:  secretsSel,
+				Reserved:  reserved,
+				Logf:      func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) },
+			})
+			if err != nil {
+				return err
+			}
+			watcher = w
+			go w.Run(ctx)
+		}
+		logger.Info("Starting", "cluster", *cluster, "links", len(links), "linkSecrets", *linkSecrets,
+			"egress", egress, "egressPorts", ports.String(), "exportSelector", sel.String())
+		return ctrl.Run(ctx)
+	}
+
+	if !*leaderElect {
+		if err := run(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Controller failed")
+			return 1
+		}
+		return 0
+	}
+
+	host, _ := os.Hostname()
+	id := fmt.Sprintf("%s_%d_%d", host, os.Getpid(), time.Now().UnixNano())
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: *leaderNamespace, Name: *leaderName},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	var code atomic.Int32
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   *leaseDuration,
+		RenewDeadline:   *renewDeadline,
+		RetryPeriod:     *retryPeriod,
+		ReleaseOnCancel: true,
+		Name:            *leaderName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				logger.Info("Leading", "identity", id, "lease", *leaderNamespace+"/"+*leaderName)
+				if err := run(ctx); err != nil && ctx.Err() == nil {
+					logger.Error(err, "Controller failed")
+					code.Store(1)
+					stop()
+				}
+			},
+			OnStoppedLeading: func() {
+				if ctx.Err() == nil {
+					// Another replica may be writing now: stop at once.
+					logger.Info("Lost the lease; exiting", "identity", id)
+					code.Store(1)
+				}
+			},
+			OnNewLeader: func(identity string) {
+				if identity != id {
+					logger.Info("Following", "leader", identity)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fail("leader election: %v", err)
+	}
+	le.Run(ctx)
+	return int(code.Load())
+}

@@ -1,0 +1,700 @@
+// Package controller is mcmirror's mirror controller: for every Service
+// exported by a linked cluster it keeps the local mirror objects that the
+// multi-cluster DNS names resolve to, named and labelled as Linkerd's
+// service mirror names them (internal/labels).
+//
+// The shape is Kubernetes' endpointslicemirroring controller's: informers on
+// every linked cluster (exported Services and their EndpointSlices) and on the
+// local one (Services, the controller's own EndpointSlices, Namespaces);
+// event handlers that only enqueue a key, cluster/namespace/service; and one
+// sync per key that reads the listers, computes the desired objects, and
+// writes only the difference. README.md describes what is created.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// maxRetries is the number of times a key is retried before it is
+	// dropped (until its next informer event or resync). With the rate
+	// limiter below (100ms*2^(retries-1), at most 60s) the delays between
+	// attempts are 0.1s, 0.2s, 0.4s, 0.8s, 1.6s, 3.2s, 6.4s, 12.8s, 25.6s,
+	// 51.2s, then 60s four times: about seven minutes in all.
+	maxRetries = 15
+
+	baseBackoff = 100 * time.Millisecond
+	maxBackoff  = 60 * time.Second
+
+	// resyncPeriod re-lists every informer, so that a key dropped after
+	// maxRetries is tried again eventually.
+	resyncPeriod = 10 * time.Minute
+
+	// Index names of the local informers.
+	byKey     = "mcmirror-key"
+	byCluster = "mcmirror-cluster"
+	// byService indexes remote EndpointSlices by namespace/service.
+	byService = "service"
+)
+
+// Options configures a Controller.
+type Options struct {
+	// Cluster is the local cluster's name: links may not take it.
+	Cluster string
+	// Client is the local cluster's client; mirrors are written with it.
+	Client kubernetes.Interface
+	// ExportSelector selects the exported Services of linked clusters
+	// (default: labels.DefaultExportSelector, as the DNS plugin).
+	ExportSelector k8slabels.Selector
+	// EgressAddress is the local gateway egress address the mirrors'
+	// EndpointSlices point at. The API server refuses loopback addresses.
+	EgressAddress netip.Addr
+	// EgressPorts is the range egress ports are allocated from.
+	EgressPorts PortRange
+	// CreateNamespaces allows creating the namespace of an exported
+	// Service when the local cluster lacks it.
+	CreateNamespaces bool
+	// PodGrace is how long a per-pod mirror outlives its remote endpoint,
+	// so that a pod briefly absent during a rolling update keeps its
+	// mirror and ClusterIP (Linkerd #12499). Zero deletes at once.
+	PodGrace time.Duration
+	// LinkRemovalGrace is how long the mirrors of a removed link are kept
+	// before they are swept, so that a link Secret being rewritten (a
+	// Remove directly followed by an Add) does not flap every mirror.
+	LinkRemovalGrace time.Duration
+	// Workers is the number of concurrent syncs (default 4).
+	Workers int
+	// LinksSynced reports whether every link that exists at start-up has
+	// been added (a link.SecretWatcher's HasSynced). Nil: at once.
+	LinksSynced func() bool
+	// Recorder records Events; nil records them through Client.
+	Recorder record.EventRecorder
+}
+
+// Controller keeps the local mirrors of the exported Services of linked
+// clusters.
+type Controller struct {
+	opts   Options
+	client kubernetes.Interface
+	// recorder records the Events whose reasons are in events.go.
+	recorder record.EventRecorder
+	// broadcaster is ours to shut down when we made it.
+	broadcaster record.EventBroadcaster
+	// queue holds keys cluster/namespace/service of exported Services.
+	queue workqueue.TypedRateLimitingInterface[string]
+	// ports allocates egress ports; rebuilt from the mirrors at start-up.
+	ports *portAllocator
+
+	// services sees every local Service: the controller's own mirrors
+	// (indexed by key and cluster) and the foreign ones whose names it
+	// may want.
+	services cache.SharedIndexInformer
+	// slices sees the controller's own EndpointSlices only.
+	slices cache.SharedIndexInformer
+	// namespaces tells whether a mirror's namespace exists.
+	namespaces cache.SharedIndexInformer
+
+	// running is set once Run has started the local informers: links
+	// added before wait for it.
+	running atomic.Bool
+	// now is time.Now, replaced in tests.
+	now func() time.Time
+
+	mu sync.Mutex
+	// ctx is Run's context, for the informers of links added later.
+	ctx context.Context
+	// links are the linked clusters, by name.
+	links map[string]*remoteCluster
+	// removed is when each link was removed, for LinkRemovalGrace.
+	removed map[string]time.Time
+	// missing is when the remote endpoint of a per-pod mirror
+	// (namespace/name) was first seen missing, for PodGrace.
+	missing map[string]time.Time
+	// wanted maps a name (namespace/name) that a foreign Service holds to
+	// the key that wants it, so that its deletion triggers a sync.
+	wanted map[string]string
+	// starved are keys that could not get every egress port they need:
+	// synced again when a port is released.
+	starved map[string]bool
+	// status is what each key's last sync left, for the gauges.
+	status map[string]keyStatus
+}
+
+// keyStatus is the result of one key's last sync.
+type keyStatus struct {
+	cluster  string
+	services int
+	pods     int
+	reason   string // why it is not (entirely) mirrored, an Event reason
+}
+
+// remoteCluster is one linked cluster's informers.
+type remoteCluster struct {
+	name     string
+	client   kubernetes.Interface
+	services cache.SharedIndexInformer
+	slices   cache.SharedIndexInformer
+	cancel   context.CancelFunc
+	// synced is set when both informers have synced and every key of the
+	// cluster has been enqueued: only then may a sync delete a mirror
+	// because its remote Service is missing.
+	synced atomic.Bool
+	// started is set when the informers run.
+	started bool
+}
+
+// New returns a controller; Run starts it.
+func New(opts Options) (*Controller, error) {
+	if opts.Client == nil {
+		return nil, errors.New("controller: no local client")
+	}
+	if err := labels.ValidateClusterName(opts.Cluster); err != nil {
+		return nil, fmt.Errorf("controller: local cluster: %w", err)
+	}
+	if !opts.EgressAddress.IsValid() {
+		return nil, errors.New("controller: no egress address")
+	}
+	if a := opts.EgressAddress; a.IsLoopback() || a.IsUnspecified() || a.IsLinkLocalUnicast() || a.IsMulticast() {
+		return nil, fmt.Errorf("controller: egress address %s: the API server refuses loopback, unspecified, link-local and multicast endpoint addresses", a)
+	}
+	if opts.EgressPorts.First == 0 {
+		return nil, errors.New("controller: no egress port range")
+	}
+	if opts.ExportSelector == nil {
+		sel, err := k8slabels.Parse(labels.DefaultExportSelector)
+		if err != nil {
+			return nil, err
+		}
+		opts.ExportSelector = sel
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	c := &Controller{
+		opts:   opts,
+		client: opts.Client,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseBackoff, maxBackoff),
+			),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcmirror-controller"}),
+		ports:   newPortAllocator(opts.EgressPorts),
+		now:     time.Now,
+		links:   map[string]*remoteCluster{},
+		removed: map[string]time.Time{},
+		missing: map[string]time.Time{},
+		wanted:  map[string]string{},
+		starved: map[string]bool{},
+		status:  map[string]keyStatus{},
+	}
+	c.recorder = opts.Recorder
+	if c.recorder == nil {
+		c.broadcaster = record.NewBroadcaster()
+		c.recorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "mcmirror-controller"})
+	}
+
+	ownedIndexers := cache.Indexers{byKey: indexByKey, byCluster: indexByCluster}
+	c.services = coreinformers.NewServiceInformer(opts.Client, metav1.NamespaceAll, resyncPeriod, ownedIndexers)
+	c.slices = discoveryinformers.NewFilteredEndpointSliceInformer(opts.Client, metav1.NamespaceAll, resyncPeriod, ownedIndexers,
+		func(o *metav1.ListOptions) {
+			o.LabelSelector = discoveryv1.LabelManagedBy + "=" + EndpointSliceManagedBy
+		})
+	c.namespaces = coreinformers.NewNamespaceInformer(opts.Client, resyncPeriod, cache.Indexers{})
+	for _, inf := range []cache.SharedIndexInformer{c.services, c.slices, c.namespaces} {
+		_ = inf.SetTransform(trim)
+	}
+	if _, err := c.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onLocalService,
+		UpdateFunc: func(_, obj any) { c.onLocalService(obj) },
+		DeleteFunc: c.onLocalService,
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := c.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onOwned,
+		UpdateFunc: func(_, obj any) { c.onOwned(obj) },
+		DeleteFunc: c.onOwned,
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := c.namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onNamespace,
+		UpdateFunc: func(_, obj any) { c.onNamespace(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run runs the controller until ctx is done: it waits for the local
+// informers, reads the egress ports back from the existing mirrors, enqueues
+// every existing mirror (the start-up sweep: a sync deletes orphans), and
+// runs the workers. Linked clusters are not waited for: the keys of a
+// cluster that has not synced yet are left alone until it has (see sync),
+// so one unreachable cluster delays nobody else.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	if c.broadcaster != nil {
+		c.broadcaster.StartStructuredLogging(3)
+		c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
+		defer c.broadcaster.Shutdown()
+	}
+
+	go c.services.Run(ctx.Done())
+	go c.slices.Run(ctx.Done())
+	go c.namespaces.Run(ctx.Done())
+	if !cache.WaitForNamedCacheSync("mcmirror-controller", ctx.Done(), c.services.HasSynced, c.slices.HasSynced, c.namespaces.HasSynced) {
+		return ctx.Err()
+	}
+	c.restorePorts(logger)
+
+	c.mu.Lock()
+	c.ctx = ctx
+	c.running.Store(true)
+	for _, r := range c.links {
+		c.startLink(ctx, r)
+	}
+	c.mu.Unlock()
+
+	n := c.sweep()
+	logger.Info("Start-up sweep", "keys", n, "egressPorts", c.ports.Len())
+
+	var wg sync.WaitGroup
+	for range c.opts.Workers {
+		wg.Go(func() {
+			for c.processNextWorkItem(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	c.mu.Lock()
+	for _, r := range c.links {
+		if r.cancel != nil {
+			r.cancel()
+		}
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// linkSourcesSynced reports whether every link that existed at start-up
+// has been added: until then an unknown cluster may be one whose link
+// Secret has not been read yet, and its mirrors are not orphans.
+func (c *Controller) linkSourcesSynced() bool {
+	return c.opts.LinksSynced == nil || c.opts.LinksSynced()
+}
+
+// linksSynced reports whether the link sources and every linked cluster
+// have synced.
+func (c *Controller) linksSynced() bool {
+	if !c.linkSourcesSynced() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.links {
+		if !r.synced.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// sweep enqueues every key the controller has objects for, and every
+// exported Service of the synced links: a sync deletes what is no longer
+// wanted (orphans of removed links and unexported Services included).
+func (c *Controller) sweep() int {
+	keys := map[string]bool{}
+	for _, k := range c.services.GetIndexer().ListIndexFuncValues(byKey) {
+		keys[k] = true
+	}
+	for _, k := range c.slices.GetIndexer().ListIndexFuncValues(byKey) {
+		keys[k] = true
+	}
+	c.mu.Lock()
+	for _, r := range c.links {
+		if r.synced.Load() {
+			for _, obj := range r.services.GetStore().List() {
+				if s, ok := obj.(*corev1.Service); ok {
+					keys[makeKey(r.name, s.Namespace, s.Name)] = true
+				}
+			}
+		}
+	}
+	c.mu.Unlock()
+	for k := range keys {
+		c.queue.Add(k)
+	}
+	return len(keys)
+}
+
+// restorePorts claims, before any sync, the egress ports recorded on the
+// existing mirrors, so that they survive a restart and no new mirror takes
+// one of them.
+func (c *Controller) restorePorts(logger klog.Logger) {
+	for _, obj := range c.services.GetIndexer().List() {
+		s, ok := obj.(*corev1.Service)
+		if !ok {
+			continue
+		}
+		key, owned := ownedKey(s)
+		if !owned {
+			continue
+		}
+		for pk, p := range parseEgressPorts(s.Annotations[EgressPorts]) {
+			owner := portOwner(s.Namespace, s.Name, pk)
+			if !c.ports.Claim(key, owner, p) {
+				logger.Info("Egress port recorded on a mirror is out of range or taken; it will be reallocated", "service", klog.KObj(s), "port", pk, "egressPort", p)
+			}
+		}
+	}
+}
+
+// Links returns the names of the linked clusters.
+func (c *Controller) Links() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.links))
+	for n := range c.links {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Add links cluster name through cfg; it implements link.Handler.
+func (c *Controller) Add(name string, cfg *rest.Config) {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		klog.ErrorS(err, "Cannot link cluster", "cluster", name)
+		return
+	}
+	c.AddClient(name, client)
+}
+
+// AddClient links cluster name through client.
+func (c *Controller) AddClient(name string, client kubernetes.Interface) {
+	if name == c.opts.Cluster {
+		klog.InfoS("Ignoring a link to the local cluster", "cluster", name)
+		return
+	}
+	r := &remoteCluster{name: name, client: client}
+	r.services = coreinformers.NewFilteredServiceInformer(client, metav1.NamespaceAll, resyncPeriod, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = c.opts.ExportSelector.String() })
+	r.slices = discoveryinformers.NewFilteredEndpointSliceInformer(client, metav1.NamespaceAll, resyncPeriod,
+		cache.Indexers{byService: indexSliceByService},
+		func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName })
+	_ = r.services.SetTransform(trim)
+	_ = r.slices.SetTransform(trim)
+	_, _ = r.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onRemoteService(name, obj) },
+		UpdateFunc: func(_, obj any) { c.onRemoteService(name, obj) },
+		DeleteFunc: func(obj any) { c.onRemoteService(name, obj) },
+	})
+	_, _ = r.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onRemoteSlice(r, obj) },
+		UpdateFunc: func(_, obj any) { c.onRemoteSlice(r, obj) },
+		DeleteFunc: func(obj any) { c.onRemoteSlice(r, obj) },
+	})
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.links[name]; ok && old.cancel != nil {
+		old.cancel()
+	}
+	c.links[name] = r
+	delete(c.removed, name)
+	linksGauge.Set(float64(len(c.links)))
+	klog.InfoS("Linked cluster", "cluster", name)
+	if c.running.Load() {
+		c.startLink(c.ctx, r)
+	}
+}
+
+// startLink runs a link's informers; when they have synced, every key of
+// the cluster is enqueued. Called with c.mu held.
+func (c *Controller) startLink(ctx context.Context, r *remoteCluster) {
+	if r.started {
+		return
+	}
+	r.started = true
+	ctx, r.cancel = context.WithCancel(ctx)
+	go r.services.Run(ctx.Done())
+	go r.slices.Run(ctx.Done())
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), r.services.HasSynced, r.slices.HasSynced) {
+			return
+		}
+		r.synced.Store(true)
+		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.services.GetStore().ListKeys()))
+		c.enqueueCluster(r)
+	}()
+}
+
+// Remove unlinks cluster name; it implements link.Handler. Its mirrors are
+// swept after LinkRemovalGrace unless the link comes back.
+func (c *Controller) Remove(name string) {
+	c.mu.Lock()
+	r, ok := c.links[name]
+	if ok {
+		delete(c.links, name)
+		if r.cancel != nil {
+			r.cancel()
+		}
+		c.removed[name] = c.now()
+	}
+	linksGauge.Set(float64(len(c.links)))
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	klog.InfoS("Unlinked cluster", "cluster", name, "sweepAfter", c.opts.LinkRemovalGrace)
+	for _, k := range c.localKeysOfCluster(name) {
+		c.queue.AddAfter(k, c.opts.LinkRemovalGrace)
+	}
+}
+
+// enqueueCluster enqueues every exported Service of r and every local key
+// of r's mirrors.
+func (c *Controller) enqueueCluster(r *remoteCluster) {
+	for _, obj := range r.services.GetStore().List() {
+		if s, ok := obj.(*corev1.Service); ok {
+			c.queue.Add(makeKey(r.name, s.Namespace, s.Name))
+		}
+	}
+	for _, k := range c.localKeysOfCluster(r.name) {
+		c.queue.Add(k)
+	}
+}
+
+func (c *Controller) localKeysOfCluster(cluster string) []string {
+	keys := map[string]bool{}
+	for _, inf := range []cache.SharedIndexInformer{c.services, c.slices} {
+		objs, _ := inf.GetIndexer().ByIndex(byCluster, cluster)
+		for _, obj := range objs {
+			if m, ok := obj.(metav1.Object); ok {
+				if k, owned := ownedKey(m); owned {
+					keys[k] = true
+				}
+			}
+		}
+	}
+	out := make([]string, 0, len(keys))
+	for k := range keys {
+		out = append(out, k)
+	}
+	return out
+}
+
+// link returns the linked cluster name, and how long a removed link's
+// mirrors are still kept.
+func (c *Controller) link(name string) (*remoteCluster, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.links[name]; ok {
+		return r, 0
+	}
+	if at, ok := c.removed[name]; ok {
+		if left := c.opts.LinkRemovalGrace - c.now().Sub(at); left > 0 {
+			return nil, left
+		}
+	}
+	return nil, 0
+}
+
+// Event handlers: each computes keys and enqueues them, nothing else.
+
+func (c *Controller) onRemoteService(cluster string, obj any) {
+	if m, ok := metaOf(obj); ok {
+		klog.V(5).InfoS("Remote Service changed", "cluster", cluster, "service", klog.KObj(m))
+		c.queue.Add(makeKey(cluster, m.GetNamespace(), m.GetName()))
+	}
+}
+
+func (c *Controller) onRemoteSlice(r *remoteCluster, obj any) {
+	m, ok := metaOf(obj)
+	if !ok {
+		return
+	}
+	svc := m.GetLabels()[discoveryv1.LabelServiceName]
+	if svc == "" {
+		return
+	}
+	// Only the slices of exported Services matter; a Service exported
+	// after its slices is enqueued by its own event.
+	if _, exists, _ := r.services.GetStore().GetByKey(m.GetNamespace() + "/" + svc); !exists {
+		return
+	}
+	c.queue.Add(makeKey(r.name, m.GetNamespace(), svc))
+}
+
+func (c *Controller) onOwned(obj any) {
+	if m, ok := metaOf(obj); ok {
+		if k, owned := ownedKey(m); owned {
+			c.queue.Add(k)
+		}
+	}
+}
+
+func (c *Controller) onLocalService(obj any) {
+	m, ok := metaOf(obj)
+	if !ok {
+		return
+	}
+	if k, owned := ownedKey(m); owned {
+		c.queue.Add(k)
+		return
+	}
+	c.mu.Lock()
+	k, wanted := c.wanted[m.GetNamespace()+"/"+m.GetName()]
+	c.mu.Unlock()
+	if wanted {
+		c.queue.Add(k)
+	}
+}
+
+func (c *Controller) onNamespace(obj any) {
+	m, ok := metaOf(obj)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	links := make([]*remoteCluster, 0, len(c.links))
+	for _, r := range c.links {
+		links = append(links, r)
+	}
+	c.mu.Unlock()
+	for _, r := range links {
+		for _, k := range r.services.GetStore().ListKeys() {
+			if ns, name, _ := strings.Cut(k, "/"); ns == m.GetName() {
+				c.queue.Add(makeKey(r.name, ns, name))
+			}
+		}
+	}
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	klog.FromContext(ctx).V(5).Info("Syncing", "key", key)
+	err := c.sync(ctx, key)
+	c.handleErr(ctx, err, key)
+	return true
+}
+
+// handleErr is where an error is retried or dropped: retried with backoff
+// up to maxRetries times, then dropped until the key's next event.
+func (c *Controller) handleErr(ctx context.Context, err error, key string) {
+	logger := klog.FromContext(ctx)
+	if err == nil {
+		c.queue.Forget(key)
+		syncsTotal.WithLabelValues("success").Inc()
+		return
+	}
+	if n := c.queue.NumRequeues(key); n < maxRetries {
+		syncsTotal.WithLabelValues("error").Inc()
+		logger.V(2).Info("Sync failed, retrying", "key", key, "retries", n, "err", err)
+		c.queue.AddRateLimited(key)
+		return
+	}
+	syncsTotal.WithLabelValues("dropped").Inc()
+	logger.Error(err, "Sync failed too often, dropping the key until its next change", "key", key, "retries", maxRetries)
+	c.queue.Forget(key)
+	utilruntime.HandleErrorWithContext(ctx, err, "Dropping mirror key out of the queue", "key", key)
+}
+
+// Keys and indexes.
+
+func makeKey(cluster, ns, name string) string { return cluster + "/" + ns + "/" + name }
+
+func splitKey(key string) (cluster, ns, name string, err error) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", "", fmt.Errorf("bad key %q", key)
+	}
+	return parts[0], parts[1], parts[2], nil
+}
+
+// ownedKey returns the key of an object the controller owns, and false for
+// every other object.
+func ownedKey(m metav1.Object) (string, bool) {
+	l := m.GetLabels()
+	if l[ManagedBy] != ManagedByValue || l[labels.ClusterName] == "" || l[RemoteService] == "" {
+		return "", false
+	}
+	return makeKey(l[labels.ClusterName], m.GetNamespace(), l[RemoteService]), true
+}
+
+func indexByKey(obj any) ([]string, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		if k, owned := ownedKey(m); owned {
+			return []string{k}, nil
+		}
+	}
+	return nil, nil
+}
+
+func indexByCluster(obj any) ([]string, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		if _, owned := ownedKey(m); owned {
+			return []string{m.GetLabels()[labels.ClusterName]}, nil
+		}
+	}
+	return nil, nil
+}
+
+func indexSliceByService(obj any) ([]string, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		if svc := m.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
+			return []string{m.GetNamespace() + "/" + svc}, nil
+		}
+	}
+	return nil, nil
+}
+
+func metaOf(obj any) (metav1.Object, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	return m, ok
+}
+
+// trim drops managed fields from cached objects: memory, not meaning.
+func trim(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}

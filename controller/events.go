@@ -1,0 +1,36 @@
+package controller
+
+// Reasons of the Events the controller records. Each says why a remote
+// Service (or one of its pods) is not mirrored, or not entirely.
+const (
+	// ReasonNameTaken: the name a mirror needs belongs to an object the
+	// controller did not create (a local Service, a Linkerd mirror, or a
+	// mirror of another cluster whose name happens to collide). The
+	// object is left alone; the Event is recorded on it.
+	ReasonNameTaken = "MirrorNameTaken"
+
+	// ReasonNameTooLong: <svc>-<cluster> or <host>-<cluster> is not a
+	// valid Service name (more than 63 characters, say). Names are never
+	// truncated: a truncated name could collide and would not be the name
+	// DNS answers for.
+	ReasonNameTooLong = "MirrorNameInvalid"
+
+	// ReasonHeadlessWithoutPorts: a headless Service without ports cannot
+	// be mirrored (there is no port to point the gateway at), as in
+	// Linkerd.
+	ReasonHeadlessWithoutPorts = "HeadlessWithoutPorts"
+
+	// ReasonExternalName: an ExternalName Service has no endpoints to
+	// mirror.
+	ReasonExternalName = "ExternalNameNotMirrored"
+
+	// ReasonNamespaceMissing: the local namespace of an exported Service
+	// does not exist (or is being deleted) and --create-namespaces is off.
+	// The Event is recorded on the Namespace (so in namespace default).
+	ReasonNamespaceMissing = "NamespaceMissing"
+
+	// ReasonPortsExhausted: the egress port range is full; the mirror
+	// exists but some of its ports have no EndpointSlice port until one is
+	// released.
+	ReasonPortsExhausted = "EgressPortsExhausted"
+)

@@ -1,0 +1,98 @@
+package controller
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+const (
+	metricsNamespace = "coredns"
+	metricsSubsystem = "mcmirror_controller"
+)
+
+var (
+	// mirrorsGauge counts the mirror Services by remote cluster and kind
+	// (service: <svc>-<cluster>; pod: <host>-<cluster>).
+	mirrorsGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "mirrors",
+		Help:      "Mirror Services the controller keeps, by remote cluster and kind (service, pod).",
+	}, []string{"cluster", "kind"})
+
+	// notMirroredGauge counts the exported Services that are not mirrored
+	// (or not entirely), by remote cluster and reason (an Event reason).
+	notMirroredGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "not_mirrored",
+		Help:      "Exported Services not (or not entirely) mirrored, by remote cluster and reason.",
+	}, []string{"cluster", "reason"})
+
+	// syncsTotal counts syncs by result: success, error (retried) or
+	// dropped (retries exhausted).
+	syncsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "syncs_total",
+		Help:      "Syncs of one exported Service, by result (success, error, dropped).",
+	}, []string{"result"})
+
+	// syncDuration is how long one sync takes, writes included.
+	syncDuration = promauto.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "sync_duration_seconds",
+		Help:      "Duration of one sync.",
+		Buckets:   prometheus.ExponentialBuckets(0.001, 2, 14),
+	})
+
+	// writesTotal counts API writes by verb and resource: a second sync
+	// of unchanged state adds nothing.
+	writesTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "writes_total",
+		Help:      "API writes, by verb (create, update, delete) and resource.",
+	}, []string{"verb", "resource"})
+
+	// conflictsTotal counts the times a wanted name was found taken by an
+	// object the controller does not own.
+	conflictsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "conflicts_total",
+		Help:      "Wanted names found taken by objects the controller does not own, by resource.",
+	}, []string{"resource"})
+
+	// portsAllocated and portsCapacity describe the egress port range.
+	portsAllocated = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "egress_ports_allocated",
+		Help:      "Egress ports allocated to mirror ports.",
+	})
+	portsCapacity = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "egress_ports_capacity",
+		Help:      "Size of the egress port range.",
+	})
+	// portsExhaustedTotal counts allocations refused because the range was
+	// full.
+	portsExhaustedTotal = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "egress_ports_exhausted_total",
+		Help:      "Egress port allocations refused because the range was full.",
+	})
+
+	// linksGauge is the number of linked clusters, and linkSynced whether
+	// each one's informers have synced.
+	linksGauge = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "links",
+		Help:      "Linked remote clusters.",
+	})
+)

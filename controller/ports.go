@@ -1,0 +1,213 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// PortRange is an inclusive range of egress ports.
+type PortRange struct {
+	First, Last int32
+}
+
+// ParsePortRange parses FROM-TO (or a single port).
+func ParsePortRange(s string) (PortRange, error) {
+	from, to, found := strings.Cut(s, "-")
+	if !found {
+		to = from
+	}
+	f, err1 := strconv.ParseInt(strings.TrimSpace(from), 10, 32)
+	t, err2 := strconv.ParseInt(strings.TrimSpace(to), 10, 32)
+	if err1 != nil || err2 != nil || f < 1 || t > 65535 || f > t {
+		return PortRange{}, fmt.Errorf("bad port range %q: want FROM-TO with 1 <= FROM <= TO <= 65535", s)
+	}
+	return PortRange{First: int32(f), Last: int32(t)}, nil
+}
+
+// Size is the number of ports in the range.
+func (r PortRange) Size() int { return int(r.Last-r.First) + 1 }
+
+// Contains reports whether p is in the range.
+func (r PortRange) Contains(p int32) bool { return p >= r.First && p <= r.Last }
+
+func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
+
+// errPortsExhausted is returned when every port of the range is taken.
+var errPortsExhausted = errors.New("egress port range exhausted")
+
+// portAllocator hands out egress ports. An owner is one port of one mirror
+// Service ("ns/name/80/TCP"); a group is the work-queue key of the exported
+// Service the mirror belongs to, so that one sync can release every port its
+// Service no longer needs. It is safe for concurrent use.
+type portAllocator struct {
+	mu sync.Mutex
+	r  PortRange
+	// byPort is the owner of each allocated port: never two owners on one.
+	byPort map[int32]string
+	// byOwner is the port of each owner.
+	byOwner map[string]int32
+	// groups lists the owners of each group.
+	groups map[string]map[string]bool
+	// next is where the search for a free port starts: next-fit, so that a
+	// released port is reused as late as possible and a gateway connection
+	// to the old destination is long gone when it is.
+	next int32
+}
+
+func newPortAllocator(r PortRange) *portAllocator {
+	portsCapacity.Set(float64(r.Size()))
+	return &portAllocator{r: r, byPort: map[int32]string{}, byOwner: map[string]int32{}, groups: map[string]map[string]bool{}, next: r.First}
+}
+
+// Allocate returns owner's port: the one it has, else preferred when it is
+// free and in range (the port recorded on the mirror before a restart), else
+// the next free one.
+func (a *portAllocator) Allocate(group, owner string, preferred int32) (int32, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p, ok := a.byOwner[owner]; ok {
+		return p, nil
+	}
+	if preferred != 0 && a.r.Contains(preferred) {
+		if _, taken := a.byPort[preferred]; !taken {
+			a.take(group, owner, preferred)
+			return preferred, nil
+		}
+	}
+	size := int32(a.r.Size())
+	for i := range size {
+		p := a.r.First + (a.next-a.r.First+i)%size
+		if _, taken := a.byPort[p]; !taken {
+			a.take(group, owner, p)
+			a.next = p + 1
+			if a.next > a.r.Last {
+				a.next = a.r.First
+			}
+			return p, nil
+		}
+	}
+	portsExhaustedTotal.Inc()
+	return 0, errPortsExhausted
+}
+
+// Claim gives port to owner if it is free and in range, as at start-up when
+// the ports recorded on existing mirrors are read back. It reports whether
+// the owner has that port now.
+func (a *portAllocator) Claim(group, owner string, port int32) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p, ok := a.byOwner[owner]; ok {
+		return p == port
+	}
+	if !a.r.Contains(port) {
+		return false
+	}
+	if _, taken := a.byPort[port]; taken {
+		return false
+	}
+	a.take(group, owner, port)
+	return true
+}
+
+func (a *portAllocator) take(group, owner string, p int32) {
+	a.byPort[p] = owner
+	a.byOwner[owner] = p
+	if a.groups[group] == nil {
+		a.groups[group] = map[string]bool{}
+	}
+	a.groups[group][owner] = true
+	portsAllocated.Set(float64(len(a.byPort)))
+}
+
+// ReleaseExcept releases every port of group whose owner is not in keep, and
+// returns how many it released.
+func (a *portAllocator) ReleaseExcept(group string, keep map[string]bool) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for owner := range a.groups[group] {
+		if keep[owner] {
+			continue
+		}
+		p := a.byOwner[owner]
+		delete(a.byPort, p)
+		delete(a.byOwner, owner)
+		delete(a.groups[group], owner)
+		n++
+	}
+	if len(a.groups[group]) == 0 {
+		delete(a.groups, group)
+	}
+	portsAllocated.Set(float64(len(a.byPort)))
+	return n
+}
+
+// Port returns owner's port, if it has one.
+func (a *portAllocator) Port(owner string) (int32, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p, ok := a.byOwner[owner]
+	return p, ok
+}
+
+// Len returns the number of allocated ports.
+func (a *portAllocator) Len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.byPort)
+}
+
+// portKey names one port of a Service in the EgressPorts annotation:
+// "80/TCP".
+func portKey(port int32, protocol string) string {
+	return strconv.Itoa(int(port)) + "/" + protocol
+}
+
+// formatEgressPorts renders the EgressPorts annotation, sorted by key.
+func formatEgressPorts(ports map[string]int32) string {
+	keys := make([]string, 0, len(ports))
+	for k := range ports {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + strconv.Itoa(int(ports[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseEgressPorts reads the EgressPorts annotation; malformed entries are
+// skipped (the port is then allocated afresh).
+func parseEgressPorts(s string) map[string]int32 {
+	out := map[string]int32{}
+	for part := range strings.SplitSeq(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || !strings.Contains(k, "/") {
+			continue
+		}
+		p, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || p < 1 || p > 65535 {
+			continue
+		}
+		out[k] = int32(p)
+	}
+	return out
+}
+
+// sortedOwners is for tests and logs.
+func (a *portAllocator) sortedOwners() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]string, 0, len(a.byOwner))
+	for o := range a.byOwner {
+		out = append(out, o)
+	}
+	slices.Sort(out)
+	return out
+}

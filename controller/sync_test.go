@@ -1,0 +1,327 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+var egressIP = netip.MustParseAddr("192.0.2.10")
+
+// fixture is a controller on a fake local cluster "east" linked to fake
+// remote clusters. Syncs are run by hand, one key at a time.
+type fixture struct {
+	t       testing.TB
+	ctx     context.Context
+	c       *Controller
+	local   *fake.Clientset
+	remotes map[string]*fake.Clientset
+	events  *record.FakeRecorder
+	now     time.Time
+}
+
+type fixtureOptions struct {
+	ports            PortRange
+	createNamespaces bool
+	podGrace         time.Duration
+	local            []runtime.Object
+}
+
+func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Object) *fixture {
+	t.Helper()
+	if o.ports.First == 0 {
+		o.ports = PortRange{30000, 30099}
+	}
+	local := fake.NewClientset(append([]runtime.Object{namespace("default")}, o.local...)...)
+	// The API server allocates ClusterIPs; the fake does not.
+	var next atomic.Int32
+	local.PrependReactor("create", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		svc := a.(k8stesting.CreateAction).GetObject().(*corev1.Service)
+		if svc.Spec.ClusterIP == "" {
+			n := next.Add(1)
+			svc.Spec.ClusterIP = fmt.Sprintf("10.96.%d.%d", n/250, n%250+1)
+			svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+		}
+		return false, nil, nil
+	})
+	f := &fixture{t: t, ctx: t.Context(), local: local, remotes: map[string]*fake.Clientset{},
+		events: record.NewFakeRecorder(1000), now: time.Unix(1_000_000, 0)}
+	c, err := New(Options{
+		Cluster: "east", Client: local, EgressAddress: egressIP, EgressPorts: o.ports,
+		CreateNamespaces: o.createNamespaces, PodGrace: o.podGrace, LinkRemovalGrace: time.Minute,
+		Recorder: f.events,
+	})
+	require.NoError(t, err)
+	c.now = func() time.Time { return f.now }
+	f.c = c
+	for name, objs := range remotes {
+		f.remotes[name] = fake.NewClientset(objs...)
+		c.AddClient(name, f.remotes[name])
+	}
+	f.start()
+	return f
+}
+
+// start runs the informers, as Run does, without the workers.
+func (f *fixture) start() {
+	c := f.c
+	go c.services.Run(f.ctx.Done())
+	go c.slices.Run(f.ctx.Done())
+	go c.namespaces.Run(f.ctx.Done())
+	require.Eventually(f.t, func() bool {
+		return c.services.HasSynced() && c.slices.HasSynced() && c.namespaces.HasSynced()
+	}, 10*time.Second, time.Millisecond)
+	c.restorePorts(klog.Background())
+	c.mu.Lock()
+	c.ctx = f.ctx
+	c.running.Store(true)
+	for _, r := range c.links {
+		c.startLink(f.ctx, r)
+	}
+	c.mu.Unlock()
+	require.Eventually(f.t, c.linksSynced, 10*time.Second, time.Millisecond)
+}
+
+// sync runs one sync of key and returns the writes it made to the local
+// cluster; then it waits until the informers have seen them.
+func (f *fixture) sync(key string) []string {
+	f.t.Helper()
+	f.local.ClearActions()
+	require.NoError(f.t, f.c.sync(f.ctx, key))
+	var writes []string
+	for _, a := range f.local.Actions() {
+		switch a.GetVerb() {
+		case "create", "update", "delete", "patch":
+			name := ""
+			switch a := a.(type) {
+			case k8stesting.CreateAction:
+				name = a.GetObject().(interface{ GetName() string }).GetName()
+			case k8stesting.UpdateAction:
+				name = a.GetObject().(interface{ GetName() string }).GetName()
+			case k8stesting.DeleteAction:
+				name = a.GetName()
+			}
+			writes = append(writes, a.GetVerb()+" "+a.GetResource().Resource+" "+name)
+		}
+	}
+	f.waitCaches()
+	return writes
+}
+
+// waitCaches waits until the local informers hold what the fake API holds.
+func (f *fixture) waitCaches() {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool {
+		svcs, err := f.local.Tracker().List(corev1.SchemeGroupVersion.WithResource("services"), corev1.SchemeGroupVersion.WithKind("Service"), "")
+		if err != nil {
+			return false
+		}
+		items := svcs.(*corev1.ServiceList).Items
+		if len(items) != len(f.c.services.GetStore().List()) {
+			return false
+		}
+		for i := range items {
+			got, ok, _ := f.c.services.GetStore().Get(&items[i])
+			if !ok || !apiequality.Semantic.DeepEqual(got.(*corev1.Service).Spec, items[i].Spec) ||
+				!apiequality.Semantic.DeepEqual(got.(*corev1.Service).Labels, items[i].Labels) ||
+				!apiequality.Semantic.DeepEqual(got.(*corev1.Service).Annotations, items[i].Annotations) {
+				return false
+			}
+		}
+		es, err := f.local.Tracker().List(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
+		if err != nil {
+			return false
+		}
+		sl := es.(*discoveryv1.EndpointSliceList).Items
+		owned := 0
+		for i := range sl {
+			if sl[i].Labels[discoveryv1.LabelManagedBy] != EndpointSliceManagedBy {
+				continue
+			}
+			owned++
+			got, ok, _ := f.c.slices.GetStore().Get(&sl[i])
+			if !ok || !apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Endpoints, sl[i].Endpoints) ||
+				!apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Ports, sl[i].Ports) {
+				return false
+			}
+		}
+		if owned != len(f.c.slices.GetStore().List()) {
+			return false
+		}
+		nss, _ := f.local.Tracker().List(corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"), "")
+		return len(nss.(*corev1.NamespaceList).Items) == len(f.c.namespaces.GetStore().List())
+	}, 10*time.Second, time.Millisecond)
+}
+
+// converge syncs key until a sync writes nothing, and returns every write.
+func (f *fixture) converge(key string) []string {
+	f.t.Helper()
+	var all []string
+	for range 5 {
+		w := f.sync(key)
+		if len(w) == 0 {
+			return all
+		}
+		all = append(all, w...)
+	}
+	f.t.Fatalf("%s: no convergence: %v", key, all)
+	return nil
+}
+
+// remote applies objects to a remote cluster and waits for the informers.
+func (f *fixture) remote(cluster string, objs ...runtime.Object) {
+	f.t.Helper()
+	cs := f.remotes[cluster]
+	for _, o := range objs {
+		m := o.(metav1.Object)
+		gvr := corev1.SchemeGroupVersion.WithResource("services")
+		if _, ok := o.(*discoveryv1.EndpointSlice); ok {
+			gvr = discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+		}
+		if _, err := cs.Tracker().Get(gvr, m.GetNamespace(), m.GetName()); err == nil {
+			require.NoError(f.t, cs.Tracker().Update(gvr, o, m.GetNamespace()))
+		} else {
+			require.NoError(f.t, cs.Tracker().Add(o))
+		}
+	}
+	f.waitRemote(cluster)
+}
+
+func (f *fixture) deleteRemote(cluster string, gvr string, ns, name string) {
+	f.t.Helper()
+	g := corev1.SchemeGroupVersion.WithResource(gvr)
+	if gvr == "endpointslices" {
+		g = discoveryv1.SchemeGroupVersion.WithResource(gvr)
+	}
+	require.NoError(f.t, f.remotes[cluster].Tracker().Delete(g, ns, name))
+	f.waitRemote(cluster)
+}
+
+func (f *fixture) waitRemote(cluster string) {
+	f.t.Helper()
+	r := f.c.links[cluster]
+	cs := f.remotes[cluster]
+	require.Eventually(f.t, func() bool {
+		svcs, _ := cs.Tracker().List(corev1.SchemeGroupVersion.WithResource("services"), corev1.SchemeGroupVersion.WithKind("Service"), "")
+		for _, s := range svcs.(*corev1.ServiceList).Items {
+			got, ok, _ := r.services.GetStore().Get(&s)
+			if !ok || !apiequality.Semantic.DeepEqual(got.(*corev1.Service).Labels, s.Labels) || !apiequality.Semantic.DeepEqual(got.(*corev1.Service).Spec, s.Spec) {
+				return false
+			}
+		}
+		es, _ := cs.Tracker().List(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
+		items := es.(*discoveryv1.EndpointSliceList).Items
+		if len(items) != len(r.slices.GetStore().List()) || len(svcs.(*corev1.ServiceList).Items) != len(r.services.GetStore().List()) {
+			return false
+		}
+		for _, s := range items {
+			got, ok, _ := r.slices.GetStore().Get(&s)
+			if !ok || !apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Endpoints, s.Endpoints) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond)
+}
+
+func (f *fixture) service(ns, name string) *corev1.Service {
+	s, err := f.local.CoreV1().Services(ns).Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+func (f *fixture) slice(ns, name string) *discoveryv1.EndpointSlice {
+	s, err := f.local.DiscoveryV1().EndpointSlices(ns).Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+func (f *fixture) serviceNames(ns string) []string {
+	list, err := f.local.CoreV1().Services(ns).List(f.ctx, metav1.ListOptions{})
+	require.NoError(f.t, err)
+	var out []string
+	for _, s := range list.Items {
+		out = append(out, s.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// drainEvents returns the events recorded so far.
+func (f *fixture) drainEvents() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.events.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func namespace(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+func exported(ns, name string, mode string, headless bool, ports ...corev1.ServicePort) *corev1.Service {
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: "7",
+			Labels: map[string]string{labels.Exported: mode}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.97.0.10", Ports: ports},
+	}
+	if headless {
+		s.Spec.ClusterIP = corev1.ClusterIPNone
+	}
+	return s
+}
+
+func tcp(name string, port int32) corev1.ServicePort {
+	return corev1.ServicePort{Name: name, Port: port, Protocol: corev1.ProtocolTCP}
+}
+
+// endpoints is a remote EndpointSlice of svc with one endpoint per host
+// ("" for no hostname); hosts ending in "!" are not ready.
+func endpoints(ns, svc string, hosts ...string) *discoveryv1.EndpointSlice {
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: svc + "-abcde", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: new("http"), Port: new(int32(80)), Protocol: new(corev1.ProtocolTCP)}},
+	}
+	for i, h := range hosts {
+		ready := !strings.HasSuffix(h, "!")
+		h = strings.TrimSuffix(h, "!")
+		ep := discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.201.0.%d", i+1)}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}
+		if h != "" {
+			ep.Hostname = new(h)
+		}
+		es.Endpoints = append(es.Endpoints, ep)
+	}
+	return es
+}
+
+func newFixtureClient() *fake.Clientset { return fake.NewClientset() }
+
+func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }

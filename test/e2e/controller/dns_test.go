@@ -1,0 +1,162 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/test/harness"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// The seed walkthrough answered from mirrors this controller made: the DNS
+// plugin, in a real coredns-mc, resolves a remote pod to its per-pod mirror
+// ClusterIP, the headless mirror name to all of them, -global SRV to the
+// peers of every cluster, and follows a scale-down.
+func TestDNSAnswersFromControllerMirrors(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-dns"
+	const zone = "svc.cluster.local."
+	namespace(t, ns, "east", "west", "paris")
+	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	startController(t, "controller")
+	require.NoError(t, west.Apply(ctx, statefulSet(ns, "nginx-svc", 3, "true")))
+	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "nginx-svc", 2, "true")))
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
+
+	var m map[string]corev1.Service
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		m, err = mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Len(c, podMirrors(m, "nginx-svc-west"), 3)
+		assert.Len(c, podMirrors(m, "nginx-svc-paris"), 2)
+		assert.Contains(c, m, "web-west")
+		assertConsistent(c, ctx, ns, m)
+	}, wait, tick)
+
+	addr := startDNS(t, east, west, paris)
+	ask := func(c require.TestingT, name string, qtype uint16) []string {
+		q := new(dns.Msg)
+		q.SetQuestion(name, qtype)
+		r, _, err := (&dns.Client{Net: "tcp", Timeout: 5 * time.Second}).Exchange(q, addr)
+		require.NoError(c, err)
+		var out []string
+		for _, rr := range r.Answer {
+			switch rr := rr.(type) {
+			case *dns.A:
+				out = append(out, rr.A.String())
+			case *dns.SRV:
+				out = append(out, rr.Target)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	ips := func(names ...string) []string {
+		var out []string
+		for _, n := range names {
+			out = append(out, m[n].Spec.ClusterIP)
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, ips("nginx-svc-set-0-west"), ask(c, "nginx-svc-set-0.nginx-svc-west."+ns+"."+zone, dns.TypeA))
+		assert.Equal(c, ips(podMirrors(m, "nginx-svc-west")...), ask(c, "nginx-svc-west."+ns+"."+zone, dns.TypeA))
+		assert.Equal(c, ips("web-west"), ask(c, "web-west."+ns+"."+zone, dns.TypeA))
+		var peers []string
+		for _, cl := range []string{"west", "paris"} {
+			for _, p := range podMirrors(m, "nginx-svc-"+cl) {
+				host := m[p].Labels[controller.RemoteHostname]
+				peers = append(peers, host+".nginx-svc-"+cl+"."+ns+"."+zone)
+			}
+		}
+		slices.Sort(peers)
+		assert.Equal(c, peers, ask(c, "_http._tcp.nginx-svc-global."+ns+"."+zone, dns.TypeSRV))
+	}, wait, tick)
+
+	// Scale west down: the pod's mirror goes, and so does its name.
+	scale(t, west, ns, "nginx-svc-set", 1)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		m, err = mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, []string{"nginx-svc-set-0-west"}, podMirrors(m, "nginx-svc-west"))
+		assert.Equal(c, ips("nginx-svc-set-0-west"), ask(c, "nginx-svc-west."+ns+"."+zone, dns.TypeA))
+		assert.Empty(c, ask(c, "nginx-svc-set-2.nginx-svc-west."+ns+"."+zone, dns.TypeA))
+	}, wait, tick)
+}
+
+// startDNS runs coredns-mc as east's cluster DNS, linked to remotes, and
+// returns its address once it answers.
+func startDNS(t *testing.T, local *harness.Cluster, remotes ...*harness.Cluster) string {
+	t.Helper()
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	var linkLines string
+	for _, r := range remotes {
+		linkLines += fmt.Sprintf("        link %s %s\n", r.Name, r.Kubeconfig)
+	}
+	corefile := fmt.Sprintf(`
+. {
+    bind 127.0.0.1
+    errors
+    mcmirror cluster.local in-addr.arpa ip6.arpa {
+        cluster %[1]s
+        kubeconfig %[2]s
+%[3]s        fallthrough in-addr.arpa ip6.arpa
+    }
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig %[2]s
+        fallthrough in-addr.arpa ip6.arpa
+    }
+}
+`, local.Name, local.Kubeconfig, linkLines)
+	path := filepath.Join(t.TempDir(), "Corefile")
+	require.NoError(t, os.WriteFile(path, []byte(corefile), 0o644))
+	port := freeUDPTCPPort(t)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	p := env.StartProcess(t, "east/coredns-mc", nil, bin, "-conf", path, "-dns.port", strconv.Itoa(port))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		done, err := p.Exited()
+		require.False(c, done, "coredns-mc exited: %v\n%s", err, p.Tail(20))
+		q := new(dns.Msg)
+		q.SetQuestion("kubernetes.default.svc.cluster.local.", dns.TypeA)
+		r, _, err := (&dns.Client{Net: "tcp", Timeout: time.Second}).Exchange(q, addr)
+		require.NoError(c, err)
+		assert.Equal(c, dns.RcodeSuccess, r.Rcode)
+	}, wait, 50*time.Millisecond, "coredns-mc answers")
+	return addr
+}
+
+// freeUDPTCPPort returns a port free for both UDP and TCP on 127.0.0.1.
+func freeUDPTCPPort(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", l.Addr().String())
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}

@@ -1,0 +1,293 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The controller is killed in the middle of creating mirrors and
+// restarted: it converges, and what existed before keeps its ClusterIP,
+// its UID and its egress ports.
+func TestRestartKeepsPorts(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-restart"
+	const n = 100
+	namespace(t, ns, "east", "west")
+	west := env.Cluster("west")
+	first := startController(t, "controller-1")
+
+	require.NoError(t, west.Apply(ctx, statefulSet(ns, "db", 3, "true")))
+	var manifest strings.Builder
+	for i := range n {
+		manifest.WriteString("---\n" + clusterIPService(ns, fmt.Sprintf("svc-%02d", i), 80+i, "true"))
+	}
+	require.NoError(t, west.Apply(ctx, manifest.String()))
+	// Kill it as soon as some, not necessarily all, mirrors exist.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.GreaterOrEqual(c, len(m), 3)
+	}, wait, 5*time.Millisecond)
+	require.NoError(t, first.Signal(syscall.SIGKILL))
+	<-first.Done()
+	before, err := mirrors(ctx, ns)
+	require.NoError(t, err)
+	t.Logf("%d of %d mirrors existed when the controller was killed", len(before), n+5)
+
+	// Meanwhile the remote cluster changes.
+	scale(t, west, ns, "db-set", 4)
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "late", 9000, "true")))
+
+	startController(t, "controller-2")
+	want := []string{"db-set-0-west", "db-set-1-west", "db-set-2-west", "db-set-3-west", "db-west", "late-west"}
+	for i := range n {
+		want = append(want, fmt.Sprintf("svc-%02d-west", i))
+	}
+	sort.Strings(want)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, want, names(m))
+		assertConsistent(c, ctx, ns, m)
+		assertPortsUnique(c, ctx)
+	}, wait, tick)
+	after, err := mirrors(ctx, ns)
+	require.NoError(t, err)
+	for name, b := range before {
+		a := after[name]
+		assert.Equal(t, b.UID, a.UID, "%s was not recreated", name)
+		assert.Equal(t, b.Spec.ClusterIP, a.Spec.ClusterIP, name)
+		if v := b.Annotations[controller.EgressPorts]; v != "" {
+			assert.Equal(t, v, a.Annotations[controller.EgressPorts], "%s keeps its egress ports", name)
+		}
+	}
+}
+
+// Two replicas with --leader-elect: one leads, the other waits; when the
+// leader is killed the other takes over and mirrors what is exported next.
+func TestLeaderElection(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-leader"
+	namespace(t, ns, "east", "west")
+	east, west := env.Cluster("east"), env.Cluster("west")
+	le := []string{"--leader-elect", "--leader-elect-namespace", "kube-system", "--leader-elect-name", "mcmirror-e2e",
+		"--leader-elect-lease-duration", "3s", "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "250ms"}
+	a := startController(t, "controller-a", le...)
+	b := startController(t, "controller-b", le...)
+	byPID := map[int]string{a.PID: "a", b.PID: "b"}
+
+	holder := func(c *assert.CollectT) string {
+		l, err := east.Client.CoordinationV1().Leases("kube-system").Get(ctx, "mcmirror-e2e", metav1.GetOptions{})
+		require.NoError(c, err)
+		require.NotNil(c, l.Spec.HolderIdentity)
+		for pid, name := range byPID {
+			if strings.Contains(*l.Spec.HolderIdentity, fmt.Sprintf("_%d_", pid)) {
+				return name
+			}
+		}
+		require.Fail(c, "unknown holder", *l.Spec.HolderIdentity)
+		return ""
+	}
+	var leader string
+	require.EventuallyWithT(t, func(c *assert.CollectT) { leader = holder(c) }, wait, tick)
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "one", 80, "true")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Contains(c, m, "one-west")
+	}, wait, tick)
+
+	leaderProc, follower, followerName := a, b, "b"
+	if leader == "b" {
+		leaderProc, follower, followerName = b, a, "a"
+	}
+	assert.NotContains(t, follower.Tail(200), `"Leading"`, "only one replica leads")
+	assert.NotContains(t, follower.Tail(200), "Created mirror", "the follower writes nothing")
+
+	require.NoError(t, leaderProc.Signal(syscall.SIGKILL))
+	<-leaderProc.Done()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, followerName, holder(c))
+	}, wait, tick)
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "two", 80, "true")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, []string{"one-west", "two-west"}, names(m))
+		assertConsistent(c, ctx, ns, m)
+	}, wait, tick)
+}
+
+// Links from Linkerd-format Secrets: a link Secret for paris links it;
+// deleting the Secret sweeps paris's mirrors and nothing else.
+func TestLinkSecretRemoval(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-links"
+	namespace(t, ns, "east", "west", "paris")
+	namespace(t, "e2e-link-secrets", "east")
+	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+
+	// What `linkerd multicluster link` sets up: a ServiceAccount in the
+	// remote cluster that may read Services and EndpointSlices, and its
+	// kubeconfig in a Secret in the local one.
+	require.NoError(t, paris.Apply(ctx, `
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: mcmirror-link, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: mcmirror-link}
+rules:
+- {apiGroups: [""], resources: [services], verbs: [list, watch, get]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch, get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: mcmirror-link}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: mcmirror-link}
+subjects: [{kind: ServiceAccount, name: mcmirror-link, namespace: default}]
+`))
+	kc, err := paris.ServiceAccountKubeconfig(ctx, "default", "mcmirror-link")
+	require.NoError(t, err)
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: labels.LinkSecretNamePrefix + "paris", Namespace: "e2e-link-secrets",
+			Labels: map[string]string{labels.LinkClusterName: "paris"}},
+		Type: labels.LinkSecretType,
+		Data: map[string][]byte{labels.LinkSecretKey: kc},
+	}
+	_, err = east.Client.CoreV1().Secrets("e2e-link-secrets").Create(ctx, secret, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = east.Client.CoreV1().Secrets("e2e-link-secrets").Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
+	})
+
+	// An unrelated Service named like a paris mirror, made by someone
+	// else, must survive the sweep.
+	require.NoError(t, east.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: bystander-paris, namespace: %s}
+spec: {ports: [{port: 1}]}
+`, ns)))
+
+	startController(t, "controller", "--no-static-links",
+		"--link", "west="+west.Kubeconfig, "--link-secrets", "e2e-link-secrets")
+	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "db", 2, "true")))
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, []string{"db-paris", "db-set-0-paris", "db-set-1-paris", "web-west"}, names(m))
+		assertConsistent(c, ctx, ns, m)
+	}, wait, tick)
+	bystander, err := east.Client.CoreV1().Services(ns).Get(ctx, "bystander-paris", metav1.GetOptions{})
+	require.NoError(t, err)
+
+	require.NoError(t, east.Client.CoreV1().Secrets("e2e-link-secrets").Delete(ctx, secret.Name, metav1.DeleteOptions{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, []string{"web-west"}, names(m))
+	}, wait, tick)
+	now, err := east.Client.CoreV1().Services(ns).Get(ctx, "bystander-paris", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, bystander.ResourceVersion, now.ResourceVersion)
+}
+
+// A namespace missing locally is created with --create-namespaces; a
+// remote namespace deleted takes its mirrors with it.
+func TestNamespaces(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-ns"
+	namespace(t, ns, "west")
+	east, west := env.Cluster("east"), env.Cluster("west")
+	startController(t, "controller", "--create-namespaces")
+	require.NoError(t, west.Apply(ctx, statefulSet(ns, "db", 2, "true")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, err := east.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		require.NoError(c, err)
+		assert.Equal(c, controller.ManagedByValue, got.Labels[controller.ManagedBy])
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, []string{"db-set-0-west", "db-set-1-west", "db-west"}, names(m))
+	}, wait, tick)
+
+	require.NoError(t, west.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Empty(c, m)
+		_, err = east.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		assert.NoError(c, err, "namespaces are never deleted")
+	}, wait, tick)
+}
+
+// Linkerd #12499: in a rolling update each pod is deleted and recreated;
+// its per-pod mirror, and so the ClusterIP DNS answers for it, stays.
+func TestRollingUpdateKeepsPodMirrors(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-rollout"
+	namespace(t, ns, "east", "west")
+	west := env.Cluster("west")
+	startController(t, "controller", "--pod-grace", "30s")
+	require.NoError(t, west.Apply(ctx, statefulSet(ns, "db", 3, "true")))
+	want := []string{"db-set-0-west", "db-set-1-west", "db-set-2-west", "db-west"}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, want, names(m))
+		assertConsistent(c, ctx, ns, m)
+	}, wait, tick)
+	before, err := mirrors(ctx, ns)
+	require.NoError(t, err)
+
+	// Delete every pod, as a rollout does one by one; the StatefulSet
+	// recreates them.
+	pods, err := west.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, pods.Items, 3)
+	old := map[string]bool{}
+	for _, p := range pods.Items {
+		old[string(p.UID)] = true
+		require.NoError(t, west.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}))
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pods, err := west.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(c, err)
+		var uids []string
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && !old[string(p.UID)] {
+				uids = append(uids, string(p.UID))
+			}
+		}
+		assert.Len(c, uids, 3, "three new pods")
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, want, names(m))
+		assertConsistent(c, ctx, ns, m)
+	}, wait, tick)
+	after, err := mirrors(ctx, ns)
+	require.NoError(t, err)
+	for _, name := range want {
+		assert.Equal(t, before[name].UID, after[name].UID, "%s was not recreated", name)
+	}
+}

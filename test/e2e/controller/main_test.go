@@ -1,0 +1,276 @@
+// Package controller_test runs `coredns-mc controller` against real API
+// servers: east is the local cluster; west and paris run StatefulSets
+// (kube-controller-manager and KWOK) and export them.
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
+	{Name: "east"}, {Name: "west", Workloads: true}, {Name: "paris", Workloads: true},
+}})
+
+func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
+
+// egress is the gateway egress address the mirrors point at: any address
+// the API server accepts as an endpoint will do, nothing dials it here.
+const egress = "192.0.2.10"
+
+const (
+	wait = 60 * time.Second
+	tick = 100 * time.Millisecond
+)
+
+// startController starts `coredns-mc controller` in east, linked to west
+// and paris unless extra says otherwise.
+func startController(t *testing.T, name string, extra ...string) *harness.Process {
+	t.Helper()
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	args := []string{bin, "controller",
+		"--kubeconfig", env.Cluster("east").Kubeconfig,
+		"--cluster", "east",
+		"--egress-address", egress,
+		"--egress-ports", "30000-30999",
+		"--pod-grace", "2s",
+		"--link-removal-grace", "1s",
+		"--metrics-addr", "",
+		"--v", "2",
+	}
+	if !slices.Contains(extra, "--no-static-links") {
+		args = append(args, "--link", "west="+env.Cluster("west").Kubeconfig, "--link", "paris="+env.Cluster("paris").Kubeconfig)
+	}
+	extra = slices.DeleteFunc(extra, func(s string) bool { return s == "--no-static-links" })
+	return env.StartProcess(t, "east/"+name, nil, append(args, extra...)...)
+}
+
+// namespace creates ns in the given clusters; it is deleted again from the
+// clusters that run kube-controller-manager (east has no namespace
+// controller to finish a deletion, so its namespaces stay).
+func namespace(t *testing.T, ns string, clusters ...string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, name := range clusters {
+		c := env.Cluster(name)
+		require.NoError(t, c.Apply(ctx, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", ns)))
+		if c.Workloads {
+			t.Cleanup(func() {
+				_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+			})
+		}
+	}
+}
+
+// statefulSet is a headless Service svc and a StatefulSet of replicas
+// pods behind it; export is the mirror.linkerd.io/exported value ("" for
+// none).
+func statefulSet(ns, svc string, replicas int, export string) string {
+	lbl := ""
+	if export != "" {
+		lbl = fmt.Sprintf("labels: {%s: %q}", labels.Exported, export)
+	}
+	return fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: %[2]s, namespace: %[1]s, %[4]s}
+spec:
+  clusterIP: None
+  selector: {app: %[2]s}
+  ports: [{name: http, port: 80}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: %[2]s-set, namespace: %[1]s}
+spec:
+  serviceName: %[2]s
+  replicas: %[3]d
+  selector: {matchLabels: {app: %[2]s}}
+  template:
+    metadata: {labels: {app: %[2]s}}
+    spec:
+      nodeName: %[5]s
+      containers: [{name: nginx, image: nginx, ports: [{name: http, containerPort: 80}]}]
+`, ns, svc, replicas, lbl, harness.NodeName)
+}
+
+// clusterIPService is a ClusterIP Service (no pods needed).
+func clusterIPService(ns, svc string, port int, export string) string {
+	lbl := ""
+	if export != "" {
+		lbl = fmt.Sprintf("labels: {%s: %q}", labels.Exported, export)
+	}
+	return fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: %[2]s, namespace: %[1]s, %[4]s}
+spec:
+  selector: {app: %[2]s}
+  ports: [{name: http, port: %[3]d}]
+`, ns, svc, port, lbl)
+}
+
+func scale(t *testing.T, c *harness.Cluster, ns, name string, replicas int32) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := c.Client.AppsV1().StatefulSets(ns).GetScale(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	s.Spec.Replicas = replicas
+	_, err = c.Client.AppsV1().StatefulSets(ns).UpdateScale(ctx, name, s, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
+func setExported(t *testing.T, c *harness.Cluster, ns, name, value string) {
+	t.Helper()
+	v := "null"
+	if value != "" {
+		v = fmt.Sprintf("%q", value)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, labels.Exported, v)
+	_, err := c.Client.CoreV1().Services(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	require.NoError(t, err)
+}
+
+// mirrors returns east's mirror Services of ns by name.
+func mirrors(ctx context.Context, ns string) (map[string]corev1.Service, error) {
+	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.MirrorSelector})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]corev1.Service{}
+	for _, s := range list.Items {
+		out[s.Name] = s
+	}
+	return out, nil
+}
+
+func names[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// podMirrors lists the per-pod mirror names of headless mirror hm in ns.
+func podMirrors(m map[string]corev1.Service, hm string) []string {
+	var out []string
+	for n, s := range m {
+		if s.Labels[labels.HeadlessMirrorSvcName] == hm {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func ordinals(prefix, cluster string, n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("%s-%d-%s", prefix, i, cluster))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// assertConsistent checks, for every mirror of ns, what the DNS plugin
+// and the gateway rely on: a per-pod or ClusterIP mirror has a ClusterIP
+// from east's range and an EndpointSlice to the egress at its recorded
+// ports; a headless mirror's EndpointSlice lists its per-pod mirrors'
+// ClusterIPs under their hostnames.
+func assertConsistent(c *assert.CollectT, ctx context.Context, ns string, m map[string]corev1.Service) {
+	east := env.Cluster("east")
+	list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + controller.EndpointSliceManagedBy})
+	require.NoError(c, err)
+	byService := map[string]discoveryv1.EndpointSlice{}
+	for _, s := range list.Items {
+		byService[s.Labels[discoveryv1.LabelServiceName]] = s
+	}
+	for name, s := range m {
+		es, ok := byService[name]
+		if !assert.True(c, ok, "%s has an EndpointSlice", name) {
+			continue
+		}
+		if s.Spec.ClusterIP != corev1.ClusterIPNone {
+			ip, err := netip.ParseAddr(s.Spec.ClusterIP)
+			require.NoError(c, err)
+			assert.True(c, east.ServiceCIDR.Contains(ip), "%s: ClusterIP %s in %s", name, ip, east.ServiceCIDR)
+			require.Len(c, es.Endpoints, 1)
+			assert.Equal(c, []string{egress}, es.Endpoints[0].Addresses)
+			var got []string
+			for _, p := range es.Ports {
+				got = append(got, fmt.Sprint(*p.Port))
+			}
+			var want []string
+			for _, kv := range strings.Split(s.Annotations[controller.EgressPorts], ",") {
+				_, p, _ := strings.Cut(kv, "=")
+				want = append(want, p)
+			}
+			assert.ElementsMatch(c, want, got, "%s: slice ports are the recorded egress ports", name)
+			continue
+		}
+		var want, got []string
+		for _, p := range m {
+			if p.Labels[labels.HeadlessMirrorSvcName] == name {
+				want = append(want, p.Labels[controller.RemoteHostname]+"="+p.Spec.ClusterIP)
+			}
+		}
+		for _, ep := range es.Endpoints {
+			got = append(got, *ep.Hostname+"="+ep.Addresses[0])
+		}
+		assert.ElementsMatch(c, want, got, "%s: endpoints are the per-pod mirrors", name)
+	}
+}
+
+// egressPorts returns every egress port recorded in east, by mirror.
+func egressPorts(ctx context.Context) (map[string]string, error) {
+	list, err := env.Cluster("east").Client.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: controller.ManagedBy + "=" + controller.ManagedByValue})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, s := range list.Items {
+		if v := s.Annotations[controller.EgressPorts]; v != "" {
+			out[s.Namespace+"/"+s.Name] = v
+		}
+	}
+	return out, nil
+}
+
+// assertPortsUnique checks that no egress port is given twice in east.
+func assertPortsUnique(c *assert.CollectT, ctx context.Context) {
+	all, err := egressPorts(ctx)
+	require.NoError(c, err)
+	seen := map[string]string{}
+	for name, v := range all {
+		for _, kv := range strings.Split(v, ",") {
+			_, p, _ := strings.Cut(kv, "=")
+			if other, dup := seen[p]; dup {
+				assert.Fail(c, "egress port given twice", "port %s: %s and %s", p, other, name)
+			}
+			seen[p] = name
+		}
+	}
+}
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

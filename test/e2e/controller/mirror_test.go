@@ -1,0 +1,208 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Export, scale 3→5→2, port change, unexport: the mirrors follow, per-pod
+// mirrors included, and are consistent at every step.
+func TestExportScaleUnexport(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-scale"
+	namespace(t, ns, "east", "west", "paris")
+	west, paris := env.Cluster("west"), env.Cluster("paris")
+	startController(t, "controller")
+
+	require.NoError(t, west.Apply(ctx, statefulSet(ns, "nginx-svc", 3, "true")))
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
+	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "nginx-svc", 2, "true")))
+
+	expect := func(westPods, parisPods int) {
+		t.Helper()
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			m, err := mirrors(ctx, ns)
+			require.NoError(c, err)
+			assert.Equal(c, ordinals("nginx-svc-set", "west", westPods), podMirrors(m, "nginx-svc-west"))
+			assert.Equal(c, ordinals("nginx-svc-set", "paris", parisPods), podMirrors(m, "nginx-svc-paris"))
+			hm := m["nginx-svc-west"]
+			assert.Equal(c, corev1.ClusterIPNone, hm.Spec.ClusterIP)
+			assert.Equal(c, "west", hm.Labels[labels.ClusterName])
+			assert.Equal(c, "true", hm.Labels[labels.MirroredService])
+			assert.NotEmpty(c, hm.Annotations[labels.RemoteResourceVersion])
+			assert.Contains(c, m, "web-west")
+			assertConsistent(c, ctx, ns, m)
+			assertPortsUnique(c, ctx)
+		}, wait, tick, "west %d pods, paris %d pods", westPods, parisPods)
+	}
+	expect(3, 2)
+	scale(t, west, ns, "nginx-svc-set", 5)
+	expect(5, 2)
+	scale(t, west, ns, "nginx-svc-set", 2)
+	expect(2, 2)
+
+	// Port change: the mirror's port follows, with an egress port of its
+	// own.
+	m, err := mirrors(ctx, ns)
+	require.NoError(t, err)
+	oldPorts := m["web-west"].Annotations[controller.EgressPorts]
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 8080, "true")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		web := m["web-west"]
+		require.Len(c, web.Spec.Ports, 1)
+		assert.Equal(c, int32(8080), web.Spec.Ports[0].Port)
+		assert.Contains(c, web.Annotations[controller.EgressPorts], "8080/TCP=")
+		assert.NotEqual(c, oldPorts, web.Annotations[controller.EgressPorts])
+		assertConsistent(c, ctx, ns, m)
+	}, wait, tick)
+
+	// Unexport (Linkerd #8475): every mirror of west's nginx-svc goes,
+	// per-pod ones included; paris's stay.
+	setExported(t, west, ns, "nginx-svc", "")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, []string{"nginx-svc-paris", "nginx-svc-set-0-paris", "nginx-svc-set-1-paris", "web-west"}, names(m))
+		assertConsistent(c, ctx, ns, m)
+	}, wait, tick)
+}
+
+// A Service (and an EndpointSlice) that the controller did not make keeps
+// its name: untouched, reported with an Event; the mirror appears once it
+// is gone.
+func TestForeignObjectsUntouched(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-foreign"
+	namespace(t, ns, "east", "west")
+	east, west := env.Cluster("east"), env.Cluster("west")
+	require.NoError(t, east.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: nginx-svc-west, namespace: %s, labels: {app: mine}}
+spec:
+  selector: {app: mine}
+  ports: [{name: x, port: 1234}]
+`, ns)))
+	foreign, err := east.Client.CoreV1().Services(ns).Get(ctx, "nginx-svc-west", metav1.GetOptions{})
+	require.NoError(t, err)
+
+	startController(t, "controller")
+	require.NoError(t, west.Apply(ctx, statefulSet(ns, "nginx-svc", 2, "true")))
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "other", 80, "true")))
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events, err := east.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(c, err)
+		found := false
+		for _, e := range events.Items {
+			if e.Reason == controller.ReasonNameTaken && e.InvolvedObject.Name == "nginx-svc-west" && e.InvolvedObject.UID == foreign.UID {
+				found = true
+			}
+		}
+		assert.True(c, found, "a %s Event on the foreign Service", controller.ReasonNameTaken)
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Contains(c, m, "other-west", "other exports are mirrored meanwhile")
+	}, wait, tick)
+	now, err := east.Client.CoreV1().Services(ns).Get(ctx, "nginx-svc-west", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, foreign.ResourceVersion, now.ResourceVersion, "the foreign Service is untouched")
+	m, err := mirrors(ctx, ns)
+	require.NoError(t, err)
+	assert.Empty(t, podMirrors(m, "nginx-svc-west"), "no per-pod mirrors for a mirror that cannot exist")
+
+	// The operator removes it: the mirror takes the name.
+	require.NoError(t, east.Client.CoreV1().Services(ns).Delete(ctx, "nginx-svc-west", metav1.DeleteOptions{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, controller.ManagedByValue, m["nginx-svc-west"].Labels[controller.ManagedBy])
+		assert.Equal(c, ordinals("nginx-svc-set", "west", 2), podMirrors(m, "nginx-svc-west"))
+		assertConsistent(c, ctx, ns, m)
+	}, wait, tick)
+}
+
+// Headless exports without ports, and names that do not fit a DNS label,
+// are not mirrored, and say why.
+func TestNotMirrorable(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-refused"
+	namespace(t, ns, "east", "west")
+	east, west := env.Cluster("east"), env.Cluster("west")
+	metrics := fmt.Sprintf("127.0.0.1:%d", freeUDPTCPPort(t))
+	startController(t, "controller", "--metrics-addr", metrics)
+	long := "a-service-name-that-is-long-enough-to-overflow-the-dns-label"
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, long, 80, "true")))
+	require.NoError(t, west.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: portless, namespace: %s, labels: {%s: "true"}}
+spec: {clusterIP: None, selector: {app: x}}
+`, ns, labels.Exported)))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events, err := east.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(c, err)
+		reasons := map[string]bool{}
+		for _, e := range events.Items {
+			reasons[e.Reason] = true
+		}
+		assert.True(c, reasons[controller.ReasonNameTooLong], "reasons %v", reasons)
+		assert.True(c, reasons[controller.ReasonHeadlessWithoutPorts], "reasons %v", reasons)
+	}, wait, tick)
+	m, err := mirrors(ctx, ns)
+	require.NoError(t, err)
+	assert.Empty(t, m)
+
+	// And the metrics say so.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		resp, err := http.Get("http://" + metrics + "/metrics")
+		require.NoError(c, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(c, err)
+		assert.Contains(c, string(body), `coredns_mcmirror_controller_not_mirrored{cluster="west",reason="HeadlessWithoutPorts"} 1`)
+		assert.Contains(c, string(body), `coredns_mcmirror_controller_not_mirrored{cluster="west",reason="MirrorNameInvalid"} 1`)
+		assert.Contains(c, string(body), `coredns_mcmirror_controller_links 2`)
+		assert.Contains(c, string(body), `coredns_mcmirror_controller_syncs_total{result="success"}`)
+	}, wait, tick)
+}
+
+// Flat mode: only the mirror Service, headless, without endpoints.
+func TestFlatMode(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-flat"
+	namespace(t, ns, "east", "paris")
+	startController(t, "controller")
+	require.NoError(t, env.Cluster("paris").Apply(ctx, statefulSet(ns, "db", 2, labels.ExportFlat)))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, []string{"db-paris"}, names(m))
+		assert.Equal(c, corev1.ClusterIPNone, m["db-paris"].Spec.ClusterIP)
+	}, wait, tick)
+	time.Sleep(time.Second) // nothing else appears
+	m, err := mirrors(ctx, ns)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"db-paris"}, names(m))
+	slices, err := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, slices.Items)
+}

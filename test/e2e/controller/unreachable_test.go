@@ -1,0 +1,59 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// A linked cluster that cannot be reached delays no other, and its mirrors
+// (the last known state) are kept, not swept.
+func TestUnreachableLink(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-unreachable"
+	namespace(t, ns, "east", "west")
+	east, west := env.Cluster("east"), env.Cluster("west")
+
+	// Nothing listens on port 1.
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["dead"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	cfg.AuthInfos["dead"] = &clientcmdapi.AuthInfo{Token: "x"}
+	cfg.Contexts["dead"] = &clientcmdapi.Context{Cluster: "dead", AuthInfo: "dead"}
+	cfg.CurrentContext = "dead"
+	path := filepath.Join(t.TempDir(), "dead.kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*cfg, path))
+
+	// A mirror of dead's, as a previous run left it.
+	require.NoError(t, east.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata:
+  name: api-dead
+  namespace: %s
+  labels: {%q: "true", %q: dead, %q: %q, %q: api}
+spec: {ports: [{name: http, port: 80}]}
+`, ns, labels.MirroredService, labels.ClusterName, controller.ManagedBy, controller.ManagedByValue, controller.RemoteService)))
+
+	startController(t, "controller", "--link", "dead="+path)
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, []string{"api-dead", "web-west"}, names(m))
+	}, wait, tick, "west is mirrored although dead cannot be reached")
+	time.Sleep(2 * time.Second)
+	_, err := east.Client.CoreV1().Services(ns).Get(ctx, "api-dead", metav1.GetOptions{})
+	assert.NoError(t, err, "the unreachable cluster's mirror is kept")
+}

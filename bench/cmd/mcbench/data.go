@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// setLabel is the label that tells the data sets apart, so that each server
+// under test selects exactly its own exports (export_selector).
+const setLabel = "mcbench"
+
+// Data sets. Every Service is headless with one port (http 80) and manual
+// EndpointSlices of named, ready endpoints: what a StatefulSet makes, without
+// the cost of pods.
+//
+//	ten  (A10): Service s<i> in each of the 10 remote clusters c0..c9, one
+//	            endpoint h<c> in cluster c: 10 endpoints per Service in total.
+//	one  (A1):  Service s<i> in c0 only, with the 10 endpoints h0..h9.
+//	loc  (B):   Service s<i> in the local cluster east (not exported), with
+//	            the 10 endpoints h0..h9 and the same IPs as ten.
+//	mem:        Service m<i> in each remote cluster, 100 endpoints in one
+//	            slice: the memory measurement.
+const (
+	nsTen  = "ten"
+	nsOne  = "one"
+	nsLoc  = "loc"
+	nsMem  = "mem"
+	nsProp = "ten" // the propagation Services live with the ten set
+	nsGW   = "gw"
+	perSvc = 10 // endpoints per Service, for every throughput layout
+)
+
+const zone = "svc.cluster.local."
+
+// ipTen is the IP of endpoint h<c> of s<i> in the ten layout (and of h<c>
+// in loc).
+func ipTen(c, i int) string { return fmt.Sprintf("10.%d.%d.%d", 200+c, i/250, 1+i%250) }
+
+// ipOne is the IP of endpoint h<j> of s<i> in the one layout.
+func ipOne(i, j int) string {
+	n := i*perSvc + j
+	return fmt.Sprintf("10.250.%d.%d", n/250, 1+n%250)
+}
+
+// ipMem is the IP of endpoint e<j> of m<i> in cluster c.
+func ipMem(c, i, j int) string {
+	n := i*100 + j
+	return fmt.Sprintf("10.%d.%d.%d", 200+c, 64+n/250, 1+n%250)
+}
+
+// names maps each name of a layout to its sorted A answer.
+type names map[string][]string
+
+// expectTen returns the names of s0..s<n-1> in the ten layout.
+func expectTen(n int) names {
+	out := names{}
+	for i := range n {
+		var all []string
+		for c := range 10 {
+			ip := ipTen(c, i)
+			out[fmt.Sprintf("h%d.s%d-c%d.%s.%s", c, i, c, nsTen, zone)] = []string{ip}
+			all = append(all, ip)
+		}
+		slices.Sort(all)
+		out[fmt.Sprintf("s%d-global.%s.%s", i, nsTen, zone)] = all
+	}
+	return out
+}
+
+func expectOne(n int) names {
+	out := names{}
+	for i := range n {
+		var all []string
+		for j := range perSvc {
+			ip := ipOne(i, j)
+			out[fmt.Sprintf("h%d.s%d-c0.%s.%s", j, i, nsOne, zone)] = []string{ip}
+			all = append(all, ip)
+		}
+		slices.Sort(all)
+		out[fmt.Sprintf("s%d-global.%s.%s", i, nsOne, zone)] = all
+	}
+	return out
+}
+
+func expectLoc(n int) names {
+	out := names{}
+	for i := range n {
+		var all []string
+		for c := range perSvc {
+			ip := ipTen(c, i)
+			out[fmt.Sprintf("h%d.s%d.%s.%s", c, i, nsLoc, zone)] = []string{ip}
+			all = append(all, ip)
+		}
+		slices.Sort(all)
+		out[fmt.Sprintf("s%d.%s.%s", i, nsLoc, zone)] = all
+	}
+	return out
+}
+
+// sorted returns the names of m, sorted.
+func (m names) sorted() []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// fastClient returns a client of c without client-side rate limiting: the
+// data sets are tens of thousands of objects.
+func fastClient(c *harness.Cluster) kubernetes.Interface {
+	rc := rest.CopyConfig(c.Config)
+	rc.QPS, rc.RateLimiter = -1, nil // negative: no client-side limit
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		panic(err)
+	}
+	return cs
+}
+
+// creator creates objects with a few concurrent workers.
+type creator struct {
+	clients map[string]kubernetes.Interface
+	jobs    chan func(context.Context) error
+	wg      sync.WaitGroup
+	errMu   sync.Mutex
+	err     error
+	n       atomic.Int64
+}
+
+func newCreator(clusters []*harness.Cluster, workers int) *creator {
+	cr := &creator{clients: map[string]kubernetes.Interface{}, jobs: make(chan func(context.Context) error, 256)}
+	for _, c := range clusters {
+		cr.clients[c.Name] = fastClient(c)
+	}
+	for range workers {
+		cr.wg.Add(1)
+		go func() {
+			defer cr.wg.Done()
+			for j := range cr.jobs {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				err := j(ctx)
+				cancel()
+				if err != nil {
+					cr.errMu.Lock()
+					if cr.err == nil {
+						cr.err = err
+					}
+					cr.errMu.Unlock()
+				}
+				cr.n.Add(1)
+			}
+		}()
+	}
+	return cr
+}
+
+// wait waits for every queued job and returns the first error.
+func (cr *creator) wait() error {
+	close(cr.jobs)
+	cr.wg.Wait()
+	return cr.err
+}
+
+func (cr *creator) namespace(cluster, ns string) error {
+	_, err := cr.clients[cluster].CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// endpoint is one named ready endpoint.
+type endpoint struct{ host, ip string }
+
+// headless queues a headless Service and its slice, in that order.
+func (cr *creator) headless(cluster, ns, name string, lbl map[string]string, eps []endpoint) {
+	cs := cr.clients[cluster]
+	cr.jobs <- func(ctx context.Context) error {
+		_, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: lbl},
+			Spec: corev1.ServiceSpec{
+				ClusterIP: corev1.ClusterIPNone,
+				Ports:     []corev1.ServicePort{{Name: "http", Port: 80}},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: service %s/%s: %w", cluster, ns, name, err)
+		}
+		_, err = cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice(ns, name, eps), metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: slice %s/%s: %w", cluster, ns, name, err)
+		}
+		return nil
+	}
+}
+
+func slice(ns, svc string, eps []endpoint) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: svc + "-0", Namespace: ns,
+			Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "mcbench"},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
+	}
+	for _, e := range eps {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{e.ip},
+			Hostname:   ptr(e.host),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+		})
+	}
+	return s
+}
+
+func exportLabels(set string) map[string]string {
+	return map[string]string{labels.Exported: labels.ExportFlat, setLabel: set}
+}
+
+// loadThroughput creates s<from>..s<to-1> of the ten, one and loc layouts.
+func loadThroughput(env *harness.Env, from, to int) (int64, error) {
+	cr := newCreator(env.Clusters(), 12)
+	for i := from; i < to; i++ {
+		name := fmt.Sprintf("s%d", i)
+		var loc, one []endpoint
+		for c := range perSvc {
+			loc = append(loc, endpoint{fmt.Sprintf("h%d", c), ipTen(c, i)})
+			one = append(one, endpoint{fmt.Sprintf("h%d", c), ipOne(i, c)})
+		}
+		cr.headless("east", nsLoc, name, nil, loc)
+		cr.headless("c0", nsOne, name, exportLabels("one"), one)
+		for c := range 10 {
+			cr.headless(fmt.Sprintf("c%d", c), nsTen, name, exportLabels("ten"),
+				[]endpoint{{fmt.Sprintf("h%d", c), ipTen(c, i)}})
+		}
+	}
+	err := cr.wait()
+	return cr.n.Load() * 2, err
+}
+
+// namespaces creates the namespaces of every data set in every cluster.
+func namespaces(env *harness.Env) error {
+	cr := newCreator(env.Clusters(), 1)
+	defer cr.wait()
+	for _, c := range env.Clusters() {
+		for _, ns := range []string{nsTen, nsOne, nsLoc, nsMem, nsGW} {
+			if err := cr.namespace(c.Name, ns); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// loadMem creates m<from>..m<to-1> in every remote cluster: 100 endpoints
+// each.
+func loadMem(env *harness.Env, from, to int) error {
+	cr := newCreator(env.Clusters(), 12)
+	for c := range 10 {
+		for i := from; i < to; i++ {
+			eps := make([]endpoint, 100)
+			for j := range eps {
+				eps[j] = endpoint{fmt.Sprintf("e%d", j), ipMem(c, i, j)}
+			}
+			cr.headless(fmt.Sprintf("c%d", c), nsMem, fmt.Sprintf("m%d", i), exportLabels("mem"), eps)
+		}
+	}
+	return cr.wait()
+}
+
+// inCIDR reports whether ip is in p.
+func inCIDR(p netip.Prefix, ip string) bool {
+	a, err := netip.ParseAddr(ip)
+	return err == nil && p.Contains(a)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,345 @@
+// Command mcbench is the side-by-side benchmark of `make bench` (see
+// bench/README.md): it starts real clusters with the test harness, loads
+// them with the same records in several layouts, runs the DNS servers under
+// test pinned to one core, drives them with dnsperf from the other, and
+// prints one table of medians and ratios.
+//
+//	A10  coredns-mc, plugin mcmirror, 10 linked clusters (flat-mode exports)
+//	A1   coredns-mc, plugin mcmirror, 1 linked cluster, same records
+//	B    coredns-mc, plugin kubernetes only, the equivalent headless names
+//	C    coredns-mc, plugin file, a zone with A10's records
+//	D    dnsref, a bare miekg/dns server answering from a map (the ceiling)
+//
+// It is run by bench/run.sh, which builds the binaries it needs; it never
+// runs under `go test`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+var (
+	serverCPU = "0"
+	clientCPU = "1"
+)
+
+var began = time.Now()
+
+func logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "mcbench %6.1fs: "+format+"\n", append([]any{time.Since(began).Seconds()}, a...)...)
+}
+
+type config struct {
+	cmc, ref, out  string
+	sizes          []int
+	runs           int
+	dur            time.Duration
+	propN, exportN int
+	memSteps       []int // services per cluster (100 endpoints each)
+}
+
+func main() {
+	var cfg config
+	var sizes, mem string
+	flag.StringVar(&cfg.cmc, "coredns-mc", "bin/coredns-mc", "coredns-mc binary")
+	flag.StringVar(&cfg.ref, "dnsref", "bin/dnsref", "dnsref binary (server D)")
+	flag.StringVar(&cfg.out, "out", "bench/out", "directory for Corefiles, zones, logs and results")
+	flag.StringVar(&sizes, "sizes", "1000,10000", "endpoint names per server, comma-separated (multiples of 10)")
+	flag.IntVar(&cfg.runs, "runs", 5, "interleaved dnsperf runs per server and size")
+	flag.DurationVar(&cfg.dur, "duration", 5*time.Second, "length of one dnsperf run")
+	flag.IntVar(&cfg.propN, "changes", 250, "remote EndpointSlice changes for the propagation latency")
+	flag.IntVar(&cfg.exportN, "exports", 200, "new exports for the new-export latency")
+	flag.StringVar(&goBenchFile, "gobench", goBenchFile, "output of the plugin's Go benchmarks, for the report")
+	flag.StringVar(&mem, "mem", "10,100", "memory steps: Services of 100 endpoints per cluster (x10 clusters)")
+	flag.StringVar(&serverCPU, "server-cpu", serverCPU, "CPU the servers are pinned to")
+	flag.StringVar(&clientCPU, "client-cpu", clientCPU, "CPU dnsperf is pinned to")
+	flag.Parse()
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 10 || n%10 != 0 {
+			fatal(fmt.Errorf("-sizes: bad size %q", s))
+		}
+		cfg.sizes = append(cfg.sizes, n)
+	}
+	for _, s := range strings.Split(mem, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			fatal(fmt.Errorf("-mem: bad step %q", s))
+		}
+		cfg.memSteps = append(cfg.memSteps, n)
+	}
+	for _, p := range []*string{&cfg.cmc, &cfg.ref, &cfg.out} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			fatal(err)
+		}
+		*p = abs
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.out, "logs"), 0o755); err != nil {
+		fatal(err)
+	}
+
+	env := harness.New(harness.Options{Clusters: clusterOpts(), StartTimeout: 5 * time.Minute})
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sig
+		logf("interrupted; stopping")
+		stopAll()
+		env.Stop()
+		os.Exit(130)
+	}()
+	code := run(env, &cfg)
+	stopAll()
+	env.Stop()
+	if code == 0 && env.Dir != "" {
+		_ = os.RemoveAll(env.Dir)
+	} else if env.Dir != "" {
+		logf("harness state and logs kept in %s", env.Dir)
+	}
+	os.Exit(code)
+}
+
+func fatal(err error) {
+	fmt.Fprintf(os.Stderr, "mcbench: %v\n", err)
+	os.Exit(2)
+}
+
+func clusterOpts() []harness.ClusterOptions {
+	opts := []harness.ClusterOptions{{Name: "east"}}
+	for c := range 10 {
+		opts = append(opts, harness.ClusterOptions{Name: fmt.Sprintf("c%d", c)})
+	}
+	return opts
+}
+
+func run(env *harness.Env, cfg *config) int {
+	rep := newReport(cfg)
+	logf("starting 11 clusters (east + c0..c9) with the test harness")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	err := env.Start(ctx)
+	cancel()
+	if err != nil {
+		logf("harness: %v", err)
+		return 1
+	}
+	logf("clusters ready (state in %s)", env.Dir)
+	if err := namespaces(env); err != nil {
+		logf("namespaces: %v", err)
+		return 1
+	}
+	if err := loadProp(env); err != nil {
+		logf("propagation Services: %v", err)
+		return 1
+	}
+
+	// 1, 4: throughput, growing the data sets from one size to the next.
+	loaded := 0
+	var a10 *server
+	for si, size := range cfg.sizes {
+		svcs := size / perSvc
+		if svcs > loaded {
+			t := time.Now()
+			n, err := loadThroughput(env, loaded, svcs)
+			if err != nil {
+				logf("loading: %v", err)
+				return 1
+			}
+			logf("loaded s%d..s%d: %d objects in %.1fs", loaded, svcs-1, n, time.Since(t).Seconds())
+			loaded = svcs
+		}
+		last := si == len(cfg.sizes)-1
+		servers, err := startThroughputServers(env, cfg, svcs)
+		if err != nil {
+			logf("%v", err)
+			return 1
+		}
+		qfiles := map[string]string{}
+		for _, s := range servers {
+			qfiles[s.key] = filepath.Join(cfg.out, fmt.Sprintf("queries.%s.%d", s.key, size))
+			if err := writeQueries(qfiles[s.key], s.expect); err != nil {
+				logf("%v", err)
+				return 1
+			}
+		}
+		logf("size %d: %d names per server; %d interleaved runs of %s", size, len(servers[0].expect), cfg.runs, cfg.dur)
+		res := interleave(servers, qfiles, cfg.runs, cfg.dur, filepath.Join(cfg.out, "logs"))
+		rep.throughput(size, len(servers[0].expect), res)
+		if last {
+			// A CPU profile of A10 under the same load, for where the time goes.
+			rep.profile = profileUnderLoad(servers[0], qfiles[servers[0].key], cfg)
+		}
+		for _, s := range servers {
+			if last && s.key == "A10" {
+				a10 = s
+				continue
+			}
+			s.proc.stop()
+		}
+	}
+
+	// 3: propagation, on the A10 server that holds the largest set.
+	if a10 != nil && cfg.propN > 0 {
+		logf("propagation: %d remote EndpointSlice changes", cfg.propN)
+		l, err := propagation(env, a10, cfg.propN)
+		if err != nil {
+			logf("propagation: %v", err)
+			rep.propErr = err.Error()
+		}
+		rep.prop = l
+		a10.proc.stop()
+	}
+
+	// 2: memory.
+	if err := memory(env, cfg, rep); err != nil {
+		logf("memory: %v", err)
+		rep.memErr = err.Error()
+	}
+
+	// 5: new exports, through the controller.
+	if cfg.exportN > 0 {
+		exportLatency(env, cfg, rep)
+	}
+
+	text := rep.String()
+	fmt.Println(text)
+	_ = os.WriteFile(filepath.Join(cfg.out, "results.md"), []byte(text), 0o644)
+	logf("results in %s", filepath.Join(cfg.out, "results.md"))
+	return 0
+}
+
+// mcmirrorCorefile is the Corefile of an A server: plugin mcmirror alone,
+// linked to the given clusters, exporting the set sel.
+func mcmirrorCorefile(env *harness.Env, remotes []string, sel string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, ".:{PORT} {\n    bind 127.0.0.1\n    ready 127.0.0.1:{READY}\n    {PPROF}\n")
+	fmt.Fprintf(&b, "    mcmirror cluster.local {\n        cluster east\n        kubeconfig %s\n", env.Cluster("east").Kubeconfig)
+	for _, r := range remotes {
+		fmt.Fprintf(&b, "        link %s %s\n", r, env.Cluster(r).Kubeconfig)
+	}
+	fmt.Fprintf(&b, "        export_selector %s\n        startup_timeout 120s\n    }\n}\n", sel)
+	return b.String()
+}
+
+func remotes(n int) []string {
+	var out []string
+	for c := range n {
+		out = append(out, fmt.Sprintf("c%d", c))
+	}
+	return out
+}
+
+func startThroughputServers(env *harness.Env, cfg *config, svcs int) ([]*server, error) {
+	ten := expectTen(svcs)
+	zone := filepath.Join(cfg.out, fmt.Sprintf("zone.%d", svcs*perSvc))
+	if err := writeZone(zone, ten); err != nil {
+		return nil, err
+	}
+	cmc := []string{"-conf", "{CONF}"}
+	opts := []serverOpts{
+		{key: "A10", what: "coredns-mc: mcmirror, 10 linked clusters", bin: cfg.cmc, args: cmc, expect: ten, pprof: true,
+			corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=remote-discovery,mcbench=ten")},
+		{key: "A1", what: "coredns-mc: mcmirror, 1 linked cluster", bin: cfg.cmc, args: cmc, expect: expectOne(svcs),
+			corefile: mcmirrorCorefile(env, remotes(1), "mirror.linkerd.io/exported=remote-discovery,mcbench=one")},
+		{key: "B", what: "coredns-mc: kubernetes plugin", bin: cfg.cmc, args: cmc, expect: expectLoc(svcs),
+			corefile: fmt.Sprintf(".:{PORT} {\n    bind 127.0.0.1\n    ready 127.0.0.1:{READY}\n    kubernetes cluster.local {\n        kubeconfig %s\n    }\n}\n",
+				env.Cluster("east").Kubeconfig)},
+		{key: "C", what: "coredns-mc: file plugin", bin: cfg.cmc, args: cmc, expect: ten,
+			corefile: fmt.Sprintf(".:{PORT} {\n    bind 127.0.0.1\n    ready 127.0.0.1:{READY}\n    file %s cluster.local\n}\n", zone)},
+		{key: "D", what: "bare miekg/dns, precomputed map", bin: cfg.ref, expect: ten,
+			args: []string{"-zone", zone, "-origin", "cluster.local.", "-addr", "127.0.0.1:{PORT}"}},
+	}
+	var servers []*server
+	for _, o := range opts {
+		o.cpu = serverCPU
+		t := time.Now()
+		s, err := startServer(cfg.out, o)
+		if err != nil {
+			for _, s := range servers {
+				s.proc.stop()
+			}
+			return nil, err
+		}
+		logf("%s up and verified (%d names) in %.1fs", o.key, len(o.expect), time.Since(t).Seconds())
+		servers = append(servers, s)
+	}
+	return servers, nil
+}
+
+// profileUnderLoad takes a 5 s CPU profile of s while dnsperf drives it and
+// returns the top of `go tool pprof -top`.
+func profileUnderLoad(s *server, qfile string, cfg *config) string {
+	if s.pprof == "" {
+		return ""
+	}
+	path := filepath.Join(cfg.out, "A10.cpu.pprof")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(s.pprof + "/profile?seconds=5")
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		f.Close()
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	dnsperf(s, qfile, 6*time.Second, clientCPU, filepath.Join(cfg.out, "logs"))
+	if err := <-done; err != nil {
+		return "profile failed: " + err.Error()
+	}
+	flat, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", cfg.cmc, path).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("pprof failed: %v: %s", err, flat)
+	}
+	cum, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=25", cfg.cmc, path).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("pprof failed: %v: %s", err, cum)
+	}
+	return string(flat) + "\n--- by cumulative time (-cum):\n" + dropHeader(string(cum))
+}
+
+// machine describes the CPU, for the report.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				model = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	kernel, _ := exec.Command("uname", "-r").Output()
+	return fmt.Sprintf("%s, %d CPUs, Linux %s, %s", model, runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version())
+}
+
+// dropHeader drops the lines of `pprof -top` before the table.
+func dropHeader(s string) string {
+	if i := strings.Index(s, "      flat"); i >= 0 {
+		return s[i:]
+	}
+	return s
+}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// memPoint is the heap of a fresh A server holding eps mirrored endpoints
+// of the mem set, after a forced GC.
+type memPoint struct {
+	eps               int
+	inuse, alloc, rss int64
+	startup           time.Duration // process start to every name correct
+	names             int           // names verified
+}
+
+// expectMem returns a sample of the names of m0..m<svcs-1>: the first and
+// the last endpoint of each Service in each cluster.
+func expectMem(svcs int) names {
+	out := names{}
+	for c := range 10 {
+		for i := range svcs {
+			for _, j := range []int{0, 99} {
+				out[fmt.Sprintf("e%d.m%d-c%d.%s.%s", j, i, c, nsMem, zone)] = []string{ipMem(c, i, j)}
+			}
+		}
+	}
+	return out
+}
+
+// memory measures the heap of the A server with 10 links and the mem set
+// empty, then after each step of loading it; every point is a fresh
+// process. The difference to the empty point is what the endpoints cost:
+// the plugin's stores of Services and slices, and its index.
+func memory(env *harness.Env, cfg *config, rep *report) error {
+	measure := func(svcs int) (memPoint, error) {
+		exp := expectMem(svcs)
+		o := serverOpts{key: fmt.Sprintf("mem%d", svcs*1000), what: "mem", bin: cfg.cmc, args: []string{"-conf", "{CONF}"},
+			expect: exp, pprof: true, cpu: serverCPU,
+			corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=remote-discovery,mcbench=mem")}
+		t := time.Now()
+		s, err := startServer(cfg.out, o)
+		if err != nil {
+			return memPoint{}, err
+		}
+		defer s.proc.stop()
+		p := memPoint{eps: svcs * 100 * 10, startup: time.Since(t), names: len(exp)}
+		// Twice: the second GC sees what the first one's finalizers freed.
+		for range 2 {
+			if p.inuse, p.alloc, p.rss, err = s.heap(context.Background()); err != nil {
+				return p, err
+			}
+		}
+		if svcs == cfg.memSteps[len(cfg.memSteps)-1] {
+			rep.heapProfile = heapProfile(s, cfg)
+		}
+		logf("memory: %d endpoints: HeapInuse %.1f MiB, HeapAlloc %.1f MiB, RSS %.1f MiB", p.eps,
+			mib(p.inuse), mib(p.alloc), mib(p.rss))
+		return p, nil
+	}
+	base, err := measure(0)
+	if err != nil {
+		return err
+	}
+	rep.memBase = base
+	loaded := 0
+	for _, step := range cfg.memSteps {
+		t := time.Now()
+		if err := loadMem(env, loaded, step); err != nil {
+			return err
+		}
+		logf("memory: loaded m%d..m%d in 10 clusters in %.1fs", loaded, step-1, time.Since(t).Seconds())
+		loaded = step
+		p, err := measure(step)
+		if err != nil {
+			return err
+		}
+		rep.mem = append(rep.mem, p)
+	}
+	return nil
+}
+
+// heapProfile returns the top of the in-use heap profile of s.
+func heapProfile(s *server, cfg *config) string {
+	path := filepath.Join(cfg.out, "mem.heap.pprof")
+	resp, err := http.Get(s.pprof + "/heap?gc=1")
+	if err != nil {
+		return "heap profile failed: " + err.Error()
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err.Error()
+	}
+	_, err = io.Copy(f, resp.Body)
+	f.Close()
+	if err != nil {
+		return err.Error()
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=20", cfg.cmc, path).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("pprof failed: %v: %s", err, out)
+	}
+	return string(out)
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// exportLatency runs the controller and an A server in gateway mode and
+// measures how long a new export takes to resolve through its mirror.
+func exportLatency(env *harness.Env, cfg *config, rep *report) {
+	out, _ := exec.Command(cfg.cmc, "help").CombinedOutput()
+	if !strings.Contains(string(out), "controller") {
+		rep.exportErr = "not measured: controller absent (`coredns-mc help` lists no controller)"
+		return
+	}
+	args := []string{cfg.cmc, "controller", "--cluster", "east", "--kubeconfig", env.Cluster("east").Kubeconfig,
+		"--egress-address", "192.0.2.10", "--egress-ports", "40000-49999",
+		"--export-selector", "mirror.linkerd.io/exported=true,mcbench=gw"}
+	// Optional flags, passed only when this controller has them: its
+	// command line is still moving.
+	help, _ := exec.Command(cfg.cmc, "controller", "-h").CombinedOutput()
+	for _, f := range [][]string{
+		{"-metrics-addr", ""},
+		{"-v", "2"}, // logs each retried sync, counted below
+	} {
+		if strings.Contains(string(help), "  "+f[0]+" ") || strings.Contains(string(help), "  "+f[0]+"\n") {
+			args = append(args, f...)
+		}
+	}
+	for _, r := range remotes(10) {
+		args = append(args, "--link", r+"="+env.Cluster(r).Kubeconfig)
+	}
+	ctrl, err := start("controller", filepath.Join(cfg.out, "logs", "controller.log"), nil, args...)
+	if err != nil {
+		rep.exportErr = "not measured: " + err.Error()
+		return
+	}
+	defer ctrl.stop()
+	s, err := startServer(cfg.out, serverOpts{key: "Agw", what: "gw", bin: cfg.cmc, args: []string{"-conf", "{CONF}"},
+		expect: names{}, cpu: serverCPU,
+		corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=true,mcbench=gw")})
+	if err != nil {
+		rep.exportErr = "not measured: " + firstLine(err.Error(), filepath.Join(cfg.out, "logs", "Agw.log"))
+		return
+	}
+	defer s.proc.stop()
+	time.Sleep(2 * time.Second) // the controller's start-up sweep
+	if ctrl.exited() {
+		rep.exportErr = fmt.Sprintf("not measured: the controller exited (%v): %s", ctrl.err, firstLine(tail(ctrl.log, 40), ctrl.log))
+		return
+	}
+	logf("new exports: %d, through the controller", cfg.exportN)
+	l, err := newExports(env, s, cfg.exportN)
+	rep.export = l
+	if b, rerr := os.ReadFile(ctrl.log); rerr == nil {
+		rep.exportRetries = strings.Count(string(b), "Sync failed, retrying")
+	}
+	if err != nil {
+		rep.exportErr = fmt.Sprintf("%v (controller log: %s)", err, ctrl.log)
+	}
+}
+
+// firstLine returns the first line of a log tail that is not the launch
+// line, and where the whole log is.
+func firstLine(t, path string) string {
+	for _, l := range strings.Split(t, "\n") {
+		if l != "" && !strings.HasPrefix(l, "###") {
+			return fmt.Sprintf("%q (log: %s)", l, path)
+		}
+	}
+	return "log: " + path
+}

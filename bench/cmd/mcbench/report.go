@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type sizeResult struct {
+	size, names int
+	series      []*series
+}
+
+type report struct {
+	cfg         *config
+	start       time.Time
+	sizes       []sizeResult
+	profile     string
+	heapProfile string
+	prop        *latencies
+	propErr     string
+	memBase     memPoint
+	mem         []memPoint
+	memErr      string
+	export      *latencies
+	exportErr   string
+	// exportRetries counts the controller's retried syncs during the
+	// new-export measurement.
+	exportRetries int
+}
+
+func newReport(cfg *config) *report { return &report{cfg: cfg, start: time.Now().UTC()} }
+
+func (r *report) throughput(size, names int, s []*series) {
+	r.sizes = append(r.sizes, sizeResult{size, names, s})
+}
+
+func (sr *sizeResult) get(key string) *series {
+	for _, s := range sr.series {
+		if s.server.key == key {
+			return s
+		}
+	}
+	return nil
+}
+
+func ratio(a, b *series) float64 {
+	if a == nil || b == nil || b.medianQPS() == 0 {
+		return 0
+	}
+	return a.medianQPS() / b.medianQPS()
+}
+
+func cpuRatio(a, b *series) float64 {
+	if a == nil || b == nil || b.medianPerCPU() == 0 {
+		return 0
+	}
+	return a.medianPerCPU() / b.medianPerCPU()
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
+
+// goBench is one line of `go test -bench` output.
+type goBench struct {
+	name              string
+	ns, bytes, allocs float64
+}
+
+var reBench = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
+
+func readGoBench(path string) []goBench {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []goBench
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := reBench.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		b := goBench{name: m[1]}
+		b.ns, _ = strconv.ParseFloat(m[2], 64)
+		b.bytes, _ = strconv.ParseFloat(m[3], 64)
+		b.allocs, _ = strconv.ParseFloat(m[4], 64)
+		out = append(out, b)
+	}
+	return out
+}
+
+func dnsperfVersion() string {
+	out, _ := exec.Command("dnsperf", "-h").CombinedOutput()
+	if m := regexp.MustCompile(`Version (\S+)`).FindSubmatch(out); m != nil {
+		return string(m[1])
+	}
+	return "?"
+}
+
+func (r *report) String() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	cfg := r.cfg
+	p("## mcbench results, %s", r.start.Format("2006-01-02 15:04 MST"))
+	p("")
+	p("- machine: %s", machine())
+	p("- command: `make bench` (bench/run.sh), %.0f s for mcbench itself", time.Since(began).Seconds())
+	p("- dnsperf %s, UDP, A queries, `-c 4 -q 100 -T 1`, %d interleaved runs of %s per server and size (A10 A1 B C D, A10 A1 B C D, ...) after a 1 s warm-up",
+		dnsperfVersion(), cfg.runs, cfg.dur)
+	p("- servers pinned to CPU %s (`taskset`, `GOMAXPROCS=1`), dnsperf to CPU %s; the API servers and etcd float; the machine is shared, so only the ratios within one table mean much",
+		serverCPU, clientCPU)
+	p("- a run counts only if 200 random names answered NOERROR with exactly the expected addresses before it and 50 after it, and dnsperf saw only NOERROR with at most 0.1%% lost")
+	p("")
+	p("### Throughput")
+	p("")
+	p("A10: `coredns-mc`, plugin mcmirror alone, 10 linked clusters (flat-mode exports, `<host>.<svc>-<cluster>` and `<svc>-global`); A1: the same records in 1 linked cluster; B: plugin kubernetes alone, `<host>.<svc>` and `<svc>` of headless Services in the local cluster; C: plugin file, a zone with A10's records; D: a bare miekg/dns server answering from a map. Each Service has %d endpoints; each query file lists every name of its server once (endpoint names + Service names).", perSvc)
+	p("")
+	p("qps is what dnsperf measured; q/CPU-s is answers per CPU second the server process used (from /proc, user+system), which corrects for the share of core %s the scheduler gave the server on a shared machine. The ratios are of the medians, qps first, q/CPU-s in brackets.", serverCPU)
+	p("")
+	p("| endpoints | names | server | median qps | min–max qps | median q/CPU-s | server CPU | dnsperf CPU | valid runs | avg latency | ÷ B | ÷ D |")
+	p("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, sr := range r.sizes {
+		bs, ds := sr.get("B"), sr.get("D")
+		for _, s := range sr.series {
+			lo, hi := s.minMax()
+			su, cu := s.medianUtil()
+			p("| %d | %d | %s %s | %.0f | %.0f–%.0f | %.0f | %.0f%% | %.0f%% | %d/%d | %.3f ms | %.2f (%.2f) | %.2f (%.2f) |", sr.size, sr.names, s.server.key, s.server.what,
+				s.medianQPS(), lo, hi, s.medianPerCPU(), 100*su, 100*cu, len(s.valid()), len(s.runs), s.medianLatency()*1e3,
+				ratio(s, bs), cpuRatio(s, bs), ratio(s, ds), cpuRatio(s, ds))
+		}
+	}
+	for _, sr := range r.sizes {
+		for _, s := range sr.series {
+			for i, run := range s.runs {
+				if !run.valid {
+					p("- size %d, %s, run %d did not count: %s", sr.size, s.server.key, i+1, run.why)
+				}
+			}
+		}
+	}
+	p("")
+
+	p("### Targets")
+	p("")
+	p("| target | measured | |")
+	p("| --- | --- | --- |")
+	for _, sr := range r.sizes {
+		a10, a1, bs, ds := sr.get("A10"), sr.get("A1"), sr.get("B"), sr.get("D")
+		x, y := ratio(a10, bs), cpuRatio(a10, bs)
+		p("| A ≥ 1.5× B (%d endpoints) | qps: A10 %.2f×, A1 %.2f×; per CPU-s: A10 %.2f×, A1 %.2f× | %s |", sr.size, x, ratio(a1, bs), y, cpuRatio(a1, bs), yesNo(x >= 1.5 && y >= 1.5))
+		x, y = ratio(a10, ds), cpuRatio(a10, ds)
+		p("| A ≥ 0.7× D (%d endpoints) | qps: A10 %.2f×, A1 %.2f×; per CPU-s: A10 %.2f×, A1 %.2f× | %s |", sr.size, x, ratio(a1, ds), y, cpuRatio(a1, ds), yesNo(x >= 0.7 && y >= 0.7))
+		x, y = ratio(a10, a1), cpuRatio(a10, a1)
+		p("| 10 clusters within 10%% of 1 (%d endpoints) | A10 ÷ A1: qps %.2f, per CPU-s %.2f | %s |", sr.size, x, y, yesNo(x >= 0.9 && x <= 1.1 && y >= 0.9 && y <= 1.1))
+	}
+	gb := readGoBench(goBenchFile)
+	var lookup *goBench
+	worstNS, worstAllocs, worstName, worstAllocName := 0.0, 0.0, "", ""
+	for i, g := range gb {
+		if g.name == "BenchmarkLookup" {
+			lookup = &gb[i]
+		}
+		if strings.HasPrefix(g.name, "BenchmarkServeDNS/") && strings.HasSuffix(g.name, "/A") {
+			if g.ns > worstNS {
+				worstNS, worstName = g.ns, g.name
+			}
+			if g.allocs > worstAllocs {
+				worstAllocs, worstAllocName = g.allocs, g.name
+			}
+		}
+	}
+	if lookup != nil {
+		p("| ≤ 1 µs and ≤ 3 allocs per lookup (index) | %.0f ns, %.0f allocs (BenchmarkLookup) | %s |", lookup.ns, lookup.allocs, yesNo(lookup.ns <= 1000 && lookup.allocs <= 3))
+	} else {
+		p("| ≤ 1 µs and ≤ 3 allocs per lookup | not measured: no Go benchmark output in %s | |", goBenchFile)
+	}
+	if worstName != "" {
+		p("| ≤ 1 µs and ≤ 3 allocs per query (ServeDNS, A forms, worst) | %.0f ns (%s), %.0f allocs (%s) | %s |", worstNS, strings.TrimPrefix(worstName, "BenchmarkServeDNS/"),
+			worstAllocs, strings.TrimPrefix(worstAllocName, "BenchmarkServeDNS/"), yesNo(worstNS <= 1000 && worstAllocs <= 3))
+	}
+	if len(r.mem) > 0 {
+		last := r.mem[len(r.mem)-1]
+		per := float64(last.inuse-r.memBase.inuse) / float64(last.eps)
+		p("| ≤ 0.3 KB heap per mirrored endpoint (%d endpoints, 10 clusters) | %.0f B (HeapInuse after GC) | %s |", last.eps, per, yesNo(per <= 300))
+	} else {
+		p("| ≤ 0.3 KB heap per mirrored endpoint | not measured: %s | |", r.memErr)
+	}
+	if r.prop != nil && len(r.prop.d) > 0 {
+		p("| propagation p99 ≤ 0.5 s (endpoint change) | p99 %s over %d changes | %s |", r.prop.pct(0.99).Round(time.Millisecond), len(r.prop.d), yesNo(r.prop.pct(0.99) <= 500*time.Millisecond && r.prop.failed == 0))
+	} else {
+		p("| propagation p99 ≤ 0.5 s (endpoint change) | not measured: %s | |", r.propErr)
+	}
+	if r.export != nil && len(r.export.d) > 0 {
+		p("| propagation p99 ≤ 2 s (new export) | p99 %s over %d exports | %s |", r.export.pct(0.99).Round(time.Millisecond), len(r.export.d), yesNo(r.export.pct(0.99) <= 2*time.Second && r.export.failed == 0))
+	} else {
+		p("| propagation p99 ≤ 2 s (new export) | %s | |", orNA(r.exportErr))
+	}
+	p("| gateway throughput and added latency | not measured: no gateway yet | |")
+	p("")
+
+	p("### Memory")
+	p("")
+	p("Plugin mcmirror alone (A server, GOMAXPROCS=1), 10 linked clusters; Services of 100 named endpoints (one slice each). Every point is a fresh process, read through the pprof plugin after a forced GC (`/debug/pprof/heap?gc=1`). Per endpoint is the difference to the point with no endpoints, divided by the endpoints: the plugin's stores of Services and slices and its index.")
+	p("")
+	if r.memErr != "" {
+		p("- not measured in full: %s", r.memErr)
+	}
+	p("| mirrored endpoints | HeapInuse | HeapAlloc | RSS | heap per endpoint (inuse / alloc) | RSS per endpoint | start to all names correct |")
+	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	if r.memBase.inuse > 0 {
+		m := r.memBase
+		p("| 0 | %.1f MiB | %.1f MiB | %.1f MiB | | | %.1f s |", mib(m.inuse), mib(m.alloc), mib(m.rss), m.startup.Seconds())
+	}
+	for _, m := range r.mem {
+		n := float64(m.eps)
+		p("| %d | %.1f MiB | %.1f MiB | %.1f MiB | %.0f B / %.0f B | %.0f B | %.1f s |", m.eps, mib(m.inuse), mib(m.alloc), mib(m.rss),
+			float64(m.inuse-r.memBase.inuse)/n, float64(m.alloc-r.memBase.alloc)/n, float64(m.rss-r.memBase.rss)/n, m.startup.Seconds())
+	}
+	p("")
+
+	p("### Propagation latency")
+	p("")
+	p("From the API request that changes (or creates) a remote object to the first correct answer of a server polled every millisecond over UDP.")
+	p("")
+	p("| what | samples | failed | p50 | p90 | p99 | max | API write (median) |")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	row := func(what string, l *latencies, errs string) {
+		if l == nil || len(l.d) == 0 {
+			p("| %s | | | %s | | | | |", what, orNA(errs))
+			return
+		}
+		p("| %s | %d | %d | %s | %s | %s | %s | %s |", what, len(l.d), l.failed, ms(l.pct(0.5)), ms(l.pct(0.9)), ms(l.pct(0.99)), ms(l.pct(1)), ms(apiMedian(l)))
+	}
+	row("remote EndpointSlice change → new address answered (A10 server, 10 links, largest set)", r.prop, r.propErr)
+	row("new gateway-mode export → its mirror ClusterIP answered (controller + plugin)", r.export, r.exportErr)
+	if r.exportErr != "" && r.export != nil && len(r.export.d) > 0 {
+		p("")
+		p("- new exports: %s", r.exportErr)
+	}
+	if r.export != nil {
+		p("- the controller (`coredns-mc controller -v 2`) logged %d retried syncs (\"Sync failed, retrying\") during the %d new exports; see bench/out/logs/controller.log", r.exportRetries, r.cfg.exportN)
+	}
+	p("- gateway: not measured: no gateway yet")
+	p("")
+
+	p("### Per-query cost (Go benchmarks of the plugin, `go test -bench . -benchmem ./plugin/...`)")
+	p("")
+	if len(gb) == 0 {
+		p("not measured: no Go benchmark output in %s", goBenchFile)
+	} else {
+		p("| benchmark | ns/op | B/op | allocs/op |")
+		p("| --- | ---: | ---: | ---: |")
+		for _, g := range gb {
+			p("| %s | %.0f | %.0f | %.0f |", g.name, g.ns, g.bytes, g.allocs)
+		}
+	}
+	p("")
+	if r.heapProfile != "" {
+		p("### Where the heap goes (in-use heap profile of the largest memory point, `go tool pprof -top -sample_index=inuse_space`)")
+		p("")
+		p("```")
+		p("%s", strings.TrimSpace(r.heapProfile))
+		p("```")
+		p("")
+	}
+	if r.profile != "" {
+		p("### Where A10's time goes (CPU profile, 5 s under dnsperf, `go tool pprof -top`)")
+		p("")
+		p("```")
+		p("%s", strings.TrimSpace(r.profile))
+		p("```")
+	}
+	return b.String()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func orNA(s string) string {
+	if s == "" {
+		return "not measured"
+	}
+	return s
+}
+
+// goBenchFile is where bench/run.sh leaves the Go benchmarks' output.
+var goBenchFile = "bench/out/gobench.txt"

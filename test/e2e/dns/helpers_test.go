@@ -186,7 +186,7 @@ type server struct {
 	addr    string // DNS, UDP and TCP
 	ready   string // the ready plugin's URL
 	metrics string // the prometheus plugin's URL
-	proc  *harness.Process
+	proc    *harness.Process
 }
 
 // corefileFor returns a cluster DNS Corefile for the local cluster with
@@ -223,7 +223,7 @@ func startServer(t *testing.T, corefile string) *server {
 	path := filepath.Join(t.TempDir(), "Corefile")
 	require.NoError(t, os.WriteFile(path, []byte(corefile), 0o644))
 	s := &server{
-		addr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		ready:   fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort),
 		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort),
 	}

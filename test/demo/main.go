@@ -25,30 +25,8 @@ import (
 )
 
 // nginx is an exported StatefulSet behind a headless Service.
-const nginx = `
-apiVersion: v1
-kind: Service
-metadata:
-  name: nginx-svc
-  labels: {mirror.linkerd.io/exported: "true"}
-spec:
-  clusterIP: None
-  selector: {app: nginx}
-  ports: [{name: http, port: 80}]
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: nginx-set}
-spec:
-  serviceName: nginx-svc
-  replicas: 3
-  selector: {matchLabels: {app: nginx}}
-  template:
-    metadata: {labels: {app: nginx}}
-    spec:
-      nodeName: ` + harness.NodeName + `
-      containers: [{name: nginx, image: nginx, ports: [{name: http, containerPort: 80}]}]
-`
+var nginx = harness.StatefulSet("default", "nginx-svc", "nginx-set", 3,
+	map[string]string{"mirror.linkerd.io/exported": "true"})
 
 const corefile = `. {
     bind 127.0.0.1

@@ -119,28 +119,7 @@ subjects:
 	assert.True(t, apierrors.IsUnauthorized(err), "west must reject paris's token, got %v", err)
 }
 
-const nginx = `
-apiVersion: v1
-kind: Service
-metadata: {name: nginx-svc}
-spec:
-  clusterIP: None
-  selector: {app: nginx}
-  ports: [{name: http, port: 80}]
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: nginx-set}
-spec:
-  serviceName: nginx-svc
-  replicas: 3
-  selector: {matchLabels: {app: nginx}}
-  template:
-    metadata: {labels: {app: nginx}}
-    spec:
-      nodeName: ` + harness.NodeName + `
-      containers: [{name: nginx, image: nginx, ports: [{name: http, containerPort: 80}]}]
-`
+var nginx = harness.StatefulSet("default", "nginx-svc", "nginx-set", 3, nil)
 
 // A StatefulSet behind a headless Service yields the EndpointSlices a real
 // cluster makes: one ready endpoint per pod, with its hostname, following the

@@ -3,13 +3,8 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -47,12 +42,9 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)
 
-	addr := startDNS(t, east, west, paris)
+	s := startDNS(t, east, west, paris)
 	ask := func(c require.TestingT, name string, qtype uint16) []string {
-		q := new(dns.Msg)
-		q.SetQuestion(name, qtype)
-		r, _, err := (&dns.Client{Net: "tcp", Timeout: 5 * time.Second}).Exchange(q, addr)
-		require.NoError(c, err)
+		r := s.Ask(c, "tcp", name, qtype)
 		var out []string
 		for _, rr := range r.Answer {
 			switch rr := rr.(type) {
@@ -102,16 +94,14 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 }
 
 // startDNS runs coredns-mc as east's cluster DNS, linked to remotes, and
-// returns its address once it answers.
-func startDNS(t *testing.T, local *harness.Cluster, remotes ...*harness.Cluster) string {
+// returns it once it answers.
+func startDNS(t *testing.T, local *harness.Cluster, remotes ...*harness.Cluster) *harness.DNSServer {
 	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
 	var linkLines string
 	for _, r := range remotes {
 		linkLines += fmt.Sprintf("        link %s %s\n", r.Name, r.Kubeconfig)
 	}
-	corefile := fmt.Sprintf(`
+	return env.StartDNS(t, "east/coredns-mc", fmt.Sprintf(`
 . {
     bind 127.0.0.1
     errors
@@ -125,38 +115,5 @@ func startDNS(t *testing.T, local *harness.Cluster, remotes ...*harness.Cluster)
         fallthrough in-addr.arpa ip6.arpa
     }
 }
-`, local.Name, local.Kubeconfig, linkLines)
-	path := filepath.Join(t.TempDir(), "Corefile")
-	require.NoError(t, os.WriteFile(path, []byte(corefile), 0o644))
-	port := freeUDPTCPPort(t)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	p := env.StartProcess(t, "east/coredns-mc", nil, bin, "-conf", path, "-dns.port", strconv.Itoa(port))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		done, err := p.Exited()
-		require.False(c, done, "coredns-mc exited: %v\n%s", err, p.Tail(20))
-		q := new(dns.Msg)
-		q.SetQuestion("kubernetes.default.svc.cluster.local.", dns.TypeA)
-		r, _, err := (&dns.Client{Net: "tcp", Timeout: time.Second}).Exchange(q, addr)
-		require.NoError(c, err)
-		assert.Equal(c, dns.RcodeSuccess, r.Rcode)
-	}, wait, 50*time.Millisecond, "coredns-mc answers")
-	return addr
-}
-
-// freeUDPTCPPort returns a port free for both UDP and TCP on 127.0.0.1.
-func freeUDPTCPPort(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", l.Addr().String())
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
+`, local.Name, local.Kubeconfig, linkLines))
 }

@@ -85,32 +85,11 @@ func namespace(t *testing.T, ns string, clusters ...string) {
 // pods behind it; export is the mirror.linkerd.io/exported value ("" for
 // none).
 func statefulSet(ns, svc string, replicas int, export string) string {
-	lbl := ""
+	lbl := map[string]string{}
 	if export != "" {
-		lbl = fmt.Sprintf("labels: {%s: %q}", labels.Exported, export)
+		lbl[labels.Exported] = export
 	}
-	return fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: %[2]s, namespace: %[1]s, %[4]s}
-spec:
-  clusterIP: None
-  selector: {app: %[2]s}
-  ports: [{name: http, port: 80}]
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: %[2]s-set, namespace: %[1]s}
-spec:
-  serviceName: %[2]s
-  replicas: %[3]d
-  selector: {matchLabels: {app: %[2]s}}
-  template:
-    metadata: {labels: {app: %[2]s}}
-    spec:
-      nodeName: %[5]s
-      containers: [{name: nginx, image: nginx, ports: [{name: http, containerPort: 80}]}]
-`, ns, svc, replicas, lbl, harness.NodeName)
+	return harness.StatefulSet(ns, svc, svc+"-set", replicas, lbl)
 }
 
 // clusterIPService is a ClusterIP Service (no pods needed).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -146,7 +147,7 @@ func TestNotMirrorable(t *testing.T) {
 	const ns = "e2e-refused"
 	namespace(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
-	metrics := fmt.Sprintf("127.0.0.1:%d", freeUDPTCPPort(t))
+	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
 	startController(t, "controller", "--metrics-addr", metrics)
 	long := "a-service-name-that-is-long-enough-to-overflow-the-dns-label"
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, long, 80, "true")))

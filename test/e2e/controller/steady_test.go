@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcmirror/mcmirror/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +27,7 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	const ns = "e2e-steady"
 	namespace(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
-	metrics := fmt.Sprintf("127.0.0.1:%d", freeUDPTCPPort(t))
+	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
 	startController(t, "controller", "--metrics-addr", metrics)
 
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, "db", 2, "true")))

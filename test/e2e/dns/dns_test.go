@@ -68,6 +68,29 @@ func links(t *testing.T, remotes ...*harness.Cluster) string {
 	return b.String()
 }
 
+// corefileFor returns a cluster DNS Corefile for the local cluster with
+// mcmirror before kubernetes; block is the body of the mcmirror block.
+func corefileFor(local *harness.Cluster, block string) string {
+	return fmt.Sprintf(`
+. {
+    bind 127.0.0.1
+    errors
+    ready 127.0.0.1:{READY}
+    prometheus 127.0.0.1:{METRICS}
+    mcmirror cluster.local in-addr.arpa ip6.arpa {
+        cluster %[1]s
+        kubeconfig %[2]s
+%[3]s
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig %[2]s
+        fallthrough in-addr.arpa ip6.arpa
+    }
+}
+`, local.Name, local.Kubeconfig, block)
+}
+
 // The seed walkthrough in gateway mode: a StatefulSet exported by west and by
 // paris, and by east itself, is reached per pod through the mirror ClusterIPs
 // in east, and its peers in every cluster are found by one SRV query.
@@ -79,10 +102,11 @@ func TestGatewayWalkthrough(t *testing.T) {
 	for _, c := range []*harness.Cluster{east, west, paris} {
 		require.NoError(t, c.Apply(ctx, statefulSet(ns, 3, labels.ExportGateway)))
 	}
+	startController(t, east, west, paris)
 	mirrors := map[string]map[string]string{}
 	for _, c := range []*harness.Cluster{west, paris} {
 		waitEndpoints(t, c, ns, "nginx-svc", 3)
-		mirrors[c.Name] = mirrorHeadless(t, east, c, ns, "nginx-svc")
+		mirrors[c.Name] = waitMirrors(t, east, c, ns, "nginx-svc", 3)
 	}
 	local := waitEndpoints(t, east, ns, "nginx-svc", 3)
 
@@ -93,26 +117,26 @@ func TestGatewayWalkthrough(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	s := startServer(t, corefileFor(east, links(t, west, paris)))
+	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west, paris)))
 
 	for _, c := range []*harness.Cluster{west, paris} {
 		for host, ip := range mirrors[c.Name] {
 			name := fmt.Sprintf("%s.nginx-svc-%s.%s.%s", host, c.Name, ns, zone)
-			assert.Equal(t, []string{ip}, answers(s.ask(t, "udp", name, dns.TypeA)), name)
+			assert.Equal(t, []string{ip}, answers(s.Ask(t, "udp", name, dns.TypeA)), name)
 			assert.True(t, east.ServiceCIDR.Contains(mustAddr(t, ip)), "a mirror ClusterIP is local")
 		}
 		// The headless mirror name: every per-pod mirror ClusterIP.
 		name := fmt.Sprintf("nginx-svc-%s.%s.%s", c.Name, ns, zone)
-		assert.Equal(t, values(mirrors[c.Name]), answers(s.ask(t, "udp", name, dns.TypeA)), name)
+		assert.Equal(t, values(mirrors[c.Name]), answers(s.Ask(t, "udp", name, dns.TypeA)), name)
 	}
 
 	// The seed's dig line, with the real dig.
 	name := "nginx-set-0.nginx-svc-west." + ns + "." + zone
-	assert.Equal(t, []string{mirrors["west"]["nginx-set-0"]}, s.dig(t, name))
+	assert.Equal(t, []string{mirrors["west"]["nginx-set-0"]}, s.Dig(t, name))
 
 	// SRV on -global: every pod of every exporting cluster, east's own
 	// included under its local name, each target with its glue.
-	r := s.ask(t, "tcp", "_http._tcp.nginx-svc-global."+ns+"."+zone, dns.TypeSRV)
+	r := s.Ask(t, "tcp", "_http._tcp.nginx-svc-global."+ns+"."+zone, dns.TypeSRV)
 	require.Equal(t, dns.RcodeSuccess, r.Rcode)
 	want := map[string]string{}
 	for _, c := range []string{"west", "paris"} {
@@ -131,43 +155,43 @@ func TestGatewayWalkthrough(t *testing.T) {
 	}
 	assert.ElementsMatch(t, keys(want), targets)
 	assert.Equal(t, want, glue(r), "glue A records for every target")
-	assert.Len(t, s.dig(t, "SRV", "_http._tcp.nginx-svc-global."+ns+"."+zone), 9, "dig sees 9 peers")
+	assert.Len(t, s.Dig(t, "SRV", "_http._tcp.nginx-svc-global."+ns+"."+zone), 9, "dig sees 9 peers")
 
 	// Each SRV target resolves on its own.
 	for target, ip := range want {
-		assert.Equal(t, []string{ip}, answers(s.ask(t, "udp", target, dns.TypeA)), target)
+		assert.Equal(t, []string{ip}, answers(s.Ask(t, "udp", target, dns.TypeA)), target)
 	}
 
 	// PTR of a mirror ClusterIP names the pod.
 	rev, err := dns.ReverseAddr(mirrors["paris"]["nginx-set-1"])
 	require.NoError(t, err)
-	assert.Equal(t, []string{"nginx-set-1.nginx-svc-paris." + ns + "." + zone}, answers(s.ask(t, "udp", rev, dns.TypePTR)))
+	assert.Equal(t, []string{"nginx-set-1.nginx-svc-paris." + ns + "." + zone}, answers(s.Ask(t, "udp", rev, dns.TypePTR)))
 
 	// AAAA on a name with only A records: NODATA with the SOA, not NXDOMAIN.
-	r = s.ask(t, "udp", name, dns.TypeAAAA)
+	r = s.Ask(t, "udp", name, dns.TypeAAAA)
 	assert.Equal(t, dns.RcodeSuccess, r.Rcode)
 	assert.Empty(t, r.Answer)
 	require.Len(t, r.Ns, 1)
 	assert.Equal(t, dns.TypeSOA, r.Ns[0].Header().Rrtype)
 
 	// A pod that does not exist in a claimed service: NXDOMAIN with the SOA.
-	r = s.ask(t, "udp", "nginx-set-7.nginx-svc-west."+ns+"."+zone, dns.TypeA)
+	r = s.Ask(t, "udp", "nginx-set-7.nginx-svc-west."+ns+"."+zone, dns.TypeA)
 	assert.Equal(t, dns.RcodeNameError, r.Rcode)
 
 	// The local foo-west is not hidden: the kubernetes plugin answers it.
-	assert.Equal(t, []string{foo.Spec.ClusterIP}, answers(s.ask(t, "udp", "foo-west."+ns+"."+zone, dns.TypeA)))
+	assert.Equal(t, []string{foo.Spec.ClusterIP}, answers(s.Ask(t, "udp", "foo-west."+ns+"."+zone, dns.TypeA)))
 	// What an operator sees: every link synced, answers counted by kind,
 	// the programming latency of remote changes observed.
 	for _, c := range []string{"east", "west", "paris"} {
-		v, ok := s.metric(t, `coredns_mcmirror_link_synced{cluster="`+c+`"}`)
+		v, ok := s.Metric(t, `coredns_mcmirror_link_synced{cluster="`+c+`"}`)
 		assert.True(t, ok && v == "1", "%s synced: %q", c, v)
 	}
-	_, ok := s.metric(t, `coredns_mcmirror_answers_total{kind="pod",rcode="NOERROR"}`)
+	_, ok := s.Metric(t, `coredns_mcmirror_answers_total{kind="pod",rcode="NOERROR"}`)
 	assert.True(t, ok, "pod answers counted")
 
 	// Names are case-insensitive.
 	assert.Equal(t, []string{mirrors["west"]["nginx-set-0"]},
-		answers(s.ask(t, "udp", strings.ToUpper(name), dns.TypeA)))
+		answers(s.Ask(t, "udp", strings.ToUpper(name), dns.TypeA)))
 }
 
 // Changes in a remote cluster show in the answers: scaling, unexporting,
@@ -177,27 +201,31 @@ func TestRemoteChanges(t *testing.T) {
 	ctx := context.Background()
 	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
 	const ns = "changes"
+	// Mirrors go only to namespaces that exist locally.
+	require.NoError(t, east.Apply(ctx, harness.Namespace(ns)))
+	startController(t, east, west, paris)
 	for _, c := range []*harness.Cluster{west, paris} {
 		require.NoError(t, c.Apply(ctx, statefulSet(ns, 3, labels.ExportGateway)))
 		waitEndpoints(t, c, ns, "nginx-svc", 3)
-		mirrorHeadless(t, east, c, ns, "nginx-svc")
+		waitMirrors(t, east, c, ns, "nginx-svc", 3)
 	}
-	s := startServer(t, corefileFor(east, links(t, west, paris)))
+	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west, paris)))
 	global := "nginx-svc-global." + ns + "." + zone
-	require.Len(t, answers(s.ask(t, "udp", global, dns.TypeA)), 6)
+	require.Len(t, answers(s.Ask(t, "udp", global, dns.TypeA)), 6)
 
-	// Scale west 3 → 5: two more pods once their mirrors exist.
+	// Scale west 3 → 5: two more pods, once the controller has mirrored
+	// them.
 	scale(t, west, ns, 5)
 	waitEndpoints(t, west, ns, "nginx-svc", 5)
-	ips := mirrorHeadless(t, east, west, ns, "nginx-svc")
+	ips := waitMirrors(t, east, west, ns, "nginx-svc", 5)
 	eventuallyAnswers(t, s, "nginx-svc-west."+ns+"."+zone, values(ips))
 	eventuallyCount(t, s, global, 8)
 
-	// Scale west 5 → 2.
+	// Scale west 5 → 2: the answers follow the remote endpoints at once,
+	// although the controller keeps the per-pod mirrors for a grace period.
 	scale(t, west, ns, 2)
 	waitEndpoints(t, west, ns, "nginx-svc", 2)
 	eventuallyCount(t, s, "nginx-svc-west."+ns+"."+zone, 2)
-	mirrorHeadless(t, east, west, ns, "nginx-svc")
 	eventuallyCount(t, s, global, 5)
 
 	// Unexport in paris: its names go, the global name keeps west's pods.
@@ -226,13 +254,13 @@ func TestFlatMode(t *testing.T) {
 	const ns = "flat"
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 3, labels.ExportFlat)))
 	eps := waitEndpoints(t, paris, ns, "nginx-svc", 3)
-	s := startServer(t, corefileFor(east, links(t, paris)))
+	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, paris)))
 
 	for host, ip := range eps {
 		assert.True(t, paris.PodCIDR.Contains(mustAddr(t, ip)))
 		eventuallyAnswers(t, s, host+".nginx-svc-paris."+ns+"."+zone, []string{ip})
 	}
-	assert.Equal(t, values(eps), answers(s.ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
+	assert.Equal(t, values(eps), answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
 
 	scale(t, paris, ns, 4)
 	eps = waitEndpoints(t, paris, ns, "nginx-svc", 4)
@@ -251,9 +279,9 @@ func TestLinkSecrets(t *testing.T) {
 	kc, _ := linkKubeconfig(t, west)
 
 	require.NoError(t, east.Apply(ctx, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"linkerd-multicluster"}}`))
-	s := startServer(t, corefileFor(east, "        link_secrets linkerd-multicluster\n"))
+	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, "        link_secrets linkerd-multicluster\n"))
 	name := "nginx-svc-west." + ns + "." + zone
-	assert.NotEqual(t, dns.RcodeSuccess, s.ask(t, "udp", name, dns.TypeA).Rcode, "no link yet")
+	assert.NotEqual(t, dns.RcodeSuccess, s.Ask(t, "udp", name, dns.TypeA).Rcode, "no link yet")
 
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -283,16 +311,16 @@ func TestUnreachableLink(t *testing.T) {
 
 	// A kubeconfig for an API server that is not there.
 	kc, _ := linkKubeconfig(t, paris)
-	dead := strings.Replace(string(kc), paris.Server, fmt.Sprintf("https://127.0.0.1:%d", freePort(t)), 1)
+	dead := strings.Replace(string(kc), paris.Server, fmt.Sprintf("https://127.0.0.1:%d", harness.FreePort(t)), 1)
 	deadPath := filepath.Join(t.TempDir(), "dead.kubeconfig")
 	require.NoError(t, os.WriteFile(deadPath, []byte(dead), 0o600))
 
-	s := startServer(t, corefileFor(east, links(t, paris)+"        link moon "+deadPath+"\n        startup_timeout 2s\n"))
-	assert.Equal(t, values(eps), answers(s.ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
+	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, paris)+"        link moon "+deadPath+"\n        startup_timeout 2s\n"))
+	assert.Equal(t, values(eps), answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
 	// The dead link is visible to an operator.
-	v, _ := s.metric(t, `coredns_mcmirror_link_synced{cluster="moon"}`)
+	v, _ := s.Metric(t, `coredns_mcmirror_link_synced{cluster="moon"}`)
 	assert.Equal(t, "0", v, "moon is not synced")
-	v, _ = s.metric(t, `coredns_mcmirror_link_synced{cluster="paris"}`)
+	v, _ = s.Metric(t, `coredns_mcmirror_link_synced{cluster="paris"}`)
 	assert.Equal(t, "1", v, "paris is synced")
 }
 
@@ -337,47 +365,47 @@ spec:
 		_, err := west.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	s := startServer(t, corefileFor(east, links(t, west)))
+	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west)))
 	name := "_http._tcp.big-global." + ns + "." + zone
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		r := s.ask(c, "tcp", name, dns.TypeSRV)
+		r := s.Ask(c, "tcp", name, dns.TypeSRV)
 		assert.Len(c, r.Answer, 300)
 		assert.Len(c, glue(r), 300)
 	}, 20*time.Second, 50*time.Millisecond, "300 SRV records over TCP")
-	r := s.ask(t, "udp", name, dns.TypeSRV)
+	r := s.Ask(t, "udp", name, dns.TypeSRV)
 	assert.True(t, r.Truncated, "UDP answer has TC set")
 	assert.Less(t, len(r.Answer), 300)
-	assert.Len(t, s.dig(t, "+tcp", "SRV", name), 300, "dig over TCP sees all 300")
+	assert.Len(t, s.Dig(t, "+tcp", "SRV", name), 300, "dig over TCP sees all 300")
 }
 
 // eventuallyAnswers waits until name's A answer is want, and logs how long
 // that took.
-func eventuallyAnswers(t *testing.T, s *server, name string, want []string) {
+func eventuallyAnswers(t *testing.T, s *harness.DNSServer, name string, want []string) {
 	t.Helper()
 	start := time.Now()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, want, answers(s.ask(c, "udp", name, dns.TypeA)))
+		assert.Equal(c, want, answers(s.Ask(c, "udp", name, dns.TypeA)))
 	}, 15*time.Second, 20*time.Millisecond, name)
 	t.Logf("%s answered %d addresses after %v", name, len(want), time.Since(start).Round(time.Millisecond))
 }
 
 // eventuallyCount waits until name has n A records.
-func eventuallyCount(t *testing.T, s *server, name string, n int) {
+func eventuallyCount(t *testing.T, s *harness.DNSServer, name string, n int) {
 	t.Helper()
 	start := time.Now()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Len(c, answers(s.ask(c, "udp", name, dns.TypeA)), n)
+		assert.Len(c, answers(s.Ask(c, "udp", name, dns.TypeA)), n)
 	}, 15*time.Second, 20*time.Millisecond, "%s with %d records", name, n)
 	t.Logf("%s had %d records after %v", name, n, time.Since(start).Round(time.Millisecond))
 }
 
 // eventuallyRcode waits until an A query for name answers rcode.
-func eventuallyRcode(t *testing.T, s *server, name string, rcode int) {
+func eventuallyRcode(t *testing.T, s *harness.DNSServer, name string, rcode int) {
 	t.Helper()
 	start := time.Now()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, dns.RcodeToString[rcode], dns.RcodeToString[s.ask(c, "udp", name, dns.TypeA).Rcode])
+		assert.Equal(c, dns.RcodeToString[rcode], dns.RcodeToString[s.Ask(c, "udp", name, dns.TypeA).Rcode])
 	}, 15*time.Second, 20*time.Millisecond, "%s answers %s", name, dns.RcodeToString[rcode])
 	t.Logf("%s answered %s after %v", name, dns.RcodeToString[rcode], time.Since(start).Round(time.Millisecond))
 }

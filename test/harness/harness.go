@@ -64,8 +64,9 @@ type Env struct {
 	byName   map[string]*Cluster
 	pods     *podNet
 
-	mu    sync.Mutex
-	procs []*Process // every process ever started, in start order
+	mu     sync.Mutex
+	procs  []*Process     // every process ever started, in start order
+	starts map[string]int // starts per log name, for unique log files
 }
 
 // New returns an environment that Run or Start brings up.
@@ -73,7 +74,7 @@ func New(opts Options) *Env {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 3 * time.Minute
 	}
-	return &Env{opts: opts, byName: map[string]*Cluster{}}
+	return &Env{opts: opts, byName: map[string]*Cluster{}, starts: map[string]int{}}
 }
 
 // Run is the body of a TestMain: it starts the environment, runs the tests,
@@ -290,8 +291,17 @@ func (e *Env) startProcess(name string, env []string, argv ...string) (*Process,
 // launch starts and records a process. A critical one is part of the
 // environment: its exit fails every wait of the harness.
 func (e *Env) launch(name string, critical bool, env []string, argv ...string) (*Process, error) {
-	logName := strings.NewReplacer("/", "-", " ", "_").Replace(name) + ".log"
-	p, err := startProcess(name, filepath.Join(e.Dir, "logs", logName), env, argv...)
+	// One log per start: a restarted process (same name) gets a log of its
+	// own, so that what a test reads from it is that process's alone.
+	base := filepath.Join(e.Dir, "logs", strings.NewReplacer("/", "-", " ", "_").Replace(name))
+	e.mu.Lock()
+	e.starts[base]++
+	logPath := base + ".log"
+	if n := e.starts[base]; n > 1 {
+		logPath = fmt.Sprintf("%s.%d.log", base, n)
+	}
+	e.mu.Unlock()
+	p, err := startProcess(name, logPath, env, argv...)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,8 @@ type Pod struct {
 	Gateway netip.Addr
 	// Netns is the name of the pod's network namespace.
 	Netns string
+	// HostInterface is the host end of the pod's veth pair.
+	HostInterface string
 	// Process is the server running in the namespace.
 	Process *Process
 }
@@ -49,7 +52,7 @@ func (c *Cluster) RunPod(t testing.TB, name string, cmd Command) *Pod {
 		t.Fatalf("pod %s/%s: %v", c.Name, name, err)
 	}
 	t.Cleanup(func() { c.env.pods.remove(pod.ns) })
-	p := &Pod{Name: name, Cluster: c, IP: pod.ip, Gateway: pod.gw, Netns: pod.ns}
+	p := &Pod{Name: name, Cluster: c, IP: pod.ip, Gateway: pod.gw, Netns: pod.ns, HostInterface: pod.host}
 	env := append([]string{"MCMIRROR_POD_NAME=" + c.Name + "/" + name, "MCMIRROR_POD_IP=" + pod.ip.String()}, cmd.Env...)
 	argv := append([]string{"ip", "netns", "exec", pod.ns}, cmd.Argv...)
 	// Registered after the namespace's cleanup, so it runs before it.
@@ -64,13 +67,13 @@ type podNet struct {
 	prefix string // netns name prefix: "mcm<pid>-", so a sweep knows the owner
 
 	mu   sync.Mutex
-	next int             // next /30 of block
-	live map[string]bool // namespaces not yet removed
+	next int               // next /30 of block
+	live map[string]string // namespaces not yet removed → host interface
 }
 
 type podAddr struct {
-	ns     string
-	gw, ip netip.Addr
+	ns, host string // namespace and host interface
+	gw, ip   netip.Addr
 }
 
 func newPodNet() (*podNet, error) {
@@ -79,7 +82,16 @@ func newPodNet() (*podNet, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &podNet{block: block, prefix: fmt.Sprintf("mcm%d-", os.Getpid()), live: map[string]bool{}}, nil
+	// Traffic to an address of the block that no pod holds (one that is
+	// gone, say) must stay on this machine rather than follow the default
+	// route: a blackhole route for the block drops it here, while each live
+	// pod's /30 route is more specific and wins.
+	// Its metric is this process's PID, so that a later run can sweep the
+	// route of a run that was killed.
+	if err := ip("route", "add", "blackhole", block.String(), "metric", strconv.Itoa(os.Getpid())); err != nil {
+		return nil, err
+	}
+	return &podNet{block: block, prefix: fmt.Sprintf("mcm%d-", os.Getpid()), live: map[string]string{}}, nil
 }
 
 // add creates a namespace with a veth pair and addresses.
@@ -97,11 +109,11 @@ func (n *podNet) add() (podAddr, error) {
 		v := off + i
 		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 	}
-	a := podAddr{ns: n.prefix + strconv.Itoa(k), gw: at(1), ip: at(2)}
 	// Interface names are limited to 15 bytes.
 	host, peer := fmt.Sprintf("m%dh%d", os.Getpid(), k), fmt.Sprintf("m%dp%d", os.Getpid(), k)
+	a := podAddr{ns: n.prefix + strconv.Itoa(k), host: host, gw: at(1), ip: at(2)}
 	n.mu.Lock()
-	n.live[a.ns] = true
+	n.live[a.ns] = host
 	n.mu.Unlock()
 	steps := [][]string{
 		{"netns", "add", a.ns},
@@ -122,19 +134,25 @@ func (n *podNet) add() (podAddr, error) {
 	return a, nil
 }
 
-// remove deletes a namespace; its veth pair goes with it.
+// remove deletes a namespace and its veth pair. The kernel frees a deleted
+// namespace, and the links in it, asynchronously; deleting the host end
+// first takes the pair, and the route to the pod, down at once.
 func (n *podNet) remove(ns string) {
 	n.mu.Lock()
-	live := n.live[ns]
+	host, live := n.live[ns]
 	delete(n.live, ns)
 	n.mu.Unlock()
 	if live {
+		_ = ip("link", "del", host)
 		_ = ip("netns", "del", ns)
 	}
 }
 
-// removeAll deletes every namespace still there.
+// removeAll deletes every namespace still there and the block's route.
 func (n *podNet) removeAll() {
+	defer func() {
+		_ = ip("route", "del", "blackhole", n.block.String(), "metric", strconv.Itoa(os.Getpid()))
+	}()
 	n.mu.Lock()
 	var all []string
 	for ns := range n.live {
@@ -146,9 +164,15 @@ func (n *podNet) removeAll() {
 	}
 }
 
-// sweepStaleNetns deletes the namespaces of harness runs whose process is
-// gone (a test binary that was killed cannot clean up after itself).
+// sweepStaleNetns deletes the namespaces and routes of harness runs whose
+// process is gone (a test binary that was killed cannot clean up after
+// itself).
 func sweepStaleNetns() {
+	for p, pid := range blackholes() {
+		if pid > 0 && !alive(pid) {
+			_ = ip("route", "del", "blackhole", p.String(), "metric", strconv.Itoa(pid))
+		}
+	}
 	entries, err := os.ReadDir("/run/netns")
 	if err != nil {
 		return
@@ -167,16 +191,47 @@ func sweepStaleNetns() {
 	}
 }
 
-// freeBlock picks a /22 in 10.248.0.0/13 that no host interface address
-// falls in, so that parallel runs and the host's own networks never collide.
+// podRange holds every block the harness picks pod addresses from.
+var podRange = netip.MustParsePrefix("10.248.0.0/13")
+
+// blackholes returns the blackhole routes in podRange with their metric
+// (the PID of the harness run that added them).
+func blackholes() map[netip.Prefix]int {
+	out, err := exec.Command("ip", "-4", "route", "show", "type", "blackhole").Output()
+	if err != nil {
+		return nil
+	}
+	routes := map[netip.Prefix]int{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line) // blackhole 10.249.12.0/22 metric 1234
+		if len(f) < 2 {
+			continue
+		}
+		p, err := netip.ParsePrefix(f[1])
+		if err != nil || !podRange.Overlaps(p) {
+			continue
+		}
+		metric := 0
+		if i := slices.Index(f, "metric"); i >= 0 && i+1 < len(f) {
+			metric, _ = strconv.Atoi(f[i+1])
+		}
+		routes[p] = metric
+	}
+	return routes
+}
+
+// freeBlock picks a /22 in podRange that no host interface address falls in
+// and no route of another run holds, so that parallel runs and the host's
+// own networks never collide.
 func freeBlock() (netip.Prefix, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return netip.Prefix{}, err
 	}
+	taken := blackholes()
 	for range 100 {
 		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(248 + rand.IntN(8)), byte(4 * rand.IntN(64)), 0}), 22)
-		used := false
+		_, used := taken[p]
 		for _, a := range addrs {
 			if ipn, ok := a.(*net.IPNet); ok {
 				if pa, ok := netip.AddrFromSlice(ipn.IP); ok && p.Contains(pa.Unmap()) {

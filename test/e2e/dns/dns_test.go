@@ -5,6 +5,7 @@ package dns_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -111,10 +112,9 @@ func TestGatewayWalkthrough(t *testing.T) {
 	local := waitEndpoints(t, east, ns, "nginx-svc", 3)
 
 	// A local Service whose name merely ends in a linked cluster's name.
-	foo, err := east.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "foo-west"},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-	}, metav1.CreateOptions{})
+	require.NoError(t, east.Apply(ctx, `{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "foo-west", "namespace": "`+ns+`"},
+		"spec": {"ports": [{"name": "http", "port": 80}]}}`))
+	foo, err := east.Client.CoreV1().Services(ns).Get(ctx, "foo-west", metav1.GetOptions{})
 	require.NoError(t, err)
 
 	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west, paris)))
@@ -362,8 +362,10 @@ spec:
 				Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
 			})
 		}
-		_, err := west.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
+		slice.APIVersion, slice.Kind = "discovery.k8s.io/v1", "EndpointSlice"
+		manifest, err := json.Marshal(slice)
 		require.NoError(t, err)
+		require.NoError(t, west.Apply(ctx, string(manifest)))
 	}
 	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west)))
 	name := "_http._tcp.big-global." + ns + "." + zone

@@ -143,7 +143,12 @@ func run(dnsPort int, check bool) error {
 		}
 	}
 	fmt.Printf("\nThe addresses are east's mirror ClusterIPs (%s), made by the controller.\n", east.ServiceCIDR)
-	fmt.Printf("\nKubeconfigs (kubectl is not part of the demo; any client works):\n")
+	kubectl, err := harness.Binary("kubectl")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nKubeconfigs, e.g. for the mirrors the controller made in east:\n")
+	fmt.Printf("  %s --kubeconfig %s get services -l mirror.linkerd.io/mirrored-service=true\n", kubectl, east.Kubeconfig)
 	for _, c := range env.Clusters() {
 		fmt.Printf("  %-6s %s\n", c.Name, c.Kubeconfig)
 	}

@@ -1,0 +1,878 @@
+// Package deploy_test proves the manifests of deploy/ against real API
+// servers: east links west. deploy/remote-link.yaml is applied to west,
+// deploy/controller.yaml and deploy/coredns.yaml to east; then real
+// coredns-mc processes run in east as the ServiceAccounts those manifests
+// bind, with the arguments and the Corefile the manifests carry, and must
+// mirror and answer what west exports. The Deployments cannot run here (no
+// kubelet pulls images): it is enough that the API server accepts them.
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
+	{Name: "east"}, {Name: "west", Workloads: true},
+}})
+
+func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
+
+const (
+	wait = 90 * time.Second
+	tick = 100 * time.Millisecond
+	zone = "svc.cluster.local."
+)
+
+// ---- manifests -----------------------------------------------------------
+
+// manifest returns the text of deploy/<name>.
+func manifest(t *testing.T, name string) string {
+	t.Helper()
+	_, self, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "..", "deploy", name))
+	require.NoError(t, err)
+	return string(b)
+}
+
+// object decodes the object kind ns/name of a manifest into out.
+func object(t *testing.T, text, kind, ns, name string, out any) {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(text), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		if u.GetKind() == kind && u.GetNamespace() == ns && u.GetName() == name {
+			require.NoError(t, k8sruntime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, out, true))
+			return
+		}
+	}
+	t.Fatalf("no %s %s/%s in the manifest", kind, ns, name)
+}
+
+// controllerDeployment is the Deployment of deploy/controller.yaml.
+func controllerDeployment(t *testing.T) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	object(t, manifest(t, "controller.yaml"), "Deployment", "mcmirror", "mcmirror-controller", d)
+	return d
+}
+
+// flagValue returns the value of --name=value in args.
+func flagValue(t *testing.T, args []string, name string) string {
+	t.Helper()
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("no --%s= in %q", name, args)
+	return ""
+}
+
+// applyManifests applies the manifests of deploy/ to the clusters that take
+// them, and makes kube-system/coredns as kubeadm would.
+func applyManifests(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	require.NoError(t, west.Apply(ctx, manifest(t, "remote-link.yaml")))
+	require.NoError(t, east.Apply(ctx, manifest(t, "controller.yaml")))
+	_, err := east.Client.CoreV1().ServiceAccounts("kube-system").Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: "kube-system"}}, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	require.NoError(t, east.Apply(ctx, manifest(t, "coredns.yaml")))
+}
+
+// saKubeconfig writes a kubeconfig of east's ServiceAccount ns/name and
+// returns its path.
+func saKubeconfig(t *testing.T, ns, name string) string {
+	t.Helper()
+	kc, err := env.Cluster("east").ServiceAccountKubeconfig(context.Background(), ns, name)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
+	require.NoError(t, os.WriteFile(path, kc, 0o600))
+	return path
+}
+
+// linkWest writes, in east's namespace ns, the Linkerd-format link Secret
+// for west, with the credentials of deploy/remote-link.yaml, as
+// deploy/README.md tells an operator to.
+func linkWest(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	kc, err := west.LinkKubeconfig(ctx)
+	require.NoError(t, err)
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: labels.LinkSecretNamePrefix + "west", Namespace: ns,
+			Labels: map[string]string{labels.LinkClusterName: "west"},
+		},
+		Type: corev1.SecretType(labels.LinkSecretType),
+		Data: map[string][]byte{labels.LinkSecretKey: kc},
+	}
+	_, err = east.Client.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = east.Client.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{})
+	}
+	require.NoError(t, err)
+}
+
+// ---- workloads -----------------------------------------------------------
+
+// namespace creates ns in each cluster (east has no namespace controller
+// to finish a deletion, so it is deleted from west only).
+func namespace(t *testing.T, ns string, clusters ...*harness.Cluster) {
+	t.Helper()
+	for _, c := range clusters {
+		require.NoError(t, c.Apply(context.Background(), fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", ns)))
+		if c.Workloads {
+			t.Cleanup(func() {
+				_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+			})
+		}
+	}
+}
+
+// statefulSet is headless nginx-svc (port http 80) with StatefulSet
+// nginx-set of replicas pods behind it, exported with export.
+func statefulSet(ns string, replicas int, export string) string {
+	return fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: nginx-svc, namespace: %[1]s, labels: {%[3]s: %[4]q}}
+spec:
+  clusterIP: None
+  selector: {app: nginx}
+  ports: [{name: http, port: 80}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: nginx-set, namespace: %[1]s}
+spec:
+  serviceName: nginx-svc
+  replicas: %[2]d
+  podManagementPolicy: Parallel
+  selector: {matchLabels: {app: nginx}}
+  template:
+    metadata: {labels: {app: nginx}}
+    spec:
+      nodeName: %[5]s
+      containers: [{name: nginx, image: nginx, ports: [{name: http, containerPort: 80}]}]
+`, ns, replicas, labels.Exported, export, harness.NodeName)
+}
+
+// mirrors returns east's mirror Services of ns by name.
+func mirrors(ctx context.Context, ns string) (map[string]corev1.Service, error) {
+	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.MirrorSelector})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]corev1.Service{}
+	for _, s := range list.Items {
+		out[s.Name] = s
+	}
+	return out, nil
+}
+
+// ---- processes -----------------------------------------------------------
+
+// freePort returns a port free for both UDP and TCP on 127.0.0.1.
+func freePort(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", l.Addr().String())
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// controllerProc is a running `coredns-mc controller`.
+type controllerProc struct {
+	proc    *harness.Process
+	metrics string // host:port of /metrics and /healthz
+}
+
+// startController runs `coredns-mc controller` in east exactly as the
+// Deployment of deploy/controller.yaml runs it (its arguments, its
+// ServiceAccount), except for what only makes sense in a pod: the
+// in-cluster configuration becomes a kubeconfig of the same
+// ServiceAccount, and the metrics listen on a free loopback port.
+func startController(t *testing.T, name string) *controllerProc {
+	t.Helper()
+	d := controllerDeployment(t)
+	spec := d.Spec.Template.Spec
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	kubeconfig := saKubeconfig(t, d.Namespace, spec.ServiceAccountName)
+	metrics := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	argv := []string{bin}
+	for _, a := range spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--metrics-addr=") {
+			a = "--metrics-addr=" + metrics
+		}
+		argv = append(argv, a)
+	}
+	argv = append(argv, "--kubeconfig="+kubeconfig, "--v=2")
+	p := &controllerProc{proc: env.StartProcess(t, "east/"+name, nil, argv...), metrics: metrics}
+	// The probes of the Deployment: /healthz of --metrics-addr.
+	probe := spec.Containers[0].LivenessProbe.HTTPGet.Path
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		done, err := p.proc.Exited()
+		require.False(c, done, "%s exited: %v\n%s", name, err, p.proc.Tail(20))
+		resp, err := http.Get("http://" + metrics + probe)
+		require.NoError(c, err)
+		resp.Body.Close()
+		assert.Equal(c, http.StatusOK, resp.StatusCode)
+	}, wait, tick, "%s answers %s", name, probe)
+	return p
+}
+
+// log returns the process's log so far.
+func log(t *testing.T, p *harness.Process) string {
+	t.Helper()
+	b, err := os.ReadFile(p.LogPath)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// dnsServer is a running coredns-mc DNS server.
+type dnsServer struct {
+	addr string
+	proc *harness.Process
+}
+
+// corefile returns the Corefile of deploy/coredns.yaml's ConfigMap.
+func corefile(t *testing.T) string {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	object(t, manifest(t, "coredns.yaml"), "ConfigMap", "kube-system", "coredns-mcmirror", cm)
+	require.Contains(t, cm.Data, "Corefile")
+	return cm.Data["Corefile"]
+}
+
+// startDNS runs coredns-mc with the Corefile of deploy/coredns.yaml, adapted
+// to a process on this host: loopback and free ports instead of :53, :8080,
+// :8181 and :9153, and the kubeconfig of kube-system/coredns (the
+// ServiceAccount the manifest grants to) instead of the in-cluster
+// configuration.
+func startDNS(t *testing.T) *dnsServer {
+	t.Helper()
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	kubeconfig := saKubeconfig(t, "kube-system", "coredns")
+	port, health, ready, metrics := freePort(t), freePort(t), freePort(t), freePort(t)
+	cf := corefile(t)
+	for _, r := range []struct{ old, new string }{
+		{".:53 {\n", fmt.Sprintf(".:%d {\n    bind 127.0.0.1\n", port)},
+		{"    health {\n", fmt.Sprintf("    health 127.0.0.1:%d {\n", health)},
+		{"    ready\n", fmt.Sprintf("    ready 127.0.0.1:%d\n", ready)},
+		{"    prometheus :9153\n", fmt.Sprintf("    prometheus 127.0.0.1:%d\n", metrics)},
+		{"        link_secrets ", "        kubeconfig " + kubeconfig + "\n        link_secrets "},
+		{"        pods insecure\n", "        kubeconfig " + kubeconfig + "\n        pods insecure\n"},
+	} {
+		require.Equal(t, 1, strings.Count(cf, r.old), "the Corefile has %q once", r.old)
+		cf = strings.Replace(cf, r.old, r.new, 1)
+	}
+	path := filepath.Join(t.TempDir(), "Corefile")
+	require.NoError(t, os.WriteFile(path, []byte(cf), 0o644))
+	s := &dnsServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	s.proc = env.StartProcess(t, "east/coredns-mc", nil, bin, "-conf", path)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		done, err := s.proc.Exited()
+		require.False(c, done, "coredns-mc exited: %v\n%s", err, s.proc.Tail(20))
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", ready))
+		require.NoError(c, err)
+		resp.Body.Close()
+		require.Equal(c, http.StatusOK, resp.StatusCode)
+		// Through the kubernetes plugin, with the same RBAC.
+		r := s.ask(c, "kubernetes.default."+zone, dns.TypeA)
+		assert.Equal(c, dns.RcodeSuccess, r.Rcode)
+		assert.Len(c, r.Answer, 1)
+	}, wait, tick, "coredns-mc ready")
+	return s
+}
+
+// ask sends one UDP query and returns the reply.
+func (s *dnsServer) ask(t require.TestingT, name string, qtype uint16) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	c := &dns.Client{Net: "udp", Timeout: 5 * time.Second}
+	r, _, err := c.Exchange(m, s.addr)
+	require.NoError(t, err, "%s %s", name, dns.TypeToString[qtype])
+	return r
+}
+
+// addresses returns the A records of a reply, sorted.
+func addresses(r *dns.Msg) []string {
+	var out []string
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			out = append(out, a.A.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ---- tests ---------------------------------------------------------------
+
+// The manifests are accepted as they are, say what they should, and agree
+// with each other.
+func TestManifests(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	applyManifests(t)
+	east := env.Cluster("east")
+
+	d := controllerDeployment(t)
+	got, err := east.Client.AppsV1().Deployments("mcmirror").Get(ctx, "mcmirror-controller", metav1.GetOptions{})
+	require.NoError(t, err, "the API server took the Deployment")
+	assert.Equal(t, int32(2), *got.Spec.Replicas)
+
+	spec := d.Spec.Template.Spec
+	require.Len(t, spec.Containers, 1)
+	ctr := spec.Containers[0]
+	assert.Equal(t, "ghcr.io/mcmirror/coredns-mc:latest", ctr.Image)
+	assert.Equal(t, "controller", ctr.Args[0])
+	assert.Contains(t, ctr.Args, "--leader-elect")
+	assert.Equal(t, "mcmirror", flagValue(t, ctr.Args, "leader-elect-namespace"))
+	assert.NotContains(t, ctr.Args, "--create-namespaces", "namespaces: list and watch only, so no --create-namespaces")
+	assert.Equal(t, "mcmirror-controller", spec.ServiceAccountName)
+	require.NotNil(t, spec.SecurityContext)
+	assert.True(t, *spec.SecurityContext.RunAsNonRoot)
+	require.NotNil(t, ctr.SecurityContext)
+	assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
+	assert.False(t, *ctr.SecurityContext.AllowPrivilegeEscalation)
+	assert.Equal(t, []corev1.Capability{"ALL"}, ctr.SecurityContext.Capabilities.Drop)
+	assert.Empty(t, ctr.SecurityContext.Capabilities.Add)
+	assert.NotEmpty(t, ctr.Resources.Requests)
+	_, port, err := net.SplitHostPort(flagValue(t, ctr.Args, "metrics-addr"))
+	require.NoError(t, err)
+	require.Len(t, ctr.Ports, 1)
+	assert.Equal(t, port, strconv.Itoa(int(ctr.Ports[0].ContainerPort)), "the metrics port is --metrics-addr's")
+	for _, p := range []*corev1.Probe{ctr.LivenessProbe, ctr.ReadinessProbe} {
+		require.NotNil(t, p)
+		require.NotNil(t, p.HTTPGet)
+		assert.Equal(t, "/healthz", p.HTTPGet.Path)
+		assert.Equal(t, ctr.Ports[0].Name, p.HTTPGet.Port.String())
+	}
+
+	// The Lease the Role lets it renew is the one the flags name.
+	role := &rbacv1.Role{}
+	object(t, manifest(t, "controller.yaml"), "Role", "mcmirror", "mcmirror-controller-leader-election", role)
+	var names []string
+	for _, r := range role.Rules {
+		names = append(names, r.ResourceNames...)
+	}
+	assert.Equal(t, []string{flagValue(t, ctr.Args, "leader-elect-name")}, names)
+
+	// The DNS and the controller agree on the cluster name and on where
+	// the link Secrets are, and the secrets Roles are in that namespace.
+	cf := corefile(t)
+	assert.Contains(t, cf, "\n        cluster "+flagValue(t, ctr.Args, "cluster")+"\n")
+	linkNS := flagValue(t, ctr.Args, "link-secrets")
+	assert.Contains(t, cf, "\n        link_secrets "+linkNS+"\n")
+	for _, f := range []struct{ file, role string }{
+		{"controller.yaml", "mcmirror-controller-link-secrets"},
+		{"coredns.yaml", "mcmirror-coredns-link-secrets"},
+	} {
+		r := &rbacv1.Role{}
+		object(t, manifest(t, f.file), "Role", linkNS, f.role, r)
+	}
+}
+
+// The controller, run as the ServiceAccount of deploy/controller.yaml with
+// the Deployment's arguments (two replicas, leader election on), links west
+// through a link Secret and mirrors its export: the RBAC is sufficient.
+func TestControllerRBACSuffices(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	applyManifests(t)
+	east, west := env.Cluster("east"), env.Cluster("west")
+	d := controllerDeployment(t)
+	args := d.Spec.Template.Spec.Containers[0].Args
+	linkWest(t, flagValue(t, args, "link-secrets"))
+
+	const ns = "deploy-ctrl"
+	namespace(t, ns, east, west)
+	require.NoError(t, west.Apply(ctx, statefulSet(ns, 2, labels.ExportGateway)))
+	// Exported from a namespace east does not have: an Event says so
+	// (the events permission; --create-namespaces is off).
+	const absent = "deploy-absent"
+	namespace(t, absent, west)
+	require.NoError(t, west.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: %s, labels: {%s: "true"}}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 80}]
+`, absent, labels.Exported)))
+
+	replicas := []*controllerProc{startController(t, "mcmirror-controller-0"), startController(t, "mcmirror-controller-1")}
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.ElementsMatch(c, []string{"nginx-svc-west", "nginx-set-0-west", "nginx-set-1-west"}, keys(m))
+		for name, s := range m {
+			assert.Equal(c, controller.ManagedByValue, s.Labels[controller.ManagedBy], name)
+			assert.Equal(c, "west", s.Labels[labels.ClusterName], name)
+		}
+		es, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(c, err)
+		assert.Len(c, es.Items, 3, "one EndpointSlice per mirror")
+	}, wait, tick, "west's export is mirrored in east")
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events, err := east.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+		require.NoError(c, err)
+		found := false
+		for _, e := range events.Items {
+			found = found || (e.Reason == controller.ReasonNamespaceMissing && e.InvolvedObject.Name == absent)
+		}
+		assert.True(c, found, "a %s Event on Namespace %s", controller.ReasonNamespaceMissing, absent)
+	}, wait, tick)
+
+	// One replica leads, holding the Lease the flags name; the other
+	// follows (it could read the Lease).
+	lease, err := east.Client.CoordinationV1().Leases(flagValue(t, args, "leader-elect-namespace")).
+		Get(ctx, flagValue(t, args, "leader-elect-name"), metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, lease.Spec.HolderIdentity)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		leading, following := 0, 0
+		for _, r := range replicas {
+			l := log(t, r.proc)
+			if strings.Contains(l, `"Leading"`) {
+				leading++
+			}
+			if strings.Contains(l, `"Following"`) {
+				following++
+			}
+		}
+		assert.Equal(c, 1, leading, "leaders")
+		assert.Equal(c, 1, following, "followers")
+	}, wait, tick)
+
+	// The leader's metrics show the link.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		links := 0
+		for _, r := range replicas {
+			resp, err := http.Get("http://" + r.metrics + "/metrics")
+			require.NoError(c, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(c, err)
+			if bytes.Contains(body, []byte("coredns_mcmirror_controller_links 1\n")) {
+				links++
+			}
+		}
+		assert.Equal(c, 1, links, "the leader links west")
+	}, wait, tick)
+
+	// Nothing it tried was refused.
+	for _, r := range replicas {
+		assert.NotContains(t, strings.ToLower(log(t, r.proc)), "forbidden", "%s: every call was allowed", r.proc.Name)
+	}
+}
+
+// coredns-mc, run as kube-system/coredns with only the RBAC of
+// deploy/coredns.yaml and the Corefile of its ConfigMap, links west through
+// the link Secret and answers multi-cluster names: gateway mode (the mirror
+// the controller makes, run as its own ServiceAccount) and flat mode.
+func TestCoreDNSRBACSuffices(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	applyManifests(t)
+	east, west := env.Cluster("east"), env.Cluster("west")
+	linkWest(t, flagValue(t, controllerDeployment(t).Spec.Template.Spec.Containers[0].Args, "link-secrets"))
+
+	const gw, flat = "deploy-dns-gw", "deploy-dns-flat"
+	namespace(t, gw, east, west)
+	namespace(t, flat, east, west)
+	require.NoError(t, west.Apply(ctx, statefulSet(gw, 2, labels.ExportGateway)))
+	require.NoError(t, west.Apply(ctx, statefulSet(flat, 2, labels.ExportFlat)))
+	ctrl := startController(t, "mcmirror-controller")
+	s := startDNS(t)
+
+	// Gateway mode: a pod of west by name, at its mirror's ClusterIP in
+	// east.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, gw)
+		require.NoError(c, err)
+		pod, ok := m["nginx-set-0-west"]
+		require.True(c, ok, "per-pod mirror nginx-set-0-west")
+		r := s.ask(c, "nginx-set-0.nginx-svc-west."+gw+"."+zone, dns.TypeA)
+		require.Equal(c, dns.RcodeSuccess, r.Rcode)
+		assert.Equal(c, []string{pod.Spec.ClusterIP}, addresses(r))
+	}, wait, tick, "nginx-set-0.nginx-svc-west.%s answers the mirror ClusterIP", gw)
+
+	// Flat mode: west's ready pod addresses.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		list, err := west.Client.DiscoveryV1().EndpointSlices(flat).List(ctx, metav1.ListOptions{LabelSelector: labels.ServiceName + "=nginx-svc"})
+		require.NoError(c, err)
+		var want []string
+		for _, es := range list.Items {
+			for _, ep := range es.Endpoints {
+				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+					want = append(want, ep.Addresses...)
+				}
+			}
+		}
+		slices.Sort(want)
+		require.Len(c, want, 2)
+		r := s.ask(c, "nginx-svc-west."+flat+"."+zone, dns.TypeA)
+		require.Equal(c, dns.RcodeSuccess, r.Rcode)
+		assert.Equal(c, want, addresses(r))
+	}, wait, tick, "nginx-svc-west.%s answers west's pods", flat)
+
+	for _, p := range []*harness.Process{s.proc, ctrl.proc} {
+		assert.NotContains(t, strings.ToLower(log(t, p)), "forbidden", "%s: every call was allowed", p.Name)
+	}
+}
+
+// access is one SelfSubjectAccessReview.
+type access struct {
+	verb, group, resource, ns, name string
+}
+
+func (a access) String() string {
+	return fmt.Sprintf("%s %s.%s ns=%q name=%q", a.verb, a.resource, a.group, a.ns, a.name)
+}
+
+// checkAccess asks east, as ServiceAccount ns/name, whether each of
+// allowed is allowed and each of denied is not.
+func checkAccess(t *testing.T, ns, name string, allowed, denied []access) kubernetes.Interface {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := env.Cluster("east").ServiceAccountConfig(ctx, ns, name)
+	require.NoError(t, err)
+	cfg.QPS, cfg.Burst = 100, 200
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	review := func(a access) bool {
+		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: a.verb, Group: a.group, Resource: a.resource, Namespace: a.ns, Name: a.name,
+			}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return r.Status.Allowed
+	}
+	// RBAC is read through an informer: wait for the bindings to count.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, a := range allowed {
+			assert.True(c, review(a), "%s/%s may %s", ns, name, a)
+		}
+	}, wait, tick)
+	for _, a := range denied {
+		assert.False(t, review(a), "%s/%s may not %s", ns, name, a)
+	}
+	return client
+}
+
+// The ServiceAccounts may do what their components need and nothing
+// else that matters.
+func TestRBACRefuses(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	applyManifests(t)
+	const links = "mcmirror-links"
+	const disc = "discovery.k8s.io"
+	const coord = "coordination.k8s.io"
+
+	var allowed []access
+	for _, v := range []string{"list", "watch", "create", "update", "delete"} {
+		allowed = append(allowed, access{v, "", "services", "any-ns", ""})
+	}
+	for _, v := range []string{"get", "list", "watch", "create", "update", "delete"} {
+		allowed = append(allowed, access{v, disc, "endpointslices", "any-ns", ""})
+	}
+	allowed = append(allowed,
+		access{"list", "", "namespaces", "", ""}, access{"watch", "", "namespaces", "", ""},
+		access{"create", "", "events", "default", ""}, access{"patch", "", "events", "any-ns", ""},
+		access{"create", coord, "leases", "mcmirror", ""},
+		access{"get", coord, "leases", "mcmirror", "mcmirror-controller"},
+		access{"update", coord, "leases", "mcmirror", "mcmirror-controller"},
+		access{"list", "", "secrets", links, ""}, access{"watch", "", "secrets", links, ""},
+	)
+	client := checkAccess(t, "mcmirror", "mcmirror-controller", allowed, []access{
+		{"delete", "apps", "deployments", "default", ""},
+		{"create", "", "pods", "default", ""},
+		{"list", "", "secrets", "kube-system", ""},
+		{"get", "", "secrets", "kube-system", "any"},
+		{"list", "", "secrets", "", ""},
+		{"list", "", "secrets", "mcmirror", ""},
+		{"get", "", "secrets", links, "cluster-credentials-west"},
+		{"create", "", "secrets", links, ""},
+		{"create", "", "namespaces", "", ""},
+		{"delete", "", "namespaces", "", "default"},
+		{"patch", "", "services", "default", ""},
+		{"deletecollection", "", "services", "default", ""},
+		{"update", coord, "leases", "kube-system", "kube-controller-manager"},
+		{"update", coord, "leases", "mcmirror", "someone-else"},
+		{"delete", coord, "leases", "mcmirror", "mcmirror-controller"},
+		{"list", "", "nodes", "", ""},
+		{"create", "", "serviceaccounts/token", "mcmirror", "mcmirror-link"},
+		{"escalate", "rbac.authorization.k8s.io", "clusterroles", "", ""},
+	})
+	// And really refused, not only said to be.
+	_, err := client.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "list Secrets in kube-system: %v", err)
+	err = client.AppsV1().Deployments("mcmirror").Delete(ctx, "mcmirror-controller", metav1.DeleteOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "delete the Deployment: %v", err)
+
+	client = checkAccess(t, "kube-system", "coredns", []access{
+		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
+		{"list", disc, "endpointslices", "", ""}, {"watch", disc, "endpointslices", "", ""},
+		{"list", "", "namespaces", "", ""}, {"watch", "", "namespaces", "", ""},
+		{"list", "", "secrets", links, ""}, {"watch", "", "secrets", links, ""},
+	}, []access{
+		{"get", "", "secrets", links, "cluster-credentials-west"},
+		{"list", "", "secrets", "kube-system", ""},
+		{"list", "", "secrets", "", ""},
+		{"create", "", "services", "default", ""},
+		{"update", disc, "endpointslices", "default", ""},
+		{"create", "", "secrets", links, ""},
+		{"delete", "apps", "deployments", "kube-system", "coredns"},
+	})
+	_, err = client.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "list Secrets in kube-system: %v", err)
+}
+
+// deploy/coredns-patch.yaml, applied to a CoreDNS Deployment as kubeadm
+// makes it, swaps the image and the Corefile and keeps the rest; the API
+// server accepts the result (the sysctl is a safe one).
+func TestCoreDNSPatch(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	applyManifests(t)
+	east := env.Cluster("east")
+	// kubeadm's kube-system/coredns, trimmed to what the patch touches
+	// or must leave alone.
+	require.NoError(t, east.Apply(ctx, `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: coredns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {k8s-app: kube-dns}}
+  template:
+    metadata: {labels: {k8s-app: kube-dns}}
+    spec:
+      priorityClassName: system-cluster-critical
+      serviceAccountName: coredns
+      containers:
+      - name: coredns
+        image: registry.k8s.io/coredns/coredns:v1.12.0
+        args: [-conf, /etc/coredns/Corefile]
+        ports:
+        - {name: dns, containerPort: 53, protocol: UDP}
+        - {name: dns-tcp, containerPort: 53, protocol: TCP}
+        - {name: metrics, containerPort: 9153, protocol: TCP}
+        livenessProbe: {httpGet: {path: /health, port: 8080}}
+        readinessProbe: {httpGet: {path: /ready, port: 8181}}
+        securityContext:
+          allowPrivilegeEscalation: false
+          capabilities: {add: [NET_BIND_SERVICE], drop: [ALL]}
+          readOnlyRootFilesystem: true
+        volumeMounts:
+        - {name: config-volume, mountPath: /etc/coredns, readOnly: true}
+      dnsPolicy: Default
+      volumes:
+      - name: config-volume
+        configMap:
+          name: coredns
+          items: [{key: Corefile, path: Corefile}]
+`))
+	patch, err := utilyaml.ToJSON([]byte(manifest(t, "coredns-patch.yaml")))
+	require.NoError(t, err)
+	d, err := east.Client.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	require.NoError(t, err)
+
+	spec := d.Spec.Template.Spec
+	require.Len(t, spec.Containers, 1)
+	ctr := spec.Containers[0]
+	assert.Equal(t, "ghcr.io/mcmirror/coredns-mc:latest", ctr.Image)
+	assert.Equal(t, []string{"-conf", "/etc/coredns/Corefile"}, ctr.Args, "coredns-mc takes CoreDNS's flags")
+	assert.Len(t, ctr.Ports, 3)
+	assert.Equal(t, "/ready", ctr.ReadinessProbe.HTTPGet.Path)
+	assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
+	assert.Equal(t, "coredns", spec.ServiceAccountName)
+	require.NotNil(t, spec.SecurityContext)
+	assert.Equal(t, []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "53"}}, spec.SecurityContext.Sysctls)
+	require.Len(t, spec.Volumes, 1)
+	cm := spec.Volumes[0].ConfigMap
+	require.NotNil(t, cm)
+	assert.Equal(t, "coredns-mcmirror", cm.Name)
+	assert.Equal(t, []corev1.KeyToPath{{Key: "Corefile", Path: "Corefile"}}, cm.Items)
+	// The ConfigMap it points at is deploy/coredns.yaml's, with that key.
+	got, err := east.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, cm.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corefile(t), got.Data["Corefile"])
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// shellBlocks returns the ```sh blocks of deploy/README.md, unindented.
+func shellBlocks(t *testing.T) []string {
+	t.Helper()
+	var blocks []string
+	var cur []string
+	in, indent := false, ""
+	for _, line := range strings.Split(manifest(t, "README.md"), "\n") {
+		trimmed := strings.TrimLeft(line, " ")
+		switch {
+		case !in && trimmed == "```sh":
+			in, indent, cur = true, line[:len(line)-len(trimmed)], nil
+		case in && trimmed == "```":
+			in = false
+			blocks = append(blocks, strings.Join(cur, "\n")+"\n")
+		case in:
+			cur = append(cur, strings.TrimPrefix(line, indent))
+		}
+	}
+	return blocks
+}
+
+// The recipe of deploy/README.md, run as written with kubectl: a
+// long-lived token of west's mcmirror-link, a kubeconfig made of it, and
+// the link Secret in east. The kubeconfig reads Services of west and
+// nothing else, and the Secret is the one the components look for.
+func TestREADMELinkRecipe(t *testing.T) {
+	env.LogOnFailure(t)
+	// kubectl is built with the control-plane binaries (test/tools).
+	kubectl, err := harness.Binary("kubectl")
+	require.NoError(t, err)
+	ctx := context.Background()
+	applyManifests(t)
+	east, west := env.Cluster("east"), env.Cluster("west")
+
+	// One kubeconfig with a context per cluster, named after it, as the
+	// README's --context flags expect.
+	merged := clientcmdapi.NewConfig()
+	for _, c := range []*harness.Cluster{east, west} {
+		cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
+		require.NoError(t, err)
+		ctxt := cfg.Contexts[cfg.CurrentContext]
+		merged.Clusters[c.Name] = cfg.Clusters[ctxt.Cluster]
+		merged.AuthInfos[c.Name+"-admin"] = cfg.AuthInfos[ctxt.AuthInfo]
+		merged.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: c.Name + "-admin"}
+	}
+	merged.CurrentContext = "east"
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*merged, kubeconfig))
+
+	var steps []string
+	for _, b := range shellBlocks(t) {
+		for _, marker := range []string{
+			"name: mcmirror-link-token",                      // the token
+			"set-cluster west",                               // the kubeconfig
+			"create secret generic cluster-credentials-west", // the link Secret
+		} {
+			if strings.Contains(b, marker) {
+				steps = append(steps, b)
+			}
+		}
+	}
+	require.Len(t, steps, 3, "the README's recipe")
+
+	// Earlier tests wrote that Secret their own way.
+	err = east.Client.CoreV1().Secrets("mcmirror-links").Delete(ctx, "cluster-credentials-west", metav1.DeleteOptions{})
+	if !apierrors.IsNotFound(err) {
+		require.NoError(t, err)
+	}
+	run := func(script string) string {
+		t.Helper()
+		cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig,
+			"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s\n%s", script, out)
+		return string(out)
+	}
+	// The token controller of west fills the token Secret in.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		run(steps[0])
+		s, err := west.Client.CoreV1().Secrets("mcmirror").Get(ctx, "mcmirror-link-token", metav1.GetOptions{})
+		require.NoError(c, err)
+		assert.NotEmpty(c, s.Data["token"])
+	}, wait, tick)
+	run(steps[0] + steps[1] + steps[2])
+
+	s, err := east.Client.CoreV1().Secrets("mcmirror-links").Get(ctx, "cluster-credentials-west", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corev1.SecretType(labels.LinkSecretType), s.Type)
+	assert.Equal(t, "west", s.Labels[labels.LinkClusterName])
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[labels.LinkSecretKey])
+	require.NoError(t, err)
+	assert.Equal(t, west.Server, cfg.Host, "the kubeconfig names west")
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	_, err = client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	assert.NoError(t, err, "the link reads west's Services")
+	_, err = client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+	assert.NoError(t, err, "and EndpointSlices")
+	_, err = client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "and not Secrets: %v", err)
+}

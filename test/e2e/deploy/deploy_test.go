@@ -219,24 +219,6 @@ func mirrors(ctx context.Context, ns string) (map[string]corev1.Service, error) 
 
 // ---- processes -----------------------------------------------------------
 
-// freePort returns a port free for both UDP and TCP on 127.0.0.1.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", l.Addr().String())
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
 // controllerProc is a running `coredns-mc controller`.
 type controllerProc struct {
 	proc    *harness.Process
@@ -255,7 +237,7 @@ func startController(t *testing.T, name string) *controllerProc {
 	bin, err := harness.CorednsMC()
 	require.NoError(t, err)
 	kubeconfig := saKubeconfig(t, d.Namespace, spec.ServiceAccountName)
-	metrics := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	metrics := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
 	argv := []string{bin}
 	for _, a := range spec.Containers[0].Args {
 		if strings.HasPrefix(a, "--metrics-addr=") {
@@ -286,12 +268,6 @@ func log(t *testing.T, p *harness.Process) string {
 	return string(b)
 }
 
-// dnsServer is a running coredns-mc DNS server.
-type dnsServer struct {
-	addr string
-	proc *harness.Process
-}
-
 // corefile returns the Corefile of deploy/coredns.yaml's ConfigMap.
 func corefile(t *testing.T) string {
 	t.Helper()
@@ -306,51 +282,26 @@ func corefile(t *testing.T) string {
 // :8181 and :9153, and the kubeconfig of kube-system/coredns (the
 // ServiceAccount the manifest grants to) instead of the in-cluster
 // configuration.
-func startDNS(t *testing.T) *dnsServer {
+func startDNS(t *testing.T) *harness.DNSServer {
 	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
 	kubeconfig := saKubeconfig(t, "kube-system", "coredns")
-	port, health, ready, metrics := freePort(t), freePort(t), freePort(t), freePort(t)
 	cf := corefile(t)
 	for _, r := range []struct{ old, new string }{
-		{".:53 {\n", fmt.Sprintf(".:%d {\n    bind 127.0.0.1\n", port)},
-		{"    health {\n", fmt.Sprintf("    health 127.0.0.1:%d {\n", health)},
-		{"    ready\n", fmt.Sprintf("    ready 127.0.0.1:%d\n", ready)},
-		{"    prometheus :9153\n", fmt.Sprintf("    prometheus 127.0.0.1:%d\n", metrics)},
+		{".:53 {\n", ". {\n    bind 127.0.0.1\n"},
+		{"    health {\n", fmt.Sprintf("    health 127.0.0.1:%d {\n", harness.FreePort(t))},
+		{"    ready\n", "    ready 127.0.0.1:{READY}\n"},
+		{"    prometheus :9153\n", "    prometheus 127.0.0.1:{METRICS}\n"},
 		{"        link_secrets ", "        kubeconfig " + kubeconfig + "\n        link_secrets "},
 		{"        pods insecure\n", "        kubeconfig " + kubeconfig + "\n        pods insecure\n"},
 	} {
 		require.Equal(t, 1, strings.Count(cf, r.old), "the Corefile has %q once", r.old)
 		cf = strings.Replace(cf, r.old, r.new, 1)
 	}
-	path := filepath.Join(t.TempDir(), "Corefile")
-	require.NoError(t, os.WriteFile(path, []byte(cf), 0o644))
-	s := &dnsServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	s.proc = env.StartProcess(t, "east/coredns-mc", nil, bin, "-conf", path)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		done, err := s.proc.Exited()
-		require.False(c, done, "coredns-mc exited: %v\n%s", err, s.proc.Tail(20))
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", ready))
-		require.NoError(c, err)
-		resp.Body.Close()
-		require.Equal(c, http.StatusOK, resp.StatusCode)
-		// Through the kubernetes plugin, with the same RBAC.
-		r := s.ask(c, "kubernetes.default."+zone, dns.TypeA)
-		assert.Equal(c, dns.RcodeSuccess, r.Rcode)
-		assert.Len(c, r.Answer, 1)
-	}, wait, tick, "coredns-mc ready")
+	// StartDNS waits for ready and for kubernetes.default to answer:
+	// through the kubernetes plugin, with the same RBAC.
+	s := env.StartDNS(t, "east/coredns-mc", cf)
+	require.Len(t, s.Ask(t, "udp", "kubernetes.default."+zone, dns.TypeA).Answer, 1)
 	return s
-}
-
-// ask sends one UDP query and returns the reply.
-func (s *dnsServer) ask(t require.TestingT, name string, qtype uint16) *dns.Msg {
-	m := new(dns.Msg)
-	m.SetQuestion(dns.Fqdn(name), qtype)
-	c := &dns.Client{Net: "udp", Timeout: 5 * time.Second}
-	r, _, err := c.Exchange(m, s.addr)
-	require.NoError(t, err, "%s %s", name, dns.TypeToString[qtype])
-	return r
 }
 
 // addresses returns the A records of a reply, sorted.
@@ -554,7 +505,7 @@ func TestCoreDNSRBACSuffices(t *testing.T) {
 		require.NoError(c, err)
 		pod, ok := m["nginx-set-0-west"]
 		require.True(c, ok, "per-pod mirror nginx-set-0-west")
-		r := s.ask(c, "nginx-set-0.nginx-svc-west."+gw+"."+zone, dns.TypeA)
+		r := s.Ask(c, "udp", "nginx-set-0.nginx-svc-west."+gw+"."+zone, dns.TypeA)
 		require.Equal(c, dns.RcodeSuccess, r.Rcode)
 		assert.Equal(c, []string{pod.Spec.ClusterIP}, addresses(r))
 	}, wait, tick, "nginx-set-0.nginx-svc-west.%s answers the mirror ClusterIP", gw)
@@ -573,12 +524,12 @@ func TestCoreDNSRBACSuffices(t *testing.T) {
 		}
 		slices.Sort(want)
 		require.Len(c, want, 2)
-		r := s.ask(c, "nginx-svc-west."+flat+"."+zone, dns.TypeA)
+		r := s.Ask(c, "udp", "nginx-svc-west."+flat+"."+zone, dns.TypeA)
 		require.Equal(c, dns.RcodeSuccess, r.Rcode)
 		assert.Equal(c, want, addresses(r))
 	}, wait, tick, "nginx-svc-west.%s answers west's pods", flat)
 
-	for _, p := range []*harness.Process{s.proc, ctrl.proc} {
+	for _, p := range []*harness.Process{s.Process, ctrl.proc} {
 		assert.NotContains(t, strings.ToLower(log(t, p)), "forbidden", "%s: every call was allowed", p.Name)
 	}
 }

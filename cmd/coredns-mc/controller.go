@@ -168,6 +168,11 @@ func runController(args []string) int {
 	logger := klog.Background().WithName("controller")
 	ctx = klog.NewContext(ctx, logger)
 
+	// watchdog fails /healthz when this replica leads but has not renewed
+	// its Lease for a while, so that a liveness probe restarts a stuck
+	// leader. Without leader election it always passes.
+	watchdog := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+
 	if *metricsAddr != "" {
 		ln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {
@@ -175,7 +180,13 @@ func runController(args []string) int {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.Handler())
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+			if err := watchdog.Check(r); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok"))
+		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
@@ -249,6 +260,7 @@ func runController(args []string) int {
 		RetryPeriod:     *retryPeriod,
 		ReleaseOnCancel: true,
 		Name:            *leaderName,
+		WatchDog:        watchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				logger.Info("Leading", "identity", id, "lease", *leaderNamespace+"/"+*leaderName)
@@ -275,6 +287,7 @@ func runController(args []string) int {
 	if err != nil {
 		return fail("leader election: %v", err)
 	}
+	watchdog.SetLeaderElection(le)
 	le.Run(ctx)
 	return int(code.Load())
 }

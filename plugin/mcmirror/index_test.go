@@ -280,3 +280,34 @@ func TestIndexMetrics(t *testing.T) {
 		t.Errorf("index_records{type=SRV} = %v after unexport, want 0", got)
 	}
 }
+
+// A per-pod mirror belongs to one headless mirror (its
+// headless-mirror-svc-name label): another exported headless Service whose
+// endpoint has the same hostname must not answer with it, nor may a mirror
+// of another cluster. Linkerd #15200 mixed such mirrors up.
+func TestIndexPodMirrorOfAnotherService(t *testing.T) {
+	src := fixture()
+	// Service "other" of west has an endpoint named like nginx-svc's pod
+	// whose mirror nginx-set-0-west belongs to nginx-svc-west.
+	src.svc("west", "default", "other", labels.Gateway, nil, httpPort)
+	src.slice("west", "default", "other", []Port{httpPort}, ep("nginx-set-0", "10.1.0.60", true))
+	src.mirror("default", "other-west", "west", "", nil, httpPort)
+	m := newTestPlugin(t, src, 5, fall.Zero)
+	x := m.index
+
+	wantAddrs(t, x, "nginx-set-0.nginx-svc-west"+z, "10.96.0.10")
+	wantAbsent(t, x, "nginx-set-0.other-west"+z)
+	wantAddrs(t, x, "other-west"+z) // exported, nothing routable: NODATA
+
+	// Its own per-pod mirror makes it answer, with its own ClusterIP.
+	src.mirror("default", "nginx-set-0-west", "west", "other-west", []string{"10.96.0.61"}, httpPort)
+	x.sync(groupKey{"default", "other"})
+	x.sync(groupKey{"default", "nginx-svc"})
+	wantAddrs(t, x, "nginx-set-0.other-west"+z, "10.96.0.61")
+	wantAbsent(t, x, "nginx-set-0.nginx-svc-west"+z)
+
+	// A mirror labelled for another cluster is never taken.
+	src.mirror("default", "nginx-set-0-west", "paris", "other-west", []string{"10.96.0.62"}, httpPort)
+	x.sync(groupKey{"default", "other"})
+	wantAbsent(t, x, "nginx-set-0.other-west"+z)
+}

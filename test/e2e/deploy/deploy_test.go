@@ -179,29 +179,7 @@ func namespace(t *testing.T, ns string, clusters ...*harness.Cluster) {
 // statefulSet is headless nginx-svc (port http 80) with StatefulSet
 // nginx-set of replicas pods behind it, exported with export.
 func statefulSet(ns string, replicas int, export string) string {
-	return fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: nginx-svc, namespace: %[1]s, labels: {%[3]s: %[4]q}}
-spec:
-  clusterIP: None
-  selector: {app: nginx}
-  ports: [{name: http, port: 80}]
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: nginx-set, namespace: %[1]s}
-spec:
-  serviceName: nginx-svc
-  replicas: %[2]d
-  podManagementPolicy: Parallel
-  selector: {matchLabels: {app: nginx}}
-  template:
-    metadata: {labels: {app: nginx}}
-    spec:
-      nodeName: %[5]s
-      containers: [{name: nginx, image: nginx, ports: [{name: http, containerPort: 80}]}]
-`, ns, replicas, labels.Exported, export, harness.NodeName)
+	return harness.StatefulSet(ns, "nginx-svc", "nginx-set", replicas, map[string]string{labels.Exported: export})
 }
 
 // mirrors returns east's mirror Services of ns by name.

@@ -254,8 +254,8 @@ func (e *Env) Stop() {
 	e.mu.Lock()
 	procs := append([]*Process(nil), e.procs...)
 	e.mu.Unlock()
-	// Components first (reverse order), etcd last; in parallel within a
-	// level would save little and make logs harder to read.
+	// Reverse start order: every component stops while the API servers and
+	// etcd it talks to are still there, and etcd, which all need, goes last.
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].Stop()
 	}

@@ -66,50 +66,47 @@ func ipMem(c, i, j int) string {
 // names maps each name of a layout to its sorted A answer.
 type names map[string][]string
 
-// expectTen returns the names of s0..s<n-1> in the ten layout.
-func expectTen(n int) names {
-	out := names{}
-	for i := range n {
-		var all []string
-		for c := range 10 {
-			ip := ipTen(c, i)
-			out[fmt.Sprintf("h%d.s%d-c%d.%s.%s", c, i, c, nsTen, zone)] = []string{ip}
-			all = append(all, ip)
-		}
-		slices.Sort(all)
-		out[fmt.Sprintf("s%d-global.%s.%s", i, nsTen, zone)] = all
-	}
-	return out
-}
-
-func expectOne(n int) names {
+// expect returns the names of Services s0..s<n-1> of perSvc endpoints each
+// and their addresses: host(i, j) names endpoint j of Service i, svc(i) the
+// Service, and ip(i, j) is the endpoint's address.
+func expect(n int, host func(i, j int) string, svc func(i int) string, ip func(i, j int) string) names {
 	out := names{}
 	for i := range n {
 		var all []string
 		for j := range perSvc {
-			ip := ipOne(i, j)
-			out[fmt.Sprintf("h%d.s%d-c0.%s.%s", j, i, nsOne, zone)] = []string{ip}
-			all = append(all, ip)
+			out[host(i, j)] = []string{ip(i, j)}
+			all = append(all, ip(i, j))
 		}
 		slices.Sort(all)
-		out[fmt.Sprintf("s%d-global.%s.%s", i, nsOne, zone)] = all
+		out[svc(i)] = all
 	}
 	return out
 }
 
+// expectTen returns the names of s0..s<n-1> in the ten layout: endpoint j
+// of every Service lives in cluster cj.
+func expectTen(n int) names {
+	return expect(n,
+		func(i, j int) string { return fmt.Sprintf("h%d.s%d-c%d.%s.%s", j, i, j, nsTen, zone) },
+		func(i int) string { return fmt.Sprintf("s%d-global.%s.%s", i, nsTen, zone) },
+		func(i, j int) string { return ipTen(j, i) })
+}
+
+// expectOne returns the names of the same records all in cluster c0.
+func expectOne(n int) names {
+	return expect(n,
+		func(i, j int) string { return fmt.Sprintf("h%d.s%d-c0.%s.%s", j, i, nsOne, zone) },
+		func(i int) string { return fmt.Sprintf("s%d-global.%s.%s", i, nsOne, zone) },
+		ipOne)
+}
+
+// expectLoc returns the names of the same records as local headless
+// Services, for the kubernetes plugin.
 func expectLoc(n int) names {
-	out := names{}
-	for i := range n {
-		var all []string
-		for c := range perSvc {
-			ip := ipTen(c, i)
-			out[fmt.Sprintf("h%d.s%d.%s.%s", c, i, nsLoc, zone)] = []string{ip}
-			all = append(all, ip)
-		}
-		slices.Sort(all)
-		out[fmt.Sprintf("s%d.%s.%s", i, nsLoc, zone)] = all
-	}
-	return out
+	return expect(n,
+		func(i, j int) string { return fmt.Sprintf("h%d.s%d.%s.%s", j, i, nsLoc, zone) },
+		func(i int) string { return fmt.Sprintf("s%d.%s.%s", i, nsLoc, zone) },
+		func(i, j int) string { return ipTen(j, i) })
 }
 
 // sorted returns the names of m, sorted.

@@ -352,3 +352,31 @@ func randomToken() string {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// Scale sets the replicas of StatefulSet ns/name through its scale
+// subresource, as kubectl scale does.
+func (c *Cluster) Scale(ctx context.Context, ns, name string, replicas int) error {
+	s, err := c.Client.AppsV1().StatefulSets(ns).GetScale(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.Name, err)
+	}
+	s.Spec.Replicas = int32(replicas)
+	if _, err := c.Client.AppsV1().StatefulSets(ns).UpdateScale(ctx, name, s, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("%s: %w", c.Name, err)
+	}
+	return nil
+}
+
+// LabelService sets label key of Service ns/name to value, or removes it
+// when value is empty.
+func (c *Cluster) LabelService(ctx context.Context, ns, name, key, value string) error {
+	v := "null"
+	if value != "" {
+		v = strconv.Quote(value)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%s:%s}}}`, strconv.Quote(key), v)
+	if _, err := c.Client.CoreV1().Services(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("%s: %w", c.Name, err)
+	}
+	return nil
+}

@@ -132,11 +132,7 @@ func TestStatefulSetEndpointSlices(t *testing.T) {
 	t.Cleanup(func() { _ = west.Delete(ctx, nginx) })
 
 	for _, replicas := range []int{3, 5, 2} {
-		scale, err := west.Client.AppsV1().StatefulSets("default").GetScale(ctx, "nginx-set", metav1.GetOptions{})
-		require.NoError(t, err)
-		scale.Spec.Replicas = int32(replicas)
-		_, err = west.Client.AppsV1().StatefulSets("default").UpdateScale(ctx, "nginx-set", scale, metav1.UpdateOptions{})
-		require.NoError(t, err)
+		require.NoError(t, west.Scale(ctx, "default", "nginx-set", replicas))
 
 		var want []string
 		for i := range replicas {

@@ -82,7 +82,7 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 	}, wait, tick)
 
 	// Scale west down: the pod's mirror goes, and so does its name.
-	scale(t, west, ns, "nginx-svc-set", 1)
+	require.NoError(t, west.Scale(ctx, ns, "nginx-svc-set", 1))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
 		m, err = mirrors(ctx, ns)

@@ -49,7 +49,7 @@ func TestRestartKeepsPorts(t *testing.T) {
 	t.Logf("%d of %d mirrors existed when the controller was killed", len(before), n+5)
 
 	// Meanwhile the remote cluster changes.
-	scale(t, west, ns, "db-set", 4)
+	require.NoError(t, west.Scale(ctx, ns, "db-set", 4))
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "late", 9000, "true")))
 
 	startController(t, "controller-2")

@@ -23,7 +23,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
@@ -106,27 +105,6 @@ spec:
   selector: {app: %[2]s}
   ports: [{name: http, port: %[3]d}]
 `, ns, svc, port, lbl)
-}
-
-func scale(t *testing.T, c *harness.Cluster, ns, name string, replicas int32) {
-	t.Helper()
-	ctx := context.Background()
-	s, err := c.Client.AppsV1().StatefulSets(ns).GetScale(ctx, name, metav1.GetOptions{})
-	require.NoError(t, err)
-	s.Spec.Replicas = replicas
-	_, err = c.Client.AppsV1().StatefulSets(ns).UpdateScale(ctx, name, s, metav1.UpdateOptions{})
-	require.NoError(t, err)
-}
-
-func setExported(t *testing.T, c *harness.Cluster, ns, name, value string) {
-	t.Helper()
-	v := "null"
-	if value != "" {
-		v = fmt.Sprintf("%q", value)
-	}
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, labels.Exported, v)
-	_, err := c.Client.CoreV1().Services(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	require.NoError(t, err)
 }
 
 // mirrors returns east's mirror Services of ns by name.

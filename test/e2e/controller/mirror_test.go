@@ -50,9 +50,9 @@ func TestExportScaleUnexport(t *testing.T) {
 		}, wait, tick, "west %d pods, paris %d pods", westPods, parisPods)
 	}
 	expect(3, 2)
-	scale(t, west, ns, "nginx-svc-set", 5)
+	require.NoError(t, west.Scale(ctx, ns, "nginx-svc-set", 5))
 	expect(5, 2)
-	scale(t, west, ns, "nginx-svc-set", 2)
+	require.NoError(t, west.Scale(ctx, ns, "nginx-svc-set", 2))
 	expect(2, 2)
 
 	// Port change: the mirror's port follows, with an egress port of its
@@ -74,7 +74,7 @@ func TestExportScaleUnexport(t *testing.T) {
 
 	// Unexport (Linkerd #8475): every mirror of west's nginx-svc goes,
 	// per-pod ones included; paris's stay.
-	setExported(t, west, ns, "nginx-svc", "")
+	require.NoError(t, west.LabelService(ctx, ns, "nginx-svc", labels.Exported, ""))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m, err := mirrors(ctx, ns)
 		require.NoError(c, err)

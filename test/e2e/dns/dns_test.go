@@ -215,7 +215,7 @@ func TestRemoteChanges(t *testing.T) {
 
 	// Scale west 3 → 5: two more pods, once the controller has mirrored
 	// them.
-	scale(t, west, ns, 5)
+	require.NoError(t, west.Scale(ctx, ns, "nginx-set", 5))
 	waitEndpoints(t, west, ns, "nginx-svc", 5)
 	ips := waitMirrors(t, east, west, ns, "nginx-svc", 5)
 	eventuallyAnswers(t, s, "nginx-svc-west."+ns+"."+zone, values(ips))
@@ -223,13 +223,13 @@ func TestRemoteChanges(t *testing.T) {
 
 	// Scale west 5 → 2: the answers follow the remote endpoints at once,
 	// although the controller keeps the per-pod mirrors for a grace period.
-	scale(t, west, ns, 2)
+	require.NoError(t, west.Scale(ctx, ns, "nginx-set", 2))
 	waitEndpoints(t, west, ns, "nginx-svc", 2)
 	eventuallyCount(t, s, "nginx-svc-west."+ns+"."+zone, 2)
 	eventuallyCount(t, s, global, 5)
 
 	// Unexport in paris: its names go, the global name keeps west's pods.
-	setExport(t, paris, ns, "nginx-svc", "")
+	require.NoError(t, paris.LabelService(ctx, ns, "nginx-svc", labels.Exported, ""))
 	eventuallyRcode(t, s, "nginx-set-0.nginx-svc-paris."+ns+"."+zone, dns.RcodeNameError)
 	eventuallyCount(t, s, global, 2)
 
@@ -262,7 +262,7 @@ func TestFlatMode(t *testing.T) {
 	}
 	assert.Equal(t, values(eps), answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
 
-	scale(t, paris, ns, 4)
+	require.NoError(t, paris.Scale(ctx, ns, "nginx-set", 4))
 	eps = waitEndpoints(t, paris, ns, "nginx-svc", 4)
 	eventuallyAnswers(t, s, "nginx-svc-global."+ns+"."+zone, values(eps))
 }

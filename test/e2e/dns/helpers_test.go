@@ -29,35 +29,6 @@ func statefulSet(ns string, replicas int, export string) string {
 	return harness.Namespace(ns) + harness.StatefulSet(ns, "nginx-svc", "nginx-set", replicas, lbl)
 }
 
-// setExport labels (or, with "", unlabels) a Service as exported.
-func setExport(t *testing.T, c *harness.Cluster, ns, svc, export string) {
-	t.Helper()
-	ctx := context.Background()
-	s, err := c.Client.CoreV1().Services(ns).Get(ctx, svc, metav1.GetOptions{})
-	require.NoError(t, err)
-	if s.Labels == nil {
-		s.Labels = map[string]string{}
-	}
-	if export == "" {
-		delete(s.Labels, labels.Exported)
-	} else {
-		s.Labels[labels.Exported] = export
-	}
-	_, err = c.Client.CoreV1().Services(ns).Update(ctx, s, metav1.UpdateOptions{})
-	require.NoError(t, err)
-}
-
-// scale sets the replicas of StatefulSet nginx-set.
-func scale(t *testing.T, c *harness.Cluster, ns string, replicas int) {
-	t.Helper()
-	ctx := context.Background()
-	sc, err := c.Client.AppsV1().StatefulSets(ns).GetScale(ctx, "nginx-set", metav1.GetOptions{})
-	require.NoError(t, err)
-	sc.Spec.Replicas = int32(replicas)
-	_, err = c.Client.AppsV1().StatefulSets(ns).UpdateScale(ctx, "nginx-set", sc, metav1.UpdateOptions{})
-	require.NoError(t, err)
-}
-
 // endpoints returns hostname → IP of the ready endpoints of a Service.
 func endpoints(ctx context.Context, c *harness.Cluster, ns, svc string) (map[string]string, error) {
 	list, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(ctx,

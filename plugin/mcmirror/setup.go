@@ -225,7 +225,7 @@ func (cfg *config) build() (*MCMirror, error) {
 	if err != nil {
 		return nil, err
 	}
-	local, err := kubernetes.NewForConfig(localCfg)
+	local, err := newClient(localCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +285,8 @@ func (cfg *config) localConfig() (*rest.Config, error) {
 	return rc, nil
 }
 
-// newClient makes the client of a cluster.
+// newClient makes the client of a cluster, local or linked, so that the API
+// servers see every request of the plugin under one user agent.
 func newClient(rc *rest.Config) (kubernetes.Interface, error) {
 	rc = rest.CopyConfig(rc)
 	rc.UserAgent = "coredns-mcmirror"

@@ -4,6 +4,7 @@
 //
 //	coredns-mc [coredns flags]        the DNS server
 //	coredns-mc controller [flags]     the mirror controller
+//	coredns-mc gateway [flags]        the gateway: egress and ingress
 package main
 
 import (

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mcmirror/mcmirror/gateway"
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+)
+
+func init() {
+	subcommands["gateway"] = func(args []string) int { return runGateway(args) }
+}
+
+// peerFlags collects the repeatable --peer NAME=HOST:PORT.
+type peerFlags gateway.StaticPeers
+
+func (p peerFlags) String() string { return fmt.Sprint(map[string]string(p)) }
+
+func (p peerFlags) Set(v string) error {
+	name, addr, ok := strings.Cut(v, "=")
+	if !ok || name == "" || addr == "" {
+		return fmt.Errorf("want NAME=HOST:PORT, got %q", v)
+	}
+	if err := labels.ValidateClusterName(name); err != nil {
+		return err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return fmt.Errorf("peer %s: want HOST:PORT, got %q", name, addr)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("peer %s: bad port %q", name, port)
+	}
+	if _, dup := p[name]; dup {
+		return fmt.Errorf("peer %q given twice", name)
+	}
+	p[name] = addr
+	return nil
+}
+
+func runGateway(args []string) int {
+	fs := flag.NewFlagSet("coredns-mc gateway", flag.ContinueOnError)
+	peers := peerFlags{}
+	var (
+		kubeconfig     = fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: in-cluster config)")
+		kubeContext    = fs.String("context", "", "context in --kubeconfig (default: its current context)")
+		cluster        = fs.String("cluster", "", "name of this cluster (required); the certificate must name it")
+		certFile       = fs.String("tls-cert", "", "PEM certificate (chain) of this gateway, with its identity spiffe://TRUST-DOMAIN/cluster/NAME (required)")
+		keyFile        = fs.String("tls-key", "", "PEM private key of --tls-cert (required)")
+		caFile         = fs.String("tls-ca", "", "PEM trust root shared by every cluster's gateway (required)")
+		trustDomain    = fs.String("trust-domain", gateway.DefaultTrustDomain, "trust domain of gateway identities")
+		certReload     = fs.Duration("cert-reload-interval", 10*time.Second, "how often the certificate, key and root files are checked for changes")
+		ingressAddr    = fs.String("ingress-address", ":4143", "listen address of the ingress, the mTLS port peers connect to (empty: no ingress)")
+		exportSelector = fs.String("export-selector", labels.DefaultExportSelector, "label selector of the Services this cluster exports (gateway mode ones are reachable)")
+		egress         = fs.Bool("egress", true, "serve the egress ports recorded on the local mirror Services")
+		egressBind     = fs.String("egress-bind-address", "", "address the egress ports are bound on (default: all)")
+		metricsAddr    = fs.String("metrics-addr", ":9155", "address of /metrics, /healthz, /readyz and /peers (empty: off)")
+		dialTimeout    = fs.Duration("dial-timeout", 5*time.Second, "bound on a dial: to the target (ingress), to the peer's ingress with handshake and answer (egress)")
+		handshakeTO    = fs.Duration("handshake-timeout", 10*time.Second, "bound on an ingress client's TLS handshake and CONNECT request together")
+		idleTimeout    = fs.Duration("idle-timeout", time.Hour, "an established stream with no traffic either way for this long is closed (0: never)")
+		maxConns       = fs.Int("max-connections", 16384, "concurrent connections, each of ingress and egress; one more is reset")
+		maxHeader      = fs.Int("max-header-bytes", 8192, "largest CONNECT request the ingress reads")
+		probeInterval  = fs.Duration("probe-interval", 2*time.Second, "interval between probes of each peer's gateway")
+		probeTimeout   = fs.Duration("probe-timeout", 2*time.Second, "bound on one probe")
+		probeFailures  = fs.Int("probe-failure-threshold", 2, "failed probes in a row that mark a peer's gateway down")
+		podName        = fs.String("pod-name", os.Getenv("POD_NAME"), "this gateway's Pod, which Events about peers are recorded on (default $POD_NAME; empty: no Events)")
+		podNamespace   = fs.String("pod-namespace", os.Getenv("POD_NAMESPACE"), "namespace of --pod-name (default $POD_NAMESPACE)")
+	)
+	fs.Var(peers, "peer", "NAME=HOST:PORT: the ingress address of a linked cluster's gateway (repeatable)")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.Func("v", "log verbosity (1: refusals and resets, 3: every tunnel)", func(s string) error { return klogFlags.Set("v", s) })
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "coredns-mc gateway: "+format+"\n", a...)
+		return 2
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fail("unexpected arguments %q", fs.Args())
+	case *cluster == "":
+		return fail("--cluster is required")
+	case *ingressAddr == "" && !*egress:
+		return fail("neither ingress (--ingress-address) nor egress (--egress): nothing to do")
+	case *idleTimeout < 0, *dialTimeout <= 0, *handshakeTO <= 0, *probeInterval <= 0, *probeTimeout <= 0:
+		return fail("timeouts and intervals must be positive")
+	case *maxConns < 1, *maxHeader < 512, *probeFailures < 1:
+		return fail("--max-connections and --probe-failure-threshold must be at least 1, --max-header-bytes at least 512")
+	}
+	if err := labels.ValidateClusterName(*cluster); err != nil {
+		return fail("--cluster: %v", err)
+	}
+	if _, ok := peers[*cluster]; ok {
+		return fail("--peer %s: that is this cluster's name", *cluster)
+	}
+	sel, err := k8slabels.Parse(*exportSelector)
+	if err != nil || sel.Empty() {
+		return fail("--export-selector %q: must select some Services (%v)", *exportSelector, err)
+	}
+	certs, err := gateway.LoadCerts(gateway.CertFiles{Cert: *certFile, Key: *keyFile, CA: *caFile, TrustDomain: *trustDomain})
+	if err != nil {
+		return fail("certificates: %v", err)
+	}
+	if certs.Cluster() != *cluster {
+		return fail("--tls-cert names cluster %q, not --cluster %q", certs.Cluster(), *cluster)
+	}
+	var cfg *rest.Config
+	if *kubeconfig != "" {
+		cfg, err = link.LoadKubeconfig(*kubeconfig, *kubeContext)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fail("local cluster: %v", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fail("local cluster: %v", err)
+	}
+	idle := *idleTimeout
+	if idle == 0 {
+		idle = -1 // Ingress and Egress: negative is none
+	}
+
+	// Listen before anything else, so that a taken port is a clear
+	// start-up error.
+	var ingressLn, metricsLn net.Listener
+	if *ingressAddr != "" {
+		if ingressLn, err = net.Listen("tcp", *ingressAddr); err != nil {
+			return fail("--ingress-address: %v", err)
+		}
+	}
+	if *metricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
+			return fail("--metrics-addr: %v", err)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background().WithName("gateway")
+	ctx = klog.NewContext(ctx, logger)
+	go certs.Watch(ctx, *certReload)
+
+	prober := &gateway.Prober{
+		Certs: certs, Peers: func() map[string]string { return peers },
+		Interval: *probeInterval, Timeout: *probeTimeout, FailureThreshold: *probeFailures,
+		OnChange: peerEvents(ctx, client, *podNamespace, *podName),
+	}
+	go prober.Run(ctx)
+
+	var exports *gateway.Exports
+	var eg *gateway.Egress
+	errc := make(chan error, 2)
+	if ingressLn != nil {
+		exports = gateway.NewExports(client, sel)
+		in := &gateway.Ingress{Certs: certs, Resolver: exports, DialTimeout: *dialTimeout,
+			HandshakeTimeout: *handshakeTO, IdleTimeout: idle, MaxConns: *maxConns, MaxHeaderBytes: *maxHeader}
+		go func() {
+			if err := exports.Run(ctx); err != nil {
+				errc <- err
+			}
+		}()
+		go func() { errc <- in.Serve(ctx, ingressLn) }()
+		logger.Info("Ingress listening", "address", ingressLn.Addr().String(), "identity", gateway.Identity(certs.TrustDomain(), *cluster).String())
+	}
+	if *egress {
+		eg = &gateway.Egress{Certs: certs, Peers: gateway.StaticPeers(peers), BindAddress: *egressBind,
+			DialTimeout: *dialTimeout, IdleTimeout: idle, MaxConns: *maxConns}
+		go func() { errc <- eg.Run(ctx, client) }()
+	}
+	if metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.Handler())
+		mux.Handle("/peers", prober)
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			switch {
+			case exports != nil && !exports.HasSynced():
+				http.Error(w, "ingress: exported Services not synced", http.StatusServiceUnavailable)
+			case eg != nil && !eg.Ready():
+				http.Error(w, "egress: mirror Services not read yet", http.StatusServiceUnavailable)
+			default:
+				_, _ = w.Write([]byte("ok"))
+			}
+		})
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(metricsLn) }()
+		defer srv.Close()
+		logger.Info("Serving metrics", "address", metricsLn.Addr().String())
+	}
+	logger.Info("Starting", "cluster", *cluster, "peers", len(peers), "ingress", *ingressAddr != "", "egress", *egress)
+	select {
+	case <-ctx.Done():
+		return 0
+	case err := <-errc:
+		if ctx.Err() != nil {
+			return 0
+		}
+		if err == nil {
+			err = errors.New("stopped")
+		}
+		logger.Error(err, "Gateway failed")
+		return 1
+	}
+}
+
+// peerEvents returns the prober's callback: an Event on this gateway's Pod
+// when a peer's gateway goes down or comes back. Without a Pod name there
+// is nothing to record Events on, and the log line stands alone.
+func peerEvents(ctx context.Context, client kubernetes.Interface, ns, pod string) func(string, bool, string) {
+	if pod == "" || ns == "" {
+		return nil
+	}
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(ns)})
+	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "mcmirror-gateway"})
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: pod}
+	return func(cluster string, alive bool, msg string) {
+		if alive {
+			rec.Eventf(ref, corev1.EventTypeNormal, "PeerGatewayUp", "The gateway of cluster %s answers its probe again", cluster)
+			return
+		}
+		rec.Eventf(ref, corev1.EventTypeWarning, "PeerGatewayDown", "The gateway of cluster %s does not answer its probe: %s", cluster, msg)
+	}
+}

@@ -1,0 +1,248 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// CertFiles names the files of a gateway's TLS material: its certificate
+// chain and key, and the trust root shared by every cluster. They are read
+// again when they change, so that a rotated certificate (a Secret volume
+// updated by cert-manager, say) is used for new handshakes without a restart,
+// while established connections carry on.
+type CertFiles struct {
+	Cert, Key, CA string
+	// TrustDomain is the trust domain of identities (DefaultTrustDomain
+	// when empty).
+	TrustDomain string
+}
+
+// material is one consistent set of certificate, key and root.
+type material struct {
+	cert    tls.Certificate
+	roots   *x509.CertPool
+	cluster string    // the cluster the certificate names
+	expiry  time.Time // the certificate's NotAfter
+	raw     []byte    // the three files, to tell a change
+}
+
+// Certs holds the current TLS material and builds TLS configurations that
+// always use it.
+type Certs struct {
+	files CertFiles
+	cur   atomic.Pointer[material]
+}
+
+// LoadCerts reads the files once; the error says which file is wrong.
+func LoadCerts(files CertFiles) (*Certs, error) {
+	if files.TrustDomain == "" {
+		files.TrustDomain = DefaultTrustDomain
+	}
+	c := &Certs{files: files}
+	m, err := c.read()
+	if err != nil {
+		return nil, err
+	}
+	c.set(m)
+	return c, nil
+}
+
+// Cluster returns the cluster the gateway's own certificate names.
+func (c *Certs) Cluster() string { return c.cur.Load().cluster }
+
+// TrustDomain returns the trust domain of identities.
+func (c *Certs) TrustDomain() string { return c.files.TrustDomain }
+
+func (c *Certs) set(m *material) {
+	c.cur.Store(m)
+	certExpiry.Set(float64(m.expiry.Unix()))
+}
+
+func (c *Certs) read() (*material, error) {
+	var raw [][]byte
+	for _, f := range []string{c.files.Cert, c.files.Key, c.files.CA} {
+		if f == "" {
+			return nil, errors.New("certificate, key and trust root files are all required")
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		raw = append(raw, b)
+	}
+	cert, err := tls.X509KeyPair(raw[0], raw[1])
+	if err != nil {
+		return nil, fmt.Errorf("%s, %s: %w", c.files.Cert, c.files.Key, err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(raw[2]) {
+		return nil, fmt.Errorf("%s: no PEM certificate", c.files.CA)
+	}
+	leaf := cert.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.files.Cert, err)
+		}
+	}
+	// The gateway's own certificate must pass the checks it puts peers
+	// through: a mistake shows at start-up, not at the first connection.
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates(cert),
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil, fmt.Errorf("%s does not chain to %s: %w", c.files.Cert, c.files.CA, err)
+	}
+	cluster, err := ClusterOf(leaf, c.files.TrustDomain)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.files.Cert, err)
+	}
+	return &material{cert: cert, roots: roots, cluster: cluster, expiry: leaf.NotAfter, raw: bytes.Join(raw, nil)}, nil
+}
+
+func intermediates(cert tls.Certificate) *x509.CertPool {
+	pool := x509.NewCertPool()
+	for _, der := range cert.Certificate[1:] {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			pool.AddCert(c)
+		}
+	}
+	return pool
+}
+
+// Reload reads the files again and switches to them when they changed and
+// are usable. A bad set (a key that does not match, a file half-written) is
+// reported and the old material stays in use. The cluster may not change.
+func (c *Certs) Reload() (changed bool, err error) {
+	m, err := c.read()
+	if err == nil && m.cluster != c.Cluster() {
+		err = fmt.Errorf("%s names cluster %q, not %q: refusing to change identity", c.files.Cert, m.cluster, c.Cluster())
+	}
+	if err != nil {
+		certReloads.WithLabelValues("error").Inc()
+		return false, err
+	}
+	if bytes.Equal(m.raw, c.cur.Load().raw) {
+		return false, nil
+	}
+	c.set(m)
+	certReloads.WithLabelValues("success").Inc()
+	return true, nil
+}
+
+// Watch reloads the files every interval until ctx ends. Polling, rather
+// than file notifications, follows a Secret volume's symlink swap and a
+// plain rewrite alike.
+func (c *Certs) Watch(ctx context.Context, interval time.Duration) {
+	logger := klog.FromContext(ctx)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed, err := c.Reload()
+		if err != nil {
+			logger.Error(err, "Certificates not reloaded; the previous ones stay in use")
+			continue
+		}
+		if changed {
+			logger.Info("Reloaded certificates", "cluster", c.Cluster(), "notAfter", c.cur.Load().expiry)
+		}
+	}
+}
+
+// verify checks a peer's chain against the current root and returns the
+// cluster it names.
+func (c *Certs) verify(rawCerts [][]byte, usage x509.ExtKeyUsage) (string, error) {
+	if len(rawCerts) == 0 {
+		return "", errors.New("no certificate")
+	}
+	certs := make([]*x509.Certificate, len(rawCerts))
+	for i, der := range rawCerts {
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			return "", err
+		}
+		certs[i] = cert
+	}
+	inter := x509.NewCertPool()
+	for _, cert := range certs[1:] {
+		inter.AddCert(cert)
+	}
+	m := c.cur.Load()
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: m.roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+		return "", err
+	}
+	return ClusterOf(certs[0], c.files.TrustDomain)
+}
+
+// ServerConfig is the ingress's TLS configuration: TLS 1.3 only, a client
+// certificate that chains to the current root required. The verified peer
+// cluster is read back with PeerCluster.
+func (c *Certs) ServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		ClientAuth: tls.RequireAnyClientCert, // verified below, against the current root
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return &c.cur.Load().cert, nil
+		},
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			_, err := c.verify(raw, x509.ExtKeyUsageClientAuth)
+			return err
+		},
+		NextProtos: []string{"http/1.1"},
+	}
+}
+
+// ClientConfig is the egress's (and the prober's) TLS configuration towards
+// the ingress of cluster peer: TLS 1.3 only, the server's chain verified
+// against the current root, and its identity required to be peer's. The
+// address it is reached at plays no part: gateways are known by identity,
+// not by name. Sessions are resumed from cache, which saves the certificate
+// exchange on every connection after the first.
+func (c *Certs) ClientConfig(peer string, sessions tls.ClientSessionCache) *tls.Config {
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		InsecureSkipVerify: true, // replaced by VerifyConnection
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return &c.cur.Load().cert, nil
+		},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if cs.DidResume {
+				return nil // verified when the session was made
+			}
+			raw := make([][]byte, len(cs.PeerCertificates))
+			for i, cert := range cs.PeerCertificates {
+				raw[i] = cert.Raw
+			}
+			got, err := c.verify(raw, x509.ExtKeyUsageServerAuth)
+			if err != nil {
+				return err
+			}
+			if got != peer {
+				return fmt.Errorf("reached the gateway of cluster %q, not %q", got, peer)
+			}
+			return nil
+		},
+		ClientSessionCache: sessions,
+		NextProtos:         []string{"http/1.1"},
+	}
+}
+
+// PeerCluster returns the cluster named by the verified client certificate
+// of a completed server handshake.
+func (c *Certs) PeerCluster(cs tls.ConnectionState) (string, error) {
+	if len(cs.PeerCertificates) == 0 {
+		return "", errors.New("no client certificate")
+	}
+	return ClusterOf(cs.PeerCertificates[0], c.files.TrustDomain)
+}

@@ -1,0 +1,162 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Exports is the ingress's live view of what its own cluster exports:
+// informers on the exported Services and on EndpointSlices. It answers
+// which address a destination may be dialled at, never from DNS.
+type Exports struct {
+	services cache.SharedIndexInformer
+	slices   cache.SharedIndexInformer
+	factory  []informers.SharedInformerFactory
+}
+
+const bySvc = "service"
+
+// NewExports watches, through client, the Services selected by selector and
+// the EndpointSlices of every Service.
+func NewExports(client kubernetes.Interface, selector k8slabels.Selector) *Exports {
+	// Mirrors are never exported again, whatever the selector says.
+	sel := selector.String() + "," + "!" + labels.MirroredService
+	svcF := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
+	esF := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName }))
+	e := &Exports{
+		services: svcF.Core().V1().Services().Informer(),
+		slices:   esF.Discovery().V1().EndpointSlices().Informer(),
+		factory:  []informers.SharedInformerFactory{svcF, esF},
+	}
+	trim := func(obj any) (any, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetManagedFields(nil)
+			m.SetAnnotations(nil)
+		}
+		return obj, nil
+	}
+	_ = e.services.SetTransform(trim)
+	_ = e.slices.SetTransform(trim)
+	_ = e.slices.AddIndexers(cache.Indexers{bySvc: func(obj any) ([]string, error) {
+		es := obj.(*discoveryv1.EndpointSlice)
+		return []string{es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]}, nil
+	}})
+	count := func() { exportedServices.Set(float64(len(e.services.GetStore().ListKeys()))) }
+	_, _ = e.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { count() }, DeleteFunc: func(any) { count() },
+	})
+	return e
+}
+
+// Run starts the informers and waits until they have synced.
+func (e *Exports) Run(ctx context.Context) error {
+	for _, f := range e.factory {
+		f.Start(ctx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), e.services.HasSynced, e.slices.HasSynced) {
+		return fmt.Errorf("exported Services: informers did not sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+// HasSynced reports whether the informers have synced.
+func (e *Exports) HasSynced() bool { return e.services.HasSynced() && e.slices.HasSynced() }
+
+// Resolve returns the address to dial for d, or why it may not be dialled.
+func (e *Exports) Resolve(d Destination) (netip.AddrPort, Reason) {
+	obj, ok, _ := e.services.GetStore().GetByKey(d.Namespace + "/" + d.Service)
+	if !ok {
+		return netip.AddrPort{}, ReasonNotExported
+	}
+	objs, _ := e.slices.GetIndexer().ByIndex(bySvc, d.Namespace+"/"+d.Service)
+	slices := make([]*discoveryv1.EndpointSlice, len(objs))
+	for i, o := range objs {
+		slices[i] = o.(*discoveryv1.EndpointSlice)
+	}
+	return resolve(obj.(*corev1.Service), slices, d, rand.IntN)
+}
+
+// resolve decides, from a Service and its EndpointSlices, where d goes: a
+// ready endpoint, chosen by pick among all of them for a Service, or the
+// endpoint with d's hostname for a pod. It is pure, for tests without a
+// client.
+func resolve(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, d Destination, pick func(int) int) (netip.AddrPort, Reason) {
+	if svc == nil || labels.ExportMode(svc.Labels) != labels.Gateway || svc.Labels[labels.MirroredService] != "" {
+		return netip.AddrPort{}, ReasonNotExported
+	}
+	var sp *corev1.ServicePort
+	for i, p := range svc.Spec.Ports {
+		if p.Port == d.Port && (p.Protocol == corev1.ProtocolTCP || p.Protocol == "") {
+			sp = &svc.Spec.Ports[i]
+			break
+		}
+	}
+	if sp == nil {
+		return netip.AddrPort{}, ReasonPortNotExposed
+	}
+	if d.Host != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		return netip.AddrPort{}, ReasonPodNotExported
+	}
+	var candidates []netip.AddrPort
+	hostSeen := false
+	for _, es := range slices {
+		port, ok := slicePort(es, sp.Name)
+		if !ok {
+			continue
+		}
+		for _, ep := range es.Endpoints {
+			if d.Host != "" {
+				if ep.Hostname == nil || *ep.Hostname != d.Host {
+					continue
+				}
+				hostSeen = true
+			}
+			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready || svc.Spec.PublishNotReadyAddresses
+			if !ready || len(ep.Addresses) == 0 {
+				continue
+			}
+			addr, err := netip.ParseAddr(ep.Addresses[0])
+			if err != nil {
+				continue
+			}
+			candidates = append(candidates, netip.AddrPortFrom(addr, uint16(port)))
+		}
+	}
+	if d.Host != "" && !hostSeen {
+		return netip.AddrPort{}, ReasonPodNotExported
+	}
+	if len(candidates) == 0 {
+		return netip.AddrPort{}, ReasonNoEndpoint
+	}
+	return candidates[pick(len(candidates))], ""
+}
+
+// slicePort returns the port of an EndpointSlice named like the Service
+// port (the EndpointSlice controller names them so; a single unnamed port
+// has the empty name).
+func slicePort(es *discoveryv1.EndpointSlice, name string) (int32, bool) {
+	for _, p := range es.Ports {
+		n := ""
+		if p.Name != nil {
+			n = *p.Name
+		}
+		if n == name && p.Port != nil && (p.Protocol == nil || *p.Protocol == corev1.ProtocolTCP) {
+			return *p.Port, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,262 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// ProbePath is the path of the probe request: GET over the same mTLS port
+// as the tunnels, answered 200 by an ingress whose informers have synced.
+const ProbePath = "/mcmirror/probe"
+
+// Resolver says where a destination may be dialled, or why not: Exports,
+// or a fake in tests.
+type Resolver interface {
+	Resolve(Destination) (netip.AddrPort, Reason)
+	HasSynced() bool
+}
+
+// Ingress is the target cluster's side: one TLS 1.3 listener that takes
+// HTTP/1.1 CONNECT requests from the egress of linked clusters (mutual TLS,
+// shared trust root) and carries each to an exported destination of its own
+// cluster.
+type Ingress struct {
+	Certs    *Certs
+	Resolver Resolver
+
+	// DialTimeout bounds a dial to the target (default 5 s).
+	DialTimeout time.Duration
+	// HandshakeTimeout bounds the TLS handshake and the CONNECT request
+	// together (default 10 s): a client that never finishes is dropped.
+	HandshakeTimeout time.Duration
+	// IdleTimeout ends an established stream with no traffic either way
+	// for that long (default 1 h; 0 keeps the default, negative: none).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the CONNECT request (default 8 KiB).
+	MaxHeaderBytes int
+	// MaxConns bounds concurrent connections, tunnels and handshakes
+	// (default 16384); one over is reset at once.
+	MaxConns int
+	// DialContext dials targets (default: a net.Dialer).
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	once  sync.Once
+	limit limiter
+	tls   *tls.Config
+}
+
+func (in *Ingress) dialTimeout() time.Duration { return orDefault(in.DialTimeout, 5*time.Second) }
+func (in *Ingress) handshakeTimeout() time.Duration {
+	return orDefault(in.HandshakeTimeout, 10*time.Second)
+}
+func (in *Ingress) idleTimeout() time.Duration { return idleOrDefault(in.IdleTimeout) }
+func (in *Ingress) maxHeaderBytes() int {
+	if in.MaxHeaderBytes > 0 {
+		return in.MaxHeaderBytes
+	}
+	return 8 << 10
+}
+
+func (in *Ingress) dial(ctx context.Context, addr string) (net.Conn, error) {
+	if in.DialContext != nil {
+		return in.DialContext(ctx, "tcp", addr)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+func (in *Ingress) init() {
+	in.once.Do(func() {
+		n := in.MaxConns
+		if n <= 0 {
+			n = 16384
+		}
+		in.limit = newLimiter(n)
+		in.tls = in.Certs.ServerConfig()
+	})
+}
+
+// Serve accepts connections on ln until ctx ends, then closes ln and waits
+// for the connections being set up (established streams are left to finish,
+// bounded by the idle timeout).
+func (in *Ingress) Serve(ctx context.Context, ln net.Listener) error {
+	in.init()
+	logger := klog.FromContext(ctx)
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return err
+		}
+		if !in.limit.acquire() {
+			refusalsTotal.WithLabelValues("", DirectionIngress, string(ReasonTooMany)).Inc()
+			abort(c)
+			continue
+		}
+		go func() {
+			defer in.limit.release()
+			in.handle(ctx, logger, c)
+		}()
+	}
+}
+
+// handle runs one connection: handshake, request, then the tunnel or the
+// probe answer.
+func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn) {
+	_ = raw.SetDeadline(time.Now().Add(in.handshakeTimeout()))
+	conn := tls.Server(raw, in.tls)
+	if err := conn.HandshakeContext(ctx); err != nil {
+		handshakeFailures.WithLabelValues(DirectionIngress).Inc()
+		logger.V(2).Info("TLS handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
+		raw.Close()
+		return
+	}
+	peer, err := in.Certs.PeerCluster(conn.ConnectionState())
+	if err != nil {
+		// Verified already; a certificate without an identity.
+		handshakeFailures.WithLabelValues(DirectionIngress).Inc()
+		logger.Info("Client certificate names no cluster", "remote", raw.RemoteAddr().String(), "err", err)
+		conn.Close()
+		return
+	}
+
+	lr := &io.LimitedReader{R: conn, N: int64(in.maxHeaderBytes())}
+	br := bufio.NewReaderSize(lr, 1024)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		reason := ReasonBadRequest
+		var ne net.Error
+		switch {
+		case lr.N == 0:
+			reason = ReasonHeaderTooLarge
+		case errors.As(err, &ne) && ne.Timeout():
+			reason = ReasonHeaderTimeout
+		}
+		in.refuse(logger, conn, peer, "", reason, err)
+		return
+	}
+	if req.Method == http.MethodGet && req.URL.Path == ProbePath {
+		in.probe(conn)
+		return
+	}
+	if req.Method != http.MethodConnect {
+		in.refuse(logger, conn, peer, req.Host, ReasonBadRequest, fmt.Errorf("method %s %s: want CONNECT", req.Method, req.URL.Path))
+		return
+	}
+	dest, err := ParseDestination(req.Host)
+	if err != nil {
+		reason := ReasonBadRequest
+		if errors.Is(err, errAddressLiteral) {
+			reason = ReasonAddressLiteral
+		}
+		in.refuse(logger, conn, peer, req.Host, reason, err)
+		return
+	}
+	target, reason := in.Resolver.Resolve(dest)
+	if reason != "" {
+		in.refuse(logger, conn, peer, req.Host, reason, nil)
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, in.dialTimeout())
+	tc, err := in.dial(dctx, target.String())
+	cancel()
+	if err != nil {
+		dialErrorsTotal.WithLabelValues(peer, DirectionIngress).Inc()
+		in.refuse(logger, conn, peer, req.Host, ReasonDialFailed, err)
+		return
+	}
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 OK\r\n\r\n"); err != nil {
+		tc.Close()
+		conn.Close()
+		return
+	}
+	// Bytes the client sent after the request, before our answer.
+	if n := br.Buffered(); n > 0 {
+		early, _ := br.Peek(n)
+		if _, err := tc.Write(early); err != nil {
+			tc.Close()
+			abort(conn)
+			return
+		}
+		bytesTotal.WithLabelValues(peer, DirectionIngress, "sent").Add(float64(n))
+	}
+	_ = raw.SetDeadline(time.Time{})
+	logger.V(3).Info("Tunnel", "peer", peer, "destination", req.Host, "target", target.String())
+	carry(peer, DirectionIngress, conn, tc, in.idleTimeout())
+}
+
+// refuse answers a refused request with its status and counts it.
+func (in *Ingress) refuse(logger klog.Logger, conn *tls.Conn, peer, dest string, reason Reason, err error) {
+	refusalsTotal.WithLabelValues(peer, DirectionIngress, string(reason)).Inc()
+	logger.V(1).Info("Refused", "peer", peer, "destination", dest, "reason", reason, "err", err)
+	st := reason.status()
+	_, _ = fmt.Fprintf(conn, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nX-Mcmirror-Reason: %s\r\nConnection: close\r\n\r\n",
+		st, http.StatusText(st), reason)
+	conn.Close()
+}
+
+// probe answers a probe: 200 once the informers have synced, 503 before.
+func (in *Ingress) probe(conn *tls.Conn) {
+	st := http.StatusOK
+	if !in.Resolver.HasSynced() {
+		st = http.StatusServiceUnavailable
+	}
+	_, _ = fmt.Fprintf(conn, "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\nX-Mcmirror-Cluster: %s\r\n\r\n",
+		st, http.StatusText(st), in.Certs.Cluster())
+	conn.Close()
+}
+
+// carry proxies an established stream and keeps the metrics of it.
+func carry(peer, direction string, client, target net.Conn, idle time.Duration) {
+	connsTotal.WithLabelValues(peer, direction).Inc()
+	open := connsOpen.WithLabelValues(peer, direction)
+	open.Inc()
+	defer open.Dec()
+	sent := bytesTotal.WithLabelValues(peer, direction, "sent")
+	received := bytesTotal.WithLabelValues(peer, direction, "received")
+	s := &stream{idle: idle,
+		sent:     func(n int64) { sent.Add(float64(n)) },
+		received: func(n int64) { received.Add(float64(n)) },
+	}
+	s.run(client, target)
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func idleOrDefault(d time.Duration) time.Duration {
+	switch {
+	case d < 0:
+		return 0
+	case d == 0:
+		return time.Hour
+	}
+	return d
+}
+

@@ -1,0 +1,236 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// PeerState is what the prober knows of one linked cluster's gateway.
+type PeerState struct {
+	// Alive is false once FailureThreshold probes in a row have failed,
+	// true again after one success. Before the first probe ends it is
+	// true: nothing says the peer is down.
+	Alive bool `json:"alive"`
+	// Probed tells whether a probe has ended yet.
+	Probed bool `json:"probed"`
+	// Since is when Alive last changed (or the prober started).
+	Since time.Time `json:"since"`
+	// Latency is the round trip of the last successful probe.
+	Latency time.Duration `json:"latencyNanos"`
+	// Error is the last failure, if the last probe failed.
+	Error string `json:"error,omitempty"`
+}
+
+// Prober probes the ingress of every peer over the mTLS port the tunnels
+// use, from the moment it starts (no blind first period), and keeps their
+// state: the gateway_alive metric, a log line and a callback (an Event) when
+// a peer goes down or comes back, and PeerStates for the DNS plugin.
+type Prober struct {
+	Certs *Certs
+	// Peers lists the peers to probe: cluster to ingress address. It is
+	// read at every round, so peers may come and go.
+	Peers func() map[string]string
+	// Interval between probes of one peer (default 2 s), Timeout of one
+	// probe (default 2 s), FailureThreshold failures in a row that make a
+	// peer down (default 2). With the defaults a dead gateway is down
+	// within 6 s.
+	Interval, Timeout time.Duration
+	FailureThreshold  int
+	// OnChange is called when a peer goes down or comes back.
+	OnChange func(cluster string, alive bool, err string)
+	// DialContext replaces a net.Dialer in tests.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	mu       sync.Mutex
+	state    map[string]*PeerState
+	failures map[string]int
+	sessions map[string]tls.ClientSessionCache
+}
+
+// Run probes until ctx ends.
+func (p *Prober) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("probe")
+	p.mu.Lock()
+	p.state = map[string]*PeerState{}
+	p.failures = map[string]int{}
+	p.sessions = map[string]tls.ClientSessionCache{}
+	p.mu.Unlock()
+	interval := orDefault(p.Interval, 2*time.Second)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		peers := p.Peers()
+		p.forget(peers)
+		var wg sync.WaitGroup
+		for cluster, addr := range peers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				err := p.probe(ctx, cluster, addr)
+				p.record(logger, cluster, time.Since(start), err)
+			}()
+		}
+		wg.Wait()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// forget drops the peers no longer listed.
+func (p *Prober) forget(peers map[string]string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.state {
+		if _, ok := peers[c]; !ok {
+			delete(p.state, c)
+			delete(p.failures, c)
+			peerAlive.DeleteLabelValues(c)
+		}
+	}
+	for c := range peers {
+		if _, ok := p.state[c]; !ok {
+			p.state[c] = &PeerState{Alive: true, Since: time.Now()}
+		}
+	}
+}
+
+// probe sends GET ProbePath to the ingress at addr and wants 200.
+func (p *Prober) probe(ctx context.Context, cluster, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, orDefault(p.Timeout, 2*time.Second))
+	defer cancel()
+	var raw net.Conn
+	var err error
+	if p.DialContext != nil {
+		raw, err = p.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		raw, err = d.DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	deadline, _ := ctx.Deadline()
+	_ = raw.SetDeadline(deadline)
+	conn := tls.Client(raw, p.Certs.ClientConfig(cluster, p.sessionCache(cluster)))
+	if err := conn.HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("TLS handshake: %w", err)
+	}
+	if _, err := io.WriteString(conn, "GET "+ProbePath+" HTTP/1.1\r\nHost: "+cluster+"\r\n\r\n"); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("probe answered %s", resp.Status)
+	}
+	return nil
+}
+
+func (p *Prober) sessionCache(peer string) tls.ClientSessionCache {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.sessions[peer]
+	if !ok {
+		c = tls.NewLRUClientSessionCache(4)
+		p.sessions[peer] = c
+	}
+	return c
+}
+
+func (p *Prober) record(logger klog.Logger, cluster string, rtt time.Duration, err error) {
+	threshold := p.FailureThreshold
+	if threshold <= 0 {
+		threshold = 2
+	}
+	p.mu.Lock()
+	st, ok := p.state[cluster]
+	if !ok {
+		p.mu.Unlock()
+		return
+	}
+	was, wasProbed := st.Alive, st.Probed
+	st.Probed = true
+	if err == nil {
+		p.failures[cluster] = 0
+		st.Alive, st.Latency, st.Error = true, rtt, ""
+		probesTotal.WithLabelValues(cluster, "success").Inc()
+		probeLatency.WithLabelValues(cluster).Observe(rtt.Seconds())
+	} else {
+		p.failures[cluster]++
+		st.Error = err.Error()
+		probesTotal.WithLabelValues(cluster, "failure").Inc()
+		if p.failures[cluster] >= threshold {
+			st.Alive = false
+		}
+	}
+	changed := st.Alive != was
+	if changed {
+		st.Since = time.Now()
+	}
+	alive, msg := st.Alive, st.Error
+	p.mu.Unlock()
+
+	if alive {
+		peerAlive.WithLabelValues(cluster).Set(1)
+	} else {
+		peerAlive.WithLabelValues(cluster).Set(0)
+	}
+	switch {
+	case changed && !alive:
+		logger.Info("Gateway of linked cluster is down", "cluster", cluster, "err", msg)
+	case changed && alive:
+		logger.Info("Gateway of linked cluster is back", "cluster", cluster, "latency", rtt)
+	case !wasProbed && alive:
+		logger.Info("Gateway of linked cluster answers", "cluster", cluster, "latency", rtt)
+	}
+	if changed && p.OnChange != nil {
+		p.OnChange(cluster, alive, msg)
+	}
+}
+
+// States returns a copy of every peer's state.
+func (p *Prober) States() map[string]PeerState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]PeerState, len(p.state))
+	for c, st := range p.state {
+		out[c] = *st
+	}
+	return out
+}
+
+// ServeHTTP serves the states as JSON, sorted by cluster: the DNS plugin's
+// gateway_health source.
+func (p *Prober) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	states := p.States()
+	type entry struct {
+		Cluster string `json:"cluster"`
+		PeerState
+	}
+	out := make([]entry, 0, len(states))
+	for _, c := range slices.Sorted(maps.Keys(states)) {
+		out = append(out, entry{c, states[c]})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}

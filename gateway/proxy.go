@@ -1,0 +1,174 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The copy path, in the shape of inetaf/tcpproxy: two named copy functions,
+// each closing its write side when its source ends (half-close), waited for
+// together; plus what tcpproxy leaves out: an idle timeout on the stream, and
+// buffers that cost little while a connection is idle.
+
+// Buffer sizes: a direction starts with the smallest and moves up one size
+// each time a read fills its buffer, as ztunnel does, and back to the
+// smallest when traffic slows, so that an idle connection holds 1 KB a
+// direction and a bulk stream does few large reads.
+var bufSizes = [...]int{1 << 10, 16 << 10, 256 << 10}
+
+var bufPools [len(bufSizes)]sync.Pool
+
+func getBuf(class int) *[]byte {
+	if b, ok := bufPools[class].Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, bufSizes[class])
+	return &b
+}
+
+func putBuf(class int, b *[]byte) { bufPools[class].Put(b) }
+
+// stream is one proxied connection: the side that connected to us and the
+// side we dialled.
+type stream struct {
+	idle time.Duration
+	// last is the time of the last read in either direction (UnixNano):
+	// a stream is idle only when both directions are.
+	last atomic.Int64
+	// sent and received count the bytes copied towards the target and back.
+	sent, received func(int64)
+}
+
+// halfCloser is a connection whose two directions close apart (TCP, TLS).
+type halfCloser interface {
+	CloseWrite() error
+}
+
+type readCloser interface {
+	CloseRead() error
+}
+
+// run copies both ways until both directions have ended (each by EOF, one
+// side's half-close passed on to the other), or an error or the idle timeout
+// aborts the stream. It closes both connections.
+func (s *stream) run(client, target net.Conn) {
+	s.last.Store(time.Now().UnixNano())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.copyToTarget(target, client)
+	}()
+	s.copyToClient(client, target)
+	wg.Wait()
+	client.Close()
+	target.Close()
+}
+
+// copyToTarget carries what the client sends.
+func (s *stream) copyToTarget(target, client net.Conn) { s.copy(target, client, s.sent) }
+
+// copyToClient carries what the target answers.
+func (s *stream) copyToClient(client, target net.Conn) { s.copy(client, target, s.received) }
+
+func (s *stream) copy(dst, src net.Conn, count func(int64)) {
+	err := s.pump(dst, src, count)
+	if err != nil {
+		// A broken or idle stream: abort both ways, so the other copy
+		// does not wait for its own timeout.
+		abort(dst)
+		abort(src)
+		return
+	}
+	// EOF: pass the half-close on and let the other way finish.
+	if hc, ok := dst.(halfCloser); ok {
+		_ = hc.CloseWrite()
+	} else {
+		dst.Close()
+	}
+	if rc, ok := src.(readCloser); ok {
+		_ = rc.CloseRead()
+	}
+}
+
+// pump copies src to dst until EOF (nil) or an error.
+func (s *stream) pump(dst, src net.Conn, count func(int64)) error {
+	class := 0
+	buf := getBuf(class)
+	defer func() { putBuf(class, buf) }()
+	if s.idle > 0 {
+		_ = src.SetReadDeadline(time.Now().Add(s.idle))
+	}
+	for {
+		n, err := src.Read(*buf)
+		if n > 0 {
+			s.last.Store(time.Now().UnixNano())
+			if _, werr := dst.Write((*buf)[:n]); werr != nil {
+				return werr
+			}
+			count(int64(n))
+			switch {
+			case n == len(*buf) && class < len(bufSizes)-1:
+				putBuf(class, buf)
+				class++
+				buf = getBuf(class)
+			case n < bufSizes[0] && class > 0:
+				putBuf(class, buf)
+				class = 0
+				buf = getBuf(class)
+			}
+		}
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && s.idle > 0 {
+			// Idle only if the other direction was too.
+			last := time.Unix(0, s.last.Load())
+			if left := s.idle - time.Since(last); left > 0 {
+				_ = src.SetReadDeadline(last.Add(s.idle))
+				continue
+			}
+		}
+		return err
+	}
+}
+
+// abort closes a connection so that its peer sees a reset rather than an
+// orderly end: the stream broke, and the peer must not take a truncated
+// stream for a whole one.
+func abort(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		// Not Close: its close_notify would read as an orderly end.
+		c = tc.NetConn()
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+// limiter bounds concurrent connections.
+type limiter chan struct{}
+
+func newLimiter(n int) limiter { return make(limiter, n) }
+
+// acquire takes a place without waiting, and reports whether it got one.
+func (l limiter) acquire() bool {
+	select {
+	case l <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l limiter) release() { <-l }

@@ -1,0 +1,48 @@
+package gateway
+
+import "net/http"
+
+// Reason says why a connection was not carried. Each is a value of the
+// refusals_total metric's reason label, logged, and (ingress) answered with
+// an HTTP status, so that the egress, and whoever reads its logs, knows which
+// it was. README.md lists them.
+type Reason string
+
+const (
+	// Ingress: what the CONNECT request asked for.
+	ReasonBadRequest     Reason = "bad_request"     // not a CONNECT or a probe, or a malformed one
+	ReasonAddressLiteral Reason = "address_literal" // an IP address, not a name
+	ReasonHeaderTooLarge Reason = "header_too_large"
+	ReasonHeaderTimeout  Reason = "header_timeout" // the request did not arrive in time
+	ReasonNotExported    Reason = "not_exported"   // no such Service, or not exported in gateway mode
+	ReasonPortNotExposed Reason = "port_not_exported"
+	ReasonPodNotExported Reason = "pod_not_exported" // the Service is not headless, or has no such pod
+	ReasonNoEndpoint     Reason = "no_ready_endpoint"
+	ReasonDialFailed     Reason = "dial_failed"
+	ReasonTooMany        Reason = "too_many_connections"
+
+	// Egress: why a client's connection was reset.
+	ReasonNoRoute     Reason = "no_route"     // the port is not (or no longer) a mirror's, or recorded twice
+	ReasonUnknownPeer Reason = "unknown_peer" // no ingress address for the mirror's cluster
+	ReasonPeerRefused Reason = "peer_refused" // the peer's ingress answered with an error status
+	ReasonHandshake   Reason = "handshake_failed"
+)
+
+// status is the HTTP status the ingress answers a refusal with.
+func (r Reason) status() int {
+	switch r {
+	case ReasonBadRequest, ReasonAddressLiteral:
+		return http.StatusBadRequest
+	case ReasonHeaderTooLarge:
+		return http.StatusRequestHeaderFieldsTooLarge
+	case ReasonHeaderTimeout:
+		return http.StatusRequestTimeout
+	case ReasonNotExported, ReasonPortNotExposed, ReasonPodNotExported:
+		return http.StatusForbidden
+	case ReasonNoEndpoint, ReasonTooMany:
+		return http.StatusServiceUnavailable
+	case ReasonDialFailed:
+		return http.StatusBadGateway
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,103 @@
+package labels
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Keys of mcmirror's own metadata, under the project's domain. The
+// controller writes them; the DNS plugin and the gateway read them.
+const (
+	// Domain prefixes every label and annotation of mcmirror's own.
+	Domain = "mcmirror.dev"
+
+	// ManagedBy is on every object the controller created: Services,
+	// EndpointSlices and Namespaces. It is the ownership test: an object
+	// without it is never changed or deleted.
+	ManagedBy = Domain + "/managed-by"
+
+	// ManagedByValue is the value of ManagedBy.
+	ManagedByValue = "controller"
+
+	// RemoteService names, on every mirror object, the remote Service it
+	// mirrors (in the same namespace, in the cluster named by the
+	// mirror.linkerd.io/cluster-name label). With the cluster name and the
+	// namespace it makes the object's work-queue key.
+	RemoteService = Domain + "/remote-service"
+
+	// ModeLabel is, on a Service mirror (<svc>-<cluster>), how the remote
+	// Service is exported: ModeGateway or ModeFlat. A flat mirror needs
+	// no routing by the gateway.
+	ModeLabel = Domain + "/mode"
+
+	// ModeGateway and ModeFlat are the values of ModeLabel.
+	ModeGateway = "gateway"
+	ModeFlat    = "flat"
+
+	// RemoteHostname is, on a per-pod mirror, the hostname of the remote
+	// endpoint it stands for.
+	RemoteHostname = Domain + "/remote-hostname"
+
+	// EgressPorts is the annotation that records, on each mirror Service
+	// whose EndpointSlice points at the gateway egress, the egress port
+	// allocated to each of its ports: "80/TCP=30000,53/UDP=30001". It is
+	// what makes the allocation survive controller restarts, and what the
+	// gateway reads to map an egress port back to a remote destination.
+	EgressPorts = Domain + "/egress-ports"
+
+	// EndpointSliceManagedBy is the value of the
+	// endpointslice.kubernetes.io/managed-by label on the controller's
+	// EndpointSlices, so that no EndpointSlice controller touches them. A
+	// label value cannot hold a "/", so it is written the way Kubernetes
+	// writes its own (endpointslice-controller.k8s.io).
+	EndpointSliceManagedBy = "controller." + Domain
+)
+
+// EgressPortKey names one port of a Service in the EgressPorts annotation:
+// "80/TCP".
+func EgressPortKey(port int32, protocol string) string {
+	return strconv.Itoa(int(port)) + "/" + protocol
+}
+
+// FormatEgressPorts renders the EgressPorts annotation, sorted by key.
+func FormatEgressPorts(ports map[string]int32) string {
+	keys := make([]string, 0, len(ports))
+	for k := range ports {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + strconv.Itoa(int(ports[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseEgressPorts reads the EgressPorts annotation; malformed entries are
+// skipped.
+func ParseEgressPorts(s string) map[string]int32 {
+	out := map[string]int32{}
+	for part := range strings.SplitSeq(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || !strings.Contains(k, "/") {
+			continue
+		}
+		p, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || p < 1 || p > 65535 {
+			continue
+		}
+		out[k] = int32(p)
+	}
+	return out
+}
+
+// SplitEgressPortKey returns the port and protocol of an EgressPorts key.
+func SplitEgressPortKey(k string) (int32, string, bool) {
+	n, proto, ok := strings.Cut(k, "/")
+	p, err := strconv.ParseUint(n, 10, 16)
+	if !ok || err != nil || p == 0 || proto == "" {
+		return 0, "", false
+	}
+	return int32(p), proto, true
+}

@@ -259,4 +259,3 @@ func idleOrDefault(d time.Duration) time.Duration {
 	}
 	return d
 }
-

@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
 )
 
 // CA is a trust root.

@@ -60,6 +60,95 @@ func TestSyncRetriesFailedWrites(t *testing.T) {
 	assert.Empty(t, f.sync("west/default/web"))
 }
 
+// A port is released only once no Service records it: when the write that
+// would delete a mirror or rewrite its EgressPorts annotation fails, the
+// port stays allocated, and a mirror synced meanwhile does not get it.
+func TestFailedWriteKeepsEgressPorts(t *testing.T) {
+	web := exported("default", "web", "true", false, tcp("http", 80))
+	unexported := web.DeepCopy()
+	unexported.Labels = nil
+	for _, tc := range []struct {
+		name string
+		// ports is just big enough for key's mirrors before and after
+		// the change: a released port is the only free one.
+		ports  PortRange
+		remote []runtime.Object
+		key    string
+		change []runtime.Object
+		// verb is the Service write that fails; svc records the port.
+		verb, svc string
+	}{{
+		name: "unexported, delete fails", ports: PortRange{40000, 40000},
+		remote: []runtime.Object{web}, key: "west/default/web",
+		change: []runtime.Object{unexported}, verb: "delete", svc: "web-west",
+	}, {
+		name: "port changed, update fails", ports: PortRange{40000, 40001},
+		remote: []runtime.Object{web}, key: "west/default/web",
+		change: []runtime.Object{exported("default", "web", "true", false, tcp("http", 8080))}, verb: "update", svc: "web-west",
+	}, {
+		name: "pod gone, delete fails", ports: PortRange{40000, 40001},
+		remote: []runtime.Object{exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1")},
+		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", svc: "db-1-west",
+	}, {
+		name: "became headless, delete before recreate fails", ports: PortRange{40000, 40001},
+		remote: []runtime.Object{exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "")},
+		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", svc: "db-west",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			remote := append([]runtime.Object{exported("default", "api", "true", false, tcp("http", 80))}, tc.remote...)
+			f := newFixture(t, fixtureOptions{ports: tc.ports}, map[string][]runtime.Object{"west": remote})
+			f.converge(tc.key)
+			recorded := parseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"]
+			require.NotZero(t, recorded)
+			owner := portOwner("default", tc.svc, "80/TCP")
+
+			fail := true
+			f.local.PrependReactor(tc.verb, "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if fail {
+					return true, nil, errors.New("API server unavailable")
+				}
+				return false, nil, nil
+			})
+			f.remote("west", tc.change...)
+			require.Error(t, f.c.sync(f.ctx, tc.key))
+			f.waitCaches()
+			assert.Equal(t, recorded, parseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"], "still recorded")
+			p, ok := f.c.ports.Port(owner)
+			assert.True(t, ok && p == recorded, "%s keeps %d while it is recorded (has %d, %v)", owner, recorded, p, ok)
+
+			f.sync("west/default/api")
+			f.assertEgressPortsUnique()
+			assert.Empty(t, f.service("default", "api-west").Annotations[EgressPorts], "no port free for api")
+
+			// The write succeeds: the port is released and api gets it.
+			fail = false
+			f.converge(tc.key)
+			_, ok = f.c.ports.Port(owner)
+			assert.False(t, ok, "released")
+			f.converge("west/default/api")
+			f.assertEgressPortsUnique()
+			assert.Equal(t, formatEgressPorts(map[string]int32{"80/TCP": recorded}), f.service("default", "api-west").Annotations[EgressPorts])
+		})
+	}
+}
+
+// assertEgressPortsUnique checks that no egress port is recorded on two
+// Services.
+func (f *fixture) assertEgressPortsUnique() {
+	f.t.Helper()
+	list, err := f.local.CoreV1().Services("").List(f.ctx, metav1.ListOptions{})
+	require.NoError(f.t, err)
+	by := map[int32]string{}
+	for _, s := range list.Items {
+		for pk, p := range parseEgressPorts(s.Annotations[EgressPorts]) {
+			if prev, dup := by[p]; dup {
+				f.t.Errorf("egress port %d recorded twice: %s and %s/%s", p, prev, s.Name, pk)
+			}
+			by[p] = s.Name + "/" + pk
+		}
+	}
+}
+
 // The gauges say how many mirrors each cluster has.
 func TestMirrorsGauge(t *testing.T) {
 	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
@@ -99,4 +188,57 @@ func TestUnsyncedLinkKeepsMirrors(t *testing.T) {
 	assert.Empty(t, f.sync("later/default/web"), "maybe a link Secret not read yet")
 	sourcesSynced = true
 	assert.Equal(t, []string{"delete services web-later"}, f.sync("later/default/web"))
+}
+
+// The same holds for an egress EndpointSlice: while the write that would
+// delete it or point it at a new port fails, kube-proxy still sends the
+// mirror's traffic to the old port, so it stays allocated.
+func TestFailedSliceWriteKeepsEgressPorts(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		remote []runtime.Object
+		key    string
+		change []runtime.Object
+		verb   string
+		slice  string
+	}{{
+		name:   "port changed, slice update fails",
+		remote: []runtime.Object{exported("default", "web", "true", false, tcp("http", 80))}, key: "west/default/web",
+		change: []runtime.Object{exported("default", "web", "true", false, tcp("http", 8080))}, verb: "update", slice: "web-west",
+	}, {
+		name:   "pod gone, slice delete fails",
+		remote: []runtime.Object{exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1")},
+		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", slice: "db-1-west",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			remote := append([]runtime.Object{exported("default", "api", "true", false, tcp("http", 80))}, tc.remote...)
+			f := newFixture(t, fixtureOptions{ports: PortRange{40000, 40001}}, map[string][]runtime.Object{"west": remote})
+			f.converge(tc.key)
+			recorded := *f.slice("default", tc.slice).Ports[0].Port
+			owner, ok := f.c.ports.Owner(recorded)
+			require.True(t, ok)
+
+			fail := true
+			f.local.PrependReactor(tc.verb, "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if fail {
+					return true, nil, errors.New("API server unavailable")
+				}
+				return false, nil, nil
+			})
+			f.remote("west", tc.change...)
+			require.Error(t, f.c.sync(f.ctx, tc.key))
+			f.waitCaches()
+			assert.Equal(t, recorded, *f.slice("default", tc.slice).Ports[0].Port, "the slice still points at the port")
+			got, ok := f.c.ports.Owner(recorded)
+			assert.True(t, ok && got == owner, "port %d stays %s's while a slice points at it (owner now %q)", recorded, owner, got)
+			f.sync("west/default/api")
+			assert.Empty(t, f.service("default", "api-west").Annotations[EgressPorts], "no port free for api")
+
+			fail = false
+			f.converge(tc.key)
+			f.converge("west/default/api")
+			f.assertEgressPortsUnique()
+			assert.NotEmpty(t, f.service("default", "api-west").Annotations[EgressPorts], "api gets the released port")
+		})
+	}
 }

@@ -1,10 +1,11 @@
 package controller
 
 import (
+	"github.com/mcmirror/mcmirror/internal/labels"
+
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,6 +156,14 @@ func (a *portAllocator) Port(owner string) (int32, bool) {
 	return p, ok
 }
 
+// Owner returns the owner of port, if it is allocated.
+func (a *portAllocator) Owner(port int32) (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	o, ok := a.byPort[port]
+	return o, ok
+}
+
 // Len returns the number of allocated ports.
 func (a *portAllocator) Len() int {
 	a.mu.Lock()
@@ -162,43 +171,13 @@ func (a *portAllocator) Len() int {
 	return len(a.byPort)
 }
 
-// portKey names one port of a Service in the EgressPorts annotation:
-// "80/TCP".
-func portKey(port int32, protocol string) string {
-	return strconv.Itoa(int(port)) + "/" + protocol
-}
+// portKey, formatEgressPorts and parseEgressPorts: the EgressPorts
+// annotation, in internal/labels so that the gateway reads what is written.
+func portKey(port int32, protocol string) string { return labels.EgressPortKey(port, protocol) }
 
-// formatEgressPorts renders the EgressPorts annotation, sorted by key.
-func formatEgressPorts(ports map[string]int32) string {
-	keys := make([]string, 0, len(ports))
-	for k := range ports {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + strconv.Itoa(int(ports[k]))
-	}
-	return strings.Join(parts, ",")
-}
+func formatEgressPorts(ports map[string]int32) string { return labels.FormatEgressPorts(ports) }
 
-// parseEgressPorts reads the EgressPorts annotation; malformed entries are
-// skipped (the port is then allocated afresh).
-func parseEgressPorts(s string) map[string]int32 {
-	out := map[string]int32{}
-	for part := range strings.SplitSeq(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok || !strings.Contains(k, "/") {
-			continue
-		}
-		p, err := strconv.ParseInt(v, 10, 32)
-		if err != nil || p < 1 || p > 65535 {
-			continue
-		}
-		out[k] = int32(p)
-	}
-	return out
-}
+func parseEgressPorts(s string) map[string]int32 { return labels.ParseEgressPorts(s) }
 
 // sortedOwners is for tests and logs.
 func (a *portAllocator) sortedOwners() []string {

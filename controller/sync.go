@@ -119,7 +119,9 @@ type syncer struct {
 	// present are the desired Services as they exist after this sync's
 	// writes (with their ClusterIPs).
 	present map[string]*corev1.Service
-	// keepPorts are the port owners still wanted.
+	// keepPorts are the port owners still wanted or still recorded on a
+	// Service or EndpointSlice; the group's other ports are released at
+	// the end.
 	keepPorts map[string]bool
 	status    keyStatus
 	errs      []error
@@ -487,6 +489,7 @@ func (s *syncer) applyService(w want) bool {
 	writesTotal.WithLabelValues("update", "services").Inc()
 	if err != nil {
 		s.errs = append(s.errs, fmt.Errorf("update service %s/%s: %w", s.ns, desired.Name, err))
+		s.keepRecorded(existing)
 		s.present[existing.Name] = existing
 		s.count(w)
 		return true
@@ -577,6 +580,15 @@ func (c *Controller) feedStarved() {
 	}
 }
 
+// keepRecorded keeps the egress ports recorded on svc after a write that
+// would have dropped them failed: the cluster still records them, so
+// releasing them could give one port to two mirrors.
+func (s *syncer) keepRecorded(svc *corev1.Service) {
+	for pk := range parseEgressPorts(svc.Annotations[EgressPorts]) {
+		s.keepPorts[portOwner(svc.Namespace, svc.Name, pk)] = true
+	}
+}
+
 func (s *syncer) deleteService(svc *corev1.Service) {
 	err := s.c.client.CoreV1().Services(svc.Namespace).Delete(s.ctx, svc.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &svc.UID},
@@ -584,6 +596,7 @@ func (s *syncer) deleteService(svc *corev1.Service) {
 	writesTotal.WithLabelValues("delete", "services").Inc()
 	if err != nil && !apierrors.IsNotFound(err) {
 		s.errs = append(s.errs, fmt.Errorf("delete service %s/%s: %w", svc.Namespace, svc.Name, err))
+		s.keepRecorded(svc)
 		return
 	}
 	s.c.mu.Lock()
@@ -599,6 +612,24 @@ func (s *syncer) deleteSlice(es *discoveryv1.EndpointSlice) {
 	writesTotal.WithLabelValues("delete", "endpointslices").Inc()
 	if err != nil && !apierrors.IsNotFound(err) {
 		s.errs = append(s.errs, fmt.Errorf("delete endpointslice %s/%s: %w", es.Namespace, es.Name, err))
+		s.keepSlicePorts(es)
+	}
+}
+
+// keepSlicePorts keeps the egress ports an egress EndpointSlice points at
+// after a write that would have changed or removed it failed: kube-proxy
+// still sends the mirror's traffic there.
+func (s *syncer) keepSlicePorts(es *discoveryv1.EndpointSlice) {
+	if len(es.Endpoints) != 1 || len(es.Endpoints[0].Addresses) != 1 || es.Endpoints[0].Addresses[0] != s.c.opts.EgressAddress.String() {
+		return // a headless mirror's slice: Service ports, not egress ports
+	}
+	for _, p := range es.Ports {
+		if p.Port == nil {
+			continue
+		}
+		if owner, ok := s.c.ports.Owner(*p.Port); ok {
+			s.keepPorts[owner] = true
+		}
 	}
 }
 
@@ -729,6 +760,7 @@ func (s *syncer) applySlice(desired *discoveryv1.EndpointSlice) {
 	writesTotal.WithLabelValues("update", "endpointslices").Inc()
 	if err != nil {
 		s.errs = append(s.errs, fmt.Errorf("update endpointslice %s/%s: %w", s.ns, desired.Name, err))
+		s.keepSlicePorts(existing)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -92,15 +93,21 @@ func runGateway(args []string) int {
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Func("v", "log verbosity (1: refusals and resets, 3: every tunnel)", func(s string) error { return klogFlags.Set("v", s) })
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "coredns-mc gateway: "+format+"\n", a...)
 		return 2
+	}
+	// A mistake is one line; the flag list only when asked for.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stderr)
+			fmt.Fprintln(os.Stderr, "usage: coredns-mc gateway --cluster NAME --tls-cert FILE --tls-key FILE --tls-ca FILE [--peer NAME=HOST:PORT]... [flags]\n\n"+
+				"The gateway between clusters: egress on the ports of the local mirror Services, ingress (mTLS) to this cluster's exported Services. See gateway/README.md.\n\nFlags:")
+			fs.PrintDefaults()
+			return 0
+		}
+		return fail("%v (-h lists the flags)", err)
 	}
 	switch {
 	case fs.NArg() > 0:

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPeerFlag(t *testing.T) {
+	p := peerFlags{}
+	require.NoError(t, p.Set("west=203.0.113.10:4143"))
+	require.NoError(t, p.Set("paris=gw.paris.example:4143"))
+	assert.Equal(t, peerFlags{"west": "203.0.113.10:4143", "paris": "gw.paris.example:4143"}, p)
+	for _, bad := range []string{"west=10.0.0.1:1", "noequals", "=x:1", "x=", "Bad_Name=a:1", "global=a:1", "x=nohost", "x=:4143", "x=a:0", "x=a:65536", "x=a:http"} {
+		assert.Error(t, p.Set(bad), bad)
+	}
+}
+
+// stderrOf runs f and returns what it wrote to standard error.
+func stderrOf(t *testing.T, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	old := os.Stderr
+	os.Stderr = w
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	f()
+	os.Stderr = old
+	w.Close()
+	return <-done
+}
+
+// Bad flags and bad certificates exit 2 with one line that names the
+// problem, before anything is contacted.
+func TestGatewayFlags(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := gatewaytest.NewCA("root")
+	require.NoError(t, err)
+	east, err := ca.IssueFiles(dir, "east", gatewaytest.Options{})
+	require.NoError(t, err)
+	other, err := gatewaytest.NewCA("other root")
+	require.NoError(t, err)
+	foreign, err := other.IssueFiles(t.TempDir(), "east", gatewaytest.Options{})
+	require.NoError(t, err)
+	empty := filepath.Join(dir, "empty.pem")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	tls := east.Args()
+	with := func(extra ...string) []string { return append(append([]string{"--cluster", "east"}, tls...), extra...) }
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--cluster is required"},
+		{[]string{"--cluster", "east"}, "certificates: certificate, key and trust root files are all required"},
+		{[]string{"--cluster", "Bad_Name"}, "--cluster"},
+		{with("--peer", "east=10.0.0.1:4143"), "that is this cluster's name"},
+		{with("--ingress-address", "", "--egress=false"), "nothing to do"},
+		{with("--dial-timeout", "0s"), "must be positive"},
+		{with("--max-connections", "0"), "--max-connections"},
+		{with("--export-selector", ""), "--export-selector"},
+		{with("extra"), "unexpected arguments"},
+		{with("--peer", "west"), `invalid value "west" for flag -peer: want NAME=HOST:PORT`},
+		{with("--no-such-flag"), "flag provided but not defined: -no-such-flag"},
+		{[]string{"--cluster", "west", "--tls-cert", east.Cert, "--tls-key", east.Key, "--tls-ca", east.CA}, `names cluster "east", not --cluster "west"`},
+		{[]string{"--cluster", "east", "--tls-cert", east.Cert, "--tls-key", east.Key, "--tls-ca", foreign.CA}, "does not chain to"},
+		{[]string{"--cluster", "east", "--tls-cert", east.Cert, "--tls-key", foreign.Key, "--tls-ca", east.CA}, "private key does not match"},
+		{[]string{"--cluster", "east", "--tls-cert", east.Cert, "--tls-key", east.Key, "--tls-ca", empty}, "no PEM certificate"},
+		{with("--kubeconfig", "/nonexistent"), "local cluster: kubeconfig /nonexistent"},
+	} {
+		var code int
+		out := stderrOf(t, func() { code = runGateway(tc.args) })
+		assert.Equal(t, 2, code, "%q", tc.args)
+		assert.Contains(t, out, tc.want, "%q", tc.args)
+		assert.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "one line for %q: %s", tc.args, out)
+	}
+}

@@ -103,6 +103,11 @@ type index struct {
 	losers map[string][]groupKey
 	// counts of records by type, for the records metric.
 	counts recordCounts
+
+	// health says which gateways are down (gateway_health; else nil).
+	// gateways are the clusters with gateway-mode members in each group.
+	health   *gatewayHealth
+	gateways map[groupKey][]string
 }
 
 type recordCounts struct{ a, aaaa, srv, ptr int }
@@ -168,14 +173,20 @@ func (x *index) len() int {
 // returns the groups that must be rebuilt because k let go of a name they
 // want.
 func (x *index) sync(k groupKey) []groupKey {
-	built := x.build(k)
-	return x.install(k, built)
+	health := x.health.load()
+	built, gateways := x.build(k, health)
+	again := x.install(k, built, gateways)
+	if x.health.load() != health { // changed before install recorded k
+		again = append(again, k)
+	}
+	return again
 }
 
-func (x *index) install(k groupKey, built map[string]*entry) []groupKey {
+func (x *index) install(k groupKey, built map[string]*entry, gateways []string) []groupKey {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 
+	x.noteGateways(k, gateways)
 	var again []groupKey
 	for _, name := range x.wants[k] {
 		if _, still := built[name]; still {
@@ -248,6 +259,9 @@ type member struct {
 	// ptr asks for PTR records of the addresses: they are mirror
 	// ClusterIPs, which only mcmirror can name well.
 	ptr bool
+	// gateway marks a linked cluster's gateway-mode member: it leaves the
+	// -global names while that cluster's gateway is down.
+	gateway bool
 }
 
 type pod struct {
@@ -256,8 +270,10 @@ type pod struct {
 	ports []Port
 }
 
-// build computes every name of group k.
-func (x *index) build(k groupKey) map[string]*entry {
+// build computes every name of group k, leaving out of the -global names
+// the members health hides. It returns the names, and the clusters that
+// have a gateway-mode member in the group.
+func (x *index) build(k groupKey, health *healthState) (map[string]*entry, []string) {
 	var members []member
 	for _, c := range x.src.Links() {
 		s := x.src.Service(c, k.ns, k.svc)
@@ -273,6 +289,7 @@ func (x *index) build(k groupKey) map[string]*entry {
 		if s.Mode == labels.Flat {
 			x.endpoints(&m, s, x.src.Slices(c, k.ns, k.svc))
 		} else {
+			m.gateway = true
 			x.mirrors(&m, s, mname)
 		}
 		members = append(members, m)
@@ -280,7 +297,7 @@ func (x *index) build(k groupKey) map[string]*entry {
 
 	out := map[string]*entry{}
 	if len(members) == 0 && x.src.Service(x.local, k.ns, k.svc) == nil {
-		return out // nobody exports it: nothing is claimed
+		return out, nil // nobody exports it: nothing is claimed
 	}
 	if s := x.src.Service(x.local, k.ns, k.svc); s != nil && !s.ExternalName {
 		m := member{cluster: x.local, rel: k.svc + "." + k.ns + ".svc"}
@@ -299,7 +316,9 @@ func (x *index) build(k groupKey) map[string]*entry {
 		var all []target
 		for _, m := range members {
 			ts := m.targets(zone)
-			all = append(all, ts...)
+			if !health.hides(m) {
+				all = append(all, ts...)
+			}
 			if m.cluster == x.local {
 				continue
 			}
@@ -312,7 +331,9 @@ func (x *index) build(k groupKey) map[string]*entry {
 		if len(global)+len(zone) < 255 {
 			var ips []string
 			for _, m := range members {
-				ips = append(ips, m.addresses()...)
+				if !health.hides(m) {
+					ips = append(ips, m.addresses()...)
+				}
 			}
 			x.addNames(out, k, kindGlobal, global+"."+zone, all, ips)
 		}
@@ -330,7 +351,7 @@ func (x *index) build(k groupKey) map[string]*entry {
 			}
 		}
 	}
-	return out
+	return out, gatewayClusters(members)
 }
 
 // mirrors fills a gateway-mode member from the local mirror Services, by

@@ -45,6 +45,11 @@ type MCMirror struct {
 	soa [][]dns.RR
 	// startupTimeout bounds how long Start waits for the watches.
 	startupTimeout time.Duration
+	// health polls the gateway's peer states; nil without gateway_health.
+	health *gatewayHealth
+	// requeue has a group rebuilt: through the controller's queue, or at
+	// once over a fake source.
+	requeue func(groupKey)
 }
 
 // Options are the settings of an MCMirror.
@@ -64,6 +69,10 @@ type Options struct {
 	ExportSelector k8slabels.Selector
 	// Fall is the fallthrough configuration.
 	Fall fall.F
+	// GatewayHealthURL, when set, is the gateway's peer states (GET
+	// /peers), read every GatewayHealthInterval (zero means 2s).
+	GatewayHealthURL      string
+	GatewayHealthInterval time.Duration
 }
 
 // defaultStartupTimeout is the startup_timeout of the Corefile.
@@ -92,6 +101,7 @@ func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
 	}
 	m.ctrl = ctrl
 	ctrl.sync = m.index.sync
+	m.requeue = ctrl.enqueue
 	if err := ctrl.addCluster(o.Cluster, local); err != nil {
 		return nil, err
 	}
@@ -129,6 +139,11 @@ func newWithSource(src source, o Options) (*MCMirror, error) {
 		}})
 	}
 	m.index = newIndex(src, o.Cluster, forward, o.TTL, reverse)
+	m.requeue = m.syncNow
+	if o.GatewayHealthURL != "" {
+		m.health = newGatewayHealth(o.GatewayHealthURL, o.GatewayHealthInterval, o.Cluster, m.gatewaysChanged)
+		m.index.health = m.health
+	}
 	return m, nil
 }
 
@@ -162,6 +177,7 @@ func (m *MCMirror) AddLinkSecrets(w *link.SecretWatcher) { m.ctrl.secrets = w }
 // Start starts watching and waits, at most the startup timeout, until the
 // index is ready to answer.
 func (m *MCMirror) Start() error {
+	m.health.start()
 	m.ctrl.start()
 	deadline := time.Now().Add(m.startupTimeout)
 	for !m.ctrl.HasSynced() {
@@ -176,6 +192,7 @@ func (m *MCMirror) Start() error {
 
 // Stop stops watching.
 func (m *MCMirror) Stop() error {
+	m.health.stop()
 	m.ctrl.stop()
 	return nil
 }

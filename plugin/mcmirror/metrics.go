@@ -68,6 +68,26 @@ var (
 		Help:      "Number of answers given, by name kind (cluster, pod, global, srv, ptr) and rcode.",
 	}, []string{"kind", "rcode"})
 
+	// gatewayAlive is whether a linked cluster's gateway is alive as the
+	// plugin sees it (gateway_health): what decides whether its
+	// gateway-mode members are in -global answers. Not the gateway's own
+	// coredns_mcmirror_gateway_alive, which the same binary registers.
+	gatewayAlive = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "gateway_health_alive",
+		Help:      "Whether the gateway of a linked cluster counts as alive for -global answers: 1 or 0.",
+	}, []string{"cluster"})
+
+	// gatewayHealthErrors counts reads of the gateway_health URL that
+	// failed or answered something else than peer states.
+	gatewayHealthErrors = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "gateway_health_errors_total",
+		Help:      "Number of failed or unusable reads of the gateway_health URL.",
+	})
+
 	// programmingLatency is the time from a change in a cluster to the
 	// index answering with it.
 	programmingLatency = promauto.NewHistogramVec(prometheus.HistogramOpts{

@@ -2,6 +2,7 @@ package mcmirror
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +63,8 @@ type config struct {
 	ttl            uint32
 	startupTimeout time.Duration
 	fall           fall.F
+	healthURL      string // gateway_health; empty without it
+	healthInterval time.Duration
 }
 
 func parse(c *caddy.Controller) (*config, error) {
@@ -200,6 +203,11 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 		case "fallthrough":
 			cfg.fall.SetZonesFromArgs(c.RemainingArgs())
 
+		case "gateway_health":
+			if err := parseGatewayHealth(c, cfg); err != nil {
+				return nil, err
+			}
+
 		default:
 			return nil, c.Errf("unknown property '%s'", prop)
 		}
@@ -214,6 +222,36 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// parseGatewayHealth parses gateway_health URL [INTERVAL].
+func parseGatewayHealth(c *caddy.Controller, cfg *config) error {
+	args := c.RemainingArgs()
+	if len(args) != 1 && len(args) != 2 {
+		return c.ArgErr()
+	}
+	if cfg.healthURL != "" {
+		return c.Errf("gateway_health given twice")
+	}
+	u, err := url.Parse(args[0])
+	if err != nil {
+		return c.Errf("gateway_health: bad URL %q: %v", args[0], err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return c.Errf("gateway_health: bad URL %q: want http:// or https:// and a host", args[0])
+	}
+	cfg.healthURL, cfg.healthInterval = args[0], defaultHealthInterval
+	if len(args) == 2 {
+		d, err := time.ParseDuration(args[1])
+		if err != nil {
+			return c.Errf("gateway_health: bad interval %q: %v", args[1], err)
+		}
+		if d <= 0 {
+			return c.Errf("gateway_health: bad interval %q: must be positive", args[1])
+		}
+		cfg.healthInterval = d
+	}
+	return nil
 }
 
 // where returns the file and line the dispenser is at.
@@ -236,6 +274,9 @@ func (cfg *config) build() (*MCMirror, error) {
 		StartupTimeout: cfg.startupTimeout,
 		ExportSelector: cfg.exportSel,
 		Fall:           cfg.fall,
+
+		GatewayHealthURL:      cfg.healthURL,
+		GatewayHealthInterval: cfg.healthInterval,
 	})
 	if err != nil {
 		return nil, err

@@ -40,6 +40,9 @@ func TestParse(t *testing.T) {
 			if !c.fall.Equal(fall.F{}) {
 				t.Errorf("fallthrough %v", c.fall)
 			}
+			if c.healthURL != "" {
+				t.Errorf("gateway_health %q without the option", c.healthURL)
+			}
 		}},
 		// Every property.
 		{`mcmirror cluster.local in-addr.arpa {
@@ -52,7 +55,11 @@ func TestParse(t *testing.T) {
 			ttl 30
 			startup_timeout 1m
 			fallthrough example.org
+			gateway_health http://mcmirror-gateway.mcmirror.svc:9155/peers 500ms
 		}`, "", func(t *testing.T, c *config) {
+			if c.healthURL != "http://mcmirror-gateway.mcmirror.svc:9155/peers" || c.healthInterval != 500*time.Millisecond {
+				t.Errorf("gateway_health %q %s", c.healthURL, c.healthInterval)
+			}
 			if !slices.Equal(c.zones, []string{"cluster.local.", "in-addr.arpa."}) {
 				t.Errorf("zones %v", c.zones)
 			}
@@ -88,6 +95,12 @@ func TestParse(t *testing.T) {
 			}
 		}},
 
+		{"mcmirror {\ncluster east\ngateway_health https://gw.example:9155/peers\n}", "", func(t *testing.T, c *config) {
+			if c.healthURL != "https://gw.example:9155/peers" || c.healthInterval != 2*time.Second {
+				t.Errorf("gateway_health %q %s, want the default interval 2s", c.healthURL, c.healthInterval)
+			}
+		}},
+
 		// Errors.
 		{"mcmirror", "no cluster", nil},
 		{"mcmirror {\n}", "no cluster", nil},
@@ -120,6 +133,17 @@ func TestParse(t *testing.T) {
 		{"mcmirror {\ncluster east\nstartup_timeout 5\n}", "startup_timeout: time: missing unit", nil},
 		{"mcmirror {\ncluster east\nstartup_timeout soon\n}", "startup_timeout: time: invalid duration", nil},
 		{"mcmirror {\ncluster east\nstartup_timeout -1s\n}", "startup_timeout must be positive", nil},
+		{"mcmirror {\ncluster east\ngateway_health\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\ngateway_health http://gw/peers 2s 3s\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\ngateway_health gw:9155/peers\n}", `gateway_health: bad URL "gw:9155/peers": want http:// or https:// and a host`, nil},
+		{"mcmirror {\ncluster east\ngateway_health ftp://gw/peers\n}", `gateway_health: bad URL "ftp://gw/peers"`, nil},
+		{"mcmirror {\ncluster east\ngateway_health http:///peers\n}", `gateway_health: bad URL "http:///peers"`, nil},
+		{"mcmirror {\ncluster east\ngateway_health http://gw:port/peers\n}", `gateway_health: bad URL "http://gw:port/peers": parse`, nil},
+		{"mcmirror {\ncluster east\ngateway_health http://gw/peers 2\n}", `gateway_health: bad interval "2": time: missing unit`, nil},
+		{"mcmirror {\ncluster east\ngateway_health http://gw/peers often\n}", `gateway_health: bad interval "often"`, nil},
+		{"mcmirror {\ncluster east\ngateway_health http://gw/peers 0s\n}", `gateway_health: bad interval "0s": must be positive`, nil},
+		{"mcmirror {\ncluster east\ngateway_health http://gw/peers -1s\n}", `gateway_health: bad interval "-1s": must be positive`, nil},
+		{"mcmirror {\ncluster east\ngateway_health http://gw/peers\ngateway_health http://gw2/peers\n}", "Testfile:4 - Error during parsing: gateway_health given twice", nil},
 		{"mcmirror {\ncluster east\nfoo bar\n}", "unknown property 'foo'", nil},
 		{"mcmirror in-addr.arpa {\ncluster east\n}", "non-reverse zone name must be used", nil},
 		{"mcmirror {\ncluster east\n}\nmcmirror {\ncluster east\n}", "this plugin", nil}, // plugin.ErrOnce
@@ -191,6 +215,8 @@ func TestSetup(t *testing.T) {
 		{"mcmirror {\ncluster east\nkubeconfig " + kc + "\nlink west " + kc + " west\n}", ""},
 		{"mcmirror {\ncluster east\nkubeconfig " + kc + "\nlink west " + kc + "\nlink_secrets linkerd-multicluster\n}", ""},
 		{"mcmirror {\ncluster east\nkubeconfig " + kc + " east\n}", ""},
+		{"mcmirror {\ncluster east\nkubeconfig " + kc + "\ngateway_health http://127.0.0.1:1/peers 1s\n}", ""},
+		{"mcmirror {\ncluster east\nkubeconfig " + kc + "\ngateway_health 127.0.0.1:1\n}", "plugin/mcmirror: Testfile:4 - Error during parsing: gateway_health: bad URL"},
 		{"mcmirror {\ncluster east\nkubeconfig " + missing + "\n}", "Testfile:3: kubeconfig " + missing + ": stat"},
 		{"mcmirror {\ncluster east\nkubeconfig " + kc + " nope\n}", `no context "nope"`},
 		{"mcmirror {\ncluster east\nkubeconfig " + garbage + "\n}", "kubeconfig " + garbage},
@@ -219,6 +245,25 @@ func TestSetup(t *testing.T) {
 		if len(plugins) != 1 {
 			t.Errorf("test %d: %d plugins added", i, len(plugins))
 		}
+	}
+}
+
+func TestSetupGatewayHealth(t *testing.T) {
+	kc := writeKubeconfig(t, "east")
+	c := caddy.NewTestController("dns", "mcmirror {\ncluster east\nkubeconfig "+kc+"\ngateway_health http://127.0.0.1:1/peers 1s\n}")
+	c.ServerBlockKeys = []string{"cluster.local.:53"}
+	if err := setup(c); err != nil {
+		t.Fatal(err)
+	}
+	m, ok := dnsserver.GetConfig(c).Plugin[0](nil).(*MCMirror)
+	if !ok {
+		t.Fatal("no MCMirror")
+	}
+	if m.health == nil || m.health.url != "http://127.0.0.1:1/peers" || m.health.interval != time.Second || m.health.grace != 5*time.Second {
+		t.Fatalf("health %+v", m.health)
+	}
+	if m.index.health != m.health {
+		t.Error("the index does not read the health")
 	}
 }
 

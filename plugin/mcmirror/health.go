@@ -1,0 +1,341 @@
+package mcmirror
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// The gateway health: with gateway_health, the plugin polls the gateway's
+// GET /peers (gateway/probe.go), and the gateway-mode members of a cluster
+// whose gateway is down leave the -global names; its own names keep
+// answering. A health change rebuilds only the groups that have gateway-mode
+// members of the clusters that changed, through the same queue as any other
+// change, so a query costs what it costs without gateway_health.
+
+const (
+	// defaultHealthInterval is gateway_health's INTERVAL: the gateway
+	// probes every 2 s too.
+	defaultHealthInterval = 2 * time.Second
+	// healthGraceIntervals is how many intervals the last known state is
+	// kept while the health URL cannot be read, before failing open: long
+	// enough to ride over the restart of the gateway that serves it, short
+	// enough that a broken health source does not keep a cluster out of
+	// -global for long.
+	healthGraceIntervals = 5
+	// maxHealthBody bounds what is read of an answer.
+	maxHealthBody = 1 << 20
+)
+
+// healthState is which clusters' gateways are down, as the plugin sees it.
+// It is immutable: a change installs a new one, so that a build can tell,
+// by comparing pointers, whether the state changed while it ran.
+type healthState struct {
+	down map[string]bool
+}
+
+// hides reports whether m stays out of the -global names: it is a
+// gateway-mode member of a cluster whose gateway is down. Flat-mode members
+// need no gateway, and the local cluster's are never gateway members.
+func (s *healthState) hides(m member) bool {
+	return s != nil && m.gateway && s.down[m.cluster]
+}
+
+// logger is what gatewayHealth logs with: the plugin's log, a recorder in
+// tests.
+type logger interface {
+	Infof(format string, v ...any)
+	Warningf(format string, v ...any)
+}
+
+// gatewayHealth polls the gateway's peer states and keeps the set of
+// clusters whose gateway is down.
+type gatewayHealth struct {
+	url      string
+	interval time.Duration
+	// grace is how long the last known state is kept while url cannot be
+	// read; after it every gateway counts as alive (fail open).
+	grace time.Duration
+	// local is this cluster's name: its members never leave -global.
+	local  string
+	client *http.Client
+	log    logger
+	// changed is told the clusters whose state changed, after the new
+	// state is in place: the plugin requeues their groups.
+	changed func(clusters []string)
+
+	// state is nil while every gateway is alive.
+	state atomic.Pointer[healthState]
+
+	// Owned by the poll loop.
+	lastRead time.Time       // last good read, or the start
+	failing  bool            // the last read failed; logged once
+	open     bool            // failed open; logged once
+	reported map[string]bool // the clusters of the last good read, for the metric
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newGatewayHealth(url string, interval time.Duration, local string, changed func([]string)) *gatewayHealth {
+	if interval <= 0 {
+		interval = defaultHealthInterval
+	}
+	return &gatewayHealth{
+		url:      url,
+		interval: interval,
+		grace:    healthGraceIntervals * interval,
+		local:    local,
+		client:   &http.Client{},
+		log:      log,
+		changed:  changed,
+		reported: map[string]bool{},
+	}
+}
+
+// load returns the current state; nil (every gateway alive) when h is nil
+// or nothing is down.
+func (h *gatewayHealth) load() *healthState {
+	if h == nil {
+		return nil
+	}
+	return h.state.Load()
+}
+
+// start polls, at once and then every interval, until stop. Without
+// gateway_health (h nil) it does nothing.
+func (h *gatewayHealth) start() {
+	if h == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	h.lastRead = time.Now()
+	go func() {
+		defer close(h.done)
+		t := time.NewTicker(h.interval)
+		defer t.Stop()
+		for {
+			h.poll(ctx, time.Now())
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// stop stops polling, and drops the metric series of the clusters it
+// reported.
+func (h *gatewayHealth) stop() {
+	if h == nil {
+		return
+	}
+	if h.cancel != nil {
+		h.cancel()
+		<-h.done
+	}
+	for c := range h.reported {
+		gatewayAlive.DeleteLabelValues(c)
+	}
+}
+
+// poll reads the peer states once, at now, and applies them; when they
+// cannot be read it keeps the last known state for the grace period, then
+// counts every gateway alive.
+func (h *gatewayHealth) poll(ctx context.Context, now time.Time) {
+	alive, err := h.read(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return // stopping
+		}
+		gatewayHealthErrors.Inc()
+		if !h.failing {
+			h.failing = true
+			h.log.Warningf("gateway_health %s: %v; keeping the last known gateway states for %s", h.url, err, h.grace)
+		}
+		if !h.open && now.Sub(h.lastRead) >= h.grace {
+			h.open = true
+			h.log.Warningf("gateway_health %s: unreadable for %s; counting every gateway alive", h.url, h.grace)
+			h.apply(nil)
+		}
+		return
+	}
+	h.lastRead = now
+	if h.failing {
+		h.failing, h.open = false, false
+		h.log.Infof("gateway_health %s: readable again", h.url)
+	}
+	h.apply(alive)
+}
+
+// read fetches the peer states: cluster to alive. Anything but a JSON
+// array of objects that each name a cluster and say whether it is alive is
+// an error.
+func (h *gatewayHealth) read(ctx context.Context) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.interval)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxHealthBody)) // so the connection is reused
+		resp.Body.Close()
+	}()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("answered %s", resp.Status)
+	}
+	var peers []struct {
+		Cluster string `json:"cluster"`
+		Alive   *bool  `json:"alive"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxHealthBody)).Decode(&peers); err != nil {
+		return nil, fmt.Errorf("not a list of peer states: %v", err)
+	}
+	alive := make(map[string]bool, len(peers))
+	for i, p := range peers {
+		if p.Cluster == "" || p.Alive == nil {
+			return nil, fmt.Errorf("peer state %d has no cluster or no alive", i)
+		}
+		alive[p.Cluster] = *p.Alive
+	}
+	return alive, nil
+}
+
+// apply makes alive the state: the clusters it says are not alive are
+// down, every other one (absent, or all of them when alive is nil) alive.
+// The local cluster is never down.
+func (h *gatewayHealth) apply(alive map[string]bool) {
+	delete(alive, h.local)
+	if alive != nil {
+		for c := range h.reported {
+			if _, ok := alive[c]; !ok {
+				gatewayAlive.DeleteLabelValues(c)
+				delete(h.reported, c)
+			}
+		}
+		for c := range alive {
+			h.reported[c] = true
+		}
+	}
+	down := map[string]bool{}
+	for c := range h.reported {
+		// Set at every poll, not only on a change: a reload's old
+		// instance drops the series when it stops.
+		if a, ok := alive[c]; ok && !a {
+			down[c] = true
+			gatewayAlive.WithLabelValues(c).Set(0)
+		} else {
+			gatewayAlive.WithLabelValues(c).Set(1)
+		}
+	}
+
+	var was map[string]bool
+	if s := h.state.Load(); s != nil {
+		was = s.down
+	}
+	var changed []string
+	for c := range down {
+		if !was[c] {
+			changed = append(changed, c)
+			h.log.Warningf("Gateway of cluster %s is down: its gateway-mode members leave -global answers", c)
+		}
+	}
+	for c := range was {
+		if !down[c] {
+			changed = append(changed, c)
+			h.log.Infof("Gateway of cluster %s is alive: its gateway-mode members are back in -global answers", c)
+		}
+	}
+	if len(changed) == 0 {
+		return
+	}
+	if len(down) == 0 {
+		h.state.Store(nil)
+	} else {
+		h.state.Store(&healthState{down: down})
+	}
+	slices.Sort(changed)
+	h.changed(changed)
+}
+
+// noteGateways records, with x.mu held, the clusters that have a
+// gateway-mode member in group k; only with gateway_health.
+func (x *index) noteGateways(k groupKey, clusters []string) {
+	if x.health == nil {
+		return
+	}
+	if len(clusters) == 0 {
+		delete(x.gateways, k)
+		return
+	}
+	if x.gateways == nil {
+		x.gateways = map[groupKey][]string{}
+	}
+	x.gateways[k] = clusters
+}
+
+// gatewayGroups returns the groups that have a gateway-mode member of one
+// of clusters: those a change of their health rebuilds.
+func (x *index) gatewayGroups(clusters []string) []groupKey {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var ks []groupKey
+	for k, cs := range x.gateways {
+		if slices.ContainsFunc(cs, func(c string) bool { return slices.Contains(clusters, c) }) {
+			ks = append(ks, k)
+		}
+	}
+	slices.SortFunc(ks, func(a, b groupKey) int {
+		if groupLess(a, b) {
+			return -1
+		}
+		if groupLess(b, a) {
+			return 1
+		}
+		return 0
+	})
+	return ks
+}
+
+// gatewayClusters returns the clusters that have a gateway-mode member in
+// members, sorted.
+func gatewayClusters(members []member) []string {
+	var cs []string
+	for _, m := range members {
+		if m.gateway && !slices.Contains(cs, m.cluster) {
+			cs = append(cs, m.cluster)
+		}
+	}
+	slices.Sort(cs)
+	return slices.Clip(cs)
+}
+
+// gatewaysChanged rebuilds the groups that have gateway-mode members of
+// clusters, whose gateways went down or came back; no other group.
+func (m *MCMirror) gatewaysChanged(clusters []string) {
+	for _, k := range m.index.gatewayGroups(clusters) {
+		m.requeue(k)
+	}
+}
+
+// syncNow rebuilds group k, and the groups that build asks for, at once:
+// the requeue of an MCMirror over a fake source, which has no queue.
+func (m *MCMirror) syncNow(k groupKey) {
+	for queue := []groupKey{k}; len(queue) > 0; {
+		k, queue = queue[0], queue[1:]
+		queue = append(queue, m.index.sync(k)...)
+	}
+}

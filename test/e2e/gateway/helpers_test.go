@@ -1,0 +1,224 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// runPods starts echo servers as pods of cluster c, and waits until each
+// answers on its own address, so that what a test sees through the gateway
+// is the gateway's doing, not a server still starting.
+func runPods(t *testing.T, c *harness.Cluster, names ...string) []*harness.Pod {
+	t.Helper()
+	var pods []*harness.Pod
+	for _, n := range names {
+		pods = append(pods, c.RunPod(t, n, harness.EchoServer(podPort)))
+	}
+	for _, p := range pods {
+		addr := net.JoinHostPort(p.IP.String(), strconv.Itoa(podPort))
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			done, err := p.Process.Exited()
+			require.False(ct, done, "pod %s exited: %v\n%s", p.Name, err, p.Process.Tail(10))
+			got, err := greet(addr)
+			require.NoError(ct, err)
+			assert.Equal(ct, c.Name+"/"+p.Name, got)
+		}, wait, tick, "pod %s/%s answers at %s", c.Name, p.Name, addr)
+	}
+	return pods
+}
+
+// exportService creates in west a selector-less Service ns/name, port http
+// 80 → 8080, exported in gateway mode, headless or not, and an
+// EndpointSlice with the pods' addresses, ready, with their names as
+// hostnames when headless. Both are deleted when t ends.
+func exportService(t *testing.T, ns, name string, headless bool, pods []*harness.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	west := env.Cluster("west")
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{labels.Exported: labels.ExportGateway}},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
+			Name: portName, Port: servicePort, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(podPort),
+		}}},
+	}
+	if headless {
+		svc.Spec.ClusterIP = corev1.ClusterIPNone
+	}
+	_, err := west.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = west.Client.CoreV1().Services(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-pods", Namespace: ns, Labels: map[string]string{
+			discoveryv1.LabelServiceName: name,
+			discoveryv1.LabelManagedBy:   "e2e.mcmirror.dev",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr(portName), Port: ptr(int32(podPort)), Protocol: ptr(corev1.ProtocolTCP)}},
+	}
+	for _, p := range pods {
+		ep := discoveryv1.Endpoint{
+			Addresses:  []string{p.IP.String()},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: p.Name},
+		}
+		if headless {
+			ep.Hostname = ptr(p.Name)
+		}
+		es.Endpoints = append(es.Endpoints, ep)
+	}
+	_, err = west.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = west.Client.DiscoveryV1().EndpointSlices(ns).Delete(context.Background(), es.Name, metav1.DeleteOptions{})
+	})
+}
+
+// mirror is what east's controller made for a remote Service or pod.
+type mirror struct {
+	ClusterIP  string
+	EgressPort int
+}
+
+// waitMirror waits until east holds the mirror Service ns/name with a
+// ClusterIP and an egress port recorded for the Service port, and returns
+// them.
+func waitMirror(t *testing.T, ns, name string) mirror {
+	t.Helper()
+	var m mirror
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		svc, err := env.Cluster("east").Client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(c, err)
+		require.Equal(c, "west", svc.Labels[labels.ClusterName])
+		ports := labels.ParseEgressPorts(svc.Annotations[labels.EgressPorts])
+		p, ok := ports[labels.EgressPortKey(servicePort, string(corev1.ProtocolTCP))]
+		require.True(c, ok, "%s: egress port of %d/TCP in %q", name, servicePort, svc.Annotations[labels.EgressPorts])
+		require.NotEmpty(c, svc.Spec.ClusterIP)
+		m = mirror{ClusterIP: svc.Spec.ClusterIP, EgressPort: int(p)}
+	}, wait, tick, "east: mirror %s/%s with an egress port", ns, name)
+	return m
+}
+
+// egressAddr is where a client reaches an egress port.
+func egressAddr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// greet connects to addr, reads the echo server's greeting and returns the
+// pod it names ("west/web-0"). It also proves the stream carries bytes both
+// ways and passes a half-close on: what it writes comes back, and once it
+// closes its side the server's side closes too.
+func greet(addr string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("greeting: %w (read %q)", err, line)
+	}
+	pod, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "hello from ")
+	if !ok {
+		return "", fmt.Errorf("greeting %q", line)
+	}
+	const ping = "ping through the gateway\n"
+	if _, err := io.WriteString(conn, ping); err != nil {
+		return "", err
+	}
+	echo, err := r.ReadString('\n')
+	if err != nil || echo != ping {
+		return "", fmt.Errorf("echo: %q, %v", echo, err)
+	}
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		return "", err
+	}
+	if rest, err := io.ReadAll(r); err != nil || len(rest) > 0 {
+		return "", fmt.Errorf("after the half-close: %q, %v (want EOF)", rest, err)
+	}
+	return pod, nil
+}
+
+// waitGreet polls greet until it succeeds within d, and returns the pod.
+func waitGreet(t *testing.T, addr string, d time.Duration, msg string) string {
+	t.Helper()
+	var pod string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		pod, err = greet(addr)
+		require.NoError(c, err)
+	}, d, tick, msg)
+	return pod
+}
+
+// expectReset connects to addr, where the egress must refuse what it
+// cannot carry with a TCP reset: it fails t unless the connection is reset
+// within limit with no byte of the target's. The reset may come before the
+// dial returns (the egress accepts and resets in well under a millisecond),
+// or on the first read. An EOF would pass for an empty answer, a refused
+// dial (nothing listening) would not be the egress's doing, and a
+// connection still open after limit is a hang. It returns how long the
+// refusal took.
+func expectReset(t *testing.T, addr string, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	conn, err := net.DialTimeout("tcp", addr, limit)
+	if err == nil {
+		defer conn.Close()
+		_ = conn.SetReadDeadline(start.Add(limit))
+		buf := make([]byte, 256)
+		var n int
+		n, err = conn.Read(buf)
+		require.Zero(t, n, "no byte of the target may arrive; got %q", buf[:n])
+	}
+	elapsed := time.Since(start)
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the connection hung for %v instead of failing fast", limit)
+	require.ErrorIs(t, err, syscall.ECONNRESET, "the egress resets the client")
+	return elapsed
+}
+
+// metric returns a gateway's metric (0 when it has no such sample yet).
+func metric(t require.TestingT, g *harness.Gateway, name string, lbl map[string]string) float64 {
+	v, _, err := g.Metric(name, lbl)
+	require.NoError(t, err)
+	return v
+}
+
+// alive is a gateway's gateway_alive{cluster}, and whether it has the
+// sample yet (it has once the first probe of that peer has ended).
+func alive(t require.TestingT, g *harness.Gateway, cluster string) (float64, bool) {
+	v, ok, err := g.Metric("coredns_mcmirror_gateway_alive", map[string]string{"cluster": cluster})
+	require.NoError(t, err)
+	return v, ok
+}
+
+// requireRunning fails t if p has exited.
+func requireRunning(t *testing.T, p *harness.Process) {
+	t.Helper()
+	done, err := p.Exited()
+	require.False(t, done, "%s exited: %v\n%s", p.Name, err, p.Tail(30))
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,280 @@
+package harness
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+)
+
+// GatewayOptions describes a `coredns-mc gateway` of one cluster.
+type GatewayOptions struct {
+	// TLS are the gateway's certificate, key and trust root.
+	TLS gatewaytest.Files
+	// Ingress runs the ingress, on a free port of 127.0.0.1.
+	Ingress bool
+	// Egress runs the egress, its ports bound on 127.0.0.1.
+	Egress bool
+	// Peers are the ingress addresses (host:port) of other clusters'
+	// gateways, by cluster name: --peer.
+	Peers map[string]string
+	// Args are more flags, e.g. "--probe-interval", "1s".
+	Args []string
+}
+
+// Gateway is a `coredns-mc gateway` run for a test. It can be stopped and
+// started again on the same addresses, as a gateway that dies and comes
+// back does.
+type Gateway struct {
+	// Cluster is the gateway's own cluster.
+	Cluster *Cluster
+	// IngressAddr is the ingress's address, host:port ("" without one).
+	IngressAddr string
+	// MetricsURL is the base URL of /metrics, /readyz and /peers.
+	MetricsURL string
+
+	env  *Env
+	name string
+	argv []string
+
+	mu   sync.Mutex
+	proc *Process
+}
+
+// StartGateway runs `coredns-mc gateway` for cluster c with its admin
+// kubeconfig, for the test t, and waits until /readyz answers 200.
+func (e *Env) StartGateway(t testing.TB, c *Cluster, o GatewayOptions) *Gateway {
+	t.Helper()
+	bin, err := CorednsMC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+	g := &Gateway{Cluster: c, MetricsURL: "http://" + metrics, env: e, name: c.Name + "/gateway"}
+	argv := []string{bin, "gateway",
+		"--cluster", c.Name,
+		"--kubeconfig", c.Kubeconfig,
+		"--metrics-addr", metrics,
+		"--v", "3",
+	}
+	argv = append(argv, o.TLS.Args()...)
+	if o.Ingress {
+		g.IngressAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+	}
+	argv = append(argv, "--ingress-address", g.IngressAddr)
+	if o.Egress {
+		argv = append(argv, "--egress=true", "--egress-bind-address", "127.0.0.1")
+	} else {
+		argv = append(argv, "--egress=false")
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.Peers)) {
+		argv = append(argv, "--peer", name+"="+o.Peers[name])
+	}
+	g.argv = append(argv, o.Args...)
+	g.Start(t)
+	return g
+}
+
+// Start starts the gateway, again after Stop, with the same flags and
+// addresses, and waits until it is ready. The process is stopped when t
+// ends.
+func (g *Gateway) Start(t testing.TB) {
+	t.Helper()
+	g.mu.Lock()
+	if g.proc != nil {
+		if done, _ := g.proc.Exited(); !done {
+			g.mu.Unlock()
+			t.Fatalf("%s: started while running", g.name)
+		}
+	}
+	p := g.env.StartProcess(t, g.name, nil, g.argv...)
+	g.proc = p
+	g.mu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		if done, err := p.Exited(); done {
+			t.Fatalf("%s exited while starting: %v\n%s", g.name, err, p.Tail(30))
+		}
+		resp, err := client.Get(g.MetricsURL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready within a minute (last: %v)\n%s", g.name, err, p.Tail(30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop stops the gateway (SIGTERM) and returns once it has exited.
+func (g *Gateway) Stop() {
+	g.mu.Lock()
+	p := g.proc
+	g.mu.Unlock()
+	if p != nil {
+		p.Stop()
+	}
+}
+
+// Process is the gateway's current process.
+func (g *Gateway) Process() *Process {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.proc
+}
+
+// Running reports whether the current process is alive.
+func (g *Gateway) Running() bool {
+	p := g.Process()
+	if p == nil {
+		return false
+	}
+	done, _ := p.Exited()
+	return !done
+}
+
+// Metric returns the sum of the samples of metric name whose labels include
+// every pair of labels, and whether there is any such sample, e.g.
+// g.Metric(`coredns_mcmirror_gateway_alive`, map[string]string{"cluster": "west"}).
+func (g *Gateway) Metric(name string, labels map[string]string) (float64, bool, error) {
+	return ScrapeMetric(g.MetricsURL+"/metrics", name, labels)
+}
+
+// GatewayPeer is one entry of a gateway's /peers.
+type GatewayPeer struct {
+	Cluster string `json:"cluster"`
+	Alive   bool   `json:"alive"`
+	Probed  bool   `json:"probed"`
+	Error   string `json:"error"`
+}
+
+// Peers returns the gateway's /peers by cluster.
+func (g *Gateway) Peers() (map[string]GatewayPeer, error) {
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(g.MetricsURL + "/peers")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/peers: %s", resp.Status)
+	}
+	var list []GatewayPeer
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, fmt.Errorf("/peers: %w", err)
+	}
+	out := map[string]GatewayPeer{}
+	for _, p := range list {
+		out[p.Cluster] = p
+	}
+	return out, nil
+}
+
+// ScrapeMetric reads the Prometheus text exposition at url and returns the
+// sum of the samples of metric name whose labels include every pair of
+// labels, and whether any sample matched.
+func ScrapeMetric(url, name string, labels map[string]string) (float64, bool, error) {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		return 0, false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return sumSamples(resp.Body, name, labels)
+}
+
+// sumSamples parses the text exposition format, as much of it as metrics
+// with plain label values need.
+func sumSamples(r io.Reader, name string, want map[string]string) (float64, bool, error) {
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		got := map[string]string{}
+		if rest[0] == '{' {
+			end := strings.LastIndexByte(rest, '}')
+			if end < 0 {
+				return 0, false, fmt.Errorf("bad sample %q", line)
+			}
+			var err error
+			if got, err = parseLabels(rest[1:end]); err != nil {
+				return 0, false, fmt.Errorf("bad sample %q: %w", line, err)
+			}
+			rest = rest[end+1:]
+		}
+		match := true
+		for k, v := range want {
+			if got[k] != v {
+				match = false
+				break
+			}
+		}
+		if !match {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			return 0, false, fmt.Errorf("bad sample %q", line)
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("bad sample %q: %w", line, err)
+		}
+		sum += v
+		found = true
+	}
+	return sum, found, sc.Err()
+}
+
+// parseLabels parses `a="x",b="y"` with Go-style escapes in the values.
+func parseLabels(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for s = strings.TrimSpace(s); s != ""; {
+		k, rest, ok := strings.Cut(s, "=")
+		if !ok || rest == "" || rest[0] != '"' {
+			return nil, fmt.Errorf("label %q", s)
+		}
+		end := 1
+		for end < len(rest) && rest[end] != '"' {
+			if rest[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		if end >= len(rest) {
+			return nil, fmt.Errorf("unterminated label value %q", rest)
+		}
+		v, err := strconv.Unquote(rest[:end+1])
+		if err != nil {
+			return nil, err
+		}
+		out[strings.TrimSpace(k)] = v
+		s = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest[end+1:]), ","))
+	}
+	return out, nil
+}

@@ -1,0 +1,712 @@
+package deploy_test
+
+// deploy/gateway.yaml against a real API server: the Deployment and both
+// Services are accepted and agree with each other and with the gateway's
+// flags; the real `coredns-mc gateway`, run in east as the ServiceAccount
+// the manifest binds, with the Deployment's arguments, syncs, becomes
+// ready, accepts a destination east exports, serves the egress port of a
+// mirror, and records its Events: the RBAC is sufficient; and that
+// ServiceAccount is refused what the gateway does not need.
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/gateway"
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+const (
+	gatewayNS   = "mcmirror"
+	gatewayName = "mcmirror-gateway"
+)
+
+// gatewayDeployment is the Deployment of deploy/gateway.yaml.
+func gatewayDeployment(t *testing.T) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	object(t, manifest(t, "gateway.yaml"), "Deployment", gatewayNS, gatewayName, d)
+	return d
+}
+
+// gatewayPKI is a trust root with the certificates of east (the gateway
+// under test) and west (its peer, and the client of its ingress).
+type gatewayPKI struct {
+	east, west gatewaytest.Files
+}
+
+func newGatewayPKI(t *testing.T) gatewayPKI {
+	t.Helper()
+	ca, err := gatewaytest.NewCA("mcmirror test root")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	var p gatewayPKI
+	p.east, err = ca.IssueFiles(dir, "east", gatewaytest.Options{})
+	require.NoError(t, err)
+	p.west, err = ca.IssueFiles(dir, "west", gatewaytest.Options{})
+	require.NoError(t, err)
+	return p
+}
+
+func loadCerts(t *testing.T, f gatewaytest.Files) *gateway.Certs {
+	t.Helper()
+	c, err := gateway.LoadCerts(gateway.CertFiles{Cert: f.Cert, Key: f.Key, CA: f.CA})
+	require.NoError(t, err)
+	return c
+}
+
+// fakePeer stands for west's gateway as far as east's prober sees it: an
+// mTLS listener with west's certificate that answers every request with
+// 200 while up and 503 while down.
+type fakePeer struct {
+	addr string
+	up   atomic.Bool
+}
+
+func startFakePeer(t *testing.T, f gatewaytest.Files) *fakePeer {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", loadCerts(t, f).ServerConfig())
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	p := &fakePeer{addr: ln.Addr().String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				st := http.StatusServiceUnavailable
+				if p.up.Load() {
+					st = http.StatusOK
+				}
+				fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", st, http.StatusText(st))
+			}()
+		}
+	}()
+	return p
+}
+
+// gatewayProc is a running `coredns-mc gateway`.
+type gatewayProc struct {
+	proc             *harness.Process
+	ingress, metrics string // host:port
+	pod              string // $POD_NAME, which its Events are about
+}
+
+// startGateway runs `coredns-mc gateway` in east exactly as the Deployment
+// of deploy/gateway.yaml runs it (its arguments, its environment, its
+// ServiceAccount), except for what only makes sense in a pod: the
+// in-cluster configuration becomes a kubeconfig of the same ServiceAccount,
+// the mounted Secret becomes the files of pki.east, the listeners move to
+// free loopback ports, and the one --peer (west) is peer. Probes run every
+// 200 ms instead of 2 s, so that Events come quickly. extraEnv is added to
+// its environment.
+func startGateway(t *testing.T, pki gatewayPKI, peer string, extraEnv ...string) *gatewayProc {
+	t.Helper()
+	d := gatewayDeployment(t)
+	spec := d.Spec.Template.Spec
+	require.Len(t, spec.Containers, 1)
+	ctr := spec.Containers[0]
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	p := &gatewayProc{
+		ingress: "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)),
+		metrics: "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)),
+		pod:     gatewayName + "-" + randomSuffix(t),
+	}
+	argv := []string{bin}
+	replaced := map[string]int{}
+	for _, a := range ctr.Args {
+		flag, value, _ := strings.Cut(a, "=")
+		switch flag {
+		case "--tls-cert", "--tls-key", "--tls-ca":
+			a = "" // pki.east's files, below
+		case "--ingress-address":
+			a = flag + "=" + p.ingress
+		case "--metrics-addr":
+			a = flag + "=" + p.metrics
+		case "--peer":
+			name, _, _ := strings.Cut(value, "=")
+			require.Equal(t, "west", name, "the Deployment's --peer")
+			a = flag + "=west=" + peer
+		default:
+			argv = append(argv, a)
+			continue
+		}
+		replaced[flag]++
+		if a != "" {
+			argv = append(argv, a)
+		}
+	}
+	for _, f := range []string{"--tls-cert", "--tls-key", "--tls-ca", "--ingress-address", "--metrics-addr", "--peer"} {
+		require.Equal(t, 1, replaced[f], "the Deployment sets %s once", f)
+	}
+	argv = append(argv, pki.east.Args()...)
+	argv = append(argv,
+		"--kubeconfig="+saKubeconfig(t, d.Namespace, spec.ServiceAccountName),
+		// The egress ports of every mirror in east, on loopback only.
+		"--egress-bind-address=127.0.0.1",
+		"--probe-interval=200ms", "--probe-timeout=1s")
+	// $POD_NAME and $POD_NAMESPACE, as the downward API fills them in.
+	var procEnv []string
+	for _, e := range ctr.Env {
+		require.NotNil(t, e.ValueFrom, e.Name)
+		require.NotNil(t, e.ValueFrom.FieldRef, e.Name)
+		switch e.ValueFrom.FieldRef.FieldPath {
+		case "metadata.name":
+			procEnv = append(procEnv, e.Name+"="+p.pod)
+		case "metadata.namespace":
+			procEnv = append(procEnv, e.Name+"="+d.Namespace)
+		default:
+			t.Fatalf("env %s from %s", e.Name, e.ValueFrom.FieldRef.FieldPath)
+		}
+	}
+	p.proc = env.StartProcess(t, "east/"+gatewayName, append(procEnv, extraEnv...), argv...)
+	// The Deployment's probes: liveness, then readiness.
+	for _, probe := range []*corev1.Probe{ctr.LivenessProbe, ctr.ReadinessProbe} {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			done, err := p.proc.Exited()
+			require.False(c, done, "the gateway exited: %v\n%s", err, p.proc.Tail(20))
+			resp, err := http.Get("http://" + p.metrics + probe.HTTPGet.Path)
+			require.NoError(c, err)
+			resp.Body.Close()
+			assert.Equal(c, http.StatusOK, resp.StatusCode)
+		}, wait, tick, "the gateway answers %s", probe.HTTPGet.Path)
+	}
+	return p
+}
+
+func randomSuffix(t *testing.T) string {
+	b := make([]byte, 3)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return hex.EncodeToString(b)
+}
+
+// connect asks the ingress at addr, with certs (another cluster's
+// gateway), for authority. It returns the answer's status and, on 200,
+// what the target said first and what it echoed of "ping\n".
+func connect(certs *gateway.Certs, addr, authority string) (status int, greeting, echo string, err error) {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", addr, certs.ClientConfig("east", nil))
+	if err != nil {
+		return 0, "", "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %[1]s\r\n\r\n", authority); err != nil {
+		return 0, "", "", err
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		return 0, "", "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, "", "", nil
+	}
+	if greeting, err = br.ReadString('\n'); err != nil {
+		return resp.StatusCode, greeting, "", err
+	}
+	if _, err := io.WriteString(conn, "ping\n"); err != nil {
+		return resp.StatusCode, greeting, "", err
+	}
+	echo, err = br.ReadString('\n')
+	return resp.StatusCode, greeting, echo, err
+}
+
+// events returns east's Events of reason about Pod pod in ns.
+func events(ctx context.Context, ns, pod, reason string) ([]corev1.Event, error) {
+	list, err := env.Cluster("east").Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == pod && e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// ---- tests ---------------------------------------------------------------
+
+// deploy/gateway.yaml is accepted as it is, and its parts agree: the flags,
+// the ports, the probes, the Services' selectors, the certificate volume,
+// the namespaces of the RBAC, and the cluster name of controller.yaml.
+func TestGatewayManifest(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east := env.Cluster("east")
+	text := manifest(t, "gateway.yaml")
+	require.NoError(t, east.Apply(ctx, text))
+
+	d := gatewayDeployment(t)
+	got, err := east.Client.AppsV1().Deployments(gatewayNS).Get(ctx, gatewayName, metav1.GetOptions{})
+	require.NoError(t, err, "the API server took the Deployment")
+	assert.Equal(t, int32(1), *got.Spec.Replicas, "one replica: the controller points the mirrors at one egress address")
+
+	spec := d.Spec.Template.Spec
+	require.Len(t, spec.Containers, 1)
+	ctr := spec.Containers[0]
+	assert.Equal(t, controllerDeployment(t).Spec.Template.Spec.Containers[0].Image, ctr.Image, "the controller's image")
+	assert.Equal(t, "gateway", ctr.Args[0])
+	assert.Equal(t, flagValue(t, controllerDeployment(t).Spec.Template.Spec.Containers[0].Args, "cluster"),
+		flagValue(t, ctr.Args, "cluster"), "the controller's --cluster")
+	assert.Equal(t, gatewayName, spec.ServiceAccountName)
+	require.NotNil(t, spec.SecurityContext)
+	assert.True(t, *spec.SecurityContext.RunAsNonRoot)
+	require.NotNil(t, ctr.SecurityContext)
+	assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
+	assert.False(t, *ctr.SecurityContext.AllowPrivilegeEscalation)
+	assert.Equal(t, []corev1.Capability{"ALL"}, ctr.SecurityContext.Capabilities.Drop)
+	assert.Empty(t, ctr.SecurityContext.Capabilities.Add)
+	assert.NotEmpty(t, ctr.Resources.Requests)
+
+	// Ports: the container's are the flags', and the probes use them.
+	ports := map[string]corev1.ContainerPort{}
+	for _, p := range ctr.Ports {
+		ports[p.Name] = p
+	}
+	for name, flag := range map[string]string{"ingress": "ingress-address", "metrics": "metrics-addr"} {
+		_, port, err := net.SplitHostPort(flagValue(t, ctr.Args, flag))
+		require.NoError(t, err)
+		assert.Equal(t, port, strconv.Itoa(int(ports[name].ContainerPort)), "port %s is --%s's", name, flag)
+	}
+	assert.Equal(t, int32(4143), ports["ingress"].ContainerPort)
+	assert.Equal(t, int32(9155), ports["metrics"].ContainerPort)
+	for path, p := range map[string]*corev1.Probe{"/healthz": ctr.LivenessProbe, "/readyz": ctr.ReadinessProbe} {
+		require.NotNil(t, p)
+		require.NotNil(t, p.HTTPGet)
+		assert.Equal(t, path, p.HTTPGet.Path)
+		assert.Equal(t, "metrics", p.HTTPGet.Port.String())
+	}
+	// No --peer names this cluster, and each is NAME=HOST:PORT.
+	for _, a := range ctr.Args {
+		if v, ok := strings.CutPrefix(a, "--peer="); ok {
+			name, addr, ok := strings.Cut(v, "=")
+			require.True(t, ok, a)
+			assert.NotEqual(t, flagValue(t, ctr.Args, "cluster"), name)
+			_, _, err := net.SplitHostPort(addr)
+			assert.NoError(t, err, a)
+		}
+	}
+
+	// The certificate files are those of one read-only Secret volume.
+	require.Len(t, ctr.VolumeMounts, 1)
+	mount := ctr.VolumeMounts[0]
+	assert.True(t, mount.ReadOnly)
+	for _, f := range []string{"tls-cert", "tls-key", "tls-ca"} {
+		assert.Equal(t, mount.MountPath, path.Dir(flagValue(t, ctr.Args, f)), "--%s is in the Secret volume", f)
+	}
+	require.Len(t, spec.Volumes, 1)
+	assert.Equal(t, mount.Name, spec.Volumes[0].Name)
+	require.NotNil(t, spec.Volumes[0].Secret)
+	assert.Equal(t, "mcmirror-gateway-tls", spec.Volumes[0].Secret.SecretName)
+
+	// The ingress Service: a LoadBalancer with one TCP port, 4143, to the
+	// container's ingress port, selecting the gateway's pods.
+	podLabels := k8slabels.Set(d.Spec.Template.Labels)
+	in, err := east.Client.CoreV1().Services(gatewayNS).Get(ctx, gatewayName, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corev1.ServiceTypeLoadBalancer, in.Spec.Type)
+	require.Len(t, in.Spec.Ports, 1)
+	assert.Equal(t, int32(4143), in.Spec.Ports[0].Port)
+	assert.Equal(t, corev1.ProtocolTCP, in.Spec.Ports[0].Protocol)
+	assert.Equal(t, "ingress", in.Spec.Ports[0].TargetPort.String())
+	assert.True(t, k8slabels.SelectorFromSet(in.Spec.Selector).Matches(podLabels), "the ingress Service selects the gateway")
+	assert.True(t, k8slabels.SelectorFromSet(d.Spec.Selector.MatchLabels).Matches(podLabels))
+	// The egress Service: headless (its EndpointSlice names the pod's IP,
+	// the controller's --egress-address), selecting the gateway's pods.
+	eg, err := east.Client.CoreV1().Services(gatewayNS).Get(ctx, gatewayName+"-egress", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corev1.ClusterIPNone, eg.Spec.ClusterIP)
+	assert.True(t, k8slabels.SelectorFromSet(eg.Spec.Selector).Matches(podLabels), "the egress Service selects the gateway")
+
+	// RBAC: read-only cluster-wide; Events only in the pod's namespace.
+	cr := &rbacv1.ClusterRole{}
+	object(t, text, "ClusterRole", "", gatewayName, cr)
+	for _, r := range cr.Rules {
+		assert.Equal(t, []string{"list", "watch"}, r.Verbs, "cluster-wide, the gateway only reads: %v", r)
+	}
+	role := &rbacv1.Role{}
+	object(t, text, "Role", d.Namespace, gatewayName+"-events", role)
+	for _, name := range []string{"POD_NAME", "POD_NAMESPACE"} {
+		i := slices.IndexFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+		require.GreaterOrEqual(t, i, 0, "env %s", name)
+	}
+}
+
+// The real gateway, run as deploy/gateway.yaml's ServiceAccount with only
+// that file's RBAC and the Deployment's arguments, does its whole job
+// against east's API server: it syncs and is ready, accepts a destination
+// that east exports once it is exported (its informers on Services and
+// EndpointSlices list and watch), serves the egress port of a mirror
+// Service made after it started, and records PeerGatewayDown, then
+// PeerGatewayUp, then PeerGatewayDown again (the same Event, patched) as
+// its peer goes down, up and down. Nothing it tries is forbidden.
+//
+// It runs twice. client-go's informers stream their initial list over a
+// watch (WatchListClient) where the API server supports it, as this one
+// does; elsewhere they list and then watch, which the second run forces.
+// The role must serve both, and each run fails without one of its rules.
+func TestGatewayRBACSuffices(t *testing.T) {
+	for _, mode := range []struct{ name, ns, env string }{
+		{"watch-list", "deploy-gw", ""},
+		{"list-then-watch", "deploy-gw-list", "KUBE_FEATURE_WatchListClient=false"},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			var extra []string
+			if mode.env != "" {
+				extra = append(extra, mode.env)
+			}
+			gatewaySuffices(t, mode.ns, extra...)
+		})
+	}
+}
+
+func gatewaySuffices(t *testing.T, ns string, extraEnv ...string) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east := env.Cluster("east")
+	require.NoError(t, east.Apply(ctx, manifest(t, "gateway.yaml")))
+	pki := newGatewayPKI(t)
+	peer := startFakePeer(t, pki.west) // down: answers 503
+	gw := startGateway(t, pki, peer.addr, extraEnv...)
+	west := loadCerts(t, pki.west)
+
+	// An exported Service of east, made once the gateway is ready: a real
+	// server in a network namespace, at an EndpointSlice address (east
+	// runs no EndpointSlice controller, so the slice is written here as
+	// it would write it).
+	namespace(t, ns, east)
+	pod := east.RunPod(t, "web-0", harness.EchoServer(8080))
+	exported := fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: %[1]s, labels: {%[2]s: %[3]q}}
+spec:
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-gw, namespace: %[1]s, labels: {%[4]s: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints: [{addresses: [%[5]q], conditions: {ready: true}}]
+`, ns, labels.Exported, labels.ExportGateway, discoveryv1.LabelServiceName, pod.IP)
+	status, _, _, err := connect(west, gw.ingress, "web."+ns+":80")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusForbidden, status, "not exported yet")
+	require.NoError(t, east.Apply(ctx, exported))
+	t.Cleanup(func() { _ = east.Delete(context.Background(), exported) })
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		status, greeting, echo, err := connect(west, gw.ingress, "web."+ns+":80")
+		require.NoError(c, err)
+		require.Equal(c, http.StatusOK, status)
+		assert.Equal(c, "hello from east/web-0\n", greeting)
+		assert.Equal(c, "ping\n", echo)
+	}, wait, tick, "the ingress accepts web.%s:80 and reaches its endpoint", ns)
+
+	// A mirror Service, as the controller writes it, recording an egress
+	// port: the egress listens on it.
+	egressPort := harness.FreePort(t)
+	egressAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(egressPort))
+	if c, err := net.Dial("tcp", egressAddr); err == nil {
+		c.Close()
+		t.Fatalf("%s answers before any mirror records it", egressAddr)
+	}
+	mirror := fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata:
+  name: web-west
+  namespace: %s
+  labels: {%q: %q, %q: %q, %q: west, %q: web}
+  annotations: {%q: "80/TCP=%d"}
+spec:
+  ports: [{name: http, port: 80}]
+`, ns, labels.ManagedBy, labels.ManagedByValue, labels.MirroredService, labels.MirroredServiceValue,
+		labels.ClusterName, labels.RemoteService, labels.EgressPorts, egressPort)
+	require.NoError(t, east.Apply(ctx, mirror))
+	t.Cleanup(func() { _ = east.Delete(context.Background(), mirror) })
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		conn, err := net.Dial("tcp", egressAddr)
+		require.NoError(c, err)
+		conn.Close()
+	}, wait, tick, "the egress listens on the mirror's port %d", egressPort)
+
+	// Events on the gateway's Pod: down (created), up, down again (the
+	// same Event, patched: count 2).
+	waitEvent := func(reason string, count int32) {
+		t.Helper()
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			evs, err := events(ctx, gatewayNS, gw.pod, reason)
+			require.NoError(c, err)
+			require.Len(c, evs, 1)
+			assert.Equal(c, count, evs[0].Count)
+			assert.Contains(c, evs[0].Message, "cluster west")
+		}, wait, tick, "Event %s with count %d on Pod %s/%s", reason, count, gatewayNS, gw.pod)
+	}
+	waitEvent("PeerGatewayDown", 1)
+	peer.up.Store(true)
+	waitEvent("PeerGatewayUp", 1)
+	peer.up.Store(false)
+	waitEvent("PeerGatewayDown", 2)
+
+	assert.NotContains(t, strings.ToLower(log(t, gw.proc)), "forbidden", "every call of the gateway was allowed")
+}
+
+// The gateway's ServiceAccount may read Services and EndpointSlices and
+// record Events in its namespace, and nothing else that matters: it cannot
+// read Secrets (its own certificate's included), write Services or
+// EndpointSlices, or see Pods.
+func TestGatewayRBACRefuses(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	require.NoError(t, env.Cluster("east").Apply(ctx, manifest(t, "gateway.yaml")))
+	const disc = "discovery.k8s.io"
+	allowed := []access{
+		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
+		{"list", "", "services", "any-ns", ""}, {"watch", "", "services", "any-ns", ""},
+		{"list", disc, "endpointslices", "", ""}, {"watch", disc, "endpointslices", "", ""},
+		{"create", "", "events", gatewayNS, ""}, {"patch", "", "events", gatewayNS, ""},
+	}
+	denied := []access{
+		{"get", "", "services", "default", "kubernetes"},
+		{"get", disc, "endpointslices", "default", "kubernetes"},
+		{"list", "", "secrets", "", ""},
+		{"list", "", "secrets", gatewayNS, ""},
+		{"get", "", "secrets", gatewayNS, "mcmirror-gateway-tls"},
+		{"watch", "", "secrets", "mcmirror-links", ""},
+		{"list", "", "pods", "", ""},
+		{"list", "", "pods", gatewayNS, ""},
+		{"get", "", "pods", gatewayNS, "any"},
+		{"list", "", "endpoints", "", ""},
+		{"list", "", "namespaces", "", ""},
+		{"list", "", "nodes", "", ""},
+		{"list", "", "configmaps", gatewayNS, ""},
+		{"create", "", "events", "default", ""},
+		{"create", "", "events", "kube-system", ""},
+		{"delete", "", "events", gatewayNS, ""},
+		{"create", "", "serviceaccounts/token", gatewayNS, gatewayName},
+		{"update", "coordination.k8s.io", "leases", "kube-system", "kube-controller-manager"},
+		{"delete", "apps", "deployments", gatewayNS, gatewayName},
+		{"escalate", "rbac.authorization.k8s.io", "clusterroles", "", ""},
+	}
+	for _, v := range []string{"create", "update", "patch", "delete", "deletecollection"} {
+		denied = append(denied, access{v, "", "services", "default", ""}, access{v, disc, "endpointslices", "default", ""})
+	}
+	client := checkAccess(t, gatewayNS, gatewayName, allowed, denied)
+
+	// And really refused by the API server, not only said to be.
+	forbidden := func(what string, err error) {
+		t.Helper()
+		assert.True(t, apierrors.IsForbidden(err), "%s: want 403, got %v", what, err)
+	}
+	_, err := client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+	forbidden("list Secrets", err)
+	_, err = client.CoreV1().Secrets(gatewayNS).Get(ctx, "mcmirror-gateway-tls", metav1.GetOptions{})
+	forbidden("get its certificate Secret", err)
+	_, err = client.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw-may-not"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+	}, metav1.CreateOptions{})
+	forbidden("create a Service", err)
+	err = client.CoreV1().Services("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{})
+	forbidden("delete a Service", err)
+	_, err = client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	forbidden("list Pods", err)
+	_, err = client.DiscoveryV1().EndpointSlices("default").Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw-may-not"}, AddressType: discoveryv1.AddressTypeIPv4,
+	}, metav1.CreateOptions{})
+	forbidden("create an EndpointSlice", err)
+	_, err = client.CoreV1().Events("default").Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "gw-may-not"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "x"},
+	}, metav1.CreateOptions{})
+	forbidden("create an Event in another namespace", err)
+	// What it may do, it can.
+	_, err = client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	assert.NoError(t, err, "list Services")
+}
+
+// The certificate recipe of deploy/README.md, run as written with openssl
+// and kubectl: a root, then east's certificate and its Secret. The Secret is
+// the one the Deployment mounts, with the file names its flags give, and
+// its certificate is one the gateway takes for --cluster: it loads, names
+// east, and completes a mutual handshake with itself.
+func TestREADMEGatewayCertRecipe(t *testing.T) {
+	env.LogOnFailure(t)
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Fatalf("openssl is needed to run deploy/README.md's certificate recipe: %v", err)
+	}
+	kubectl, err := harness.Binary("kubectl")
+	require.NoError(t, err)
+	ctx := context.Background()
+	east := env.Cluster("east")
+	require.NoError(t, east.Apply(ctx, manifest(t, "gateway.yaml")))
+
+	var steps []string
+	for _, b := range shellBlocks(t) {
+		if strings.Contains(b, "openssl") {
+			steps = append(steps, b)
+		}
+	}
+	require.Len(t, steps, 2, "the README's certificate recipe: the root, then a cluster's certificate and Secret")
+	require.Contains(t, steps[0], "ca.crt")
+	require.Contains(t, steps[1], "spiffe://mcmirror.dev/cluster/")
+
+	// A kubeconfig whose context "east" is east, as --context expects.
+	cfg, err := clientcmd.LoadFromFile(east.Kubeconfig)
+	require.NoError(t, err)
+	cur := cfg.Contexts[cfg.CurrentContext]
+	merged := clientcmdapi.NewConfig()
+	merged.Clusters["east"] = cfg.Clusters[cur.Cluster]
+	merged.AuthInfos["east-admin"] = cfg.AuthInfos[cur.AuthInfo]
+	merged.Contexts["east"] = &clientcmdapi.Context{Cluster: "east", AuthInfo: "east-admin"}
+	merged.CurrentContext = "east"
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*merged, kubeconfig))
+
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", steps[0]+steps[1])
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig,
+		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s%s\n%s", steps[0], steps[1], out)
+
+	// The Secret is the Deployment's, with the files its flags name.
+	d := gatewayDeployment(t)
+	ctr := d.Spec.Template.Spec.Containers[0]
+	secret, err := east.Client.CoreV1().Secrets(d.Namespace).Get(ctx, d.Spec.Template.Spec.Volumes[0].Secret.SecretName, metav1.GetOptions{})
+	require.NoError(t, err, "the Secret the Deployment mounts")
+	mounted := t.TempDir()
+	var files gatewaytest.Files
+	for flag, dst := range map[string]*string{"tls-cert": &files.Cert, "tls-key": &files.Key, "tls-ca": &files.CA} {
+		key := path.Base(flagValue(t, ctr.Args, flag))
+		require.Contains(t, secret.Data, key, "--%s", flag)
+		*dst = filepath.Join(mounted, key)
+		require.NoError(t, os.WriteFile(*dst, secret.Data[key], 0o600))
+	}
+	certs := loadCerts(t, files)
+	assert.Equal(t, flagValue(t, ctr.Args, "cluster"), certs.Cluster(), "the certificate names --cluster")
+
+	// Server and client at once, as ingress and egress use it.
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- tls.Server(a, certs.ServerConfig()).Handshake() }()
+	assert.NoError(t, tls.Client(b, certs.ClientConfig("east", nil)).Handshake(), "client side")
+	assert.NoError(t, <-errc, "server side")
+}
+
+// The egress-address recipe of deploy/README.md, run as written with kubectl
+// in west, which runs pods (KWOK): the gateway's Deployment makes a pod, the
+// headless egress Service's EndpointSlice names the pod's IP once it is
+// ready, and the recipe puts that IP into the controller's --egress-address
+// and changes nothing else.
+func TestREADMEGatewayEgressAddress(t *testing.T) {
+	env.LogOnFailure(t)
+	kubectl, err := harness.Binary("kubectl")
+	require.NoError(t, err)
+	ctx := context.Background()
+	west := env.Cluster("west")
+
+	var steps []string
+	for _, b := range shellBlocks(t) {
+		if strings.Contains(b, "--egress-address=") {
+			steps = append(steps, b)
+		}
+	}
+	require.Len(t, steps, 1, "the README's egress address recipe")
+
+	// No scheduler here: the pod template names KWOK's node.
+	gw := manifest(t, "gateway.yaml")
+	const sa = "      serviceAccountName: " + gatewayName + "\n"
+	require.Equal(t, 1, strings.Count(gw, sa))
+	gw = strings.Replace(gw, sa, sa+"      nodeName: "+harness.NodeName+"\n", 1)
+	require.NoError(t, west.Apply(ctx, gw))
+	require.NoError(t, west.Apply(ctx, manifest(t, "controller.yaml")))
+	t.Cleanup(func() {
+		for _, name := range []string{gatewayName, "mcmirror-controller"} {
+			_ = west.Client.AppsV1().Deployments(gatewayNS).Delete(context.Background(), name, metav1.DeleteOptions{})
+		}
+	})
+	var podIP string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pods, err := west.Client.CoreV1().Pods(gatewayNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + gatewayName})
+		require.NoError(c, err)
+		require.Len(c, pods.Items, 1)
+		podIP = pods.Items[0].Status.PodIP
+		require.NotEmpty(c, podIP)
+		esl, err := west.Client.DiscoveryV1().EndpointSlices(gatewayNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + gatewayName + "-egress"})
+		require.NoError(c, err)
+		var ready []string
+		for _, es := range esl.Items {
+			for _, ep := range es.Endpoints {
+				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+					ready = append(ready, ep.Addresses...)
+				}
+			}
+		}
+		assert.Equal(c, []string{podIP}, ready, "the egress Service names the gateway pod")
+	}, wait, tick)
+
+	ctx2, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	cmd := exec.CommandContext(ctx2, "bash", "-euo", "pipefail", "-c", steps[0])
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+west.Kubeconfig,
+		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s\n%s", steps[0], out)
+
+	d, err := west.Client.AppsV1().Deployments(gatewayNS).Get(ctx, "mcmirror-controller", metav1.GetOptions{})
+	require.NoError(t, err)
+	want := slices.Clone(controllerDeployment(t).Spec.Template.Spec.Containers[0].Args)
+	i := slices.IndexFunc(want, func(a string) bool { return strings.HasPrefix(a, "--egress-address=") })
+	require.GreaterOrEqual(t, i, 0)
+	want[i] = "--egress-address=" + podIP
+	assert.Equal(t, want, d.Spec.Template.Spec.Containers[0].Args)
+}

@@ -16,7 +16,7 @@ test: ## unit and end-to-end tests with the race detector (builds test binaries 
 e2e: ## only the end-to-end tests
 	test/tools/gotest.sh -race ./test/...
 
-bench: ## side-by-side DNS benchmarks on real clusters, the plugin's Go benchmarks; prints bench/out/results.md (not part of make test)
+bench: ## side-by-side benchmarks on real clusters: DNS (bench/out/results.md) and the gateway against an HAProxy pair (bench/out/gateway.md); not part of make test
 	bench/run.sh
 
 lint: ## gofmt and go vet

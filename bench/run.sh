@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # run.sh is `make bench`: it installs and builds what the benchmarks need,
 # runs the plugin's Go benchmarks, then bench/cmd/mcbench, which starts real
-# clusters and compares the DNS servers side by side. See bench/README.md.
-# Arguments go to mcbench (e.g. -runs 7 -sizes 1000,10000).
+# clusters and compares the DNS servers side by side, then bench/cmd/gwbench,
+# which compares the gateway with a direct connection and an HAProxy pair.
+# See bench/README.md. Arguments go to mcbench (e.g. -runs 7 -sizes
+# 1000,10000); $GWBENCH_ARGS to gwbench (e.g. GWBENCH_ARGS="-runs 7").
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -11,7 +13,7 @@ rm -rf "$out"
 mkdir -p "$out" bin
 start=$SECONDS
 
-test/tools/deps.sh dnsperf
+test/tools/deps.sh dnsperf haproxy strace
 MCMIRROR_TESTBIN=$(test/tools/build.sh)
 export MCMIRROR_TESTBIN
 
@@ -19,6 +21,7 @@ export MCMIRROR_TESTBIN
 go build -o bin/coredns-mc ./cmd/coredns-mc
 go build -o bin/dnsref ./bench/cmd/dnsref
 go build -o bin/mcbench ./bench/cmd/mcbench
+go build -o bin/gwbench ./bench/cmd/gwbench
 
 # 2. Per-query cost: the plugin's own Go benchmarks, with a CPU profile.
 echo "run.sh: go test -bench ./plugin/..." >&2
@@ -33,7 +36,11 @@ fi
 
 # 1, 3, 4, 5: the real thing.
 bin/mcbench -coredns-mc bin/coredns-mc -dnsref bin/dnsref -out "$out" -gobench "$out/gobench.txt" "$@" || status=$?
-echo "run.sh: done in $((SECONDS - start)) s; results in $out/results.md, logs in $out/logs" >&2
+
+# 6: the gateway against a direct connection and an HAProxy pair.
+# shellcheck disable=SC2086 # GWBENCH_ARGS is a list of flags
+bin/gwbench -coredns-mc bin/coredns-mc -out "$out" ${GWBENCH_ARGS:-} || status=$?
+echo "run.sh: done in $((SECONDS - start)) s; results in $out/results.md and $out/gateway.md, logs in $out/logs" >&2
 if ((status != 0)); then
 	echo "run.sh: something failed (exit $status): see above and $out/gobench.txt" >&2
 fi

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// profiles are what the in-process pair showed, by workload.
+type profiles struct {
+	cpu    map[string]string // measure key -> `pprof -top`
+	heap   string            // with cfg.idle idle connections
+	memErr string
+	// mem is the Go runtime's view of the idle connections: heap and
+	// goroutine stacks before and with them open.
+	memBefore, memWith memStats
+	conns              int64
+	err                string
+}
+
+// profileGateway runs `gwbench inproc` pinned to the proxy CPU and, for
+// each measure given, takes a CPU profile while the client runs that load
+// through it; with mem, it runs another inproc that records every
+// allocation, and takes a heap profile and the runtime's memory statistics
+// with the idle connections open.
+func profileGateway(cfg *config, w *world, keys []string, mem bool) *profiles {
+	out := &profiles{cpu: map[string]string{}}
+	if len(keys) > 0 {
+		base, s, stop, err := startInproc(cfg, w, 0)
+		if err != nil {
+			out.err = err.Error()
+			return out
+		}
+		for _, m := range measures {
+			if slices.Contains(keys, m.key) {
+				out.cpu[m.key] = cpuProfile(cfg, base, s, m)
+			}
+		}
+		stop()
+	}
+	if mem {
+		base, s, stop, err := startInproc(cfg, w, 1)
+		if err != nil {
+			out.memErr = err.Error()
+			return out
+		}
+		defer stop()
+		if out.memBefore, err = getMemStats(base); err != nil {
+			out.memErr = err.Error()
+			return out
+		}
+		path := filepath.Join(cfg.out, "gw-inproc.idle.heap.pprof")
+		err = holdIdle(cfg, s.echo, func(r clientResult) error {
+			out.conns = r.Conns
+			var err error
+			if out.memWith, err = getMemStats(base); err != nil {
+				return err
+			}
+			return fetch(base+"/debug/pprof/heap?gc=1", path)
+		})
+		if err != nil {
+			out.memErr = err.Error()
+			return out
+		}
+		out.heap = pprofTop(cfg, path, "inuse_space")
+	}
+	return out
+}
+
+// startInproc starts `gwbench inproc` (memRate 0: the default sampling) and
+// waits until it carries connections; stop ends it.
+func startInproc(cfg *config, w *world, memRate int) (base string, s *setup, stop func(), err error) {
+	var egress []string
+	for _, p := range targetPorts {
+		egress = append(egress, fmt.Sprintf("%d=%d", p.port, w.egress[p.port]))
+	}
+	argv := []string{"taskset", "-c", cfg.proxyCPU, cfg.self, "inproc", "-certs", w.certDir, "-target", w.podIP.String(),
+		"-egress", strings.Join(egress, ",")}
+	if memRate > 0 {
+		argv = append(argv, "-memprofilerate", strconv.Itoa(memRate))
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	logPath := filepath.Join(cfg.out, "logs", "gw-inproc.log")
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	defer lf.Close()
+	cmd.Stderr = lf
+	stdout, err := cmd.StdoutPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		return "", nil, nil, err
+	}
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	var ready struct{ Pprof string }
+	if err := json.NewDecoder(bufio.NewReader(stdout)).Decode(&ready); err != nil {
+		stop()
+		return "", nil, nil, fmt.Errorf("inproc did not start: %v\n%s", err, tail(logPath, 20))
+	}
+	s = &setup{key: "inproc", name: "in-process gateway pair"}
+	at := func(port int32) string { return "127.0.0.1:" + strconv.Itoa(w.egress[port]) }
+	s.sink, s.echo, s.once = at(sinkPort), at(echoPort), at(oncePort)
+	if err := waitWorking(s, 30*time.Second); err != nil {
+		stop()
+		return "", nil, nil, err
+	}
+	return ready.Pprof, s, stop, nil
+}
+
+// cpuProfile warms the in-process pair with m's load, then profiles a run
+// of the same load.
+func cpuProfile(cfg *config, base string, s *setup, m measure) string {
+	_, _ = runClient(cfg, time.Minute, append(m.args(cfg), "-addr", s.addr(m.port))...)
+	secs := int(m.dur(cfg).Round(time.Second) / time.Second)
+	path := filepath.Join(cfg.out, "gw-inproc."+m.key+".cpu.pprof")
+	done := make(chan error, 1)
+	go func() { done <- fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, max(1, secs)), path) }()
+	time.Sleep(100 * time.Millisecond)
+	res, err := runClient(cfg, m.dur(cfg)+time.Minute, append(m.args(cfg), "-addr", s.addr(m.port))...)
+	perr := <-done
+	switch {
+	case perr != nil:
+		return "profile failed: " + perr.Error()
+	case err != nil:
+		return "load failed: " + err.Error()
+	}
+	var got string
+	smp := sample{ok: true, res: res}
+	switch m.key {
+	case "bulk1", "bulk16":
+		got = fmt.Sprintf("%.0f MB/s", smp.mbps())
+	case "connrate":
+		got = fmt.Sprintf("%.0f connections/s", smp.connsPerSec())
+	case "rr":
+		got = fmt.Sprintf("round trip p50 %.1f µs, p99 %.1f µs", res.P50, res.P99)
+	}
+	return fmt.Sprintf("the in-process pair under the same load did %s\n\n%s", got, pprofTop(cfg, path, ""))
+}
+
+func fetch(url, path string) error {
+	resp, err := (&http.Client{Timeout: time.Minute}).Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func getMemStats(base string) (memStats, error) {
+	var ms memStats
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(base + "/memstats")
+	if err != nil {
+		return ms, err
+	}
+	defer resp.Body.Close()
+	return ms, json.NewDecoder(resp.Body).Decode(&ms)
+}
+
+// pprofTop is `go tool pprof -top` of a profile, flat then cumulative.
+func pprofTop(cfg *config, path, sampleIndex string) string {
+	args := []string{"tool", "pprof", "-top", "-nodecount=22"}
+	if sampleIndex != "" {
+		args = append(args, "-sample_index="+sampleIndex)
+	}
+	flat, err := exec.Command("go", append(args, cfg.self, path)...).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("pprof failed: %v: %s", err, flat)
+	}
+	cum, err := exec.Command("go", append(append(args, "-cum"), cfg.self, path)...).CombinedOutput()
+	if err != nil {
+		return string(flat)
+	}
+	return string(flat) + "\n--- by cumulative (-cum):\n" + dropHeader(string(cum))
+}
+
+// dropHeader drops the lines of `pprof -top` before the table.
+func dropHeader(s string) string {
+	if i := strings.Index(s, "      flat"); i >= 0 {
+		return s[i:]
+	}
+	return s
+}
+
+// measureHandshakes runs `gwbench handshake` pinned to the proxy CPU.
+func measureHandshakes(cfg *config, w *world) (handshakeResult, error) {
+	var r handshakeResult
+	cmd := exec.Command("taskset", "-c", cfg.proxyCPU, cfg.self, "handshake", "-certs", w.certDir, "-n", "500")
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return r, fmt.Errorf("%w: %s", err, ee.Stderr)
+		}
+		return r, err
+	}
+	return r, json.Unmarshal(out, &r)
+}

@@ -125,7 +125,8 @@ func (in *Ingress) Serve(ctx context.Context, ln net.Listener) error {
 // handle runs one connection: handshake, request, then the tunnel or the
 // probe answer.
 func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn) {
-	_ = raw.SetDeadline(time.Now().Add(in.handshakeTimeout()))
+	deadline := time.Now().Add(in.handshakeTimeout())
+	_ = raw.SetDeadline(deadline)
 	conn := tls.Server(raw, in.tls)
 	if err := conn.HandshakeContext(ctx); err != nil {
 		handshakeFailures.WithLabelValues(DirectionIngress).Inc()
@@ -151,12 +152,17 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn)
 		switch {
 		case lr.N == 0:
 			reason = ReasonHeaderTooLarge
-		case errors.As(err, &ne) && ne.Timeout():
+		case errors.As(err, &ne) && ne.Timeout(), !time.Now().Before(deadline):
+			// A request cut by the deadline may also read as a
+			// malformed one: bufio hands over a partial line first.
 			reason = ReasonHeaderTimeout
 		}
 		in.refuse(logger, conn, peer, "", reason, err)
 		return
 	}
+	// HandshakeTimeout bounds the handshake and the request; the dial has
+	// DialTimeout, and the answer must not find the deadline passed.
+	_ = raw.SetDeadline(time.Time{})
 	if req.Method == http.MethodGet && req.URL.Path == ProbePath {
 		in.probe(conn)
 		return
@@ -202,7 +208,6 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn)
 		}
 		bytesTotal.WithLabelValues(peer, DirectionIngress, "sent").Add(float64(n))
 	}
-	_ = raw.SetDeadline(time.Time{})
 	logger.V(3).Info("Tunnel", "peer", peer, "destination", req.Host, "target", target.String())
 	carry(peer, DirectionIngress, conn, tc, in.idleTimeout())
 }
@@ -212,6 +217,9 @@ func (in *Ingress) refuse(logger klog.Logger, conn *tls.Conn, peer, dest string,
 	refusalsTotal.WithLabelValues(peer, DirectionIngress, string(reason)).Inc()
 	logger.V(1).Info("Refused", "peer", peer, "destination", dest, "reason", reason, "err", err)
 	st := reason.status()
+	// The answer gets a deadline of its own: the handshake deadline has
+	// passed already when the refusal is of a request that timed out.
+	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = fmt.Fprintf(conn, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nX-Mcmirror-Reason: %s\r\nConnection: close\r\n\r\n",
 		st, http.StatusText(st), reason)
 	conn.Close()

@@ -106,6 +106,7 @@ func (p *Prober) forget(peers map[string]string) {
 	for c := range peers {
 		if _, ok := p.state[c]; !ok {
 			p.state[c] = &PeerState{Alive: true, Since: time.Now()}
+			peerAlive.WithLabelValues(c).Set(1) // nothing says it is down yet
 		}
 	}
 }

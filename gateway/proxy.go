@@ -18,13 +18,19 @@ import (
 
 // Buffer sizes: a direction starts with the smallest and moves up one size
 // each time a read fills its buffer, as ztunnel does, and back to the
-// smallest when traffic slows, so that an idle connection holds 1 KB a
-// direction and a bulk stream does few large reads.
+// smallest when traffic slows (a short read) or stops (no read for
+// shrinkAfter), so that an idle connection holds 1 KB a direction and a
+// bulk stream does few large reads.
 var bufSizes = [...]int{1 << 10, 16 << 10, 256 << 10}
 
 var bufPools [len(bufSizes)]sync.Pool
 
+// bufTaken and bufReturned count the buffers of each size taken and given
+// back: their difference is what the streams hold now (tests read it).
+var bufTaken, bufReturned [len(bufSizes)]atomic.Int64
+
 func getBuf(class int) *[]byte {
+	bufTaken[class].Add(1)
 	if b, ok := bufPools[class].Get().(*[]byte); ok {
 		return b
 	}
@@ -32,7 +38,10 @@ func getBuf(class int) *[]byte {
 	return &b
 }
 
-func putBuf(class int, b *[]byte) { bufPools[class].Put(b) }
+func putBuf(class int, b *[]byte) {
+	bufReturned[class].Add(1)
+	bufPools[class].Put(b)
+}
 
 // stream is one proxied connection: the side that connected to us and the
 // side we dialled.
@@ -97,18 +106,24 @@ func (s *stream) copy(dst, src net.Conn, count func(int64)) {
 	}
 }
 
+// shrinkAfter is how long a direction holding a larger buffer waits for
+// data before it gives the buffer back for the smallest: a read cannot tell
+// that it will be the last for a while, so an idle direction is found by
+// the clock.
+const shrinkAfter = time.Second
+
 // pump copies src to dst until EOF (nil) or an error.
 func (s *stream) pump(dst, src net.Conn, count func(int64)) error {
 	class := 0
 	buf := getBuf(class)
 	defer func() { putBuf(class, buf) }()
-	if s.idle > 0 {
-		_ = src.SetReadDeadline(time.Now().Add(s.idle))
-	}
+	lastRead := time.Now()
+	s.arm(src, class, lastRead)
 	for {
 		n, err := src.Read(*buf)
 		if n > 0 {
-			s.last.Store(time.Now().UnixNano())
+			lastRead = time.Now()
+			s.last.Store(lastRead.UnixNano())
 			if _, werr := dst.Write((*buf)[:n]); werr != nil {
 				return werr
 			}
@@ -118,6 +133,9 @@ func (s *stream) pump(dst, src net.Conn, count func(int64)) error {
 				putBuf(class, buf)
 				class++
 				buf = getBuf(class)
+				if class == 1 {
+					s.arm(src, class, lastRead)
+				}
 			case n < bufSizes[0] && class > 0:
 				putBuf(class, buf)
 				class = 0
@@ -130,16 +148,38 @@ func (s *stream) pump(dst, src net.Conn, count func(int64)) error {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) && s.idle > 0 {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			now := time.Now()
 			// Idle only if the other direction was too.
-			last := time.Unix(0, s.last.Load())
-			if left := s.idle - time.Since(last); left > 0 {
-				_ = src.SetReadDeadline(last.Add(s.idle))
-				continue
+			if s.idle > 0 && now.Sub(time.Unix(0, s.last.Load())) >= s.idle {
+				return err
 			}
+			if class > 0 && now.Sub(lastRead) >= shrinkAfter {
+				putBuf(class, buf)
+				class = 0
+				buf = getBuf(class)
+			}
+			s.arm(src, class, lastRead)
+			continue
 		}
 		return err
 	}
+}
+
+// arm sets src's read deadline to the sooner of the idle timeout (counted
+// from the last read either way) and, while a direction holds a larger
+// buffer, the time to give it back.
+func (s *stream) arm(src net.Conn, class int, lastRead time.Time) {
+	var d time.Time
+	if s.idle > 0 {
+		d = time.Unix(0, s.last.Load()).Add(s.idle)
+	}
+	if class > 0 {
+		if shrink := lastRead.Add(shrinkAfter); d.IsZero() || shrink.Before(d) {
+			d = shrink
+		}
+	}
+	_ = src.SetReadDeadline(d)
 }
 
 // abort closes a connection so that its peer sees a reset rather than an

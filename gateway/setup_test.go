@@ -1,18 +1,28 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"errors"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 	"github.com/mcmirror/mcmirror/internal/labels"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,7 +70,12 @@ func (r *fakeResolver) set(d Destination, t netip.AddrPort) {
 	r.targets[d] = t
 }
 
-func newPair(t *testing.T) *pair {
+// web is the destination most tests use: port 80 of Service web.
+var web = Destination{Namespace: "default", Service: "web", Port: 80}
+
+// newPair starts the pair; configure, when given, adjusts the ingress and
+// the egress before they start.
+func newPair(t *testing.T, configure ...func(*Ingress, *Egress)) *pair {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -74,11 +89,15 @@ func newPair(t *testing.T) *pair {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p.ingressAddr = ln.Addr().String()
-	p.ingress = &Ingress{Certs: p.west, Resolver: p.resolver, HandshakeTimeout: 2 * time.Second}
-	go func() { _ = p.ingress.Serve(ctx, ln) }()
-
+	// Timeouts generous enough for a loaded machine; tests about them
+	// set their own.
+	p.ingress = &Ingress{Certs: p.west, Resolver: p.resolver, HandshakeTimeout: 10 * time.Second}
 	p.client = fake.NewClientset()
-	p.egress = &Egress{Certs: p.east, Peers: StaticPeers{"west": p.ingressAddr}, BindAddress: "127.0.0.1", DialTimeout: 2 * time.Second}
+	p.egress = &Egress{Certs: p.east, Peers: StaticPeers{"west": p.ingressAddr}, BindAddress: "127.0.0.1", DialTimeout: 10 * time.Second}
+	for _, f := range configure {
+		f(p.ingress, p.egress)
+	}
+	go func() { _ = p.ingress.Serve(ctx, ln) }()
 	go func() { _ = p.egress.Run(ctx, p.client) }()
 	require.Eventually(t, p.egress.Ready, 5*time.Second, 10*time.Millisecond)
 	return p
@@ -93,34 +112,52 @@ func (p *pair) certs(t *testing.T, cluster string, o gatewaytest.Options) *Certs
 	return c
 }
 
-// mirror records a mirror Service of west's Service svc (per-pod when host
-// is set) whose port 80 is served on a free egress port, and returns that
-// port once the egress listens on it.
-func (p *pair) mirror(t *testing.T, svc, host string, port int32) int32 {
-	t.Helper()
-	egressPort := freePort(t)
-	name := svc + "-west"
+// mirrorService is a mirror Service of west's Service svc (per-pod when
+// host is set) whose ports (Service port → egress port) are recorded in
+// its annotation.
+func mirrorService(name, svc, host string, ports map[int32]int32) *corev1.Service {
 	l := map[string]string{
 		labels.MirroredService: labels.MirroredServiceValue, labels.ClusterName: "west",
 		labels.ManagedBy: labels.ManagedByValue, labels.RemoteService: svc,
 	}
 	if host != "" {
-		name = host + "-west"
 		l[labels.RemoteHostname] = host
 	}
-	_, err := p.client.CoreV1().Services("default").Create(context.Background(), &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: l,
-			Annotations: map[string]string{labels.EgressPorts: labels.FormatEgressPorts(map[string]int32{labels.EgressPortKey(port, "TCP"): egressPort})}},
-	}, metav1.CreateOptions{})
+	rec := map[string]int32{}
+	for port, egressPort := range ports {
+		rec[labels.EgressPortKey(port, "TCP")] = egressPort
+	}
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: l,
+		Annotations: map[string]string{labels.EgressPorts: labels.FormatEgressPorts(rec)}}}
+}
+
+// mirror records a mirror Service of west's Service svc (per-pod when host
+// is set) whose port is served on a free egress port, and returns that port
+// once the egress listens on it.
+func (p *pair) mirror(t *testing.T, svc, host string, port int32) int32 {
+	t.Helper()
+	egressPort := freePort(t)
+	name := svc + "-west"
+	if host != "" {
+		name = host + "-west"
+	}
+	_, err := p.client.CoreV1().Services("default").Create(context.Background(),
+		mirrorService(name, svc, host, map[int32]int32{port: egressPort}), metav1.CreateOptions{})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(egressPort))))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, 5*time.Second, 10*time.Millisecond, "egress never listened on %d", egressPort)
+	p.waitListening(t, egressPort, true)
 	return egressPort
+}
+
+// waitListening waits until the egress listens on port (or no longer
+// does), as it says itself: no connection is made, so that no metric moves.
+func (p *pair) waitListening(t *testing.T, port int32, want bool) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		p.egress.mu.Lock()
+		defer p.egress.mu.Unlock()
+		_, ok := p.egress.ln[port]
+		return ok == want
+	}, 5*time.Second, 5*time.Millisecond, "egress listening on %d: want %v", port, want)
 }
 
 func freePort(t *testing.T) int32 {
@@ -131,52 +168,176 @@ func freePort(t *testing.T) int32 {
 	return int32(ln.Addr().(*net.TCPAddr).Port)
 }
 
-// echoServer answers every connection with greeting, then echoes; it half-
-// closes its side when the client does. It counts connections.
-type echoServer struct {
+// server is a target: a loopback listener whose connections are handled by
+// a function. It counts the connections it accepted.
+type server struct {
 	addr  netip.AddrPort
-	mu    sync.Mutex
-	conns int
+	conns atomic.Int64
 }
 
-func startEcho(t *testing.T, greeting string) *echoServer {
+func startServer(t *testing.T, handle func(net.Conn)) *server {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
-	s := &echoServer{addr: netip.MustParseAddrPort(ln.Addr().String())}
+	s := &server{addr: netip.MustParseAddrPort(ln.Addr().String())}
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			s.mu.Lock()
-			s.conns++
-			s.mu.Unlock()
+			s.conns.Add(1)
 			go func() {
 				defer c.Close()
-				if greeting != "" {
-					_, _ = io.WriteString(c, greeting)
-				}
-				_, _ = io.Copy(c, c)
-				_ = c.(*net.TCPConn).CloseWrite()
+				handle(c)
 			}()
 		}
 	}()
 	return s
 }
 
-func (s *echoServer) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.conns
+func (s *server) count() int { return int(s.conns.Load()) }
+
+// startEcho answers every connection with greeting, then echoes; it half-
+// closes its side when the client does.
+func startEcho(t *testing.T, greeting string) *server {
+	return startServer(t, func(c net.Conn) {
+		if greeting != "" {
+			_, _ = io.WriteString(c, greeting)
+		}
+		_, _ = io.Copy(c, c)
+		_ = c.(*net.TCPConn).CloseWrite()
+	})
 }
 
-func dialEgress(t *testing.T, port int32) net.Conn {
+func dialEgress(t *testing.T, port int32) *net.TCPConn {
 	t.Helper()
-	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+	c, err := net.Dial("tcp", egressAddr(port))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
+	return c.(*net.TCPConn)
+}
+
+// readGreeting reads len(want) bytes and checks them.
+func readGreeting(t *testing.T, c net.Conn, want string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, len(want))
+	_, err := io.ReadFull(c, got)
+	require.NoError(t, err)
+	require.Equal(t, want, string(got))
+	_ = c.SetReadDeadline(time.Time{})
+}
+
+// requireReset reads from c, which the gateway is expected to reset at
+// once: the read must end with a connection reset, not with our own
+// deadline (a hang) and not with data.
+func requireReset(t *testing.T, c net.Conn) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := c.Read(make([]byte, 1))
+	require.Zero(t, n, "read data from a connection that should have been reset")
+	require.Error(t, err)
+	require.False(t, errors.Is(err, os.ErrDeadlineExceeded), "the connection hung instead of being reset: %v", err)
+	require.True(t, errors.Is(err, syscall.ECONNRESET), "want a reset, got %v", err)
+}
+
+// requireDialReset connects to addr and wants the connection reset at
+// once: as it is set up (the reset may beat connect's return) or at the
+// first read.
+func requireDialReset(t *testing.T, addr string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		require.True(t, errors.Is(err, syscall.ECONNRESET), "want a reset, got %v", err)
+		return
+	}
+	defer c.Close()
+	requireReset(t, c)
+}
+
+func egressAddr(port int32) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))) }
+
+// requireRefused dials port and wants the connection refused: nothing
+// listens there.
+func requireRefused(t *testing.T, port int32) {
+	t.Helper()
+	c, err := net.Dial("tcp", egressAddr(port))
+	if err == nil {
+		c.Close()
+	}
+	require.True(t, errors.Is(err, syscall.ECONNREFUSED), "dial %d: want connection refused, got %v", port, err)
+}
+
+// clientTLS is a raw client configuration presenting is: for certificates
+// that Certs would not load (another root, expired). The server is not
+// verified; the test is about what the ingress accepts.
+func clientTLS(t *testing.T, is *gatewaytest.Issued) *tls.Config {
+	t.Helper()
+	cert, err := tls.X509KeyPair(is.CertPEM, is.KeyPEM)
+	require.NoError(t, err)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}
+}
+
+// dialIngress opens a TLS connection to the ingress and completes the
+// handshake.
+func dialIngress(t *testing.T, addr string, cfg *tls.Config) *tls.Conn {
+	t.Helper()
+	raw, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { raw.Close() })
+	c := tls.Client(raw, cfg)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	require.NoError(t, c.Handshake())
+	_ = c.SetDeadline(time.Time{})
 	return c
+}
+
+// connect sends request (a CONNECT, or anything) on c and reads the
+// ingress's answer.
+func connect(t *testing.T, c net.Conn, request string) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.WriteString(c, request)
+	require.NoError(t, err)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	require.NoError(t, err)
+	_ = c.SetDeadline(time.Time{})
+	return resp, br
+}
+
+func connectRequest(authority string) string {
+	return "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n"
+}
+
+// value reads a counter or gauge.
+func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+// requireValue waits for a gauge to read want: the gauges of the egress
+// are set as it applies the mirrors.
+func requireValue(t *testing.T, g prometheus.Gauge, want float64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return value(g) == want }, 5*time.Second, 5*time.Millisecond,
+		"gauge: want %v, have %v", want, value(g))
+}
+
+func refusals(peer, direction string, r Reason) float64 {
+	return value(refusalsTotal.WithLabelValues(peer, direction, string(r)))
+}
+
+// histogramCount reads how many observations a histogram has.
+func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, o.(prometheus.Metric).Write(&m))
+	return m.GetHistogram().GetSampleCount()
+}
+
+func mustAddrPort(t *testing.T, s string) netip.AddrPort {
+	t.Helper()
+	ap, err := netip.ParseAddrPort(s)
+	require.NoError(t, err)
+	return ap
 }

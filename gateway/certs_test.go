@@ -1,0 +1,336 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func parseCert(t *testing.T, certPEM []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(certPEM)
+	require.NotNil(t, block)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	require.NoError(t, err)
+	return cert
+}
+
+// reissue writes a new certificate of cluster into the pair's directory,
+// from the pair's root, and returns it.
+func (p *pair) reissue(t *testing.T, cluster string, o gatewaytest.Options) *x509.Certificate {
+	t.Helper()
+	is, err := p.ca.Issue(cluster, o)
+	require.NoError(t, err)
+	_, err = p.ca.Write(p.dir, cluster, is)
+	require.NoError(t, err)
+	return parseCert(t, is.CertPEM)
+}
+
+// ingressSerial makes a new full handshake with the ingress (no session to
+// resume) and returns the serial of the certificate it presents.
+func (p *pair) ingressSerial(t *testing.T) *big.Int {
+	t.Helper()
+	c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
+	defer c.Close()
+	cs := c.ConnectionState()
+	require.False(t, cs.DidResume)
+	return cs.PeerCertificates[0].SerialNumber
+}
+
+// clientSerial makes a full handshake from certs (as the egress makes it)
+// to a TLS server configured like the ingress, and returns the serial of
+// the client certificate the server saw.
+func clientSerial(t *testing.T, certs, server *Certs) *big.Int {
+	t.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	srv := tls.Server(b, server.ServerConfig())
+	done := make(chan error, 1)
+	go func() { done <- srv.Handshake() }()
+	cli := tls.Client(a, certs.ClientConfig(server.Cluster(), nil))
+	_ = cli.SetDeadline(time.Now().Add(10 * time.Second))
+	require.NoError(t, cli.Handshake())
+	require.NoError(t, <-done)
+	return srv.ConnectionState().PeerCertificates[0].SerialNumber
+}
+
+// Certificates replaced under streams that are moving bytes: every stream
+// carries on and completes intact, and new handshakes present the new
+// certificates, the ingress's and the egress's.
+func TestCertRotationUnderLoad(t *testing.T) {
+	p := newPair(t)
+	sink := startServer(t, func(c net.Conn) {
+		h := sha256.New()
+		n, err := io.Copy(h, c)
+		if err != nil {
+			fmt.Fprintf(c, "error after %d bytes: %v", n, err)
+			return
+		}
+		fmt.Fprintf(c, "%d %x", n, h.Sum(nil))
+	})
+	p.resolver.set(web, sink.addr)
+	port := p.mirror(t, "web", "", 80)
+	oldWest := p.ingressSerial(t)
+
+	const streams = 8
+	var written [streams]atomic.Int64
+	stop := make(chan struct{})
+	results := make(chan error, streams)
+	var wg sync.WaitGroup
+	for i := range streams {
+		c := dialEgress(t, port)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results <- func() error {
+				h := sha256.New()
+				src := prng(byte(100 + i))
+				buf := make([]byte, 32<<10)
+				var n int64
+				for {
+					select {
+					case <-stop:
+						if err := c.CloseWrite(); err != nil {
+							return err
+						}
+						_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+						answer, err := io.ReadAll(c)
+						if err != nil {
+							return fmt.Errorf("stream %d: %w", i, err)
+						}
+						if want := fmt.Sprintf("%d %x", n, h.Sum(nil)); string(answer) != want {
+							return fmt.Errorf("stream %d: target got %q, sent %s", i, answer, want)
+						}
+						return nil
+					default:
+					}
+					_, _ = io.ReadFull(src, buf)
+					if _, err := c.Write(buf); err != nil {
+						return fmt.Errorf("stream %d after %d bytes: %w", i, n, err)
+					}
+					h.Write(buf)
+					n += int64(len(buf))
+					written[i].Store(n)
+				}
+			}()
+		}()
+	}
+	moving := func(from [streams]int64, by int64) func() bool {
+		return func() bool {
+			for i := range streams {
+				if written[i].Load() < from[i]+by {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	var zero [streams]int64
+	require.Eventually(t, moving(zero, 1<<20), 30*time.Second, 5*time.Millisecond, "streams never got going")
+
+	reloads := value(certReloads.WithLabelValues("success"))
+	newWest := p.reissue(t, "west", gatewaytest.Options{})
+	newEast := p.reissue(t, "east", gatewaytest.Options{})
+	for _, c := range []*Certs{p.west, p.east} {
+		changed, err := c.Reload()
+		require.NoError(t, err)
+		require.True(t, changed)
+	}
+	assert.Equal(t, reloads+2, value(certReloads.WithLabelValues("success")))
+
+	// The streams keep moving after the switch...
+	var at [streams]int64
+	for i := range streams {
+		at[i] = written[i].Load()
+	}
+	require.Eventually(t, moving(at, 1<<20), 30*time.Second, 5*time.Millisecond, "streams stalled after the reload")
+	// ...while new handshakes present the new certificates...
+	require.NotEqual(t, oldWest, newWest.SerialNumber)
+	assert.Equal(t, newWest.SerialNumber, p.ingressSerial(t), "the ingress presents its old certificate")
+	assert.Equal(t, newEast.SerialNumber, clientSerial(t, p.east, p.west), "the egress presents its old certificate")
+	// ...and a new stream through the pair works.
+	echo := startEcho(t, "new\n")
+	p.resolver.set(Destination{Namespace: "default", Service: "fresh", Port: 80}, echo.addr)
+	roundTrip(t, p.mirror(t, "fresh", "", 80), "new\n")
+
+	close(stop)
+	wg.Wait()
+	close(results)
+	for err := range results {
+		assert.NoError(t, err)
+	}
+}
+
+// A set of files that does not load is refused and counted; the old
+// material stays in use. Rewriting the same files changes nothing.
+func TestCertReloadKeepsOldOnError(t *testing.T) {
+	p := newPair(t)
+	files := CertFiles{Cert: filepath.Join(p.dir, "west.crt"), Key: filepath.Join(p.dir, "west.key"), CA: filepath.Join(p.dir, "ca.crt")}
+	old := p.ingressSerial(t)
+	oldExpiry := value(certExpiry)
+	other, err := gatewaytest.NewCA("another root")
+	require.NoError(t, err)
+	a, err := p.ca.Issue("west", gatewaytest.Options{})
+	require.NoError(t, err)
+	b, err := p.ca.Issue("west", gatewaytest.Options{})
+	require.NoError(t, err)
+	paris, err := p.ca.Issue("paris", gatewaytest.Options{})
+	require.NoError(t, err)
+	foreign, err := other.Issue("west", gatewaytest.Options{})
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name  string
+		write func()
+		want  string
+	}{
+		{"key of another certificate", func() { writeFile(t, files.Cert, a.CertPEM); writeFile(t, files.Key, b.KeyPEM) }, "private key does not match"},
+		{"another cluster", func() { writeFile(t, files.Cert, paris.CertPEM); writeFile(t, files.Key, paris.KeyPEM) }, "refusing to change identity"},
+		{"another root", func() { writeFile(t, files.Cert, foreign.CertPEM); writeFile(t, files.Key, foreign.KeyPEM) }, "does not chain"},
+		{"half-written certificate", func() {
+			writeFile(t, files.Cert, a.CertPEM[:len(a.CertPEM)/2])
+			writeFile(t, files.Key, a.KeyPEM)
+		}, "west.crt"},
+		{"key file gone", func() { require.NoError(t, os.Remove(files.Key)) }, "west.key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := value(certReloads.WithLabelValues("error"))
+			tc.write()
+			changed, err := p.west.Reload()
+			require.ErrorContains(t, err, tc.want)
+			assert.False(t, changed)
+			assert.Equal(t, before+1, value(certReloads.WithLabelValues("error")))
+			assert.Equal(t, "west", p.west.Cluster())
+			assert.Equal(t, old, p.ingressSerial(t), "the ingress stopped presenting its certificate")
+			assert.Equal(t, oldExpiry, value(certExpiry))
+		})
+	}
+
+	// A good set again: switched to, counted, its expiry published.
+	notAfter := time.Now().Add(72 * time.Hour).Truncate(time.Second)
+	good := p.reissue(t, "west", gatewaytest.Options{NotAfter: notAfter})
+	success := value(certReloads.WithLabelValues("success"))
+	changed, err := p.west.Reload()
+	require.NoError(t, err)
+	assert.True(t, changed)
+	assert.Equal(t, success+1, value(certReloads.WithLabelValues("success")))
+	assert.Equal(t, good.SerialNumber, p.ingressSerial(t))
+	assert.Equal(t, float64(notAfter.Unix()), value(certExpiry))
+	// The same files once more: nothing to do, nothing counted.
+	changed, err = p.west.Reload()
+	require.NoError(t, err)
+	assert.False(t, changed)
+	assert.Equal(t, success+1, value(certReloads.WithLabelValues("success")))
+}
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+}
+
+// Watch notices rewritten files by itself.
+func TestCertWatch(t *testing.T) {
+	p := newPair(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.west.Watch(ctx, 20*time.Millisecond)
+	old := p.ingressSerial(t)
+	rotated := p.reissue(t, "west", gatewaytest.Options{})
+	require.NotEqual(t, old, rotated.SerialNumber)
+	require.Eventually(t, func() bool { return p.ingressSerial(t).Cmp(rotated.SerialNumber) == 0 },
+		10*time.Second, 20*time.Millisecond, "Watch never switched to the rewritten certificate")
+}
+
+// LoadCerts refuses a set that would not work, saying which file.
+func TestLoadCertsErrors(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := gatewaytest.NewCA("root")
+	require.NoError(t, err)
+	good, err := ca.IssueFiles(dir, "east", gatewaytest.Options{})
+	require.NoError(t, err)
+	files := CertFiles{Cert: good.Cert, Key: good.Key, CA: good.CA}
+	c, err := LoadCerts(files)
+	require.NoError(t, err)
+	assert.Equal(t, "east", c.Cluster())
+	assert.Equal(t, DefaultTrustDomain, c.TrustDomain())
+
+	noID, err := ca.IssueFiles(t.TempDir(), "east", gatewaytest.Options{NoIdentity: true})
+	require.NoError(t, err)
+	notCA := filepath.Join(dir, "not-a-ca.pem")
+	writeFile(t, notCA, []byte("not PEM"))
+	for _, tc := range []struct {
+		name  string
+		files CertFiles
+		want  string
+	}{
+		{"no key file", CertFiles{Cert: good.Cert, CA: good.CA}, "all required"},
+		{"missing file", CertFiles{Cert: good.Cert, Key: good.Key, CA: filepath.Join(dir, "nope")}, "nope"},
+		{"root without PEM", CertFiles{Cert: good.Cert, Key: good.Key, CA: notCA}, "no PEM certificate"},
+		{"no identity", CertFiles{Cert: noID.Cert, Key: noID.Key, CA: noID.CA}, "0 spiffe URI SANs"},
+		{"other trust domain", CertFiles{Cert: good.Cert, Key: good.Key, CA: good.CA, TrustDomain: "example.org"}, "not in trust domain"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadCerts(tc.files)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// ClusterOf reads the cluster from the one spiffe URI SAN.
+func TestClusterOf(t *testing.T) {
+	uri := func(s string) *url.URL {
+		u, err := url.Parse(s)
+		require.NoError(t, err)
+		return u
+	}
+	for _, tc := range []struct {
+		name string
+		uris []string
+		want string // empty: an error
+	}{
+		{"identity", []string{"spiffe://mcmirror.dev/cluster/west"}, "west"},
+		{"other URIs ignored", []string{"https://example.org/x", "spiffe://mcmirror.dev/cluster/west"}, "west"},
+		{"none", nil, ""},
+		{"two identities", []string{"spiffe://mcmirror.dev/cluster/west", "spiffe://mcmirror.dev/cluster/east"}, ""},
+		{"other trust domain", []string{"spiffe://example.org/cluster/west"}, ""},
+		{"not a cluster", []string{"spiffe://mcmirror.dev/ns/default/sa/gateway"}, ""},
+		{"nested path", []string{"spiffe://mcmirror.dev/cluster/west/extra"}, ""},
+		{"empty name", []string{"spiffe://mcmirror.dev/cluster/"}, ""},
+		{"not a DNS label", []string{"spiffe://mcmirror.dev/cluster/West_1"}, ""},
+		{"reserved name", []string{"spiffe://mcmirror.dev/cluster/global"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cert := &x509.Certificate{}
+			for _, s := range tc.uris {
+				cert.URIs = append(cert.URIs, uri(s))
+			}
+			got, err := ClusterOf(cert, DefaultTrustDomain)
+			if tc.want == "" {
+				assert.Error(t, err, "got %q", got)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+	assert.Equal(t, "spiffe://mcmirror.dev/cluster/west", Identity(DefaultTrustDomain, "west").String())
+}

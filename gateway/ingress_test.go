@@ -1,0 +1,372 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// westObjects is what cluster west has, every endpoint at target (a
+// loopback server: the fake clientset, unlike an API server, takes
+// loopback endpoints):
+//
+//	web     exported (gateway), ClusterIP, port 80 "http"
+//	db      exported (gateway), headless, port 80, pod db-0
+//	secret  not exported
+//	flat    exported in flat mode
+//	web-paris  a mirror (which carries the export label too)
+//	empty   exported, its one endpoint not ready
+//	down    exported, its endpoint a port nothing listens on
+func westObjects(target, down int32) []runtime.Object {
+	exported := map[string]string{labels.Exported: labels.ExportGateway}
+	svc := func(name, clusterIP string, l map[string]string) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: l},
+			Spec: corev1.ServiceSpec{ClusterIP: clusterIP,
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+		}
+	}
+	slice := func(svc string, port int32, ready bool, hostname string) *discoveryv1.EndpointSlice {
+		ep := discoveryv1.Endpoint{Addresses: []string{"127.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}
+		if hostname != "" {
+			ep.Hostname = &hostname
+		}
+		name, proto := "http", corev1.ProtocolTCP
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: svc + "-x1", Namespace: "default",
+				Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{ep},
+			Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
+		}
+	}
+	mirror := map[string]string{labels.Exported: labels.ExportGateway, labels.MirroredService: labels.MirroredServiceValue}
+	return []runtime.Object{
+		svc("web", "10.96.0.10", exported), slice("web", target, true, ""),
+		svc("db", corev1.ClusterIPNone, exported), slice("db", target, true, "db-0"),
+		svc("secret", "10.96.0.11", nil), slice("secret", target, true, ""),
+		svc("flat", "10.96.0.12", map[string]string{labels.Exported: labels.ExportFlat}), slice("flat", target, true, ""),
+		svc("web-paris", "10.96.0.13", mirror), slice("web-paris", target, true, ""),
+		svc("empty", "10.96.0.14", exported), slice("empty", target, false, ""),
+		svc("down", "10.96.0.15", exported), slice("down", down, true, ""),
+	}
+}
+
+// exportsPair is a pair whose ingress decides from real Exports over a
+// fake clientset holding westObjects, every endpoint at one echo server.
+func exportsPair(t *testing.T, configure ...func(*Ingress, *Egress)) (*pair, *server) {
+	t.Helper()
+	target := startEcho(t, "west here\n")
+	client := fake.NewClientset(westObjects(int32(target.addr.Port()), freePort(t))...)
+	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
+	require.NoError(t, err)
+	exports := NewExports(client, sel)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	require.NoError(t, exports.Run(ctx))
+	p := newPair(t, append([]func(*Ingress, *Egress){func(in *Ingress, _ *Egress) { in.Resolver = exports }}, configure...)...)
+	return p, target
+}
+
+// allowedOnce makes one allowed connection, straight to the ingress, and
+// waits for the target's greeting: after it, the target has accepted every
+// connection it was ever going to be given before.
+func (p *pair) allowedOnce(t *testing.T, authority string) {
+	t.Helper()
+	c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
+	defer c.Close()
+	resp, br := connect(t, c, connectRequest(authority))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "west here\n", line)
+}
+
+// Each refused request is answered with its status and reason, counted by
+// reason and peer cluster, and the target sees no connection.
+func TestIngressRefusals(t *testing.T) {
+	p, target := exportsPair(t, func(in *Ingress, _ *Egress) { in.MaxHeaderBytes = 4096 })
+	echoAddr := target.addr.String()
+	for _, tc := range []struct {
+		name, request string
+		status        int
+		reason        Reason
+	}{
+		{"not exported", connectRequest("secret.default:80"), 403, ReasonNotExported},
+		{"no such Service", connectRequest("web.other:80"), 403, ReasonNotExported},
+		{"flat-mode export", connectRequest("flat.default:80"), 403, ReasonNotExported},
+		{"a mirror", connectRequest("web-paris.default:80"), 403, ReasonNotExported},
+		{"port not exported", connectRequest("web.default:8080"), 403, ReasonPortNotExposed},
+		{"pod of a non-headless Service", connectRequest("web-0.web.default:80"), 403, ReasonPodNotExported},
+		{"pod of an unexported Service", connectRequest("db-0.secret.default:80"), 403, ReasonNotExported},
+		{"no such pod", connectRequest("db-7.db.default:80"), 403, ReasonPodNotExported},
+		{"no ready endpoint", connectRequest("empty.default:80"), 503, ReasonNoEndpoint},
+		{"IPv4 address literal", connectRequest(echoAddr), 400, ReasonAddressLiteral},
+		{"IPv6 address literal", connectRequest("[::1]:80"), 400, ReasonAddressLiteral},
+		{"malformed authority", connectRequest("web:80"), 400, ReasonBadRequest},
+		{"not a CONNECT", "GET / HTTP/1.1\r\nHost: web.default:80\r\n\r\n", 400, ReasonBadRequest},
+		{"oversized header", "CONNECT web.default:80 HTTP/1.1\r\nHost: web.default:80\r\nX-Pad: " + strings.Repeat("a", 8192) + "\r\n\r\n", 431, ReasonHeaderTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := refusals("east", DirectionIngress, tc.reason)
+			seen := target.count()
+			c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
+			resp, _ := connect(t, c, tc.request)
+			assert.Equal(t, tc.status, resp.StatusCode)
+			assert.Equal(t, string(tc.reason), resp.Header.Get("X-Mcmirror-Reason"))
+			assert.Equal(t, before+1, refusals("east", DirectionIngress, tc.reason), "refusals_total{reason=%q}", tc.reason)
+			p.allowedOnce(t, "web.default:80")
+			assert.Equal(t, seen+1, target.count(), "the target saw a connection for the refused request")
+		})
+	}
+
+	t.Run("dial failed", func(t *testing.T) {
+		before := refusals("east", DirectionIngress, ReasonDialFailed)
+		dialErrs := value(dialErrorsTotal.WithLabelValues("east", DirectionIngress))
+		c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
+		resp, _ := connect(t, c, connectRequest("down.default:80"))
+		assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
+		assert.Equal(t, string(ReasonDialFailed), resp.Header.Get("X-Mcmirror-Reason"))
+		assert.Equal(t, before+1, refusals("east", DirectionIngress, ReasonDialFailed))
+		assert.Equal(t, dialErrs+1, value(dialErrorsTotal.WithLabelValues("east", DirectionIngress)))
+	})
+
+	t.Run("allowed", func(t *testing.T) {
+		for _, auth := range []string{"web.default:80", "db-0.db.default:80"} {
+			seen := target.count()
+			p.allowedOnce(t, auth)
+			assert.Equal(t, seen+1, target.count(), auth)
+		}
+	})
+}
+
+// A failed TLS handshake (a client that does not speak TLS, or presents a
+// certificate the ingress must not accept) is counted, the connection
+// closed, and the target sees no connection.
+func TestIngressRejectsHandshakes(t *testing.T) {
+	p, target := exportsPair(t)
+	other, err := gatewaytest.NewCA("another root")
+	require.NoError(t, err)
+	fromOther, err := other.Issue("east", gatewaytest.Options{})
+	require.NoError(t, err)
+	expired, err := p.ca.Issue("east", gatewaytest.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	require.NoError(t, err)
+	noIdentity, err := p.ca.Issue("east", gatewaytest.Options{NoIdentity: true})
+	require.NoError(t, err)
+	otherDomain, err := p.ca.Issue("east", gatewaytest.Options{TrustDomain: "example.org"})
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name string
+		cfg  *tls.Config // nil: plaintext
+		// alert is the TLS alert the client reads, when the ingress
+		// sends one.
+		alert string
+	}{
+		{name: "plaintext client"},
+		{name: "no client certificate", cfg: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}, alert: "certificate required"},
+		{name: "certificate of another root", cfg: clientTLS(t, fromOther), alert: "bad certificate"},
+		{name: "expired certificate", cfg: clientTLS(t, expired), alert: "bad certificate"},
+		{name: "certificate without identity", cfg: clientTLS(t, noIdentity), alert: "bad certificate"},
+		{name: "identity in another trust domain", cfg: clientTLS(t, otherDomain), alert: "bad certificate"},
+		{name: "TLS 1.2", cfg: func() *tls.Config {
+			c := clientTLS(t, noIdentity)
+			c.MinVersion, c.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
+			return c
+		}(), alert: "protocol version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := value(handshakeFailures.WithLabelValues(DirectionIngress))
+			seen := target.count()
+			raw, err := net.Dial("tcp", p.ingressAddr)
+			require.NoError(t, err)
+			defer raw.Close()
+			var c net.Conn = raw
+			if tc.cfg != nil {
+				c = tls.Client(raw, tc.cfg)
+			}
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			// The client's side of a TLS 1.3 handshake ends before the
+			// server has checked its certificate: the refusal shows on
+			// the first read.
+			_, _ = io.WriteString(c, connectRequest("web.default:80"))
+			b, err := io.ReadAll(c)
+			assert.Empty(t, string(b), "the ingress answered")
+			if err != nil {
+				require.NotErrorIs(t, err, os.ErrDeadlineExceeded, "the ingress neither answered nor closed")
+			}
+			if tc.alert != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.alert)
+			}
+			require.Eventually(t, func() bool { return value(handshakeFailures.WithLabelValues(DirectionIngress)) == before+1 },
+				5*time.Second, 5*time.Millisecond, "tls_handshake_failures_total{direction=ingress} did not move by one")
+			p.allowedOnce(t, "web.default:80")
+			assert.Equal(t, seen+1, target.count(), "the target saw a connection for the refused client")
+		})
+	}
+}
+
+// A client that connects and never finishes is dropped once
+// HandshakeTimeout has passed: one that never starts TLS with a handshake
+// failure, one that never finishes its CONNECT request (slow loris) with
+// 408.
+func TestIngressDropsSlowClients(t *testing.T) {
+	p, target := exportsPair(t, func(in *Ingress, _ *Egress) { in.HandshakeTimeout = 300 * time.Millisecond })
+
+	t.Run("no TLS handshake", func(t *testing.T) {
+		before := value(handshakeFailures.WithLabelValues(DirectionIngress))
+		raw, err := net.Dial("tcp", p.ingressAddr)
+		require.NoError(t, err)
+		defer raw.Close()
+		_ = raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := raw.Read(make([]byte, 1))
+		assert.Zero(t, n)
+		require.ErrorIs(t, err, io.EOF, "the ingress did not drop a silent client")
+		require.Eventually(t, func() bool { return value(handshakeFailures.WithLabelValues(DirectionIngress)) == before+1 },
+			5*time.Second, 5*time.Millisecond)
+	})
+
+	// Trickled a byte at a time, the request stops in its first line or
+	// in a header line: 408 either way.
+	for _, prefix := range []string{"", "CONNECT web.default:80 HTTP/1.1\r\nHost: web.default:80\r\n"} {
+		t.Run("CONNECT never finished after "+strconv.Quote(prefix), func(t *testing.T) {
+			before := refusals("east", DirectionIngress, ReasonHeaderTimeout)
+			seen := target.count()
+			c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
+			answered := make(chan *http.Response, 1)
+			go func() {
+				resp, _ := http.ReadResponse(bufio.NewReader(c), nil)
+				answered <- resp
+			}()
+			_, err := io.WriteString(c, prefix)
+			require.NoError(t, err)
+			req := "X-Slow: " + strings.Repeat("z", 1000)
+			if prefix == "" {
+				req = "CONNECT web.default:80 HTTP/1.1\r\n" + req
+			}
+			var resp *http.Response
+		trickle:
+			for i := 0; ; i++ {
+				select {
+				case resp = <-answered:
+					break trickle
+				case <-time.After(20 * time.Millisecond):
+				}
+				if i < len(req) {
+					if _, err := c.Write([]byte{req[i]}); err != nil {
+						resp = <-answered
+						break
+					}
+				}
+				require.Less(t, i, 500, "the ingress kept reading a request for 10 s")
+			}
+			require.NotNil(t, resp, "the ingress dropped the slow client without an answer")
+			assert.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
+			assert.Equal(t, string(ReasonHeaderTimeout), resp.Header.Get("X-Mcmirror-Reason"))
+			assert.Equal(t, before+1, refusals("east", DirectionIngress, ReasonHeaderTimeout))
+			p.allowedOnce(t, "web.default:80")
+			assert.Equal(t, seen+1, target.count())
+		})
+	}
+}
+
+// Bytes a client sends right behind its CONNECT request, before the
+// answer, reach the target first.
+func TestIngressForwardsPipelinedBytes(t *testing.T) {
+	p, _ := exportsPair(t)
+	c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
+	resp, br := connect(t, c, connectRequest("web.default:80")+"pipelined\n")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for _, want := range []string{"west here\n", "pipelined\n"} {
+		line, err := br.ReadString('\n')
+		require.NoError(t, err)
+		assert.Equal(t, want, line)
+	}
+}
+
+// With MaxConns connections open, one more is reset at once and counted;
+// once one ends, a new one is served.
+func TestIngressMaxConns(t *testing.T) {
+	p, target := exportsPair(t, func(in *Ingress, _ *Egress) { in.MaxConns = 2 })
+	var open []*tls.Conn
+	for range 2 {
+		c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
+		resp, br := connect(t, c, connectRequest("web.default:80"))
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		line, err := br.ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "west here\n", line)
+		open = append(open, c)
+	}
+	before := refusals("", DirectionIngress, ReasonTooMany)
+	requireDialReset(t, p.ingressAddr)
+	assert.Equal(t, before+1, refusals("", DirectionIngress, ReasonTooMany))
+	assert.Equal(t, 2, target.count())
+
+	// One stream ends; its place is free again.
+	require.NoError(t, open[0].Close())
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", p.ingressAddr)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		tc := tls.Client(c, p.east.ClientConfig("west", nil))
+		_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(tc, connectRequest("web.default:80")); err != nil {
+			return false
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(tc), &http.Request{Method: http.MethodConnect})
+		return err == nil && resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, 3, target.count(), "a reset client reached the target")
+}
+
+// A dial that outlasts what is left of HandshakeTimeout (which bounds the
+// handshake and the request, not the dial) still ends in a tunnel.
+func TestIngressSlowDial(t *testing.T) {
+	echo := startEcho(t, "slow\n")
+	p := newPair(t, func(in *Ingress, _ *Egress) {
+		in.HandshakeTimeout = 300 * time.Millisecond
+		in.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			select {
+			case <-time.After(600 * time.Millisecond): // past the handshake deadline
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	})
+	p.resolver.set(web, echo.addr)
+	c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
+	resp, br := connect(t, c, connectRequest("web.default:80"))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "slow\n", line)
+}

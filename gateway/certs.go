@@ -3,11 +3,13 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +42,15 @@ type material struct {
 type Certs struct {
 	files CertFiles
 	cur   atomic.Pointer[material]
+
+	mu sync.Mutex
+	// servers are the server configurations handed out: their session
+	// ticket keys are replaced when the material changes, so that no
+	// session verified under the old root is resumed.
+	servers []*tls.Config
+	// clients are the client configurations of each peer for the current
+	// material, each with its own session cache; dropped when it changes.
+	clients map[string]*tls.Config
 }
 
 // LoadCerts reads the files once; the error says which file is wrong.
@@ -65,6 +76,17 @@ func (c *Certs) TrustDomain() string { return c.files.TrustDomain }
 func (c *Certs) set(m *material) {
 	c.cur.Store(m)
 	certExpiry.Set(float64(m.expiry.Unix()))
+	// Sessions were verified against the old material: a resumed session
+	// skips verification, so none may outlive a rotation of the root.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clients = nil
+	for _, cfg := range c.servers {
+		var key [32]byte
+		if _, err := rand.Read(key[:]); err == nil {
+			cfg.SetSessionTicketKeys([][32]byte{key})
+		}
+	}
 }
 
 func (c *Certs) read() (*material, error) {
@@ -189,7 +211,7 @@ func (c *Certs) verify(rawCerts [][]byte, usage x509.ExtKeyUsage) (string, error
 // certificate that chains to the current root required. The verified peer
 // cluster is read back with PeerCluster.
 func (c *Certs) ServerConfig() *tls.Config {
-	return &tls.Config{
+	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		ClientAuth: tls.RequireAnyClientCert, // verified below, against the current root
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -201,6 +223,28 @@ func (c *Certs) ServerConfig() *tls.Config {
 		},
 		NextProtos: []string{"http/1.1"},
 	}
+	c.mu.Lock()
+	c.servers = append(c.servers, cfg)
+	c.mu.Unlock()
+	return cfg
+}
+
+// PeerConfig returns the client configuration towards peer's ingress, made
+// once per peer and material (see ClientConfig), with a session cache of
+// its own: a resumed session is one verified as that peer's under the
+// current root.
+func (c *Certs) PeerConfig(peer string) *tls.Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cfg, ok := c.clients[peer]; ok {
+		return cfg
+	}
+	if c.clients == nil {
+		c.clients = map[string]*tls.Config{}
+	}
+	cfg := c.ClientConfig(peer, tls.NewLRUClientSessionCache(64))
+	c.clients[peer] = cfg
+	return cfg
 }
 
 // ClientConfig is the egress's (and the prober's) TLS configuration towards

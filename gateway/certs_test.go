@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -333,4 +335,43 @@ func TestClusterOf(t *testing.T) {
 		})
 	}
 	assert.Equal(t, "spiffe://mcmirror.dev/cluster/west", Identity(DefaultTrustDomain, "west").String())
+}
+
+// A resumed TLS session skips certificate verification, so no session
+// may outlive a change of material: after either side reloads, the next
+// handshake is a full one.
+func TestReloadEndsSessionResumption(t *testing.T) {
+	for _, side := range []string{"client", "server"} {
+		t.Run(side, func(t *testing.T) {
+			p := newPair(t)
+			probe := func() bool {
+				t.Helper()
+				raw, err := net.Dial("tcp", p.ingressAddr)
+				require.NoError(t, err)
+				defer raw.Close()
+				c := tls.Client(raw, p.east.PeerConfig("west"))
+				_, err = io.WriteString(c, "GET "+ProbePath+" HTTP/1.1\r\nHost: west\r\n\r\n")
+				require.NoError(t, err)
+				// Reading the answer also takes in the session ticket.
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+				return c.ConnectionState().DidResume
+			}
+			assert.False(t, probe(), "first handshake is full")
+			require.True(t, probe(), "second one resumes")
+
+			cluster, certs := "east", p.east
+			if side == "server" {
+				cluster, certs = "west", p.west
+			}
+			_, err := p.ca.IssueFiles(p.dir, cluster, gatewaytest.Options{})
+			require.NoError(t, err)
+			changed, err := certs.Reload()
+			require.NoError(t, err)
+			require.True(t, changed)
+			assert.False(t, probe(), "after the %s's reload the handshake is full", side)
+			assert.True(t, probe(), "and resumes again afterwards")
+		})
+	}
 }

@@ -69,7 +69,6 @@ type Egress struct {
 	ln       map[int32]net.Listener
 	failed   map[int32]string // ports that could not be listened on, and why
 	conflict map[int32]string // ports recorded twice, as logged
-	sessions map[string]tls.ClientSessionCache
 	synced   atomic.Bool
 	kick     chan struct{}
 }
@@ -90,7 +89,6 @@ func (e *Egress) Run(ctx context.Context, client kubernetes.Interface) error {
 	e.ln = map[int32]net.Listener{}
 	e.failed = map[int32]string{}
 	e.conflict = map[int32]string{}
-	e.sessions = map[string]tls.ClientSessionCache{}
 	e.kick = make(chan struct{}, 1)
 	empty := map[int32]Route{}
 	e.routes.Store(&empty)
@@ -221,38 +219,42 @@ func (e *Egress) serve(ctx context.Context, logger klog.Logger, port int32, ln n
 			continue
 		}
 		go func() {
-			defer e.limit.release()
-			e.handle(ctx, logger, port, c)
+			if !e.handle(ctx, logger, port, c) {
+				e.limit.release()
+			}
 		}()
 	}
 }
 
-// handle carries one client connection to its route's peer.
-func (e *Egress) handle(ctx context.Context, logger klog.Logger, port int32, client net.Conn) {
+// handle carries one client connection to its route's peer. It reports
+// whether it handed the connection to a stream, which gives the
+// connection's place back when it ends.
+func (e *Egress) handle(ctx context.Context, logger klog.Logger, port int32, client net.Conn) (carried bool) {
 	r, ok := (*e.routes.Load())[port]
 	if !ok {
 		e.reset(logger, client, "", port, ReasonNoRoute, nil)
-		return
+		return false
 	}
 	addr, ok := e.Peers.IngressAddress(r.Cluster)
 	if !ok {
 		e.reset(logger, client, r.Cluster, port, ReasonUnknownPeer, nil)
-		return
+		return false
 	}
 	peer, early, reason, err := e.connect(ctx, r, addr)
 	if reason != "" {
 		e.reset(logger, client, r.Cluster, port, reason, err)
-		return
+		return false
 	}
 	if len(early) > 0 {
 		if _, err := client.Write(early); err != nil {
 			abort(peer)
 			client.Close()
-			return
+			return false
 		}
 		bytesTotal.WithLabelValues(r.Cluster, DirectionEgress, "received").Add(float64(len(early)))
 	}
-	carry(r.Cluster, DirectionEgress, client, peer, idleOrDefault(e.IdleTimeout))
+	carry(r.Cluster, DirectionEgress, client, peer, idleOrDefault(e.IdleTimeout), e.limit.release)
+	return true
 }
 
 // connect opens a tunnel to r through the ingress at addr: TCP, TLS with
@@ -268,7 +270,7 @@ func (e *Egress) connect(ctx context.Context, r Route, addr string) (*tls.Conn, 
 	}
 	deadline, _ := ctx.Deadline()
 	_ = raw.SetDeadline(deadline)
-	conn := tls.Client(raw, e.Certs.ClientConfig(r.Cluster, e.sessionCache(r.Cluster)))
+	conn := tls.Client(raw, e.Certs.PeerConfig(r.Cluster))
 	if err := conn.HandshakeContext(ctx); err != nil {
 		handshakeFailures.WithLabelValues(DirectionEgress).Inc()
 		raw.Close()
@@ -304,19 +306,6 @@ func (e *Egress) dial(ctx context.Context, addr string) (net.Conn, error) {
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", addr)
-}
-
-// sessionCache returns the TLS session cache of one peer: a resumed
-// session is one that was verified as that peer's.
-func (e *Egress) sessionCache(peer string) tls.ClientSessionCache {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	c, ok := e.sessions[peer]
-	if !ok {
-		c = tls.NewLRUClientSessionCache(64)
-		e.sessions[peer] = c
-	}
-	return c
 }
 
 // reset refuses a client connection with a reset, and counts it.

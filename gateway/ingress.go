@@ -87,9 +87,9 @@ func (in *Ingress) init() {
 	})
 }
 
-// Serve accepts connections on ln until ctx ends, then closes ln and waits
-// for the connections being set up (established streams are left to finish,
-// bounded by the idle timeout).
+// Serve accepts connections on ln until ctx ends, then closes ln and
+// returns; connections already accepted are left to finish (streams bounded
+// by the idle timeout).
 func (in *Ingress) Serve(ctx context.Context, ln net.Listener) error {
 	in.init()
 	logger := klog.FromContext(ctx)
@@ -116,15 +116,17 @@ func (in *Ingress) Serve(ctx context.Context, ln net.Listener) error {
 			continue
 		}
 		go func() {
-			defer in.limit.release()
-			in.handle(ctx, logger, c)
+			if !in.handle(ctx, logger, c) {
+				in.limit.release()
+			}
 		}()
 	}
 }
 
 // handle runs one connection: handshake, request, then the tunnel or the
-// probe answer.
-func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn) {
+// probe answer. It reports whether it handed the connection to a stream,
+// which gives the connection's place back when it ends.
+func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn) (carried bool) {
 	deadline := time.Now().Add(in.handshakeTimeout())
 	_ = raw.SetDeadline(deadline)
 	conn := tls.Server(raw, in.tls)
@@ -132,7 +134,7 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn)
 		handshakeFailures.WithLabelValues(DirectionIngress).Inc()
 		logger.V(2).Info("TLS handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
 		raw.Close()
-		return
+		return false
 	}
 	peer, err := in.Certs.PeerCluster(conn.ConnectionState())
 	if err != nil {
@@ -140,7 +142,7 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn)
 		handshakeFailures.WithLabelValues(DirectionIngress).Inc()
 		logger.Info("Client certificate names no cluster", "remote", raw.RemoteAddr().String(), "err", err)
 		conn.Close()
-		return
+		return false
 	}
 
 	lr := &io.LimitedReader{R: conn, N: int64(in.maxHeaderBytes())}
@@ -158,18 +160,18 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn)
 			reason = ReasonHeaderTimeout
 		}
 		in.refuse(logger, conn, peer, "", reason, err)
-		return
+		return false
 	}
 	// HandshakeTimeout bounds the handshake and the request; the dial has
 	// DialTimeout, and the answer must not find the deadline passed.
 	_ = raw.SetDeadline(time.Time{})
 	if req.Method == http.MethodGet && req.URL.Path == ProbePath {
 		in.probe(conn)
-		return
+		return false
 	}
 	if req.Method != http.MethodConnect {
 		in.refuse(logger, conn, peer, req.Host, ReasonBadRequest, fmt.Errorf("method %s %s: want CONNECT", req.Method, req.URL.Path))
-		return
+		return false
 	}
 	dest, err := ParseDestination(req.Host)
 	if err != nil {
@@ -178,12 +180,12 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn)
 			reason = ReasonAddressLiteral
 		}
 		in.refuse(logger, conn, peer, req.Host, reason, err)
-		return
+		return false
 	}
 	target, reason := in.Resolver.Resolve(dest)
 	if reason != "" {
 		in.refuse(logger, conn, peer, req.Host, reason, nil)
-		return
+		return false
 	}
 	dctx, cancel := context.WithTimeout(ctx, in.dialTimeout())
 	tc, err := in.dial(dctx, target.String())
@@ -191,12 +193,12 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn)
 	if err != nil {
 		dialErrorsTotal.WithLabelValues(peer, DirectionIngress).Inc()
 		in.refuse(logger, conn, peer, req.Host, ReasonDialFailed, err)
-		return
+		return false
 	}
 	if _, err := io.WriteString(conn, "HTTP/1.1 200 OK\r\n\r\n"); err != nil {
 		tc.Close()
 		conn.Close()
-		return
+		return false
 	}
 	// Bytes the client sent after the request, before our answer.
 	if n := br.Buffered(); n > 0 {
@@ -204,12 +206,13 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn)
 		if _, err := tc.Write(early); err != nil {
 			tc.Close()
 			abort(conn)
-			return
+			return false
 		}
 		bytesTotal.WithLabelValues(peer, DirectionIngress, "sent").Add(float64(n))
 	}
 	logger.V(3).Info("Tunnel", "peer", peer, "destination", req.Host, "target", target.String())
-	carry(peer, DirectionIngress, conn, tc, in.idleTimeout())
+	carry(peer, DirectionIngress, conn, tc, in.idleTimeout(), in.limit.release)
+	return true
 }
 
 // refuse answers a refused request with its status and counts it.
@@ -222,6 +225,12 @@ func (in *Ingress) refuse(logger klog.Logger, conn *tls.Conn, peer, dest string,
 	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = fmt.Fprintf(conn, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nX-Mcmirror-Reason: %s\r\nConnection: close\r\n\r\n",
 		st, http.StatusText(st), reason)
+	// Close as net/http does: end our side, then read off what the client
+	// still sends for a moment. Closing with unread data would reset the
+	// connection, and a reset can destroy the answer before it is read.
+	_ = conn.CloseWrite()
+	_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	_, _ = io.Copy(io.Discard, io.LimitReader(conn, 256<<10))
 	conn.Close()
 }
 
@@ -236,19 +245,22 @@ func (in *Ingress) probe(conn *tls.Conn) {
 	conn.Close()
 }
 
-// carry proxies an established stream and keeps the metrics of it.
-func carry(peer, direction string, client, target net.Conn, idle time.Duration) {
+// carry starts proxying an established stream, keeps the metrics of it,
+// and calls done when it ends.
+func carry(peer, direction string, client, target net.Conn, idle time.Duration, done func()) {
 	connsTotal.WithLabelValues(peer, direction).Inc()
 	open := connsOpen.WithLabelValues(peer, direction)
 	open.Inc()
-	defer open.Dec()
 	sent := bytesTotal.WithLabelValues(peer, direction, "sent")
 	received := bytesTotal.WithLabelValues(peer, direction, "received")
 	s := &stream{idle: idle,
 		sent:     func(n int64) { sent.Add(float64(n)) },
 		received: func(n int64) { received.Add(float64(n)) },
 	}
-	s.run(client, target)
+	s.start(client, target, func() {
+		open.Dec()
+		done()
+	})
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -56,7 +56,6 @@ type Prober struct {
 	mu       sync.Mutex
 	state    map[string]*PeerState
 	failures map[string]int
-	sessions map[string]tls.ClientSessionCache
 }
 
 // Run probes until ctx ends.
@@ -65,7 +64,6 @@ func (p *Prober) Run(ctx context.Context) {
 	p.mu.Lock()
 	p.state = map[string]*PeerState{}
 	p.failures = map[string]int{}
-	p.sessions = map[string]tls.ClientSessionCache{}
 	p.mu.Unlock()
 	interval := orDefault(p.Interval, 2*time.Second)
 	t := time.NewTicker(interval)
@@ -129,7 +127,7 @@ func (p *Prober) probe(ctx context.Context, cluster, addr string) error {
 	defer raw.Close()
 	deadline, _ := ctx.Deadline()
 	_ = raw.SetDeadline(deadline)
-	conn := tls.Client(raw, p.Certs.ClientConfig(cluster, p.sessionCache(cluster)))
+	conn := tls.Client(raw, p.Certs.PeerConfig(cluster))
 	if err := conn.HandshakeContext(ctx); err != nil {
 		return fmt.Errorf("TLS handshake: %w", err)
 	}
@@ -145,17 +143,6 @@ func (p *Prober) probe(ctx context.Context, cluster, addr string) error {
 		return fmt.Errorf("probe answered %s", resp.Status)
 	}
 	return nil
-}
-
-func (p *Prober) sessionCache(peer string) tls.ClientSessionCache {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	c, ok := p.sessions[peer]
-	if !ok {
-		c = tls.NewLRUClientSessionCache(4)
-		p.sessions[peer] = c
-	}
-	return c
 }
 
 func (p *Prober) record(logger klog.Logger, cluster string, rtt time.Duration, err error) {

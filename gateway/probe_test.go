@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -184,7 +183,6 @@ func peerJSON(t *testing.T, p *Prober) []bool {
 func TestProbeFailures(t *testing.T) {
 	p := newPair(t)
 	prober := &Prober{Certs: p.east}
-	prober.sessions = map[string]tls.ClientSessionCache{}
 	ctx := context.Background()
 	require.NoError(t, prober.probe(ctx, "west", p.ingressAddr))
 	assert.ErrorContains(t, prober.probe(ctx, "north", p.ingressAddr), `cluster "west", not "north"`)

@@ -63,21 +63,32 @@ type readCloser interface {
 	CloseRead() error
 }
 
-// run copies both ways until both directions have ended (each by EOF, one
-// side's half-close passed on to the other), or an error or the idle timeout
-// aborts the stream. It closes both connections.
-func (s *stream) run(client, target net.Conn) {
+// start copies both ways, each on a goroutine of its own, until both
+// directions have ended (each by EOF, one side's half-close passed on to the
+// other), or an error or the idle timeout aborts the stream. Then it closes
+// both connections and calls done. Fresh goroutines, rather than the one
+// that accepted and handshook, keep an idle stream's stacks small: a TLS
+// handshake grows its goroutine's stack, and a stack does not shrink back
+// while its goroutine lives on.
+func (s *stream) start(client, target net.Conn, done func()) {
 	s.last.Store(time.Now().UnixNano())
-	var wg sync.WaitGroup
-	wg.Add(1)
+	var left atomic.Int32
+	left.Store(2)
+	finish := func() {
+		if left.Add(-1) == 0 {
+			client.Close()
+			target.Close()
+			done()
+		}
+	}
 	go func() {
-		defer wg.Done()
+		defer finish()
 		s.copyToTarget(target, client)
 	}()
-	s.copyToClient(client, target)
-	wg.Wait()
-	client.Close()
-	target.Close()
+	go func() {
+		defer finish()
+		s.copyToClient(client, target)
+	}()
 }
 
 // copyToTarget carries what the client sends.

@@ -63,6 +63,7 @@ type Egress struct {
 	ListenFunc  func(network, addr string) (net.Listener, error)
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
+	once     sync.Once
 	limit    limiter
 	routes   atomic.Pointer[map[int32]Route]
 	mu       sync.Mutex
@@ -81,11 +82,7 @@ var MirrorSelector = labels.ManagedBy + "=" + labels.ManagedByValue + "," + labe
 // ports until ctx ends.
 func (e *Egress) Run(ctx context.Context, client kubernetes.Interface) error {
 	logger := klog.FromContext(ctx).WithName("egress")
-	n := e.MaxConns
-	if n <= 0 {
-		n = 16384
-	}
-	e.limit = newLimiter(n)
+	e.init()
 	e.ln = map[int32]net.Listener{}
 	e.failed = map[int32]string{}
 	e.conflict = map[int32]string{}
@@ -125,6 +122,23 @@ func (e *Egress) Run(ctx context.Context, client kubernetes.Interface) error {
 		case <-retry.C:
 		}
 	}
+}
+
+// Active returns the number of client connections being set up or
+// carried.
+func (e *Egress) Active() int {
+	e.init()
+	return len(e.limit)
+}
+
+func (e *Egress) init() {
+	e.once.Do(func() {
+		n := e.MaxConns
+		if n <= 0 {
+			n = 16384
+		}
+		e.limit = newLimiter(n)
+	})
 }
 
 // Ready reports whether the egress has read the mirrors once and listens

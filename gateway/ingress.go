@@ -56,6 +56,12 @@ type Ingress struct {
 	tls   *tls.Config
 }
 
+// Active returns the number of connections being set up or carried.
+func (in *Ingress) Active() int {
+	in.init()
+	return len(in.limit)
+}
+
 func (in *Ingress) dialTimeout() time.Duration { return orDefault(in.DialTimeout, 5*time.Second) }
 func (in *Ingress) handshakeTimeout() time.Duration {
 	return orDefault(in.HandshakeTimeout, 10*time.Second)

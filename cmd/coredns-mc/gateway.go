@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -88,6 +89,7 @@ func runGateway(args []string) int {
 		probeFailures  = fs.Int("probe-failure-threshold", 2, "failed probes in a row that mark a peer's gateway down")
 		podName        = fs.String("pod-name", os.Getenv("POD_NAME"), "this gateway's Pod, which Events about peers are recorded on (default $POD_NAME; empty: no Events)")
 		podNamespace   = fs.String("pod-namespace", os.Getenv("POD_NAMESPACE"), "namespace of --pod-name (default $POD_NAMESPACE)")
+		drain          = fs.Duration("shutdown-grace", 25*time.Second, "on SIGTERM, how long open streams may go on after the listeners close (keep it under the Pod's terminationGracePeriodSeconds)")
 	)
 	fs.Var(peers, "peer", "NAME=HOST:PORT: the ingress address of a linked cluster's gateway (repeatable)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -116,7 +118,7 @@ func runGateway(args []string) int {
 		return fail("--cluster is required")
 	case *ingressAddr == "" && !*egress:
 		return fail("neither ingress (--ingress-address) nor egress (--egress): nothing to do")
-	case *idleTimeout < 0, *dialTimeout <= 0, *handshakeTO <= 0, *probeInterval <= 0, *probeTimeout <= 0:
+	case *idleTimeout < 0, *drain < 0, *dialTimeout <= 0, *handshakeTO <= 0, *probeInterval <= 0, *probeTimeout <= 0:
 		return fail("timeouts and intervals must be positive")
 	case *maxConns < 1, *maxHeader < 512, *probeFailures < 1:
 		return fail("--max-connections and --probe-failure-threshold must be at least 1, --max-header-bytes at least 512")
@@ -184,11 +186,12 @@ func runGateway(args []string) int {
 	go prober.Run(ctx)
 
 	var exports *gateway.Exports
+	var in *gateway.Ingress
 	var eg *gateway.Egress
 	errc := make(chan error, 2)
 	if ingressLn != nil {
 		exports = gateway.NewExports(client, sel)
-		in := &gateway.Ingress{Certs: certs, Resolver: exports, DialTimeout: *dialTimeout,
+		in = &gateway.Ingress{Certs: certs, Resolver: exports, DialTimeout: *dialTimeout,
 			HandshakeTimeout: *handshakeTO, IdleTimeout: idle, MaxConns: *maxConns, MaxHeaderBytes: *maxHeader}
 		go func() {
 			if err := exports.Run(ctx); err != nil {
@@ -203,6 +206,7 @@ func runGateway(args []string) int {
 			DialTimeout: *dialTimeout, IdleTimeout: idle, MaxConns: *maxConns}
 		go func() { errc <- eg.Run(ctx, client) }()
 	}
+	var draining atomic.Bool
 	if metricsLn != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.Handler())
@@ -210,6 +214,8 @@ func runGateway(args []string) int {
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			switch {
+			case draining.Load():
+				http.Error(w, "shutting down", http.StatusServiceUnavailable)
 			case exports != nil && !exports.HasSynced():
 				http.Error(w, "ingress: exported Services not synced", http.StatusServiceUnavailable)
 			case eg != nil && !eg.Ready():
@@ -226,6 +232,29 @@ func runGateway(args []string) int {
 	logger.Info("Starting", "cluster", *cluster, "peers", len(peers), "ingress", *ingressAddr != "", "egress", *egress)
 	select {
 	case <-ctx.Done():
+		// The listeners close with ctx: no new connection comes in, and
+		// /readyz fails. Streams already open may finish.
+		draining.Store(true)
+		active := func() int {
+			n := 0
+			if in != nil {
+				n += in.Active()
+			}
+			if eg != nil {
+				n += eg.Active()
+			}
+			return n
+		}
+		if n := active(); n > 0 {
+			logger.Info("Draining", "connections", n, "grace", *drain)
+		}
+		deadline := time.Now().Add(*drain)
+		for active() > 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if n := active(); n > 0 {
+			logger.Info("Shutdown grace over; closing the streams left", "connections", n)
+		}
 		return 0
 	case err := <-errc:
 		if ctx.Err() != nil {

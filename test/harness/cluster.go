@@ -353,15 +353,13 @@ func randomToken() string {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// Scale sets the replicas of StatefulSet ns/name through its scale
-// subresource, as kubectl scale does.
+// Scale sets the replicas of StatefulSet ns/name with a patch of its scale
+// subresource, as kubectl scale does: a patch carries no resourceVersion,
+// so the StatefulSet controller writing its status meanwhile is no
+// conflict (a get and update of the scale was, now and then).
 func (c *Cluster) Scale(ctx context.Context, ns, name string, replicas int) error {
-	s, err := c.Client.AppsV1().StatefulSets(ns).GetScale(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("%s: %w", c.Name, err)
-	}
-	s.Spec.Replicas = int32(replicas)
-	if _, err := c.Client.AppsV1().StatefulSets(ns).UpdateScale(ctx, name, s, metav1.UpdateOptions{}); err != nil {
+	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)
+	if _, err := c.Client.AppsV1().StatefulSets(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "scale"); err != nil {
 		return fmt.Errorf("%s: %w", c.Name, err)
 	}
 	return nil

@@ -33,7 +33,7 @@ func countSyscalls(cfg *config, s *setup) (*syscallCount, error) {
 	out := filepath.Join(cfg.out, "logs", "gw-strace."+s.key+".txt")
 	argv := []string{strace, "-f", "-c", "-qq", "-o", out}
 	for _, p := range s.procs {
-		argv = append(argv, "-p", strconv.Itoa(p.pid()))
+		argv = append(argv, "-p", strconv.Itoa(p.PID()))
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"text/template"
 	"time"
+
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 )
 
 // The HAProxy pair: what an operator would build instead of the gateway.
@@ -142,7 +144,7 @@ func startHAProxyPair(cfg *config, w *world, tag string) (*setup, error) {
 		if out, err := exec.Command(cfg.haproxy, "-c", "-q", "-f", path).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("haproxy -c -f %s: %v: %s", path, err, out)
 		}
-		p, err := start("haproxy-"+side.name, filepath.Join(cfg.out, "logs", "gw-haproxy-"+side.name+"."+tag+".log"), nil,
+		p, err := proc.Start("haproxy-"+side.name, filepath.Join(cfg.out, "logs", "gw-haproxy-"+side.name+"."+tag+".log"), nil,
 			"taskset", "-c", cfg.proxyCPU, cfg.haproxy, "-db", "-f", path)
 		if err != nil {
 			s.stop()

@@ -33,12 +33,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -115,29 +114,11 @@ func main() {
 
 	env := harness.New(harness.Options{Clusters: []harness.ClusterOptions{{Name: "east"}, {Name: "west"}}, StartTimeout: 3 * time.Minute})
 	var w *world
-	cleanup := func() {
-		stopAll()
+	proc.Main(env, logf, func() {
 		if w != nil {
 			w.tb.cleanup()
 		}
-		env.Stop()
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		<-sig
-		logf("interrupted; stopping")
-		cleanup()
-		os.Exit(130)
-	}()
-	code := run(cfg, env, &w)
-	cleanup()
-	if code == 0 && env.Dir != "" {
-		_ = os.RemoveAll(env.Dir)
-	} else if env.Dir != "" {
-		logf("harness state and logs kept in %s", env.Dir)
-	}
-	os.Exit(code)
+	}, func() int { return run(cfg, env, &w) })
 }
 
 func fatal(err error) {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 )
 
 // memSample is one memory run: fresh proxies, their resident memory before
@@ -120,7 +122,7 @@ func holdIdle(cfg *config, addr string, during func(clientResult) error) error {
 	}
 	defer func() {
 		if s := stderr.String(); s != "" {
-			appendLog(filepath.Join(cfg.out, "logs", "gw-client.log"), s)
+			proc.AppendLog(filepath.Join(cfg.out, "logs", "gw-client.log"), s)
 		}
 	}()
 	dec := json.NewDecoder(bufio.NewReader(stdout))

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 )
 
 // profiles are what the in-process pair showed, by workload.
@@ -120,7 +122,7 @@ func startInproc(cfg *config, w *world, memRate int) (base string, s *setup, sto
 	var ready struct{ Pprof string }
 	if err := json.NewDecoder(bufio.NewReader(stdout)).Decode(&ready); err != nil {
 		stop()
-		return "", nil, nil, fmt.Errorf("inproc did not start: %v\n%s", err, tail(logPath, 20))
+		return "", nil, nil, fmt.Errorf("inproc did not start: %v\n%s", err, proc.Tail(logPath, 20))
 	}
 	s = &setup{key: "inproc", name: "in-process gateway pair"}
 	at := func(port int32) string { return "127.0.0.1:" + strconv.Itoa(w.egress[port]) }

@@ -3,10 +3,11 @@ package main
 import (
 	"fmt"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 )
 
 // report is everything gateway.md says.
@@ -106,7 +107,7 @@ func (r *report) String() string {
 	var b strings.Builder
 	cfg, res := r.cfg, r.res
 	fmt.Fprintf(&b, "### gwbench results, %s\n\n", r.start.UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "- machine: %s\n", machine())
+	fmt.Fprintf(&b, "- machine: %s\n", proc.Machine())
 	fmt.Fprintf(&b, "- load average (1, 5, 15 min) at the start: %s; at the end: %s (other work shared the machine)\n", r.loadStart, r.loadEnd)
 	fmt.Fprintf(&b, "- command: `bin/gwbench %s`, %.0f s in all (clusters, runs, memory, profiles)\n", strings.Join(cfg.argv, " "), r.elapsed.Seconds())
 	if r.source != "" {
@@ -343,18 +344,6 @@ func source() string {
 		s += " with uncommitted changes to " + strings.Join(files, ", ")
 	}
 	return s
-}
-
-// machine describes the CPU, for the report.
-func machine() string {
-	model := "unknown CPU"
-	if out, err := exec.Command("sh", "-c", "grep -m1 'model name' /proc/cpuinfo").Output(); err == nil {
-		if _, v, ok := strings.Cut(string(out), ":"); ok {
-			model = strings.TrimSpace(v)
-		}
-	}
-	kernel, _ := exec.Command("uname", "-r").Output()
-	return fmt.Sprintf("%s, %d CPUs, Linux %s, %s", model, runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version())
 }
 
 // notMet lists the measures whose target was not met, for profiling.

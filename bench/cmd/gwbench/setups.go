@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 	"github.com/mcmirror/mcmirror/gateway"
 )
 
@@ -25,7 +26,7 @@ import (
 type setup struct {
 	key, name        string
 	sink, echo, once string // where the client connects
-	procs            []*proc
+	procs            []*proc.Proc
 }
 
 func (s *setup) addr(port int32) string {
@@ -42,7 +43,7 @@ func (s *setup) addr(port int32) string {
 func (s *setup) cpu() float64 {
 	var t float64
 	for _, p := range s.procs {
-		t += procCPU(p.pid())
+		t += proc.CPUSeconds(p.PID())
 	}
 	return t
 }
@@ -51,9 +52,9 @@ func (s *setup) cpu() float64 {
 func (s *setup) rss() (int64, error) {
 	var t int64
 	for _, p := range s.procs {
-		n, err := vmRSS(p.pid())
+		n, err := proc.RSS(p.PID())
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", p.name, err)
+			return 0, fmt.Errorf("%s: %w", p.Name, err)
 		}
 		t += n
 	}
@@ -63,8 +64,8 @@ func (s *setup) rss() (int64, error) {
 // alive says which proxy died, if one did.
 func (s *setup) alive() error {
 	for _, p := range s.procs {
-		if p.exited() {
-			return fmt.Errorf("%s exited: %v\n%s", p.name, p.err, tail(p.log, 20))
+		if p.Exited() {
+			return fmt.Errorf("%s exited: %v\n%s", p.Name, p.Err(), proc.Tail(p.Log, 20))
 		}
 	}
 	return nil
@@ -72,7 +73,7 @@ func (s *setup) alive() error {
 
 func (s *setup) stop() {
 	for i := len(s.procs) - 1; i >= 0; i-- {
-		s.procs[i].stop()
+		s.procs[i].Stop()
 	}
 }
 
@@ -103,7 +104,7 @@ func startGatewayPair(cfg *config, w *world, tag string) (*setup, error) {
 		"--metrics-addr", "127.0.0.1:"+strconv.Itoa(ports[2])), w.tls["east"].Args()...)
 	for i, argv := range [][]string{west, east} {
 		name := []string{"west", "east"}[i]
-		p, err := start("gateway-"+name, filepath.Join(cfg.out, "logs", "gw-gateway-"+name+"."+tag+".log"), []string{"GOMAXPROCS=1"}, argv...)
+		p, err := proc.Start("gateway-"+name, filepath.Join(cfg.out, "logs", "gw-gateway-"+name+"."+tag+".log"), []string{"GOMAXPROCS=1"}, argv...)
 		if err != nil {
 			s.stop()
 			return nil, err
@@ -111,7 +112,7 @@ func startGatewayPair(cfg *config, w *world, tag string) (*setup, error) {
 		s.procs = append(s.procs, p)
 		if err := waitHTTP("http://127.0.0.1:"+strconv.Itoa(ports[1+i])+"/readyz", p, 60*time.Second); err != nil {
 			s.stop()
-			return nil, fmt.Errorf("gateway %s: %w\n%s", name, err, tail(p.log, 20))
+			return nil, fmt.Errorf("gateway %s: %w\n%s", name, err, proc.Tail(p.Log, 20))
 		}
 	}
 	at := func(port int32) string { return "127.0.0.1:" + strconv.Itoa(w.egress[port]) }
@@ -127,12 +128,12 @@ func startGatewayPair(cfg *config, w *world, tag string) (*setup, error) {
 }
 
 // waitHTTP waits until url answers 200.
-func waitHTTP(url string, p *proc, limit time.Duration) error {
+func waitHTTP(url string, p *proc.Proc, limit time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(limit)
 	for {
-		if p.exited() {
-			return fmt.Errorf("exited: %v", p.err)
+		if p.Exited() {
+			return fmt.Errorf("exited: %v", p.Err())
 		}
 		resp, err := client.Get(url)
 		if err == nil {

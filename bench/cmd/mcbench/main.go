@@ -22,14 +22,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -95,24 +93,7 @@ func main() {
 	}
 
 	env := harness.New(harness.Options{Clusters: clusterOpts(), StartTimeout: 5 * time.Minute})
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		<-sig
-		logf("interrupted; stopping")
-		stopAll()
-		env.Stop()
-		os.Exit(130)
-	}()
-	code := run(env, &cfg)
-	stopAll()
-	env.Stop()
-	if code == 0 && env.Dir != "" {
-		_ = os.RemoveAll(env.Dir)
-	} else if env.Dir != "" {
-		logf("harness state and logs kept in %s", env.Dir)
-	}
-	os.Exit(code)
+	proc.Main(env, logf, nil, func() int { return run(env, &cfg) })
 }
 
 func fatal(err error) {
@@ -189,7 +170,7 @@ func run(env *harness.Env, cfg *config) int {
 				a10 = s
 				continue
 			}
-			s.proc.stop()
+			s.proc.Stop()
 		}
 	}
 
@@ -202,7 +183,7 @@ func run(env *harness.Env, cfg *config) int {
 			rep.propErr = err.Error()
 		}
 		rep.prop = l
-		a10.proc.stop()
+		a10.proc.Stop()
 	}
 
 	// 2: memory.
@@ -271,7 +252,7 @@ func startThroughputServers(env *harness.Env, cfg *config, svcs int) ([]*server,
 		s, err := startServer(cfg.out, o)
 		if err != nil {
 			for _, s := range servers {
-				s.proc.stop()
+				s.proc.Stop()
 			}
 			return nil, err
 		}
@@ -319,21 +300,6 @@ func profileUnderLoad(s *server, qfile string, cfg *config) string {
 		return fmt.Sprintf("pprof failed: %v: %s", err, cum)
 	}
 	return string(flat) + "\n--- by cumulative time (-cum):\n" + dropHeader(string(cum))
-}
-
-// machine describes the CPU, for the report.
-func machine() string {
-	model := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
-				model = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
-				break
-			}
-		}
-	}
-	kernel, _ := exec.Command("uname", "-r").Output()
-	return fmt.Sprintf("%s, %d CPUs, Linux %s, %s", model, runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version())
 }
 
 // dropHeader drops the lines of `pprof -top` before the table.

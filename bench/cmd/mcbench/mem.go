@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -52,7 +53,7 @@ func memory(env *harness.Env, cfg *config, rep *report) error {
 		if err != nil {
 			return memPoint{}, err
 		}
-		defer s.proc.stop()
+		defer s.proc.Stop()
 		p := memPoint{eps: svcs * 100 * 10, startup: time.Since(t), names: len(exp)}
 		// Twice: the second GC sees what the first one's finalizers freed.
 		for range 2 {
@@ -140,12 +141,12 @@ func exportLatency(env *harness.Env, cfg *config, rep *report) {
 	for _, r := range remotes(10) {
 		args = append(args, "--link", r+"="+env.Cluster(r).Kubeconfig)
 	}
-	ctrl, err := start("controller", filepath.Join(cfg.out, "logs", "controller.log"), nil, args...)
+	ctrl, err := proc.Start("controller", filepath.Join(cfg.out, "logs", "controller.log"), nil, args...)
 	if err != nil {
 		rep.exportErr = "not measured: " + err.Error()
 		return
 	}
-	defer ctrl.stop()
+	defer ctrl.Stop()
 	s, err := startServer(cfg.out, serverOpts{key: "Agw", what: "gw", bin: cfg.cmc, args: []string{"-conf", "{CONF}"},
 		expect: names{}, cpu: serverCPU,
 		corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=true,mcbench=gw")})
@@ -153,20 +154,20 @@ func exportLatency(env *harness.Env, cfg *config, rep *report) {
 		rep.exportErr = "not measured: " + firstLine(err.Error(), filepath.Join(cfg.out, "logs", "Agw.log"))
 		return
 	}
-	defer s.proc.stop()
+	defer s.proc.Stop()
 	time.Sleep(2 * time.Second) // the controller's start-up sweep
-	if ctrl.exited() {
-		rep.exportErr = fmt.Sprintf("not measured: the controller exited (%v): %s", ctrl.err, firstLine(tail(ctrl.log, 40), ctrl.log))
+	if ctrl.Exited() {
+		rep.exportErr = fmt.Sprintf("not measured: the controller exited (%v): %s", ctrl.Err(), firstLine(proc.Tail(ctrl.Log, 40), ctrl.Log))
 		return
 	}
 	logf("new exports: %d, through the controller", cfg.exportN)
 	l, err := newExports(env, s, cfg.exportN)
 	rep.export = l
-	if b, rerr := os.ReadFile(ctrl.log); rerr == nil {
+	if b, rerr := os.ReadFile(ctrl.Log); rerr == nil {
 		rep.exportRetries = strings.Count(string(b), "Sync failed, retrying")
 	}
 	if err != nil {
-		rep.exportErr = fmt.Sprintf("%v (controller log: %s)", err, ctrl.log)
+		rep.exportErr = fmt.Sprintf("%v (controller log: %s)", err, ctrl.Log)
 	}
 }
 

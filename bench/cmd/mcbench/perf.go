@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 )
 
 // writeQueries writes a dnsperf data file with every name of the server
@@ -71,13 +72,13 @@ var (
 func dnsperf(s *server, qfile string, dur time.Duration, cpu string, logDir string) perfResult {
 	args := []string{"-c", cpu, "dnsperf", "-s", "127.0.0.1", "-p", strconv.Itoa(s.port), "-d", qfile,
 		"-l", strconv.Itoa(int(dur.Seconds())), "-c", "4", "-q", "100", "-T", "1", "-t", "2"}
-	cpu0 := procCPU(s.proc.pid())
+	cpu0 := proc.CPUSeconds(s.proc.PID())
 	t0 := time.Now()
 	cmd := exec.Command("taskset", args...)
 	out, err := cmd.CombinedOutput()
 	wall := time.Since(t0).Seconds()
-	serverCPU := procCPU(s.proc.pid()) - cpu0
-	appendLog(filepath.Join(logDir, "dnsperf.log"), fmt.Sprintf("### %s %s\n%s", s.key, time.Now().Format(time.RFC3339), out))
+	serverCPU := proc.CPUSeconds(s.proc.PID()) - cpu0
+	proc.AppendLog(filepath.Join(logDir, "dnsperf.log"), fmt.Sprintf("### %s %s\n%s", s.key, time.Now().Format(time.RFC3339), out))
 	r := perfResult{wall: wall, serverCPU: serverCPU}
 	if cmd.ProcessState != nil {
 		r.clientCPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
@@ -110,38 +111,6 @@ func dnsperf(s *server, qfile string, dur time.Duration, cpu string, logDir stri
 		r.valid = true
 	}
 	return r
-}
-
-// procCPU returns the user+system CPU seconds of a process so far.
-func procCPU(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name in parentheses: state is field 3,
-	// utime 14, stime 15.
-	i := strings.LastIndexByte(string(b), ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	sy, _ := strconv.ParseFloat(f[12], 64)
-	return (u + sy) / clockTicks
-}
-
-// clockTicks is USER_HZ, 100 on every Linux this runs on.
-const clockTicks = 100
-
-func appendLog(path, s string) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	w := bufio.NewWriter(f)
-	w.WriteString(s)
-	w.Flush()
 }
 
 // series is the runs of one server at one size.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 )
 
 type sizeResult struct {
@@ -114,7 +116,7 @@ func (r *report) String() string {
 	cfg := r.cfg
 	p("## mcbench results, %s", r.start.Format("2006-01-02 15:04 MST"))
 	p("")
-	p("- machine: %s", machine())
+	p("- machine: %s", proc.Machine())
 	p("- command: `make bench` (bench/run.sh), %.0f s for mcbench itself", time.Since(began).Seconds())
 	p("- dnsperf %s, UDP, A queries, `-c 4 -q 100 -T 1`, %d interleaved runs of %s per server and size (A10 A1 B C D, A10 A1 B C D, ...) after a 1 s warm-up",
 		dnsperfVersion(), cfg.runs, cfg.dur)

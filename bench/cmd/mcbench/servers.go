@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,128 +8,18 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 )
-
-// proc is a child process in its own process group, killed by the kernel
-// should mcbench die (Pdeathsig, from a thread that never exits).
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
-	once sync.Once
-}
-
-var spawnc = make(chan func())
-
-func init() {
-	go func() {
-		runtime.LockOSThread() // never unlocked: Pdeathsig follows the forking thread
-		for f := range spawnc {
-			f()
-		}
-	}()
-}
-
-// procs is every process mcbench started, for the final cleanup.
-var (
-	procsMu sync.Mutex
-	procs   []*proc
-)
-
-func start(name, logPath string, env []string, argv ...string) (*proc, error) {
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		return nil, err
-	}
-	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer lf.Close()
-	fmt.Fprintf(lf, "### %s %s\n", time.Now().Format(time.RFC3339), strings.Join(argv, " "))
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	errc := make(chan error, 1)
-	spawnc <- func() { errc <- cmd.Start() }
-	if err := <-errc; err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	procsMu.Lock()
-	procs = append(procs, p)
-	procsMu.Unlock()
-	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM to the group, then SIGKILL after 5s.
-func (p *proc) stop() {
-	p.once.Do(func() {
-		pid := p.cmd.Process.Pid
-		_ = syscall.Kill(-pid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			<-p.done
-		}
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-	})
-	<-p.done
-}
-
-func stopAll() {
-	procsMu.Lock()
-	ps := slices.Clone(procs)
-	procsMu.Unlock()
-	for i := len(ps) - 1; i >= 0; i-- {
-		ps[i].stop()
-	}
-}
-
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
-}
 
 // freePort returns a port free for both UDP and TCP on 127.0.0.1.
 func freePort() int {
@@ -157,7 +46,7 @@ type server struct {
 	port   int
 	ready  string // the ready plugin's URL; empty for D
 	pprof  string // the pprof plugin's base URL; empty when off
-	proc   *proc
+	proc   *proc.Proc
 	expect names
 }
 
@@ -206,13 +95,13 @@ func startServer(dir string, o serverOpts) (*server, error) {
 		env = append(env, "GOMAXPROCS=1")
 	}
 	var err error
-	s.proc, err = start(o.key, filepath.Join(dir, "logs", o.key+".log"), env, argv...)
+	s.proc, err = proc.Start(o.key, filepath.Join(dir, "logs", o.key+".log"), env, argv...)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.waitReady(90 * time.Second); err != nil {
-		s.proc.stop()
-		return nil, fmt.Errorf("%s: %w\n%s", o.key, err, tail(s.proc.log, 30))
+		s.proc.Stop()
+		return nil, fmt.Errorf("%s: %w\n%s", o.key, err, proc.Tail(s.proc.Log, 30))
 	}
 	return s, nil
 }
@@ -223,8 +112,8 @@ func (s *server) waitReady(limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	if s.ready != "" {
 		for {
-			if s.proc.exited() {
-				return fmt.Errorf("exited: %v", s.proc.err)
+			if s.proc.Exited() {
+				return fmt.Errorf("exited: %v", s.proc.Err())
 			}
 			resp, err := http.Get(s.ready)
 			if err == nil {
@@ -241,8 +130,8 @@ func (s *server) waitReady(limit time.Duration) error {
 	}
 	var last error
 	for {
-		if s.proc.exited() {
-			return fmt.Errorf("exited: %v", s.proc.err)
+		if s.proc.Exited() {
+			return fmt.Errorf("exited: %v", s.proc.Err())
 		}
 		if last = s.verify(s.expect.sorted(), 8); last == nil {
 			return nil
@@ -338,12 +227,12 @@ func (s *server) heap(ctx context.Context) (inuse, alloc, rss int64, err error) 
 	if inuse == 0 || alloc == 0 {
 		return 0, 0, 0, fmt.Errorf("no MemStats in the heap profile")
 	}
-	rss, err = vmRSS(s.goPID())
+	rss, err = proc.RSS(s.goPID())
 	return inuse, alloc, rss, err
 }
 
 // goPID is the PID of the server itself: taskset execs it, so the same PID.
-func (s *server) goPID() int { return s.proc.pid() }
+func (s *server) goPID() int { return s.proc.PID() }
 
 func memstat(body []byte, key string) int64 {
 	m := regexp.MustCompile(`(?m)^# ` + key + ` = (\d+)`).FindSubmatch(body)
@@ -352,17 +241,4 @@ func memstat(body []byte, key string) int64 {
 	}
 	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
 	return n
-}
-
-func vmRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	m := regexp.MustCompile(`(?m)^VmRSS:\s+(\d+) kB`).FindSubmatch(b)
-	if m == nil {
-		return 0, errors.New("no VmRSS")
-	}
-	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
-	return n * 1024, nil
 }

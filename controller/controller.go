@@ -5,8 +5,8 @@
 //
 // The shape is Kubernetes' endpointslicemirroring controller's: informers on
 // every linked cluster (exported Services and their EndpointSlices) and on the
-// local one (Services, the controller's own EndpointSlices, Namespaces);
-// event handlers that only enqueue a key, cluster/namespace/service; and one
+// local one (Services, the controller's own EndpointSlices, Namespaces, and
+// the gateway egress Service's EndpointSlices: egress.go); event handlers that only enqueue a key, cluster/namespace/service; and one
 // sync per key that reads the listers, computes the desired objects, and
 // writes only the difference. README.md describes what is created.
 package controller
@@ -27,6 +27,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
@@ -71,9 +72,14 @@ type Options struct {
 	// ExportSelector selects the exported Services of linked clusters
 	// (default: labels.DefaultExportSelector, as the DNS plugin).
 	ExportSelector k8slabels.Selector
-	// EgressAddress is the local gateway egress address the mirrors'
+	// EgressAddress is a fixed local gateway egress address the mirrors'
 	// EndpointSlices point at. The API server refuses loopback addresses.
+	// Give it or EgressService, not both.
 	EgressAddress netip.Addr
+	// EgressService is the local Service (the gateway's headless egress
+	// Service) whose ready endpoint addresses the mirrors' EndpointSlices
+	// point at, all of them, followed as they change (egress.go).
+	EgressService types.NamespacedName
 	// EgressPorts is the range egress ports are allocated from.
 	EgressPorts PortRange
 	// CreateNamespaces allows creating the namespace of an exported
@@ -118,6 +124,19 @@ type Controller struct {
 	slices cache.SharedIndexInformer
 	// namespaces tells whether a mirror's namespace exists.
 	namespaces cache.SharedIndexInformer
+	// egressSlices sees the EndpointSlices of Options.EgressService; nil
+	// with a fixed EgressAddress.
+	egressSlices cache.SharedIndexInformer
+
+	// egressMu guards the egress addresses in use: what every egress
+	// EndpointSlice lists (egress.go).
+	egressMu    sync.Mutex
+	egressAddrs []netip.Addr
+	// egressEmpty is set while the egress Service has no ready address.
+	egressEmpty bool
+	// egressStarted is set once the egress addresses have been read after
+	// the informers synced; informer events before are ignored.
+	egressStarted atomic.Bool
 
 	// running is set once Run has started the local informers: links
 	// added before wait for it.
@@ -176,11 +195,8 @@ func New(opts Options) (*Controller, error) {
 	if err := labels.ValidateClusterName(opts.Cluster); err != nil {
 		return nil, fmt.Errorf("controller: local cluster: %w", err)
 	}
-	if !opts.EgressAddress.IsValid() {
-		return nil, errors.New("controller: no egress address")
-	}
-	if a := opts.EgressAddress; a.IsLoopback() || a.IsUnspecified() || a.IsLinkLocalUnicast() || a.IsMulticast() {
-		return nil, fmt.Errorf("controller: egress address %s: the API server refuses loopback, unspecified, link-local and multicast endpoint addresses", a)
+	if err := validateEgressOptions(opts); err != nil {
+		return nil, err
 	}
 	if opts.EgressPorts.First == 0 {
 		return nil, errors.New("controller: no egress port range")
@@ -248,6 +264,9 @@ func New(opts Options) (*Controller, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if err := c.newEgressInformer(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -267,13 +286,16 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer c.broadcaster.Shutdown()
 	}
 
-	go c.services.Run(ctx.Done())
-	go c.slices.Run(ctx.Done())
-	go c.namespaces.Run(ctx.Done())
-	if !cache.WaitForNamedCacheSync("mcmirror-controller", ctx.Done(), c.services.HasSynced, c.slices.HasSynced, c.namespaces.HasSynced) {
+	var synced []cache.InformerSynced
+	for _, inf := range c.localInformers() {
+		go inf.Run(ctx.Done())
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForNamedCacheSync("mcmirror-controller", ctx.Done(), synced...) {
 		return ctx.Err()
 	}
 	c.restorePorts(logger)
+	c.initEgress()
 
 	c.mu.Lock()
 	c.ctx = ctx
@@ -284,7 +306,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Unlock()
 
 	n := c.sweep()
-	logger.Info("Start-up sweep", "keys", n, "egressPorts", c.ports.Len())
+	logger.Info("Start-up sweep", "keys", n, "egressPorts", c.ports.Len(), "egressAddresses", c.egressAddresses())
 
 	var wg sync.WaitGroup
 	for range c.opts.Workers {

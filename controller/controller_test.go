@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -192,8 +193,25 @@ func TestUnsyncedLinkKeepsMirrors(t *testing.T) {
 
 // The same holds for an egress EndpointSlice: while the write that would
 // delete it or point it at a new port fails, kube-proxy still sends the
-// mirror's traffic to the old port, so it stays allocated.
+// mirror's traffic to the old port, so it stays allocated. Egress slices
+// are told by their shape: with a fixed address, with the addresses of the
+// egress Service, and without endpoints (no address known yet).
 func TestFailedSliceWriteKeepsEgressPorts(t *testing.T) {
+	for _, egress := range []struct {
+		name  string
+		opts  fixtureOptions
+		addrs int
+	}{
+		{"fixed address", fixtureOptions{}, 1},
+		{"egress Service", fixtureOptions{egressService: gatewayEgress, local: []runtime.Object{
+			gatewaySlice("gw", discoveryv1.AddressTypeIPv4, "10.244.0.1", "10.244.0.2")}}, 2},
+		{"no address yet", fixtureOptions{egressService: gatewayEgress}, 0},
+	} {
+		t.Run(egress.name, func(t *testing.T) { testFailedSliceWriteKeepsEgressPorts(t, egress.opts, egress.addrs) })
+	}
+}
+
+func testFailedSliceWriteKeepsEgressPorts(t *testing.T, o fixtureOptions, addrs int) {
 	for _, tc := range []struct {
 		name   string
 		remote []runtime.Object
@@ -212,8 +230,10 @@ func TestFailedSliceWriteKeepsEgressPorts(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			remote := append([]runtime.Object{exported("default", "api", "true", false, tcp("http", 80))}, tc.remote...)
-			f := newFixture(t, fixtureOptions{ports: PortRange{40000, 40001}}, map[string][]runtime.Object{"west": remote})
+			o.ports = PortRange{40000, 40001}
+			f := newFixture(t, o, map[string][]runtime.Object{"west": remote})
 			f.converge(tc.key)
+			require.Len(t, f.slice("default", tc.slice).Endpoints, addrs)
 			recorded := *f.slice("default", tc.slice).Ports[0].Port
 			owner, ok := f.c.ports.Owner(recorded)
 			require.True(t, ok)

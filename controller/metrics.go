@@ -87,6 +87,17 @@ var (
 		Help:      "Egress port allocations refused because the range was full.",
 	})
 
+	// egressAddressesGauge is the number of gateway egress addresses the
+	// mirrors' egress EndpointSlices list: 1 with --egress-address; with
+	// --egress-service the ready addresses of that Service, or the last
+	// known ones while it has none (0 only before any was ever known).
+	egressAddressesGauge = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "egress_addresses",
+		Help:      "Gateway egress addresses the mirrors' egress EndpointSlices list.",
+	})
+
 	// linksGauge is the number of linked clusters, and linkSynced whether
 	// each one's informers have synced.
 	linksGauge = promauto.NewGauge(prometheus.GaugeOpts{

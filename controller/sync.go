@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -94,7 +95,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 
 	s := &syncer{c: c, ctx: ctx, logger: logger, key: key, cluster: cluster, ns: ns, name: name,
-		remote: remote, remoteSlices: remoteSlices, status: keyStatus{cluster: cluster}}
+		remote: remote, remoteSlices: remoteSlices, egress: c.egressAddresses(), status: keyStatus{cluster: cluster}}
 	err = s.run()
 	c.setStatus(key, s.status)
 	return err
@@ -112,6 +113,8 @@ type syncer struct {
 
 	remote       *corev1.Service
 	remoteSlices []*discoveryv1.EndpointSlice
+	// egress are the gateway egress addresses, read once per sync.
+	egress []netip.Addr
 
 	// ownedServices and ownedSlices are the key's existing objects.
 	ownedServices map[string]*corev1.Service
@@ -619,15 +622,19 @@ func (s *syncer) deleteSlice(es *discoveryv1.EndpointSlice) {
 // keepSlicePorts keeps the egress ports an egress EndpointSlice points at
 // after a write that would have changed or removed it failed: kube-proxy
 // still sends the mirror's traffic there.
+//
+// An egress slice is told by its shape (isEgressSlice), whatever addresses
+// it lists; only ports allocated to the slice's own Service are kept.
 func (s *syncer) keepSlicePorts(es *discoveryv1.EndpointSlice) {
-	if len(es.Endpoints) != 1 || len(es.Endpoints[0].Addresses) != 1 || es.Endpoints[0].Addresses[0] != s.c.opts.EgressAddress.String() {
+	if !isEgressSlice(es) {
 		return // a headless mirror's slice: Service ports, not egress ports
 	}
+	prefix := portOwner(es.Namespace, es.Labels[discoveryv1.LabelServiceName], "")
 	for _, p := range es.Ports {
 		if p.Port == nil {
 			continue
 		}
-		if owner, ok := s.c.ports.Owner(*p.Port); ok {
+		if owner, ok := s.c.ports.Owner(*p.Port); ok && strings.HasPrefix(owner, prefix) {
 			s.keepPorts[owner] = true
 		}
 	}
@@ -655,16 +662,12 @@ func (s *syncer) sliceFor(svc *corev1.Service, at discoveryv1.AddressType) *disc
 	}
 }
 
-// egressSlice points svc's ports at their egress ports.
+// egressSlice points svc's ports at their egress ports, on every egress
+// address (one endpoint each; none before any address is known).
 func (s *syncer) egressSlice(svc *corev1.Service, w want) *discoveryv1.EndpointSlice {
 	allocated := parseEgressPorts(svc.Annotations[EgressPorts])
-	egress := s.c.opts.EgressAddress
-	es := s.sliceFor(svc, addressType(egress))
-	ready := w.host == "" || w.ready
-	es.Endpoints = []discoveryv1.Endpoint{{
-		Addresses:  []string{egress.String()},
-		Conditions: discoveryv1.EndpointConditions{Ready: &ready},
-	}}
+	es := s.sliceFor(svc, egressAddressType(s.egress))
+	es.Endpoints = egressEndpoints(s.egress, w.host == "" || w.ready)
 	for _, p := range svc.Spec.Ports {
 		ep, ok := allocated[portKey(p.Port, string(p.Protocol))]
 		if !ok {

@@ -18,6 +18,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -43,6 +44,8 @@ type fixtureOptions struct {
 	createNamespaces bool
 	podGrace         time.Duration
 	local            []runtime.Object
+	// egressService replaces the fixed egressIP (Options.EgressService).
+	egressService types.NamespacedName
 }
 
 func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Object) *fixture {
@@ -64,8 +67,12 @@ func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Obj
 	})
 	f := &fixture{t: t, ctx: t.Context(), local: local, remotes: map[string]*fake.Clientset{},
 		events: record.NewFakeRecorder(1000), now: time.Unix(1_000_000, 0)}
+	egress := egressIP
+	if o.egressService.Name != "" {
+		egress = netip.Addr{}
+	}
 	c, err := New(Options{
-		Cluster: "east", Client: local, EgressAddress: egressIP, EgressPorts: o.ports,
+		Cluster: "east", Client: local, EgressAddress: egress, EgressService: o.egressService, EgressPorts: o.ports,
 		CreateNamespaces: o.createNamespaces, PodGrace: o.podGrace, LinkRemovalGrace: time.Minute,
 		Recorder: f.events,
 	})
@@ -83,13 +90,19 @@ func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Obj
 // start runs the informers, as Run does, without the workers.
 func (f *fixture) start() {
 	c := f.c
-	go c.services.Run(f.ctx.Done())
-	go c.slices.Run(f.ctx.Done())
-	go c.namespaces.Run(f.ctx.Done())
+	for _, inf := range c.localInformers() {
+		go inf.Run(f.ctx.Done())
+	}
 	require.Eventually(f.t, func() bool {
-		return c.services.HasSynced() && c.slices.HasSynced() && c.namespaces.HasSynced()
+		for _, inf := range c.localInformers() {
+			if !inf.HasSynced() {
+				return false
+			}
+		}
+		return true
 	}, 10*time.Second, time.Millisecond)
 	c.restorePorts(klog.Background())
+	c.initEgress()
 	c.mu.Lock()
 	c.ctx = f.ctx
 	c.running.Store(true)
@@ -163,7 +176,15 @@ func (f *fixture) waitCaches() {
 				return false
 			}
 		}
-		if owned != len(f.c.slices.GetStore().List()) {
+		// The fake's watches ignore label selectors: count only the
+		// controller's slices in the cache too.
+		cached := 0
+		for _, o := range f.c.slices.GetStore().List() {
+			if o.(*discoveryv1.EndpointSlice).Labels[discoveryv1.LabelManagedBy] == EndpointSliceManagedBy {
+				cached++
+			}
+		}
+		if owned != cached {
 			return false
 		}
 		nss, _ := f.local.Tracker().List(corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"), "")

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
@@ -72,7 +73,8 @@ func runController(args []string) int {
 		cluster         = fs.String("cluster", "", "name of this cluster (required)")
 		linkSecrets     = fs.String("link-secrets", "", "NAMESPACE[/SELECTOR]: link the clusters of the Linkerd-format kubeconfig Secrets there")
 		exportSelector  = fs.String("export-selector", labels.DefaultExportSelector, "label selector of the exported Services of linked clusters")
-		egressAddress   = fs.String("egress-address", "", "address of the local gateway egress the mirrors point at (required; not loopback)")
+		egressAddress   = fs.String("egress-address", "", "fixed address of the local gateway egress the mirrors point at (not loopback; this or --egress-service)")
+		egressService   = fs.String("egress-service", "", "NAMESPACE/NAME: the gateway's headless egress Service; the mirrors point at all of its ready addresses (this or --egress-address)")
 		egressPorts     = fs.String("egress-ports", "", "FROM-TO: egress ports allocated to mirror ports (required)")
 		createNS        = fs.Bool("create-namespaces", false, "create the namespace of an exported Service when it is missing locally")
 		podGrace        = fs.Duration("pod-grace", 30*time.Second, "how long a per-pod mirror outlives its remote endpoint (rolling updates)")
@@ -108,12 +110,25 @@ func runController(args []string) int {
 	if *cluster == "" {
 		return fail("--cluster is required")
 	}
-	egress, err := netip.ParseAddr(*egressAddress)
-	if err != nil {
-		return fail("--egress-address: %v", err)
-	}
-	if egress.IsLoopback() || egress.IsUnspecified() || egress.IsLinkLocalUnicast() || egress.IsMulticast() {
-		return fail("--egress-address %s: the API server refuses loopback, unspecified, link-local and multicast endpoint addresses", egress)
+	var egress netip.Addr
+	var egressSvc types.NamespacedName
+	var err error
+	switch {
+	case *egressAddress != "" && *egressService != "":
+		return fail("--egress-address and --egress-service: give one")
+	case *egressAddress != "":
+		if egress, err = netip.ParseAddr(*egressAddress); err != nil {
+			return fail("--egress-address: %v", err)
+		}
+		if egress.IsLoopback() || egress.IsUnspecified() || egress.IsLinkLocalUnicast() || egress.IsMulticast() {
+			return fail("--egress-address %s: the API server refuses loopback, unspecified, link-local and multicast endpoint addresses", egress)
+		}
+	case *egressService != "":
+		if egressSvc, err = controller.ParseEgressService(*egressService); err != nil {
+			return fail("--egress-service: %v", err)
+		}
+	default:
+		return fail("--egress-address or --egress-service is required")
 	}
 	ports, err := controller.ParsePortRange(*egressPorts)
 	if err != nil {
@@ -201,6 +216,7 @@ func runController(args []string) int {
 			Client:           client,
 			ExportSelector:   sel,
 			EgressAddress:    egress,
+			EgressService:    egressSvc,
 			EgressPorts:      ports,
 			CreateNamespaces: *createNS,
 			PodGrace:         *podGrace,
@@ -232,8 +248,12 @@ func runController(args []string) int {
 			watcher = w
 			go w.Run(ctx)
 		}
+		egressFrom := "address " + *egressAddress
+		if *egressService != "" {
+			egressFrom = "service " + egressSvc.String()
+		}
 		logger.Info("Starting", "cluster", *cluster, "links", len(links), "linkSecrets", *linkSecrets,
-			"egress", egress, "egressPorts", ports.String(), "exportSelector", sel.String())
+			"egress", egressFrom, "egressPorts", ports.String(), "exportSelector", sel.String())
 		return ctrl.Run(ctx)
 	}
 

@@ -38,6 +38,13 @@ func TestControllerFlags(t *testing.T) {
 		{"--cluster", "east", "--egress-address", "10.0.0.1", "--egress-ports", "1-2", "--export-selector", ""},
 		{"--cluster", "east", "--egress-address", "10.0.0.1", "--egress-ports", "1-2", "--link", "east=/x"},
 		{"--cluster", "east", "--egress-address", "10.0.0.1", "--egress-ports", "1-2", "extra"},
+		{"--cluster", "east", "--egress-ports", "1-2", "--kubeconfig", "/nonexistent"},
+		{"--cluster", "east", "--egress-address", "10.0.0.1", "--egress-service", "mcmirror/gw", "--egress-ports", "1-2"},
+		{"--cluster", "east", "--egress-service", "gw", "--egress-ports", "1-2"},
+		{"--cluster", "east", "--egress-service", "mcmirror/gw/x", "--egress-ports", "1-2"},
+		{"--cluster", "east", "--egress-service", "Mcmirror/gw", "--egress-ports", "1-2"},
+		{"--cluster", "east", "--egress-service", "mcmirror/", "--egress-ports", "1-2"},
+		{"--cluster", "east", "--egress-service", "mcmirror/gw", "--egress-ports", "2-1"},
 	} {
 		assert.Equal(t, 2, runController(args), "%q", args)
 	}

@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -282,7 +283,7 @@ func TestGatewayManifest(t *testing.T) {
 	d := gatewayDeployment(t)
 	got, err := east.Client.AppsV1().Deployments(gatewayNS).Get(ctx, gatewayName, metav1.GetOptions{})
 	require.NoError(t, err, "the API server took the Deployment")
-	assert.Equal(t, int32(1), *got.Spec.Replicas, "one replica: the controller points the mirrors at one egress address")
+	assert.GreaterOrEqual(t, *got.Spec.Replicas, int32(2), "more than one replica: the controller follows every ready pod of the egress Service")
 
 	spec := d.Spec.Template.Spec
 	require.Len(t, spec.Containers, 1)
@@ -354,8 +355,9 @@ func TestGatewayManifest(t *testing.T) {
 	assert.Equal(t, "ingress", in.Spec.Ports[0].TargetPort.String())
 	assert.True(t, k8slabels.SelectorFromSet(in.Spec.Selector).Matches(podLabels), "the ingress Service selects the gateway")
 	assert.True(t, k8slabels.SelectorFromSet(d.Spec.Selector.MatchLabels).Matches(podLabels))
-	// The egress Service: headless (its EndpointSlice names the pod's IP,
-	// the controller's --egress-address), selecting the gateway's pods.
+	// The egress Service: headless (its EndpointSlice names the pods' IPs,
+	// where the controller's --egress-service points the mirrors),
+	// selecting the gateway's pods.
 	eg, err := east.Client.CoreV1().Services(gatewayNS).Get(ctx, gatewayName+"-egress", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, corev1.ClusterIPNone, eg.Spec.ClusterIP)
@@ -641,25 +643,24 @@ func TestREADMEGatewayCertRecipe(t *testing.T) {
 	assert.NoError(t, <-errc, "server side")
 }
 
-// The egress-address recipe of deploy/README.md, run as written with kubectl
-// in west, which runs pods (KWOK): the gateway's Deployment makes a pod, the
-// headless egress Service's EndpointSlice names the pod's IP once it is
-// ready, and the recipe puts that IP into the controller's --egress-address
-// and changes nothing else.
-func TestREADMEGatewayEgressAddress(t *testing.T) {
+// The egress wiring of deploy/controller.yaml and deploy/gateway.yaml, in
+// west, which runs pods (KWOK): the controller's --egress-service names
+// gateway.yaml's headless egress Service, whose EndpointSlice, selected as
+// the controller selects it, gives the gateway pod's IP once it is ready:
+// the address the mirrors point at, with no recipe to run.
+func TestGatewayEgressService(t *testing.T) {
 	env.LogOnFailure(t)
-	kubectl, err := harness.Binary("kubectl")
-	require.NoError(t, err)
 	ctx := context.Background()
 	west := env.Cluster("west")
 
-	var steps []string
-	for _, b := range shellBlocks(t) {
-		if strings.Contains(b, "--egress-address=") {
-			steps = append(steps, b)
-		}
-	}
-	require.Len(t, steps, 1, "the README's egress address recipe")
+	svc, err := controller.ParseEgressService(flagValue(t, controllerDeployment(t).Spec.Template.Spec.Containers[0].Args, "egress-service"))
+	require.NoError(t, err)
+	assert.Equal(t, gatewayNS, svc.Namespace)
+	assert.Equal(t, gatewayName+"-egress", svc.Name)
+	eg := &corev1.Service{}
+	object(t, manifest(t, "gateway.yaml"), "Service", svc.Namespace, svc.Name, eg)
+	assert.Equal(t, corev1.ClusterIPNone, eg.Spec.ClusterIP, "headless: its endpoints are the pods' IPs")
+	assert.True(t, k8slabels.SelectorFromSet(eg.Spec.Selector).Matches(k8slabels.Set(gatewayDeployment(t).Spec.Template.Labels)))
 
 	// No scheduler here: the pod template names KWOK's node.
 	gw := manifest(t, "gateway.yaml")
@@ -667,46 +668,34 @@ func TestREADMEGatewayEgressAddress(t *testing.T) {
 	require.Equal(t, 1, strings.Count(gw, sa))
 	gw = strings.Replace(gw, sa, sa+"      nodeName: "+harness.NodeName+"\n", 1)
 	require.NoError(t, west.Apply(ctx, gw))
-	require.NoError(t, west.Apply(ctx, manifest(t, "controller.yaml")))
 	t.Cleanup(func() {
-		for _, name := range []string{gatewayName, "mcmirror-controller"} {
-			_ = west.Client.AppsV1().Deployments(gatewayNS).Delete(context.Background(), name, metav1.DeleteOptions{})
-		}
+		_ = west.Client.AppsV1().Deployments(gatewayNS).Delete(context.Background(), gatewayName, metav1.DeleteOptions{})
 	})
-	var podIP string
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		pods, err := west.Client.CoreV1().Pods(gatewayNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + gatewayName})
 		require.NoError(c, err)
-		require.Len(c, pods.Items, 1)
-		podIP = pods.Items[0].Status.PodIP
-		require.NotEmpty(c, podIP)
-		esl, err := west.Client.DiscoveryV1().EndpointSlices(gatewayNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + gatewayName + "-egress"})
-		require.NoError(c, err)
-		var ready []string
-		for _, es := range esl.Items {
-			for _, ep := range es.Endpoints {
-				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
-					ready = append(ready, ep.Addresses...)
-				}
-			}
+		require.Len(c, pods.Items, int(*gatewayDeployment(t).Spec.Replicas))
+		var podIPs []string
+		for _, p := range pods.Items {
+			require.NotEmpty(c, p.Status.PodIP)
+			podIPs = append(podIPs, p.Status.PodIP)
 		}
-		assert.Equal(c, []string{podIP}, ready, "the egress Service names the gateway pod")
+		slices.Sort(podIPs)
+		esl, err := west.Client.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc.Name})
+		require.NoError(c, err)
+		var got []string
+		for _, a := range controller.EgressAddresses(svc.Namespace, svc.Name, ptrs(esl.Items)) {
+			got = append(got, a.String())
+		}
+		slices.Sort(got) // as strings, like podIPs
+		assert.Equal(c, podIPs, got, "the controller's egress addresses are every gateway pod's")
 	}, wait, tick)
+}
 
-	ctx2, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	cmd := exec.CommandContext(ctx2, "bash", "-euo", "pipefail", "-c", steps[0])
-	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+west.Kubeconfig,
-		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s\n%s", steps[0], out)
-
-	d, err := west.Client.AppsV1().Deployments(gatewayNS).Get(ctx, "mcmirror-controller", metav1.GetOptions{})
-	require.NoError(t, err)
-	want := slices.Clone(controllerDeployment(t).Spec.Template.Spec.Containers[0].Args)
-	i := slices.IndexFunc(want, func(a string) bool { return strings.HasPrefix(a, "--egress-address=") })
-	require.GreaterOrEqual(t, i, 0)
-	want[i] = "--egress-address=" + podIP
-	assert.Equal(t, want, d.Spec.Template.Spec.Containers[0].Args)
+func ptrs[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
 }

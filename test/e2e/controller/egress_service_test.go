@@ -1,0 +1,151 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/test/harness"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// gatewayEndpoints is the hand-written EndpointSlice of east's headless
+// Service gwNS/gw-egress, as the EndpointSlice controller writes one for
+// the gateway's pods; an address ending in "!" is not ready.
+func gatewayEndpoints(gwNS string, addrs ...string) *discoveryv1.EndpointSlice {
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: "gw-egress-1", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "gw-egress", discoveryv1.LabelManagedBy: "e2e.mcmirror.dev",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for _, a := range addrs {
+		ready := !strings.HasSuffix(a, "!")
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
+			Addresses: []string{strings.TrimSuffix(a, "!")}, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+		})
+	}
+	return es
+}
+
+// assertEgressSlices checks that every ClusterIP mirror of ns (per-pod
+// mirrors included) has an EndpointSlice listing want, one endpoint each,
+// at its recorded egress ports, and that the headless mirrors' slices are
+// still their per-pod mirrors'.
+func assertEgressSlices(c *assert.CollectT, ctx context.Context, ns string, m map[string]corev1.Service, want []string) {
+	list, err := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelManagedBy + "=" + controller.EndpointSliceManagedBy})
+	require.NoError(c, err)
+	byService := map[string]discoveryv1.EndpointSlice{}
+	for _, s := range list.Items {
+		byService[s.Labels[discoveryv1.LabelServiceName]] = s
+	}
+	for name, s := range m {
+		es, ok := byService[name]
+		if !assert.True(c, ok, "%s has an EndpointSlice", name) {
+			continue
+		}
+		if s.Spec.ClusterIP == corev1.ClusterIPNone {
+			for _, ep := range es.Endpoints {
+				assert.NotNil(c, ep.Hostname, "%s: a headless mirror's endpoints are its per-pod mirrors", name)
+			}
+			continue
+		}
+		var got []string
+		for _, ep := range es.Endpoints {
+			require.Len(c, ep.Addresses, 1)
+			got = append(got, ep.Addresses[0])
+		}
+		assert.Equal(c, want, got, "%s: the egress addresses", name)
+		var ports []string
+		for _, p := range es.Ports {
+			ports = append(ports, fmt.Sprint(*p.Port))
+		}
+		var recorded []string
+		for _, kv := range strings.Split(s.Annotations[controller.EgressPorts], ",") {
+			_, p, _ := strings.Cut(kv, "=")
+			recorded = append(recorded, p)
+		}
+		assert.ElementsMatch(c, recorded, ports, "%s: slice ports are the recorded egress ports", name)
+	}
+}
+
+// With --egress-service, the real controller points every mirror at every
+// ready address of a headless Service of east, follows a changed address,
+// and keeps the last ones while none is ready.
+func TestEgressService(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns, gwNS = "e2e-egress-svc", "e2e-egress-gw"
+	namespace(t, ns, "east", "west")
+	namespace(t, gwNS, "east")
+	east, west := env.Cluster("east"), env.Cluster("west")
+
+	// The gateway's egress Service, headless, and its EndpointSlice,
+	// written by hand: east runs no EndpointSlice controller.
+	require.NoError(t, east.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: gw-egress, namespace: %s}
+spec: {clusterIP: None}
+`, gwNS)))
+	gwSlices := east.Client.DiscoveryV1().EndpointSlices(gwNS)
+	gw, err := gwSlices.Create(ctx, gatewayEndpoints(gwNS, "192.0.2.21", "192.0.2.22", "192.0.2.29!"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	update := func(addrs ...string) {
+		t.Helper()
+		es := gatewayEndpoints(gwNS, addrs...)
+		es.ResourceVersion = gw.ResourceVersion
+		gw, err = gwSlices.Update(ctx, es, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, west.Apply(ctx, statefulSet(ns, "nginx-svc", 2, "true")))
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
+
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+	proc := env.StartProcess(t, "east/controller", nil, bin, "controller",
+		"--kubeconfig", east.Kubeconfig,
+		"--cluster", "east",
+		"--egress-service", gwNS+"/gw-egress",
+		"--egress-ports", "30000-30999",
+		"--link", "west="+west.Kubeconfig,
+		"--metrics-addr", metrics,
+		"--v", "2",
+	)
+
+	expect := func(want ...string) {
+		t.Helper()
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			m, err := mirrors(ctx, ns)
+			require.NoError(c, err)
+			assert.Equal(c, []string{"nginx-svc-set-0-west", "nginx-svc-set-1-west", "nginx-svc-west", "web-west"}, names(m))
+			assertEgressSlices(c, ctx, ns, m, want)
+			assert.Equal(c, float64(len(want)), scrape(c, metrics, "coredns_mcmirror_controller_egress_addresses"))
+		}, wait, tick, "every egress slice lists %v", want)
+	}
+	expect("192.0.2.21", "192.0.2.22")
+
+	// A gateway pod is replaced: .22 goes, .23 comes; every mirror follows.
+	update("192.0.2.23", "192.0.2.21")
+	expect("192.0.2.21", "192.0.2.23")
+
+	// No ready address: the mirrors keep the last ones.
+	update("192.0.2.23!", "192.0.2.21!")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		b, err := os.ReadFile(proc.LogPath)
+		require.NoError(c, err)
+		assert.Contains(c, string(b), "Egress Service has no ready address")
+	}, wait, tick)
+	expect("192.0.2.21", "192.0.2.23")
+}

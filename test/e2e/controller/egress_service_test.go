@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -98,8 +99,14 @@ metadata: {name: gw-egress, namespace: %s}
 spec: {clusterIP: None}
 `, gwNS)))
 	gwSlices := east.Client.DiscoveryV1().EndpointSlices(gwNS)
-	gw, err := gwSlices.Create(ctx, gatewayEndpoints(gwNS, "192.0.2.21", "192.0.2.22", "192.0.2.29!"), metav1.CreateOptions{})
+	// A re-run (-count) finds the slice of the run before: start afresh.
+	first := gatewayEndpoints(gwNS, "192.0.2.21", "192.0.2.22", "192.0.2.29!")
+	if err := gwSlices.Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		require.NoError(t, err)
+	}
+	gw, err := gwSlices.Create(ctx, first, metav1.CreateOptions{})
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = gwSlices.Delete(context.Background(), first.Name, metav1.DeleteOptions{}) })
 	update := func(addrs ...string) {
 		t.Helper()
 		es := gatewayEndpoints(gwNS, addrs...)

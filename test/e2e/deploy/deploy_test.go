@@ -167,6 +167,17 @@ func linkWest(t *testing.T, ns string) {
 func namespace(t *testing.T, ns string, clusters ...*harness.Cluster) {
 	t.Helper()
 	for _, c := range clusters {
+		// A re-run (-count) may find the namespace of the run before still
+		// terminating, and nothing can be created in it: wait until it is
+		// gone.
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			got, err := c.Client.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			require.NoError(ct, err)
+			assert.Nil(ct, got.DeletionTimestamp, "namespace %s/%s still terminating", c.Name, ns)
+		}, wait, tick)
 		require.NoError(t, c.Apply(context.Background(), fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", ns)))
 		if c.Workloads {
 			t.Cleanup(func() {

@@ -46,20 +46,28 @@ type Ingress struct {
 	// MaxHeaderBytes bounds the CONNECT request (default 8 KiB).
 	MaxHeaderBytes int
 	// MaxConns bounds concurrent connections, tunnels and handshakes
-	// (default 16384); one over is reset at once.
+	// (default 16384). When they are all taken, a new connection takes
+	// the place of the oldest one still in its handshake or request,
+	// which is closed (handshake_evicted); when every place is an
+	// established stream, the new one is reset (too_many_connections).
 	MaxConns int
+	// AllowClusters are the clusters whose gateways may connect: a
+	// client certificate naming any other is refused
+	// (cluster_not_allowed). Nil allows every cluster whose certificate
+	// chains to the trust root.
+	AllowClusters map[string]bool
 	// DialContext dials targets (default: a net.Dialer).
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	once  sync.Once
-	limit limiter
+	admit *admission
 	tls   *tls.Config
 }
 
 // Active returns the number of connections being set up or carried.
 func (in *Ingress) Active() int {
 	in.init()
-	return len(in.limit)
+	return in.admit.active()
 }
 
 func (in *Ingress) dialTimeout() time.Duration { return orDefault(in.DialTimeout, 5*time.Second) }
@@ -88,7 +96,7 @@ func (in *Ingress) init() {
 		if n <= 0 {
 			n = 16384
 		}
-		in.limit = newLimiter(n)
+		in.admit = newAdmission(n)
 		in.tls = in.Certs.ServerConfig()
 	})
 }
@@ -116,14 +124,21 @@ func (in *Ingress) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return err
 		}
-		if !in.limit.acquire() {
+		p, evicted := in.admit.admit(c)
+		if p == nil {
 			refusalsTotal.WithLabelValues("", DirectionIngress, string(ReasonTooMany)).Inc()
+			logger.V(1).Info("Refused", "remote", c.RemoteAddr().String(), "reason", ReasonTooMany)
 			abort(c)
 			continue
 		}
+		if evicted != nil {
+			refusalsTotal.WithLabelValues(evicted.peer, DirectionIngress, string(ReasonEvicted)).Inc()
+			logger.V(1).Info("Refused", "remote", evicted.conn.RemoteAddr().String(), "peer", evicted.peer, "reason", ReasonEvicted)
+			abort(evicted.conn)
+		}
 		go func() {
-			if !in.handle(ctx, logger, c) {
-				in.limit.release()
+			if !in.handle(ctx, logger, p) {
+				in.admit.release(p)
 			}
 		}()
 	}
@@ -132,14 +147,18 @@ func (in *Ingress) Serve(ctx context.Context, ln net.Listener) error {
 // handle runs one connection: handshake, request, then the tunnel or the
 // probe answer. It reports whether it handed the connection to a stream,
 // which gives the connection's place back when it ends.
-func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn) (carried bool) {
+func (in *Ingress) handle(ctx context.Context, logger klog.Logger, p *pendingConn) (carried bool) {
+	raw := p.conn
 	deadline := time.Now().Add(in.handshakeTimeout())
 	_ = raw.SetDeadline(deadline)
 	conn := tls.Server(raw, in.tls)
 	if err := conn.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		if in.admit.wasEvicted(p) {
+			return false // counted as evicted
+		}
 		handshakeFailures.WithLabelValues(DirectionIngress).Inc()
 		logger.V(2).Info("TLS handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
-		raw.Close()
 		return false
 	}
 	peer, err := in.Certs.PeerCluster(conn.ConnectionState())
@@ -150,11 +169,26 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn)
 		conn.Close()
 		return false
 	}
+	if in.AllowClusters != nil && !in.AllowClusters[peer] {
+		// Before its request is read: nothing of what a cluster that is
+		// not linked asks for is looked at.
+		in.refuse(logger, conn, peer, "", ReasonClusterNotAllowed, nil)
+		return false
+	}
+	in.admit.identified(p, peer)
 
 	lr := &io.LimitedReader{R: conn, N: int64(in.maxHeaderBytes())}
 	br := bufio.NewReaderSize(lr, 1024)
 	req, err := http.ReadRequest(br)
+	if err == nil && !in.admit.establish(p) {
+		// Evicted as the request arrived: the place is another's.
+		abort(conn)
+		return false
+	}
 	if err != nil {
+		if in.admit.wasEvicted(p) {
+			return false // closed, and counted, by the eviction
+		}
 		reason := ReasonBadRequest
 		var ne net.Error
 		switch {
@@ -217,7 +251,7 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, raw net.Conn)
 		bytesTotal.WithLabelValues(peer, DirectionIngress, "sent").Add(float64(n))
 	}
 	logger.V(3).Info("Tunnel", "peer", peer, "destination", req.Host, "target", target.String())
-	carry(peer, DirectionIngress, conn, tc, in.idleTimeout(), in.limit.release)
+	carry(peer, DirectionIngress, conn, tc, in.idleTimeout(), func() { in.admit.release(p) })
 	return true
 }
 

@@ -20,6 +20,12 @@ const (
 	ReasonNoEndpoint     Reason = "no_ready_endpoint"
 	ReasonDialFailed     Reason = "dial_failed"
 	ReasonTooMany        Reason = "too_many_connections"
+	// ReasonEvicted: still in its handshake or request when every place
+	// was taken, and the oldest such; closed for a newer connection.
+	ReasonEvicted Reason = "handshake_evicted"
+	// ReasonClusterNotAllowed: the client certificate names a cluster that
+	// is not allowed to connect (Ingress.AllowClusters).
+	ReasonClusterNotAllowed Reason = "cluster_not_allowed"
 
 	// Egress: why a client's connection was reset.
 	ReasonNoRoute     Reason = "no_route"     // the port is not (or no longer) a mirror's, or recorded twice
@@ -37,7 +43,7 @@ func (r Reason) status() int {
 		return http.StatusRequestHeaderFieldsTooLarge
 	case ReasonHeaderTimeout:
 		return http.StatusRequestTimeout
-	case ReasonNotExported, ReasonPortNotExposed, ReasonPodNotExported:
+	case ReasonNotExported, ReasonPortNotExposed, ReasonPodNotExported, ReasonClusterNotAllowed:
 		return http.StatusForbidden
 	case ReasonNoEndpoint, ReasonTooMany:
 		return http.StatusServiceUnavailable

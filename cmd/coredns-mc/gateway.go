@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -62,6 +64,39 @@ func (p peerFlags) Set(v string) error {
 	return nil
 }
 
+// clusterFlags collects a repeatable flag of cluster names.
+type clusterFlags map[string]bool
+
+func (c clusterFlags) String() string { return fmt.Sprint(slices.Sorted(maps.Keys(c))) }
+
+func (c clusterFlags) Set(v string) error {
+	if err := labels.ValidateClusterName(v); err != nil {
+		return err
+	}
+	if c[v] {
+		return fmt.Errorf("cluster %q given twice", v)
+	}
+	c[v] = true
+	return nil
+}
+
+// allowedClusters is the ingress's allow-list: the clusters named by
+// --allow-cluster and by --peer, or nil (any cluster the trust root vouches
+// for) when no --allow-cluster is given.
+func allowedClusters(allow clusterFlags, peers peerFlags) map[string]bool {
+	if len(allow) == 0 {
+		return nil
+	}
+	out := map[string]bool{}
+	for c := range allow {
+		out[c] = true
+	}
+	for c := range peers {
+		out[c] = true
+	}
+	return out
+}
+
 func runGateway(args []string) int {
 	fs := flag.NewFlagSet("coredns-mc gateway", flag.ContinueOnError)
 	peers := peerFlags{}
@@ -92,6 +127,8 @@ func runGateway(args []string) int {
 		drain          = fs.Duration("shutdown-grace", 25*time.Second, "on SIGTERM, how long open streams may go on after the listeners close (keep it under the Pod's terminationGracePeriodSeconds)")
 	)
 	fs.Var(peers, "peer", "NAME=HOST:PORT: the ingress address of a linked cluster's gateway (repeatable)")
+	allow := clusterFlags{}
+	fs.Var(allow, "allow-cluster", "NAME: a cluster whose gateway may connect to the ingress (repeatable); once given, only these and the --peer clusters may, others are refused (cluster_not_allowed). Without it, any cluster whose certificate chains to --tls-ca may")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Func("v", "log verbosity (1: refusals and resets, 3: every tunnel)", func(s string) error { return klogFlags.Set("v", s) })
@@ -128,6 +165,12 @@ func runGateway(args []string) int {
 	}
 	if _, ok := peers[*cluster]; ok {
 		return fail("--peer %s: that is this cluster's name", *cluster)
+	}
+	if allow[*cluster] {
+		return fail("--allow-cluster %s: that is this cluster's name", *cluster)
+	}
+	if len(allow) > 0 && *ingressAddr == "" {
+		return fail("--allow-cluster is the ingress's allow-list, and there is no ingress (--ingress-address is empty)")
 	}
 	sel, err := k8slabels.Parse(*exportSelector)
 	if err != nil || sel.Empty() {
@@ -192,7 +235,8 @@ func runGateway(args []string) int {
 	if ingressLn != nil {
 		exports = gateway.NewExports(client, sel)
 		in = &gateway.Ingress{Certs: certs, Resolver: exports, DialTimeout: *dialTimeout,
-			HandshakeTimeout: *handshakeTO, IdleTimeout: idle, MaxConns: *maxConns, MaxHeaderBytes: *maxHeader}
+			HandshakeTimeout: *handshakeTO, IdleTimeout: idle, MaxConns: *maxConns, MaxHeaderBytes: *maxHeader,
+			AllowClusters: allowedClusters(allow, peers)}
 		go func() {
 			if err := exports.Run(ctx); err != nil {
 				errc <- err
@@ -200,6 +244,11 @@ func runGateway(args []string) int {
 		}()
 		go func() { errc <- in.Serve(ctx, ingressLn) }()
 		logger.Info("Ingress listening", "address", ingressLn.Addr().String(), "identity", gateway.Identity(certs.TrustDomain(), *cluster).String())
+		if in.AllowClusters == nil {
+			logger.Info("Ingress accepts the gateway of any cluster whose certificate chains to the trust root; name those that link to this one with --allow-cluster")
+		} else {
+			logger.Info("Ingress accepts the gateways of these clusters only", "clusters", slices.Sorted(maps.Keys(in.AllowClusters)))
+		}
 	}
 	if *egress {
 		eg = &gateway.Egress{Certs: certs, Peers: gateway.StaticPeers(peers), BindAddress: *egressBind,

@@ -78,11 +78,27 @@ func TestGatewayFlags(t *testing.T) {
 		{[]string{"--cluster", "east", "--tls-cert", east.Cert, "--tls-key", foreign.Key, "--tls-ca", east.CA}, "private key does not match"},
 		{[]string{"--cluster", "east", "--tls-cert", east.Cert, "--tls-key", east.Key, "--tls-ca", empty}, "no PEM certificate"},
 		{with("--kubeconfig", "/nonexistent"), "local cluster: kubeconfig /nonexistent"},
+		{with("--allow-cluster", "Bad_Name"), `invalid value "Bad_Name" for flag -allow-cluster`},
+		{with("--allow-cluster", "west", "--allow-cluster", "west"), `cluster "west" given twice`},
+		{with("--allow-cluster", "east"), "--allow-cluster east: that is this cluster's name"},
+		{with("--allow-cluster", "west", "--ingress-address", ""), "--allow-cluster is the ingress's allow-list, and there is no ingress"},
 	} {
 		var code int
 		out := stderrOf(t, func() { code = runGateway(tc.args) })
 		assert.Equal(t, 2, code, "%q", tc.args)
 		assert.Contains(t, out, tc.want, "%q", tc.args)
 		assert.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "one line for %q: %s", tc.args, out)
+	}
+}
+
+// The ingress's allow-list: none without --allow-cluster (any cluster of
+// the root); with it, those clusters and every --peer.
+func TestAllowedClusters(t *testing.T) {
+	assert.Nil(t, allowedClusters(clusterFlags{}, peerFlags{"west": "a:1"}))
+	allow := clusterFlags{}
+	require.NoError(t, allow.Set("paris"))
+	assert.Equal(t, map[string]bool{"paris": true, "west": true}, allowedClusters(allow, peerFlags{"west": "a:1"}))
+	for _, bad := range []string{"", "global", "Bad_Name", "paris"} {
+		assert.Error(t, allow.Set(bad), bad)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -420,6 +421,18 @@ func (c *Controller) Add(name string, cfg *rest.Config) {
 		return
 	}
 	c.AddClient(name, client)
+}
+
+// ReasonLinkSecretRefused is the reason of the warning Event recorded on a
+// link Secret that was refused (LinkRefused).
+const ReasonLinkSecretRefused = "LinkSecretRefused"
+
+// LinkRefused reports a link Secret that was refused, for the reason given
+// (a link.Reason) and err: a warning Event on the Secret, and the
+// link_refused_total metric. It is a link.SecretWatcherOptions.OnRefused.
+func (c *Controller) LinkRefused(s *corev1.Secret, reason link.Reason, err error) {
+	linkRefusedTotal.WithLabelValues(string(reason)).Inc()
+	c.recorder.Eventf(s, corev1.EventTypeWarning, ReasonLinkSecretRefused, "Link Secret refused (%s): %v", reason, err)
 }
 
 // AddClient links cluster name through client.

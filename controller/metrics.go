@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"github.com/mcmirror/mcmirror/internal/link"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -97,6 +99,22 @@ var (
 		Name:      "egress_addresses",
 		Help:      "Gateway egress addresses the mirrors' egress EndpointSlices list.",
 	})
+
+	// linkRefusedTotal counts the link Secrets refused, by reason (a
+	// link.Reason: exec, auth-provider, files, http, skip-tls-verify,
+	// invalid, reserved, duplicate); every reason starts at zero.
+	linkRefusedTotal = func() *prometheus.CounterVec {
+		c := promauto.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace,
+			Subsystem: metricsSubsystem,
+			Name:      "link_refused_total",
+			Help:      "Link Secrets refused, by reason (exec, auth-provider, files, http, skip-tls-verify, invalid, reserved, duplicate).",
+		}, []string{"reason"})
+		for _, r := range link.Reasons {
+			c.WithLabelValues(string(r))
+		}
+		return c
+	}()
 
 	// linksGauge is the number of linked clusters, and linkSynced whether
 	// each one's informers have synced.

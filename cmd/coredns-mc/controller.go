@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -20,13 +21,18 @@ import (
 	"github.com/mcmirror/mcmirror/internal/link"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
 
@@ -91,24 +97,56 @@ func runController(args []string) int {
 		apiBurst        = fs.Int("kube-api-burst", 100, "burst of queries to the local API server")
 	)
 	fs.Var(&links, "link", "NAME=KUBECONFIG[:CONTEXT]: link a cluster (repeatable)")
+	var allow link.Allow
+	fs.Func("allow-insecure-kubeconfig", "what the kubeconfigs of link Secrets may use, comma-separated: "+link.AllowValues()+" (default: none)",
+		func(v string) error {
+			for _, a := range strings.Split(v, ",") {
+				if err := allow.Set(strings.TrimSpace(a)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Func("v", "log verbosity", func(s string) error { return klogFlags.Set("v", s) })
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "coredns-mc controller: "+format+"\n", a...)
 		return 2
+	}
+	// A mistake is one line; the flag list only when asked for.
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stderr)
+			fmt.Fprintln(os.Stderr, "usage: coredns-mc controller --cluster NAME (--egress-address IP | --egress-service NAMESPACE/NAME) --egress-ports FROM-TO [flags]\n\n"+
+				"The mirror controller: local mirror Services of the Services that linked clusters export. See controller/README.md.\n\nFlags:")
+			fs.PrintDefaults()
+			return 0
+		}
+		return fail("%v (-h lists the flags)", err)
 	}
 	if fs.NArg() > 0 {
 		return fail("unexpected arguments %q", fs.Args())
 	}
 	if *cluster == "" {
 		return fail("--cluster is required")
+	}
+	if err := labels.ValidateClusterName(*cluster); err != nil {
+		return fail("--cluster: %v", err)
+	}
+	switch {
+	case *workers < 1:
+		return fail("--workers must be at least 1")
+	case *podGrace < 0, *linkGrace < 0:
+		return fail("--pod-grace and --link-removal-grace must not be negative")
+	case *apiQPS <= 0, *apiBurst < 1:
+		return fail("--kube-api-qps must be positive and --kube-api-burst at least 1")
+	case *leaderElect && (len(validation.IsDNS1123Label(*leaderNamespace)) > 0 || len(validation.IsDNS1123Subdomain(*leaderName)) > 0):
+		return fail("--leader-elect-namespace %q or --leader-elect-name %q is not a valid name", *leaderNamespace, *leaderName)
+	case *leaderElect && (*retryPeriod <= 0 || *leaseDuration <= *renewDeadline ||
+		*renewDeadline <= time.Duration(leaderelection.JitterFactor*float64(*retryPeriod))):
+		return fail("--leader-elect-lease-duration must exceed --leader-elect-renew-deadline, which must exceed %.1f × --leader-elect-retry-period, which must be positive", leaderelection.JitterFactor)
 	}
 	var egress netip.Addr
 	var egressSvc types.NamespacedName
@@ -142,12 +180,18 @@ func runController(args []string) int {
 	var secretsSel k8slabels.Selector
 	if *linkSecrets != "" {
 		ns, s, _ := strings.Cut(*linkSecrets, "/")
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fail("--link-secrets: bad namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
 		secretsNS = ns
 		if s != "" {
 			if secretsSel, err = k8slabels.Parse(s); err != nil {
 				return fail("--link-secrets: bad selector %q: %v", s, err)
 			}
 		}
+	}
+	if allow != (link.Allow{}) && secretsNS == "" {
+		return fail("--allow-insecure-kubeconfig without --link-secrets: it applies to link Secrets only")
 	}
 	for _, l := range links {
 		if l.Name == *cluster {
@@ -210,8 +254,15 @@ func runController(args []string) int {
 
 	// run is the controller proper: links, then the sync loop.
 	run := func(ctx context.Context) error {
+		// Events go out from the start, before the link Secrets are
+		// read: a refused Secret is told on its first sight.
+		broadcaster := record.NewBroadcaster()
+		broadcaster.StartStructuredLogging(3)
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+		defer broadcaster.Shutdown()
 		var watcher *link.SecretWatcher
 		opts := controller.Options{
+			Recorder:         broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "mcmirror-controller"}),
 			Cluster:          *cluster,
 			Client:           client,
 			ExportSelector:   sel,
@@ -240,7 +291,9 @@ func runController(args []string) int {
 				Namespace: secretsNS,
 				Selector:  secretsSel,
 				Reserved:  reserved,
+				Allow:     allow,
 				Logf:      func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) },
+				OnRefused: ctrl.LinkRefused,
 			})
 			if err != nil {
 				return err
@@ -252,7 +305,7 @@ func runController(args []string) int {
 		if *egressService != "" {
 			egressFrom = "service " + egressSvc.String()
 		}
-		logger.Info("Starting", "cluster", *cluster, "links", len(links), "linkSecrets", *linkSecrets,
+		logger.Info("Starting", "cluster", *cluster, "links", len(links), "linkSecrets", *linkSecrets, "allowInsecureKubeconfig", allow.String(),
 			"egress", egressFrom, "egressPorts", ports.String(), "exportSelector", sel.String())
 		return ctrl.Run(ctx)
 	}

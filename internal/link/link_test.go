@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,6 +83,24 @@ func TestLoadKubeconfig(t *testing.T) {
 	}
 }
 
+// A static link's kubeconfig is the operator's: its files are read, and a
+// relative path is relative to the kubeconfig file.
+func TestLoadKubeconfigRelativePaths(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("from-file"), 0o600))
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://west.example"}
+	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{TokenFile: "token"}
+	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	cfg.CurrentContext = "c"
+	path := filepath.Join(dir, "kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*cfg, path))
+	rc, err := LoadKubeconfig(path, "")
+	require.NoError(t, err)
+	assert.Equal(t, "from-file", rc.BearerToken)
+	assert.Equal(t, filepath.Join(dir, "token"), rc.BearerTokenFile)
+}
+
 func TestStaticConfigNamesTheLink(t *testing.T) {
 	_, err := Static{Name: "west", Kubeconfig: filepath.Join(t.TempDir(), "missing")}.Config()
 	if err == nil || !strings.HasPrefix(err.Error(), "link west: ") {
@@ -122,7 +142,7 @@ func TestFromSecret(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			name, cfg, err := FromSecret(tc.s)
+			name, cfg, err := FromSecret(tc.s, Allow{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)

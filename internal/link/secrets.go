@@ -29,8 +29,16 @@ type SecretWatcherOptions struct {
 	// cluster's and the static links'. A Secret must not silently replace
 	// a link an operator wrote into the configuration.
 	Reserved []string
-	// Logf reports Secrets that are ignored, and why. Nil discards.
+	// Allow is what the kubeconfigs of the Secrets may use beyond inline
+	// credentials over verified https; the zero value, nothing, is the
+	// default (see Check).
+	Allow Allow
+	// Logf reports Secrets that are refused, and why. Nil discards.
 	Logf func(format string, args ...any)
+	// OnRefused, when set, is told of every Secret refused, after Logf:
+	// for metrics and Events. err says why, without naming the Secret.
+	// It is called with the watcher's lock held: it must not call back.
+	OnRefused func(s *corev1.Secret, reason Reason, err error)
 }
 
 // SecretWatcher turns the link Secrets of one namespace of the local cluster
@@ -40,12 +48,16 @@ type SecretWatcherOptions struct {
 //
 // Two Secrets naming the same cluster: the first one seen wins, and the
 // other takes over when the first is deleted. A Secret updated with a
-// kubeconfig that cannot be used is reported and ignored, and the link keeps
-// running on the last good one: a bad edit must not cut a cluster off.
+// kubeconfig that cannot be used, or that is refused (see Check), is
+// reported and ignored, and the link keeps running on the last good one: a
+// bad edit must not cut a cluster off, and the refused kubeconfig is never
+// used.
 type SecretWatcher struct {
-	handler  Handler
-	reserved map[string]bool
-	logf     func(string, ...any)
+	handler   Handler
+	reserved  map[string]bool
+	allow     Allow
+	logf      func(string, ...any)
+	onRefused func(*corev1.Secret, Reason, error)
 
 	informer cache.SharedIndexInformer
 	// reg tells when the initial list has reached the handler, which is
@@ -73,14 +85,19 @@ func NewSecretWatcher(client kubernetes.Interface, h Handler, opts SecretWatcher
 		return nil, fmt.Errorf("link secrets: no namespace")
 	}
 	w := &SecretWatcher{
-		handler:  h,
-		reserved: make(map[string]bool, len(opts.Reserved)),
-		logf:     opts.Logf,
-		bySecret: map[string]secretLink{},
-		owner:    map[string]string{},
+		handler:   h,
+		reserved:  make(map[string]bool, len(opts.Reserved)),
+		allow:     opts.Allow,
+		logf:      opts.Logf,
+		onRefused: opts.OnRefused,
+		bySecret:  map[string]secretLink{},
+		owner:     map[string]string{},
 	}
 	if w.logf == nil {
 		w.logf = func(string, ...any) {}
+	}
+	if w.onRefused == nil {
+		w.onRefused = func(*corev1.Secret, Reason, error) {}
 	}
 	for _, r := range opts.Reserved {
 		w.reserved[r] = true
@@ -159,17 +176,21 @@ func (w *SecretWatcher) upsert(s *corev1.Secret) {
 
 	k := key(s)
 	old, running := w.bySecret[k]
-	name, cfg, err := FromSecret(s)
+	name, cfg, err := fromSecret(s, w.allow)
 	if err != nil {
+		reason := ReasonOf(err)
 		if running {
-			w.logf("link %s: keeping the running link: %v", old.name, err)
+			w.logf("link secret %s refused (%s): %v; keeping the running link to cluster %q", k, reason, err, old.name)
 		} else {
-			w.logf("ignoring link secret: %v", err)
+			w.logf("link secret %s refused (%s): %v", k, reason, err)
 		}
+		w.onRefused(s, reason, err)
 		return
 	}
 	if w.reserved[name] {
-		w.logf("ignoring link secret %s: cluster %q is the local cluster or a configured link", k, name)
+		err := fmt.Errorf("cluster %q is the local cluster or a configured link", name)
+		w.logf("link secret %s refused (%s): %v", k, ReasonReserved, err)
+		w.onRefused(s, ReasonReserved, err)
 		if running {
 			w.stop(k, old)
 		}
@@ -191,7 +212,9 @@ func (w *SecretWatcher) upsert(s *corev1.Secret) {
 		w.adopt(old.name)
 	}
 	if other, taken := w.owner[name]; taken {
-		w.logf("ignoring link secret %s: cluster %q is already linked by secret %s", k, name, other)
+		err := fmt.Errorf("cluster %q is already linked by secret %s", name, other)
+		w.logf("link secret %s refused (%s): %v", k, ReasonDuplicate, err)
+		w.onRefused(s, ReasonDuplicate, err)
 		return
 	}
 	w.bySecret[k] = secretLink{name: name, sum: sum}
@@ -243,7 +266,8 @@ func (w *SecretWatcher) adopt(name string) {
 		return 1
 	})
 	for _, s := range candidates {
-		n, cfg, err := FromSecret(s)
+		// A Secret that fails here was reported when it was seen.
+		n, cfg, err := fromSecret(s, w.allow)
 		if err != nil || n != name {
 			continue
 		}

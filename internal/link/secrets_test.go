@@ -16,6 +16,7 @@ import (
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // recorder is a Handler that logs its calls as "+name host" and "-name".
@@ -61,6 +62,34 @@ func (r *recorder) waitCalls(t *testing.T, want ...string) {
 type logs struct {
 	mu    sync.Mutex
 	lines []string
+	// refused is what OnRefused was told: "namespace/name reason".
+	refused []string
+}
+
+func (l *logs) refuse(s *corev1.Secret, reason Reason, _ error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refused = append(l.refused, s.Namespace+"/"+s.Name+" "+string(reason))
+}
+
+func (l *logs) refusals() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.Clone(l.refused)
+	slices.Sort(out)
+	return out
+}
+
+// waitLog waits for a log line containing s.
+func (l *logs) waitLog(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !l.contains(s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line containing %q in %q", s, l.lines)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (l *logs) logf(format string, args ...any) {
@@ -86,7 +115,7 @@ func startWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOption
 	if opts.Namespace == "" {
 		opts.Namespace = "linkerd-multicluster"
 	}
-	opts.Logf = lg.logf
+	opts.Logf, opts.OnRefused = lg.logf, lg.refuse
 	w, err := NewSecretWatcher(client, rec, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +220,17 @@ func TestSecretWatcherIgnores(t *testing.T) {
 			t.Errorf("no log line about %q", want)
 		}
 	}
+	want := []string{
+		"linkerd-multicluster/cluster-credentials-east reserved",
+		// The API server filters an opaque Secret out; the fake does
+		// not, and the watcher refuses it.
+		"linkerd-multicluster/cluster-credentials-paris invalid",
+		"linkerd-multicluster/cluster-credentials-static reserved",
+		"linkerd-multicluster/no-name invalid",
+	}
+	if got := lg.refusals(); !slices.Equal(got, want) {
+		t.Errorf("refusals %q, want %q", got, want)
+	}
 }
 
 func TestSecretWatcherSelector(t *testing.T) {
@@ -256,5 +296,73 @@ func TestSecretWatcherLinks(t *testing.T) {
 	}
 	if _, err := NewSecretWatcher(client, rec, SecretWatcherOptions{}); err == nil {
 		t.Error("no error without a namespace")
+	}
+}
+
+// hostileKubeconfig is a kubeconfig whose user runs a command.
+func hostileKubeconfig(t *testing.T) []byte {
+	t.Helper()
+	return secretWith(t, hostile(func(u *clientcmdapi.AuthInfo, _ *clientcmdapi.Cluster) {
+		u.Exec = &clientcmdapi.ExecConfig{Command: "/bin/sh", Args: []string{"-c", "id"},
+			APIVersion: "client.authentication.k8s.io/v1", InteractiveMode: clientcmdapi.NeverExecInteractiveMode}
+	}))
+}
+
+func TestSecretWatcherRefusesHostileKubeconfigs(t *testing.T) {
+	good := kubeconfig(t, "https://west.example")
+	plain := kubeconfig(t, "http://tokyo.example")
+	client := fake.NewClientset(
+		secret("cluster-credentials-west", nil, good),
+		secret("cluster-credentials-paris", nil, hostileKubeconfig(t)),
+		secret("cluster-credentials-tokyo", nil, plain),
+	)
+	rec, lg := startWatcher(t, client, SecretWatcherOptions{})
+	rec.waitCalls(t, "+west https://west.example")
+	lg.waitLog(t, `link secret linkerd-multicluster/cluster-credentials-paris refused (exec): kubeconfig refused: user "u" runs a command (exec "/bin/sh") (exec not allowed)`)
+	lg.waitLog(t, `link secret linkerd-multicluster/cluster-credentials-tokyo refused (http)`)
+
+	// A hostile update of a running link is refused, and the link keeps
+	// running on its last good kubeconfig.
+	if _, err := client.CoreV1().Secrets("linkerd-multicluster").Update(ctxBG, secret("cluster-credentials-west", nil, hostileKubeconfig(t)), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lg.waitLog(t, `link secret linkerd-multicluster/cluster-credentials-west refused (exec): kubeconfig refused: user "u" runs a command (exec "/bin/sh") (exec not allowed); keeping the running link to cluster "west"`)
+	rec.waitCalls(t, "+west https://west.example")
+	want := []string{
+		"linkerd-multicluster/cluster-credentials-paris exec",
+		"linkerd-multicluster/cluster-credentials-tokyo http",
+		"linkerd-multicluster/cluster-credentials-west exec",
+	}
+	if got := lg.refusals(); !slices.Equal(got, want) {
+		t.Errorf("refusals %q, want %q", got, want)
+	}
+
+	// Allowed, the same Secrets link.
+	rec2, lg2 := startWatcher(t, client, SecretWatcherOptions{Allow: Allow{Exec: true, HTTP: true}})
+	deadline := time.Now().Add(5 * time.Second)
+	for len(rec2.get()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := rec2.get()
+	slices.Sort(got)
+	if want := []string{"+paris https://west.example:6443", "+tokyo http://tokyo.example", "+west https://west.example:6443"}; !slices.Equal(got, want) {
+		t.Errorf("allowed: calls %q, want %q", got, want)
+	}
+	if r := lg2.refusals(); len(r) != 0 {
+		t.Errorf("allowed: refusals %q: %q", r, lg2.lines)
+	}
+}
+
+// A duplicate is refused, and named as such.
+func TestSecretWatcherDuplicateIsReported(t *testing.T) {
+	kc := kubeconfig(t, "https://x.example")
+	client := fake.NewClientset(
+		secret("a", map[string]string{labels.LinkClusterName: "west"}, kc),
+		secret("b", map[string]string{labels.LinkClusterName: "west"}, kc),
+	)
+	_, lg := startWatcher(t, client, SecretWatcherOptions{})
+	got := lg.refusals()
+	if len(got) != 1 || !strings.HasSuffix(got[0], " duplicate") {
+		t.Errorf("refusals %q, want one duplicate", got)
 	}
 }

@@ -1,0 +1,84 @@
+package dns_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// startLinkController runs the mirror controller of east over the link
+// Secrets of linkNS, with extra flags, and returns it and its /metrics.
+func startLinkController(t *testing.T, east *harness.Cluster, linkNS string, extra ...string) (*harness.Process, string) {
+	t.Helper()
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+	argv := append([]string{bin, "controller", "--kubeconfig", east.Kubeconfig, "--cluster", east.Name,
+		"--egress-address", "10.255.0.1", "--egress-ports", "30000-39999", "--metrics-addr", metrics,
+		"--link-secrets", linkNS}, extra...)
+	return env.StartProcess(t, east.Name+"/controller", nil, argv...), "http://" + metrics + "/metrics"
+}
+
+// The controller refuses a hostile link Secret as the plugin does, and says
+// so with a warning Event on the Secret and its metric; allowed, the same
+// Secret's command runs.
+func TestControllerRefusesHostileLinkSecret(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	const linkNS = "controller-hostile-links"
+	require.NoError(t, east.Apply(ctx, harness.Namespace(linkNS)))
+	marker := filepath.Join(t.TempDir(), "exec-ran")
+
+	p, metrics := startLinkController(t, east, linkNS)
+	const series = `coredns_mcmirror_controller_link_refused_total{reason="exec"}`
+	var before float64
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		before, err = scrape(metrics, series)
+		require.NoError(c, err)
+	}, 30*time.Second, 50*time.Millisecond, "controller metrics")
+
+	_, err := east.Client.CoreV1().Secrets(linkNS).Create(ctx, linkSecret(linkNS, "west", execKubeconfig(t, west, marker)), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// Positive evidence: the Event on the Secret, the metric, the log.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events, err := east.Client.CoreV1().Events(linkNS).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Secret,involvedObject.name=cluster-credentials-west,reason=LinkSecretRefused"})
+		require.NoError(c, err)
+		require.Len(c, events.Items, 1)
+		e := events.Items[0]
+		assert.Equal(c, corev1.EventTypeWarning, e.Type)
+		assert.Contains(c, e.Message, `Link Secret refused (exec): kubeconfig refused: user "mcmirror-link" runs a command (exec "/bin/sh")`)
+	}, 30*time.Second, 100*time.Millisecond, "Event on the refused Secret")
+	require.Eventually(t, func() bool {
+		v, err := scrape(metrics, series)
+		return err == nil && v > before
+	}, 30*time.Second, 50*time.Millisecond, "%s did not move", series)
+	waitLogLine(t, p, "link secret "+linkNS+"/cluster-credentials-west refused (exec)")
+	requireAlive(t, p)
+	assert.NoFileExists(t, marker, "the exec plugin ran")
+	p.Stop()
+
+	// Allowed, the command runs: the controller lists west through it.
+	p2, _ := startLinkController(t, east, linkNS, "--allow-insecure-kubeconfig", "exec")
+	require.Eventually(t, func() bool { return fileExists(marker) }, 30*time.Second, 50*time.Millisecond,
+		"the allowed exec plugin did not run\n%s", p2.Tail(20))
+	waitLogLine(t, p2, "Linked cluster synced")
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

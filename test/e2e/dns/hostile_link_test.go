@@ -1,0 +1,303 @@
+package dns_test
+
+import (
+	"context"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// execKubeconfig returns a kubeconfig for remote whose user is an exec
+// plugin: a shell that creates marker, then hands out the read-only link
+// token. Used, it works; so only its refusal keeps the marker away.
+func execKubeconfig(t *testing.T, remote *harness.Cluster, marker string) []byte {
+	t.Helper()
+	kc, _ := linkKubeconfig(t, remote)
+	cfg, err := clientcmd.Load(kc)
+	require.NoError(t, err)
+	user := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
+	cred := fmt.Sprintf(`{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":%q}}`, user.Token)
+	*user = clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
+		APIVersion:      "client.authentication.k8s.io/v1",
+		InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+		Command:         "/bin/sh",
+		Args:            []string{"-c", `touch "$0" && printf '%s' "$1"`, marker, cred},
+	}}
+	out, err := clientcmd.Write(*cfg)
+	require.NoError(t, err)
+	return out
+}
+
+// tokenFileKubeconfig returns a kubeconfig whose user's token is read from
+// tokenFile and whose server is server, trusted through caPEM.
+func tokenFileKubeconfig(t *testing.T, server string, caPEM []byte, tokenFile string) []byte {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{TokenFile: tokenFile}
+	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	cfg.CurrentContext = "c"
+	out, err := clientcmd.Write(*cfg)
+	require.NoError(t, err)
+	return out
+}
+
+// tokenCatcher is an HTTPS server that records every Authorization header
+// (and every request: an empty header is recorded too).
+type tokenCatcher struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	got []string
+}
+
+func newTokenCatcher(t *testing.T) *tokenCatcher {
+	c := &tokenCatcher{}
+	c.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		c.got = append(c.got, r.Header.Get("Authorization"))
+		c.mu.Unlock()
+		http.Error(w, "no", http.StatusForbidden)
+	}))
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+func (c *tokenCatcher) requests() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.got...)
+}
+
+func (c *tokenCatcher) caPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.srv.Certificate().Raw})
+}
+
+func linkSecret(ns, cluster string, kc []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster-credentials-" + cluster, Namespace: ns},
+		Type:       corev1.SecretType(labels.LinkSecretType),
+		Data:       map[string][]byte{labels.LinkSecretKey: kc},
+	}
+}
+
+// scrape reads one sample of a /metrics page; a series not exported is 0.
+func scrape(url, series string) (float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, nil
+}
+
+// metricValue reads a counter of s; a series not exported is 0.
+func metricValue(t *testing.T, s *harness.DNSServer, series string) float64 {
+	t.Helper()
+	v, err := scrape(s.MetricsURL, series)
+	require.NoError(t, err, series)
+	return v
+}
+
+// waitMetricAbove waits until series exceeds before. The metrics listener
+// may be away for a moment (a reload restarts it): a failed read is a
+// "not yet".
+func waitMetricAbove(t *testing.T, s *harness.DNSServer, series string, before float64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		v, err := scrape(s.MetricsURL, series)
+		return err == nil && v > before
+	}, 30*time.Second, 50*time.Millisecond, "%s did not move from %v", series, before)
+}
+
+// waitLogLine waits until the process's log has a line containing want.
+func waitLogLine(t *testing.T, p *harness.Process, want string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		log, err := os.ReadFile(p.LogPath)
+		require.NoError(c, err)
+		assert.Contains(c, string(log), want)
+	}, 30*time.Second, 50*time.Millisecond, "log line %q", want)
+}
+
+func requireAlive(t *testing.T, p *harness.Process) {
+	t.Helper()
+	done, err := p.Exited()
+	require.False(t, done, "%s exited: %v\n%s", p.Name, err, p.Tail(20))
+}
+
+// A link Secret is data: its kubeconfig may not run a command in the DNS
+// pod, nor have a file of the pod read and its content sent. Refused, such
+// a Secret is logged and counted, nothing is run and no token leaves; with
+// allow_insecure_kubeconfig the same Secrets are used, which proves the
+// refusal is what stopped them.
+func TestHostileLinkSecrets(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	const ns, linkNS = "hostile", "hostile-links"
+	require.NoError(t, west.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
+	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
+	westEPs := waitEndpoints(t, west, ns, "nginx-svc", 1)
+	parisEPs := waitEndpoints(t, paris, ns, "nginx-svc", 1)
+	require.NoError(t, east.Apply(ctx, harness.Namespace(linkNS)))
+	secrets := east.Client.CoreV1().Secrets(linkNS)
+
+	dir := t.TempDir()
+	westMarker, parisMarker := filepath.Join(dir, "west-exec-ran"), filepath.Join(dir, "paris-exec-ran")
+	tokenFile := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("pod-token"), 0o600))
+	catcher := newTokenCatcher(t)
+
+	block := "        link_secrets " + linkNS + "\n"
+	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, block))
+	const execSeries, filesSeries = `coredns_mcmirror_link_refused_total{reason="exec"}`, `coredns_mcmirror_link_refused_total{reason="files"}`
+	execBefore, filesBefore := metricValue(t, s, execSeries), metricValue(t, s, filesSeries)
+
+	_, err := secrets.Create(ctx, linkSecret(linkNS, "paris", mustLinkKubeconfig(t, paris)), metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = secrets.Create(ctx, linkSecret(linkNS, "west", execKubeconfig(t, west, westMarker)), metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = secrets.Create(ctx, linkSecret(linkNS, "tokyo", tokenFileKubeconfig(t, catcher.srv.URL, catcher.caPEM(), tokenFile)), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// Positive evidence first: both refusals counted and logged, the good
+	// Secret linked, the process alive.
+	waitMetricAbove(t, s, execSeries, execBefore)
+	waitMetricAbove(t, s, filesSeries, filesBefore)
+	waitLogLine(t, s.Process, "link secret "+linkNS+`/cluster-credentials-west refused (exec): kubeconfig refused: user "mcmirror-link" runs a command (exec "/bin/sh")`)
+	waitLogLine(t, s.Process, "link secret "+linkNS+`/cluster-credentials-tokyo refused (files): kubeconfig refused: user "u" reads file "`+tokenFile+`" (tokenFile)`)
+	parisName := "nginx-svc-paris." + ns + "." + zone
+	eventuallyAnswers(t, s, parisName, values(parisEPs))
+	requireAlive(t, s.Process)
+
+	assert.NoFileExists(t, westMarker, "the exec plugin ran")
+	assert.Empty(t, catcher.requests(), "the tokenFile kubeconfig sent requests")
+	assert.Equal(t, dns.RcodeNameError, s.Ask(t, "udp", "nginx-svc-west."+ns+"."+zone, dns.TypeA).Rcode, "west is not linked")
+
+	// A hostile update of a running link is refused too, and the link
+	// keeps running on its last good kubeconfig.
+	execBefore = metricValue(t, s, execSeries)
+	paris2, err := secrets.Get(ctx, "cluster-credentials-paris", metav1.GetOptions{})
+	require.NoError(t, err)
+	paris2.Data[labels.LinkSecretKey] = execKubeconfig(t, paris, parisMarker)
+	_, err = secrets.Update(ctx, paris2, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	waitMetricAbove(t, s, execSeries, execBefore)
+	waitLogLine(t, s.Process, "link secret "+linkNS+`/cluster-credentials-paris refused (exec)`)
+	waitLogLine(t, s.Process, `keeping the running link to cluster "paris"`)
+	requireAlive(t, s.Process)
+	assert.Equal(t, values(parisEPs), answers(s.Ask(t, "udp", parisName, dns.TypeA)), "paris kept")
+	assert.NoFileExists(t, parisMarker, "the exec plugin ran")
+	assert.Empty(t, catcher.requests(), "the tokenFile kubeconfig sent requests")
+	s.Process.Stop()
+
+	// Allowed, the same Secrets are used: the commands run, west is
+	// answered through the exec credential, and the file's token goes to
+	// the server the kubeconfig names.
+	s2 := env.StartDNS(t, "east/coredns-mc", corefileFor(east, block+"        allow_insecure_kubeconfig exec files\n"))
+	eventuallyAnswers(t, s2, "nginx-svc-west."+ns+"."+zone, values(westEPs))
+	eventuallyAnswers(t, s2, parisName, values(parisEPs))
+	assert.FileExists(t, westMarker)
+	assert.FileExists(t, parisMarker)
+	require.Eventually(t, func() bool {
+		for _, h := range catcher.requests() {
+			if h == "Bearer pod-token" {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "the token of the file was not sent: %q", catcher.requests())
+	assert.Zero(t, metricValue(t, s2, execSeries)+metricValue(t, s2, filesSeries), "nothing refused when allowed")
+	out, err := os.ReadFile(s2.Process.LogPath)
+	require.NoError(t, err)
+	assert.NotContains(t, string(out), "refused (")
+}
+
+// mustLinkKubeconfig is the read-only link kubeconfig of remote.
+func mustLinkKubeconfig(t *testing.T, remote *harness.Cluster) []byte {
+	t.Helper()
+	kc, _ := linkKubeconfig(t, remote)
+	return kc
+}
+
+// The other refusals, one Secret each: plain http, a server whose
+// certificate is not verified, an auth-provider. Each is counted under its
+// reason.
+func TestRefusalReasons(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	const linkNS = "refused-links"
+	require.NoError(t, east.Apply(ctx, harness.Namespace(linkNS)))
+	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, "        link_secrets "+linkNS+"\n"))
+
+	good := mustLinkKubeconfig(t, west)
+	edit := func(f func(u *clientcmdapi.AuthInfo, c *clientcmdapi.Cluster)) []byte {
+		cfg, err := clientcmd.Load(good)
+		require.NoError(t, err)
+		ctxt := cfg.Contexts[cfg.CurrentContext]
+		f(cfg.AuthInfos[ctxt.AuthInfo], cfg.Clusters[ctxt.Cluster])
+		out, err := clientcmd.Write(*cfg)
+		require.NoError(t, err)
+		return out
+	}
+	for _, tc := range []struct {
+		cluster, reason string
+		kc              []byte
+	}{
+		{"plain", "http", edit(func(_ *clientcmdapi.AuthInfo, c *clientcmdapi.Cluster) {
+			c.Server = strings.Replace(c.Server, "https://", "http://", 1)
+		})},
+		{"unverified", "skip-tls-verify", edit(func(_ *clientcmdapi.AuthInfo, c *clientcmdapi.Cluster) {
+			c.InsecureSkipTLSVerify, c.CertificateAuthorityData = true, nil
+		})},
+		{"provider", "auth-provider", edit(func(u *clientcmdapi.AuthInfo, _ *clientcmdapi.Cluster) {
+			u.AuthProvider = &clientcmdapi.AuthProviderConfig{Name: "oidc", Config: map[string]string{"idp-issuer-url": "https://127.0.0.1:1"}}
+		})},
+	} {
+		series := `coredns_mcmirror_link_refused_total{reason="` + tc.reason + `"}`
+		before := metricValue(t, s, series)
+		_, err := east.Client.CoreV1().Secrets(linkNS).Create(ctx, linkSecret(linkNS, tc.cluster, tc.kc), metav1.CreateOptions{})
+		require.NoError(t, err)
+		waitMetricAbove(t, s, series, before)
+		waitLogLine(t, s.Process, "link secret "+linkNS+"/cluster-credentials-"+tc.cluster+" refused ("+tc.reason+")")
+	}
+	requireAlive(t, s.Process)
+	log, err := os.ReadFile(s.Process.LogPath)
+	require.NoError(t, err)
+	assert.NotContains(t, string(log), "Linked cluster plain")
+	assert.NotContains(t, string(log), "Linked cluster unverified")
+	assert.NotContains(t, string(log), "Linked cluster provider")
+}

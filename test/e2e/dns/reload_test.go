@@ -1,0 +1,107 @@
+package dns_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// startDNSWithFile is env.StartDNS with the Corefile at path, which the
+// test may rewrite: {READY} and {METRICS} are replaced by free ports once,
+// and the returned function writes a new body with the same ports.
+func startDNSWithFile(t *testing.T, name, path, corefile string) (*harness.DNSServer, func(string)) {
+	t.Helper()
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	port, readyPort, metricsPort := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
+	fill := strings.NewReplacer("{READY}", strconv.Itoa(readyPort), "{METRICS}", strconv.Itoa(metricsPort)).Replace
+	write := func(body string) {
+		// Rename, so that a reload never reads half a file.
+		tmp := path + ".new"
+		require.NoError(t, os.WriteFile(tmp, []byte(fill(body)), 0o644))
+		require.NoError(t, os.Rename(tmp, path))
+	}
+	write(corefile)
+	s := &harness.DNSServer{
+		Addr:       net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort),
+	}
+	s.Process = env.StartProcess(t, name, nil, bin, "-conf", path, "-dns.port", strconv.Itoa(port))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		done, err := s.Process.Exited()
+		require.False(c, done, "coredns-mc exited: %v\n%s", err, s.Process.Tail(20))
+		r := s.Ask(c, "udp", "kubernetes.default.svc.cluster.local.", dns.TypeA)
+		assert.Equal(c, dns.RcodeSuccess, r.Rcode)
+	}, 60*time.Second, 50*time.Millisecond, "coredns-mc ready")
+	return s, write
+}
+
+// ttlOf asks name and returns the answers and the TTL of the first record.
+func ttlOf(t require.TestingT, s *harness.DNSServer, name string) ([]string, uint32) {
+	r := s.Ask(t, "udp", name, dns.TypeA)
+	if len(r.Answer) == 0 {
+		return nil, 0
+	}
+	return answers(r), r.Answer[0].Header().Ttl
+}
+
+// A reload with a Corefile mistake keeps the running configuration
+// serving, and says where the mistake is; a good one is then taken.
+func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	const ns = "reload"
+	require.NoError(t, west.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
+	eps := waitEndpoints(t, west, ns, "nginx-svc", 1)
+
+	// reload's shortest interval is 2s.
+	withTTL := func(ttl string) string {
+		cf := corefileFor(east, links(t, west)+"        ttl "+ttl+"\n")
+		return strings.Replace(cf, "    errors\n", "    errors\n    reload 2s\n", 1)
+	}
+	path := filepath.Join(t.TempDir(), "Corefile")
+	s, write := startDNSWithFile(t, "east/coredns-mc", path, withTTL("11"))
+	name := "nginx-svc-west." + ns + "." + zone
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, ttl := ttlOf(c, s, name)
+		assert.Equal(c, values(eps), got)
+		assert.EqualValues(c, 11, ttl)
+	}, 30*time.Second, 50*time.Millisecond, "first configuration")
+
+	const failed = "coredns_reload_failed_total"
+	before := metricValue(t, s, failed)
+	bad := withTTL("99999")
+	write(bad)
+	badLine := 1 + strings.Count(bad[:strings.Index(bad, "ttl 99999")], "\n")
+
+	// Positive evidence: the reload was tried, failed, and said where.
+	waitMetricAbove(t, s, failed, before)
+	waitLogLine(t, s.Process, fmt.Sprintf("plugin/mcmirror: %s:%d - Error during parsing: ttl must be in range [0, 3600]: 99999", path, badLine))
+	requireAlive(t, s.Process)
+	got, ttl := ttlOf(t, s, name)
+	assert.Equal(t, values(eps), got, "the old configuration answers")
+	assert.EqualValues(t, 11, ttl, "the old configuration answers")
+
+	// A good Corefile is taken: the test would see a change.
+	write(withTTL("7"))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, ttl := ttlOf(c, s, name)
+		assert.Equal(c, values(eps), got)
+		assert.EqualValues(c, 7, ttl)
+	}, 30*time.Second, 50*time.Millisecond, "the good Corefile after the bad one")
+	requireAlive(t, s.Process)
+}

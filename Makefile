@@ -1,8 +1,9 @@
 # mcmirror. `make help` lists the targets.
 GO  ?= go
 BIN ?= bin
+FUZZTIME ?= 10s
 
-.PHONY: help build test e2e bench lint demo
+.PHONY: help build test e2e fuzz bench lint demo
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -10,8 +11,12 @@ help: ## list the targets
 build: ## build bin/coredns-mc
 	$(GO) build -o $(BIN)/coredns-mc ./cmd/coredns-mc
 
-test: ## unit and end-to-end tests with the race detector (builds test binaries once)
+test: ## unit and end-to-end tests with the race detector (builds test binaries once), then each fuzz target for FUZZTIME
 	test/tools/gotest.sh -race ./...
+	FUZZTIME=$(FUZZTIME) test/tools/fuzz.sh
+
+fuzz: ## each fuzz target for FUZZTIME (default 10s; FUZZTIME=10m for the long run)
+	FUZZTIME=$(FUZZTIME) test/tools/fuzz.sh
 
 e2e: ## only the end-to-end tests
 	test/tools/gotest.sh -race ./test/...
@@ -23,6 +28,6 @@ lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l . | tee /dev/stderr)"
 	$(GO) vet ./...
 
-demo: ## local clusters, with their kubeconfigs printed
+demo: ## clusters east, west and paris with a data plane, linked; prints curl and dig lines that work from a pod in east
 	test/tools/deps.sh
 	MCMIRROR_TESTBIN=$$(test/tools/build.sh) $(GO) run ./test/demo

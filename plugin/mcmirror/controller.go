@@ -223,6 +223,7 @@ func (c *controller) removeCluster(name string) {
 	linkSynced.DeleteLabelValues(name)
 	linkLastSync.DeleteLabelValues(name)
 	linkWatchErrors.DeleteLabelValues(name)
+	droppedAddresses.DeleteLabelValues(name)
 	programmingLatency.DeleteLabelValues(name)
 	for _, k := range objKinds {
 		linkObjects.DeleteLabelValues(name, k)

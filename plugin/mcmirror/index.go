@@ -108,6 +108,12 @@ type index struct {
 	// gateways are the clusters with gateway-mode members in each group.
 	health   *gatewayHealth
 	gateways map[groupKey][]string
+
+	// allowed are the allow-lists of the linked clusters that have one
+	// (allowed_cidrs): their flat-mode addresses outside are dropped.
+	allowed map[string]cidrs
+	// drops has each drop logged and counted once.
+	drops drops
 }
 
 type recordCounts struct{ a, aaaa, srv, ptr int }
@@ -146,13 +152,10 @@ func (x *index) lookup(name string) *entry {
 func (x *index) claimed(name, zone string) (nameKind, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	for s := name; len(s) > len(zone); {
-		i := strings.IndexByte(s, '.')
-		if i < 0 || i == len(s)-1 {
-			break
-		}
-		s = s[i+1:]
-		if _, ok := x.names[s]; ok {
+	// Label by label, as dns.NextLabel splits them: a dot escaped inside
+	// a label (`a\.nginx-svc-west`) does not make a name below ours.
+	for off, end := dns.NextLabel(name, 0); !end && len(name)-off > len(zone); off, end = dns.NextLabel(name, off) {
+		if _, ok := x.names[name[off:]]; ok {
 			if name[0] == '_' {
 				return kindSRV, true
 			}
@@ -275,6 +278,7 @@ type pod struct {
 // have a gateway-mode member in the group.
 func (x *index) build(k groupKey, health *healthState) (map[string]*entry, []string) {
 	var members []member
+	var dropped []dropped
 	for _, c := range x.src.Links() {
 		s := x.src.Service(c, k.ns, k.svc)
 		if s == nil || s.ExternalName {
@@ -287,13 +291,14 @@ func (x *index) build(k groupKey, health *healthState) (map[string]*entry, []str
 		}
 		m := member{cluster: c, rel: mname + "." + k.ns + ".svc"}
 		if s.Mode == labels.Flat {
-			x.endpoints(&m, s, x.src.Slices(c, k.ns, k.svc))
+			x.endpoints(&m, s, x.src.Slices(c, k.ns, k.svc), x.allowed[c], &dropped)
 		} else {
 			m.gateway = true
 			x.mirrors(&m, s, mname)
 		}
 		members = append(members, m)
 	}
+	x.drops.note(k, dropped)
 
 	out := map[string]*entry{}
 	if len(members) == 0 && x.src.Service(x.local, k.ns, k.svc) == nil {
@@ -302,7 +307,7 @@ func (x *index) build(k groupKey, health *healthState) (map[string]*entry, []str
 	if s := x.src.Service(x.local, k.ns, k.svc); s != nil && !s.ExternalName {
 		m := member{cluster: x.local, rel: k.svc + "." + k.ns + ".svc"}
 		if s.Headless {
-			x.endpoints(&m, s, x.src.Slices(x.local, k.ns, k.svc))
+			x.endpoints(&m, s, x.src.Slices(x.local, k.ns, k.svc), nil, nil)
 		} else {
 			m.ips, m.ports = s.ClusterIPs, s.Ports
 		}
@@ -413,10 +418,12 @@ func named(sls []*Slice) bool {
 // and the local cluster's headless Services. A headless Service gets one
 // name per pod (its hostname, or its address with dashes as CoreDNS's
 // kubernetes plugin names it); a ClusterIP one answers all its endpoints.
-func (x *index) endpoints(m *member, s *Service, sls []*Slice) {
+// Addresses allow does not allow are left out, and added to out.
+func (x *index) endpoints(m *member, s *Service, sls []*Slice, allow cidrs, out *[]dropped) {
 	byHost := map[string]int{}
 	seenIP := map[string]bool{}
 	for _, sl := range sls {
+		var bad []string
 		for _, e := range sl.Endpoints {
 			if !(e.Ready || s.PublishNotReady) {
 				continue
@@ -426,6 +433,10 @@ func (x *index) endpoints(m *member, s *Service, sls []*Slice) {
 					continue
 				}
 				seenIP[ip] = true
+				if !allow.allows(ip) {
+					bad = append(bad, ip)
+					continue
+				}
 				if !s.Headless {
 					m.ips = append(m.ips, ip)
 					m.ports = addPorts(m.ports, sl.Ports)
@@ -444,6 +455,9 @@ func (x *index) endpoints(m *member, s *Service, sls []*Slice) {
 				m.pods[i].ips = append(m.pods[i].ips, ip)
 				m.pods[i].ports = addPorts(m.pods[i].ports, sl.Ports)
 			}
+		}
+		if len(bad) > 0 && out != nil {
+			*out = append(*out, dropped{cluster: m.cluster, ns: sl.Namespace, slice: sl.Name, svc: s.Name, addrs: bad})
 		}
 	}
 	slices.SortFunc(m.pods, func(a, b pod) int { return cmp.Compare(a.host, b.host) })

@@ -12,6 +12,7 @@ package mcmirror
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -73,6 +74,10 @@ type Options struct {
 	// /peers), read every GatewayHealthInterval (zero means 2s).
 	GatewayHealthURL      string
 	GatewayHealthInterval time.Duration
+	// AllowedCIDRs bounds, per linked cluster, the flat-mode endpoint
+	// addresses answered (allowed_cidrs): a cluster without a list is not
+	// bounded, one with an empty list has none answered.
+	AllowedCIDRs map[string][]netip.Prefix
 }
 
 // defaultStartupTimeout is the startup_timeout of the Corefile.
@@ -139,6 +144,12 @@ func newWithSource(src source, o Options) (*MCMirror, error) {
 		}})
 	}
 	m.index = newIndex(src, o.Cluster, forward, o.TTL, reverse)
+	for c, l := range o.AllowedCIDRs {
+		if m.index.allowed == nil {
+			m.index.allowed = map[string]cidrs{}
+		}
+		m.index.allowed[c] = cidrs(l)
+	}
 	m.requeue = m.syncNow
 	if o.GatewayHealthURL != "" {
 		m.health = newGatewayHealth(o.GatewayHealthURL, o.GatewayHealthInterval, o.Cluster, m.gatewaysChanged)
@@ -217,6 +228,9 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 			// do not link, a Service nobody exports.
 			return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 		}
+		if isTransfer(q.Qtype) {
+			return dns.RcodeRefused, nil
+		}
 		if m.Fall.Through(qname) {
 			return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 		}
@@ -227,6 +241,9 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return m.negative(w, r, zi, kind, rcode)
 	}
 
+	if isTransfer(q.Qtype) {
+		return dns.RcodeRefused, nil
+	}
 	answer, extra := e.records(q.Qtype)
 	if len(answer) == 0 {
 		return m.negative(w, r, zi, e.kind, dns.RcodeSuccess) // NODATA
@@ -254,6 +271,10 @@ func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind nameK
 	return dns.RcodeSuccess, nil
 }
 
+// isTransfer reports whether qtype asks for a zone transfer, which mcmirror
+// refuses as the kubernetes plugin does: the server writes the REFUSED.
+func isTransfer(qtype uint16) bool { return qtype == dns.TypeAXFR || qtype == dns.TypeIXFR }
+
 // write makes msg fit the client's buffer, as the server would: truncated,
 // with TC set, over UDP; whole over TCP.
 func write(w dns.ResponseWriter, r *dns.Msg, msg *dns.Msg) {
@@ -270,7 +291,7 @@ func (m *MCMirror) zone(qname string) int {
 		if len(qname) < len(z) || !strings.HasSuffix(qname, z) {
 			continue
 		}
-		if len(qname) > len(z) && z != "." && qname[len(qname)-len(z)-1] != '.' {
+		if len(qname) > len(z) && z != "." && !labelBoundary(qname, len(qname)-len(z)-1) {
 			continue
 		}
 		if best < 0 || len(z) > len(m.Zones[best]) {
@@ -278,6 +299,20 @@ func (m *MCMirror) zone(qname string) int {
 		}
 	}
 	return best
+}
+
+// labelBoundary reports whether name[i] is a dot that ends a label: not
+// one escaped inside a label (`a\.b` is one label), which an odd number of
+// backslashes right before it makes.
+func labelBoundary(name string, i int) bool {
+	if name[i] != '.' {
+		return false
+	}
+	n := 0
+	for j := i - 1; j >= 0 && name[j] == '\\'; j-- {
+		n++
+	}
+	return n%2 == 0
 }
 
 // isReverse reports whether zone is a reverse zone, in-addr.arpa. and

@@ -2,6 +2,7 @@ package mcmirror
 
 import (
 	"github.com/coredns/coredns/plugin"
+	"github.com/mcmirror/mcmirror/internal/link"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,6 +88,32 @@ var (
 		Name:      "gateway_health_errors_total",
 		Help:      "Number of failed or unusable reads of the gateway_health URL.",
 	})
+
+	// linkRefused counts the link Secrets refused, by reason: a kubeconfig
+	// feature not allowed (exec, auth-provider, files, http,
+	// skip-tls-verify), or invalid, reserved, duplicate (link.Reason).
+	linkRefused = func() *prometheus.CounterVec {
+		c := promauto.NewCounterVec(prometheus.CounterOpts{
+			Namespace: plugin.Namespace,
+			Subsystem: "mcmirror",
+			Name:      "link_refused_total",
+			Help:      "Number of link Secrets refused, by reason (exec, auth-provider, files, http, skip-tls-verify, invalid, reserved, duplicate).",
+		}, []string{"reason"})
+		for _, r := range link.Reasons {
+			c.WithLabelValues(string(r))
+		}
+		return c
+	}()
+
+	// droppedAddresses counts the flat-mode endpoint addresses of a linked
+	// cluster left out of the answers for being outside its allowed_cidrs,
+	// when an EndpointSlice first shows them.
+	droppedAddresses = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "dropped_addresses_total",
+		Help:      "Number of endpoint addresses of a linked cluster not answered for being outside its allowed_cidrs, counted when an EndpointSlice first shows them.",
+	}, []string{"cluster"})
 
 	// programmingLatency is the time from a change in a cluster to the
 	// index answering with it.

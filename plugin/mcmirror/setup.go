@@ -1,6 +1,7 @@
 package mcmirror
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -15,8 +16,11 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/miekg/dns"
 
+	corev1 "k8s.io/api/core/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -59,12 +63,15 @@ type config struct {
 	secrets        bool
 	secretsNS      string
 	secretsSel     k8slabels.Selector // nil: every link Secret
+	allow          link.Allow         // allow_insecure_kubeconfig: what link Secrets' kubeconfigs may use
+	allowAt        string             // file:line of allow_insecure_kubeconfig; empty without it
 	exportSel      k8slabels.Selector
 	ttl            uint32
 	startupTimeout time.Duration
 	fall           fall.F
 	healthURL      string // gateway_health; empty without it
 	healthInterval time.Duration
+	allowed        allowedCIDRs // allowed_cidrs, by linked cluster
 }
 
 func parse(c *caddy.Controller) (*config, error) {
@@ -74,7 +81,7 @@ func parse(c *caddy.Controller) (*config, error) {
 	)
 	for i := 0; c.Next(); i++ {
 		if i > 0 {
-			return nil, plugin.ErrOnce
+			return nil, c.Errf("%v", plugin.ErrOnce) // with the file and line
 		}
 		if cfg, err = parseStanza(c); err != nil {
 			return nil, err
@@ -89,9 +96,14 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 	if !slices.ContainsFunc(cfg.zones, func(z string) bool { return !isReverse(z) }) {
 		return nil, c.Errf("non-reverse zone name must be used")
 	}
+	if err := checkZones(cfg.zones); err != nil {
+		return nil, c.Errf("%v", err)
+	}
 
+	seen := map[string]bool{} // properties given, for the ones that may not repeat
 	for c.NextBlock() {
-		switch prop := c.Val(); prop {
+		prop := c.Val()
+		switch prop {
 		case "cluster":
 			args := c.RemainingArgs()
 			if len(args) != 1 {
@@ -145,6 +157,9 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			if cfg.secrets {
 				return nil, c.Errf("link_secrets given twice")
 			}
+			if errs := validation.IsDNS1123Label(args[0]); len(errs) > 0 {
+				return nil, c.Errf("link_secrets: bad namespace %q: %s", args[0], strings.Join(errs, "; "))
+			}
 			cfg.secrets, cfg.secretsNS = true, args[0]
 			if len(args) > 1 {
 				sel, err := k8slabels.Parse(strings.Join(args[1:], " "))
@@ -177,6 +192,9 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			if len(args) != 1 {
 				return nil, c.ArgErr()
 			}
+			if seen["ttl"] {
+				return nil, c.Errf("ttl given twice")
+			}
 			t, err := strconv.Atoi(args[0])
 			if err != nil {
 				return nil, c.Errf("ttl: %q is not a number of seconds", args[0])
@@ -191,6 +209,9 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			if len(args) != 1 {
 				return nil, c.ArgErr()
 			}
+			if seen["startup_timeout"] {
+				return nil, c.Errf("startup_timeout given twice")
+			}
 			d, err := time.ParseDuration(args[0])
 			if err != nil {
 				return nil, c.Errf("startup_timeout: %v", err)
@@ -201,16 +222,40 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			cfg.startupTimeout = d
 
 		case "fallthrough":
+			if seen["fallthrough"] {
+				return nil, c.Errf("fallthrough given twice")
+			}
 			cfg.fall.SetZonesFromArgs(c.RemainingArgs())
+
+		case "allow_insecure_kubeconfig":
+			args := c.RemainingArgs()
+			if len(args) == 0 {
+				return nil, c.ArgErr()
+			}
+			if cfg.allowAt != "" {
+				return nil, c.Errf("allow_insecure_kubeconfig given twice")
+			}
+			for _, a := range args {
+				if err := cfg.allow.Set(a); err != nil {
+					return nil, c.Errf("allow_insecure_kubeconfig: %v", err)
+				}
+			}
+			cfg.allowAt = where(c)
 
 		case "gateway_health":
 			if err := parseGatewayHealth(c, cfg); err != nil {
 				return nil, err
 			}
 
+		case "allowed_cidrs":
+			if err := parseAllowedCIDRs(c, cfg); err != nil {
+				return nil, err
+			}
+
 		default:
 			return nil, c.Errf("unknown property '%s'", prop)
 		}
+		seen[prop] = true
 	}
 
 	if cfg.cluster == "" {
@@ -221,7 +266,28 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			return nil, fmt.Errorf("%s - Error during parsing: link %q has this cluster's name", cfg.linksAt[i], l.Name)
 		}
 	}
+	if cfg.allowAt != "" && !cfg.secrets {
+		return nil, fmt.Errorf("%s - Error during parsing: allow_insecure_kubeconfig without link_secrets: it applies to link Secrets only", cfg.allowAt)
+	}
+	if err := cfg.checkAllowedCIDRs(); err != nil {
+		return nil, err
+	}
 	return cfg, nil
+}
+
+// checkZones refuses the root zone: mcmirror answers in the cluster domain,
+// and the root would make every name of the Internet look like one of its
+// own, and "." the zone PTR records point into.
+func checkZones(zones []string) error {
+	for _, z := range zones {
+		if z == "." {
+			return errors.New(`zone "." is not a cluster domain: name it, as in "mcmirror cluster.local"`)
+		}
+		if _, ok := dns.IsDomainName(z); !ok {
+			return fmt.Errorf("zone %q is not a domain name", z)
+		}
+	}
+	return nil
 }
 
 // parseGatewayHealth parses gateway_health URL [INTERVAL].
@@ -277,6 +343,7 @@ func (cfg *config) build() (*MCMirror, error) {
 
 		GatewayHealthURL:      cfg.healthURL,
 		GatewayHealthInterval: cfg.healthInterval,
+		AllowedCIDRs:          cfg.allowed.lists,
 	})
 	if err != nil {
 		return nil, err
@@ -301,7 +368,11 @@ func (cfg *config) build() (*MCMirror, error) {
 			Namespace: cfg.secretsNS,
 			Selector:  cfg.secretsSel,
 			Reserved:  reserved,
+			Allow:     cfg.allow,
 			Logf:      log.Warningf,
+			OnRefused: func(_ *corev1.Secret, reason link.Reason, _ error) {
+				linkRefused.WithLabelValues(string(reason)).Inc()
+			},
 		})
 		if err != nil {
 			return nil, err

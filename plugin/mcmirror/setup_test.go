@@ -14,6 +14,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
 
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/clientcmd"
@@ -101,6 +102,22 @@ func TestParse(t *testing.T) {
 			}
 		}},
 
+		{"mcmirror {\ncluster east\nlink_secrets linkerd\nallow_insecure_kubeconfig exec files\n}", "", func(t *testing.T, c *config) {
+			if c.allow != (link.Allow{Exec: true, Files: true}) || c.allowAt != "Testfile:4" {
+				t.Errorf("allow_insecure_kubeconfig %+v at %q", c.allow, c.allowAt)
+			}
+		}},
+		{"mcmirror {\ncluster east\nlink_secrets linkerd\nallow_insecure_kubeconfig auth-provider http skip-tls-verify\n}", "", func(t *testing.T, c *config) {
+			if c.allow != (link.Allow{AuthProvider: true, HTTP: true, SkipTLSVerify: true}) {
+				t.Errorf("allow_insecure_kubeconfig %+v", c.allow)
+			}
+		}},
+		{"mcmirror {\ncluster east\nlink_secrets linkerd\n}", "", func(t *testing.T, c *config) {
+			if c.allow != (link.Allow{}) {
+				t.Errorf("allow_insecure_kubeconfig %+v without the option", c.allow)
+			}
+		}},
+
 		// Errors.
 		{"mcmirror", "no cluster", nil},
 		{"mcmirror {\n}", "no cluster", nil},
@@ -145,8 +162,19 @@ func TestParse(t *testing.T) {
 		{"mcmirror {\ncluster east\ngateway_health http://gw/peers -1s\n}", `gateway_health: bad interval "-1s": must be positive`, nil},
 		{"mcmirror {\ncluster east\ngateway_health http://gw/peers\ngateway_health http://gw2/peers\n}", "Testfile:4 - Error during parsing: gateway_health given twice", nil},
 		{"mcmirror {\ncluster east\nfoo bar\n}", "unknown property 'foo'", nil},
+		{"mcmirror {\ncluster east\nttl 5\nttl 6\n}", "Testfile:4 - Error during parsing: ttl given twice", nil},
+		{"mcmirror {\ncluster east\nstartup_timeout 5s\nstartup_timeout 6s\n}", "Testfile:4 - Error during parsing: startup_timeout given twice", nil},
+		{"mcmirror {\ncluster east\nfallthrough\nfallthrough a.example\n}", "Testfile:4 - Error during parsing: fallthrough given twice", nil},
+		{"mcmirror {\ncluster east\nlink_secrets Linkerd_Multicluster\n}", `Testfile:3 - Error during parsing: link_secrets: bad namespace "Linkerd_Multicluster"`, nil},
+		{"mcmirror {\ncluster east\nlink_secrets linkerd\nallow_insecure_kubeconfig\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nlink_secrets linkerd\nallow_insecure_kubeconfig exec everything\n}",
+			`Testfile:4 - Error during parsing: allow_insecure_kubeconfig: unknown value "everything" (want exec, auth-provider, files, http, skip-tls-verify)`, nil},
+		{"mcmirror {\ncluster east\nlink_secrets linkerd\nallow_insecure_kubeconfig exec\nallow_insecure_kubeconfig http\n}", "Testfile:5 - Error during parsing: allow_insecure_kubeconfig given twice", nil},
+		{"mcmirror {\ncluster east\nallow_insecure_kubeconfig exec\n}", "Testfile:3 - Error during parsing: allow_insecure_kubeconfig without link_secrets", nil},
+		{"mcmirror . {\ncluster east\n}", `Testfile:1 - Error during parsing: zone "." is not a cluster domain`, nil},
+		{"mcmirror cluster.local . {\ncluster east\n}", `zone "." is not a cluster domain`, nil},
 		{"mcmirror in-addr.arpa {\ncluster east\n}", "non-reverse zone name must be used", nil},
-		{"mcmirror {\ncluster east\n}\nmcmirror {\ncluster east\n}", "this plugin", nil}, // plugin.ErrOnce
+		{"mcmirror {\ncluster east\n}\nmcmirror {\ncluster east\n}", "Testfile:4 - Error during parsing: this plugin", nil}, // plugin.ErrOnce
 	}
 
 	for i, tc := range tests {
@@ -168,6 +196,21 @@ func TestParse(t *testing.T) {
 		if tc.check != nil {
 			tc.check(t, cfg)
 		}
+	}
+}
+
+// A server block for the root zone, with no zone on the mcmirror line,
+// would have mcmirror answer in ".".
+func TestParseRootServerBlock(t *testing.T) {
+	c := caddy.NewTestController("dns", "mcmirror {\ncluster east\n}")
+	c.ServerBlockKeys = []string{".:53"}
+	if _, err := parse(c); err == nil || !strings.Contains(err.Error(), `Testfile:1 - Error during parsing: zone "." is not a cluster domain`) {
+		t.Fatalf("error %v, want one refusing the root zone", err)
+	}
+	c = caddy.NewTestController("dns", "mcmirror cluster.local {\ncluster east\n}")
+	c.ServerBlockKeys = []string{".:53"}
+	if _, err := parse(c); err != nil {
+		t.Fatalf("a named zone in a root server block: %v", err)
 	}
 }
 

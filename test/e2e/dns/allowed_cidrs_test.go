@@ -1,0 +1,106 @@
+package dns_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// In flat mode a linked cluster chooses the addresses answered. With
+// `allowed_cidrs west 10.201.0.0/16`, an endpoint west publishes at east's
+// own API server ClusterIP is not answered, and counted and logged, while
+// west's allowed endpoints are; paris, linked without a list, is answered
+// whatever it publishes, as before.
+func TestAllowedCIDRs(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	const ns = "allowed"
+	apiSvc, err := east.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	require.NoError(t, err)
+	evil := apiSvc.Spec.ClusterIP // where a hostile cluster would send east's clients
+
+	publish := func(c *harness.Cluster, eps map[string]string) {
+		t.Helper()
+		require.NoError(t, c.Apply(ctx, selectorless(ns, "pinned")))
+		require.NoError(t, c.Apply(ctx, sliceOf(t, ns, "pinned", eps)))
+	}
+	publish(west, map[string]string{"good-0": "10.201.1.1"})
+	publish(paris, map[string]string{"evil-0": evil})
+
+	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west, paris)+"        allowed_cidrs west 10.201.0.0/16\n"))
+	name := func(c string) string { return "pinned-" + c + "." + ns + "." + zone }
+	eventuallyAnswers(t, s, name("west"), []string{"10.201.1.1"})
+	eventuallyAnswers(t, s, name("paris"), []string{evil}) // no list: off
+	const series = `coredns_mcmirror_dropped_addresses_total{cluster="west"}`
+	before, _ := s.Metric(t, series)
+	assert.Contains(t, []string{"", "0"}, before, "nothing dropped yet")
+
+	// West publishes east's API server next to a second allowed pod.
+	publish(west, map[string]string{"good-0": "10.201.1.1", "good-1": "10.201.1.2", "evil-0": evil})
+	// The change is seen: the new allowed address is answered.
+	eventuallyAnswers(t, s, name("west"), []string{"10.201.1.1", "10.201.1.2"})
+	assert.Equal(t, []string{"10.201.1.2"}, answers(s.Ask(t, "udp", "good-1."+name("west"), dns.TypeA)))
+	assert.Equal(t, dns.RcodeNameError, s.Ask(t, "udp", "evil-0."+name("west"), dns.TypeA).Rcode, "the pod outside is not answered")
+	assert.Equal(t, []string{"10.201.1.1", "10.201.1.2", evil}, answers(s.Ask(t, "udp", "pinned-global."+ns+"."+zone, dns.TypeA)),
+		"-global: west's allowed pods and paris's, which has no list")
+	after, ok := s.Metric(t, series)
+	assert.True(t, ok && after == "1", "one address dropped and counted: %q", after)
+	assert.Contains(t, s.Process.Tail(200), "publishes "+evil+", outside its allowed_cidrs", "the drop is logged")
+	done, err := s.Process.Exited()
+	require.False(t, done, "coredns-mc exited: %v", err)
+}
+
+// selectorless is a headless Service exported in flat mode without a
+// selector: its EndpointSlices are whatever the test writes.
+func selectorless(ns, name string) string {
+	return fmt.Sprintf(`
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: %[2]s, namespace: %[1]s, labels: {%[3]s: %[4]s}}
+spec:
+  clusterIP: None
+  ports: [{name: http, port: 80}]
+`, ns, name, labels.Exported, labels.ExportFlat)
+}
+
+// sliceOf is the EndpointSlice of Service ns/svc with one ready endpoint
+// per hostname → address.
+func sliceOf(t *testing.T, ns, svc string, eps map[string]string) string {
+	slice := &discoveryv1.EndpointSlice{
+		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: svc + "-manual", Namespace: ns,
+			Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "e2e"},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
+	}
+	for _, host := range slices.Sorted(maps.Keys(eps)) {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{eps[host]},
+			Hostname:   ptr(host),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+		})
+	}
+	b, err := json.Marshal(slice)
+	require.NoError(t, err)
+	return string(b)
+}

@@ -5,6 +5,8 @@
 //	coredns-mc [coredns flags]        the DNS server
 //	coredns-mc controller [flags]     the mirror controller
 //	coredns-mc gateway [flags]        the gateway: egress and ingress
+//	coredns-mc link [flags]           grant a cluster's read access and make the link Secret
+//	coredns-mc unlink [flags]         remove a link from both clusters
 package main
 
 import (

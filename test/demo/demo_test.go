@@ -1,14 +1,69 @@
 package main
 
-import "testing"
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
 
-// The demo's dig lines work: run it as `make demo` does, stopping after them.
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+func TestMain(m *testing.M) {
+	harness.ServeRoleIfAsked() // the demo's pods re-execute this binary
+	os.Exit(m.Run())
+}
+
+// TestDemo runs the demo as `make demo` does and, while it runs, pastes
+// every line it printed after "ready" into a shell, in order: each must
+// print what the demo said it prints.
 func TestDemo(t *testing.T) {
-	port, err := freePort()
+	var log strings.Builder
+	verified := 0
+	err := run(context.Background(), &log, func(printed string) error {
+		blocks := commands(printed)
+		if len(blocks) < 5 {
+			return fmt.Errorf("%d command lines printed, want at least 5:\n%s", len(blocks), printed)
+		}
+		for _, b := range blocks {
+			out, err := exec.Command("sh", "-c", b.cmd).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("$ %s: %v\n%s", b.cmd, err, out)
+			}
+			if got := strings.TrimSpace(string(out)); got != b.want {
+				return fmt.Errorf("$ %s\nprinted:\n%s\ngot:\n%s", b.cmd, b.want, got)
+			}
+			verified++
+		}
+		return nil
+	})
+	t.Logf("demo output:\n%s", log.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := run(port, true); err != nil {
-		t.Fatal(err)
+	t.Logf("%d printed lines give the printed output", verified)
+}
+
+type block struct{ cmd, want string }
+
+// commands finds the "$ command" lines of the demo's output and, for each,
+// the output lines that follow it up to a blank line.
+func commands(printed string) []block {
+	var out []block
+	lines := strings.Split(printed, "\n")
+	for i := 0; i < len(lines); i++ {
+		cmd, ok := strings.CutPrefix(lines[i], "$ ")
+		if !ok {
+			continue
+		}
+		var want []string
+		for i+1 < len(lines) && lines[i+1] != "" {
+			i++
+			want = append(want, lines[i])
+		}
+		out = append(out, block{cmd: cmd, want: strings.Join(want, "\n")})
 	}
+	return out
 }

@@ -1,193 +1,177 @@
-// Command demo runs mcmirror on this machine: clusters east, west and paris
-// (real API servers, KWOK pods), a StatefulSet exported by each, the mirror
-// controller and coredns-mc for east, and then the dig lines that reach
-// west's and paris's pods from east. It runs until interrupted. `make demo`
-// runs it.
+// Command demo runs mcmirror on this machine, with real bytes: clusters
+// east, west and paris, each with a data plane (a node network namespace
+// with kube-proxy, pods that run servers), StatefulSet nginx-set exported by
+// each, east linked to west and paris with `coredns-mc link`, and for east
+// the cluster DNS, the mirror controller and the gateway, with the
+// gateways of west and paris. Once all nine peers answer, it prints lines
+// to paste: curl from east's client pod by name to single remote pods, dig,
+// and how to export another Service and reach it. It runs until
+// interrupted. `make demo` runs it.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/miekg/dns"
-
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
-// nginx is an exported StatefulSet behind a headless Service.
-var nginx = harness.StatefulSet("default", "nginx-svc", "nginx-set", 3,
-	map[string]string{"mirror.linkerd.io/exported": "true"})
+var clusters = []string{"east", "west", "paris"}
 
-const corefile = `. {
-    bind 127.0.0.1
-    errors
-    ready 127.0.0.1:%[3]d
-    mcmirror cluster.local in-addr.arpa ip6.arpa {
-        cluster east
-        kubeconfig %[1]s
-%[2]s        fallthrough in-addr.arpa ip6.arpa
-    }
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        kubeconfig %[1]s
-        fallthrough in-addr.arpa ip6.arpa
-    }
-}
-`
+// linkNamespace is where east keeps its link Secrets.
+const linkNamespace = "mcmirror-links"
 
 func main() {
-	port := flag.Int("dns-port", 1053, "port of the demo's DNS server on 127.0.0.1")
-	check := flag.Bool("check", false, "stop after the dig lines instead of waiting for Ctrl-C")
+	harness.ServeRoleIfAsked() // the demo's pods are this program, re-executed
+	check := flag.Bool("check", false, "stop once the lines are printed instead of waiting for Ctrl-C")
 	flag.Parse()
-	if err := run(*port, *check); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Stdout, func(string) error {
+		if *check {
+			return nil
+		}
+		fmt.Println("\nCtrl-C stops everything.")
+		<-ctx.Done()
+		step(os.Stdout, "stopping")
+		return nil
+	})
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dnsPort int, check bool) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+// run starts everything, prints the lines, and calls ready with what it
+// printed after the "ready" step; everything stops when ready returns.
+func run(ctx context.Context, w io.Writer, ready func(printed string) error) error {
 	bin, err := harness.CorednsMC()
 	if err != nil {
 		return err
 	}
-
-	env := harness.New(harness.Options{Clusters: []harness.ClusterOptions{
-		{Name: "east", Workloads: true},
-		{Name: "west", Workloads: true},
-		{Name: "paris", Workloads: true},
-	}})
+	var opts []harness.ClusterOptions
+	for _, c := range clusters {
+		opts = append(opts, harness.ClusterOptions{Name: c, DataPlane: true})
+	}
+	env := harness.New(harness.Options{Clusters: opts})
 	defer env.Stop()
 	start := time.Now()
+	step(w, "starting clusters east, west and paris: API servers, kube-controller-manager, KWOK, and kube-proxy in a node namespace each")
 	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	step("starting clusters east, west and paris")
 	if err := env.Start(startCtx); err != nil {
 		return err
 	}
-	east := env.Cluster("east")
-	var links, flags []string
+	east, west := env.Cluster("east"), env.Cluster("west")
 	for _, c := range env.Clusters() {
-		if err := c.Apply(ctx, nginx); err != nil {
+		if err := c.Apply(ctx, nginx()); err != nil {
 			return err
 		}
-		if c == east {
-			continue
-		}
-		kc, err := c.LinkKubeconfig(ctx)
-		if err != nil {
-			return err
-		}
-		path := filepath.Join(env.Dir, c.Name+"-link.kubeconfig")
-		if err := os.WriteFile(path, kc, 0o600); err != nil {
-			return err
-		}
-		links = append(links, fmt.Sprintf("        link %s %s\n", c.Name, path))
-		flags = append(flags, "--link", c.Name+"="+path)
 	}
-	step(fmt.Sprintf("clusters up in %.1fs; each exports StatefulSet nginx-set (3 pods) behind headless nginx-svc", time.Since(start).Seconds()))
-
-	step("starting the mirror controller for east")
-	if _, err := env.Launch("east/controller", nil, append([]string{bin, "controller",
-		"--kubeconfig", east.Kubeconfig, "--cluster", "east",
-		// The gateway egress the mirrors point at; traffic is not part of
-		// this demo.
-		"--egress-address", "10.255.0.1", "--egress-ports", "30000-30999",
-		"--metrics-addr", "127.0.0.1:0"}, flags...)...); err != nil {
+	// web is west's second StatefulSet, not exported: the lines show how
+	// to export it.
+	if err := west.Apply(ctx, harness.StatefulSetWithPorts("default", "web", "web", 2, nil,
+		harness.ContainerPort{Name: "http", Port: 80})); err != nil {
 		return err
 	}
+	if err := east.Apply(ctx, harness.ClientPod("default", "client")+harness.Namespace(linkNamespace)); err != nil {
+		return err
+	}
+	step(w, fmt.Sprintf("clusters up in %.1fs; each runs StatefulSet nginx-set (3 pods) behind headless nginx-svc, exported", time.Since(start).Seconds()))
 
-	step("starting coredns-mc for east")
-	readyPort, err := freePort()
+	for _, name := range []string{"west", "paris"} {
+		step(w, "linking east to "+name+": coredns-mc link --cluster "+name)
+		cmd := exec.CommandContext(ctx, bin, "link", "--cluster", name,
+			"--kubeconfig", env.Cluster(name).Kubeconfig,
+			"--source-cluster", "east", "--source-kubeconfig", east.Kubeconfig,
+			"--link-namespace", linkNamespace)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("coredns-mc link %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+		}
+	}
+	step(w, "starting, for east, the cluster DNS, the mirror controller and the gateway egress; and west's and paris's gateway ingress")
+	fleet, err := env.LaunchFleet(ctx, harness.FleetOptions{Local: "east", Remotes: []string{"west", "paris"}, LinkSecrets: linkNamespace})
 	if err != nil {
-		return err
-	}
-	cf := filepath.Join(env.Dir, "Corefile")
-	if err := os.WriteFile(cf, fmt.Appendf(nil, corefile, east.Kubeconfig, strings.Join(links, ""), readyPort), 0o644); err != nil {
-		return err
-	}
-	if _, err := env.Launch("east/coredns-mc", nil, bin, "-conf", cf, "-dns.port", strconv.Itoa(dnsPort)); err != nil {
-		return err
-	}
-	server := net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsPort))
-	if err := waitFor(ctx, server, "nginx-set-2.nginx-svc-paris.default.svc.cluster.local.", dns.TypeA); err != nil {
 		return fmt.Errorf("%w (logs in %s)", err, filepath.Join(env.Dir, "logs"))
 	}
-	if err := waitFor(ctx, server, "nginx-set-2.nginx-svc-west.default.svc.cluster.local.", dns.TypeA); err != nil {
+	step(w, "waiting until east's client pod reaches all nine nginx-set peers (3 in each cluster) found by SRV")
+	if err := waitPeers(ctx, east, 9); err != nil {
 		return fmt.Errorf("%w (logs in %s)", err, filepath.Join(env.Dir, "logs"))
 	}
 
-	step("ready. From cluster east:")
-	p := strconv.Itoa(dnsPort)
-	for _, args := range [][]string{
-		{"+short", "nginx-set-0.nginx-svc-west.default.svc.cluster.local"},
-		{"+short", "nginx-svc-paris.default.svc.cluster.local"},
-		{"+short", "SRV", "_http._tcp.nginx-svc-global.default.svc.cluster.local"},
+	netns, _ := east.PodNetns("default", "client")
+	var b strings.Builder
+	out := io.MultiWriter(w, &b)
+	step(out, fmt.Sprintf("ready in %.1fs. From east's client pod (its network namespace, its resolv.conf), by name:", time.Since(start).Seconds()))
+	inPod := "ip netns exec " + netns + " "
+	dnsHost := fleet.DNS.Addr[:strings.LastIndexByte(fleet.DNS.Addr, ':')]
+	for _, line := range []string{
+		inPod + "curl -s http://nginx-set-0.nginx-svc-west/",
+		inPod + "curl -s http://nginx-set-2.nginx-svc-paris.default.svc.cluster.local/",
+		"dig @" + dnsHost + " +short nginx-set-0.nginx-svc-west.default.svc.cluster.local",
+		"dig @" + dnsHost + " +short SRV _http._tcp.nginx-svc-global.default.svc.cluster.local | sort",
 	} {
-		argv := append([]string{"@127.0.0.1", "-p", p}, args...)
-		fmt.Printf("\n$ dig %s\n", strings.Join(argv, " "))
-		out, err := exec.CommandContext(ctx, "dig", argv...).CombinedOutput()
-		os.Stdout.Write(out)
+		fmt.Fprintf(out, "\n$ %s\n", line)
+		res, err := exec.CommandContext(ctx, "sh", "-c", line).CombinedOutput()
+		out.Write(res)
 		if err != nil {
-			return fmt.Errorf("dig: %w", err)
+			return fmt.Errorf("%s: %w", line, err)
 		}
 	}
-	fmt.Printf("\nThe addresses are east's mirror ClusterIPs (%s), made by the controller.\n", east.ServiceCIDR)
+	fmt.Fprintf(out, "\nThe curl lines went through east's cluster DNS (%s, kube-dns), kube-proxy, east's gateway and, over mTLS, the remote gateway to the pod. dig's addresses are east's mirror ClusterIPs (%s).\n",
+		east.DNSServiceIP(), east.ServiceCIDR)
+
 	kubectl, err := harness.Binary("kubectl")
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nKubeconfigs, e.g. for the mirrors the controller made in east:\n")
-	fmt.Printf("  %s --kubeconfig %s get services -l mirror.linkerd.io/mirrored-service=true\n", kubectl, east.Kubeconfig)
+	fmt.Fprintf(out, "\nExport west's Service web (StatefulSet web, 2 pods) and reach its pod web-0 from east:\n")
+	fmt.Fprintf(out, "\n$ %s --kubeconfig %s label service web %s=%s\nservice/web labeled\n", kubectl, west.Kubeconfig, labels.Exported, labels.ExportGateway)
+	fmt.Fprintf(out, "\n$ timeout 60 sh -c 'until %scurl -sf http://web-0.web-west/; do sleep 1; done'\n%s\n",
+		inPod, harness.Identity("west", "default", "web-0"))
+	fmt.Fprintf(w, "\nKubeconfigs (e.g. %s --kubeconfig %s get services -l mirror.linkerd.io/mirrored-service=true):\n", kubectl, east.Kubeconfig)
 	for _, c := range env.Clusters() {
-		fmt.Printf("  %-6s %s\n", c.Name, c.Kubeconfig)
+		fmt.Fprintf(w, "  %-6s %s\n", c.Name, c.Kubeconfig)
 	}
-	fmt.Printf("Logs: %s\n", filepath.Join(env.Dir, "logs"))
-	if check {
-		return nil
-	}
-	fmt.Printf("\nTry more dig lines against 127.0.0.1 -p %d; Ctrl-C stops everything.\n", dnsPort)
-	<-ctx.Done()
-	step("stopping")
-	return nil
+	fmt.Fprintf(w, "Logs: %s\n", filepath.Join(env.Dir, "logs"))
+	return ready(b.String())
 }
 
-// waitFor waits until server answers name with at least one record.
-func waitFor(ctx context.Context, server, name string, qtype uint16) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+// nginx is the exported StatefulSet: HTTP on port 80, a TCP echo on 7.
+func nginx() string {
+	return harness.StatefulSetWithPorts("default", "nginx-svc", "nginx-set", 3,
+		map[string]string{labels.Exported: labels.ExportGateway},
+		harness.ContainerPort{Name: "http", Port: 80}, harness.ContainerPort{Name: "echo", Port: 7})
+}
+
+// waitPeers waits until the peer finder in east's client pod reaches n
+// peers.
+func waitPeers(ctx context.Context, east *harness.Cluster, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	c := &dns.Client{Timeout: time.Second}
-	m := new(dns.Msg)
-	m.SetQuestion(name, qtype)
+	var last string
 	for {
-		if r, _, err := c.ExchangeContext(ctx, m, server); err == nil && len(r.Answer) > 0 {
+		peers, err := east.FindPeers(ctx, "default", "client", "_http._tcp.nginx-svc-global.default.svc.cluster.local")
+		if err == nil && len(peers) == n {
 			return nil
 		}
+		last = fmt.Sprintf("%d peers, %v", len(peers), err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no answer for %s from %s", name, server)
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Errorf("not all %d peers reached within 2 minutes (last: %s)", n, last)
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
 
-func step(s string) { fmt.Printf("==> %s\n", s) }
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func step(w io.Writer, s string) { fmt.Fprintf(w, "==> %s\n", s) }

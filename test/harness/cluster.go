@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -59,8 +60,13 @@ type Cluster struct {
 	PodCIDR netip.Prefix
 	// Workloads says whether kube-controller-manager and KWOK run here.
 	Workloads bool
+	// DataPlane says whether the cluster has a node namespace with
+	// kube-proxy and real pods (ClusterOptions.DataPlane).
+	DataPlane bool
 
 	env   *Env
+	node  *node      // the simulated node's namespace, with a data plane
+	pods  *podRunner // makes the node's pods real, with a data plane
 	dir   string
 	index int
 	token string // admin bearer token
@@ -78,14 +84,14 @@ func (c *Cluster) startAPIServer(etcdURL string) error {
 	if err != nil {
 		return err
 	}
-	c.Server = "https://127.0.0.1:" + strconv.Itoa(port)
+	c.Server = "https://" + net.JoinHostPort(e.apiHost.String(), strconv.Itoa(port))
 	c.token = randomToken()
 	certs := filepath.Join(c.dir, "certs")
 	if err := os.MkdirAll(certs, 0o755); err != nil {
 		return err
 	}
 	crt, key := filepath.Join(certs, "apiserver.crt"), filepath.Join(certs, "apiserver.key")
-	if err := e.pki.serving(crt, key); err != nil {
+	if err := e.pki.serving(crt, key, e.apiHost); err != nil {
 		return err
 	}
 	tokens := filepath.Join(c.dir, "tokens.csv")
@@ -114,8 +120,8 @@ func (c *Cluster) startAPIServer(etcdURL string) error {
 		bin,
 		"--etcd-servers="+etcdURL,
 		"--etcd-prefix=/"+c.Name,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address="+e.apiHost.String(),
+		"--advertise-address="+e.apiHost.String(),
 		"--secure-port="+strconv.Itoa(port),
 		"--tls-cert-file="+crt,
 		"--tls-private-key-file="+key,
@@ -184,7 +190,7 @@ func (c *Cluster) startWorkloads() error {
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--node-lease-duration-seconds=40",
 		"--cidr="+c.PodCIDR.String(),
-		"--node-ip=127.0.0.1",
+		"--node-ip="+c.kwokNodeIP(),
 	); err != nil {
 		return err
 	}
@@ -377,4 +383,13 @@ func (c *Cluster) LabelService(ctx context.Context, ns, name, key, value string)
 		return fmt.Errorf("%s: %w", c.Name, err)
 	}
 	return nil
+}
+
+// kwokNodeIP is the address KWOK gives the node: the node's own with a data
+// plane (kube-proxy reads it), loopback otherwise.
+func (c *Cluster) kwokNodeIP() string {
+	if c.node != nil {
+		return c.node.ip.String()
+	}
+	return "127.0.0.1"
 }

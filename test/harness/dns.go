@@ -1,10 +1,12 @@
 package harness
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,42 +31,127 @@ type DNSServer struct {
 	Process *Process
 
 	readyURL string
+	hasReady bool // the Corefile runs the ready plugin
 }
 
 // StartDNS runs coredns-mc with corefile for the test t and waits until it
 // answers. In corefile, {READY} and {METRICS} are replaced by free ports for
-// the ready and prometheus plugins; the server block's DNS port is given by
-// -dns.port, so the block must not name one.
+// the ready and prometheus plugins, and {HOST} by 127.0.0.1, where they and
+// the server listen; the server block's DNS port is given by -dns.port, so
+// the block must not name one.
 func (e *Env) StartDNS(t testing.TB, name, corefile string) *DNSServer {
 	t.Helper()
-	bin, err := CorednsMC()
+	port := freeDNSPort(t)
+	return e.startDNS(t, name, corefile, netip.MustParseAddr("127.0.0.1"), port, func(argv ...string) *Process {
+		return e.StartProcess(t, name, nil, argv...)
+	})
+}
+
+// StartClusterDNS runs coredns-mc with corefile as cluster c's DNS, for the
+// test t: in c's node namespace on port 53, where kube-system/kube-dns
+// (DNSServiceIP) sends the queries of c's pods. {READY}, {METRICS} and
+// {HOST} are replaced as for StartDNS, {HOST} by the node's address.
+func (e *Env) StartClusterDNS(t testing.TB, c *Cluster, corefile string) *DNSServer {
+	t.Helper()
+	return e.startDNS(t, c.Name+"/cluster-dns", corefile, c.NodeIP(), 53, func(argv ...string) *Process {
+		return e.StartInNode(t, c, c.Name+"/cluster-dns", nil, argv...)
+	})
+}
+
+func (e *Env) startDNS(t testing.TB, name, corefile string, host netip.Addr, port int, start func(...string) *Process) *DNSServer {
+	t.Helper()
+	s, argv, err := newDNSServer(host, port, corefile, t.TempDir())
 	require.NoError(t, err)
-	port, readyPort, metricsPort := freeDNSPort(t), freeDNSPort(t), freeDNSPort(t)
-	corefile = strings.NewReplacer("{READY}", strconv.Itoa(readyPort), "{METRICS}", strconv.Itoa(metricsPort)).Replace(corefile)
-	path := filepath.Join(t.TempDir(), "Corefile")
-	require.NoError(t, os.WriteFile(path, []byte(corefile), 0o644))
-	s := &DNSServer{
-		Addr:       net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort),
-		readyURL:   fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort),
-	}
-	s.Process = e.StartProcess(t, name, nil, bin, "-conf", path, "-dns.port", strconv.Itoa(port))
+	s.Process = start(argv...)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		done, err := s.Process.Exited()
 		require.False(c, done, "coredns-mc exited: %v\n%s", err, s.Process.Tail(20))
-		if strings.Contains(corefile, "ready ") {
-			resp, err := http.Get(s.readyURL)
-			require.NoError(c, err)
-			resp.Body.Close()
-			require.Equal(c, http.StatusOK, resp.StatusCode)
-		}
-		// CoreDNS's ready plugin listens a moment before it knows which
-		// plugins to ask, and the DNS listeners open last: only an answer
-		// proves the server is up.
-		r := s.Ask(c, "udp", "kubernetes.default.svc.cluster.local.", dns.TypeA)
-		assert.Equal(c, dns.RcodeSuccess, r.Rcode)
+		assert.NoError(c, s.answers())
 	}, 60*time.Second, 50*time.Millisecond, "coredns-mc ready")
 	return s
+}
+
+// LaunchClusterDNS is StartClusterDNS outside tests (the demo): the server
+// runs until the environment stops.
+func (e *Env) LaunchClusterDNS(ctx context.Context, c *Cluster, corefile string) (*DNSServer, error) {
+	s, argv, err := newDNSServer(c.NodeIP(), 53, corefile, c.dir)
+	if err != nil {
+		return nil, err
+	}
+	if s.Process, err = e.LaunchInNode(c, c.Name+"/cluster-dns", nil, argv...); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var last error
+	err = e.poll(ctx, c.Name+"/cluster-dns", func(context.Context) (bool, error) {
+		if done, err := s.Process.Exited(); done {
+			return false, fmt.Errorf("coredns-mc exited: %v\n%s", err, s.Process.Tail(20))
+		}
+		last = s.answers()
+		return last == nil, nil
+	})
+	if err != nil && last != nil {
+		err = fmt.Errorf("%w (last: %v)", err, last)
+	}
+	return s, err
+}
+
+// newDNSServer writes corefile, with its placeholders replaced, into dir
+// and returns the server it describes and the command that runs it.
+func newDNSServer(host netip.Addr, port int, corefile, dir string) (*DNSServer, []string, error) {
+	bin, err := CorednsMC()
+	if err != nil {
+		return nil, nil, err
+	}
+	readyPort, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	metricsPort, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	corefile = strings.NewReplacer("{READY}", strconv.Itoa(readyPort), "{METRICS}", strconv.Itoa(metricsPort), "{HOST}", host.String()).Replace(corefile)
+	path := filepath.Join(dir, "Corefile")
+	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
+		return nil, nil, err
+	}
+	h := host.String()
+	s := &DNSServer{
+		Addr:       net.JoinHostPort(h, strconv.Itoa(port)),
+		MetricsURL: "http://" + net.JoinHostPort(h, strconv.Itoa(metricsPort)) + "/metrics",
+		readyURL:   "http://" + net.JoinHostPort(h, strconv.Itoa(readyPort)) + "/ready",
+		hasReady:   strings.Contains(corefile, "ready "),
+	}
+	return s, []string{bin, "-conf", path, "-dns.port", strconv.Itoa(port)}, nil
+}
+
+// answers reports why the server is not serving yet, or nil.
+func (s *DNSServer) answers() error {
+	if s.hasReady {
+		resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(s.readyURL)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", s.readyURL, resp.Status)
+		}
+	}
+	// CoreDNS's ready plugin listens a moment before it knows which
+	// plugins to ask, and the DNS listeners open last: only an answer
+	// proves the server is up.
+	m := new(dns.Msg)
+	m.SetQuestion("kubernetes.default.svc.cluster.local.", dns.TypeA)
+	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, s.Addr)
+	if err != nil {
+		return err
+	}
+	if r.Rcode != dns.RcodeSuccess {
+		return fmt.Errorf("kubernetes.default: %s", dns.RcodeToString[r.Rcode])
+	}
+	return nil
 }
 
 // Ask sends one query over network ("udp" or "tcp") and returns the reply.

@@ -31,6 +31,10 @@ type GatewayOptions struct {
 	Peers map[string]string
 	// Args are more flags, e.g. "--probe-interval", "1s".
 	Args []string
+	// InNode runs the gateway in the network namespace of its cluster's
+	// node, as a hostNetwork pod: ingress (port 4143), egress ports and
+	// metrics on the node's address. The cluster needs a data plane.
+	InNode bool
 }
 
 // Gateway is a `coredns-mc gateway` run for a test. It can be stopped and
@@ -56,25 +60,69 @@ type Gateway struct {
 // kubeconfig, for the test t, and waits until /readyz answers 200.
 func (e *Env) StartGateway(t testing.TB, c *Cluster, o GatewayOptions) *Gateway {
 	t.Helper()
-	bin, err := CorednsMC()
+	g, err := e.newGateway(c, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics := net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+	g.Start(t)
+	return g
+}
+
+// LaunchGateway is StartGateway outside tests (the demo): the gateway runs
+// until the environment stops.
+func (e *Env) LaunchGateway(c *Cluster, o GatewayOptions) (*Gateway, error) {
+	g, err := e.newGateway(c, o)
+	if err != nil {
+		return nil, err
+	}
+	p, err := e.Launch(g.name, nil, g.argv...)
+	if err != nil {
+		return nil, err
+	}
+	g.proc = p
+	return g, g.waitReady(p)
+}
+
+// newGateway works out a gateway's flags and addresses.
+func (e *Env) newGateway(c *Cluster, o GatewayOptions) (*Gateway, error) {
+	bin, err := CorednsMC()
+	if err != nil {
+		return nil, err
+	}
+	host := "127.0.0.1"
+	var argv []string
+	if o.InNode {
+		if c.node == nil {
+			return nil, fmt.Errorf("%s has no data plane", c.Name)
+		}
+		host = c.node.ip.String()
+		argv = []string{"ip", "netns", "exec", c.node.netns}
+	}
+	metricsPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	metrics := net.JoinHostPort(host, strconv.Itoa(metricsPort))
 	g := &Gateway{Cluster: c, MetricsURL: "http://" + metrics, env: e, name: c.Name + "/gateway"}
-	argv := []string{bin, "gateway",
+	argv = append(argv, bin, "gateway",
 		"--cluster", c.Name,
 		"--kubeconfig", c.Kubeconfig,
 		"--metrics-addr", metrics,
 		"--v", "3",
-	}
+	)
 	argv = append(argv, o.TLS.Args()...)
 	if o.Ingress {
-		g.IngressAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+		ingressPort := 4143 // a node is a namespace of its own
+		if !o.InNode {
+			if ingressPort, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+		g.IngressAddr = net.JoinHostPort(host, strconv.Itoa(ingressPort))
 	}
 	argv = append(argv, "--ingress-address", g.IngressAddr)
 	if o.Egress {
-		argv = append(argv, "--egress=true", "--egress-bind-address", "127.0.0.1")
+		argv = append(argv, "--egress=true", "--egress-bind-address", host)
 	} else {
 		argv = append(argv, "--egress=false")
 	}
@@ -82,8 +130,7 @@ func (e *Env) StartGateway(t testing.TB, c *Cluster, o GatewayOptions) *Gateway 
 		argv = append(argv, "--peer", name+"="+o.Peers[name])
 	}
 	g.argv = append(argv, o.Args...)
-	g.Start(t)
-	return g
+	return g, nil
 }
 
 // Start starts the gateway, again after Stop, with the same flags and
@@ -101,21 +148,29 @@ func (g *Gateway) Start(t testing.TB) {
 	p := g.env.StartProcess(t, g.name, nil, g.argv...)
 	g.proc = p
 	g.mu.Unlock()
+	if err := g.waitReady(p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReady waits until the gateway's /readyz answers 200, for a minute at
+// most.
+func (g *Gateway) waitReady(p *Process) error {
 	deadline := time.Now().Add(60 * time.Second)
 	client := &http.Client{Timeout: 2 * time.Second}
 	for {
 		if done, err := p.Exited(); done {
-			t.Fatalf("%s exited while starting: %v\n%s", g.name, err, p.Tail(30))
+			return fmt.Errorf("%s exited while starting: %v\n%s", g.name, err, p.Tail(30))
 		}
 		resp, err := client.Get(g.MetricsURL + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within a minute (last: %v)\n%s", g.name, err, p.Tail(30))
+			return fmt.Errorf("%s not ready within a minute (last: %v)\n%s", g.name, err, p.Tail(30))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

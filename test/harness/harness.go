@@ -12,6 +12,33 @@
 //
 //	func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
 //
+// # What is real and what is simulated
+//
+// Real: etcd, kube-apiserver, kube-controller-manager (the EndpointSlice,
+// StatefulSet and token controllers), RBAC and ServiceAccount tokens, the
+// coredns-mc processes, and, in a cluster started with DataPlane, the
+// network: kube-proxy v1.32.3 in nftables mode in the node's network
+// namespace programs every Service (mirror ClusterIPs included), each pod
+// has a network namespace of its own with its pod IP, veth-linked to its
+// node, a server on every container port and the resolv.conf the kubelet
+// would write (cluster DNS, search path, ndots:5), so that curl and Go
+// clients run in a pod (Cluster.Exec, GoFetch, FindPeers) resolve with the
+// system resolver and connect through kube-proxy as on a real node.
+//
+// Simulated: the node and the kubelet. KWOK marks pods Running and Ready
+// and gives them IPs; there are no containers, images or probes: the
+// harness runs one server per pod (Identity on every port: HTTP on ports
+// named http or http-*, a greeting and echo otherwise), and a pod of
+// ClientImage runs nothing. There is one node per cluster and no
+// scheduler (pods set spec.nodeName). A LoadBalancer Service gets no
+// address. The clusters' nodes share one bridge on the host: in gateway
+// mode (the default) they reach each other's node addresses only, so
+// traffic between clusters can only go through the gateways; with
+// RoutePodsBetweenClusters(true) they route each other's pod CIDRs, as
+// flat mode needs. Nodes have no default route, and the host holds
+// blackhole routes for every range the harness uses: no test packet leaves
+// the machine.
+//
 // Every process the harness starts is stopped when the package's tests end,
 // when the test that started it ends, and, should the test binary die, by the
 // kernel. Logs stay in the environment's directory; a failed test prints what
@@ -46,6 +73,14 @@ type ClusterOptions struct {
 	Name string
 	// Workloads runs kube-controller-manager and KWOK in this cluster.
 	Workloads bool
+	// DataPlane makes the cluster's Services and pods real (it implies
+	// Workloads): its simulated node gets a network namespace with
+	// kube-proxy programming the Services, every pod KWOK runs there gets a
+	// namespace with its pod IP and a server on its container ports, and
+	// kube-system/kube-dns points at the node, where StartClusterDNS runs a
+	// DNS server. The API servers of every cluster then listen on the node
+	// network's host address instead of 127.0.0.1.
+	DataPlane bool
 }
 
 // Env is a set of running clusters.
@@ -63,6 +98,8 @@ type Env struct {
 	clusters []*Cluster
 	byName   map[string]*Cluster
 	pods     *podNet
+	nodes    *nodeNet   // nil unless a cluster has a data plane
+	apiHost  netip.Addr // where the API servers listen
 
 	mu     sync.Mutex
 	procs  []*Process     // every process ever started, in start order
@@ -132,13 +169,23 @@ func (e *Env) Start(ctx context.Context) error {
 	if e.pods, err = newPodNet(); err != nil {
 		return err
 	}
+	e.apiHost = netip.MustParseAddr("127.0.0.1")
+	for _, co := range e.opts.Clusters {
+		if co.DataPlane && e.nodes == nil {
+			if e.nodes, err = newNodeNet(); err != nil {
+				return err
+			}
+			e.apiHost = e.nodes.host
+		}
+	}
 	if err := e.startEtcd(ctx); err != nil {
 		return err
 	}
 	for i, co := range e.opts.Clusters {
 		c := &Cluster{
 			Name:      co.Name,
-			Workloads: co.Workloads,
+			Workloads: co.Workloads || co.DataPlane,
+			DataPlane: co.DataPlane,
 			env:       e,
 			index:     i,
 			dir:       filepath.Join(e.Dir, co.Name),
@@ -154,6 +201,11 @@ func (e *Env) Start(ctx context.Context) error {
 		}
 		e.clusters = append(e.clusters, c)
 		e.byName[c.Name] = c
+		if c.DataPlane {
+			if c.node, err = e.nodes.addNode(c, i); err != nil {
+				return err
+			}
+		}
 	}
 	return e.parallel(ctx, func(ctx context.Context, c *Cluster) error {
 		if err := c.startAPIServer(e.etcdURL); err != nil {
@@ -168,7 +220,13 @@ func (e *Env) Start(ctx context.Context) error {
 		if err := c.startWorkloads(); err != nil {
 			return err
 		}
-		return c.waitWorkloads(ctx)
+		if err := c.waitWorkloads(ctx); err != nil {
+			return err
+		}
+		if !c.DataPlane {
+			return nil
+		}
+		return c.startDataPlane(ctx)
 	})
 }
 
@@ -251,6 +309,12 @@ func (e *Env) startEtcd(ctx context.Context) error {
 // Stop stops every process in reverse start order and removes the pod
 // network namespaces. It is safe to call more than once.
 func (e *Env) Stop() {
+	// Pods first, so that no pod is made real while the clusters go.
+	for _, c := range e.clusters {
+		if c.pods != nil {
+			c.pods.stop()
+		}
+	}
 	e.mu.Lock()
 	procs := append([]*Process(nil), e.procs...)
 	e.mu.Unlock()
@@ -261,6 +325,9 @@ func (e *Env) Stop() {
 	}
 	if e.pods != nil {
 		e.pods.removeAll()
+	}
+	if e.nodes != nil {
+		e.nodes.removeAll()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/netip"
 	"os"
 	"time"
 )
@@ -48,9 +49,9 @@ func newPKI() (*pki, error) {
 	return &pki{caCert: cert, caKey: key, CAPEM: pemBlock("CERTIFICATE", der)}, nil
 }
 
-// serving writes a serving certificate for the loopback addresses and the
-// in-cluster API names to certPath and keyPath.
-func (p *pki) serving(certPath, keyPath string) error {
+// serving writes a serving certificate for the loopback addresses, the
+// in-cluster API names and host to certPath and keyPath.
+func (p *pki) serving(certPath, keyPath string, host netip.Addr) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -68,6 +69,9 @@ func (p *pki) serving(certPath, keyPath string) error {
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	if !host.IsLoopback() {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, host.AsSlice())
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
 	if err != nil {

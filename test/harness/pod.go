@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,7 +174,16 @@ func sweepStaleNetns() {
 			_ = ip("route", "del", "blackhole", p.String(), "metric", strconv.Itoa(pid))
 		}
 	}
-	entries, err := os.ReadDir("/run/netns")
+	sweepStaleBridges()
+	for _, dir := range []string{"/run/netns", "/etc/netns"} {
+		sweepStaleNames(dir)
+	}
+}
+
+// sweepStaleNames deletes the namespaces (under /run/netns) or their
+// configuration directories (under /etc/netns) of runs that are gone.
+func sweepStaleNames(dir string) {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
@@ -187,14 +197,23 @@ func sweepStaleNetns() {
 		if !ok || err != nil || alive(pid) {
 			continue
 		}
-		_ = ip("netns", "del", e.Name())
+		if dir == "/run/netns" {
+			_ = ip("netns", "del", e.Name())
+		} else {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
 	}
 }
 
 // podRange holds every block the harness picks pod addresses from.
 var podRange = netip.MustParsePrefix("10.248.0.0/13")
 
-// blackholes returns the blackhole routes in podRange with their metric
+// heldRange holds every range the harness adds blackhole routes for: pod
+// blocks, node networks, and the pod and service CIDRs of clusters with a
+// data plane.
+var heldRange = netip.MustParsePrefix("10.0.0.0/8")
+
+// blackholes returns the blackhole routes in heldRange with their metric
 // (the PID of the harness run that added them).
 func blackholes() map[netip.Prefix]int {
 	out, err := exec.Command("ip", "-4", "route", "show", "type", "blackhole").Output()
@@ -208,7 +227,7 @@ func blackholes() map[netip.Prefix]int {
 			continue
 		}
 		p, err := netip.ParsePrefix(f[1])
-		if err != nil || !podRange.Overlaps(p) {
+		if err != nil || !heldRange.Overlaps(p) {
 			continue
 		}
 		metric := 0

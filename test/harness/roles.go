@@ -37,6 +37,26 @@ func runRoleIfAsked() {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	case "pod":
+		if err := servePod(); err != nil {
+			fmt.Fprintln(os.Stderr, "pod:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	case "fetch":
+		out, err := fetch(os.Getenv("MCMIRROR_FETCH"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fetch:", err)
+			os.Exit(1)
+		}
+		fmt.Println(out)
+		os.Exit(0)
+	case "peers":
+		if err := findPeers(os.Getenv("MCMIRROR_PEERS")); err != nil {
+			fmt.Fprintln(os.Stderr, "peers:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	default:
 		fmt.Fprintf(os.Stderr, "harness: unknown role %q\n", role)
 		os.Exit(2)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # build.sh builds the control-plane binaries the e2e tests run (kube-apiserver,
-# kube-controller-manager, kubectl, etcd, kwok) from their Go modules, once per version,
+# kube-controller-manager, kube-proxy, kubectl, etcd, kwok) from their Go modules, once per version,
 # and caches them outside the work tree. It prints the directory that holds
 # them. A second run with nothing changed only checks the cache.
 #
@@ -49,7 +49,7 @@ kube_ldflags() {
 	echo "$f"
 }
 
-build_kube() { go build -trimpath -ldflags "$(kube_ldflags)" -o "$1/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl; }
+build_kube() { go build -trimpath -ldflags "$(kube_ldflags)" -o "$1/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-proxy; }
 build_etcd() { go build -trimpath -ldflags "-s -w" -o "$1/etcd" .; }
 build_kwok() { go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$kwok_version" -o "$1/kwok" sigs.k8s.io/kwok/cmd/kwok; }
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # deps.sh installs the Debian packages the tests and the demo use, when they
 # are missing: dig (dnsutils), ip (iproute2), ps (procps), flock (util-linux),
-# openssl (the deploy README's certificate recipe is run by a test).
+# openssl (the deploy README's certificate recipe is run by a test), nft
+# (nftables: kube-proxy programs the data plane's Services with it) and curl
+# (the walkthrough's client).
 # Extra package names may be given as arguments (make bench adds dnsperf).
 set -euo pipefail
 
-declare -A cmd_pkg=([dig]=dnsutils [ip]=iproute2 [ps]=procps [flock]=util-linux [taskset]=util-linux [openssl]=openssl)
+declare -A cmd_pkg=([dig]=dnsutils [ip]=iproute2 [ps]=procps [flock]=util-linux [taskset]=util-linux [openssl]=openssl [nft]=nftables [curl]=curl)
 need=()
 for cmd in "${!cmd_pkg[@]}"; do
 	command -v "$cmd" >/dev/null 2>&1 || need+=("${cmd_pkg[$cmd]}")

@@ -1,0 +1,54 @@
+package walkthrough_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// mode is one way of exporting: the namespace the walkthrough's
+// StatefulSets live in for it, and the export label's value.
+type mode struct {
+	name   string
+	ns     string
+	export string
+	// flat: pod IPs are routed between the clusters' nodes. Without it
+	// (gateway mode) the nodes reach each other and nothing else.
+	flat bool
+}
+
+var (
+	gatewayMode = mode{name: "gateway", ns: "default", export: labels.ExportGateway}
+	flatMode    = mode{name: "flat", ns: "flat", export: labels.ExportFlat, flat: true}
+)
+
+// startFleet exports nginx-set from every cluster in both modes'
+// namespaces, puts a client pod in east, and starts east's DNS, controller
+// and gateway and west's and paris's gateways. They run until the
+// package's tests end.
+func startFleet(t *testing.T) *harness.Fleet {
+	t.Helper()
+	ctx := context.Background()
+	east := env.Cluster("east")
+	for _, c := range env.Clusters() {
+		for _, m := range []mode{gatewayMode, flatMode} {
+			require.NoError(t, c.Apply(ctx, harness.Namespace(m.ns)+nginx(m, replicas)))
+		}
+	}
+	require.NoError(t, east.Apply(ctx, harness.ClientPod("default", "client")))
+	f, err := env.LaunchFleet(ctx, harness.FleetOptions{Local: "east", Remotes: remotes})
+	require.NoError(t, err)
+	return f
+}
+
+// nginx is the walkthrough's StatefulSet for mode m: nginx-set behind
+// headless nginx-svc, HTTP on port 80 and a TCP echo on port 7.
+func nginx(m mode, n int) string {
+	return harness.StatefulSetWithPorts(m.ns, "nginx-svc", "nginx-set", n,
+		map[string]string{labels.Exported: m.export},
+		harness.ContainerPort{Name: "http", Port: 80}, harness.ContainerPort{Name: "echo", Port: echoPort})
+}

@@ -1,0 +1,156 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// kubeProxyHealthPort is where kube-proxy serves /healthz, on the node's
+// address (each node is a namespace of its own, so one port fits all).
+const kubeProxyHealthPort = 10256
+
+// NodeIP is the address of the cluster's simulated node on the node
+// network: what its kube-proxy, cluster DNS and gateway listen on, and what
+// other clusters' nodes reach it at. It is invalid without a data plane.
+func (c *Cluster) NodeIP() netip.Addr {
+	if c.node == nil {
+		return netip.Addr{}
+	}
+	return c.node.ip
+}
+
+// NodeNetns is the name of the node's network namespace ("" without a data
+// plane).
+func (c *Cluster) NodeNetns() string {
+	if c.node == nil {
+		return ""
+	}
+	return c.node.netns
+}
+
+// DNSServiceIP is the ClusterIP of the cluster DNS Service, kube-system/
+// kube-dns: the tenth address of the service CIDR, as kubeadm picks it.
+// Every pod's resolv.conf names it. It answers once a test runs a cluster
+// DNS server with StartClusterDNS.
+func (c *Cluster) DNSServiceIP() netip.Addr {
+	a := c.ServiceCIDR.Addr().As4()
+	a[3] += 10
+	return netip.AddrFrom4(a)
+}
+
+// startDataPlane gives a cluster whose node is Ready a cluster DNS Service,
+// starts kube-proxy in the node's namespace and waits until it serves, and
+// starts running the node's pods.
+func (c *Cluster) startDataPlane(ctx context.Context) error {
+	if err := c.createDNSService(ctx); err != nil {
+		return err
+	}
+	bin, err := Binary("kube-proxy")
+	if err != nil {
+		return err
+	}
+	health := net.JoinHostPort(c.node.ip.String(), strconv.Itoa(kubeProxyHealthPort))
+	if _, err := c.env.startProcess(c.Name+"/kube-proxy", nil,
+		"ip", "netns", "exec", c.node.netns, bin,
+		"--kubeconfig="+c.Kubeconfig,
+		"--proxy-mode=nftables",
+		"--hostname-override="+NodeName,
+		"--cluster-cidr="+c.PodCIDR.String(),
+		"--conntrack-max-per-core=0",
+		"--metrics-bind-address=127.0.0.1:10249",
+		"--healthz-bind-address="+health,
+	); err != nil {
+		return err
+	}
+	client := &http.Client{Timeout: time.Second}
+	if err := c.env.poll(ctx, c.Name+"/kube-proxy", func(context.Context) (bool, error) {
+		resp, err := client.Get("http://" + health + "/healthz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		return err
+	}
+	c.pods = newPodRunner(c)
+	return c.pods.start()
+}
+
+// createDNSService creates kube-system/kube-dns at DNSServiceIP, port 53
+// over UDP and TCP, with an EndpointSlice that points at the node's
+// address, where StartClusterDNS runs the server.
+func (c *Cluster) createDNSService(ctx context.Context) error {
+	ports := []corev1.ServicePort{
+		{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP},
+		{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP},
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: metav1.NamespaceSystem},
+		Spec:       corev1.ServiceSpec{ClusterIP: c.DNSServiceIP().String(), Ports: ports},
+	}
+	if _, err := c.Client.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%s: cluster DNS Service: %w", c.Name, err)
+	}
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns-node", Namespace: metav1.NamespaceSystem, Labels: map[string]string{
+			discoveryv1.LabelServiceName: "kube-dns",
+			discoveryv1.LabelManagedBy:   "harness.mcmirror.dev",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses:  []string{c.node.ip.String()},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true)},
+			NodeName:   ptrTo(NodeName),
+		}},
+	}
+	for _, p := range ports {
+		es.Ports = append(es.Ports, discoveryv1.EndpointPort{Name: ptrTo(p.Name), Port: ptrTo(p.Port), Protocol: ptrTo(p.Protocol)})
+	}
+	if _, err := c.Client.DiscoveryV1().EndpointSlices(es.Namespace).Create(ctx, es, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%s: cluster DNS EndpointSlice: %w", c.Name, err)
+	}
+	return nil
+}
+
+// StartInNode starts argv in the network namespace of c's node, as a
+// hostNetwork pod runs, for the test t: it reaches the API servers, its own
+// cluster's pods and ClusterIPs, and the other nodes; the host reaches it
+// at NodeIP.
+func (e *Env) StartInNode(t testing.TB, c *Cluster, name string, env []string, argv ...string) *Process {
+	t.Helper()
+	if c.node == nil {
+		t.Fatalf("%s has no data plane", c.Name)
+	}
+	return e.StartProcess(t, name, env, append([]string{"ip", "netns", "exec", c.node.netns}, argv...)...)
+}
+
+// LaunchInNode is StartInNode outside tests (the demo): Stop stops it.
+func (e *Env) LaunchInNode(c *Cluster, name string, env []string, argv ...string) (*Process, error) {
+	if c.node == nil {
+		return nil, fmt.Errorf("%s has no data plane", c.Name)
+	}
+	return e.Launch(name, env, append([]string{"ip", "netns", "exec", c.node.netns}, argv...)...)
+}
+
+// RoutePodsBetweenClusters turns the routes between the nodes for each
+// other's pod CIDRs on (flat mode: a pod reaches another cluster's pod IPs)
+// or off (gateway mode, the default: only nodes reach each other, so
+// traffic between clusters goes through the gateways).
+func (e *Env) RoutePodsBetweenClusters(on bool) error {
+	if e.nodes == nil {
+		return fmt.Errorf("harness: no cluster has a data plane")
+	}
+	return e.nodes.setFlat(on)
+}

@@ -8,8 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 func TestLinkFlag(t *testing.T) {
@@ -38,15 +36,7 @@ func TestControllerFlags(t *testing.T) {
 	dir := t.TempDir()
 	// A kubeconfig of a server nothing listens on: a mistake must be found
 	// before it is dialled.
-	kc := filepath.Join(dir, "east.kubeconfig")
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["east"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
-	cfg.AuthInfos["east"] = &clientcmdapi.AuthInfo{Token: "t"}
-	cfg.Contexts["east"] = &clientcmdapi.Context{Cluster: "east", AuthInfo: "east"}
-	cfg.CurrentContext = "east"
-	require.NoError(t, clientcmd.WriteToFile(*cfg, kc))
-	garbage := filepath.Join(dir, "garbage.kubeconfig")
-	require.NoError(t, os.WriteFile(garbage, []byte("::: ["), 0o600))
+	kc, garbage := testKubeconfigs(t, dir)
 	base := []string{"--cluster", "east", "--kubeconfig", kc, "--egress-address", "10.0.0.1", "--egress-ports", "1-2", "--metrics-addr", ""}
 	with := func(extra ...string) []string { return append(append([]string(nil), base...), extra...) }
 

@@ -86,15 +86,7 @@ func runCorednsMC(t *testing.T, combined bool, args ...string) (int, string) {
 // one line that names the file and the line of the mistake.
 func TestCorefileMistakes(t *testing.T) {
 	dir := t.TempDir()
-	kc := filepath.Join(dir, "east.kubeconfig")
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["east"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
-	cfg.AuthInfos["east"] = &clientcmdapi.AuthInfo{Token: "t"}
-	cfg.Contexts["east"] = &clientcmdapi.Context{Cluster: "east", AuthInfo: "east"}
-	cfg.CurrentContext = "east"
-	require.NoError(t, clientcmd.WriteToFile(*cfg, kc))
-	garbage := filepath.Join(dir, "garbage.kubeconfig")
-	require.NoError(t, os.WriteFile(garbage, []byte("::: ["), 0o600))
+	kc, garbage := testKubeconfigs(t, dir)
 	missing := filepath.Join(dir, "missing.kubeconfig")
 
 	// Each body goes into the mcmirror block after its "mcmirror ZONE {"
@@ -142,4 +134,21 @@ func TestCorefileMistakes(t *testing.T) {
 			assert.Equal(t, 1, strings.Count(out, "plugin/mcmirror: "), "one error line:\n%s", out)
 		})
 	}
+}
+
+// testKubeconfigs writes into dir a kubeconfig of a server nothing listens
+// on (a mistake must be found before it is dialled) and a file that is no
+// kubeconfig at all, and returns their paths.
+func testKubeconfigs(t *testing.T, dir string) (kc, garbage string) {
+	t.Helper()
+	kc = filepath.Join(dir, "east.kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["east"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	cfg.AuthInfos["east"] = &clientcmdapi.AuthInfo{Token: "t"}
+	cfg.Contexts["east"] = &clientcmdapi.Context{Cluster: "east", AuthInfo: "east"}
+	cfg.CurrentContext = "east"
+	require.NoError(t, clientcmd.WriteToFile(*cfg, kc))
+	garbage = filepath.Join(dir, "garbage.kubeconfig")
+	require.NoError(t, os.WriteFile(garbage, []byte("::: ["), 0o600))
+	return kc, garbage
 }

@@ -532,14 +532,16 @@ func (c *controller) reflector(cl *cluster, w int, obj runtime.Object, selector 
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
+			done := cl.watchdog(ctx, w)
 			l, err := list(ctx, o)
-			cl.apiResult(ctx, w, err)
+			done(err)
 			return l, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = selector
+			done := cl.watchdog(ctx, w)
 			wi, err := watchf(ctx, o)
-			cl.apiResult(ctx, w, err)
+			done(err)
 			return wi, err
 		},
 	}
@@ -548,6 +550,36 @@ func (c *controller) reflector(cl *cluster, w int, obj runtime.Object, selector 
 		Name:    "mcmirror/" + cl.name + "/" + watchNames[w],
 		Backoff: &backoff,
 	})
+}
+
+// noAnswerAfter is how long a list or watch of a cluster may go without an
+// answer before the cluster counts as unreachable: client-go retries a
+// watch whose TLS handshake times out (10 s) up to ten times before it
+// returns, and a server may accept and never answer.
+var noAnswerAfter = 15 * time.Second
+
+var errNoAnswer = fmt.Errorf("no answer within %s", noAnswerAfter)
+
+// watchdog reports the cluster unreachable if the request that starts now
+// has not been answered within noAnswerAfter; the returned function
+// reports its outcome when it ends.
+func (cl *cluster) watchdog(ctx context.Context, w int) func(error) {
+	var mu sync.Mutex
+	ended := false
+	t := time.AfterFunc(noAnswerAfter, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !ended {
+			cl.apiResult(ctx, w, errNoAnswer)
+		}
+	})
+	return func(err error) {
+		mu.Lock()
+		ended = true
+		mu.Unlock()
+		t.Stop()
+		cl.apiResult(ctx, w, err)
+	}
 }
 
 // apiResult reports a list or watch to the cluster's health, unless the

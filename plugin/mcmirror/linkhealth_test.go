@@ -114,10 +114,13 @@ func TestStaleServingAndRecovery(t *testing.T) {
 		return testutil.ToFloat64(linkUp.WithLabelValues("stale")) == 0 &&
 			testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable)) > errs
 	})
-	// Failed retries do not clear anything.
+	// Down for 10 s: long enough for client-go's default backoff to
+	// reach 6.4 s, and double it with jitter, before the next retry.
+	// Failed retries clear nothing.
 	n := testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable))
-	waitFor(t, 10*time.Second, "more failed retries", func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable)) >= n+3
+	down := time.Now()
+	waitFor(t, 20*time.Second, "a 10 s outage with failed retries", func() bool {
+		return time.Since(down) > 10*time.Second && testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable)) >= n+3
 	})
 	if !answersA(t, m, name, "10.1.0.1")() {
 		t.Fatal("the last known answer is gone while the link is down")

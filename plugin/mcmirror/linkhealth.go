@@ -204,7 +204,7 @@ func (h *linkHealth) result(w int, err error) {
 		h.failing[w] = ""
 		h.last = time.Now()
 		if h.up() && !wasUp && !h.since.IsZero() {
-			log.Infof("Link %s is up again after %s: answering from its watches", h.name, time.Since(h.since).Round(time.Second))
+			log.Infof("%s is up again after %s: answering from its watches", h.what(), time.Since(h.since).Round(time.Second))
 			h.since = time.Time{}
 			if h.timer != nil {
 				h.timer.Stop()
@@ -218,7 +218,7 @@ func (h *linkHealth) result(w int, err error) {
 		first := h.failing == [numWatches]string{}
 		if h.failing[w] != reason {
 			h.failing[w] = reason
-			log.Warningf("Link %s is down (%s): listing %s: %v; serving its last known state", h.name, reason, watchNames[w], err)
+			log.Warningf("%s is down (%s): listing %s: %v; serving its last known state", h.what(), reason, watchNames[w], err)
 		}
 		if first {
 			h.since = time.Now()
@@ -234,6 +234,14 @@ func (h *linkHealth) result(w int, err error) {
 		log.Infof("Link %s: its names are answered again", h.name)
 		h.expire(false)
 	}
+}
+
+// what names the cluster in the log.
+func (h *linkHealth) what() string {
+	if h.local {
+		return "Local cluster " + h.name
+	}
+	return "Link " + h.name
 }
 
 // expired withdraws the names of a link that has failed since since, if it

@@ -339,8 +339,11 @@ func (c *controller) observe(k groupKey) {
 	t, ok := c.triggers[k]
 	delete(c.triggers, k)
 	c.triggersMu.Unlock()
-	if ok {
-		programmingLatency.WithLabelValues(t.cluster).Observe(time.Since(t.at).Seconds())
+	if !ok {
+		return
+	}
+	if cl := c.cluster(t.cluster); cl != nil {
+		cl.health.latency(time.Since(t.at))
 	}
 }
 

@@ -179,6 +179,15 @@ func (h *linkHealth) contact() {
 	}
 }
 
+// latency observes the programming latency of a change of the cluster.
+func (h *linkHealth) latency(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.gone {
+		programmingLatency.WithLabelValues(h.name).Observe(d.Seconds())
+	}
+}
+
 // counted changes the number of objects of kind held by delta.
 func (h *linkHealth) counted(kind int, delta int64) {
 	h.mu.Lock()

@@ -188,6 +188,9 @@ func TestLinkMetricsGenerations(t *testing.T) {
 	old.health.result(watchServices, nil)
 	old.health.setSynced()
 	old.health.contact()
+	old.health.latency(time.Second)
+	m.ctrl.noteTrigger(groupKey{"default", "web"}, "gen", time.Now())
+	m.ctrl.observe(groupKey{"default", "web"})
 	if n := seriesOf("gen"); n != 0 {
 		t.Errorf("%d series of a removed link re-created", n)
 	}

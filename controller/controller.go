@@ -15,14 +15,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/internal/link"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -90,6 +91,11 @@ type Options struct {
 	// so that a pod briefly absent during a rolling update keeps its
 	// mirror and ClusterIP (Linkerd #12499). Zero deletes at once.
 	PodGrace time.Duration
+	// HeadlessGrace is how long a headless mirror stays headless while
+	// its remote endpoints have no hostname (all pods gone in a rollout,
+	// a scale to zero), before it becomes a ClusterIP mirror (a
+	// StatefulSet replaced by a Deployment). Zero switches at once.
+	HeadlessGrace time.Duration
 	// LinkRemovalGrace is how long the mirrors of a removed link are kept
 	// before they are swept, so that a link Secret being rewritten (a
 	// Remove directly followed by an Add) does not flap every mirror.
@@ -152,12 +158,21 @@ type Controller struct {
 	links map[string]*remoteCluster
 	// removed is when each link was removed, for LinkRemovalGrace.
 	removed map[string]time.Time
-	// missing is when the remote endpoint of a per-pod mirror
-	// (namespace/name) was first seen missing, for PodGrace.
-	missing map[string]time.Time
-	// wanted maps a name (namespace/name) that a foreign Service holds to
-	// the key that wants it, so that its deletion triggers a sync.
-	wanted map[string]string
+	// missing is, by key, when the remote endpoint of each per-pod
+	// mirror (by name) was first seen missing, for PodGrace.
+	missing map[string]map[string]time.Time
+	// hostless is, by key, since when a headless mirror's remote
+	// endpoints have had no hostname, for HeadlessGrace.
+	hostless map[string]time.Time
+	// wanted maps a name (namespace/name) that a Service not of the key
+	// holds (a foreign one, or another key's mirror) to the keys that
+	// want it, so that its deletion syncs them.
+	wanted map[string]map[string]bool
+	// refused are the clusters named by link Secrets that were refused
+	// while no link to them runs: their mirrors are kept (refused.go).
+	refused map[string]refusedLink
+	// maxEndpoints is maxEndpointsPerSlice; tests make it smaller.
+	maxEndpoints int
 	// starved are keys that could not get every egress port they need:
 	// synced again when a port is released.
 	starved map[string]bool
@@ -224,8 +239,10 @@ func New(opts Options) (*Controller, error) {
 		now:     time.Now,
 		links:   map[string]*remoteCluster{},
 		removed: map[string]time.Time{},
-		missing: map[string]time.Time{},
-		wanted:  map[string]string{},
+		missing:  map[string]map[string]time.Time{},
+		hostless: map[string]time.Time{},
+		wanted:   map[string]map[string]bool{},
+		refused:  map[string]refusedLink{},
 		starved: map[string]bool{},
 		status:  map[string]keyStatus{},
 	}
@@ -423,18 +440,6 @@ func (c *Controller) Add(name string, cfg *rest.Config) {
 	c.AddClient(name, client)
 }
 
-// ReasonLinkSecretRefused is the reason of the warning Event recorded on a
-// link Secret that was refused (LinkRefused).
-const ReasonLinkSecretRefused = "LinkSecretRefused"
-
-// LinkRefused reports a link Secret that was refused, for the reason given
-// (a link.Reason) and err: a warning Event on the Secret, and the
-// link_refused_total metric. It is a link.SecretWatcherOptions.OnRefused.
-func (c *Controller) LinkRefused(s *corev1.Secret, reason link.Reason, err error) {
-	linkRefusedTotal.WithLabelValues(string(reason)).Inc()
-	c.recorder.Eventf(s, corev1.EventTypeWarning, ReasonLinkSecretRefused, "Link Secret refused (%s): %v", reason, err)
-}
-
 // AddClient links cluster name through client.
 func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 	if name == c.opts.Cluster {
@@ -467,6 +472,7 @@ func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 	}
 	c.links[name] = r
 	delete(c.removed, name)
+	delete(c.refused, name)
 	linksGauge.Set(float64(len(c.links)))
 	klog.InfoS("Linked cluster", "cluster", name)
 	if c.running.Load() {
@@ -606,12 +612,13 @@ func (c *Controller) onLocalService(obj any) {
 	}
 	if k, owned := ownedKey(m); owned {
 		c.queue.Add(k)
-		return
 	}
+	// The keys that want its name: a foreign Service's, or another
+	// key's mirror's (the loser of a name conflict between clusters).
 	c.mu.Lock()
-	k, wanted := c.wanted[m.GetNamespace()+"/"+m.GetName()]
+	keys := slices.Collect(maps.Keys(c.wanted[m.GetNamespace()+"/"+m.GetName()]))
 	c.mu.Unlock()
-	if wanted {
+	for _, k := range keys {
 		c.queue.Add(k)
 	}
 }

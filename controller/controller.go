@@ -235,16 +235,16 @@ func New(opts Options) (*Controller, error) {
 				workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseBackoff, maxBackoff),
 			),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcmirror-controller"}),
-		ports:   newPortAllocator(opts.EgressPorts),
-		now:     time.Now,
-		links:   map[string]*remoteCluster{},
-		removed: map[string]time.Time{},
+		ports:    newPortAllocator(opts.EgressPorts),
+		now:      time.Now,
+		links:    map[string]*remoteCluster{},
+		removed:  map[string]time.Time{},
 		missing:  map[string]map[string]time.Time{},
 		hostless: map[string]time.Time{},
 		wanted:   map[string]map[string]bool{},
 		refused:  map[string]refusedLink{},
-		starved: map[string]bool{},
-		status:  map[string]keyStatus{},
+		starved:  map[string]bool{},
+		status:   map[string]keyStatus{},
 	}
 	c.recorder = opts.Recorder
 	if c.recorder == nil {

@@ -201,6 +201,7 @@ func (s *syncer) applySlice(desired *discoveryv1.EndpointSlice) {
 		_, err := c.client.DiscoveryV1().EndpointSlices(s.ns).Create(s.ctx, desired, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			writesTotal.WithLabelValues("create", "endpointslices").Inc()
+			s.writes++
 			s.sliceConflict(desired)
 			return
 		}
@@ -267,6 +268,7 @@ func sliceNeedsUpdate(existing, desired *discoveryv1.EndpointSlice) bool {
 // Event on the mirror, so that it does not go unseen.
 func (s *syncer) wrote(verb, resource, name string, err error) {
 	writesTotal.WithLabelValues(verb, resource).Inc()
+	s.writes++
 	if err == nil {
 		return
 	}

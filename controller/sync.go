@@ -38,23 +38,38 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		logger.Error(err, "Dropping a malformed key")
 		return nil
 	}
+	// Every sync ends with one line that says what it did: how many
+	// writes, or why it left the key alone.
+	skipped := ""
+	var s *syncer
+	defer func() {
+		if skipped != "" {
+			logger.V(4).Info("Synced", "writes", 0, "skipped", skipped)
+		} else if s != nil {
+			logger.V(4).Info("Synced", "writes", s.writes, "errors", len(s.errs))
+		}
+	}()
 	r, keepFor := c.link(cluster)
 	var remote *corev1.Service
 	var remoteSlices []*discoveryv1.EndpointSlice
 	switch {
 	case r != nil && !r.synced.Load():
 		// The link's sync enqueues every key of the cluster again.
+		skipped = "link not synced"
 		return nil
 	case r == nil && keepFor > 0:
+		skipped = "link removed, within the grace"
 		c.queue.AddAfter(key, keepFor)
 		return nil
 	case r == nil && !c.linkSourcesSynced():
 		// Maybe a link not read yet, not an orphan: ask again later.
+		skipped = "link sources not read yet"
 		c.queue.AddAfter(key, time.Second)
 		return nil
 	case r == nil && c.heldByRefusedLink(ctx, cluster):
 		// A link Secret that names the cluster exists but cannot be
 		// used: an unreachable link, not a removed one.
+		skipped = "link secret refused"
 		c.queue.AddAfter(key, refusedRecheck)
 		return nil
 	case r != nil:
@@ -72,7 +87,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		}
 	}
 
-	s := &syncer{c: c, ctx: ctx, logger: logger, key: key, cluster: cluster, ns: ns, name: name,
+	s = &syncer{c: c, ctx: ctx, logger: logger, key: key, cluster: cluster, ns: ns, name: name,
 		remote: remote, remoteSlices: remoteSlices, egress: c.egressAddresses(), status: keyStatus{cluster: cluster}}
 	err = s.run()
 	c.setStatus(key, s.status)
@@ -104,8 +119,10 @@ type syncer struct {
 	keepPorts map[string]bool
 	// requeueAfter, when positive, asks for a later sync.
 	requeueAfter time.Duration
-	status       keyStatus
-	errs         []error
+	// writes counts the API writes made.
+	writes int
+	status keyStatus
+	errs   []error
 }
 
 func (s *syncer) run() error {

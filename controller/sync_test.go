@@ -46,7 +46,7 @@ type fixtureOptions struct {
 	headlessGrace    time.Duration
 	// maxEndpoints replaces maxEndpointsPerSlice when set.
 	maxEndpoints int
-	local            []runtime.Object
+	local        []runtime.Object
 	// egressService replaces the fixed egressIP (Options.EgressService).
 	egressService types.NamespacedName
 }

@@ -293,8 +293,9 @@ func TestGarbageSparesUnaccounted(t *testing.T) {
 	owned["gone-west"] = &corev1.Service{}
 
 	delete(l, "db-1-west") // its write failed
-	desired, known := planSlices(sliceInput{cluster: "west", ns: "default", name: "db", plan: p, live: l, egress: []netip.Addr{egressIP}})
+	desired, known := planSlices(sliceInput{cluster: "west", ns: "default", name: "db", plan: p, live: l, owned: all, egress: []netip.Addr{egressIP}})
 	assert.False(t, known["db-1-west"])
+	assert.Equal(t, all["db-west"].Endpoints, desired["db-west"].Endpoints, "db-1 keeps its endpoint in the headless mirror's slice")
 	delSlices, delServices := garbage(p, owned, all, desired, known)
 	assert.Empty(t, delSlices, "db-1-west's slice is not collected")
 	assert.Equal(t, []string{"gone-west"}, delServices)

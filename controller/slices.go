@@ -127,12 +127,35 @@ func (in sliceInput) egressSlice(svc *corev1.Service, w want) *discoveryv1.Endpo
 func (in sliceInput) headlessSlices(svc *corev1.Service) []*discoveryv1.EndpointSlice {
 	eps := map[string]discoveryv1.Endpoint{}
 	at := discoveryv1.AddressTypeIPv4
+	// A per-pod mirror whose state is unknown (its write failed) keeps
+	// the endpoint the slices give it now: its DNS name must not vanish
+	// for a write that will be retried.
+	held := map[string]discoveryv1.Endpoint{}
+	for _, es := range in.owned {
+		if es.Labels[discoveryv1.LabelServiceName] != svc.Name {
+			continue
+		}
+		for _, ep := range es.Endpoints {
+			if ep.Hostname != nil && len(ep.Addresses) > 0 {
+				held[*ep.Hostname] = ep
+			}
+		}
+	}
 	for _, w := range in.plan.wants {
 		if w.host == "" {
 			continue
 		}
 		pod := in.live[w.svc.Name]
-		if pod == nil || pod.Spec.ClusterIP == "" || pod.Spec.ClusterIP == corev1.ClusterIPNone {
+		if pod == nil {
+			if ep, ok := held[w.host]; ok {
+				if ip, err := netip.ParseAddr(ep.Addresses[0]); err == nil && (len(eps) == 0 || addressType(ip) == at) {
+					at = addressType(ip)
+					eps[w.host] = ep
+				}
+			}
+			continue
+		}
+		if pod.Spec.ClusterIP == "" || pod.Spec.ClusterIP == corev1.ClusterIPNone {
 			continue
 		}
 		ip, err := netip.ParseAddr(pod.Spec.ClusterIP)

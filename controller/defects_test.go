@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -84,15 +83,26 @@ func TestRefusedLinkKeepsMirrors(t *testing.T) {
 	assert.Equal(t, 0, g.c.ports.Len())
 }
 
-// A refused Secret that is fixed links the cluster: nothing is held any
-// more.
-func TestRefusedLinkFixed(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, nil)
+// A refused Secret is remembered while its link runs (a refused update
+// keeps the link running): once that link is removed, the cluster's
+// mirrors stay while the Secret exists, and go once it is deleted.
+func TestRefusedUpdateOfRunningLink(t *testing.T) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "links", Name: labels.LinkSecretNamePrefix + "west"}}
+	f := newFixture(t, fixtureOptions{local: []runtime.Object{secret}}, map[string][]runtime.Object{
+		"west": {exported("default", "web", "true", false, tcp("http", 80))},
+	})
+	f.converge("west/default/web")
 	f.c.LinkRefused(secret, link.ReasonInvalid, errors.New("bad"))
-	assert.True(t, f.c.heldByRefusedLink(f.ctx, "west"))
-	f.c.AddClient("west", fake.NewClientset())
-	assert.False(t, f.c.heldByRefusedLink(f.ctx, "west"))
+	assert.Empty(t, f.sync("west/default/web"), "the running link is used")
+	f.c.Remove("west")
+	f.now = f.now.Add(2 * time.Minute) // past the link removal grace, and a recheck
+	assert.Empty(t, f.sync("west/default/web"), "the refused Secret still names west")
+	assert.NotNil(t, f.service("default", "web-west"))
+
+	require.NoError(t, f.local.CoreV1().Secrets("links").Delete(f.ctx, secret.Name, metav1.DeleteOptions{}))
+	f.now = f.now.Add(refusedRecheck)
+	assert.Equal(t, []string{"delete endpointslices web-west", "delete services web-west"}, f.sync("west/default/web"))
+
 	// The local cluster's name holds nothing.
 	f.c.LinkRefused(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "links", Name: labels.LinkSecretNamePrefix + "east"}}, link.ReasonReserved, errors.New("local"))
 	assert.False(t, f.c.heldByRefusedLink(f.ctx, "east"))

@@ -70,7 +70,6 @@ func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 	}
 	c.links[name] = r
 	delete(c.removed, name)
-	delete(c.refused, name)
 	linksGauge.Set(float64(len(c.links)))
 	klog.InfoS("Linked cluster", "cluster", name)
 	if c.running.Load() {

@@ -6,7 +6,9 @@ package controller
 // unlinked and the orphan sweep would delete every one of its mirrors. A
 // cluster named by a refused Secret is treated as an unreachable link
 // instead: its mirrors stay until the Secret is fixed (the link runs) or
-// deleted (the mirrors go, as for any removed link).
+// deleted (the mirrors go, as for any removed link). Whether the Secret
+// still exists and names the cluster is checked against the API, so a
+// stale memory never holds mirrors for long.
 
 import (
 	"context"
@@ -48,13 +50,13 @@ func (c *Controller) LinkRefused(s *corev1.Secret, reason link.Reason, err error
 	if !ok || name == c.opts.Cluster {
 		return
 	}
+	// Remembered even while a link to the cluster runs (a refused update
+	// keeps it running): it is only looked at once no link runs, and
+	// then checked against the Secret itself.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, linked := c.links[name]; linked {
-		return
-	}
 	c.refused[name] = refusedLink{secret: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, checked: c.now()}
-	klog.InfoS("Link Secret refused: the cluster's mirrors are kept until it is fixed or deleted", "cluster", name, "secret", klog.KObj(s))
+	klog.InfoS("Link Secret refused: the cluster's mirrors are kept while it exists and no link to the cluster runs", "cluster", name, "secret", klog.KObj(s))
 }
 
 // heldByRefusedLink reports whether a refused link Secret that names

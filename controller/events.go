@@ -41,8 +41,9 @@ const (
 
 	// ReasonWriteFailed: the API server refused a write of a mirror (or
 	// its EndpointSlice) for a reason a retry will not change (invalid,
-	// forbidden). The Event is recorded on the Service mirror; the sync is
-	// retried with backoff all the same, and write_errors_total counts it.
+	// forbidden), or a sync that failed maxRetries times and is dropped
+	// until the key's next change. The Event is recorded on the Service
+	// mirror; write_errors_total counts every failed write.
 	ReasonWriteFailed = "MirrorWriteFailed"
 )
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -119,6 +120,15 @@ func (c *Controller) handleErr(ctx context.Context, err error, key string) {
 	logger.Error(err, "Sync failed too often, dropping the key until its next change", "key", key, "retries", maxRetries)
 	c.queue.Forget(key)
 	utilruntime.HandleErrorWithContext(ctx, err, "Dropping mirror key out of the queue", "key", key)
+	// An operator sees it on the mirror, not only in the log.
+	if cluster, ns, name, kerr := splitKey(key); kerr == nil {
+		ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ns, Name: name}
+		if m, merr := labels.MirrorName(name, cluster); merr == nil {
+			ref.Name = m
+		}
+		c.recorder.Eventf(ref, corev1.EventTypeWarning, ReasonWriteFailed,
+			"Sync of remote Service %s failed %d times; retried at its next change or resync: %v", key, maxRetries, err)
+	}
 }
 
 // Keys and indexes.

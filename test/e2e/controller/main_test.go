@@ -61,7 +61,7 @@ func startController(t *testing.T, name string, extra ...string) *harness.Proces
 	if !slices.Contains(extra, "--no-static-links") {
 		args = append(args, "--link", "west="+env.Cluster("west").Kubeconfig, "--link", "paris="+env.Cluster("paris").Kubeconfig)
 	}
-	extra = slices.DeleteFunc(extra, func(s string) bool { return s == "--no-static-links" })
+	extra = slices.DeleteFunc(slices.Clone(extra), func(s string) bool { return s == "--no-static-links" })
 	return env.StartProcess(t, "east/"+name, nil, append(args, extra...)...)
 }
 

@@ -31,6 +31,11 @@ var log = clog.NewWithPlugin(pluginName)
 
 func init() { plugin.Register(pluginName, setup) }
 
+// defaultStaleMaxAge is the stale_max_age of the Corefile: an hour covers a
+// control-plane upgrade or outage, and bounds how long a cluster that is
+// gone for good keeps its names.
+const defaultStaleMaxAge = time.Hour
+
 func setup(c *caddy.Controller) error {
 	cfg, err := parse(c)
 	if err != nil {
@@ -92,7 +97,7 @@ func parse(c *caddy.Controller) (*config, error) {
 }
 
 func parseStanza(c *caddy.Controller) (*config, error) {
-	cfg := &config{ttl: 5, startupTimeout: defaultStartupTimeout}
+	cfg := &config{ttl: 5, startupTimeout: defaultStartupTimeout, staleMaxAge: defaultStaleMaxAge}
 	cfg.zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys)
 	if !slices.ContainsFunc(cfg.zones, func(z string) bool { return !isReverse(z) }) {
 		return nil, c.Errf("non-reverse zone name must be used")

@@ -44,8 +44,8 @@ func TestParse(t *testing.T) {
 			if c.healthURL != "" {
 				t.Errorf("gateway_health %q without the option", c.healthURL)
 			}
-			if c.staleMaxAge != 0 {
-				t.Errorf("stale_max_age %s by default, want 0 (forever)", c.staleMaxAge)
+			if c.staleMaxAge != time.Hour {
+				t.Errorf("stale_max_age %s by default, want 1h", c.staleMaxAge)
 			}
 		}},
 		// Every property.

@@ -214,14 +214,23 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
 	q := r.Question[0]
+	if q.Qclass != dns.ClassINET {
+		// Only IN data is held; CHAOS and the rest are another plugin's
+		// (the server refuses them unless one is configured), as the
+		// kubernetes plugin's names would be if it checked.
+		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
+	}
 	qname := strings.ToLower(q.Name) // no copy when already lowercase
 	zi := m.zone(qname)
 	if zi < 0 {
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
 
-	e := m.index.lookup(qname)
-	if e == nil {
+	h, found := m.index.find(qname)
+	if found && h.proto != "" && !h.exists() {
+		found = false // _<port>._<proto> of a port the name does not have
+	}
+	if !found {
 		kind, ok := m.index.claimed(qname, m.Zones[zi])
 		if !ok {
 			// Not ours: a local Service named like a mirror, a cluster we
@@ -244,28 +253,58 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	if isTransfer(q.Qtype) {
 		return dns.RcodeRefused, nil
 	}
-	answer, extra := e.records(q.Qtype)
-	if len(answer) == 0 {
-		return m.negative(w, r, zi, e.kind, dns.RcodeSuccess) // NODATA
+	state := request.Request{W: w, Req: r}
+	limit, extra := maxRecords(state.Size()), 0
+	if r.IsEdns0() != nil {
+		extra = 1 // room for the OPT record SizeAndDo adds
 	}
-	msg := new(dns.Msg)
-	msg.SetReply(r)
-	msg.Authoritative = true
-	msg.Answer = answer
-	msg.Extra = extra
-	write(w, r, msg)
-	countAnswer(e.kind, dns.RcodeSuccess)
+	var rrs []dns.RR
+	nAnswer := 0
+	switch q.Qtype {
+	case dns.TypeA, dns.TypeAAAA:
+		v6 := q.Qtype == dns.TypeAAAA
+		if v := h.addresses(v6); len(v) > 0 {
+			rrs = addressRRs(qname, v, v6, m.index.ttl, limit, extra)
+			nAnswer = len(rrs)
+		}
+	case dns.TypeSRV:
+		if h.r.kind != kindPTR && (h.proto == "" || h.port != "") {
+			rrs, nAnswer = h.srvRRs(qname, m.index.ttl, limit, extra)
+		}
+	case dns.TypePTR:
+		if h.r.kind == kindPTR {
+			rrs = h.ptrRR(qname, m.index.ttl, extra)
+			nAnswer = 1
+		}
+	}
+	kind := h.kind()
+	if nAnswer == 0 {
+		return m.negative(w, r, zi, kind, dns.RcodeSuccess) // NODATA
+	}
+	msg := newReply(r, dns.RcodeSuccess)
+	msg.Answer = rrs[:nAnswer:nAnswer]
+	if len(rrs) > nAnswer || extra > 0 {
+		msg.Extra = rrs[nAnswer:]
+	}
+	if !m.write(state, msg) {
+		return dns.RcodeServerFailure, errNotWritten
+	}
+	countAnswer(kind, dns.RcodeSuccess)
 	return dns.RcodeSuccess, nil
 }
+
+// errNotWritten is returned when no reply could be written: the server
+// then answers SERVFAIL.
+var errNotWritten = errors.New("reply not written")
 
 // negative writes an answer without records: NXDOMAIN, NODATA or SERVFAIL,
 // with the zone's SOA in the authority section.
 func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind nameKind, rcode int) (int, error) {
-	msg := new(dns.Msg)
-	msg.SetRcode(r, rcode)
-	msg.Authoritative = true
+	msg := newReply(r, rcode)
 	msg.Ns = m.soa[zi]
-	write(w, r, msg)
+	if !m.write(request.Request{W: w, Req: r}, msg) {
+		return dns.RcodeServerFailure, errNotWritten
+	}
 	countAnswer(kind, rcode)
 	// The answer is written: say success, as plugin.BackendError does.
 	return dns.RcodeSuccess, nil
@@ -276,11 +315,18 @@ func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind nameK
 func isTransfer(qtype uint16) bool { return qtype == dns.TypeAXFR || qtype == dns.TypeIXFR }
 
 // write makes msg fit the client's buffer, as the server would: truncated,
-// with TC set, over UDP; whole over TCP.
-func write(w dns.ResponseWriter, r *dns.Msg, msg *dns.Msg) {
-	state := request.Request{W: w, Req: r}
+// with TC set, over UDP; whole over TCP. A reply the writer cannot send
+// (it did not pack) is logged and counted, and false returned, so that the
+// server sends SERVFAIL rather than nothing.
+func (m *MCMirror) write(state request.Request, msg *dns.Msg) bool {
 	state.SizeAndDo(msg)
-	w.WriteMsg(state.Scrub(msg))
+	err := state.W.WriteMsg(state.Scrub(msg))
+	if err == nil {
+		return true
+	}
+	replyErrors.Inc()
+	log.Errorf("Reply to %s %s not written: %v", state.Type(), state.Name(), err)
+	return false
 }
 
 // zone returns the index in m.Zones of the longest zone that holds qname

@@ -2,12 +2,17 @@ package mcmirror
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"github.com/miekg/dns"
 )
@@ -27,8 +32,8 @@ var (
 	local  = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 53}
 )
 
-func (*discard) RemoteAddr() net.Addr    { return remote }
-func (*discard) LocalAddr() net.Addr     { return local }
+func (*discard) RemoteAddr() net.Addr { return remote }
+func (*discard) LocalAddr() net.Addr  { return local }
 func (d *discard) WriteMsg(m *dns.Msg) error {
 	if d.buf == nil {
 		d.buf = make([]byte, dns.MaxMsgSize)
@@ -92,5 +97,103 @@ func BenchmarkSync(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.index.sync(groupKey{"default", "big"})
+	}
+}
+
+// memSource is mcbench's mem set in a fake source: services Services in
+// each of 10 linked clusters c0..c9, each headless, flat mode, one slice of
+// 100 named ready endpoints, every object with a resourceVersion.
+func memSource(services int) *fakeSource {
+	links := make([]string, 10)
+	for c := range links {
+		links[c] = fmt.Sprintf("c%d", c)
+	}
+	f := newFakeSource(links...)
+	for c, cl := range links {
+		for s := range services {
+			name := fmt.Sprintf("m%d", s)
+			f.svc(cl, "mem", name, labels.Flat, nil, httpPort).Version = "1"
+			eps := make([]Endpoint, 100)
+			for e := range eps {
+				n := (c*services+s)*100 + e
+				eps[e] = ep(fmt.Sprintf("h%d", e), fmt.Sprintf("10.%d.%d.%d", 200+n>>16, n>>8&255, n&255), true)
+			}
+			f.slice(cl, "mem", name, []Port{httpPort}, eps...)
+			f.slices[[3]string{cl, "mem", name}][0].Version = "1"
+		}
+	}
+	return f
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkIndexMemory measures the heap per mirrored endpoint at 10k and
+// 100k endpoints across 10 links: the index alone (index-B/endpoint), and
+// with the trimmed objects it is built from (total-B/endpoint), which the
+// informers hold in the process.
+func BenchmarkIndexMemory(b *testing.B) {
+	for _, services := range []int{10, 100} {
+		endpoints := services * 100 * 10
+		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
+			var src, idx float64
+			for b.Loop() {
+				before := heapInUse()
+				f := memSource(services)
+				objs := heapInUse()
+				m := newTestPlugin(b, f, 5, fall.Zero)
+				after := heapInUse()
+				if m.index.lookup("h7.m3-c4.mem.svc.cluster.local.") == nil {
+					b.Fatal("not built")
+				}
+				runtime.KeepAlive(f)
+				runtime.KeepAlive(m)
+				src, idx = float64(objs-before), float64(after-objs)
+			}
+			b.ReportMetric(idx/float64(endpoints), "index-B/endpoint")
+			b.ReportMetric((src+idx)/float64(endpoints), "total-B/endpoint")
+		})
+	}
+}
+
+// BenchmarkSyncOneEndpoint measures the rebuild after one endpoint of a
+// 10-cluster × 1,000-pod group changed address, as the informer hands it
+// over: a new Slice object with a new resourceVersion.
+func BenchmarkSyncOneEndpoint(b *testing.B) {
+	links := make([]string, 10)
+	for c := range links {
+		links[c] = fmt.Sprintf("c%d", c)
+	}
+	f := newFakeSource(links...)
+	for c, cl := range links {
+		f.svc(cl, "default", "big", labels.Flat, nil, httpPort).Version = "1"
+		eps := make([]Endpoint, 1000)
+		for e := range eps {
+			eps[e] = ep(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.%d.%d.%d", c, e>>8, e&255), true)
+		}
+		f.slice(cl, "default", "big", []Port{httpPort}, eps...)
+		f.slices[[3]string{cl, "default", "big"}][0].Version = "1"
+	}
+	m := newTestPlugin(b, f, 5, fall.Zero)
+	k := groupKey{"default", "big"}
+	key := [3]string{"c3", "default", "big"}
+	v := 1
+	b.ReportAllocs()
+	for b.Loop() {
+		old := f.slices[key][0]
+		sl := *old
+		sl.Endpoints = slices.Clone(old.Endpoints)
+		v++
+		sl.Version = strconv.Itoa(v)
+		sl.Endpoints[7].Addresses = []string{fmt.Sprintf("10.3.99.%d", v%250)}
+		f.slices[key] = []*Slice{&sl}
+		m.index.sync(k)
+	}
+	if got := records(m.index, "big-7.big-c3"+z, dns.TypeA); len(got) != 1 || got[0].(*dns.A).A.String() != fmt.Sprintf("10.3.99.%d", v%250) {
+		b.Fatalf("big-7.big-c3: %v", got)
 	}
 }

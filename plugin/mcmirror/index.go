@@ -63,8 +63,8 @@ type slot struct {
 // ref is a name of the index: which group, member and pod it is.
 type ref struct {
 	s    *slot
-	m    int32 // member index; -1 for a -global name
 	p    int32 // pod index; -1 for the member's own name
+	m    int16 // member index; -1 for a -global name
 	zi   uint8 // forward zone of the name (PTR: its target's, 0)
 	kind nameKind
 }

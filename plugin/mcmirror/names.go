@@ -128,13 +128,13 @@ func (x *index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
 	}
 	m := g.members[u]
 	for zi, name := range m.names {
-		if !f(name, ref{s: s, m: int32(u), p: -1, zi: uint8(zi), kind: kindCluster}) {
+		if !f(name, ref{s: s, m: int16(u), p: -1, zi: uint8(zi), kind: kindCluster}) {
 			return
 		}
 	}
 	for i := range m.pods {
 		for zi := range m.names {
-			f(m.podName(i, zi), ref{s: s, m: int32(u), p: int32(i), zi: uint8(zi), kind: kindPod})
+			f(m.podName(i, zi), ref{s: s, m: int16(u), p: int32(i), zi: uint8(zi), kind: kindPod})
 		}
 	}
 	if !m.ptr || !x.ptr {
@@ -143,7 +143,7 @@ func (x *index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
 	if len(m.pods) == 0 {
 		eachAddr(m.v4, m.v6, func(ip net.IP) {
 			if rev, err := dns.ReverseAddr(ip.String()); err == nil {
-				f(rev, ref{s: s, m: int32(u), p: -1, kind: kindPTR})
+				f(rev, ref{s: s, m: int16(u), p: -1, kind: kindPTR})
 			}
 		})
 		return
@@ -152,7 +152,7 @@ func (x *index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
 		p := &m.pods[i]
 		eachAddr(m.podV4(p), m.podV6(p), func(ip net.IP) {
 			if rev, err := dns.ReverseAddr(ip.String()); err == nil {
-				f(rev, ref{s: s, m: int32(u), p: int32(i), kind: kindPTR})
+				f(rev, ref{s: s, m: int16(u), p: int32(i), kind: kindPTR})
 			}
 		})
 	}

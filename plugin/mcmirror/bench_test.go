@@ -42,8 +42,8 @@ func (d *discard) WriteMsg(m *dns.Msg) error {
 	return err
 }
 
-// BenchmarkServeDNS measures the hot path for each name form: lookup and
-// reply, over UDP.
+// BenchmarkServeDNS measures the hot path for each name form and query
+// type: lookup, answer made from the index, reply packed, over UDP.
 func BenchmarkServeDNS(b *testing.B) {
 	m := newTestPlugin(b, fixture(), 5, fall.Zero)
 	m.Next = fromNext
@@ -54,14 +54,22 @@ func BenchmarkServeDNS(b *testing.B) {
 		qtype uint16
 	}{
 		{"cluster/A", "web-west" + z, dns.TypeA},
+		{"cluster/AAAA", "web-west" + z, dns.TypeAAAA},
 		{"cluster/AAAA-nodata", "nginx-svc-west" + z, dns.TypeAAAA},
+		{"cluster/SRV", "web-west" + z, dns.TypeSRV},
+		{"cluster/SRV-port", "_dns._udp.web-west" + z, dns.TypeSRV},
+		{"cluster/SRV-headless", "_http._tcp.nginx-svc-west" + z, dns.TypeSRV},
 		{"pod/A", "nginx-set-0.nginx-svc-west" + z, dns.TypeA},
+		{"pod/SRV", "nginx-set-0.nginx-svc-west" + z, dns.TypeSRV},
+		{"pod/SRV-port", "_http._tcp.nginx-set-0.nginx-svc-west" + z, dns.TypeSRV},
 		{"global/A", "nginx-svc-global" + z, dns.TypeA},
-		{"srv/cluster", "_http._tcp.nginx-svc-west" + z, dns.TypeSRV},
-		{"srv/global", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV},      // > 512 octets: truncated
-		{"srv/global-edns", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV}, // EDNS 1232: whole
-		{"ptr", "10.0.96.10.in-addr.arpa.", dns.TypePTR},
-		{"nxdomain", "nginx-set-9.nginx-svc-west" + z, dns.TypeA},
+		{"global/AAAA", "web-global" + z, dns.TypeAAAA},
+		{"global/SRV", "nginx-svc-global" + z, dns.TypeSRV},
+		{"global/SRV-port", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV},      // > 512 octets: truncated
+		{"global/SRV-port-edns", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV}, // EDNS 1232: whole
+		{"global/SRV-port-web", "_http._tcp.web-global" + z, dns.TypeSRV},        // ClusterIP members
+		{"ptr/PTR", "10.0.96.10.in-addr.arpa.", dns.TypePTR},
+		{"nxdomain/A", "nginx-set-9.nginx-svc-west" + z, dns.TypeA},
 		{"uppercase/A", "WEB-WEST.default.svc.cluster.local.", dns.TypeA},
 	} {
 		r := new(dns.Msg)
@@ -84,7 +92,7 @@ func BenchmarkLookup(b *testing.B) {
 	m := newTestPlugin(b, fixture(), 5, fall.Zero)
 	b.ReportAllocs()
 	for b.Loop() {
-		if m.index.lookup("nginx-set-0.nginx-svc-west"+z) == nil {
+		if _, ok := m.index.find("nginx-set-0.nginx-svc-west" + z); !ok {
 			b.Fatal("not found")
 		}
 	}

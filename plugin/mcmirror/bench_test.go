@@ -205,3 +205,72 @@ func BenchmarkSyncOneEndpoint(b *testing.B) {
 		b.Fatalf("big-7.big-c3: %v", got)
 	}
 }
+
+// coldSource has services exported ClusterIP Services (flat mode, one
+// ready endpoint) in each of 10 linked clusters.
+func coldSource(services int) *fakeSource {
+	links := make([]string, 10)
+	for c := range links {
+		links[c] = fmt.Sprintf("c%d", c)
+	}
+	f := newFakeSource(links...)
+	for c, cl := range links {
+		for s := range services {
+			name := fmt.Sprintf("s%d", s)
+			n := c*services + s
+			f.svc(cl, "cold", name, labels.Flat, []string{"10.100.0.1"}, httpPort).Version = "1"
+			f.slice(cl, "cold", name, []Port{httpPort}, ep("", fmt.Sprintf("10.%d.%d.%d", 200+n>>16, n>>8&255, n&255), true))
+			f.slices[[3]string{cl, "cold", name}][0].Version = "1"
+		}
+	}
+	return f
+}
+
+// BenchmarkColdStart measures building the index of 10 links × 10,000
+// exported Services from lists already received, as at start-up; and
+// the live heap half-way through a relist of every link (every object
+// replaced by a new version, every group rebuilt) against the steady
+// state (relist-heap-ratio).
+func BenchmarkColdStart(b *testing.B) {
+	const services = 10000
+	var ratio float64
+	for b.Loop() {
+		b.StopTimer()
+		f := coldSource(services)
+		keys := f.keys()
+		m, err := newWithSource(f, Options{Zones: []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa."}, Cluster: "east", TTL: 5})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for _, k := range keys {
+			m.index.sync(k)
+		}
+		b.StopTimer()
+		if m.index.lookup("s9999-c9.cold.svc.cluster.local.") == nil {
+			b.Fatal("not built")
+		}
+		steady := heapInUse()
+		for key, sls := range f.slices {
+			sl := *sls[0]
+			sl.Version = "2"
+			f.slices[key] = []*Slice{&sl}
+		}
+		for key, s := range f.services {
+			c := *s
+			c.Version = "2"
+			f.services[key] = &c
+		}
+		var mid uint64
+		for i, k := range keys {
+			m.index.sync(k)
+			if i == len(keys)/2 {
+				mid = heapInUse()
+			}
+		}
+		ratio = float64(mid) / float64(steady)
+		runtime.KeepAlive(m)
+		b.StartTimer()
+	}
+	b.ReportMetric(ratio, "relist-heap-ratio")
+}

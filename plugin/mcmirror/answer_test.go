@@ -198,21 +198,35 @@ func TestExternalNameExports(t *testing.T) {
 	}
 }
 
-// Only class IN is answered: a CHAOS query for a claimed name is another
-// plugin's.
+// Only class IN is answered: a CHAOS or ANY query for a claimed name is
+// refused (the server writes REFUSED), one for a name not claimed is
+// another plugin's.
 func TestQueryClass(t *testing.T) {
 	m := newTestPlugin(t, fixture(), 5, fall.Zero)
 	m.Next = fromNext
-	for _, qname := range []string{"nginx-svc-west" + z, "nginx-set-9.nginx-svc-west" + z} {
-		r := new(dns.Msg)
-		r.SetQuestion(qname, dns.TypeA)
-		r.Question[0].Qclass = dns.ClassCHAOS
-		rec := dnstest.NewRecorder(&test.ResponseWriter{})
-		if _, err := m.ServeDNS(context.Background(), rec, r); err != nil {
-			t.Fatal(err)
-		}
-		if rec.Msg == nil || len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != "192.0.2.53" {
-			t.Errorf("CHAOS %s: %v, want it left to the next plugin", qname, rec.Msg)
+	for _, class := range []uint16{dns.ClassCHAOS, dns.ClassANY} {
+		for qname, want := range map[string]int{
+			"nginx-svc-west" + z:             dns.RcodeRefused,
+			"nginx-set-9.nginx-svc-west" + z: dns.RcodeRefused,
+			"nginx-svc-tokyo" + z:            dns.RcodeSuccess, // the next plugin's
+		} {
+			r := new(dns.Msg)
+			r.SetQuestion(qname, dns.TypeA)
+			r.Question[0].Qclass = class
+			rec := dnstest.NewRecorder(&test.ResponseWriter{})
+			rcode, err := m.ServeDNS(context.Background(), rec, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rcode != want {
+				t.Errorf("%s %s: rcode %s, want %s", dns.ClassToString[class], qname, dns.RcodeToString[rcode], dns.RcodeToString[want])
+			}
+			if want == dns.RcodeRefused && rec.Msg != nil {
+				t.Errorf("%s %s: wrote %v, want nothing (the server writes REFUSED)", dns.ClassToString[class], qname, rec.Msg)
+			}
+			if want == dns.RcodeSuccess && (rec.Msg == nil || len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != "192.0.2.53") {
+				t.Errorf("%s %s: %v, want it left to the next plugin", dns.ClassToString[class], qname, rec.Msg)
+			}
 		}
 	}
 }

@@ -88,22 +88,26 @@ func (m *member) podName(i, zi int) string { return m.podNames[i*len(m.names)+zi
 
 // builder collects a member's addresses and pods.
 type builder struct {
-	m    *member
+	m *member
+	// old is the cluster's member at the last build: its name strings
+	// are reused for the pods that are still there.
+	old  *member
 	seen map[netip.Addr]bool
 	// byHost is each pod's index by host; hosts the pods' hosts.
 	byHost map[string]int
 	hosts  []string
-	// addrs collects each pod's addresses before they are packed in
-	// pod order.
-	addrs [][]netip.Addr
+	// first and more collect each pod's addresses (most have one)
+	// before they are packed in pod order.
+	first []netip.Addr
+	more  map[int][]netip.Addr
 	ports [][]Port
 	// loose are addresses without a valid pod name: they answer the
 	// member's name, and no pod's.
 	loose []netip.Addr
 }
 
-func newBuilder(m *member) *builder {
-	return &builder{m: m, seen: map[netip.Addr]bool{}, byHost: map[string]int{}}
+func newBuilder(m, old *member) *builder {
+	return &builder{m: m, old: old, seen: map[netip.Addr]bool{}, byHost: map[string]int{}}
 }
 
 // addr adds a service-level address; false when it was there already.
@@ -136,12 +140,15 @@ func (b *builder) podAddr(host string, a netip.Addr, ports []Port) bool {
 		i = len(b.hosts)
 		b.byHost[host] = i
 		b.hosts = append(b.hosts, host)
-		b.addrs = append(b.addrs, nil)
+		b.first = append(b.first, a)
 		b.ports = append(b.ports, ports)
-	} else {
-		b.ports[i] = addPorts(b.ports[i], ports)
+		return true
 	}
-	b.addrs[i] = append(b.addrs[i], a)
+	b.ports[i] = addPorts(b.ports[i], ports)
+	if b.more == nil {
+		b.more = map[int][]netip.Addr{}
+	}
+	b.more[i] = append(b.more[i], a)
 	return true
 }
 
@@ -155,7 +162,8 @@ func (b *builder) looseAddr(a netip.Addr) {
 }
 
 // finish packs the pods, sorted by host, with their names in zones.
-// Pods whose name is not a valid DNS name are left out and counted.
+// Pods whose name is not a valid DNS name are left out and counted; their
+// addresses still answer the member's name.
 func (b *builder) finish(zones []string) {
 	m := b.m
 	order := make([]int, len(b.hosts))
@@ -165,21 +173,31 @@ func (b *builder) finish(zones []string) {
 	slices.SortFunc(order, func(i, j int) int { return cmp.Compare(b.hosts[i], b.hosts[j]) })
 	m.pods = make([]pod, 0, len(order))
 	m.podNames = make([]string, 0, len(order)*len(zones))
+	var loose []netip.Addr
+	j := 0 // walks the old member's pods, sorted by host too
 	for _, i := range order {
-		names := make([]string, len(zones))
-		ok := true
-		for zi := range zones {
-			names[zi] = b.hosts[i] + "." + m.names[zi]
-			ok = ok && validName(names[zi])
-		}
-		if !ok {
-			m.bad++
-			noteInvalid(m.cluster, names[0])
-			b.loose = append(b.loose, b.addrs[i]...)
-			continue
+		host := b.hosts[i]
+		addrs := append([]netip.Addr{b.first[i]}, b.more[i]...)
+		n := len(m.podNames)
+		if reuse := b.oldNames(host, &j, zones); reuse != nil {
+			m.podNames = append(m.podNames, reuse...)
+		} else {
+			ok := true
+			for zi := range zones {
+				name := host + "." + m.names[zi]
+				ok = ok && validName(name)
+				m.podNames = append(m.podNames, name)
+			}
+			if !ok {
+				m.bad++
+				noteInvalid(m.cluster, m.podNames[n])
+				m.podNames = m.podNames[:n]
+				loose = append(loose, addrs...)
+				continue
+			}
 		}
 		p := pod{i4: uint32(len(m.v4) / 4), i6: uint32(len(m.v6) / 16), ports: b.portSet(b.ports[i])}
-		for _, a := range b.addrs[i] {
+		for _, a := range addrs {
 			if a.Is4() {
 				v := a.As4()
 				m.v4 = append(m.v4, v[:]...)
@@ -191,9 +209,8 @@ func (b *builder) finish(zones []string) {
 			}
 		}
 		m.pods = append(m.pods, p)
-		m.podNames = append(m.podNames, names...)
 	}
-	for _, a := range b.loose {
+	for _, a := range append(loose, b.loose...) {
 		if a.Is4() {
 			v := a.As4()
 			m.v4 = append(m.v4, v[:]...)
@@ -204,6 +221,27 @@ func (b *builder) finish(zones []string) {
 	}
 	m.v4, m.v6 = slices.Clip(m.v4), slices.Clip(m.v6)
 	m.pods, m.podNames = slices.Clip(m.pods), slices.Clip(m.podNames)
+}
+
+// oldNames returns the old member's names of pod host, when it had that
+// pod under the same names; *j walks the old pods in host order.
+func (b *builder) oldNames(host string, j *int, zones []string) []string {
+	old := b.old
+	if old == nil || !slices.Equal(old.names, b.m.names) {
+		return nil
+	}
+	nz := len(zones)
+	for ; *j < len(old.pods); *j++ {
+		name := old.podNames[*j*nz]
+		h := name[:strings.IndexByte(name, '.')]
+		if h == host {
+			return old.podNames[*j*nz : *j*nz+nz]
+		}
+		if h > host {
+			return nil
+		}
+	}
+	return nil
 }
 
 // portSet returns the index of ps in the member's portSets, adding it.
@@ -254,9 +292,9 @@ func (x *index) buildMember(k groupKey, cluster string, s *Service, old *member)
 	}
 	switch {
 	case gateway:
-		x.mirrors(m, s, rel[:len(rel)-len(k.ns)-5], sls)
+		x.mirrors(m, old, s, rel[:len(rel)-len(k.ns)-5], sls)
 	case local && !s.Headless:
-		b := newBuilder(m)
+		b := newBuilder(m, nil)
 		for _, ip := range s.ClusterIPs {
 			if a, err := netip.ParseAddr(ip); err == nil {
 				b.addr(a)
@@ -269,7 +307,7 @@ func (x *index) buildMember(k groupKey, cluster string, s *Service, old *member)
 		if !local {
 			allow, out = x.allowed[cluster], &m.dropped
 		}
-		x.endpoints(m, s, sls, allow, out)
+		x.endpoints(m, old, s, sls, allow, out)
 	}
 	m.from = from
 	return m
@@ -315,12 +353,12 @@ func version(o any) string {
 // Linkerd's rules: a headless Service with named endpoints is mirrored per
 // pod, anything else by one ClusterIP. A pod whose mirror does not exist yet
 // is left out: a record is only given when it can be routed.
-func (x *index) mirrors(m *member, s *Service, mname string, sls []*Slice) {
+func (x *index) mirrors(m, old *member, s *Service, mname string, sls []*Slice) {
 	mirror := x.src.Mirror(s.Namespace, mname)
 	if mirror != nil && mirror.Cluster != m.cluster {
 		mirror = nil // a mirror of another cluster's Service of that name
 	}
-	b := newBuilder(m)
+	b := newBuilder(m, old)
 	// A mirror made as a ClusterIP Service (the Service had no named
 	// endpoints when it was mirrored) stays one: answer its ClusterIP.
 	if !s.Headless || !named(sls) || (mirror != nil && !mirror.Headless) {
@@ -383,8 +421,8 @@ func named(sls []*Slice) bool {
 // kubernetes plugin names it); a ClusterIP one answers all its endpoints.
 // Addresses are compared by value. Those allow does not allow are left
 // out, and added to out.
-func (x *index) endpoints(m *member, s *Service, sls []*Slice, allow cidrs, out *[]dropped) {
-	b := newBuilder(m)
+func (x *index) endpoints(m, old *member, s *Service, sls []*Slice, allow cidrs, out *[]dropped) {
+	b := newBuilder(m, old)
 	for _, sl := range sls {
 		var bad []string
 		for _, e := range sl.Endpoints {

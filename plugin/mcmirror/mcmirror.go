@@ -214,12 +214,6 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
 	q := r.Question[0]
-	if q.Qclass != dns.ClassINET {
-		// Only IN data is held; CHAOS and the rest are another plugin's
-		// (the server refuses them unless one is configured), as the
-		// kubernetes plugin's names would be if it checked.
-		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
-	}
 	qname := strings.ToLower(q.Name) // no copy when already lowercase
 	zi := m.zone(qname)
 	if zi < 0 {
@@ -237,7 +231,7 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 			// do not link, a Service nobody exports.
 			return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 		}
-		if isTransfer(q.Qtype) {
+		if isTransfer(q.Qtype) || q.Qclass != dns.ClassINET {
 			return dns.RcodeRefused, nil
 		}
 		if m.Fall.Through(qname) {
@@ -250,7 +244,10 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return m.negative(w, r, zi, kind, rcode)
 	}
 
-	if isTransfer(q.Qtype) {
+	if isTransfer(q.Qtype) || q.Qclass != dns.ClassINET {
+		// Only class IN is held: another class of a claimed name is
+		// refused, as the server refuses it without the chaos plugin
+		// (the kubernetes plugin answers it with IN records).
 		return dns.RcodeRefused, nil
 	}
 	state := request.Request{W: w, Req: r}

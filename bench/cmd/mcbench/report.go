@@ -76,9 +76,14 @@ func yesNo(ok bool) string {
 type goBench struct {
 	name              string
 	ns, bytes, allocs float64
+	// other are the benchmark's own metrics (index-B/endpoint, ...).
+	other string
 }
 
-var reBench = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
+var (
+	reBench  = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op`)
+	reMetric = regexp.MustCompile(`([\d.]+) (\S+)`)
+)
 
 func readGoBench(path string) []goBench {
 	f, err := os.Open(path)
@@ -95,8 +100,19 @@ func readGoBench(path string) []goBench {
 		}
 		b := goBench{name: m[1]}
 		b.ns, _ = strconv.ParseFloat(m[2], 64)
-		b.bytes, _ = strconv.ParseFloat(m[3], 64)
-		b.allocs, _ = strconv.ParseFloat(m[4], 64)
+		var other []string
+		for _, mm := range reMetric.FindAllStringSubmatch(sc.Text()[len(m[0]):], -1) {
+			v, _ := strconv.ParseFloat(mm[1], 64)
+			switch mm[2] {
+			case "B/op":
+				b.bytes = v
+			case "allocs/op":
+				b.allocs = v
+			default:
+				other = append(other, mm[1]+" "+mm[2])
+			}
+		}
+		b.other = strings.Join(other, ", ")
 		out = append(out, b)
 	}
 	return out
@@ -293,10 +309,10 @@ func (r *report) String() string {
 	if len(gb) == 0 {
 		p("not measured: no Go benchmark output in %s", goBenchFile)
 	} else {
-		p("| benchmark | ns/op | B/op | allocs/op |")
-		p("| --- | ---: | ---: | ---: |")
+		p("| benchmark | ns/op | B/op | allocs/op | its own metrics |")
+		p("| --- | ---: | ---: | ---: | --- |")
 		for _, g := range gb {
-			p("| %s | %.0f | %.0f | %.0f |", g.name, g.ns, g.bytes, g.allocs)
+			p("| %s | %.0f | %.0f | %.0f | %s |", g.name, g.ns, g.bytes, g.allocs, g.other)
 		}
 	}
 	p("")

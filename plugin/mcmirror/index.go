@@ -157,7 +157,7 @@ func (h *hit) kind() nameKind {
 func (x *index) find(name string) (hit, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	if r, ok := x.names[name]; ok {
+	if r, ok := x.resolve(name); ok {
 		return hit{g: r.s.g, r: r}, true
 	}
 	if len(name) == 0 || name[0] != '_' {
@@ -167,7 +167,7 @@ func (x *index) find(name string) (hit, bool) {
 	if !ok {
 		return hit{}, false
 	}
-	if r, ok := x.names[rest]; ok && r.kind != kindPTR {
+	if r, ok := x.resolve(rest); ok && r.kind != kindPTR {
 		return hit{g: r.s.g, r: r, proto: first[1:]}, true
 	}
 	if len(rest) == 0 || rest[0] != '_' {
@@ -177,10 +177,46 @@ func (x *index) find(name string) (hit, bool) {
 	if !ok {
 		return hit{}, false
 	}
-	if r, ok := x.names[rest]; ok && r.kind != kindPTR {
+	if r, ok := x.resolve(rest); ok && r.kind != kindPTR {
 		return hit{g: r.s.g, r: r, port: first[1:], proto: second[1:]}, true
 	}
 	return hit{}, false
+}
+
+// resolve returns the ref of name: a name of the table, or a pod below a
+// member's name, found in that member's pods (sorted by host). Pods are
+// not in the table: one map entry per endpoint would cost a third of the
+// index's memory. The caller holds x.mu.
+func (x *index) resolve(name string) (ref, bool) {
+	if r, ok := x.names[name]; ok {
+		return r, true
+	}
+	host, parent, ok := cutLabel(name)
+	if !ok {
+		return ref{}, false
+	}
+	r, ok := x.names[parent]
+	if !ok || r.kind != kindCluster {
+		return ref{}, false
+	}
+	m := r.s.g.members[r.m]
+	nz := len(m.names)
+	lo, hi := 0, len(m.pods)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		h := m.podNames[mid*nz]
+		h = h[:strings.IndexByte(h, '.')]
+		if h < host {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == len(m.pods) || m.podName(lo, int(r.zi)) != name {
+		return ref{}, false
+	}
+	r.p, r.kind = int32(lo), kindPod
+	return r, true
 }
 
 // cutLabel splits the first label off name, unless it holds an escape.

@@ -12,7 +12,8 @@ import (
 // The name table: install puts a built group's names in the index. A name
 // belongs to one group; a group's names come in units, each owned or lost
 // whole: the -global name (unit -1) and each member's name (unit i) with
-// the pods and PTR names below it. When two groups produce the same name
+// its PTR names, and the pods below it, which are not in the table: find
+// looks a pod up in the member that owns its parent name. When two groups produce the same name
 // (svc "a-b" of cluster "c" and svc "a" of cluster "b-c" are both
 // "a-b-c"), the first by groupLess keeps the whole unit, and the other is
 // rebuilt when it lets go.
@@ -92,17 +93,19 @@ func (x *index) publish() {
 	indexRecords.WithLabelValues("PTR").Set(float64(x.counts.ptr))
 }
 
-// sameNames reports whether b has exactly a's names, pod for pod, so that
-// the entries of a stand for b.
+// sameNames reports whether b has exactly a's names in the table, so that
+// the entries of a stand for b. Pod names are not in the table (find
+// looks them up in their member), so a change of pods costs no write
+// unless PTR names, made of the addresses, change.
 func sameNames(a, b *member) bool {
 	if a == b {
 		return true
 	}
-	if !slices.Equal(a.names, b.names) || !slices.Equal(a.podNames, b.podNames) || a.ptr != b.ptr {
+	if !slices.Equal(a.names, b.names) || a.ptr != b.ptr {
 		return false
 	}
-	if a.ptr { // PTR names are made of the addresses
-		if !bytes.Equal(a.v4, b.v4) || !bytes.Equal(a.v6, b.v6) {
+	if a.ptr {
+		if !bytes.Equal(a.v4, b.v4) || !bytes.Equal(a.v6, b.v6) || !slices.Equal(a.podNames, b.podNames) {
 			return false
 		}
 		for i := range a.pods {
@@ -130,11 +133,6 @@ func (x *index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
 	for zi, name := range m.names {
 		if !f(name, ref{s: s, m: int16(u), p: -1, zi: uint8(zi), kind: kindCluster}) {
 			return
-		}
-	}
-	for i := range m.pods {
-		for zi := range m.names {
-			f(m.podName(i, zi), ref{s: s, m: int16(u), p: int32(i), zi: uint8(zi), kind: kindPod})
 		}
 	}
 	if !m.ptr || !x.ptr {
@@ -191,7 +189,7 @@ func (x *index) add(s *slot, u int, again *[]groupKey) {
 	x.unitNames(s, u, func(name string, r ref) bool {
 		have, ok := x.names[name]
 		if ok && have.s != s {
-			if r.kind == kindPod || r.kind == kindPTR {
+			if r.kind == kindPTR {
 				return true // below a name of ours: someone else's by another route
 			}
 			if groupLess(have.s.key, s.key) {

@@ -1,9 +1,11 @@
 package mcmirror
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -344,4 +346,41 @@ func TestIndexPodMirrorOfAnotherService(t *testing.T) {
 	src.mirror("default", "nginx-set-0-west", "paris", "other-west", []string{"10.96.0.62"}, httpPort)
 	x.sync(groupKey{"default", "other"})
 	wantAbsent(t, x, "nginx-set-0.other-west"+z)
+}
+
+// A change in one cluster rebuilds that cluster's part of the group only:
+// the others, built from the same objects (same resourceVersions), are
+// reused as they are, and the new address answers at once.
+func TestSyncReusesUnchangedMembers(t *testing.T) {
+	src := newFakeSource("c0", "c1", "c2")
+	for i, c := range []string{"c0", "c1", "c2"} {
+		src.svc(c, "default", "db", labels.Flat, nil, httpPort).Version = "1"
+		src.slice(c, "default", "db", []Port{httpPort}, ep("db-0", fmt.Sprintf("10.%d.0.1", i), true), ep("db-1", fmt.Sprintf("10.%d.0.2", i), true))
+		src.slices[[3]string{c, "default", "db"}][0].Version = "1"
+	}
+	m := newTestPlugin(t, src, 5, fall.Zero)
+	k := groupKey{"default", "db"}
+	before := m.index.slots[k].g
+
+	key := [3]string{"c1", "default", "db"}
+	sl := *src.slices[key][0]
+	sl.Version = "2"
+	sl.Endpoints = slices.Clone(sl.Endpoints)
+	sl.Endpoints[1] = ep("db-1", "10.1.0.99", true)
+	src.slices[key] = []*Slice{&sl}
+	m.index.sync(k)
+
+	after := m.index.slots[k].g
+	for _, c := range []string{"c0", "c1", "c2"} {
+		same := before.member(c) == after.member(c)
+		if same != (c != "c1") {
+			t.Errorf("member %s reused: %v, want %v", c, same, c != "c1")
+		}
+	}
+	wantAddrs(t, m.index, "db-1.db-c1"+z, "10.1.0.99")
+	wantAddrs(t, m.index, "db-global"+z, "10.0.0.1", "10.0.0.2", "10.1.0.1", "10.1.0.99", "10.2.0.1", "10.2.0.2")
+	// The pod names of the rebuilt part are the old strings.
+	if a, b := before.member("c1").podNames[0], after.member("c1").podNames[0]; unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Errorf("pod name %q copied, want the old string reused", b)
+	}
 }

@@ -2,32 +2,48 @@ package mcmirror
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"github.com/miekg/dns"
 )
 
-// discard is a ResponseWriter that drops the answer and, as the server's
-// does, hands out addresses it already has: the benchmark measures the
-// plugin, not test.ResponseWriter's address parsing.
-type discard struct{ test.ResponseWriter }
+// discard is a ResponseWriter that packs the answer, as the server's does,
+// into a buffer it reuses (the server's own buffer is miekg/dns's cost, not
+// the plugin's), and drops it. Like the server's, it hands out addresses it
+// already has: the benchmark measures the plugin, not
+// test.ResponseWriter's address parsing.
+type discard struct {
+	test.ResponseWriter
+	buf []byte
+}
 
 var (
 	remote = &net.UDPAddr{IP: net.IPv4(10, 240, 0, 1), Port: 40212}
 	local  = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 53}
 )
 
-func (*discard) RemoteAddr() net.Addr    { return remote }
-func (*discard) LocalAddr() net.Addr     { return local }
-func (*discard) WriteMsg(*dns.Msg) error { return nil }
+func (*discard) RemoteAddr() net.Addr { return remote }
+func (*discard) LocalAddr() net.Addr  { return local }
+func (d *discard) WriteMsg(m *dns.Msg) error {
+	if d.buf == nil {
+		d.buf = make([]byte, dns.MaxMsgSize)
+	}
+	_, err := m.PackBuffer(d.buf)
+	return err
+}
 
-// BenchmarkServeDNS measures the hot path for each name form: lookup and
-// reply, over UDP.
+// BenchmarkServeDNS measures the hot path for each name form and query
+// type: lookup, answer made from the index, reply packed, over UDP.
 func BenchmarkServeDNS(b *testing.B) {
 	m := newTestPlugin(b, fixture(), 5, fall.Zero)
 	m.Next = fromNext
@@ -38,14 +54,22 @@ func BenchmarkServeDNS(b *testing.B) {
 		qtype uint16
 	}{
 		{"cluster/A", "web-west" + z, dns.TypeA},
+		{"cluster/AAAA", "web-west" + z, dns.TypeAAAA},
 		{"cluster/AAAA-nodata", "nginx-svc-west" + z, dns.TypeAAAA},
+		{"cluster/SRV", "web-west" + z, dns.TypeSRV},
+		{"cluster/SRV-port", "_dns._udp.web-west" + z, dns.TypeSRV},
+		{"cluster/SRV-headless", "_http._tcp.nginx-svc-west" + z, dns.TypeSRV},
 		{"pod/A", "nginx-set-0.nginx-svc-west" + z, dns.TypeA},
+		{"pod/SRV", "nginx-set-0.nginx-svc-west" + z, dns.TypeSRV},
+		{"pod/SRV-port", "_http._tcp.nginx-set-0.nginx-svc-west" + z, dns.TypeSRV},
 		{"global/A", "nginx-svc-global" + z, dns.TypeA},
-		{"srv/cluster", "_http._tcp.nginx-svc-west" + z, dns.TypeSRV},
-		{"srv/global", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV},      // > 512 octets: truncated
-		{"srv/global-edns", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV}, // EDNS 1232: whole
-		{"ptr", "10.0.96.10.in-addr.arpa.", dns.TypePTR},
-		{"nxdomain", "nginx-set-9.nginx-svc-west" + z, dns.TypeA},
+		{"global/AAAA", "web-global" + z, dns.TypeAAAA},
+		{"global/SRV", "nginx-svc-global" + z, dns.TypeSRV},
+		{"global/SRV-port", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV},      // > 512 octets: truncated
+		{"global/SRV-port-edns", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV}, // EDNS 1232: whole
+		{"global/SRV-port-web", "_http._tcp.web-global" + z, dns.TypeSRV},        // ClusterIP members
+		{"ptr/PTR", "10.0.96.10.in-addr.arpa.", dns.TypePTR},
+		{"nxdomain/A", "nginx-set-9.nginx-svc-west" + z, dns.TypeA},
 		{"uppercase/A", "WEB-WEST.default.svc.cluster.local.", dns.TypeA},
 	} {
 		r := new(dns.Msg)
@@ -68,7 +92,7 @@ func BenchmarkLookup(b *testing.B) {
 	m := newTestPlugin(b, fixture(), 5, fall.Zero)
 	b.ReportAllocs()
 	for b.Loop() {
-		if m.index.lookup("nginx-set-0.nginx-svc-west"+z) == nil {
+		if _, ok := m.index.find("nginx-set-0.nginx-svc-west" + z); !ok {
 			b.Fatal("not found")
 		}
 	}
@@ -82,4 +106,171 @@ func BenchmarkSync(b *testing.B) {
 	for b.Loop() {
 		m.index.sync(groupKey{"default", "big"})
 	}
+}
+
+// memSource is mcbench's mem set in a fake source: services Services in
+// each of 10 linked clusters c0..c9, each headless, flat mode, one slice of
+// 100 named ready endpoints, every object with a resourceVersion.
+func memSource(services int) *fakeSource {
+	links := make([]string, 10)
+	for c := range links {
+		links[c] = fmt.Sprintf("c%d", c)
+	}
+	f := newFakeSource(links...)
+	for c, cl := range links {
+		for s := range services {
+			name := fmt.Sprintf("m%d", s)
+			f.svc(cl, "mem", name, labels.Flat, nil, httpPort).Version = "1"
+			eps := make([]Endpoint, 100)
+			for e := range eps {
+				n := (c*services+s)*100 + e
+				eps[e] = ep(fmt.Sprintf("h%d", e), fmt.Sprintf("10.%d.%d.%d", 200+n>>16, n>>8&255, n&255), true)
+			}
+			f.slice(cl, "mem", name, []Port{httpPort}, eps...)
+			f.slices[[3]string{cl, "mem", name}][0].Version = "1"
+		}
+	}
+	return f
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkIndexMemory measures the heap per mirrored endpoint at 10k and
+// 100k endpoints across 10 links: the index alone (index-B/endpoint), and
+// with the trimmed objects it is built from (total-B/endpoint), which the
+// informers hold in the process.
+func BenchmarkIndexMemory(b *testing.B) {
+	for _, services := range []int{10, 100} {
+		endpoints := services * 100 * 10
+		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
+			var src, idx float64
+			for b.Loop() {
+				before := heapInUse()
+				f := memSource(services)
+				objs := heapInUse()
+				m := newTestPlugin(b, f, 5, fall.Zero)
+				after := heapInUse()
+				if m.index.lookup("h7.m3-c4.mem.svc.cluster.local.") == nil {
+					b.Fatal("not built")
+				}
+				runtime.KeepAlive(f)
+				runtime.KeepAlive(m)
+				src, idx = float64(objs-before), float64(after-objs)
+			}
+			b.ReportMetric(idx/float64(endpoints), "index-B/endpoint")
+			b.ReportMetric((src+idx)/float64(endpoints), "total-B/endpoint")
+		})
+	}
+}
+
+// BenchmarkSyncOneEndpoint measures the rebuild after one endpoint of a
+// 10-cluster × 1,000-pod group changed address, as the informer hands it
+// over: a new Slice object with a new resourceVersion.
+func BenchmarkSyncOneEndpoint(b *testing.B) {
+	links := make([]string, 10)
+	for c := range links {
+		links[c] = fmt.Sprintf("c%d", c)
+	}
+	f := newFakeSource(links...)
+	for c, cl := range links {
+		f.svc(cl, "default", "big", labels.Flat, nil, httpPort).Version = "1"
+		eps := make([]Endpoint, 1000)
+		for e := range eps {
+			eps[e] = ep(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.%d.%d.%d", c, e>>8, e&255), true)
+		}
+		f.slice(cl, "default", "big", []Port{httpPort}, eps...)
+		f.slices[[3]string{cl, "default", "big"}][0].Version = "1"
+	}
+	m := newTestPlugin(b, f, 5, fall.Zero)
+	k := groupKey{"default", "big"}
+	key := [3]string{"c3", "default", "big"}
+	v := 1
+	b.ReportAllocs()
+	for b.Loop() {
+		old := f.slices[key][0]
+		sl := *old
+		sl.Endpoints = slices.Clone(old.Endpoints)
+		v++
+		sl.Version = strconv.Itoa(v)
+		sl.Endpoints[7].Addresses = []string{fmt.Sprintf("10.3.99.%d", v%250)}
+		f.slices[key] = []*Slice{&sl}
+		m.index.sync(k)
+	}
+	if got := records(m.index, "big-7.big-c3"+z, dns.TypeA); len(got) != 1 || got[0].(*dns.A).A.String() != fmt.Sprintf("10.3.99.%d", v%250) {
+		b.Fatalf("big-7.big-c3: %v", got)
+	}
+}
+
+// coldSource has services exported ClusterIP Services (flat mode, one
+// ready endpoint) in each of 10 linked clusters.
+func coldSource(services int) *fakeSource {
+	links := make([]string, 10)
+	for c := range links {
+		links[c] = fmt.Sprintf("c%d", c)
+	}
+	f := newFakeSource(links...)
+	for c, cl := range links {
+		for s := range services {
+			name := fmt.Sprintf("s%d", s)
+			n := c*services + s
+			f.svc(cl, "cold", name, labels.Flat, []string{"10.100.0.1"}, httpPort).Version = "1"
+			f.slice(cl, "cold", name, []Port{httpPort}, ep("", fmt.Sprintf("10.%d.%d.%d", 200+n>>16, n>>8&255, n&255), true))
+			f.slices[[3]string{cl, "cold", name}][0].Version = "1"
+		}
+	}
+	return f
+}
+
+// BenchmarkColdStart measures building the index of 10 links × 10,000
+// exported Services from lists already received, as at start-up; and
+// the live heap half-way through a relist of every link (every object
+// replaced by a new version, every group rebuilt) against the steady
+// state (relist-heap-ratio).
+func BenchmarkColdStart(b *testing.B) {
+	const services = 10000
+	var ratio float64
+	for b.Loop() {
+		b.StopTimer()
+		f := coldSource(services)
+		keys := f.keys()
+		m, err := newWithSource(f, Options{Zones: []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa."}, Cluster: "east", TTL: 5})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for _, k := range keys {
+			m.index.sync(k)
+		}
+		b.StopTimer()
+		if m.index.lookup("s9999-c9.cold.svc.cluster.local.") == nil {
+			b.Fatal("not built")
+		}
+		steady := heapInUse()
+		for key, sls := range f.slices {
+			sl := *sls[0]
+			sl.Version = "2"
+			f.slices[key] = []*Slice{&sl}
+		}
+		for key, s := range f.services {
+			c := *s
+			c.Version = "2"
+			f.services[key] = &c
+		}
+		var mid uint64
+		for i, k := range keys {
+			m.index.sync(k)
+			if i == len(keys)/2 {
+				mid = heapInUse()
+			}
+		}
+		ratio = float64(mid) / float64(steady)
+		runtime.KeepAlive(m)
+		b.StartTimer()
+	}
+	b.ReportMetric(ratio, "relist-heap-ratio")
 }

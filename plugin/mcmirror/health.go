@@ -42,7 +42,7 @@ type healthState struct {
 // hides reports whether m stays out of the -global names: it is a
 // gateway-mode member of a cluster whose gateway is down. Flat-mode members
 // need no gateway, and the local cluster's are never gateway members.
-func (s *healthState) hides(m member) bool {
+func (s *healthState) hides(m *member) bool {
 	return s != nil && m.gateway && s.down[m.cluster]
 }
 
@@ -312,7 +312,7 @@ func (x *index) gatewayGroups(clusters []string) []groupKey {
 
 // gatewayClusters returns the clusters that have a gateway-mode member in
 // members, sorted.
-func gatewayClusters(members []member) []string {
+func gatewayClusters(members []*member) []string {
 	var cs []string
 	for _, m := range members {
 		if m.gateway && !slices.Contains(cs, m.cluster) {

@@ -1,9 +1,11 @@
 package mcmirror
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -20,7 +22,7 @@ func addrs(x *index, name string) ([]string, bool) {
 		return nil, false
 	}
 	var out []string
-	for _, rr := range append(slices.Clone(e.a), e.aaaa...) {
+	for _, rr := range append(records(x, name, dns.TypeA), records(x, name, dns.TypeAAAA)...) {
 		switch r := rr.(type) {
 		case *dns.A:
 			out = append(out, r.A.String())
@@ -30,6 +32,39 @@ func addrs(x *index, name string) ([]string, bool) {
 	}
 	slices.Sort(out)
 	return out, true
+}
+
+// records returns the answer records of name and qtype, as ServeDNS makes
+// them; nil when name is not in the index.
+func records(x *index, name string, qtype uint16) []dns.RR {
+	h := x.lookup(name)
+	if h == nil {
+		return nil
+	}
+	switch qtype {
+	case dns.TypeA, dns.TypeAAAA:
+		if v := h.addresses(qtype == dns.TypeAAAA); len(v) > 0 {
+			return addressRRs(name, v, qtype == dns.TypeAAAA, x.ttl, 1<<16, 0)
+		}
+	case dns.TypeSRV:
+		if h.r.kind != kindPTR && (h.proto == "" || h.port != "") {
+			rrs, n := h.srvRRs(name, x.ttl, 1<<16, 0)
+			return rrs[:n]
+		}
+	case dns.TypePTR:
+		if h.r.kind == kindPTR {
+			return h.ptrRR(name, x.ttl, 0)
+		}
+	}
+	return nil
+}
+
+// owner returns the group that answers name, or "".
+func owner(x *index, name string) string {
+	if h := x.lookup(name); h != nil {
+		return h.r.s.key.svc
+	}
+	return ""
 }
 
 func wantAddrs(t *testing.T, x *index, name string, want ...string) {
@@ -47,7 +82,7 @@ func wantAddrs(t *testing.T, x *index, name string, want ...string) {
 func wantAbsent(t *testing.T, x *index, name string) {
 	t.Helper()
 	if e := x.lookup(name); e != nil {
-		t.Errorf("%s: in the index (%v), want it gone", name, e.a)
+		t.Errorf("%s: in the index (%v), want it gone", name, records(x, name, dns.TypeA))
 	}
 }
 
@@ -70,8 +105,8 @@ func TestIndexUpdates(t *testing.T) {
 	src.mirror("default", "nginx-set-1-west", "west", "nginx-svc-west", []string{"10.96.0.99"}, httpPort)
 	x.sync(nginx)
 	wantAddrs(t, x, "nginx-set-1.nginx-svc-west"+z, "10.96.0.99")
-	if e := x.lookup("99.0.96.10.in-addr.arpa."); e == nil || e.ptr[0].(*dns.PTR).Ptr != "nginx-set-1.nginx-svc-west"+z {
-		t.Errorf("PTR of the new mirror ClusterIP: %v", e)
+	if rrs := records(x, "99.0.96.10.in-addr.arpa.", dns.TypePTR); len(rrs) != 1 || rrs[0].(*dns.PTR).Ptr != "nginx-set-1.nginx-svc-west"+z {
+		t.Errorf("PTR of the new mirror ClusterIP: %v", rrs)
 	}
 
 	// A pod turns not ready.
@@ -167,9 +202,9 @@ func TestIndexLocalOnly(t *testing.T) {
 	m := newTestPlugin(t, src, 5, fall.Zero)
 	wantAddrs(t, m.index, "api-global"+z, "10.100.0.7")
 	wantAbsent(t, m.index, "api-east"+z) // the local cluster's own names are the kubernetes plugin's
-	e := m.index.lookup("_http._tcp.api-global" + z)
-	if e == nil || len(e.srv) != 1 || e.srv[0].(*dns.SRV).Target != "api"+z {
-		t.Errorf("SRV of a local ClusterIP Service: %v", e)
+	srv := records(m.index, "_http._tcp.api-global"+z, dns.TypeSRV)
+	if len(srv) != 1 || srv[0].(*dns.SRV).Target != "api"+z {
+		t.Errorf("SRV of a local ClusterIP Service: %v", srv)
 	}
 }
 
@@ -192,12 +227,12 @@ func TestIndexNameCollision(t *testing.T) {
 		for _, k := range order {
 			x2.sync(k)
 		}
-		if e := x2.lookup("foo-us-west" + z); e == nil || e.owner.svc != "foo" {
-			t.Errorf("order %v: owner %v, want foo", order, e)
+		if o := owner(x2, "foo-us-west"+z); o != "foo" {
+			t.Errorf("order %v: owner %q, want foo", order, o)
 		}
 	}
-	if e := x.lookup("foo-us-west" + z); e == nil || e.owner.svc != "foo" {
-		t.Fatalf("owner %v, want foo", e)
+	if o := owner(x, "foo-us-west"+z); o != "foo" {
+		t.Fatalf("owner %q, want foo", o)
 	}
 
 	// us-west unexports foo: the name goes to foo-us of west, rebuilt
@@ -261,12 +296,13 @@ func TestIndexMetrics(t *testing.T) {
 	src.svc("west", "default", "web", labels.Gateway, []string{"10.100.0.1"}, httpPort)
 	src.mirror("default", "web-west", "west", "", []string{"10.96.0.20", "fd00::20"}, httpPort)
 	m := newTestPlugin(t, src, 5, fall.Zero)
-	// web-west, _http._tcp.web-west, _tcp.web-west, and the same for
-	// web-global, and two PTRs.
-	if got := testutil.ToFloat64(indexNames); got != 8 {
-		t.Errorf("index_names = %v, want 8", got)
+	// web-west, web-global and two PTRs (the SRV names below them are
+	// made at query time); the records are what the names are made of:
+	// web-west's two addresses, one SRV target, two PTR names.
+	if got := testutil.ToFloat64(indexNames); got != 4 {
+		t.Errorf("index_names = %v, want 4", got)
 	}
-	for typ, want := range map[string]float64{"A": 2, "AAAA": 2, "SRV": 4, "PTR": 2} {
+	for typ, want := range map[string]float64{"A": 1, "AAAA": 1, "SRV": 1, "PTR": 2} {
 		if got := testutil.ToFloat64(indexRecords.WithLabelValues(typ)); got != want {
 			t.Errorf("index_records{type=%s} = %v, want %v", typ, got, want)
 		}
@@ -310,4 +346,41 @@ func TestIndexPodMirrorOfAnotherService(t *testing.T) {
 	src.mirror("default", "nginx-set-0-west", "paris", "other-west", []string{"10.96.0.62"}, httpPort)
 	x.sync(groupKey{"default", "other"})
 	wantAbsent(t, x, "nginx-set-0.other-west"+z)
+}
+
+// A change in one cluster rebuilds that cluster's part of the group only:
+// the others, built from the same objects (same resourceVersions), are
+// reused as they are, and the new address answers at once.
+func TestSyncReusesUnchangedMembers(t *testing.T) {
+	src := newFakeSource("c0", "c1", "c2")
+	for i, c := range []string{"c0", "c1", "c2"} {
+		src.svc(c, "default", "db", labels.Flat, nil, httpPort).Version = "1"
+		src.slice(c, "default", "db", []Port{httpPort}, ep("db-0", fmt.Sprintf("10.%d.0.1", i), true), ep("db-1", fmt.Sprintf("10.%d.0.2", i), true))
+		src.slices[[3]string{c, "default", "db"}][0].Version = "1"
+	}
+	m := newTestPlugin(t, src, 5, fall.Zero)
+	k := groupKey{"default", "db"}
+	before := m.index.slots[k].g
+
+	key := [3]string{"c1", "default", "db"}
+	sl := *src.slices[key][0]
+	sl.Version = "2"
+	sl.Endpoints = slices.Clone(sl.Endpoints)
+	sl.Endpoints[1] = ep("db-1", "10.1.0.99", true)
+	src.slices[key] = []*Slice{&sl}
+	m.index.sync(k)
+
+	after := m.index.slots[k].g
+	for _, c := range []string{"c0", "c1", "c2"} {
+		same := before.member(c) == after.member(c)
+		if same != (c != "c1") {
+			t.Errorf("member %s reused: %v, want %v", c, same, c != "c1")
+		}
+	}
+	wantAddrs(t, m.index, "db-1.db-c1"+z, "10.1.0.99")
+	wantAddrs(t, m.index, "db-global"+z, "10.0.0.1", "10.0.0.2", "10.1.0.1", "10.1.0.99", "10.2.0.1", "10.2.0.2")
+	// The pod names of the rebuilt part are the old strings.
+	if a, b := before.member("c1").podNames[0], after.member("c1").podNames[0]; unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Errorf("pod name %q copied, want the old string reused", b)
+	}
 }

@@ -33,7 +33,7 @@ func startWith(t *testing.T, local kubernetes.Interface, startup, maxAge time.Du
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.ctrl.staleMaxAge = maxAge
+	m.watch.staleMaxAge = maxAge
 	for i := 0; i < len(links); i += 2 {
 		if err := m.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)); err != nil {
 			t.Fatal(err)

@@ -35,12 +35,12 @@ type MCMirror struct {
 	Zones []string
 	Fall  fall.F
 
-	// src tells whether the watches have synced; it is the controller,
+	// src tells whether the watches have synced; it is the watcher,
 	// or a fake in tests.
 	src   source
 	index *index
-	// ctrl is the informer layer; nil when src is a fake.
-	ctrl *controller
+	// watch is the informer layer; nil when src is a fake.
+	watch *watcher
 	// soa is the SOA record of each zone, for the authority section of
 	// NXDOMAIN and NODATA answers.
 	soa [][]dns.RR
@@ -48,7 +48,7 @@ type MCMirror struct {
 	startupTimeout time.Duration
 	// health polls the gateway's peer states; nil without gateway_health.
 	health *gatewayHealth
-	// requeue has a group rebuilt: through the controller's queue, or at
+	// requeue has a group rebuilt: through the watcher's queue, or at
 	// once over a fake source.
 	requeue func(groupKey)
 }
@@ -99,15 +99,15 @@ func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
 	if o.StartupTimeout == 0 {
 		o.StartupTimeout = defaultStartupTimeout
 	}
-	ctrl := newController(o.Cluster, sel, o.StartupTimeout)
-	m, err := newWithSource(ctrl, o)
+	w := newWatcher(o.Cluster, sel, o.StartupTimeout)
+	m, err := newWithSource(w, o)
 	if err != nil {
 		return nil, err
 	}
-	m.ctrl = ctrl
-	ctrl.sync = m.index.sync
-	m.requeue = ctrl.enqueue
-	if err := ctrl.addCluster(o.Cluster, local); err != nil {
+	m.watch = w
+	w.sync = m.index.sync
+	m.requeue = w.enqueue
+	if err := w.addCluster(o.Cluster, local); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -165,7 +165,7 @@ func (m *MCMirror) AddLink(name string, client kubernetes.Interface) error {
 	if err := labels.ValidateClusterName(name); err != nil {
 		return err
 	}
-	return m.ctrl.addCluster(name, client)
+	return m.watch.addCluster(name, client)
 }
 
 // ReplaceLink watches a linked cluster through client, the one already
@@ -175,25 +175,25 @@ func (m *MCMirror) ReplaceLink(name string, client kubernetes.Interface) error {
 	if err := labels.ValidateClusterName(name); err != nil {
 		return err
 	}
-	return m.ctrl.replaceCluster(name, client)
+	return m.watch.replaceCluster(name, client)
 }
 
 // RemoveLink stops watching a linked cluster; its names go away.
-func (m *MCMirror) RemoveLink(name string) { m.ctrl.removeCluster(name) }
+func (m *MCMirror) RemoveLink(name string) { m.watch.removeCluster(name) }
 
 // AddLinkSecrets has the link Secrets that w finds added and removed as
 // links; Start starts w. The Handler w calls is the one LinkHandler returns.
-func (m *MCMirror) AddLinkSecrets(w *link.SecretWatcher) { m.ctrl.secrets = w }
+func (m *MCMirror) AddLinkSecrets(w *link.SecretWatcher) { m.watch.secrets = w }
 
 // Start starts watching and waits, at most the startup timeout, until the
 // index is ready to answer.
 func (m *MCMirror) Start() error {
 	m.health.start()
-	m.ctrl.start()
+	m.watch.start()
 	deadline := time.Now().Add(m.startupTimeout)
-	for !m.ctrl.HasSynced() {
+	for !m.watch.HasSynced() {
 		if time.Now().After(deadline) {
-			log.Warningf("Starting with clusters that have not synced: %s", strings.Join(m.ctrl.unsynced(), ", "))
+			log.Warningf("Starting with clusters that have not synced: %s", strings.Join(m.watch.unsynced(), ", "))
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -204,7 +204,7 @@ func (m *MCMirror) Start() error {
 // Stop stops watching.
 func (m *MCMirror) Stop() error {
 	m.health.stop()
-	m.ctrl.stop()
+	m.watch.stop()
 	return nil
 }
 
@@ -220,15 +220,18 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
 
-	e := m.index.lookup(qname)
-	if e == nil {
+	h, found := m.index.find(qname)
+	if found && h.proto != "" && !h.exists() {
+		found = false // _<port>._<proto> of a port the name does not have
+	}
+	if !found {
 		kind, ok := m.index.claimed(qname, m.Zones[zi])
 		if !ok {
 			// Not ours: a local Service named like a mirror, a cluster we
 			// do not link, a Service nobody exports.
 			return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 		}
-		if isTransfer(q.Qtype) {
+		if isTransfer(q.Qtype) || q.Qclass != dns.ClassINET {
 			return dns.RcodeRefused, nil
 		}
 		if m.Fall.Through(qname) {
@@ -241,31 +244,64 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return m.negative(w, r, zi, kind, rcode)
 	}
 
-	if isTransfer(q.Qtype) {
+	if isTransfer(q.Qtype) || q.Qclass != dns.ClassINET {
+		// Only class IN is held: another class of a claimed name is
+		// refused, as the server refuses it without the chaos plugin
+		// (the kubernetes plugin answers it with IN records).
 		return dns.RcodeRefused, nil
 	}
-	answer, extra := e.records(q.Qtype)
-	if len(answer) == 0 {
-		return m.negative(w, r, zi, e.kind, dns.RcodeSuccess) // NODATA
+	state := request.Request{W: w, Req: r}
+	limit, extra := maxRecords(state.Size()), 0
+	if r.IsEdns0() != nil {
+		extra = 1 // room for the OPT record SizeAndDo adds
 	}
-	msg := new(dns.Msg)
-	msg.SetReply(r)
-	msg.Authoritative = true
-	msg.Answer = answer
-	msg.Extra = extra
-	write(w, r, msg)
-	countAnswer(e.kind, dns.RcodeSuccess)
+	var rrs []dns.RR
+	nAnswer := 0
+	switch q.Qtype {
+	case dns.TypeA, dns.TypeAAAA:
+		v6 := q.Qtype == dns.TypeAAAA
+		if v := h.addresses(v6); len(v) > 0 {
+			rrs = addressRRs(qname, v, v6, m.index.ttl, limit, extra)
+			nAnswer = len(rrs)
+		}
+	case dns.TypeSRV:
+		if h.r.kind != kindPTR && (h.proto == "" || h.port != "") {
+			rrs, nAnswer = h.srvRRs(qname, m.index.ttl, limit, extra)
+		}
+	case dns.TypePTR:
+		if h.r.kind == kindPTR {
+			rrs = h.ptrRR(qname, m.index.ttl, extra)
+			nAnswer = 1
+		}
+	}
+	kind := h.kind()
+	if nAnswer == 0 {
+		return m.negative(w, r, zi, kind, dns.RcodeSuccess) // NODATA
+	}
+	msg := newReply(r, dns.RcodeSuccess)
+	msg.Answer = rrs[:nAnswer:nAnswer]
+	if len(rrs) > nAnswer || extra > 0 {
+		msg.Extra = rrs[nAnswer:]
+	}
+	if !m.write(state, msg) {
+		return dns.RcodeServerFailure, errNotWritten
+	}
+	countAnswer(kind, dns.RcodeSuccess)
 	return dns.RcodeSuccess, nil
 }
+
+// errNotWritten is returned when no reply could be written: the server
+// then answers SERVFAIL.
+var errNotWritten = errors.New("reply not written")
 
 // negative writes an answer without records: NXDOMAIN, NODATA or SERVFAIL,
 // with the zone's SOA in the authority section.
 func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind nameKind, rcode int) (int, error) {
-	msg := new(dns.Msg)
-	msg.SetRcode(r, rcode)
-	msg.Authoritative = true
+	msg := newReply(r, rcode)
 	msg.Ns = m.soa[zi]
-	write(w, r, msg)
+	if !m.write(request.Request{W: w, Req: r}, msg) {
+		return dns.RcodeServerFailure, errNotWritten
+	}
 	countAnswer(kind, rcode)
 	// The answer is written: say success, as plugin.BackendError does.
 	return dns.RcodeSuccess, nil
@@ -276,11 +312,18 @@ func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind nameK
 func isTransfer(qtype uint16) bool { return qtype == dns.TypeAXFR || qtype == dns.TypeIXFR }
 
 // write makes msg fit the client's buffer, as the server would: truncated,
-// with TC set, over UDP; whole over TCP.
-func write(w dns.ResponseWriter, r *dns.Msg, msg *dns.Msg) {
-	state := request.Request{W: w, Req: r}
+// with TC set, over UDP; whole over TCP. A reply the writer cannot send
+// (it did not pack) is logged and counted, and false returned, so that the
+// server sends SERVFAIL rather than nothing.
+func (m *MCMirror) write(state request.Request, msg *dns.Msg) bool {
 	state.SizeAndDo(msg)
-	w.WriteMsg(state.Scrub(msg))
+	err := state.W.WriteMsg(state.Scrub(msg))
+	if err == nil {
+		return true
+	}
+	replyErrors.Inc()
+	log.Errorf("Reply to %s %s not written: %v", state.Type(), state.Name(), err)
+	return false
 }
 
 // zone returns the index in m.Zones of the longest zone that holds qname

@@ -240,6 +240,10 @@ func runCase(t *testing.T, m *MCMirror, tc test.Case, tcp bool) *dns.Msg {
 	if rec.Msg == nil {
 		t.Fatal("no answer written")
 	}
+	// What the server would send must pack.
+	if _, err := rec.Msg.Pack(); err != nil {
+		t.Fatalf("reply does not pack: %v", err)
+	}
 	// SortAndCheck sorts in place; answers share the index's slices.
 	resp := rec.Msg.Copy()
 	if err := test.SortAndCheck(resp, tc); err != nil {

@@ -371,7 +371,7 @@ func (cfg *config) build() (*MCMirror, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.ctrl.staleMaxAge = cfg.staleMaxAge
+	m.watch.staleMaxAge = cfg.staleMaxAge
 	reserved := []string{cfg.cluster}
 	for i, l := range cfg.links {
 		rc, err := l.Config()

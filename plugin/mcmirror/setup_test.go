@@ -331,13 +331,13 @@ func TestSetupStaleMaxAge(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := dnsserver.GetConfig(c).Plugin[0](nil).(*MCMirror)
-	if m.ctrl.staleMaxAge != 90*time.Second {
-		t.Errorf("controller stale_max_age %s", m.ctrl.staleMaxAge)
+	if m.watch.staleMaxAge != 90*time.Second {
+		t.Errorf("controller stale_max_age %s", m.watch.staleMaxAge)
 	}
-	if h := m.ctrl.cluster("west").health; h.maxAge != 90*time.Second {
+	if h := m.watch.cluster("west").health; h.maxAge != 90*time.Second {
 		t.Errorf("link west stale_max_age %s", h.maxAge)
 	}
-	if h := m.ctrl.cluster("east").health; h.maxAge != 0 {
+	if h := m.watch.cluster("east").health; h.maxAge != 0 {
 		t.Errorf("the local cluster's state is withdrawn after %s", h.maxAge)
 	}
 }

@@ -30,7 +30,7 @@ func handler[T any](add func(T, bool), update func(T, T), del func(T)) storeHand
 	}
 }
 
-func (c *controller) serviceHandler(cl *cluster) storeHandler {
+func (c *watcher) serviceHandler(cl *cluster) storeHandler {
 	return handler(
 		func(s *Service, _ bool) {
 			cl.touched(objService, 1)
@@ -54,7 +54,7 @@ func (c *controller) serviceHandler(cl *cluster) storeHandler {
 	)
 }
 
-func (c *controller) sliceHandler(cl *cluster) storeHandler {
+func (c *watcher) sliceHandler(cl *cluster) storeHandler {
 	// The store holds only slices of exported Services.
 	return handler(
 		func(s *Slice, initial bool) {
@@ -83,7 +83,7 @@ func (c *controller) sliceHandler(cl *cluster) storeHandler {
 	)
 }
 
-func (c *controller) mirrorHandler(cl *cluster) storeHandler {
+func (c *watcher) mirrorHandler(cl *cluster) storeHandler {
 	enqueue := func(m *Mirror) {
 		if k, ok := mirrorGroup(m); ok {
 			c.enqueue(k)

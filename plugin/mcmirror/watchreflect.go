@@ -23,7 +23,7 @@ import (
 // reflector lists and watches the objects of one kind that selector
 // selects into store, reporting each list and watch to the cluster's
 // health.
-func (c *controller) reflector(cl *cluster, w int, obj runtime.Object, selector string, store *objectStore) *cache.Reflector {
+func (c *watcher) reflector(cl *cluster, w int, obj runtime.Object, selector string, store *objectStore) *cache.Reflector {
 	var list func(context.Context, metav1.ListOptions) (runtime.Object, error)
 	var watchf func(context.Context, metav1.ListOptions) (watch.Interface, error)
 	switch obj.(type) {
@@ -108,7 +108,7 @@ func (cl *cluster) apiResult(ctx context.Context, w int, err error) {
 // became exported: the slice watch dropped them while it was not. It
 // retries until the list answers, the Service is no longer exported, or the
 // watches stop.
-func (c *controller) fetchSlices(cl *cluster, ns, name string) {
+func (c *watcher) fetchSlices(cl *cluster, ns, name string) {
 	key := ns + "/" + name
 	ctx, cancel := context.WithCancel(cl.ctx)
 	f := cl.slices.beginFetch(key, cancel)

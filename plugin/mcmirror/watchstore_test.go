@@ -112,7 +112,7 @@ func TestOnlyExportedSlicesHeld(t *testing.T) {
 	west := fake.NewClientset(objs...)
 	m := startWith(t, fake.NewClientset(), 5*time.Second, 0, "held", west)
 	waitFor(t, 5*time.Second, "the exported Service", answersA(t, m, "web-held"+z, "10.1.0.1"))
-	cl := m.ctrl.cluster("held")
+	cl := m.watch.cluster("held")
 	if got := keys(cl.slices); !slices.Equal(got, []string{"default/web-1"}) {
 		t.Errorf("slices held %v, want only the exported Service's", got)
 	}
@@ -148,7 +148,7 @@ func TestLinkMetricsGenerations(t *testing.T) {
 	west := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
 	m := startWith(t, fake.NewClientset(), time.Second, 0, "gen", west)
 	waitFor(t, 5*time.Second, "the first answer", answersA(t, m, "web-gen"+z, "10.1.0.1"))
-	old := m.ctrl.cluster("gen")
+	old := m.watch.cluster("gen")
 
 	// A kubeconfig that cannot connect: the old watches keep serving,
 	// and the metrics keep saying so.
@@ -189,8 +189,8 @@ func TestLinkMetricsGenerations(t *testing.T) {
 	old.health.setSynced()
 	old.health.contact()
 	old.health.latency(time.Second)
-	m.ctrl.noteTrigger(groupKey{"default", "web"}, "gen", time.Now())
-	m.ctrl.observe(groupKey{"default", "web"})
+	m.watch.noteTrigger(groupKey{"default", "web"}, "gen", time.Now())
+	m.watch.observe(groupKey{"default", "web"})
 	if n := seriesOf("gen"); n != 0 {
 		t.Errorf("%d series of a removed link re-created", n)
 	}

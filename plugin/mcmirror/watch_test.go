@@ -199,7 +199,7 @@ func TestControllerNotReadyBeforeTimeout(t *testing.T) {
 	if err := m.AddLink("paris", dead); err != nil {
 		t.Fatal(err)
 	}
-	m.ctrl.start()
+	m.watch.start()
 	defer m.Stop()
 	time.Sleep(200 * time.Millisecond)
 	if m.Ready() {
@@ -285,7 +285,7 @@ func TestControllerReplaceLink(t *testing.T) {
 		got, _ := addrs(m.index, "web-west"+z)
 		return slices.Equal(got, []string{"10.1.0.2"})
 	})
-	if got := m.ctrl.Links(); !slices.Equal(got, []string{"west"}) {
+	if got := m.watch.Links(); !slices.Equal(got, []string{"west"}) {
 		t.Errorf("links %v", got)
 	}
 
@@ -300,12 +300,12 @@ func TestLinkHandler(t *testing.T) {
 	m := startPlugin(t, fake.NewClientset(), nil, 100*time.Millisecond)
 	h := m.LinkHandler()
 	h.Add("west", &rest.Config{Host: "http://127.0.0.1:1"})
-	if got := m.ctrl.Links(); !slices.Equal(got, []string{"west"}) {
+	if got := m.watch.Links(); !slices.Equal(got, []string{"west"}) {
 		t.Fatalf("links %v after Add", got)
 	}
 	h.Add("West", &rest.Config{Host: "http://127.0.0.1:1"}) // not a cluster name: logged, ignored
 	h.Remove("west")
-	if got := m.ctrl.Links(); len(got) != 0 {
+	if got := m.watch.Links(); len(got) != 0 {
 		t.Fatalf("links %v after Remove", got)
 	}
 }

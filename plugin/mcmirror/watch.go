@@ -22,12 +22,12 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// controller is the informer layer: it watches the local cluster and every
+// watcher is the informer layer: it watches the local cluster and every
 // linked cluster, keeps their trimmed objects, and feeds the index. Event
 // handlers only compute the service group an object belongs to and queue
 // it; one worker rebuilds queued groups, so two builds of a group never race
 // and a burst of events for one group costs one build.
-type controller struct {
+type watcher struct {
 	local string
 	// exported selects the exported Services of every cluster; it leaves
 	// out mirrors, which are never exported again.
@@ -91,7 +91,7 @@ type cluster struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	// next is the replacement being synced after a kubeconfig change;
-	// guarded by controller.mu.
+	// guarded by watcher.mu.
 	next   *cluster
 	synced atomic.Bool
 }
@@ -113,9 +113,9 @@ const sliceServiceIndex = "service"
 // watch while a cluster is down.
 var linkBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 100, Cap: 2 * time.Second}
 
-func newController(local string, export k8slabels.Selector, startupTimeout time.Duration) *controller {
+func newWatcher(local string, export k8slabels.Selector, startupTimeout time.Duration) *watcher {
 	notMirror, _ := k8slabels.NewRequirement(labels.MirroredService, selection.DoesNotExist, nil)
-	return &controller{
+	return &watcher{
 		local:          local,
 		exported:       export.Add(*notMirror),
 		startupTimeout: startupTimeout,
@@ -127,8 +127,8 @@ func newController(local string, export k8slabels.Selector, startupTimeout time.
 }
 
 // addCluster watches the cluster client talks to, from now if the
-// controller runs, else from start.
-func (c *controller) addCluster(name string, client kubernetes.Interface) error {
+// watcher runs, else from start.
+func (c *watcher) addCluster(name string, client kubernetes.Interface) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.clusters[name]; ok {
@@ -152,7 +152,7 @@ func (c *controller) addCluster(name string, client kubernetes.Interface) error 
 // kubeconfig changed). The old watches keep serving, and own the metrics,
 // until the new ones have synced, so the change costs no gap; if the new
 // ones never sync, the last known state stays, as for any link that breaks.
-func (c *controller) replaceCluster(name string, client kubernetes.Interface) error {
+func (c *watcher) replaceCluster(name string, client kubernetes.Interface) error {
 	c.mu.Lock()
 	old, ok := c.clusters[name]
 	if !ok || c.ctx == nil {
@@ -198,7 +198,7 @@ func (c *controller) replaceCluster(name string, client kubernetes.Interface) er
 }
 
 // enqueueAll queues every group a cluster exports.
-func (c *controller) enqueueAll(cl *cluster) {
+func (c *watcher) enqueueAll(cl *cluster) {
 	for _, obj := range cl.services.idx.List() {
 		if s, ok := obj.(*Service); ok {
 			c.enqueue(groupKey{s.Namespace, s.Name})
@@ -208,7 +208,7 @@ func (c *controller) enqueueAll(cl *cluster) {
 
 // removeCluster stops watching a linked cluster and drops its names and
 // its metric series, which no late event of its watches writes again.
-func (c *controller) removeCluster(name string) {
+func (c *watcher) removeCluster(name string) {
 	c.mu.Lock()
 	cl, ok := c.clusters[name]
 	if !ok || cl.local {
@@ -234,7 +234,7 @@ func (c *controller) removeCluster(name string) {
 }
 
 // start starts every watch and the worker; it does not wait for them.
-func (c *controller) start() {
+func (c *watcher) start() {
 	c.mu.Lock()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
@@ -250,7 +250,7 @@ func (c *controller) start() {
 }
 
 // stop stops every watch and the worker.
-func (c *controller) stop() {
+func (c *watcher) stop() {
 	c.mu.Lock()
 	if c.cancel != nil {
 		c.cancel()
@@ -268,7 +268,7 @@ func (c *controller) stop() {
 // startCluster runs the watches of cl: Services (and mirrors) at once,
 // EndpointSlices once the Services have listed, so that the slices of
 // every exported Service are kept from the first list on.
-func (c *controller) startCluster(cl *cluster) {
+func (c *watcher) startCluster(cl *cluster) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	cl.ctx, cl.cancel = ctx, cancel
 	cl.started = time.Now()
@@ -306,7 +306,7 @@ func (cl *cluster) watchSync(ctx context.Context) {
 }
 
 // work rebuilds queued groups until the queue shuts down.
-func (c *controller) work() {
+func (c *watcher) work() {
 	for {
 		k, quit := c.queue.Get()
 		if quit {
@@ -323,10 +323,10 @@ func (c *controller) work() {
 	}
 }
 
-func (c *controller) enqueue(k groupKey) { c.queue.Add(k) }
+func (c *watcher) enqueue(k groupKey) { c.queue.Add(k) }
 
 // noteTrigger remembers the oldest change not yet in the index of group k.
-func (c *controller) noteTrigger(k groupKey, cluster string, at time.Time) {
+func (c *watcher) noteTrigger(k groupKey, cluster string, at time.Time) {
 	c.triggersMu.Lock()
 	defer c.triggersMu.Unlock()
 	if t, ok := c.triggers[k]; !ok || at.Before(t.at) {
@@ -334,7 +334,7 @@ func (c *controller) noteTrigger(k groupKey, cluster string, at time.Time) {
 	}
 }
 
-func (c *controller) observe(k groupKey) {
+func (c *watcher) observe(k groupKey) {
 	c.triggersMu.Lock()
 	t, ok := c.triggers[k]
 	delete(c.triggers, k)
@@ -355,7 +355,7 @@ func (c *controller) observe(k groupKey) {
 // rebuilt, a link added later, or one that fails does not make the server
 // unready or its answers SERVFAIL (link_synced, link_up and the log say
 // what a link is doing).
-func (c *controller) HasSynced() bool {
+func (c *watcher) HasSynced() bool {
 	if c.ready.Load() {
 		return true
 	}
@@ -383,7 +383,7 @@ func (c *controller) HasSynced() bool {
 }
 
 // unsynced returns the clusters that have not synced, for the log.
-func (c *controller) unsynced() []string {
+func (c *watcher) unsynced() []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var names []string
@@ -399,20 +399,20 @@ func (c *controller) unsynced() []string {
 // The source interface, read by the index.
 
 // Links implements source.
-func (c *controller) Links() []string {
+func (c *watcher) Links() []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.links
 }
 
-func (c *controller) cluster(name string) *cluster {
+func (c *watcher) cluster(name string) *cluster {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.clusters[name]
 }
 
 // Service implements source.
-func (c *controller) Service(cluster, ns, name string) *Service {
+func (c *watcher) Service(cluster, ns, name string) *Service {
 	cl := c.cluster(cluster)
 	if cl == nil || cl.health.withdrawn.Load() {
 		return nil
@@ -428,7 +428,7 @@ func (c *controller) Service(cluster, ns, name string) *Service {
 }
 
 // Slices implements source.
-func (c *controller) Slices(cluster, ns, name string) []*Slice {
+func (c *watcher) Slices(cluster, ns, name string) []*Slice {
 	cl := c.cluster(cluster)
 	if cl == nil || cl.health.withdrawn.Load() {
 		return nil
@@ -447,7 +447,7 @@ func (c *controller) Slices(cluster, ns, name string) []*Slice {
 }
 
 // Mirror implements source.
-func (c *controller) Mirror(ns, name string) *Mirror {
+func (c *watcher) Mirror(ns, name string) *Mirror {
 	cl := c.cluster(c.local)
 	if cl == nil || cl.mirrors == nil {
 		return nil
@@ -467,7 +467,7 @@ func (c *controller) Mirror(ns, name string) *Mirror {
 // cluster, the mirror Services. Only what can be answered is held: a
 // Service the export selector does not select, and the slices of one, are
 // dropped as they come.
-func (c *controller) newCluster(name string, client kubernetes.Interface) *cluster {
+func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster {
 	cl := &cluster{name: name, local: name == c.local, client: client}
 	cl.health = newLinkHealth(name, cl.local, c.staleMaxAge, func(bool) { c.enqueueAll(cl) })
 

@@ -1,0 +1,278 @@
+package mcmirror
+
+import (
+	"net"
+
+	"github.com/miekg/dns"
+)
+
+// Answers are made at query time from a group's compact data. A reply costs
+// three allocations whatever its size: the message (with its question),
+// one []dns.RR for the answer and additional sections, and one array of
+// the records themselves. Owner names are the question's name; SRV targets
+// and glue owners are the pod's or member's one name string; addresses are
+// sub-slices of the member's packed addresses.
+
+// reply is a message and its question, allocated together.
+type reply struct {
+	msg dns.Msg
+	q   [1]dns.Question
+}
+
+// newReply returns an authoritative reply to r with rcode.
+func newReply(r *dns.Msg, rcode int) *dns.Msg {
+	rp := &reply{}
+	m := &rp.msg
+	m.Id = r.Id
+	m.Response = true
+	m.Opcode = r.Opcode
+	if m.Opcode == dns.OpcodeQuery {
+		m.RecursionDesired = r.RecursionDesired
+		m.CheckingDisabled = r.CheckingDisabled
+	}
+	m.Authoritative = true
+	m.Rcode = rcode
+	rp.q[0] = r.Question[0]
+	m.Question = rp.q[:]
+	return m
+}
+
+// srvRec is an SRV record and room for the glue of its target, allocated
+// together.
+type srvRec struct {
+	srv  dns.SRV
+	a    dns.A
+	aaaa dns.AAAA
+}
+
+// maxRecords bounds the records made for a reply that must fit in size
+// octets: no record is shorter than 16 octets on the wire (a compressed
+// owner and an A record's data), so one more than size/16 is certain not
+// to fit, and the truncation that follows still sets TC.
+func maxRecords(size int) int { return size/16 + 1 }
+
+// addresses returns the A (v4) or AAAA addresses of h.
+func (h *hit) addresses(v6 bool) []byte {
+	g := h.g
+	if h.proto != "" || h.r.kind == kindPTR {
+		return nil
+	}
+	var v []byte
+	switch {
+	case h.r.m < 0:
+		v = g.v4
+		if v6 {
+			v = g.v6
+		}
+	case h.r.p < 0:
+		m := g.members[h.r.m]
+		v = m.v4
+		if v6 {
+			v = m.v6
+		}
+	default:
+		m := g.members[h.r.m]
+		p := &m.pods[h.r.p]
+		v = m.podV4(p)
+		if v6 {
+			v = m.podV6(p)
+		}
+	}
+	return v
+}
+
+// addressRRs returns the A or AAAA records of v, owned by name, at most
+// limit of them, in one allocation besides rrs; rrs gets room for extra
+// more records (the OPT record SizeAndDo adds).
+func addressRRs(name string, v []byte, v6 bool, ttl uint32, limit, extra int) []dns.RR {
+	size := 4
+	if v6 {
+		size = 16
+	}
+	n := min(len(v)/size, limit)
+	rrs := make([]dns.RR, n, n+extra)
+	if v6 {
+		recs := make([]dns.AAAA, n)
+		for i := range recs {
+			recs[i] = dns.AAAA{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: net.IP(v[i*16 : i*16+16 : i*16+16])}
+			rrs[i] = &recs[i]
+		}
+		return rrs
+	}
+	recs := make([]dns.A, n)
+	for i := range recs {
+		recs[i] = dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.IP(v[i*4 : i*4+4 : i*4+4])}
+		rrs[i] = &recs[i]
+	}
+	return rrs
+}
+
+// match reports whether port p, after the ports before it in its list,
+// answers h: every distinct port number for the name itself, the named
+// ports of h.proto for _<proto>, and port h.port of it for
+// _<port>._<proto>.
+func (h *hit) match(p *Port, before []Port) bool {
+	if h.proto == "" {
+		for i := range before {
+			if before[i].Port == p.Port {
+				return false
+			}
+		}
+		return true
+	}
+	return p.Name != "" && p.Protocol == h.proto && (h.port == "" || p.Name == h.port)
+}
+
+// target is one SRV target as eachTarget hands it out.
+type target struct {
+	name   string
+	port   uint16
+	v4, v6 []byte
+	// first is whether this is the first target of the name: its glue
+	// goes in once.
+	first bool
+}
+
+// eachTarget calls f with each SRV target of h, in order (the members in
+// group order, the local one first; pods by name; ports in order), until f
+// returns false.
+func (h *hit) eachTarget(f func(t target) bool) {
+	g := h.g
+	zi := int(h.r.zi)
+	lo, hi := 0, len(g.members)
+	if h.r.m >= 0 {
+		lo, hi = int(h.r.m), int(h.r.m)+1
+	}
+	var t target
+	for i := lo; i < hi; i++ {
+		if h.r.m < 0 && g.hidden[i] {
+			continue
+		}
+		m := g.members[i]
+		if len(m.pods) == 0 {
+			t = target{name: m.names[zi], v4: m.v4, v6: m.v6, first: true}
+			for j := range m.ports {
+				if h.match(&m.ports[j], m.ports[:j]) {
+					t.port = uint16(m.ports[j].Port)
+					if !f(t) {
+						return
+					}
+					t.first = false
+				}
+			}
+			continue
+		}
+		plo, phi := 0, len(m.pods)
+		if h.r.p >= 0 {
+			plo, phi = int(h.r.p), int(h.r.p)+1
+		}
+		for j := plo; j < phi; j++ {
+			p := &m.pods[j]
+			ports := m.portSets[p.ports]
+			t = target{name: m.podName(j, zi), v4: m.podV4(p), v6: m.podV6(p), first: true}
+			for k := range ports {
+				if h.match(&ports[k], ports[:k]) {
+					t.port = uint16(ports[k].Port)
+					if !f(t) {
+						return
+					}
+					t.first = false
+				}
+			}
+		}
+	}
+}
+
+// exists reports whether the SRV name (or the _<proto> above one) of h has
+// a target: if not, it does not exist.
+func (h *hit) exists() bool {
+	found := false
+	h.eachTarget(func(target) bool { found = true; return false })
+	return found
+}
+
+// srvRRs returns the SRV records of h owned by name, at most limit, and
+// the glue of their targets, in one []dns.RR (answer first, with room for
+// extra more) and one array of records (more only when a target has
+// several addresses of a family). The weights split 100 evenly, as
+// CoreDNS's kubernetes plugin does.
+func (h *hit) srvRRs(name string, ttl uint32, limit, extra int) (rrs []dns.RR, nAnswer int) {
+	n, g4, g6, total := 0, 0, 0, 0
+	h.eachTarget(func(t target) bool {
+		total++
+		if n < limit {
+			n++
+			if t.first {
+				g4 += len(t.v4) / 4
+				g6 += len(t.v6) / 16
+			}
+		}
+		return true
+	})
+	if n == 0 {
+		return nil, 0
+	}
+	g4, g6 = min(g4, limit), min(g6, limit)
+	weight := uint16(100 / total)
+	rrs = make([]dns.RR, n, n+g4+g6+extra)
+	recs := make([]srvRec, n)
+	var as []dns.A
+	var aaaas []dns.AAAA
+	if g4 > n {
+		as = make([]dns.A, g4)
+	}
+	if g6 > n {
+		aaaas = make([]dns.AAAA, g6)
+	}
+	i, i4, i6 := 0, 0, 0
+	h.eachTarget(func(t target) bool {
+		if i == n {
+			return false
+		}
+		recs[i].srv = dns.SRV{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: ttl}, Weight: weight, Port: t.port, Target: t.name}
+		rrs[i] = &recs[i].srv
+		i++
+		if !t.first {
+			return true
+		}
+		for j := 0; j < len(t.v4) && i4 < g4; j += 4 {
+			var a *dns.A
+			if as != nil {
+				a = &as[i4]
+			} else {
+				a = &recs[i4].a
+			}
+			*a = dns.A{Hdr: dns.RR_Header{Name: t.name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.IP(t.v4[j : j+4 : j+4])}
+			rrs = append(rrs, a)
+			i4++
+		}
+		for j := 0; j < len(t.v6) && i6 < g6; j += 16 {
+			var a *dns.AAAA
+			if aaaas != nil {
+				a = &aaaas[i6]
+			} else {
+				a = &recs[i6].aaaa
+			}
+			*a = dns.AAAA{Hdr: dns.RR_Header{Name: t.name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: net.IP(t.v6[j : j+16 : j+16])}
+			rrs = append(rrs, a)
+			i6++
+		}
+		return true
+	})
+	return rrs, n
+}
+
+// ptrRR returns the PTR record of h, owned by name.
+func (h *hit) ptrRR(name string, ttl uint32, extra int) []dns.RR {
+	m := h.g.members[h.r.m]
+	target := m.names[0]
+	if h.r.p >= 0 {
+		target = m.podName(int(h.r.p), 0)
+	}
+	rp := &struct {
+		ptr dns.PTR
+		rrs [2]dns.RR
+	}{ptr: dns.PTR{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: ttl}, Ptr: target}}
+	rp.rrs[0] = &rp.ptr
+	return rp.rrs[: 1 : 1+min(extra, 1)]
+}

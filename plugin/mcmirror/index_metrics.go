@@ -1,0 +1,76 @@
+package mcmirror
+
+import (
+	"sync"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	invalidNames = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "invalid_names_total",
+		Help:      "Number of names left out of the index for not being valid DNS names (a label over 63 octets, a name over 255, a namespace, Service or host name that is not one RFC 1123 label), by cluster, counted once per name.",
+	}, []string{"cluster"})
+
+	externalNames = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "externalname_exports_total",
+		Help:      "Number of exported ExternalName Services left out (they have no addresses to mirror), by cluster, counted once per Service.",
+	}, []string{"cluster"})
+
+	replyErrors = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "reply_errors_total",
+		Help:      "Number of replies the server could not write (a reply that does not pack); the client gets SERVFAIL.",
+	})
+)
+
+// once logs and counts each bad name or ExternalName export once, however
+// often its group is rebuilt; it forgets everything past maxOnce, so that
+// a cluster that sends many cannot grow it without bound.
+var once = struct {
+	sync.Mutex
+	seen map[string]bool
+}{seen: map[string]bool{}}
+
+const maxOnce = 10000
+
+func first(key string) bool {
+	once.Lock()
+	defer once.Unlock()
+	if once.seen[key] {
+		return false
+	}
+	if len(once.seen) >= maxOnce {
+		clear(once.seen)
+	}
+	once.seen[key] = true
+	return true
+}
+
+// noteInvalid logs and counts a name of cluster ("" for a group's own
+// names) left out for not being a valid DNS name.
+func noteInvalid(cluster, name string) {
+	if !first("invalid\x00" + cluster + "\x00" + name) {
+		return
+	}
+	invalidNames.WithLabelValues(cluster).Inc()
+	log.Warningf("Name %q of cluster %q left out: not a valid DNS name", name, cluster)
+}
+
+// noteExternalName logs and counts an exported ExternalName Service, which
+// is not answered: it has no addresses, and a CNAME to a name outside the
+// remote cluster would not resolve the same here.
+func noteExternalName(cluster string, k groupKey) {
+	if !first("externalname\x00" + cluster + "\x00" + k.String()) {
+		return
+	}
+	externalNames.WithLabelValues(cluster).Inc()
+	log.Infof("Exported ExternalName Service %s of cluster %s left out: it has no addresses to answer", k, cluster)
+}

@@ -142,11 +142,10 @@ func (p *FaultProxy) Rewrite(kubeconfig []byte) ([]byte, error) {
 	return clientcmd.Write(*kc)
 }
 
-// Hang makes the proxy accept connections and never answer them, as an
-// address behind a black-holing firewall or a wedged load balancer does.
-// Connections open now are closed, so clients reconnect into the hang.
-func (p *FaultProxy) Hang() {
-	p.hang.Store(true)
+// DropConnections closes every connection open through the proxy, as a
+// restarted load balancer does: clients reconnect, and their watches start
+// again with a new request (authenticated and authorized anew).
+func (p *FaultProxy) DropConnections() {
 	p.mu.Lock()
 	served := p.served
 	p.served = map[net.Conn]struct{}{}
@@ -154,6 +153,14 @@ func (p *FaultProxy) Hang() {
 	for c := range served {
 		_ = c.Close()
 	}
+}
+
+// Hang makes the proxy accept connections and never answer them, as an
+// address behind a black-holing firewall or a wedged load balancer does.
+// Connections open now are closed, so clients reconnect into the hang.
+func (p *FaultProxy) Hang() {
+	p.hang.Store(true)
+	p.DropConnections()
 }
 
 // Pass makes the proxy pass connections through again; connections held

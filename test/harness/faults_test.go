@@ -31,7 +31,9 @@ func TestAPIServerStopAndRestart(t *testing.T) {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "restart-probe"}}
 	_, err = paris.Client.CoreV1().ServiceAccounts("default").Create(ctx, sa, metav1.CreateOptions{})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = paris.Client.CoreV1().ServiceAccounts("default").Delete(ctx, sa.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = paris.Client.CoreV1().ServiceAccounts("default").Delete(ctx, sa.Name, metav1.DeleteOptions{})
+	})
 	saCfg, err := paris.ServiceAccountConfig(ctx, "default", sa.Name)
 	require.NoError(t, err)
 	before, server := paris.APIServer(), paris.Server
@@ -97,6 +99,17 @@ func TestFaultProxy(t *testing.T) {
 		assert.Equal(t, watch.Added, ev.Type)
 	case <-time.After(10 * time.Second):
 		t.Fatal("no watch event through the proxy")
+	}
+	// A dropped connection ends the watch on it.
+	p.DropConnections()
+	deadline := time.After(10 * time.Second)
+	for ended := false; !ended; {
+		select {
+		case _, open := <-w.ResultChan():
+			ended = !open
+		case <-deadline:
+			t.Fatal("the watch outlived its dropped connection")
+		}
 	}
 	requests := p.Requests()
 	assert.GreaterOrEqual(t, requests, int64(2))

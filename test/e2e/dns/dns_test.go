@@ -323,13 +323,10 @@ func TestUnreachableLink(t *testing.T) {
 
 	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, paris)+"        link moon "+deadPath+"\n        startup_timeout 2s\n"))
 	assert.Equal(t, values(eps), answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
-	// The dead link is visible to an operator: not synced, and its failed
-	// attempts counted as they go on.
+	// The dead link is visible to an operator.
+	requireAlive(t, s.Process)
 	v, _ := s.Metric(t, `coredns_mcmirror_link_synced{cluster="moon"}`)
 	assert.Equal(t, "0", v, "moon is not synced")
-	const moonErrors = `coredns_mcmirror_link_watch_errors_total{cluster="moon"}`
-	waitMetricAbove(t, s, moonErrors, metricValue(t, s, moonErrors))
-	requireAlive(t, s.Process)
 	v, _ = s.Metric(t, `coredns_mcmirror_link_synced{cluster="paris"}`)
 	assert.Equal(t, "1", v, "paris is synced")
 }

@@ -122,11 +122,11 @@ func TestBadLinks(t *testing.T) {
 	}
 
 	// The links bad from the start are counted and logged, by both.
-	// A hanging address has no reason to give: any line about it will do;
-	// the controller's informers name no cluster, so only refusals are
-	// looked for in its log.
-	reasons := map[string]string{"hang": "", "gone": "Unauthorized", "norbac": "forbidden",
-		"late401": "Unauthorized", "late403": "forbidden", "latehang": ""}
+	// Each bad link's reason, as DNS reports it. The controller's informers
+	// name no cluster in their errors, so only refusals are looked for in
+	// its log.
+	reasons := map[string]string{"hang": "unreachable", "gone": "unauthorized", "norbac": "forbidden",
+		"late401": "unauthorized", "late403": "forbidden", "latehang": "unreachable"}
 	checkReported(t, dnsServer, ctl, bad, reasons)
 	assert.Zero(t, hangProxy.Requests(), "no request got through the hanging address")
 	assert.Greater(t, hangProxy.Held(), 0, "connections to the hanging address were made and left open")
@@ -157,26 +157,30 @@ func TestBadLinks(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 }
 
-// checkReported waits until DNS counts watch errors of every one of names
-// (the counter moved from its first reading) and both DNS and the
-// controller have logged the reason; proxies, if any, drop their
-// connections meanwhile, so that a retry meets withdrawn credentials.
+// controllerSays is what the controller logs for a refusal of reason.
+var controllerSays = map[string]string{"unauthorized": "Unauthorized", "forbidden": "forbidden"}
+
+// checkReported waits until DNS reports every one of names down for its
+// reason (link_up 0, link_errors_total moved from its first reading, a log
+// line) and the controller has logged each refusal; proxies, if any, drop
+// their connections meanwhile, so that a retry meets withdrawn
+// credentials.
 func checkReported(t *testing.T, dnsServer *harness.DNSServer, ctl *ctrl, names []string, reasons map[string]string, proxies ...*harness.FaultProxy) {
 	t.Helper()
 	first := map[string]float64{}
 	for _, n := range names {
-		first[n] = metric(t, dnsServer.MetricsURL, fmt.Sprintf(`coredns_mcmirror_link_watch_errors_total{cluster=%q}`, n))
+		first[n] = linkErrors(t, dnsServer, n, reasons[n])
 	}
 	assert.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, p := range proxies {
 			p.DropConnections()
 		}
 		for _, n := range names {
-			v := metric(c, dnsServer.MetricsURL, fmt.Sprintf(`coredns_mcmirror_link_watch_errors_total{cluster=%q}`, n))
-			assert.Greater(c, v, first[n], "%s: watch errors counted", n)
-			assert.True(c, logHas(dnsServer.Process, "Cluster "+n, reasons[n]), "DNS logs %s: %s", n, reasons[n])
-			if reasons[n] != "" {
-				assert.True(c, logHas(ctl.Process, "Failed to watch", reasons[n]), "the controller logs %s", reasons[n])
+			assert.Equal(c, float64(0), linkUp(c, dnsServer, n), "%s: link_up", n)
+			assert.Greater(c, linkErrors(c, dnsServer, n, reasons[n]), first[n], "%s: link_errors_total{reason=%q} moved", n, reasons[n])
+			assert.True(c, logHas(dnsServer.Process, fmt.Sprintf("Link %s is down (%s)", n, reasons[n])), "DNS logs %s down (%s)", n, reasons[n])
+			if says, ok := controllerSays[reasons[n]]; ok {
+				assert.True(c, logHas(ctl.Process, "Failed to watch", says), "the controller logs %s", says)
 			}
 		}
 	}, 45*time.Second, time.Second, "bad links reported: %v", names)

@@ -47,7 +47,7 @@ func TestLocalAPIServerDown(t *testing.T) {
 	slicesBefore := mirrorSlices(t, ns)
 	q := query(dnsServer, want)
 	defer q.stop()
-	errorsBefore := metric(t, dnsServer.MetricsURL, `coredns_mcmirror_link_watch_errors_total{cluster="east"}`)
+	errorsBefore := linkErrors(t, dnsServer, "east", "unreachable")
 
 	down := time.Now()
 	restart := east.APIServerOutage(t)
@@ -55,8 +55,9 @@ func TestLocalAPIServerDown(t *testing.T) {
 	// (The controller's informers retry a refused connection without a
 	// word; that it carried on is shown by what it does after.)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Greater(c, metric(c, dnsServer.MetricsURL, `coredns_mcmirror_link_watch_errors_total{cluster="east"}`), errorsBefore)
-		assert.True(c, logHas(dnsServer.Process, "Cluster east", "last known state"))
+		assert.Equal(c, float64(0), linkUp(c, dnsServer, "east"), "link_up")
+		assert.Greater(c, linkErrors(c, dnsServer, "east", "unreachable"), errorsBefore, "link_errors_total")
+		assert.True(c, logHas(dnsServer.Process, "Local cluster east is down (unreachable)", "last known state"), "logged")
 	}, 30*time.Second, 200*time.Millisecond, "the outage is seen")
 	time.Sleep(time.Until(down.Add(localOutage))) // the outage lasts
 	env.RequireAlive(t, ctl.Process, dnsServer.Process)

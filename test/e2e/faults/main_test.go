@@ -158,6 +158,12 @@ func startController(t *testing.T, name, kubeconfig string, ls []link, extra ...
 // metric returns the value of series (name and labels exactly) at url, 0
 // when it is not exported (yet).
 func metric(t require.TestingT, url, series string) float64 {
+	v, _ := metricOK(t, url, series)
+	return v
+}
+
+// metricOK is metric, and whether the series is exported.
+func metricOK(t require.TestingT, url, series string) (float64, bool) {
 	resp, err := http.Get(url)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -167,10 +173,26 @@ func metric(t require.TestingT, url, series string) float64 {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			require.NoError(t, err, line)
-			return f
+			return f, true
 		}
 	}
-	return 0
+	return 0, false
+}
+
+// linkErrors is the DNS server's count of failed lists and watches of
+// cluster for reason (unreachable, unauthorized, forbidden, error).
+func linkErrors(c require.TestingT, s *harness.DNSServer, cluster, reason string) float64 {
+	return metric(c, s.MetricsURL, fmt.Sprintf(`coredns_mcmirror_link_errors_total{cluster=%q,reason=%q}`, cluster, reason))
+}
+
+// linkUp is the DNS server's coredns_mcmirror_link_up of cluster, -1 when
+// it is not exported.
+func linkUp(c require.TestingT, s *harness.DNSServer, cluster string) float64 {
+	v, ok := metricOK(c, s.MetricsURL, fmt.Sprintf(`coredns_mcmirror_link_up{cluster=%q}`, cluster))
+	if !ok {
+		return -1
+	}
+	return v
 }
 
 // namespace creates ns in every cluster.

@@ -13,91 +13,87 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 const (
 	// remoteOutage is how long west's API server stays down.
 	remoteOutage = 60 * time.Second
-	// shortMaxAge is the stale bound of the second DNS server.
-	shortMaxAge = 10 * time.Second
+	// shortMaxAge is the stale bound of TestStaleMaxAge.
+	shortMaxAge = 8 * time.Second
 	// recoveryBound is the longest a change made in a cluster that came
 	// back may take to be answered.
 	recoveryBound = 5 * time.Second
 )
 
+// remoteExports applies west's exports of ns: web (ClusterIP, gateway),
+// db (headless, flat, 3 endpoints at 10.60.<o3>.1-3), cache (headless,
+// gateway, 2 endpoints), and returns the names DNS must answer and what
+// with, once the controller has mirrored them.
+func remoteExports(t *testing.T, ns string, o3 byte) map[string][]string {
+	t.Helper()
+	west := env.Cluster("west")
+	require.NoError(t, west.Apply(context.Background(), clusterIPExport(ns, "web", labels.ExportGateway)+"---\n"+
+		headlessExport(ns, "db", labels.ExportFlat, 3, 60, o3)+"---\n"+
+		headlessExport(ns, "cache", labels.ExportGateway, 2, 60, o3+100)))
+	waitMirrors(t, ns, []string{"web-west", "db-west", "cache-west", "cache-0-west", "cache-1-west"}, 60*time.Second)
+	ips := mirrorIPs(t, ns)
+	ip := func(last int) string { return fmt.Sprintf("10.60.%d.%d", o3, last) }
+	return map[string][]string{
+		"web-west." + ns + "." + zone:           {ips["web-west"]},
+		"cache-0.cache-west." + ns + "." + zone: {ips["cache-0-west"]},
+		"db-1.db-west." + ns + "." + zone:       {ip(2)},
+		"db-west." + ns + "." + zone:            {ip(1), ip(2), ip(3)},
+	}
+}
+
+// waitAnswers waits until s answers every name of want as want says.
+func waitAnswers(t *testing.T, s *harness.DNSServer, want map[string][]string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for name, a := range want {
+			assert.Equal(c, a, answered(c, s, name), name)
+		}
+	}, 30*time.Second, 100*time.Millisecond, "%s answers", s.Process.Name)
+}
+
 // West's API server goes away for a minute while DNS is asked without
 // pause: every name keeps its last answer, the link's metrics and log say
-// it is unreachable, a server with a short stale bound drops west's names
-// after it and answers them again on recovery, a change made right after
-// west returns is answered within 5 s, and the controller keeps every
-// mirror.
+// it is down, a change made right after west returns is answered within
+// 5 s, and the controller keeps every mirror.
 func TestRemoteAPIServerDown(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
 	west := env.Cluster("west")
 	const ns = "remote-down"
 	namespace(t, ns)
-	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "web", labels.ExportGateway)+"---\n"+
-		headlessExport(ns, "db", labels.ExportFlat, 3, 60, 1)+"---\n"+
-		headlessExport(ns, "cache", labels.ExportGateway, 2, 60, 2)))
 	ls := []link{{"west", linkFile(t, west)}}
 	ctl := startController(t, "controller", "", ls)
-	waitMirrors(t, ns, []string{"web-west", "db-west", "cache-west", "cache-0-west", "cache-1-west"}, 60*time.Second)
-	ips := mirrorIPs(t, ns)
+	want := remoteExports(t, ns, 1)
 	slicesBefore := mirrorSlices(t, ns)
-
-	full := startDNS(t, "coredns-mc", ls)
-	bounded := startDNS(t, "coredns-mc-bounded", ls, fmt.Sprintf("%s %s", staleOption, shortMaxAge))
-	want := map[string][]string{
-		"web-west." + ns + "." + zone:           {ips["web-west"]},
-		"cache-0.cache-west." + ns + "." + zone: {ips["cache-0-west"]},
-		"db-1.db-west." + ns + "." + zone:       {"10.60.1.2"},
-		"db-west." + ns + "." + zone:            {"10.60.1.1", "10.60.1.2", "10.60.1.3"},
-	}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for name, addrs := range want {
-			assert.Equal(c, addrs, answered(c, full, name), name)
-			assert.Equal(c, addrs, answered(c, bounded, name), name)
-		}
-	}, 30*time.Second, 100*time.Millisecond, "both servers answer before the outage")
-	q := query(full, want)
-	defer q.stop()
-	qb := query(bounded, want)
-	defer qb.stop()
 	mirrorsBefore := mirrorSet(t, ns)
-	errorsBefore := metric(t, full.MetricsURL, `coredns_mcmirror_link_watch_errors_total{cluster="west"}`)
+	s := startDNS(t, "coredns-mc", ls)
+	waitAnswers(t, s, want)
+	q := query(s, want)
+	defer q.stop()
+	errorsBefore := linkErrors(t, s, "west", "unreachable")
 
 	down := time.Now()
 	restart := west.APIServerOutage(t)
-	t.Logf("west's API server stopped at %s", down.Format("15:04:05.000"))
-
-	// Evidence the outage was seen: the link's error counter moved and
-	// the log says west is served from its last known state.
+	// Evidence the outage was seen: the link is down in the metrics, its
+	// failures counted, and the log says its last state is served.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Greater(c, metric(c, full.MetricsURL, `coredns_mcmirror_link_watch_errors_total{cluster="west"}`), errorsBefore)
-		assert.True(c, logHas(full.Process, "Cluster west", "last known state"), "log says west is served stale")
+		assert.Equal(c, float64(0), linkUp(c, s, "west"), "link_up")
+		assert.Greater(c, linkErrors(c, s, "west", "unreachable"), errorsBefore, "link_errors_total")
+		assert.True(c, logHas(s.Process, "Link west is down (unreachable)", "serving its last known state"), "logged")
 	}, 30*time.Second, 200*time.Millisecond, "the outage is reported")
+	t.Logf("outage reported %.1fs after west's API server stopped", time.Since(down).Seconds())
 
-	// The bounded server drops west's names once they are older than its
-	// bound, and not before it served them stale.
-	var gone time.Duration
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		r, err := ask(bounded, "web-west."+ns+"."+zone, dns.TypeA)
-		require.NoError(c, err)
-		assert.Empty(c, addrs(r), "west's names go after %s", shortMaxAge)
-		gone = time.Since(down)
-	}, shortMaxAge+20*time.Second, 200*time.Millisecond, "the bounded server drops west after %s", shortMaxAge)
-	t.Logf("bounded server (%s %s): west's names gone %.1fs into the outage", staleOption, shortMaxAge, gone.Seconds())
-	qb.mu.Lock()
-	servedStale := qb.lastOK["web-west."+ns+"."+zone].After(down)
-	qb.mu.Unlock()
-	assert.True(t, servedStale, "the bounded server answered west's names after the outage began, before its bound")
-
-	// The rest of the outage.
+	// The outage lasts; the querier checks every answer meanwhile.
 	time.Sleep(time.Until(down.Add(remoteOutage)))
-	env.RequireAlive(t, full.Process, bounded.Process, ctl.Process)
+	env.RequireAlive(t, s.Process, ctl.Process)
 	asked, bad := q.stats()
-	t.Logf("during the outage: %d queries to the unbounded server, %d wrong", asked, bad)
+	t.Logf("during the %v outage: %d queries, %d wrong", remoteOutage, asked, bad)
 	assert.Equal(t, mirrorsBefore, mirrorSet(t, ns), "the controller keeps every mirror while west is down")
 
 	restart()
@@ -108,35 +104,30 @@ func TestRemoteAPIServerDown(t *testing.T) {
 	require.NoError(t, west.Apply(ctx, headlessExport(ns, "db", labels.ExportFlat, 4, 60, 1)))
 	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "fresh", labels.ExportGateway)))
 	changed := time.Now()
-	var flatAfter, exportAfter, boundedAfter time.Duration
-	deadline := changed.Add(recoveryBound)
-	for time.Now().Before(deadline) && (flatAfter == 0 || exportAfter == 0 || boundedAfter == 0) {
+	var flatAfter, exportAfter time.Duration
+	for deadline := changed.Add(recoveryBound); time.Now().Before(deadline) && (flatAfter == 0 || exportAfter == 0); time.Sleep(50 * time.Millisecond) {
 		if flatAfter == 0 {
-			if r, err := ask(full, "db-3.db-west."+ns+"."+zone, dns.TypeA); err == nil && slices.Equal(addrs(r), []string{"10.60.1.4"}) {
+			if r, err := ask(s, "db-3.db-west."+ns+"."+zone, dns.TypeA); err == nil && slices.Equal(addrs(r), []string{"10.60.1.4"}) {
 				flatAfter = time.Since(changed)
 			}
 		}
 		if exportAfter == 0 {
-			if r, err := ask(full, "fresh-west."+ns+"."+zone, dns.TypeA); err == nil && len(addrs(r)) == 1 {
+			if r, err := ask(s, "fresh-west."+ns+"."+zone, dns.TypeA); err == nil && len(addrs(r)) == 1 {
 				exportAfter = time.Since(changed)
 			}
 		}
-		if boundedAfter == 0 {
-			if r, err := ask(bounded, "web-west."+ns+"."+zone, dns.TypeA); err == nil && slices.Equal(addrs(r), want["web-west."+ns+"."+zone]) {
-				boundedAfter = time.Since(back)
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	t.Logf("after the return: new flat endpoint answered in %v, new export in %v, bounded server answers west again in %v (0: not within %v)",
-		flatAfter.Round(time.Millisecond), exportAfter.Round(time.Millisecond), boundedAfter.Round(time.Millisecond), recoveryBound)
+	t.Logf("after the return: a new endpoint answered in %v, a new export mirrored and answered in %v (0: not within %v)",
+		flatAfter.Round(time.Millisecond), exportAfter.Round(time.Millisecond), recoveryBound)
 	assert.NotZero(t, flatAfter, "a new endpoint in west is answered within %v of its return", recoveryBound)
 	assert.NotZero(t, exportAfter, "a new export in west is mirrored and answered within %v of its return", recoveryBound)
-	assert.NotZero(t, boundedAfter, "the bounded server answers west's names again within %v of its return", recoveryBound)
-	assert.Eventually(t, func() bool { return logHas(full.Process, "Cluster west is reachable again") }, 30*time.Second, 200*time.Millisecond)
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, float64(1), linkUp(c, s, "west"))
+		assert.True(c, logHas(s.Process, "Link west is up again"))
+	}, 10*time.Second, 200*time.Millisecond, "the recovery is reported")
 
 	asked, bad, samples := q.stop()
-	t.Logf("unbounded server: %d queries in all, %d wrong", asked, bad)
+	t.Logf("in all: %d queries, %d wrong", asked, bad)
 	assert.Greater(t, asked, 1000, "the querier kept asking")
 	assert.Zero(t, bad, "every name kept its last answer throughout: %v", samples)
 
@@ -151,4 +142,62 @@ func TestRemoteAPIServerDown(t *testing.T) {
 	for name, uid := range slicesBefore {
 		assert.Equal(t, uid, sl[name], "EndpointSlice %s kept", name)
 	}
+}
+
+// With stale_max_age, west's names are answered from its last known state
+// while it is down, withdrawn once it has been down longer than the bound,
+// and answered again within 5 s of its return.
+func TestStaleMaxAge(t *testing.T) {
+	env.LogOnFailure(t)
+	west := env.Cluster("west")
+	const ns = "stale-bound"
+	namespace(t, ns)
+	ls := []link{{"west", linkFile(t, west)}}
+	ctl := startController(t, "controller", "", ls)
+	want := remoteExports(t, ns, 2)
+	s := startDNS(t, "coredns-mc", ls, fmt.Sprintf("stale_max_age %s", shortMaxAge))
+	waitAnswers(t, s, want)
+	q := query(s, want)
+	defer q.stop()
+	web := "web-west." + ns + "." + zone
+
+	down := time.Now()
+	restart := west.APIServerOutage(t)
+	var gone time.Duration
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		r, err := ask(s, web, dns.TypeA)
+		require.NoError(c, err)
+		assert.Empty(c, addrs(r), "west's names withdrawn")
+		gone = time.Since(down)
+	}, shortMaxAge+20*time.Second, 100*time.Millisecond, "west's names go after %s", shortMaxAge)
+	q.mu.Lock()
+	lastStale := q.lastOK[web].Sub(down)
+	q.mu.Unlock()
+	t.Logf("stale_max_age %s: west's names answered until %.1fs into the outage, gone at %.1fs", shortMaxAge, lastStale.Seconds(), gone.Seconds())
+	assert.Greater(t, lastStale, shortMaxAge/2, "west's names were answered stale during the outage, before the bound")
+	assert.Less(t, gone, shortMaxAge+10*time.Second, "and withdrawn soon after it")
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, float64(1), metric(c, s.MetricsURL, `coredns_mcmirror_link_withdrawn{cluster="west"}`))
+		assert.True(c, logHas(s.Process, "Link west", "longer than stale_max_age", "withdrawn"))
+	}, 10*time.Second, 200*time.Millisecond, "the withdrawal is reported")
+	// Withdrawn names go on down the chain as names of no linked cluster:
+	// NXDOMAIN, never a SERVFAIL.
+	r, err := ask(s, web, dns.TypeA)
+	require.NoError(t, err)
+	assert.Equal(t, dns.RcodeNameError, r.Rcode)
+	env.RequireAlive(t, s.Process, ctl.Process)
+
+	restart()
+	back := time.Now()
+	var again time.Duration
+	for deadline := back.Add(recoveryBound); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if r, err := ask(s, web, dns.TypeA); err == nil && slices.Equal(addrs(r), want[web]) {
+			again = time.Since(back)
+			break
+		}
+	}
+	t.Logf("west's names answered again %v after its return (0: not within %v)", again.Round(time.Millisecond), recoveryBound)
+	assert.NotZero(t, again, "west's names answered again within %v of its return", recoveryBound)
+	waitAnswers(t, s, want)
+	q.stop()
 }

@@ -67,7 +67,9 @@ func TestControllerKilledMidReconcile(t *testing.T) {
 		// A random point of the reconcile: after it has written something
 		// more, before it is done.
 		delay := time.Duration(1000+rand.IntN(3000)) * time.Millisecond
-		require.Eventually(t, func() bool { return len(mirrorSet(t, ns)) > before }, 60*time.Second, 50*time.Millisecond, "round %d: the controller writes", round)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Greater(c, len(mirrorSet(c, ns)), before)
+		}, 60*time.Second, 50*time.Millisecond, "round %d: the controller writes", round)
 		time.Sleep(delay)
 		env.RequireAlive(t, ctl.Process)
 		require.NoError(t, ctl.Signal(syscall.SIGKILL))

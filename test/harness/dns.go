@@ -135,6 +135,20 @@ func newDNSServer(host netip.Addr, port int, corefile, dir string) (*DNSServer, 
 	return s, []string{bin, "-conf", path, "-dns.port", strconv.Itoa(port)}, nil
 }
 
+// Ready reports whether the ready plugin answers 200 (the Corefile must
+// run it; StartDNS's {READY} port).
+func (s *DNSServer) Ready() (bool, error) {
+	if !s.hasReady {
+		return false, fmt.Errorf("the Corefile runs no ready plugin")
+	}
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(s.readyURL)
+	if err != nil {
+		return false, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, nil
+}
+
 // answers reports why the server is not serving yet, or nil.
 func (s *DNSServer) answers() error {
 	if s.hasReady {

@@ -89,9 +89,14 @@ func TestRemoteAPIServerDown(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond, "the outage is reported")
 	t.Logf("outage reported %.1fs after west's API server stopped", time.Since(down).Seconds())
 
-	// The outage lasts; the querier checks every answer meanwhile.
+	// The outage lasts; the querier checks every answer meanwhile, and
+	// the server stays ready: a linked cluster that goes away must not
+	// take the cluster DNS out of its Service.
 	time.Sleep(time.Until(down.Add(remoteOutage)))
 	env.RequireAlive(t, s.Process, ctl.Process)
+	ready, err := s.Ready()
+	require.NoError(t, err)
+	assert.True(t, ready, "ready while west is down")
 	asked, bad := q.stats()
 	t.Logf("during the %v outage: %d queries, %d wrong", remoteOutage, asked, bad)
 	assert.Equal(t, mirrorsBefore, mirrorSet(t, ns), "the controller keeps every mirror while west is down")

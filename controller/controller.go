@@ -16,13 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/internal/link"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -35,7 +33,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -90,6 +87,11 @@ type Options struct {
 	// so that a pod briefly absent during a rolling update keeps its
 	// mirror and ClusterIP (Linkerd #12499). Zero deletes at once.
 	PodGrace time.Duration
+	// HeadlessGrace is how long a headless mirror stays headless while
+	// its remote endpoints have no hostname (all pods gone in a rollout,
+	// a scale to zero), before it becomes a ClusterIP mirror (a
+	// StatefulSet replaced by a Deployment). Zero switches at once.
+	HeadlessGrace time.Duration
 	// LinkRemovalGrace is how long the mirrors of a removed link are kept
 	// before they are swept, so that a link Secret being rewritten (a
 	// Remove directly followed by an Add) does not flap every mirror.
@@ -152,12 +154,21 @@ type Controller struct {
 	links map[string]*remoteCluster
 	// removed is when each link was removed, for LinkRemovalGrace.
 	removed map[string]time.Time
-	// missing is when the remote endpoint of a per-pod mirror
-	// (namespace/name) was first seen missing, for PodGrace.
-	missing map[string]time.Time
-	// wanted maps a name (namespace/name) that a foreign Service holds to
-	// the key that wants it, so that its deletion triggers a sync.
-	wanted map[string]string
+	// missing is, by key, when the remote endpoint of each per-pod
+	// mirror (by name) was first seen missing, for PodGrace.
+	missing map[string]map[string]time.Time
+	// hostless is, by key, since when a headless mirror's remote
+	// endpoints have had no hostname, for HeadlessGrace.
+	hostless map[string]time.Time
+	// wanted maps a name (namespace/name) that a Service not of the key
+	// holds (a foreign one, or another key's mirror) to the keys that
+	// want it, so that its deletion syncs them.
+	wanted map[string]map[string]bool
+	// refused are the clusters named by link Secrets that were refused
+	// while no link to them runs: their mirrors are kept (refused.go).
+	refused map[string]refusedLink
+	// maxEndpoints is maxEndpointsPerSlice; tests make it smaller.
+	maxEndpoints int
 	// starved are keys that could not get every egress port they need:
 	// synced again when a port is released.
 	starved map[string]bool
@@ -220,14 +231,16 @@ func New(opts Options) (*Controller, error) {
 				workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseBackoff, maxBackoff),
 			),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcmirror-controller"}),
-		ports:   newPortAllocator(opts.EgressPorts),
-		now:     time.Now,
-		links:   map[string]*remoteCluster{},
-		removed: map[string]time.Time{},
-		missing: map[string]time.Time{},
-		wanted:  map[string]string{},
-		starved: map[string]bool{},
-		status:  map[string]keyStatus{},
+		ports:    newPortAllocator(opts.EgressPorts),
+		now:      time.Now,
+		links:    map[string]*remoteCluster{},
+		removed:  map[string]time.Time{},
+		missing:  map[string]map[string]time.Time{},
+		hostless: map[string]time.Time{},
+		wanted:   map[string]map[string]bool{},
+		refused:  map[string]refusedLink{},
+		starved:  map[string]bool{},
+		status:   map[string]keyStatus{},
 	}
 	c.recorder = opts.Recorder
 	if c.recorder == nil {
@@ -400,336 +413,4 @@ func (c *Controller) restorePorts(logger klog.Logger) {
 			}
 		}
 	}
-}
-
-// Links returns the names of the linked clusters.
-func (c *Controller) Links() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.links))
-	for n := range c.links {
-		out = append(out, n)
-	}
-	return out
-}
-
-// Add links cluster name through cfg; it implements link.Handler.
-func (c *Controller) Add(name string, cfg *rest.Config) {
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		klog.ErrorS(err, "Cannot link cluster", "cluster", name)
-		return
-	}
-	c.AddClient(name, client)
-}
-
-// ReasonLinkSecretRefused is the reason of the warning Event recorded on a
-// link Secret that was refused (LinkRefused).
-const ReasonLinkSecretRefused = "LinkSecretRefused"
-
-// LinkRefused reports a link Secret that was refused, for the reason given
-// (a link.Reason) and err: a warning Event on the Secret, and the
-// link_refused_total metric. It is a link.SecretWatcherOptions.OnRefused.
-func (c *Controller) LinkRefused(s *corev1.Secret, reason link.Reason, err error) {
-	linkRefusedTotal.WithLabelValues(string(reason)).Inc()
-	c.recorder.Eventf(s, corev1.EventTypeWarning, ReasonLinkSecretRefused, "Link Secret refused (%s): %v", reason, err)
-}
-
-// AddClient links cluster name through client.
-func (c *Controller) AddClient(name string, client kubernetes.Interface) {
-	if name == c.opts.Cluster {
-		klog.InfoS("Ignoring a link to the local cluster", "cluster", name)
-		return
-	}
-	r := &remoteCluster{name: name, client: client}
-	r.services = coreinformers.NewFilteredServiceInformer(client, metav1.NamespaceAll, resyncPeriod, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = c.opts.ExportSelector.String() })
-	r.slices = discoveryinformers.NewFilteredEndpointSliceInformer(client, metav1.NamespaceAll, resyncPeriod,
-		cache.Indexers{byService: indexSliceByService},
-		func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName })
-	_ = r.services.SetTransform(trim)
-	_ = r.slices.SetTransform(trim)
-	_, _ = r.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onRemoteService(name, obj) },
-		UpdateFunc: func(_, obj any) { c.onRemoteService(name, obj) },
-		DeleteFunc: func(obj any) { c.onRemoteService(name, obj) },
-	})
-	_, _ = r.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onRemoteSlice(r, obj) },
-		UpdateFunc: func(_, obj any) { c.onRemoteSlice(r, obj) },
-		DeleteFunc: func(obj any) { c.onRemoteSlice(r, obj) },
-	})
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old, ok := c.links[name]; ok && old.cancel != nil {
-		old.cancel()
-	}
-	c.links[name] = r
-	delete(c.removed, name)
-	linksGauge.Set(float64(len(c.links)))
-	klog.InfoS("Linked cluster", "cluster", name)
-	if c.running.Load() {
-		c.startLink(c.ctx, r)
-	}
-}
-
-// startLink runs a link's informers; when they have synced, every key of
-// the cluster is enqueued. Called with c.mu held.
-func (c *Controller) startLink(ctx context.Context, r *remoteCluster) {
-	if r.started {
-		return
-	}
-	r.started = true
-	ctx, r.cancel = context.WithCancel(ctx)
-	go r.services.Run(ctx.Done())
-	go r.slices.Run(ctx.Done())
-	go func() {
-		if !cache.WaitForCacheSync(ctx.Done(), r.services.HasSynced, r.slices.HasSynced) {
-			return
-		}
-		r.synced.Store(true)
-		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.services.GetStore().ListKeys()))
-		c.enqueueCluster(r)
-	}()
-}
-
-// Remove unlinks cluster name; it implements link.Handler. Its mirrors are
-// swept after LinkRemovalGrace unless the link comes back.
-func (c *Controller) Remove(name string) {
-	c.mu.Lock()
-	r, ok := c.links[name]
-	if ok {
-		delete(c.links, name)
-		if r.cancel != nil {
-			r.cancel()
-		}
-		c.removed[name] = c.now()
-	}
-	linksGauge.Set(float64(len(c.links)))
-	c.mu.Unlock()
-	if !ok {
-		return
-	}
-	klog.InfoS("Unlinked cluster", "cluster", name, "sweepAfter", c.opts.LinkRemovalGrace)
-	for _, k := range c.localKeysOfCluster(name) {
-		c.queue.AddAfter(k, c.opts.LinkRemovalGrace)
-	}
-}
-
-// enqueueCluster enqueues every exported Service of r and every local key
-// of r's mirrors.
-func (c *Controller) enqueueCluster(r *remoteCluster) {
-	for _, obj := range r.services.GetStore().List() {
-		if s, ok := obj.(*corev1.Service); ok {
-			c.queue.Add(makeKey(r.name, s.Namespace, s.Name))
-		}
-	}
-	for _, k := range c.localKeysOfCluster(r.name) {
-		c.queue.Add(k)
-	}
-}
-
-func (c *Controller) localKeysOfCluster(cluster string) []string {
-	keys := map[string]bool{}
-	for _, inf := range []cache.SharedIndexInformer{c.services, c.slices} {
-		objs, _ := inf.GetIndexer().ByIndex(byCluster, cluster)
-		for _, obj := range objs {
-			if m, ok := obj.(metav1.Object); ok {
-				if k, owned := ownedKey(m); owned {
-					keys[k] = true
-				}
-			}
-		}
-	}
-	out := make([]string, 0, len(keys))
-	for k := range keys {
-		out = append(out, k)
-	}
-	return out
-}
-
-// link returns the linked cluster name, and how long a removed link's
-// mirrors are still kept.
-func (c *Controller) link(name string) (*remoteCluster, time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r, ok := c.links[name]; ok {
-		return r, 0
-	}
-	if at, ok := c.removed[name]; ok {
-		if left := c.opts.LinkRemovalGrace - c.now().Sub(at); left > 0 {
-			return nil, left
-		}
-	}
-	return nil, 0
-}
-
-// Event handlers: each computes keys and enqueues them, nothing else.
-
-func (c *Controller) onRemoteService(cluster string, obj any) {
-	if m, ok := metaOf(obj); ok {
-		klog.V(5).InfoS("Remote Service changed", "cluster", cluster, "service", klog.KObj(m))
-		c.queue.Add(makeKey(cluster, m.GetNamespace(), m.GetName()))
-	}
-}
-
-func (c *Controller) onRemoteSlice(r *remoteCluster, obj any) {
-	m, ok := metaOf(obj)
-	if !ok {
-		return
-	}
-	svc := m.GetLabels()[discoveryv1.LabelServiceName]
-	if svc == "" {
-		return
-	}
-	// Only the slices of exported Services matter; a Service exported
-	// after its slices is enqueued by its own event.
-	if _, exists, _ := r.services.GetStore().GetByKey(m.GetNamespace() + "/" + svc); !exists {
-		return
-	}
-	c.queue.Add(makeKey(r.name, m.GetNamespace(), svc))
-}
-
-func (c *Controller) onOwned(obj any) {
-	if m, ok := metaOf(obj); ok {
-		if k, owned := ownedKey(m); owned {
-			c.queue.Add(k)
-		}
-	}
-}
-
-func (c *Controller) onLocalService(obj any) {
-	m, ok := metaOf(obj)
-	if !ok {
-		return
-	}
-	if k, owned := ownedKey(m); owned {
-		c.queue.Add(k)
-		return
-	}
-	c.mu.Lock()
-	k, wanted := c.wanted[m.GetNamespace()+"/"+m.GetName()]
-	c.mu.Unlock()
-	if wanted {
-		c.queue.Add(k)
-	}
-}
-
-func (c *Controller) onNamespace(obj any) {
-	m, ok := metaOf(obj)
-	if !ok {
-		return
-	}
-	c.mu.Lock()
-	links := make([]*remoteCluster, 0, len(c.links))
-	for _, r := range c.links {
-		links = append(links, r)
-	}
-	c.mu.Unlock()
-	for _, r := range links {
-		for _, k := range r.services.GetStore().ListKeys() {
-			if ns, name, _ := strings.Cut(k, "/"); ns == m.GetName() {
-				c.queue.Add(makeKey(r.name, ns, name))
-			}
-		}
-	}
-}
-
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	klog.FromContext(ctx).V(5).Info("Syncing", "key", key)
-	err := c.sync(ctx, key)
-	c.handleErr(ctx, err, key)
-	return true
-}
-
-// handleErr is where an error is retried or dropped: retried with backoff
-// up to maxRetries times, then dropped until the key's next event.
-func (c *Controller) handleErr(ctx context.Context, err error, key string) {
-	logger := klog.FromContext(ctx)
-	if err == nil {
-		c.queue.Forget(key)
-		syncsTotal.WithLabelValues("success").Inc()
-		return
-	}
-	if n := c.queue.NumRequeues(key); n < maxRetries {
-		syncsTotal.WithLabelValues("error").Inc()
-		logger.V(2).Info("Sync failed, retrying", "key", key, "retries", n, "err", err)
-		c.queue.AddRateLimited(key)
-		return
-	}
-	syncsTotal.WithLabelValues("dropped").Inc()
-	logger.Error(err, "Sync failed too often, dropping the key until its next change", "key", key, "retries", maxRetries)
-	c.queue.Forget(key)
-	utilruntime.HandleErrorWithContext(ctx, err, "Dropping mirror key out of the queue", "key", key)
-}
-
-// Keys and indexes.
-
-func makeKey(cluster, ns, name string) string { return cluster + "/" + ns + "/" + name }
-
-func splitKey(key string) (cluster, ns, name string, err error) {
-	parts := strings.Split(key, "/")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
-		return "", "", "", fmt.Errorf("bad key %q", key)
-	}
-	return parts[0], parts[1], parts[2], nil
-}
-
-// ownedKey returns the key of an object the controller owns, and false for
-// every other object.
-func ownedKey(m metav1.Object) (string, bool) {
-	l := m.GetLabels()
-	if l[ManagedBy] != ManagedByValue || l[labels.ClusterName] == "" || l[RemoteService] == "" {
-		return "", false
-	}
-	return makeKey(l[labels.ClusterName], m.GetNamespace(), l[RemoteService]), true
-}
-
-func indexByKey(obj any) ([]string, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		if k, owned := ownedKey(m); owned {
-			return []string{k}, nil
-		}
-	}
-	return nil, nil
-}
-
-func indexByCluster(obj any) ([]string, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		if _, owned := ownedKey(m); owned {
-			return []string{m.GetLabels()[labels.ClusterName]}, nil
-		}
-	}
-	return nil, nil
-}
-
-func indexSliceByService(obj any) ([]string, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		if svc := m.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
-			return []string{m.GetNamespace() + "/" + svc}, nil
-		}
-	}
-	return nil, nil
-}
-
-func metaOf(obj any) (metav1.Object, bool) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	m, ok := obj.(metav1.Object)
-	return m, ok
-}
-
-// trim drops managed fields from cached objects: memory, not meaning.
-func trim(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }

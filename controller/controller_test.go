@@ -33,6 +33,10 @@ func TestHandleErr(t *testing.T) {
 	assert.Equal(t, 0, c.queue.NumRequeues(key), "dropped")
 	assert.Equal(t, float64(maxRetries), testutil.ToFloat64(syncsTotal.WithLabelValues("error"))-errs)
 	assert.Equal(t, float64(1), testutil.ToFloat64(syncsTotal.WithLabelValues("dropped"))-dropped)
+	ev := f.drainEvents()
+	require.Len(t, ev, 1, "one Event when the key is dropped")
+	assert.Contains(t, ev[0], ReasonWriteFailed)
+	assert.Contains(t, ev[0], "west/default/web")
 
 	c.handleErr(f.ctx, errors.New("boom"), key)
 	c.handleErr(f.ctx, nil, key)

@@ -33,4 +33,20 @@ const (
 	// exists but some of its ports have no EndpointSlice port until one is
 	// released.
 	ReasonPortsExhausted = "EgressPortsExhausted"
+
+	// ReasonPodNameCollides: a remote pod's hostname is its Service's
+	// name, so its per-pod mirror <host>-<cluster> would be the Service's
+	// own mirror <svc>-<cluster>. That pod has no per-pod mirror.
+	ReasonPodNameCollides = "MirrorPodNameCollides"
+
+	// ReasonWriteFailed: the API server refused a write of a mirror (or
+	// its EndpointSlice) for a reason a retry will not change (invalid,
+	// forbidden), or a sync that failed maxRetries times and is dropped
+	// until the key's next change. The Event is recorded on the Service
+	// mirror; write_errors_total counts every failed write.
+	ReasonWriteFailed = "MirrorWriteFailed"
 )
+
+// notMirroredReasons are the reasons the not_mirrored gauge is kept for.
+var notMirroredReasons = []string{ReasonNameTaken, ReasonNameTooLong, ReasonHeadlessWithoutPorts, ReasonExternalName,
+	ReasonNamespaceMissing, ReasonPortsExhausted, ReasonPodNameCollides}

@@ -58,6 +58,16 @@ var (
 		Help:      "API writes, by verb (create, update, delete) and resource.",
 	}, []string{"verb", "resource"})
 
+	// writeErrorsTotal counts failed API writes by verb, resource and
+	// the API's reason (Conflict, TooManyRequests, Invalid, ...): a write
+	// that keeps failing shows here before the key is dropped.
+	writeErrorsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "write_errors_total",
+		Help:      "Failed API writes, by verb, resource and reason (the API status reason, Unknown when none).",
+	}, []string{"verb", "resource", "reason"})
+
 	// conflictsTotal counts the times a wanted name was found taken by an
 	// object the controller does not own.
 	conflictsTotal = promauto.NewCounterVec(prometheus.CounterOpts{

@@ -393,14 +393,16 @@ func TestNewValidates(t *testing.T) {
 // A headless mirror stays headless when its pods are all gone for a while
 // (a scale to zero); a mode switch follows the export label.
 func TestSyncShapeStability(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
+	f := newFixture(t, fixtureOptions{headlessGrace: time.Hour}, map[string][]runtime.Object{
 		"west": {exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0")},
 	})
 	f.converge("west/default/db")
 	uid := f.service("default", "db-west").UID
 	f.remote("west", endpoints("default", "db"))
-	f.converge("west/default/db")
-	assert.Equal(t, uid, f.service("default", "db-west").UID, "not recreated as a ClusterIP mirror")
+	writes := f.converge("west/default/db")
+	assert.NotContains(t, writes, "delete services db-west", "not recreated as a ClusterIP mirror")
+	assert.Equal(t, corev1.ClusterIPNone, f.service("default", "db-west").Spec.ClusterIP)
+	assert.Equal(t, uid, f.service("default", "db-west").UID)
 	assert.Equal(t, []string{"db-west"}, f.serviceNames("default"))
 
 	// To flat mode: the same headless Service, relabelled; its slice goes.

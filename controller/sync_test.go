@@ -43,7 +43,10 @@ type fixtureOptions struct {
 	ports            PortRange
 	createNamespaces bool
 	podGrace         time.Duration
-	local            []runtime.Object
+	headlessGrace    time.Duration
+	// maxEndpoints replaces maxEndpointsPerSlice when set.
+	maxEndpoints int
+	local        []runtime.Object
 	// egressService replaces the fixed egressIP (Options.EgressService).
 	egressService types.NamespacedName
 }
@@ -73,11 +76,14 @@ func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Obj
 	}
 	c, err := New(Options{
 		Cluster: "east", Client: local, EgressAddress: egress, EgressService: o.egressService, EgressPorts: o.ports,
-		CreateNamespaces: o.createNamespaces, PodGrace: o.podGrace, LinkRemovalGrace: time.Minute,
+		CreateNamespaces: o.createNamespaces, PodGrace: o.podGrace, HeadlessGrace: o.headlessGrace, LinkRemovalGrace: time.Minute,
 		Recorder: f.events,
 	})
 	require.NoError(t, err)
 	c.now = func() time.Time { return f.now }
+	if o.maxEndpoints > 0 {
+		c.maxEndpoints = o.maxEndpoints
+	}
 	f.c = c
 	for name, objs := range remotes {
 		f.remotes[name] = fake.NewClientset(objs...)

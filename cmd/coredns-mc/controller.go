@@ -85,6 +85,7 @@ func runController(args []string) int {
 		createNS        = fs.Bool("create-namespaces", false, "create the namespace of an exported Service when it is missing locally")
 		podGrace        = fs.Duration("pod-grace", 30*time.Second, "how long a per-pod mirror outlives its remote endpoint (rolling updates)")
 		linkGrace       = fs.Duration("link-removal-grace", 10*time.Second, "how long the mirrors of a removed link are kept before they are deleted")
+		headlessGrace   = fs.Duration("headless-grace", 10*time.Minute, "how long a headless mirror stays headless while its remote endpoints have no hostname")
 		workers         = fs.Int("workers", 4, "concurrent syncs")
 		leaderElect     = fs.Bool("leader-elect", false, "run only while holding a Lease, so that several replicas are safe")
 		leaderNamespace = fs.String("leader-elect-namespace", "kube-system", "namespace of the leader election Lease")
@@ -138,8 +139,8 @@ func runController(args []string) int {
 	switch {
 	case *workers < 1:
 		return fail("--workers must be at least 1")
-	case *podGrace < 0, *linkGrace < 0:
-		return fail("--pod-grace and --link-removal-grace must not be negative")
+	case *podGrace < 0, *linkGrace < 0, *headlessGrace < 0:
+		return fail("--pod-grace, --link-removal-grace and --headless-grace must not be negative")
 	case *apiQPS <= 0, *apiBurst < 1:
 		return fail("--kube-api-qps must be positive and --kube-api-burst at least 1")
 	case *leaderElect && (len(validation.IsDNS1123Label(*leaderNamespace)) > 0 || len(validation.IsDNS1123Subdomain(*leaderName)) > 0):
@@ -230,7 +231,7 @@ func runController(args []string) int {
 	// watchdog fails /healthz when this replica leads but has not renewed
 	// its Lease for a while, so that a liveness probe restarts a stuck
 	// leader. Without leader election it always passes.
-	watchdog := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	watchdog := newLeaderWatchdog(healthzStale, *leaseDuration)
 
 	if *metricsAddr != "" {
 		ln, err := net.Listen("tcp", *metricsAddr)
@@ -272,6 +273,7 @@ func runController(args []string) int {
 			CreateNamespaces: *createNS,
 			PodGrace:         *podGrace,
 			LinkRemovalGrace: *linkGrace,
+			HeadlessGrace:    *headlessGrace,
 			Workers:          *workers,
 		}
 		if secretsNS != "" {
@@ -318,49 +320,126 @@ func runController(args []string) int {
 		return 0
 	}
 
-	host, _ := os.Hostname()
-	id := fmt.Sprintf("%s_%d_%d", host, os.Getpid(), time.Now().UnixNano())
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: *leaderNamespace, Name: *leaderName},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	// Renewals go through their own client, with its own rate limiter,
+	// as kube-controller-manager's do: a burst of mirror writes must not
+	// delay a renewal past the renew deadline.
+	leClient, err := leaderElectionClient(cfg)
+	if err != nil {
+		return fail("leader election: %v", err)
 	}
+	host, _ := os.Hostname()
+	code, err := runLeaderElected(ctx, leaderConfig{
+		client:    leClient,
+		namespace: *leaderNamespace, name: *leaderName,
+		identity:      fmt.Sprintf("%s_%d_%d", host, os.Getpid(), time.Now().UnixNano()),
+		leaseDuration: *leaseDuration, renewDeadline: *renewDeadline, retryPeriod: *retryPeriod,
+		watchdog: watchdog,
+	}, run, logger)
+	if err != nil {
+		return fail("leader election: %v", err)
+	}
+	return code
+}
+
+// leaderElectionClient returns the client of the Lease: cfg's server and
+// credentials, its own rate limiter, its own user agent.
+func leaderElectionClient(cfg *rest.Config) (*kubernetes.Clientset, error) {
+	c := rest.AddUserAgent(rest.CopyConfig(cfg), "mcmirror-controller-leader-election")
+	c.RateLimiter = nil // a fresh one from QPS and Burst
+	return kubernetes.NewForConfig(c)
+}
+
+// healthzStale is how long a leader may go without renewing its Lease
+// before /healthz fails.
+const healthzStale = 20 * time.Second
+
+// newLeaderWatchdog returns the /healthz check of a leader: it fails when
+// this replica leads but has not renewed its Lease for stale. client-go's
+// HealthzAdaptor fails after the lease duration plus its timeout, so the
+// timeout is stale minus the lease duration (none when the lease is longer:
+// then it fails once the lease has expired).
+func newLeaderWatchdog(stale, leaseDuration time.Duration) *leaderelection.HealthzAdaptor {
+	return leaderelection.NewLeaderHealthzAdaptor(max(stale-leaseDuration, 0))
+}
+
+// leaderConfig is what runLeaderElected needs.
+type leaderConfig struct {
+	// client is used for the Lease only.
+	client                                    kubernetes.Interface
+	namespace, name, identity                 string
+	leaseDuration, renewDeadline, retryPeriod time.Duration
+	watchdog                                  *leaderelection.HealthzAdaptor
+}
+
+// runLeaderElected runs run while this replica holds the Lease, and
+// returns the exit status. When ctx ends (SIGTERM), run's context ends,
+// its workers stop and are waited for, and only then is the Lease
+// released: another replica never writes while this one's syncs still
+// run. A lost Lease ends run too, and the status is 1.
+func runLeaderElected(ctx context.Context, lc leaderConfig, run func(context.Context) error, logger klog.Logger) (int, error) {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: lc.namespace, Name: lc.name},
+		Client:     lc.client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: lc.identity},
+	}
+	// leCtx ends the election: on a signal before leading, or once run
+	// has returned.
+	leCtx, leCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer leCancel()
 	var code atomic.Int32
+	var leading atomic.Bool
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
-		LeaseDuration:   *leaseDuration,
-		RenewDeadline:   *renewDeadline,
-		RetryPeriod:     *retryPeriod,
+		LeaseDuration:   lc.leaseDuration,
+		RenewDeadline:   lc.renewDeadline,
+		RetryPeriod:     lc.retryPeriod,
 		ReleaseOnCancel: true,
-		Name:            *leaderName,
-		WatchDog:        watchdog,
+		Name:            lc.name,
+		WatchDog:        lc.watchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				logger.Info("Leading", "identity", id, "lease", *leaderNamespace+"/"+*leaderName)
-				if err := run(ctx); err != nil && ctx.Err() == nil {
+			OnStartedLeading: func(lctx context.Context) {
+				leading.Store(true)
+				defer leCancel() // release the Lease only now
+				logger.Info("Leading", "identity", lc.identity, "lease", lc.namespace+"/"+lc.name)
+				// run stops on a signal or on a lost Lease.
+				rctx, rcancel := context.WithCancel(ctx)
+				defer rcancel()
+				stop := context.AfterFunc(lctx, rcancel)
+				defer stop()
+				if err := run(rctx); err != nil && ctx.Err() == nil && lctx.Err() == nil {
 					logger.Error(err, "Controller failed")
 					code.Store(1)
-					stop()
 				}
+				logger.Info("Controller stopped; releasing the lease", "identity", lc.identity)
 			},
 			OnStoppedLeading: func() {
 				if ctx.Err() == nil {
 					// Another replica may be writing now: stop at once.
-					logger.Info("Lost the lease; exiting", "identity", id)
+					logger.Info("Lost the lease; exiting", "identity", lc.identity)
 					code.Store(1)
 				}
 			},
 			OnNewLeader: func(identity string) {
-				if identity != id {
+				if identity != lc.identity {
 					logger.Info("Following", "leader", identity)
 				}
 			},
 		},
 	})
 	if err != nil {
-		return fail("leader election: %v", err)
+		return 0, err
 	}
-	watchdog.SetLeaderElection(le)
-	le.Run(ctx)
-	return int(code.Load())
+	if lc.watchdog != nil {
+		lc.watchdog.SetLeaderElection(le)
+	}
+	// A signal while following ends the election; while leading, run
+	// ends first and OnStartedLeading ends it.
+	stop := context.AfterFunc(ctx, func() {
+		if !leading.Load() {
+			leCancel()
+		}
+	})
+	defer stop()
+	le.Run(leCtx)
+	return int(code.Load()), nil
 }

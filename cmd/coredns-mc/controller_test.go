@@ -1,13 +1,25 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 func TestLinkFlag(t *testing.T) {
@@ -73,8 +85,9 @@ func TestControllerFlags(t *testing.T) {
 		{with("--allow-insecure-kubeconfig", "exec"), "--allow-insecure-kubeconfig without --link-secrets"},
 		{with("--workers", "0"), "--workers must be at least 1"},
 		{with("--workers", "many"), `invalid value "many" for flag -workers`},
-		{with("--pod-grace", "-1s"), "--pod-grace and --link-removal-grace must not be negative"},
-		{with("--link-removal-grace", "-1s"), "--pod-grace and --link-removal-grace must not be negative"},
+		{with("--pod-grace", "-1s"), "--pod-grace, --link-removal-grace and --headless-grace must not be negative"},
+		{with("--link-removal-grace", "-1s"), "--pod-grace, --link-removal-grace and --headless-grace must not be negative"},
+		{with("--headless-grace", "-1s"), "--pod-grace, --link-removal-grace and --headless-grace must not be negative"},
 		{with("--pod-grace", "30"), `invalid value "30" for flag -pod-grace`},
 		{with("--kube-api-qps", "0"), "--kube-api-qps must be positive"},
 		{with("--kube-api-burst", "0"), "--kube-api-burst at least 1"},
@@ -84,7 +97,10 @@ func TestControllerFlags(t *testing.T) {
 		{with("--metrics-addr", "nope:nope"), "--metrics-addr: "},
 		{with("extra"), `unexpected arguments ["extra"]`},
 		{with("--no-such-flag"), "flag provided but not defined: -no-such-flag (-h lists the flags)"},
+		// A non-loopback egress address, so that the kubeconfig is
+		// reached and is what fails.
 		{[]string{"--cluster", "east", "--egress-address", "10.0.0.1", "--egress-ports", "1-2", "--kubeconfig", "/nonexistent"}, "local cluster: kubeconfig /nonexistent: stat"},
+		{[]string{"--cluster", "east", "--egress-address", "10.0.0.1", "--egress-ports", "1-2", "--kubeconfig", garbage}, "local cluster: kubeconfig " + garbage},
 		{with("--context", "nope"), `local cluster: kubeconfig ` + kc + `: no context "nope"`},
 	} {
 		code, out := runCorednsMC(t, false, append([]string{"controller"}, tc.args...)...)
@@ -101,4 +117,139 @@ func TestControllerHelp(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "usage: coredns-mc controller")
 	assert.Contains(t, out, "-allow-insecure-kubeconfig")
+}
+
+// leaseHolder returns the Lease's holder ("" when released).
+func leaseHolder(t *testing.T, client *fake.Clientset) (string, time.Time) {
+	t.Helper()
+	l, err := client.CoordinationV1().Leases("kube-system").Get(context.Background(), "mcmirror-controller", metav1.GetOptions{})
+	require.NoError(t, err)
+	var renew time.Time
+	if l.Spec.RenewTime != nil {
+		renew = l.Spec.RenewTime.Time
+	}
+	return ptr.Deref(l.Spec.HolderIdentity, ""), renew
+}
+
+func testLeaderConfig(client *fake.Clientset, wd *leaderelection.HealthzAdaptor) leaderConfig {
+	return leaderConfig{client: client, namespace: "kube-system", name: "mcmirror-controller", identity: "me",
+		leaseDuration: 2 * time.Second, renewDeadline: time.Second, retryPeriod: 100 * time.Millisecond, watchdog: wd}
+}
+
+// On SIGTERM the Lease is held (and renewed) until the controller's
+// workers have stopped, and released only then: another replica never
+// writes while this one's syncs still run.
+func TestLeaderReleasesAfterSyncsStop(t *testing.T) {
+	client := fake.NewClientset()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started, stopping, finish := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	run := func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		close(stopping)
+		<-finish // a sync still writing
+		return nil
+	}
+	done := make(chan int)
+	go func() {
+		code, err := runLeaderElected(ctx, testLeaderConfig(client, nil), run, klog.Background())
+		assert.NoError(t, err)
+		done <- code
+	}()
+	<-started
+	holder, _ := leaseHolder(t, client)
+	require.Equal(t, "me", holder)
+
+	cancel() // SIGTERM
+	<-stopping
+	// Positive evidence the elector still runs: the Lease is renewed after
+	// the signal; it is still ours.
+	_, at := leaseHolder(t, client)
+	require.Eventually(t, func() bool {
+		h, renewed := leaseHolder(t, client)
+		return h == "me" && renewed.After(at)
+	}, 5*time.Second, 10*time.Millisecond, "renewed while the syncs run")
+	holder, _ = leaseHolder(t, client)
+	assert.Equal(t, "me", holder, "not released while a sync runs")
+
+	close(finish)
+	select {
+	case code := <-done:
+		assert.Equal(t, 0, code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("leader election did not end")
+	}
+	holder, _ = leaseHolder(t, client)
+	assert.Empty(t, holder, "released once the controller stopped")
+}
+
+// /healthz fails when the leader has not renewed its Lease for the
+// documented staleness (not the lease duration later, as client-go's
+// HealthzAdaptor alone would): a renewal that hangs is detected.
+func TestLeaderWatchdogStaleness(t *testing.T) {
+	const stale = 4 * time.Second
+	client := fake.NewClientset()
+	var mu sync.Mutex
+	hang := false
+	var lastRenewal time.Time
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		h := hang
+		if !h {
+			lastRenewal = time.Now()
+		}
+		mu.Unlock()
+		if h {
+			select {} // a renewal that never returns
+		}
+		return false, nil, nil
+	})
+	lc := testLeaderConfig(client, newLeaderWatchdog(stale, 2*time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan struct{})
+	go func() {
+		_, _ = runLeaderElected(ctx, lc, func(ctx context.Context) error { close(started); <-ctx.Done(); return nil }, klog.Background())
+	}()
+	<-started
+	// Renewed at least once (an update), then renewals hang.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if lastRenewal.IsZero() {
+			return false
+		}
+		hang = true
+		return true
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, lc.watchdog.Check(nil), "healthy right after a renewal")
+	var failedAt time.Time
+	require.Eventually(t, func() bool {
+		if lc.watchdog.Check(nil) != nil {
+			failedAt = time.Now()
+			return true
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	since := failedAt.Sub(lastRenewal)
+	mu.Unlock()
+	assert.GreaterOrEqual(t, since, stale-50*time.Millisecond)
+	assert.Less(t, since, stale+time.Second, "fails at the documented staleness, not the lease duration later")
+}
+
+// Renewals have their own client, rate limiter and user agent.
+func TestLeaderElectionClient(t *testing.T) {
+	cfg := &rest.Config{Host: "https://192.0.2.1:6443", QPS: 1, Burst: 1}
+	sync, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	le, err := leaderElectionClient(cfg)
+	require.NoError(t, err)
+	assert.NotSame(t, sync.CoordinationV1().RESTClient().GetRateLimiter(), le.CoordinationV1().RESTClient().GetRateLimiter())
+	// Exhaust the sync client's limiter: the Lease's is untouched.
+	assert.True(t, sync.CoordinationV1().RESTClient().GetRateLimiter().TryAccept())
+	assert.False(t, sync.CoordinationV1().RESTClient().GetRateLimiter().TryAccept())
+	assert.True(t, le.CoordinationV1().RESTClient().GetRateLimiter().TryAccept())
+	assert.Empty(t, cfg.UserAgent, "cfg is not changed")
 }

@@ -2,9 +2,7 @@ package mcmirror
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,17 +11,15 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 )
 
 // controller is the informer layer: it watches the local cluster and every
@@ -39,11 +35,21 @@ type controller struct {
 	// startupTimeout is how long a link that cannot sync holds up
 	// readiness.
 	startupTimeout time.Duration
+	// staleMaxAge is stale_max_age: how long the last known state of a
+	// linked cluster whose watches fail is answered; 0 is forever.
+	staleMaxAge time.Duration
+	// backoff is how the watches of a cluster retry while it fails: it
+	// bounds how long a cluster that comes back waits to be watched again.
+	backoff wait.Backoff
 	// sync rebuilds a group: the index's.
 	sync  func(groupKey) []groupKey
 	queue *workqueue.Typed[groupKey]
-	// inflight is the number of groups being rebuilt, for readiness.
+	// inflight is the number of groups being rebuilt, for the first sync.
 	inflight atomic.Int32
+	// ready latches the first sync: from then on the index answers from
+	// what it holds (NXDOMAIN, not SERVFAIL), whatever is being rebuilt or
+	// linked later, as the kubernetes plugin does.
+	ready atomic.Bool
 
 	mu       sync.RWMutex
 	clusters map[string]*cluster
@@ -66,32 +72,28 @@ type trigger struct {
 	cluster string
 }
 
-// cluster is the watches of one cluster.
+// cluster is one generation of the watches of one cluster: a kubeconfig
+// that changes makes a new one, which takes over once it has synced.
 type cluster struct {
 	name   string
 	local  bool
 	client kubernetes.Interface
 
-	services cache.SharedIndexInformer // exported Services
-	slices   cache.SharedIndexInformer // EndpointSlices
-	mirrors  cache.SharedIndexInformer // mirror Services; local cluster only
-	regs     []cache.ResourceEventHandlerRegistration
+	services *objectStore // exported Services
+	slices   *objectStore // EndpointSlices of exported Services
+	mirrors  *objectStore // mirror Services; local cluster only
 
-	started time.Time // when its informers started, for the startup timeout
+	// health is whether the watches work, and owns the cluster's metric
+	// series while this generation serves it.
+	health *linkHealth
+
+	started time.Time // when its watches started, for the startup timeout
 	ctx     context.Context
 	cancel  context.CancelFunc
 	// next is the replacement being synced after a kubeconfig change;
 	// guarded by controller.mu.
 	next   *cluster
 	synced atomic.Bool
-	// failing is whether the last list or watch failed, so that an
-	// unreachable cluster is logged once, not at every retry.
-	failing atomic.Bool
-
-	// metrics, resolved once.
-	lastSync prometheus.Gauge
-	objects  [3]prometheus.Gauge // service, endpointslice, mirror
-	counts   [3]atomic.Int64     // what objects show
 }
 
 const (
@@ -104,12 +106,20 @@ var objKinds = [...]string{"service", "endpointslice", "mirror"}
 
 const sliceServiceIndex = "service"
 
+// Retries of a cluster's lists and watches: from 250 ms, doubling, up to
+// 2 s plus up to half of it in jitter. A cluster that comes back is watched
+// again within 3 s (client-go's own default grows to 30 s, with as much
+// jitter: up to a minute). It costs a failed request every 2 to 3 s per
+// watch while a cluster is down.
+var linkBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 100, Cap: 2 * time.Second}
+
 func newController(local string, export k8slabels.Selector, startupTimeout time.Duration) *controller {
 	notMirror, _ := k8slabels.NewRequirement(labels.MirroredService, selection.DoesNotExist, nil)
 	return &controller{
 		local:          local,
 		exported:       export.Add(*notMirror),
 		startupTimeout: startupTimeout,
+		backoff:        linkBackoff,
 		queue:          workqueue.NewTyped[groupKey](),
 		clusters:       map[string]*cluster{},
 		triggers:       map[groupKey]trigger{},
@@ -124,10 +134,8 @@ func (c *controller) addCluster(name string, client kubernetes.Interface) error 
 	if _, ok := c.clusters[name]; ok {
 		return fmt.Errorf("cluster %q is already watched", name)
 	}
-	cl, err := c.newCluster(name, client)
-	if err != nil {
-		return err
-	}
+	cl := c.newCluster(name, client)
+	cl.health.own()
 	c.clusters[name] = cl
 	if !cl.local {
 		links := append(slices.Clone(c.links), name)
@@ -141,9 +149,9 @@ func (c *controller) addCluster(name string, client kubernetes.Interface) error 
 }
 
 // replaceCluster watches a linked cluster through a new client (its
-// kubeconfig changed). The old watches keep serving until the new ones have
-// synced, so the change costs no gap; if the new ones never sync, the last
-// known state stays, as for any link that breaks.
+// kubeconfig changed). The old watches keep serving, and own the metrics,
+// until the new ones have synced, so the change costs no gap; if the new
+// ones never sync, the last known state stays, as for any link that breaks.
 func (c *controller) replaceCluster(name string, client kubernetes.Interface) error {
 	c.mu.Lock()
 	old, ok := c.clusters[name]
@@ -158,13 +166,10 @@ func (c *controller) replaceCluster(name string, client kubernetes.Interface) er
 		c.mu.Unlock()
 		return fmt.Errorf("cluster %q is the local cluster", name)
 	}
-	next, err := c.newCluster(name, client)
-	if err != nil {
-		c.mu.Unlock()
-		return err
-	}
+	next := c.newCluster(name, client)
 	if old.next != nil {
 		old.next.cancel() // an earlier replacement that had not synced
+		old.next.health.stop(false)
 	}
 	old.next = next
 	c.startCluster(next)
@@ -181,6 +186,8 @@ func (c *controller) replaceCluster(name string, client kubernetes.Interface) er
 			return
 		}
 		c.clusters[name] = next
+		old.health.stop(false)
+		next.health.own()
 		c.mu.Unlock()
 		old.cancel()
 		c.enqueueAll(old)
@@ -192,14 +199,15 @@ func (c *controller) replaceCluster(name string, client kubernetes.Interface) er
 
 // enqueueAll queues every group a cluster exports.
 func (c *controller) enqueueAll(cl *cluster) {
-	for _, obj := range cl.services.GetStore().List() {
+	for _, obj := range cl.services.idx.List() {
 		if s, ok := obj.(*Service); ok {
 			c.enqueue(groupKey{s.Namespace, s.Name})
 		}
 	}
 }
 
-// removeCluster stops watching a linked cluster and drops its names.
+// removeCluster stops watching a linked cluster and drops its names and
+// its metric series, which no late event of its watches writes again.
 func (c *controller) removeCluster(name string) {
 	c.mu.Lock()
 	cl, ok := c.clusters[name]
@@ -212,22 +220,16 @@ func (c *controller) removeCluster(name string) {
 	next := cl.next
 	c.mu.Unlock()
 
+	if next != nil {
+		next.cancel()
+		next.health.stop(false)
+	}
 	if cl.cancel != nil {
 		cl.cancel()
 	}
-	if next != nil {
-		next.cancel()
-	}
+	cl.health.stop(true)
 	// Every group the cluster exported loses its share.
 	c.enqueueAll(cl)
-	linkSynced.DeleteLabelValues(name)
-	linkLastSync.DeleteLabelValues(name)
-	linkWatchErrors.DeleteLabelValues(name)
-	droppedAddresses.DeleteLabelValues(name)
-	programmingLatency.DeleteLabelValues(name)
-	for _, k := range objKinds {
-		linkObjects.DeleteLabelValues(name, k)
-	}
 	log.Infof("Stopped watching cluster %s", name)
 }
 
@@ -253,52 +255,54 @@ func (c *controller) stop() {
 	if c.cancel != nil {
 		c.cancel()
 	}
+	for _, cl := range c.clusters {
+		cl.health.stop(false)
+		if cl.next != nil {
+			cl.next.health.stop(false)
+		}
+	}
 	c.mu.Unlock()
 	c.queue.ShutDown()
 }
 
+// startCluster runs the watches of cl: Services (and mirrors) at once,
+// EndpointSlices once the Services have listed, so that the slices of
+// every exported Service are kept from the first list on.
 func (c *controller) startCluster(cl *cluster) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	cl.ctx, cl.cancel = ctx, cancel
 	cl.started = time.Now()
-	go cl.services.Run(ctx.Done())
-	go cl.slices.Run(ctx.Done())
+	// The reflectors' own error log would repeat at every retry: the
+	// health logs each change once.
+	quiet := klog.NewContext(ctx, klog.Logger{})
+	go c.reflector(cl, watchServices, &corev1.Service{}, c.exported.String(), cl.services).RunWithContext(quiet)
 	if cl.mirrors != nil {
-		go cl.mirrors.Run(ctx.Done())
+		go c.reflector(cl, watchMirrors, &corev1.Service{}, labels.MirrorSelector, cl.mirrors).RunWithContext(quiet)
 	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cl.services.done:
+		}
+		hasService, _ := k8slabels.NewRequirement(labels.ServiceName, selection.Exists, nil)
+		c.reflector(cl, watchSlices, &discovery.EndpointSlice{}, k8slabels.NewSelector().Add(*hasService).String(), cl.slices).RunWithContext(quiet)
+	}()
 	go cl.watchSync(ctx)
 }
 
-// watchSync records when the cluster has synced, then keeps the last-sync
-// metric fresh from the watch bookmarks while nothing changes.
+// watchSync records when the cluster has synced.
 func (cl *cluster) watchSync(ctx context.Context) {
-	synced := make([]cache.InformerSynced, len(cl.regs))
-	for i, r := range cl.regs {
-		synced[i] = r.HasSynced
+	synced := []cache.InformerSynced{cl.services.HasSynced, cl.slices.HasSynced}
+	if cl.mirrors != nil {
+		synced = append(synced, cl.mirrors.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
 	}
 	cl.synced.Store(true)
-	linkSynced.WithLabelValues(cl.name).Set(1)
-	cl.lastSync.SetToCurrentTime()
+	cl.health.setSynced()
 	log.Infof("Synced with cluster %s", cl.name)
-
-	last := ""
-	tick := time.NewTicker(10 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			v := cl.services.LastSyncResourceVersion() + "/" + cl.slices.LastSyncResourceVersion()
-			if v != last {
-				last = v
-				cl.lastSync.SetToCurrentTime()
-			}
-		}
-	}
 }
 
 // work rebuilds queued groups until the queue shuts down.
@@ -335,16 +339,26 @@ func (c *controller) observe(k groupKey) {
 	t, ok := c.triggers[k]
 	delete(c.triggers, k)
 	c.triggersMu.Unlock()
-	if ok {
-		programmingLatency.WithLabelValues(t.cluster).Observe(time.Since(t.at).Seconds())
+	if !ok {
+		return
+	}
+	if cl := c.cluster(t.cluster); cl != nil {
+		cl.health.latency(time.Since(t.at))
 	}
 }
 
-// HasSynced reports whether the index is ready to answer: the local cluster
-// and the link Secrets have synced, every link has synced or has had
-// startupTimeout to do so, and the index has caught up with what they said.
-// A link that cannot be reached does not hold DNS up for longer than that.
+// HasSynced reports whether the index is ready to answer. Until the first
+// sync it waits for the local cluster and the link Secrets, for every link
+// to sync or to have had startupTimeout to do so, and for the index to
+// catch up with what they said; a link that cannot be reached does not hold
+// DNS up for longer than that. From then on it stays true: a group being
+// rebuilt, a link added later, or one that fails does not make the server
+// unready or its answers SERVFAIL (link_synced, link_up and the log say
+// what a link is doing).
 func (c *controller) HasSynced() bool {
+	if c.ready.Load() {
+		return true
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.ctx == nil {
@@ -361,7 +375,11 @@ func (c *controller) HasSynced() bool {
 			return false
 		}
 	}
-	return c.queue.Len() == 0 && c.inflight.Load() == 0
+	if c.queue.Len() > 0 || c.inflight.Load() > 0 {
+		return false
+	}
+	c.ready.Store(true)
+	return true
 }
 
 // unsynced returns the clusters that have not synced, for the log.
@@ -396,10 +414,10 @@ func (c *controller) cluster(name string) *cluster {
 // Service implements source.
 func (c *controller) Service(cluster, ns, name string) *Service {
 	cl := c.cluster(cluster)
-	if cl == nil {
+	if cl == nil || cl.health.withdrawn.Load() {
 		return nil
 	}
-	obj, ok, _ := cl.services.GetStore().GetByKey(ns + "/" + name)
+	obj, ok, _ := cl.services.idx.GetByKey(ns + "/" + name)
 	if !ok {
 		return nil
 	}
@@ -412,10 +430,10 @@ func (c *controller) Service(cluster, ns, name string) *Service {
 // Slices implements source.
 func (c *controller) Slices(cluster, ns, name string) []*Slice {
 	cl := c.cluster(cluster)
-	if cl == nil {
+	if cl == nil || cl.health.withdrawn.Load() {
 		return nil
 	}
-	objs, err := cl.slices.GetIndexer().ByIndex(sliceServiceIndex, ns+"/"+name)
+	objs, err := cl.slices.idx.ByIndex(sliceServiceIndex, ns+"/"+name)
 	if err != nil {
 		return nil
 	}
@@ -434,7 +452,7 @@ func (c *controller) Mirror(ns, name string) *Mirror {
 	if cl == nil || cl.mirrors == nil {
 		return nil
 	}
-	obj, ok, _ := cl.mirrors.GetStore().GetByKey(ns + "/" + name)
+	obj, ok, _ := cl.mirrors.idx.GetByKey(ns + "/" + name)
 	if !ok {
 		return nil
 	}
@@ -444,249 +462,47 @@ func (c *controller) Mirror(ns, name string) *Mirror {
 	return nil
 }
 
-// newCluster makes the informers of one cluster: its exported Services and
-// their EndpointSlices, and, in the local cluster, the mirror Services.
-func (c *controller) newCluster(name string, client kubernetes.Interface) (*cluster, error) {
-	cl := &cluster{
-		name:     name,
-		local:    name == c.local,
-		client:   client,
-		lastSync: linkLastSync.WithLabelValues(name),
-	}
-	for i, k := range objKinds {
-		cl.objects[i] = linkObjects.WithLabelValues(name, k)
-	}
-	linkSynced.WithLabelValues(name).Set(0)
+// newCluster makes the stores of one generation of a cluster's watches:
+// its exported Services and their EndpointSlices, and, in the local
+// cluster, the mirror Services. Only what can be answered is held: a
+// Service the export selector does not select, and the slices of one, are
+// dropped as they come.
+func (c *controller) newCluster(name string, client kubernetes.Interface) *cluster {
+	cl := &cluster{name: name, local: name == c.local, client: client}
+	cl.health = newLinkHealth(name, cl.local, c.staleMaxAge, func(bool) { c.enqueueAll(cl) })
 
-	cl.services = newInformer(client, cl, &corev1.Service{}, c.exported.String(), serviceTransform(c.exported), nil)
-	// EndpointSlices can only be selected by their Service's name, not by
-	// whether it is exported: the handler filters, and a Service that
-	// becomes exported finds its slices in the store.
-	hasService, _ := k8slabels.NewRequirement(labels.ServiceName, selection.Exists, nil)
-	cl.slices = newInformer(client, cl, &discovery.EndpointSlice{}, k8slabels.NewSelector().Add(*hasService).String(), toSlice,
-		cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
-			s, ok := obj.(*Slice)
-			if !ok || s.Service == "" {
-				return nil, nil
-			}
-			return []string{s.Namespace + "/" + s.Service}, nil
-		}})
+	cl.services = newObjectStore(serviceTransform(c.exported), func(obj any) bool {
+		s, ok := obj.(*Service)
+		return ok && s.Exported
+	}, nil, c.serviceHandler(cl))
+	cl.slices = newObjectStore(toSlice, func(obj any) bool {
+		s, ok := obj.(*Slice)
+		return ok && cl.exports(s.Namespace, s.Service)
+	}, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
+		s, ok := obj.(*Slice)
+		if !ok || s.Service == "" {
+			return nil, nil
+		}
+		return []string{s.Namespace + "/" + s.Service}, nil
+	}}, c.sliceHandler(cl))
 	if cl.local {
-		cl.mirrors = newInformer(client, cl, &corev1.Service{}, labels.MirrorSelector, toMirror, nil)
+		cl.mirrors = newObjectStore(toMirror, func(obj any) bool {
+			m, ok := obj.(*Mirror)
+			return ok && m.IsMirror
+		}, nil, c.mirrorHandler(cl))
 	}
-
-	add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
-		reg, err := inf.AddEventHandler(h)
-		if err != nil {
-			return err
-		}
-		cl.regs = append(cl.regs, reg)
-		return nil
-	}
-	if err := add(cl.services, c.serviceHandler(cl)); err != nil {
-		return nil, err
-	}
-	if err := add(cl.slices, c.sliceHandler(cl)); err != nil {
-		return nil, err
-	}
-	if cl.mirrors != nil {
-		if err := add(cl.mirrors, c.mirrorHandler(cl)); err != nil {
-			return nil, err
+	for _, s := range []*objectStore{cl.services, cl.slices, cl.mirrors} {
+		if s != nil {
+			s.bookmark = cl.health.contact
 		}
 	}
-	return cl, nil
+	return cl
 }
 
-func newInformer(client kubernetes.Interface, cl *cluster, obj runtime.Object, selector string, transform cache.TransformFunc, indexers cache.Indexers) cache.SharedIndexInformer {
-	var list func(context.Context, metav1.ListOptions) (runtime.Object, error)
-	var watchf func(context.Context, metav1.ListOptions) (watch.Interface, error)
-	switch obj.(type) {
-	case *corev1.Service:
-		list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return client.CoreV1().Services(corev1.NamespaceAll).List(ctx, o)
-		}
-		watchf = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return client.CoreV1().Services(corev1.NamespaceAll).Watch(ctx, o)
-		}
-	case *discovery.EndpointSlice:
-		list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return client.DiscoveryV1().EndpointSlices(corev1.NamespaceAll).List(ctx, o)
-		}
-		watchf = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return client.DiscoveryV1().EndpointSlices(corev1.NamespaceAll).Watch(ctx, o)
-		}
-	}
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			l, err := list(ctx, o)
-			cl.apiResult(ctx, err)
-			return l, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			w, err := watchf(ctx, o)
-			cl.apiResult(ctx, err)
-			return w, err
-		},
-	}
-	if indexers == nil {
-		indexers = cache.Indexers{}
-	}
-	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), obj, 0, indexers)
-	// Neither fails before Run.
-	_ = inf.SetTransform(transform)
-	_ = inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
-		if !errors.Is(err, io.EOF) { // a watch the server closed is routine
-			log.Debugf("Cluster %s: watching %T: %v", cl.name, obj, err)
-		}
-	})
-	return inf
-}
-
-// apiResult counts a failed list or watch (the reflector retries some,
-// such as a refused connection, without telling its error handler) and
-// logs when a cluster becomes unreachable and reachable again, not at
-// every retry.
-func (cl *cluster) apiResult(ctx context.Context, err error) {
-	if err == nil {
-		if cl.failing.CompareAndSwap(true, false) {
-			log.Infof("Cluster %s is reachable again", cl.name)
-		}
-		return
-	}
-	if ctx.Err() != nil {
-		return // stopping
-	}
-	linkWatchErrors.WithLabelValues(cl.name).Inc()
-	if cl.failing.CompareAndSwap(false, true) {
-		log.Warningf("Cluster %s: %v; serving its last known state", cl.name, err)
-	}
-}
-
-// handler adapts typed add/update/delete functions, unwrapping tombstones.
-func handler[T any](add func(T, bool), update func(T, T), del func(T)) cache.ResourceEventHandlerDetailedFuncs {
-	return cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj any, initial bool) {
-			if t, ok := obj.(T); ok {
-				add(t, initial)
-			}
-		},
-		UpdateFunc: func(old, obj any) {
-			o, ok1 := old.(T)
-			n, ok2 := obj.(T)
-			if ok1 && ok2 {
-				update(o, n)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if t, ok := obj.(T); ok {
-				del(t)
-			}
-		},
-	}
-}
-
-func (c *controller) serviceHandler(cl *cluster) cache.ResourceEventHandler {
-	return handler(
-		func(s *Service, _ bool) {
-			cl.touched(objService, 1)
-			c.enqueue(groupKey{s.Namespace, s.Name})
-		},
-		func(_, s *Service) {
-			cl.touched(objService, 0)
-			c.enqueue(groupKey{s.Namespace, s.Name})
-		},
-		func(s *Service) {
-			cl.touched(objService, -1)
-			c.enqueue(groupKey{s.Namespace, s.Name})
-		},
-	)
-}
-
-func (c *controller) sliceHandler(cl *cluster) cache.ResourceEventHandler {
-	// Only slices of exported Services matter; the others are kept (see
-	// newCluster) but cost no rebuild.
-	exported := func(s *Slice) bool {
-		obj, ok, _ := cl.services.GetStore().GetByKey(s.Namespace + "/" + s.Service)
-		svc, _ := obj.(*Service)
-		return ok && svc != nil && svc.Exported
-	}
-	return handler(
-		func(s *Slice, initial bool) {
-			cl.touched(objSlice, 1)
-			if exported(s) {
-				k := groupKey{s.Namespace, s.Service}
-				if !initial && !s.TriggerTime.IsZero() {
-					c.noteTrigger(k, cl.name, s.TriggerTime)
-				}
-				c.enqueue(k)
-			}
-		},
-		func(old, s *Slice) {
-			cl.touched(objSlice, 0)
-			if old.Service != s.Service && exported(old) {
-				c.enqueue(groupKey{old.Namespace, old.Service})
-			}
-			if exported(s) {
-				k := groupKey{s.Namespace, s.Service}
-				if !s.TriggerTime.IsZero() && !s.TriggerTime.Equal(old.TriggerTime) {
-					c.noteTrigger(k, cl.name, s.TriggerTime)
-				}
-				c.enqueue(k)
-			}
-		},
-		func(s *Slice) {
-			cl.touched(objSlice, -1)
-			if exported(s) {
-				c.enqueue(groupKey{s.Namespace, s.Service})
-			}
-		},
-	)
-}
-
-func (c *controller) mirrorHandler(cl *cluster) cache.ResourceEventHandler {
-	enqueue := func(m *Mirror) {
-		if k, ok := mirrorGroup(m); ok {
-			c.enqueue(k)
-		}
-	}
-	return handler(
-		func(m *Mirror, _ bool) { cl.touched(objMirror, 1); enqueue(m) },
-		func(old, m *Mirror) { cl.touched(objMirror, 0); enqueue(old); enqueue(m) },
-		func(m *Mirror) { cl.touched(objMirror, -1); enqueue(m) },
-	)
-}
-
-// mirrorGroup returns the group a mirror Service serves: <svc> of
-// <svc>-<cluster>, for a Service mirror and for the per-pod mirrors of a
-// headless one.
-func mirrorGroup(m *Mirror) (groupKey, bool) {
-	if m.Cluster == "" {
-		return groupKey{}, false
-	}
-	base := m.Name
-	if m.HeadlessOf != "" {
-		base = m.HeadlessOf
-	}
-	svc, ok := labels.SplitMirrorName(base, m.Cluster)
-	if !ok {
-		return groupKey{}, false
-	}
-	return groupKey{m.Namespace, svc}, true
-}
-
-// touched records an event from the cluster: delta is the change in the
-// number of objects of kind. The gauge is set from the cluster's own count,
-// so a cluster watched anew (a replaced link, a reload) starts from zero.
-func (cl *cluster) touched(kind int, delta int64) {
-	if delta != 0 {
-		cl.objects[kind].Set(float64(cl.counts[kind].Add(delta)))
-	}
-	if cl.synced.Load() {
-		cl.lastSync.SetToCurrentTime()
-	}
+// exports reports whether the cluster's Service ns/name is exported, as
+// its Service watch last said.
+func (cl *cluster) exports(ns, name string) bool {
+	obj, ok, _ := cl.services.idx.GetByKey(ns + "/" + name)
+	s, _ := obj.(*Service)
+	return ok && s != nil && s.Exported
 }

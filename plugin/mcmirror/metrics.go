@@ -25,16 +25,42 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: "mcmirror",
 		Name:      "link_last_sync_timestamp_seconds",
-		Help:      "Unix time of the last list, watch event or watch bookmark received from a cluster.",
+		Help:      "Unix time of the last successful list or watch, watch event or watch bookmark of a cluster.",
 	}, []string{"cluster"})
 
-	// linkWatchErrors counts failed lists and watches: a link that is down.
-	linkWatchErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+	// linkUp is whether every list and watch of a cluster works.
+	linkUp = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "mcmirror",
-		Name:      "link_watch_errors_total",
-		Help:      "Number of failed lists and watches against a cluster.",
+		Name:      "link_up",
+		Help:      "Whether the last list or watch of each kind of object of a cluster succeeded: 1 or 0. While 0, its last known state is answered (see link_withdrawn).",
 	}, []string{"cluster"})
+
+	// linkErrors counts failed lists and watches, by reason.
+	linkErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "link_errors_total",
+		Help:      "Number of failed lists and watches against a cluster, by reason (unreachable, unauthorized, forbidden, error).",
+	}, []string{"cluster", "reason"})
+
+	// linkWithdrawn is whether a linked cluster's names are withdrawn for
+	// being stale longer than stale_max_age.
+	linkWithdrawn = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "link_withdrawn",
+		Help:      "Whether the names of a linked cluster are withdrawn, its watches having failed for longer than stale_max_age: 1 or 0.",
+	}, []string{"cluster"})
+
+	// sliceFetches counts the targeted lists of the EndpointSlices of a
+	// Service that became exported.
+	sliceFetches = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "slice_fetches_total",
+		Help:      "Number of lists of the EndpointSlices of one Service, made when it becomes exported.",
+	})
 
 	// linkObjects is the number of objects watched in a cluster, by kind
 	// (service, endpointslice, mirror).
@@ -42,7 +68,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: "mcmirror",
 		Name:      "link_objects",
-		Help:      "Number of objects watched in a cluster, by kind.",
+		Help:      "Number of objects held from a cluster, by kind: exported Services, their EndpointSlices, local mirror Services.",
 	}, []string{"cluster", "kind"})
 
 	// indexNames is the number of names in the index.

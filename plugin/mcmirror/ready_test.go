@@ -1,9 +1,19 @@
 package mcmirror
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 )
 
 func TestReady(t *testing.T) {
@@ -15,5 +25,42 @@ func TestReady(t *testing.T) {
 	src.synced = false
 	if m.Ready() {
 		t.Error("ready with a source that has not synced")
+	}
+}
+
+// Once ready, the server stays ready and answers NXDOMAIN, not SERVFAIL,
+// for a name that does not exist under a claimed one, while a link added
+// later has not synced (it never will) and while groups are rebuilt.
+func TestNoServfailAfterFirstSync(t *testing.T) {
+	west := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
+	m := startWith(t, fake.NewClientset(), time.Hour, 0, "west", west)
+	waitFor(t, 5*time.Second, "the first answer", answersA(t, m, "web-west"+z, "10.1.0.1"))
+	if !m.Ready() {
+		t.Fatal("not ready after Start")
+	}
+	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(linkErrors.WithLabelValues("late", reasonUnreachable))
+	if err := m.AddLink("late", dead); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the late link tried", func() bool {
+		return testutil.ToFloat64(linkErrors.WithLabelValues("late", reasonUnreachable)) > before
+	})
+	if !m.Ready() {
+		t.Error("a link added later made the server unready")
+	}
+	if rc, _ := askA(t, m, "web-9.web-west"+z); rc != dns.RcodeNameError {
+		t.Errorf("unknown pod of a claimed name: %s, want NXDOMAIN", dns.RcodeToString[rc])
+	}
+	// A group queued for a rebuild does not either.
+	for i := range 200 {
+		_, _ = west.DiscoveryV1().EndpointSlices("default").Update(context.Background(),
+			flatSlice("web-1", "web", "10.1.0."+string(rune('1'+i%9))), metav1.UpdateOptions{})
+		if rc, _ := askA(t, m, "web-9.web-west"+z); rc != dns.RcodeNameError {
+			t.Fatalf("unknown pod during churn: %s, want NXDOMAIN", dns.RcodeToString[rc])
+		}
 	}
 }

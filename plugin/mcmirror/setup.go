@@ -68,6 +68,7 @@ type config struct {
 	exportSel      k8slabels.Selector
 	ttl            uint32
 	startupTimeout time.Duration
+	staleMaxAge    time.Duration // stale_max_age; 0: forever
 	fall           fall.F
 	healthURL      string // gateway_health; empty without it
 	healthInterval time.Duration
@@ -221,6 +222,23 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			}
 			cfg.startupTimeout = d
 
+		case "stale_max_age":
+			args := c.RemainingArgs()
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			if seen["stale_max_age"] {
+				return nil, c.Errf("stale_max_age given twice")
+			}
+			d, err := time.ParseDuration(args[0])
+			if err != nil {
+				return nil, c.Errf("stale_max_age: %v", err)
+			}
+			if d < 0 {
+				return nil, c.Errf("stale_max_age must not be negative: %s", args[0])
+			}
+			cfg.staleMaxAge = d
+
 		case "fallthrough":
 			if seen["fallthrough"] {
 				return nil, c.Errf("fallthrough given twice")
@@ -348,6 +366,7 @@ func (cfg *config) build() (*MCMirror, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.ctrl.staleMaxAge = cfg.staleMaxAge
 	reserved := []string{cfg.cluster}
 	for i, l := range cfg.links {
 		rc, err := l.Config()

@@ -44,6 +44,9 @@ func TestParse(t *testing.T) {
 			if c.healthURL != "" {
 				t.Errorf("gateway_health %q without the option", c.healthURL)
 			}
+			if c.staleMaxAge != 0 {
+				t.Errorf("stale_max_age %s by default, want 0 (forever)", c.staleMaxAge)
+			}
 		}},
 		// Every property.
 		{`mcmirror cluster.local in-addr.arpa {
@@ -147,6 +150,16 @@ func TestParse(t *testing.T) {
 		{"mcmirror {\ncluster east\nttl -1\n}", "ttl must be in range [0, 3600]: -1", nil},
 		{"mcmirror {\ncluster east\nttl 3601\n}", "ttl must be in range [0, 3600]: 3601", nil},
 		{"mcmirror {\ncluster east\nstartup_timeout\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nstale_max_age 10m\n}", "", func(t *testing.T, c *config) {
+			if c.staleMaxAge != 10*time.Minute {
+				t.Errorf("stale_max_age %s", c.staleMaxAge)
+			}
+		}},
+		{"mcmirror {\ncluster east\nstale_max_age 0s\n}", "", nil},
+		{"mcmirror {\ncluster east\nstale_max_age\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nstale_max_age 5\n}", "stale_max_age: time: missing unit", nil},
+		{"mcmirror {\ncluster east\nstale_max_age -1m\n}", "Testfile:3 - Error during parsing: stale_max_age must not be negative", nil},
+		{"mcmirror {\ncluster east\nstale_max_age 1m\nstale_max_age 2m\n}", "Testfile:4 - Error during parsing: stale_max_age given twice", nil},
 		{"mcmirror {\ncluster east\nstartup_timeout 5\n}", "startup_timeout: time: missing unit", nil},
 		{"mcmirror {\ncluster east\nstartup_timeout soon\n}", "startup_timeout: time: invalid duration", nil},
 		{"mcmirror {\ncluster east\nstartup_timeout -1s\n}", "startup_timeout must be positive", nil},
@@ -307,6 +320,25 @@ func TestSetupGatewayHealth(t *testing.T) {
 	}
 	if m.index.health != m.health {
 		t.Error("the index does not read the health")
+	}
+}
+
+func TestSetupStaleMaxAge(t *testing.T) {
+	kc := writeKubeconfig(t, "east", "west")
+	c := caddy.NewTestController("dns", "mcmirror {\ncluster east\nkubeconfig "+kc+"\nlink west "+kc+" west\nstale_max_age 90s\n}")
+	c.ServerBlockKeys = []string{"cluster.local.:53"}
+	if err := setup(c); err != nil {
+		t.Fatal(err)
+	}
+	m := dnsserver.GetConfig(c).Plugin[0](nil).(*MCMirror)
+	if m.ctrl.staleMaxAge != 90*time.Second {
+		t.Errorf("controller stale_max_age %s", m.ctrl.staleMaxAge)
+	}
+	if h := m.ctrl.cluster("west").health; h.maxAge != 90*time.Second {
+		t.Errorf("link west stale_max_age %s", h.maxAge)
+	}
+	if h := m.ctrl.cluster("east").health; h.maxAge != 0 {
+		t.Errorf("the local cluster's state is withdrawn after %s", h.maxAge)
 	}
 }
 

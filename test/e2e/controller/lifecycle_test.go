@@ -116,6 +116,12 @@ func TestLeaderElection(t *testing.T) {
 	if leader == "b" {
 		leaderProc, follower, followerName = b, a, "a"
 	}
+	// The follower has seen the leader (positive evidence that it runs
+	// its election), and is alive: only then does its silence count.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, follower.Tail(200), `"Following"`)
+	}, wait, tick)
+	requireAlive(t, follower)
 	assert.NotContains(t, follower.Tail(200), `"Leading"`, "only one replica leads")
 	assert.NotContains(t, follower.Tail(200), "Created mirror", "the follower writes nothing")
 

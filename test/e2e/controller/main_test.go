@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +61,7 @@ func startController(t *testing.T, name string, extra ...string) *harness.Proces
 	if !slices.Contains(extra, "--no-static-links") {
 		args = append(args, "--link", "west="+env.Cluster("west").Kubeconfig, "--link", "paris="+env.Cluster("paris").Kubeconfig)
 	}
-	extra = slices.DeleteFunc(extra, func(s string) bool { return s == "--no-static-links" })
+	extra = slices.DeleteFunc(slices.Clone(extra), func(s string) bool { return s == "--no-static-links" })
 	return env.StartProcess(t, "east/"+name, nil, append(args, extra...)...)
 }
 
@@ -231,3 +233,56 @@ func assertPortsUnique(c *assert.CollectT, ctx context.Context) {
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// logSize is where the process's log ends now: later lines are after it.
+func logSize(t *testing.T, p *harness.Process) int {
+	t.Helper()
+	b, err := os.ReadFile(p.LogPath)
+	require.NoError(t, err)
+	return len(b)
+}
+
+// syncedRE matches the line that ends each sync (controller --v 4).
+var syncedRE = regexp.MustCompile(`"Synced".* key="([^"]+)".* writes=(\d+)`)
+
+// syncedAfter returns, by key, the write counts of the syncs the process
+// logged after offset.
+func syncedAfter(t require.TestingT, p *harness.Process, offset int) map[string][]int {
+	b, err := os.ReadFile(p.LogPath)
+	require.NoError(t, err)
+	out := map[string][]int{}
+	if offset > len(b) {
+		return out
+	}
+	for _, m := range syncedRE.FindAllStringSubmatch(string(b[offset:]), -1) {
+		n, err := strconv.Atoi(m[2])
+		require.NoError(t, err)
+		out[m[1]] = append(out[m[1]], n)
+	}
+	return out
+}
+
+// waitSynced waits until the process has logged, after offset, a sync of
+// every key that wrote nothing (positive evidence that the work was
+// seen and had nothing to do), checks it is still running, and returns
+// every sync logged after offset.
+func waitSynced(t *testing.T, p *harness.Process, offset int, keys ...string) map[string][]int {
+	t.Helper()
+	var got map[string][]int
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got = syncedAfter(c, p, offset)
+		for _, k := range keys {
+			assert.Contains(c, got[k], 0, "a sync of %s that wrote nothing", k)
+		}
+	}, wait, tick)
+	requireAlive(t, p)
+	return got
+}
+
+// requireAlive fails the test when p has exited: a crashed controller
+// would pass every "nothing happened" check.
+func requireAlive(t *testing.T, p *harness.Process) {
+	t.Helper()
+	exited, err := p.Exited()
+	require.False(t, exited, "%s exited (%v):\n%s", p.Name, err, p.Tail(30))
+}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -191,7 +190,7 @@ func TestFlatMode(t *testing.T) {
 	ctx := context.Background()
 	const ns = "e2e-flat"
 	namespace(t, ns, "east", "paris")
-	startController(t, "controller")
+	p := startController(t, "controller", "--v", "4")
 	require.NoError(t, env.Cluster("paris").Apply(ctx, statefulSet(ns, "db", 2, labels.ExportFlat)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m, err := mirrors(ctx, ns)
@@ -199,7 +198,9 @@ func TestFlatMode(t *testing.T) {
 		assert.Equal(c, []string{"db-paris"}, names(m))
 		assert.Equal(c, corev1.ClusterIPNone, m["db-paris"].Spec.ClusterIP)
 	}, wait, tick)
-	time.Sleep(time.Second) // nothing else appears
+	// Nothing else appears: once a sync of the export has written
+	// nothing (the pods' EndpointSlices seen), there is nothing else.
+	waitSynced(t, p, 0, "paris/"+ns+"/db")
 	m, err := mirrors(ctx, ns)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"db-paris"}, names(m))

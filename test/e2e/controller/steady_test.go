@@ -10,25 +10,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcmirror/mcmirror/test/harness"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
 // Against a real API server (defaulting included), a sync of unchanged
 // state writes nothing: after convergence, syncs caused by events on the
-// mirrors add no write.
+// mirrors add no write. Only this test's objects count: the controller
+// logs each sync's writes by key, and a watch on the test's namespace
+// sees every change to its mirrors, whoever makes it.
 func TestSteadyStateWritesNothing(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
 	const ns = "e2e-steady"
 	namespace(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
-	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
-	startController(t, "controller", "--metrics-addr", metrics)
+	p := startController(t, "controller", "--v", "4")
 
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, "db", 2, "true")))
 	// One unnamed port, and one of each protocol.
@@ -45,38 +46,81 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	want := []string{"db-set-0-west", "db-set-1-west", "db-west", "dns-west", "plain-west"}
+	keys := []string{"west/" + ns + "/db", "west/" + ns + "/dns", "west/" + ns + "/plain"}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m, err := mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, want, names(m))
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)
+	// Converged: each key has had a sync that wrote nothing.
+	waitSynced(t, p, 0, keys...)
 
-	// Quiet: the write counter stops moving.
-	var writes float64
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		w1 := scrape(c, metrics, "coredns_mcmirror_controller_writes_total")
-		time.Sleep(time.Second)
-		w2 := scrape(c, metrics, "coredns_mcmirror_controller_writes_total")
-		assert.Equal(c, w1, w2)
-		writes = w2
-	}, wait, tick)
-	syncs := scrape(t, metrics, `coredns_mcmirror_controller_syncs_total{result="success"}`)
+	// From here on, watch every change to the namespace's Services and
+	// EndpointSlices in east.
+	svcs, err := east.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	svcWatch, err := east.Client.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: svcs.ResourceVersion})
+	require.NoError(t, err)
+	defer svcWatch.Stop()
+	eps, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	sliceWatch, err := east.Client.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: eps.ResourceVersion})
+	require.NoError(t, err)
+	defer sliceWatch.Stop()
+	offset := logSize(t, p)
 
-	// Someone labels every mirror: each event is a sync, and no sync
-	// writes.
+	// Someone labels every mirror: each event is a sync of its key, and
+	// no sync writes.
 	for _, name := range want {
 		_, err := east.Client.CoreV1().Services(ns).Patch(ctx, name, types.MergePatchType,
 			[]byte(`{"metadata":{"labels":{"touched":"yes"}}}`), metav1.PatchOptions{})
 		require.NoError(t, err)
 	}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.GreaterOrEqual(c, scrape(c, metrics, `coredns_mcmirror_controller_syncs_total{result="success"}`), syncs+4)
-	}, wait, tick)
-	assert.Equal(t, writes, scrape(t, metrics, "coredns_mcmirror_controller_writes_total"), "no writes")
+	synced := waitSynced(t, p, offset, keys...)
+	for _, k := range keys {
+		for _, n := range synced[k] {
+			assert.Zero(t, n, "a sync of %s after the labels wrote %d times: %v", k, n, synced[k])
+		}
+	}
+
+	// The watches saw our five patches, then nothing: markers written
+	// after the syncs close the window of each watch.
+	marker := []byte(`{"metadata":{"annotations":{"e2e-marker":"end"}}}`)
+	_, err = east.Client.CoreV1().Services(ns).Patch(ctx, "plain-west", types.MergePatchType, marker, metav1.PatchOptions{})
+	require.NoError(t, err)
+	_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Patch(ctx, "plain-west", types.MergePatchType, marker, metav1.PatchOptions{})
+	require.NoError(t, err)
+	var changes []string
+	for svcDone, sliceDone := false, false; !svcDone || !sliceDone; {
+		select {
+		case ev := <-svcWatch.ResultChan():
+			svc := ev.Object.(*corev1.Service)
+			if svc.Annotations["e2e-marker"] == "end" {
+				svcDone = true
+				continue
+			}
+			changes = append(changes, fmt.Sprintf("%s service %s touched=%s", ev.Type, svc.Name, svc.Labels["touched"]))
+		case ev := <-sliceWatch.ResultChan():
+			es := ev.Object.(*discoveryv1.EndpointSlice)
+			if es.Annotations["e2e-marker"] == "end" {
+				sliceDone = true
+				continue
+			}
+			changes = append(changes, fmt.Sprintf("%s endpointslice %s", ev.Type, es.Name))
+		case <-time.After(wait):
+			t.Fatal("the markers did not arrive")
+		}
+	}
+	var patched []string
+	for _, name := range want {
+		patched = append(patched, fmt.Sprintf("MODIFIED service %s touched=yes", name))
+	}
+	assert.ElementsMatch(t, patched, changes, "only the test's own patches changed the mirrors")
 	m, err := mirrors(ctx, ns)
 	require.NoError(t, err)
 	assert.Equal(t, "yes", m["plain-west"].Labels["touched"], "labels of others are kept")
+	requireAlive(t, p)
 }
 
 // scrape returns the sum of the samples of a metric (a name, or a name

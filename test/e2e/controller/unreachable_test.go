@@ -3,9 +3,9 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -46,14 +46,21 @@ metadata:
 spec: {ports: [{name: http, port: 80}]}
 `, ns, labels.MirroredService, labels.ClusterName, controller.ManagedBy, controller.ManagedByValue, controller.RemoteService)))
 
-	startController(t, "controller", "--link", "dead="+path)
+	p := startController(t, "controller", "--link", "dead="+path, "--v", "4")
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m, err := mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, []string{"api-dead", "web-west"}, names(m))
 	}, wait, tick, "west is mirrored although dead cannot be reached")
-	time.Sleep(2 * time.Second)
+	// The start-up sweep's sync of dead's mirror was seen, and left it
+	// alone; the controller still runs.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		b, err := os.ReadFile(p.LogPath)
+		require.NoError(c, err)
+		assert.Regexp(c, `"Synced".* key="dead/`+ns+`/api".* skipped="link not synced"`, string(b))
+	}, wait, tick)
+	requireAlive(t, p)
 	_, err := east.Client.CoreV1().Services(ns).Get(ctx, "api-dead", metav1.GetOptions{})
 	assert.NoError(t, err, "the unreachable cluster's mirror is kept")
 }

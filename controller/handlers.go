@@ -1,0 +1,197 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Event handlers: each computes keys and enqueues them, nothing else.
+
+func (c *Controller) onRemoteService(cluster string, obj any) {
+	if m, ok := metaOf(obj); ok {
+		klog.V(5).InfoS("Remote Service changed", "cluster", cluster, "service", klog.KObj(m))
+		c.queue.Add(makeKey(cluster, m.GetNamespace(), m.GetName()))
+	}
+}
+
+func (c *Controller) onRemoteSlice(r *remoteCluster, obj any) {
+	m, ok := metaOf(obj)
+	if !ok {
+		return
+	}
+	svc := m.GetLabels()[discoveryv1.LabelServiceName]
+	if svc == "" {
+		return
+	}
+	// Only the slices of exported Services matter; a Service exported
+	// after its slices is enqueued by its own event.
+	if _, exists, _ := r.services.GetStore().GetByKey(m.GetNamespace() + "/" + svc); !exists {
+		return
+	}
+	c.queue.Add(makeKey(r.name, m.GetNamespace(), svc))
+}
+
+func (c *Controller) onOwned(obj any) {
+	if m, ok := metaOf(obj); ok {
+		if k, owned := ownedKey(m); owned {
+			c.queue.Add(k)
+		}
+	}
+}
+
+func (c *Controller) onLocalService(obj any) {
+	m, ok := metaOf(obj)
+	if !ok {
+		return
+	}
+	if k, owned := ownedKey(m); owned {
+		c.queue.Add(k)
+	}
+	// The keys that want its name: a foreign Service's, or another
+	// key's mirror's (the loser of a name conflict between clusters).
+	c.mu.Lock()
+	keys := slices.Collect(maps.Keys(c.wanted[m.GetNamespace()+"/"+m.GetName()]))
+	c.mu.Unlock()
+	for _, k := range keys {
+		c.queue.Add(k)
+	}
+}
+
+func (c *Controller) onNamespace(obj any) {
+	m, ok := metaOf(obj)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	links := make([]*remoteCluster, 0, len(c.links))
+	for _, r := range c.links {
+		links = append(links, r)
+	}
+	c.mu.Unlock()
+	for _, r := range links {
+		for _, k := range r.services.GetStore().ListKeys() {
+			if ns, name, _ := strings.Cut(k, "/"); ns == m.GetName() {
+				c.queue.Add(makeKey(r.name, ns, name))
+			}
+		}
+	}
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	klog.FromContext(ctx).V(5).Info("Syncing", "key", key)
+	err := c.sync(ctx, key)
+	c.handleErr(ctx, err, key)
+	return true
+}
+
+// handleErr is where an error is retried or dropped: retried with backoff
+// up to maxRetries times, then dropped until the key's next event.
+func (c *Controller) handleErr(ctx context.Context, err error, key string) {
+	logger := klog.FromContext(ctx)
+	if err == nil {
+		c.queue.Forget(key)
+		syncsTotal.WithLabelValues("success").Inc()
+		return
+	}
+	if n := c.queue.NumRequeues(key); n < maxRetries {
+		syncsTotal.WithLabelValues("error").Inc()
+		logger.V(2).Info("Sync failed, retrying", "key", key, "retries", n, "err", err)
+		c.queue.AddRateLimited(key)
+		return
+	}
+	syncsTotal.WithLabelValues("dropped").Inc()
+	logger.Error(err, "Sync failed too often, dropping the key until its next change", "key", key, "retries", maxRetries)
+	c.queue.Forget(key)
+	utilruntime.HandleErrorWithContext(ctx, err, "Dropping mirror key out of the queue", "key", key)
+	// An operator sees it on the mirror, not only in the log.
+	if cluster, ns, name, kerr := splitKey(key); kerr == nil {
+		ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ns, Name: name}
+		if m, merr := labels.MirrorName(name, cluster); merr == nil {
+			ref.Name = m
+		}
+		c.recorder.Eventf(ref, corev1.EventTypeWarning, ReasonWriteFailed,
+			"Sync of remote Service %s failed %d times; retried at its next change or resync: %v", key, maxRetries, err)
+	}
+}
+
+// Keys and indexes.
+
+func makeKey(cluster, ns, name string) string { return cluster + "/" + ns + "/" + name }
+
+func splitKey(key string) (cluster, ns, name string, err error) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", "", "", fmt.Errorf("bad key %q", key)
+	}
+	return parts[0], parts[1], parts[2], nil
+}
+
+// ownedKey returns the key of an object the controller owns, and false for
+// every other object.
+func ownedKey(m metav1.Object) (string, bool) {
+	l := m.GetLabels()
+	if l[ManagedBy] != ManagedByValue || l[labels.ClusterName] == "" || l[RemoteService] == "" {
+		return "", false
+	}
+	return makeKey(l[labels.ClusterName], m.GetNamespace(), l[RemoteService]), true
+}
+
+func indexByKey(obj any) ([]string, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		if k, owned := ownedKey(m); owned {
+			return []string{k}, nil
+		}
+	}
+	return nil, nil
+}
+
+func indexByCluster(obj any) ([]string, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		if _, owned := ownedKey(m); owned {
+			return []string{m.GetLabels()[labels.ClusterName]}, nil
+		}
+	}
+	return nil, nil
+}
+
+func indexSliceByService(obj any) ([]string, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		if svc := m.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
+			return []string{m.GetNamespace() + "/" + svc}, nil
+		}
+	}
+	return nil, nil
+}
+
+func metaOf(obj any) (metav1.Object, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	return m, ok
+}
+
+// trim drops managed fields from cached objects: memory, not meaning.
+func trim(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}

@@ -1,0 +1,169 @@
+package controller
+
+// Linked clusters: their informers, and how their keys are enqueued.
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Links returns the names of the linked clusters.
+func (c *Controller) Links() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.links))
+	for n := range c.links {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Add links cluster name through cfg; it implements link.Handler.
+func (c *Controller) Add(name string, cfg *rest.Config) {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		klog.ErrorS(err, "Cannot link cluster", "cluster", name)
+		return
+	}
+	c.AddClient(name, client)
+}
+
+// AddClient links cluster name through client.
+func (c *Controller) AddClient(name string, client kubernetes.Interface) {
+	if name == c.opts.Cluster {
+		klog.InfoS("Ignoring a link to the local cluster", "cluster", name)
+		return
+	}
+	r := &remoteCluster{name: name, client: client}
+	r.services = coreinformers.NewFilteredServiceInformer(client, metav1.NamespaceAll, resyncPeriod, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = c.opts.ExportSelector.String() })
+	r.slices = discoveryinformers.NewFilteredEndpointSliceInformer(client, metav1.NamespaceAll, resyncPeriod,
+		cache.Indexers{byService: indexSliceByService},
+		func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName })
+	_ = r.services.SetTransform(trim)
+	_ = r.slices.SetTransform(trim)
+	_, _ = r.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onRemoteService(name, obj) },
+		UpdateFunc: func(_, obj any) { c.onRemoteService(name, obj) },
+		DeleteFunc: func(obj any) { c.onRemoteService(name, obj) },
+	})
+	_, _ = r.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onRemoteSlice(r, obj) },
+		UpdateFunc: func(_, obj any) { c.onRemoteSlice(r, obj) },
+		DeleteFunc: func(obj any) { c.onRemoteSlice(r, obj) },
+	})
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.links[name]; ok && old.cancel != nil {
+		old.cancel()
+	}
+	c.links[name] = r
+	delete(c.removed, name)
+	linksGauge.Set(float64(len(c.links)))
+	klog.InfoS("Linked cluster", "cluster", name)
+	if c.running.Load() {
+		c.startLink(c.ctx, r)
+	}
+}
+
+// startLink runs a link's informers; when they have synced, every key of
+// the cluster is enqueued. Called with c.mu held.
+func (c *Controller) startLink(ctx context.Context, r *remoteCluster) {
+	if r.started {
+		return
+	}
+	r.started = true
+	ctx, r.cancel = context.WithCancel(ctx)
+	go r.services.Run(ctx.Done())
+	go r.slices.Run(ctx.Done())
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), r.services.HasSynced, r.slices.HasSynced) {
+			return
+		}
+		r.synced.Store(true)
+		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.services.GetStore().ListKeys()))
+		c.enqueueCluster(r)
+	}()
+}
+
+// Remove unlinks cluster name; it implements link.Handler. Its mirrors are
+// swept after LinkRemovalGrace unless the link comes back.
+func (c *Controller) Remove(name string) {
+	c.mu.Lock()
+	r, ok := c.links[name]
+	if ok {
+		delete(c.links, name)
+		if r.cancel != nil {
+			r.cancel()
+		}
+		c.removed[name] = c.now()
+	}
+	linksGauge.Set(float64(len(c.links)))
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	klog.InfoS("Unlinked cluster", "cluster", name, "sweepAfter", c.opts.LinkRemovalGrace)
+	for _, k := range c.localKeysOfCluster(name) {
+		c.queue.AddAfter(k, c.opts.LinkRemovalGrace)
+	}
+}
+
+// enqueueCluster enqueues every exported Service of r and every local key
+// of r's mirrors.
+func (c *Controller) enqueueCluster(r *remoteCluster) {
+	for _, obj := range r.services.GetStore().List() {
+		if s, ok := obj.(*corev1.Service); ok {
+			c.queue.Add(makeKey(r.name, s.Namespace, s.Name))
+		}
+	}
+	for _, k := range c.localKeysOfCluster(r.name) {
+		c.queue.Add(k)
+	}
+}
+
+func (c *Controller) localKeysOfCluster(cluster string) []string {
+	keys := map[string]bool{}
+	for _, inf := range []cache.SharedIndexInformer{c.services, c.slices} {
+		objs, _ := inf.GetIndexer().ByIndex(byCluster, cluster)
+		for _, obj := range objs {
+			if m, ok := obj.(metav1.Object); ok {
+				if k, owned := ownedKey(m); owned {
+					keys[k] = true
+				}
+			}
+		}
+	}
+	out := make([]string, 0, len(keys))
+	for k := range keys {
+		out = append(out, k)
+	}
+	return out
+}
+
+// link returns the linked cluster name, and how long a removed link's
+// mirrors are still kept.
+func (c *Controller) link(name string) (*remoteCluster, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.links[name]; ok {
+		return r, 0
+	}
+	if at, ok := c.removed[name]; ok {
+		if left := c.opts.LinkRemovalGrace - c.now().Sub(at); left > 0 {
+			return nil, left
+		}
+	}
+	return nil, 0
+}

@@ -1,0 +1,293 @@
+package controller
+
+// The pure second step of a sync: the EndpointSlices of the mirror
+// Services as they are after the Service writes.
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// maxEndpointsPerSlice is the most endpoints the API server takes in one
+// EndpointSlice.
+const maxEndpointsPerSlice = 1000
+
+// sliceInput is what the EndpointSlices of one key are computed from.
+type sliceInput struct {
+	cluster, ns, name string
+	plan              plan
+	// live are the wanted Services as they exist after the Service
+	// writes, by name; a wanted Service missing here is in an unknown
+	// state (its write failed) or does not exist yet.
+	live map[string]*corev1.Service
+	// owned are this key's existing EndpointSlices, by name: the headless
+	// mirror's endpoints stay in the slice that holds them.
+	owned  map[string]*discoveryv1.EndpointSlice
+	egress []netip.Addr
+	// maxEndpoints is maxEndpointsPerSlice, smaller in tests.
+	maxEndpoints int
+}
+
+// planSlices returns the desired EndpointSlices by name, and the Services
+// (by name) whose EndpointSlices are all accounted for: only theirs may be
+// deleted when not desired.
+func planSlices(in sliceInput) (map[string]*discoveryv1.EndpointSlice, map[string]bool) {
+	desired := map[string]*discoveryv1.EndpointSlice{}
+	known := map[string]bool{}
+	for _, w := range in.plan.wants {
+		live := in.live[w.svc.Name]
+		if live == nil {
+			continue
+		}
+		known[w.svc.Name] = true
+		switch {
+		case w.egress:
+			if es := in.egressSlice(live, w); es != nil {
+				desired[es.Name] = es
+			}
+		case in.plan.shape == shapeHeadless && w.svc.Name == in.plan.mirrorName:
+			for _, es := range in.headlessSlices(live) {
+				desired[es.Name] = es
+			}
+		}
+	}
+	return desired, known
+}
+
+// sliceFor returns an EndpointSlice of svc with the controller's labels.
+func (in sliceInput) sliceFor(name string, svc *corev1.Service, at discoveryv1.AddressType) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: in.ns,
+			Labels: map[string]string{
+				discoveryv1.LabelServiceName: svc.Name,
+				discoveryv1.LabelManagedBy:   EndpointSliceManagedBy,
+				labels.MirroredService:       labels.MirroredServiceValue,
+				labels.ClusterName:           in.cluster,
+				ManagedBy:                    ManagedByValue,
+				RemoteService:                in.name,
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID,
+			}},
+		},
+		AddressType: at,
+	}
+}
+
+// egressComplete reports whether every port of svc has an egress port.
+func egressComplete(svc *corev1.Service) bool {
+	allocated := parseEgressPorts(svc.Annotations[EgressPorts])
+	for _, p := range svc.Spec.Ports {
+		if _, ok := allocated[portKey(p.Port, string(p.Protocol))]; !ok {
+			return false
+		}
+	}
+	return len(svc.Spec.Ports) > 0
+}
+
+// egressSlice points svc's ports at their egress ports, on every egress
+// address (one endpoint each; none before any address is known).
+func (in sliceInput) egressSlice(svc *corev1.Service, w want) *discoveryv1.EndpointSlice {
+	allocated := parseEgressPorts(svc.Annotations[EgressPorts])
+	es := in.sliceFor(svc.Name, svc, egressAddressType(in.egress))
+	es.Endpoints = egressEndpoints(in.egress, w.host == "" || w.ready)
+	for _, p := range svc.Spec.Ports {
+		ep, ok := allocated[portKey(p.Port, string(p.Protocol))]
+		if !ok {
+			continue
+		}
+		es.Ports = append(es.Ports, discoveryv1.EndpointPort{
+			Name: new(p.Name), Protocol: new(p.Protocol), Port: new(ep), AppProtocol: p.AppProtocol,
+		})
+	}
+	if len(es.Ports) == 0 {
+		return nil
+	}
+	return es
+}
+
+// headlessSlices lists, for the headless mirror svc, one endpoint per
+// per-pod mirror: its ClusterIP under the remote hostname, ready when the
+// remote pod is and its mirror has every egress port. Endpoints are packed
+// as the EndpointSlice controller packs them: at most maxEndpoints per
+// slice; an endpoint stays in the slice that holds it, new ones fill the
+// slices with room, then new slices; a change rewrites few slices. The
+// first slice, named as the Service, always exists; the others are named
+// <svc>.<n>, a name no Service's slice can have.
+func (in sliceInput) headlessSlices(svc *corev1.Service) []*discoveryv1.EndpointSlice {
+	eps := map[string]discoveryv1.Endpoint{}
+	at := discoveryv1.AddressTypeIPv4
+	// A per-pod mirror whose state is unknown (its write failed) keeps
+	// the endpoint the slices give it now: its DNS name must not vanish
+	// for a write that will be retried.
+	held := map[string]discoveryv1.Endpoint{}
+	for _, es := range in.owned {
+		if es.Labels[discoveryv1.LabelServiceName] != svc.Name {
+			continue
+		}
+		for _, ep := range es.Endpoints {
+			if ep.Hostname != nil && len(ep.Addresses) > 0 {
+				held[*ep.Hostname] = ep
+			}
+		}
+	}
+	for _, w := range in.plan.wants {
+		if w.host == "" {
+			continue
+		}
+		pod := in.live[w.svc.Name]
+		if pod == nil {
+			if ep, ok := held[w.host]; ok {
+				if ip, err := netip.ParseAddr(ep.Addresses[0]); err == nil && (len(eps) == 0 || addressType(ip) == at) {
+					at = addressType(ip)
+					eps[w.host] = ep
+				}
+			}
+			continue
+		}
+		if pod.Spec.ClusterIP == "" || pod.Spec.ClusterIP == corev1.ClusterIPNone {
+			continue
+		}
+		ip, err := netip.ParseAddr(pod.Spec.ClusterIP)
+		if err != nil {
+			continue
+		}
+		if len(eps) == 0 {
+			at = addressType(ip)
+		} else if addressType(ip) != at {
+			continue
+		}
+		eps[w.host] = discoveryv1.Endpoint{
+			Addresses:  []string{pod.Spec.ClusterIP},
+			Hostname:   new(w.host),
+			Conditions: discoveryv1.EndpointConditions{Ready: new(w.ready && egressComplete(pod))},
+		}
+	}
+	max := in.maxEndpoints
+	if max <= 0 {
+		max = maxEndpointsPerSlice
+	}
+
+	// Where each endpoint is now: the owned slices of svc, by name.
+	var names []string
+	where := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(in.owned)) {
+		es := in.owned[name]
+		if es.Labels[discoveryv1.LabelServiceName] != svc.Name || isEgressSlice(es) && len(es.Endpoints) > 0 {
+			continue
+		}
+		names = append(names, name)
+		for _, ep := range es.Endpoints {
+			if ep.Hostname != nil {
+				if _, dup := where[*ep.Hostname]; !dup {
+					where[*ep.Hostname] = name
+				}
+			}
+		}
+	}
+	if !slices.Contains(names, svc.Name) {
+		names = append([]string{svc.Name}, names...)
+	}
+	groups := map[string][]string{}
+	var placeNew []string
+	for _, host := range slices.Sorted(maps.Keys(eps)) {
+		if n, ok := where[host]; ok && len(groups[n]) < max && in.owned[n].AddressType == at {
+			groups[n] = append(groups[n], host)
+			continue
+		}
+		placeNew = append(placeNew, host)
+	}
+	for _, host := range placeNew {
+		placed := false
+		for _, n := range names {
+			if len(groups[n]) < max && (in.owned[n] == nil || in.owned[n].AddressType == at) {
+				groups[n] = append(groups[n], host)
+				placed = true
+				break
+			}
+		}
+		for i := 2; !placed; i++ {
+			n := svc.Name + "." + strconv.Itoa(i)
+			if slices.Contains(names, n) {
+				continue
+			}
+			names = append(names, n)
+			groups[n] = append(groups[n], host)
+			placed = true
+		}
+	}
+
+	var out []*discoveryv1.EndpointSlice
+	for _, n := range names {
+		if len(groups[n]) == 0 && n != svc.Name {
+			continue
+		}
+		es := in.sliceFor(n, svc, at)
+		for _, host := range groups[n] {
+			es.Endpoints = append(es.Endpoints, eps[host])
+		}
+		slices.SortFunc(es.Endpoints, func(a, b discoveryv1.Endpoint) int {
+			if *a.Hostname < *b.Hostname {
+				return -1
+			}
+			return 1
+		})
+		for _, p := range svc.Spec.Ports {
+			es.Ports = append(es.Ports, discoveryv1.EndpointPort{
+				Name: new(p.Name), Protocol: new(p.Protocol), Port: new(p.Port), AppProtocol: p.AppProtocol,
+			})
+		}
+		out = append(out, es)
+	}
+	return out
+}
+
+func addressType(a netip.Addr) discoveryv1.AddressType {
+	if a.Is4() || a.Is4In6() {
+		return discoveryv1.AddressTypeIPv4
+	}
+	return discoveryv1.AddressTypeIPv6
+}
+
+// ipFamily is the Service IP family of an address type.
+func ipFamily(at discoveryv1.AddressType) corev1.IPFamily {
+	if at == discoveryv1.AddressTypeIPv6 {
+		return corev1.IPv6Protocol
+	}
+	return corev1.IPv4Protocol
+}
+
+// garbage returns, sorted, the owned EndpointSlices and Services a sync
+// deletes: a Service that is not wanted, and an EndpointSlice that is not
+// desired and whose Service is either not wanted or has all its slices
+// accounted for (known). What the sync could not account for (a Service
+// whose write failed, and its slices) is never collected.
+func garbage(p plan, ownedServices map[string]*corev1.Service, ownedSlices map[string]*discoveryv1.EndpointSlice,
+	desired map[string]*discoveryv1.EndpointSlice, known map[string]bool) (delSlices, delServices []string) {
+	wanted := map[string]bool{}
+	for _, w := range p.wants {
+		wanted[w.svc.Name] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(ownedSlices)) {
+		svc := ownedSlices[name].Labels[discoveryv1.LabelServiceName]
+		if desired[name] == nil && (!wanted[svc] || known[svc]) {
+			delSlices = append(delSlices, name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(ownedServices)) {
+		if !wanted[name] {
+			delServices = append(delServices, name)
+		}
+	}
+	return delSlices, delServices
+}

@@ -1,0 +1,269 @@
+package mcmirror
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// Why a list or watch of a cluster failed, the reason label of
+// link_errors_total.
+const (
+	reasonUnreachable  = "unreachable"  // no answer: refused, timed out, TLS, a 5xx
+	reasonUnauthorized = "unauthorized" // 401: credentials refused or expired
+	reasonForbidden    = "forbidden"    // 403: RBAC does not allow the list or watch
+	reasonError        = "error"        // another answer of the API server
+)
+
+var linkReasons = [...]string{reasonUnreachable, reasonUnauthorized, reasonForbidden, reasonError}
+
+// failureReason classifies the error of a list or watch.
+func failureReason(err error) string {
+	var status apierrors.APIStatus
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return reasonUnauthorized
+	case apierrors.IsForbidden(err):
+		return reasonForbidden
+	case apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err):
+		return reasonUnreachable
+	case errors.As(err, &status):
+		return reasonError
+	}
+	return reasonUnreachable // refused, timed out, TLS, DNS: no answer
+}
+
+// The watches of a cluster, for the health of each.
+const (
+	watchServices = iota
+	watchSlices
+	watchMirrors
+	numWatches
+)
+
+var watchNames = [numWatches]string{"Services", "EndpointSlices", "mirror Services"}
+
+// linkHealth is the state of one generation of a cluster's watches (a
+// replaced link has two while the new one syncs): whether they work, since
+// when they fail, whether its names are withdrawn for being older than
+// stale_max_age. Only the generation that serves the cluster writes its
+// gauges, so that two generations never fight over them; once the cluster
+// is removed, no generation writes any of its series again.
+type linkHealth struct {
+	name  string
+	local bool
+	// maxAge is stale_max_age: how long the names of a linked cluster
+	// whose watches fail keep being answered; 0 is forever.
+	maxAge time.Duration
+	// expire is called, outside mu, when the names are withdrawn (true)
+	// or come back (false): the cluster's groups are rebuilt.
+	expire func(withdrawn bool)
+
+	mu sync.Mutex
+	// owner: this generation serves the cluster and writes its gauges.
+	owner bool
+	// gone: the cluster was removed, or this generation was replaced or
+	// stopped; it writes nothing.
+	gone    bool
+	synced  bool
+	failing [numWatches]string // the reason each watch fails; "" when it works
+	since   time.Time          // when the first watch began to fail
+	last    time.Time          // last list, watch start, event or bookmark
+	objects [3]int64           // objects held, by kind
+	timer   *time.Timer        // the stale_max_age timer of a failure
+	// withdrawn: stale for longer than maxAge; read without mu by the
+	// source methods.
+	withdrawn atomic.Bool
+}
+
+func newLinkHealth(name string, local bool, maxAge time.Duration, expire func(bool)) *linkHealth {
+	if local {
+		maxAge = 0 // the local cluster's state is never withdrawn
+	}
+	return &linkHealth{name: name, local: local, maxAge: maxAge, expire: expire}
+}
+
+// own makes h the generation that serves its cluster and writes its
+// gauges: at once, so that they show h's state, not a predecessor's.
+func (h *linkHealth) own() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gone {
+		return
+	}
+	h.owner = true
+	h.publish()
+}
+
+// publish writes every gauge from h's state; with h.mu held.
+func (h *linkHealth) publish() {
+	if !h.owner || h.gone {
+		return
+	}
+	linkSynced.WithLabelValues(h.name).Set(b2f(h.synced))
+	linkUp.WithLabelValues(h.name).Set(b2f(h.up()))
+	linkWithdrawn.WithLabelValues(h.name).Set(b2f(h.withdrawn.Load()))
+	if !h.last.IsZero() {
+		linkLastSync.WithLabelValues(h.name).Set(float64(h.last.UnixNano()) / 1e9)
+	}
+	for i, k := range objKinds {
+		if i == objMirror && !h.local {
+			continue
+		}
+		linkObjects.WithLabelValues(h.name, k).Set(float64(h.objects[i]))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// up reports whether every watch works; with h.mu held.
+func (h *linkHealth) up() bool {
+	for _, r := range h.failing {
+		if r != "" {
+			return false
+		}
+	}
+	return h.synced || !h.last.IsZero()
+}
+
+// stop makes h write nothing more; with deleteSeries (the cluster is
+// removed) the cluster's series are deleted too.
+func (h *linkHealth) stop(deleteSeries bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gone, h.owner = true, false
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	if !deleteSeries {
+		return
+	}
+	linkSynced.DeleteLabelValues(h.name)
+	linkUp.DeleteLabelValues(h.name)
+	linkWithdrawn.DeleteLabelValues(h.name)
+	linkLastSync.DeleteLabelValues(h.name)
+	for _, r := range linkReasons {
+		linkErrors.DeleteLabelValues(h.name, r)
+	}
+	droppedAddresses.DeleteLabelValues(h.name)
+	programmingLatency.DeleteLabelValues(h.name)
+	for _, k := range objKinds {
+		linkObjects.DeleteLabelValues(h.name, k)
+	}
+}
+
+// setSynced records that every watch has listed once.
+func (h *linkHealth) setSynced() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.synced = true
+	h.last = time.Now()
+	h.publish()
+}
+
+// contact records a sign of life: an event or a bookmark.
+func (h *linkHealth) contact() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.last = time.Now()
+	if h.owner && !h.gone {
+		linkLastSync.WithLabelValues(h.name).Set(float64(h.last.UnixNano()) / 1e9)
+	}
+}
+
+// latency observes the programming latency of a change of the cluster.
+func (h *linkHealth) latency(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.gone {
+		programmingLatency.WithLabelValues(h.name).Observe(d.Seconds())
+	}
+}
+
+// counted changes the number of objects of kind held by delta.
+func (h *linkHealth) counted(kind int, delta int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.objects[kind] += delta
+	if h.owner && !h.gone {
+		linkObjects.WithLabelValues(h.name, objKinds[kind]).Set(float64(h.objects[kind]))
+	}
+}
+
+// result records the outcome of a list or watch of watch w: a failure
+// is counted by reason, and the first failure of a working link and its
+// recovery are logged, not every retry.
+func (h *linkHealth) result(w int, err error) {
+	h.mu.Lock()
+	if h.gone {
+		h.mu.Unlock()
+		return
+	}
+	wasUp := h.up()
+	back := false
+	if err == nil {
+		h.failing[w] = ""
+		h.last = time.Now()
+		if h.up() && !wasUp && !h.since.IsZero() {
+			log.Infof("%s is up again after %s: answering from its watches", h.what(), time.Since(h.since).Round(time.Second))
+			h.since = time.Time{}
+			if h.timer != nil {
+				h.timer.Stop()
+			}
+			back = h.withdrawn.Load()
+			h.withdrawn.Store(false)
+		}
+	} else {
+		reason := failureReason(err)
+		linkErrors.WithLabelValues(h.name, reason).Inc()
+		first := h.failing == [numWatches]string{}
+		if h.failing[w] != reason {
+			h.failing[w] = reason
+			log.Warningf("%s is down (%s): listing %s: %v; serving its last known state", h.what(), reason, watchNames[w], err)
+		}
+		if first {
+			h.since = time.Now()
+			if h.maxAge > 0 && h.synced { // a link never synced has nothing to withdraw
+				since := h.since
+				h.timer = time.AfterFunc(h.maxAge, func() { h.expired(since) })
+			}
+		}
+	}
+	h.publish()
+	h.mu.Unlock()
+	if back {
+		log.Infof("Link %s: its names are answered again", h.name)
+		h.expire(false)
+	}
+}
+
+// what names the cluster in the log.
+func (h *linkHealth) what() string {
+	if h.local {
+		return "Local cluster " + h.name
+	}
+	return "Link " + h.name
+}
+
+// expired withdraws the names of a link that has failed since since, if it
+// still does.
+func (h *linkHealth) expired(since time.Time) {
+	h.mu.Lock()
+	if h.gone || h.up() || !h.since.Equal(since) || h.withdrawn.Load() {
+		h.mu.Unlock()
+		return
+	}
+	h.withdrawn.Store(true)
+	h.publish()
+	h.mu.Unlock()
+	log.Warningf("Link %s: down for %s, longer than stale_max_age %s: its names are withdrawn until it answers again", h.name, time.Since(since).Round(time.Second), h.maxAge)
+	h.expire(true)
+}

@@ -1,0 +1,273 @@
+package mcmirror
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+)
+
+// These tests run the watches against fakeAPI, a server on a real socket
+// that goes down, comes back and refuses credentials.
+
+// startWith starts a plugin for cluster east over local, with links added
+// in order and stale_max_age maxAge.
+func startWith(t *testing.T, local kubernetes.Interface, startup, maxAge time.Duration, links ...any) *MCMirror {
+	t.Helper()
+	m, err := New(local, Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: startup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ctrl.staleMaxAge = maxAge
+	for i := 0; i < len(links); i += 2 {
+		if err := m.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Stop() })
+	m.Next = fromNext
+	return m
+}
+
+// askA answers an A query through ServeDNS: the rcode and the addresses.
+func askA(t *testing.T, m *MCMirror, name string) (int, []string) {
+	t.Helper()
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	if _, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: name, Qtype: dns.TypeA}.Msg()); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, rr := range rec.Msg.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			out = append(out, a.A.String())
+		}
+	}
+	slices.Sort(out)
+	return rec.Msg.Rcode, out
+}
+
+// waitFor polls f for up to d.
+func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func answersA(t *testing.T, m *MCMirror, name string, want ...string) func() bool {
+	return func() bool {
+		rc, got := askA(t, m, name)
+		return rc == dns.RcodeSuccess && slices.Equal(got, want)
+	}
+}
+
+var flatExport = map[string]string{labels.Exported: labels.ExportFlat}
+
+func flatSlice(name, svc string, ips ...string) *discovery.EndpointSlice {
+	s := endpointSlice(name, svc)
+	for _, ip := range ips {
+		s.Endpoints = append(s.Endpoints, podEndpoint("", ip, true))
+	}
+	return s
+}
+
+// A linked cluster whose API server goes away keeps its last answers;
+// a change made while it was away is answered soon after it comes back,
+// without a restart.
+func TestStaleServingAndRecovery(t *testing.T) {
+	api := newFakeAPI(t)
+	api.put(service("web", flatExport, corev1.ClusterIPNone))
+	api.put(flatSlice("web-1", "web", "10.1.0.1"))
+	m := startWith(t, fake.NewClientset(), 5*time.Second, 0, "stale", api.client())
+	name := "web-stale" + z
+	waitFor(t, 5*time.Second, "the first answer", answersA(t, m, name, "10.1.0.1"))
+	if v := testutil.ToFloat64(linkUp.WithLabelValues("stale")); v != 1 {
+		t.Fatalf("link_up = %v while up", v)
+	}
+	errs := testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable))
+
+	api.down()
+	waitFor(t, 5*time.Second, "the outage seen", func() bool {
+		return testutil.ToFloat64(linkUp.WithLabelValues("stale")) == 0 &&
+			testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable)) > errs
+	})
+	// Down for 10 s: long enough for client-go's default backoff to
+	// reach 6.4 s, and double it with jitter, before the next retry.
+	// Failed retries clear nothing.
+	n := testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable))
+	down := time.Now()
+	waitFor(t, 20*time.Second, "a 10 s outage with failed retries", func() bool {
+		return time.Since(down) > 10*time.Second && testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable)) >= n+3
+	})
+	if !answersA(t, m, name, "10.1.0.1")() {
+		t.Fatal("the last known answer is gone while the link is down")
+	}
+
+	// Changed while away; back, and answered within 5 s.
+	api.put(flatSlice("web-1", "web", "10.1.0.2"))
+	api.up()
+	back := time.Now()
+	waitFor(t, 5*time.Second, "the change made during the outage", answersA(t, m, name, "10.1.0.2"))
+	t.Logf("answered %s after the API server came back", time.Since(back).Round(time.Millisecond))
+	waitFor(t, 5*time.Second, "link_up back to 1", func() bool { return testutil.ToFloat64(linkUp.WithLabelValues("stale")) == 1 })
+}
+
+// With stale_max_age, the names of a link down for longer go, and come
+// back when it answers again.
+func TestStaleMaxAge(t *testing.T) {
+	api := newFakeAPI(t)
+	api.put(service("web", flatExport, corev1.ClusterIPNone))
+	api.put(flatSlice("web-1", "web", "10.1.0.1"))
+	m := startWith(t, fake.NewClientset(), 5*time.Second, 300*time.Millisecond, "aged", api.client())
+	name := "web-aged" + z
+	waitFor(t, 5*time.Second, "the first answer", answersA(t, m, name, "10.1.0.1"))
+
+	api.down()
+	waitFor(t, 5*time.Second, "the outage seen", func() bool { return testutil.ToFloat64(linkUp.WithLabelValues("aged")) == 0 })
+	if !answersA(t, m, name, "10.1.0.1")() {
+		t.Fatal("withdrawn before stale_max_age")
+	}
+	waitFor(t, 5*time.Second, "withdrawn", func() bool {
+		return testutil.ToFloat64(linkWithdrawn.WithLabelValues("aged")) == 1 && m.index.lookup(name) == nil
+	})
+	if _, got := askA(t, m, name); !slices.Equal(got, []string{"192.0.2.53"}) { // not claimed any more
+		t.Errorf("withdrawn name answers %v, not the next plugin's", got)
+	}
+
+	api.up()
+	waitFor(t, 5*time.Second, "back", answersA(t, m, name, "10.1.0.1"))
+	if v := testutil.ToFloat64(linkWithdrawn.WithLabelValues("aged")); v != 0 {
+		t.Errorf("link_withdrawn = %v once back", v)
+	}
+}
+
+// Refused credentials, at start-up and after a first good sync: the other
+// links are answered within startup_timeout, the refusal is counted by
+// reason, and nothing of the refused link is deleted.
+func TestRefusedLink(t *testing.T) {
+	for _, tc := range []struct {
+		code   int
+		reason string
+	}{{http.StatusUnauthorized, reasonUnauthorized}, {http.StatusForbidden, reasonForbidden}} {
+		t.Run(tc.reason, func(t *testing.T) {
+			good := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
+
+			// At start-up.
+			refused := newFakeAPI(t)
+			refused.put(service("web", flatExport, corev1.ClusterIPNone))
+			refused.refuse(tc.code)
+			cl := "refused-" + tc.reason
+			before := testutil.ToFloat64(linkErrors.WithLabelValues(cl, tc.reason))
+			begin := time.Now()
+			m := startWith(t, fake.NewClientset(), 300*time.Millisecond, 0, "good", good, cl, refused.client())
+			if took := time.Since(begin); took > 2*time.Second {
+				t.Errorf("Start took %s", took)
+			}
+			waitFor(t, 5*time.Second, "the good link", answersA(t, m, "web-good"+z, "10.1.0.9"))
+			if !m.Ready() {
+				t.Error("not ready")
+			}
+			waitFor(t, 5*time.Second, "the refusal counted by reason", func() bool {
+				return testutil.ToFloat64(linkErrors.WithLabelValues(cl, tc.reason)) > before
+			})
+			if v := testutil.ToFloat64(linkSynced.WithLabelValues(cl)); v != 0 {
+				t.Errorf("link_synced = %v", v)
+			}
+
+			// After a first good sync.
+			later := newFakeAPI(t)
+			later.put(service("web", flatExport, corev1.ClusterIPNone))
+			later.put(flatSlice("web-1", "web", "10.1.0.7"))
+			cl2 := "expired-" + tc.reason
+			if err := m.AddLink(cl2, later.client()); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 5*time.Second, "the late link", answersA(t, m, "web-"+cl2+z, "10.1.0.7"))
+			before = testutil.ToFloat64(linkErrors.WithLabelValues(cl2, tc.reason))
+			later.refuse(tc.code) // ends the watches: the token expired, the role went
+			waitFor(t, 10*time.Second, "the refusal counted", func() bool {
+				return testutil.ToFloat64(linkErrors.WithLabelValues(cl2, tc.reason)) > before &&
+					testutil.ToFloat64(linkUp.WithLabelValues(cl2)) == 0
+			})
+			if !answersA(t, m, "web-"+cl2+z, "10.1.0.7")() {
+				t.Error("a refused link's names were deleted")
+			}
+			later.refuse(0)
+			waitFor(t, 5*time.Second, "up again", func() bool { return testutil.ToFloat64(linkUp.WithLabelValues(cl2)) == 1 })
+			if !answersA(t, m, "web-"+cl2+z, "10.1.0.7")() {
+				t.Error("names lost after the refusal ended")
+			}
+		})
+	}
+}
+
+// A link whose address accepts TCP and never answers TLS does not hold
+// start-up past startup_timeout; it is counted unreachable once the TLS
+// handshake times out (client-go's 10 s).
+func TestHangingLink(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	hang, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + l.Addr().String(), TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
+	before := testutil.ToFloat64(linkErrors.WithLabelValues("hang", reasonUnreachable))
+	begin := time.Now()
+	m := startWith(t, fake.NewClientset(), 500*time.Millisecond, 0, "good", good, "hang", hang)
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Errorf("Start took %s", took)
+	}
+	waitFor(t, 5*time.Second, "the good link", answersA(t, m, "web-good"+z, "10.1.0.9"))
+	if !m.Ready() {
+		t.Error("not ready")
+	}
+	waitFor(t, 20*time.Second, "the hanging link counted unreachable", func() bool {
+		return testutil.ToFloat64(linkErrors.WithLabelValues("hang", reasonUnreachable)) > before
+	})
+}

@@ -1,0 +1,124 @@
+package mcmirror
+
+import (
+	"github.com/mcmirror/mcmirror/internal/labels"
+)
+
+// The handlers of the stores: each change only queues the groups it
+// touches, and counts the objects held.
+
+// handler adapts typed add/update/delete functions.
+func handler[T any](add func(T, bool), update func(T, T), del func(T)) storeHandler {
+	return storeHandler{
+		add: func(obj any, initial bool) {
+			if t, ok := obj.(T); ok {
+				add(t, initial)
+			}
+		},
+		update: func(old, obj any) {
+			o, ok1 := old.(T)
+			n, ok2 := obj.(T)
+			if ok1 && ok2 {
+				update(o, n)
+			}
+		},
+		del: func(obj any) {
+			if t, ok := obj.(T); ok {
+				del(t)
+			}
+		},
+	}
+}
+
+func (c *controller) serviceHandler(cl *cluster) storeHandler {
+	return handler(
+		func(s *Service, _ bool) {
+			cl.touched(objService, 1)
+			c.enqueue(groupKey{s.Namespace, s.Name})
+			// Exported now: its slices, dropped until now, are fetched
+			// (before the first list of slices, that list holds them).
+			c.fetchSlices(cl, s.Namespace, s.Name)
+		},
+		func(_, s *Service) {
+			cl.touched(objService, 0)
+			c.enqueue(groupKey{s.Namespace, s.Name})
+		},
+		func(s *Service) {
+			cl.touched(objService, -1)
+			c.enqueue(groupKey{s.Namespace, s.Name})
+			// No longer exported: its slices are not held.
+			key := s.Namespace + "/" + s.Name
+			cl.slices.cancelFetch(key)
+			cl.slices.dropIndexed(sliceServiceIndex, key)
+		},
+	)
+}
+
+func (c *controller) sliceHandler(cl *cluster) storeHandler {
+	// The store holds only slices of exported Services.
+	return handler(
+		func(s *Slice, initial bool) {
+			cl.touched(objSlice, 1)
+			k := groupKey{s.Namespace, s.Service}
+			if !initial && !s.TriggerTime.IsZero() {
+				c.noteTrigger(k, cl.name, s.TriggerTime)
+			}
+			c.enqueue(k)
+		},
+		func(old, s *Slice) {
+			cl.touched(objSlice, 0)
+			if old.Service != s.Service {
+				c.enqueue(groupKey{old.Namespace, old.Service})
+			}
+			k := groupKey{s.Namespace, s.Service}
+			if !s.TriggerTime.IsZero() && !s.TriggerTime.Equal(old.TriggerTime) {
+				c.noteTrigger(k, cl.name, s.TriggerTime)
+			}
+			c.enqueue(k)
+		},
+		func(s *Slice) {
+			cl.touched(objSlice, -1)
+			c.enqueue(groupKey{s.Namespace, s.Service})
+		},
+	)
+}
+
+func (c *controller) mirrorHandler(cl *cluster) storeHandler {
+	enqueue := func(m *Mirror) {
+		if k, ok := mirrorGroup(m); ok {
+			c.enqueue(k)
+		}
+	}
+	return handler(
+		func(m *Mirror, _ bool) { cl.touched(objMirror, 1); enqueue(m) },
+		func(old, m *Mirror) { cl.touched(objMirror, 0); enqueue(old); enqueue(m) },
+		func(m *Mirror) { cl.touched(objMirror, -1); enqueue(m) },
+	)
+}
+
+// mirrorGroup returns the group a mirror Service serves: <svc> of
+// <svc>-<cluster>, for a Service mirror and for the per-pod mirrors of a
+// headless one.
+func mirrorGroup(m *Mirror) (groupKey, bool) {
+	if m.Cluster == "" {
+		return groupKey{}, false
+	}
+	base := m.Name
+	if m.HeadlessOf != "" {
+		base = m.HeadlessOf
+	}
+	svc, ok := labels.SplitMirrorName(base, m.Cluster)
+	if !ok {
+		return groupKey{}, false
+	}
+	return groupKey{m.Namespace, svc}, true
+}
+
+// touched records an event from the cluster: delta is the change in the
+// number of objects of kind held.
+func (cl *cluster) touched(kind int, delta int64) {
+	if delta != 0 {
+		cl.health.counted(kind, delta)
+	}
+	cl.health.contact()
+}

@@ -1,0 +1,278 @@
+package mcmirror
+
+import (
+	"context"
+	"sync"
+
+	"k8s.io/client-go/tools/cache"
+)
+
+// objectStore is what a reflector writes one kind of object of one cluster
+// into, in place of a SharedIndexInformer: each object is trimmed as it
+// arrives (no queue of whole API objects), kept only when keep says it can
+// be answered, and every change is told to a handler, in the reflector's
+// goroutine. A watch error never touches it: what a cluster said last stays
+// until the cluster says otherwise (a watch event, or a relist).
+type objectStore struct {
+	transform cache.TransformFunc
+	// keep reports whether a trimmed object is held; nil holds all.
+	keep    func(obj any) bool
+	handler storeHandler
+	idx     cache.Indexer
+
+	// mu serialises writes: the reflector's and those of fetches.
+	mu     sync.Mutex
+	synced bool          // a first Replace was made; guarded by mu
+	done   chan struct{} // closed by the first Replace
+	// replaces counts Replace calls: a fetch that began before one is
+	// dropped, the relist having said everything it could.
+	replaces uint64
+	// fetches are the fetches in flight, by the key of what they fetch.
+	fetches map[string]*fetch
+	// bookmark is told of watch bookmarks: the cluster is alive.
+	bookmark func()
+}
+
+// storeHandler receives the changes of an objectStore, trimmed.
+type storeHandler struct {
+	add    func(obj any, initial bool)
+	update func(old, obj any)
+	del    func(obj any)
+}
+
+// fetch is a targeted list in flight (the EndpointSlices of a Service that
+// became exported). Its answer only fills in what the watch did not say
+// since: keys the store holds or deleted meanwhile are left alone.
+type fetch struct {
+	replaces uint64
+	deleted  map[string]bool
+	cancel   context.CancelFunc
+}
+
+func newObjectStore(transform cache.TransformFunc, keep func(any) bool, indexers cache.Indexers, h storeHandler) *objectStore {
+	if indexers == nil {
+		indexers = cache.Indexers{}
+	}
+	return &objectStore{
+		transform: transform,
+		keep:      keep,
+		handler:   h,
+		idx:       cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers),
+		done:      make(chan struct{}),
+		fetches:   map[string]*fetch{},
+	}
+}
+
+// HasSynced reports whether the first list has been stored.
+func (s *objectStore) HasSynced() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Transformer implements cache.TransformingStore: the reflector trims the
+// objects of an initial watch-list as they come, too.
+func (s *objectStore) Transformer() cache.TransformFunc { return s.transform }
+
+// Add implements cache.ReflectorStore.
+func (s *objectStore) Add(obj any) error { return s.upsert(obj) }
+
+// Update implements cache.ReflectorStore.
+func (s *objectStore) Update(obj any) error { return s.upsert(obj) }
+
+// Resync implements cache.ReflectorStore; there is nothing to resync.
+func (s *objectStore) Resync() error { return nil }
+
+// Bookmark implements cache.ReflectorBookmarkStore.
+func (s *objectStore) Bookmark(string) error {
+	if s.bookmark != nil {
+		s.bookmark()
+	}
+	return nil
+}
+
+func (s *objectStore) upsert(obj any) error {
+	t, err := s.transform(obj)
+	if err != nil {
+		return err
+	}
+	key, err := cache.MetaNamespaceKeyFunc(t)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, exists, _ := s.idx.GetByKey(key)
+	if s.keep != nil && !s.keep(t) {
+		if exists {
+			_ = s.idx.Delete(old)
+			s.handler.del(old)
+		}
+		return nil
+	}
+	_ = s.idx.Update(t)
+	if exists {
+		s.handler.update(old, t)
+	} else {
+		s.handler.add(t, false)
+	}
+	return nil
+}
+
+// Delete implements cache.ReflectorStore.
+func (s *objectStore) Delete(obj any) error {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	t, err := s.transform(obj)
+	if err != nil {
+		return err
+	}
+	key, err := cache.MetaNamespaceKeyFunc(t)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.fetches {
+		f.deleted[key] = true
+	}
+	if old, exists, _ := s.idx.GetByKey(key); exists {
+		_ = s.idx.Delete(old)
+		s.handler.del(old)
+	}
+	return nil
+}
+
+// Replace implements cache.ReflectorStore: the store becomes list, and the
+// handler is told the difference (objects whose resourceVersion did not
+// change are not told again).
+func (s *objectStore) Replace(list []any, rv string) error {
+	items := make([]any, 0, len(list))
+	for _, obj := range list {
+		t, err := s.transform(obj)
+		if err != nil {
+			return err
+		}
+		if s.keep == nil || s.keep(t) {
+			items = append(items, t)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := map[string]any{}
+	for _, o := range s.idx.List() {
+		if k, err := cache.MetaNamespaceKeyFunc(o); err == nil {
+			old[k] = o
+		}
+	}
+	if err := s.idx.Replace(items, rv); err != nil {
+		return err
+	}
+	initial := !s.synced
+	for _, t := range items {
+		k, _ := cache.MetaNamespaceKeyFunc(t)
+		o, ok := old[k]
+		delete(old, k)
+		switch {
+		case !ok:
+			s.handler.add(t, initial)
+		case version(o) != version(t):
+			s.handler.update(o, t)
+		}
+	}
+	for _, o := range old {
+		s.handler.del(o)
+	}
+	s.replaces++
+	if !s.synced {
+		s.synced = true
+		close(s.done)
+	}
+	return nil
+}
+
+func version(obj any) string {
+	if v, ok := obj.(interface{ GetResourceVersion() string }); ok {
+		return v.GetResourceVersion()
+	}
+	return ""
+}
+
+// beginFetch registers a fetch of key (replacing one in flight) and
+// returns it, or nil before the first Replace: the first list will hold
+// what a fetch would.
+func (s *objectStore) beginFetch(key string, cancel context.CancelFunc) *fetch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.synced {
+		return nil
+	}
+	if f := s.fetches[key]; f != nil {
+		f.cancel()
+	}
+	f := &fetch{replaces: s.replaces, deleted: map[string]bool{}, cancel: cancel}
+	s.fetches[key] = f
+	return f
+}
+
+// cancelFetch stops the fetch of key, if one is in flight.
+func (s *objectStore) cancelFetch(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.fetches[key]; f != nil {
+		f.cancel()
+		delete(s.fetches, key)
+	}
+}
+
+// endFetch stores what fetch f of key listed: each object the store does
+// not hold, was not deleted since the fetch began, and is kept. It is
+// dropped whole when the fetch was replaced or cancelled, or a relist
+// happened meanwhile. It returns the number of objects added.
+func (s *objectStore) endFetch(key string, f *fetch, list []any) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fetches[key] != f {
+		return 0
+	}
+	delete(s.fetches, key)
+	if f.replaces != s.replaces {
+		return 0
+	}
+	n := 0
+	for _, obj := range list {
+		t, err := s.transform(obj)
+		if err != nil {
+			continue
+		}
+		k, err := cache.MetaNamespaceKeyFunc(t)
+		if err != nil || f.deleted[k] {
+			continue
+		}
+		if _, exists, _ := s.idx.GetByKey(k); exists {
+			continue
+		}
+		if s.keep != nil && !s.keep(t) {
+			continue
+		}
+		_ = s.idx.Add(t)
+		s.handler.add(t, false)
+		n++
+	}
+	return n
+}
+
+// dropIndexed removes every object that index holds under value.
+func (s *objectStore) dropIndexed(index, value string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	objs, _ := s.idx.ByIndex(index, value)
+	for _, o := range objs {
+		_ = s.idx.Delete(o)
+		s.handler.del(o)
+	}
+}

@@ -1,0 +1,114 @@
+package controller_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// A link Secret edited into a kubeconfig that is refused (an exec plugin)
+// keeps its running link; after a restart it links nothing, and the
+// cluster is an unreachable link, not a removed one: every mirror and
+// per-pod mirror stays. Deleting the Secret then sweeps them.
+func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns, secretNS = "e2e-refused", "e2e-refused-links"
+	namespace(t, ns, "east", "paris")
+	namespace(t, secretNS, "east")
+	east, paris := env.Cluster("east"), env.Cluster("paris")
+	require.NoError(t, paris.Apply(ctx, `
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: mcmirror-refused, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: mcmirror-refused}
+rules:
+- {apiGroups: [""], resources: [services], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: mcmirror-refused}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: mcmirror-refused}
+subjects: [{kind: ServiceAccount, name: mcmirror-refused, namespace: default}]
+`))
+	kc, err := paris.ServiceAccountKubeconfig(ctx, "default", "mcmirror-refused")
+	require.NoError(t, err)
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: labels.LinkSecretNamePrefix + "paris", Namespace: secretNS,
+			Labels: map[string]string{labels.LinkClusterName: "paris"}},
+		Type: labels.LinkSecretType,
+		Data: map[string][]byte{labels.LinkSecretKey: kc},
+	}
+	_, err = east.Client.CoreV1().Secrets(secretNS).Create(ctx, secret, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = east.Client.CoreV1().Secrets(secretNS).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
+	})
+	args := []string{"--no-static-links", "--link-secrets", secretNS, "--v", "4"}
+	first := startController(t, "controller", args...)
+	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "db", 2, "true")))
+	want := []string{"db-paris", "db-set-0-paris", "db-set-1-paris"}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, want, names(m))
+		assertConsistent(c, ctx, ns, m)
+	}, wait, tick)
+	before, err := mirrors(ctx, ns)
+	require.NoError(t, err)
+
+	// The Secret is edited: the same server, through an exec plugin,
+	// which is refused.
+	cfg, err := clientcmd.Load(kc)
+	require.NoError(t, err)
+	user := cfg.Contexts[cfg.CurrentContext].AuthInfo
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
+		APIVersion: "client.authentication.k8s.io/v1", Command: "/bin/true", InteractiveMode: clientcmdapi.NeverExecInteractiveMode}}
+	bad, err := clientcmd.Write(*cfg)
+	require.NoError(t, err)
+	secret.Data[labels.LinkSecretKey] = bad
+	_, err = east.Client.CoreV1().Secrets(secretNS).Update(ctx, secret, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		b, err := os.ReadFile(first.LogPath)
+		require.NoError(c, err)
+		assert.Contains(c, string(b), "link secret "+secretNS+"/"+secret.Name+" refused (exec)")
+	}, wait, tick)
+
+	// A restart (or a leader failover): the Secret links nothing now.
+	first.Stop()
+	second := startController(t, "controller-restarted", args...)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		b, err := os.ReadFile(second.LogPath)
+		require.NoError(c, err)
+		assert.Regexp(c, `"Synced".* key="paris/`+ns+`/db".* skipped="link secret refused"`, string(b))
+	}, wait, tick, "the sweep's sync of paris's mirrors leaves them alone")
+	requireAlive(t, second)
+	after, err := mirrors(ctx, ns)
+	require.NoError(t, err)
+	require.Equal(t, want, names(after))
+	for name, b := range before {
+		assert.Equal(t, b.UID, after[name].UID, "%s kept", name)
+	}
+
+	// The Secret goes: paris is unlinked, its mirrors are swept.
+	require.NoError(t, east.Client.CoreV1().Secrets(secretNS).Delete(ctx, secret.Name, metav1.DeleteOptions{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Empty(c, m)
+	}, wait, tick)
+}

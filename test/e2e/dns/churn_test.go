@@ -1,0 +1,236 @@
+package dns_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// SERVFAIL belongs before the first sync only. Once the server is ready, a
+// name that does not exist under a claimed one is NXDOMAIN, and the server
+// stays ready, while endpoints churn in a linked cluster (every change
+// rebuilds the group the name is in) and while a link added by a Secret
+// cannot sync (its API server is not there).
+func TestNoServfailDuringChurn(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	const ns = "churn"
+	require.NoError(t, west.Apply(ctx, selectorless(ns, "web")))
+	require.NoError(t, west.Apply(ctx, sliceOf(t, ns, "web", map[string]string{"web-0": "10.201.2.1"})))
+	require.NoError(t, east.Apply(ctx, harness.Namespace("linkerd-multicluster")))
+
+	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west)+"        link_secrets linkerd-multicluster\n"))
+	name := "web-west." + ns + "." + zone
+	eventuallyAnswers(t, s, name, []string{"10.201.2.1"})
+	missing := "web-9." + name
+
+	// Churn: west rewrites the slice as fast as its API server takes it,
+	// one to three endpoints, until the test is done.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			eps := map[string]string{}
+			for j := range 1 + i%3 {
+				eps[fmt.Sprintf("web-%d", j)] = fmt.Sprintf("10.201.2.%d", 1+(i+j)%200)
+			}
+			if west.Apply(ctx, sliceOf(t, ns, "web", eps)) == nil {
+				writes.Add(1)
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+
+	// A link Secret for a cluster whose API server is not there: the link
+	// is added, and never syncs.
+	kc, _ := linkKubeconfig(t, west)
+	dead := strings.Replace(string(kc), west.Server, fmt.Sprintf("https://127.0.0.1:%d", harness.FreePort(t)), 1)
+	_, err := east.Client.CoreV1().Secrets("linkerd-multicluster").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster-credentials-moon", Namespace: "linkerd-multicluster",
+			Labels: map[string]string{labels.LinkClusterName: "moon"}},
+		Type: corev1.SecretType(labels.LinkSecretType),
+		Data: map[string][]byte{labels.LinkSecretKey: []byte(dead)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = east.Client.CoreV1().Secrets("linkerd-multicluster").Delete(context.Background(), "cluster-credentials-moon", metav1.DeleteOptions{})
+	})
+
+	// Query for longer than the default startup_timeout (5 s), which a
+	// link added late used to hold the answers and readiness up for.
+	rcodes := map[string]int{}
+	seen := map[string]bool{} // distinct answers of the Service: the churn is seen
+	var notReady []int
+	readyURL := readyURLOf(t, s)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for deadline := time.Now().Add(7 * time.Second); time.Now().Before(deadline); {
+		rcodes[dns.RcodeToString[s.Ask(t, "udp", missing, dns.TypeA).Rcode]]++
+		rcodes[dns.RcodeToString[s.Ask(t, "udp", "_http._tcp."+missing, dns.TypeSRV).Rcode]]++
+		seen[strings.Join(answers(s.Ask(t, "udp", name, dns.TypeA)), ",")] = true
+		resp, err := hc.Get(readyURL)
+		require.NoError(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			notReady = append(notReady, resp.StatusCode)
+		}
+	}
+	// The work was seen: west's changes were answered, and the moon link
+	// was added and is failing.
+	assert.Greater(t, writes.Load(), int64(20), "slice writes in west")
+	assert.Greater(t, len(seen), 5, "distinct answers while west churned: %v", seen)
+	v, ok := s.Metric(t, `coredns_mcmirror_link_synced{cluster="moon"}`)
+	assert.True(t, ok && v == "0", "the moon link is added and not synced: %q", v)
+	v, ok = s.Metric(t, `coredns_mcmirror_link_up{cluster="moon"}`)
+	assert.True(t, ok && v == "0", "the moon link is down: %q", v)
+	done, err := s.Process.Exited()
+	require.False(t, done, "coredns-mc exited: %v", err)
+
+	t.Logf("rcodes of %s: %v", missing, rcodes)
+	assert.Zero(t, rcodes["SERVFAIL"], "SERVFAIL for a name that does not exist, after the first sync: %v", rcodes)
+	assert.Greater(t, rcodes["NXDOMAIN"], 100, "NXDOMAIN answers: %v", rcodes)
+	assert.Empty(t, notReady, "/ready answers while west churned and moon failed")
+}
+
+// Only the EndpointSlices of exported Services are held; when a Service
+// with slices becomes exported, they are fetched and every endpoint is
+// answered; when it is unexported, they are dropped again.
+func TestOnlyExportedSlicesHeld(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	const ns = "held"
+	require.NoError(t, west.Apply(ctx, selectorless(ns, "web")))
+	require.NoError(t, west.Apply(ctx, sliceOf(t, ns, "web", map[string]string{"web-0": "10.201.3.1"})))
+	// Five Services that are not exported, with three slices of six
+	// endpoints each.
+	var want []string
+	for i := range 5 {
+		svc := fmt.Sprintf("quiet-%d", i)
+		require.NoError(t, west.Apply(ctx, strings.Replace(selectorless(ns, svc), labels.Exported+": "+labels.ExportFlat, "app: quiet", 1)))
+		for j := range 3 {
+			eps := map[string]string{}
+			for k := range 6 {
+				ip := fmt.Sprintf("10.201.%d.%d", 10+i, 1+j*6+k)
+				eps[fmt.Sprintf("q-%d-%d", j, k)] = ip
+				if i == 0 {
+					want = append(want, ip)
+				}
+			}
+			require.NoError(t, west.Apply(ctx, strings.Replace(sliceOf(t, ns, svc, eps), svc+"-manual", fmt.Sprintf("%s-%d", svc, j), 1)))
+		}
+	}
+	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west)))
+	eventuallyAnswers(t, s, "web-west."+ns+"."+zone, []string{"10.201.3.1"})
+
+	const held = `coredns_mcmirror_link_objects{cluster="west",kind="endpointslice"}`
+	exportedSlices, all := countSlices(t, west)
+	require.GreaterOrEqual(t, all, exportedSlices+15, "west has slices of Services that are not exported")
+	v, ok := s.Metric(t, held)
+	require.True(t, ok, "%s exported", held)
+	assert.Equal(t, strconv.Itoa(exportedSlices), v, "slices held: those of exported Services (%d of %d)", exportedSlices, all)
+	fetchesBefore := metricInt(t, s, "coredns_mcmirror_slice_fetches_total")
+
+	// Exported: fetched, and every endpoint of its three slices answered.
+	require.NoError(t, west.LabelService(ctx, ns, "quiet-0", labels.Exported, labels.ExportFlat))
+	eventuallyAnswers(t, s, "quiet-0-west."+ns+"."+zone, sortedAddrs(want))
+	v, _ = s.Metric(t, held)
+	assert.Equal(t, strconv.Itoa(exportedSlices+3), v, "its three slices are held")
+	assert.Equal(t, fetchesBefore+1, metricInt(t, s, "coredns_mcmirror_slice_fetches_total"), "one fetch")
+
+	// Unexported: dropped.
+	require.NoError(t, west.LabelService(ctx, ns, "quiet-0", labels.Exported, ""))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		v, _ := s.Metric(t, held)
+		assert.Equal(c, strconv.Itoa(exportedSlices), v)
+	}, 15*time.Second, 20*time.Millisecond, "its slices dropped")
+	assert.Equal(t, dns.RcodeNameError, s.Ask(t, "udp", "quiet-0-west."+ns+"."+zone, dns.TypeA).Rcode)
+	done, err := s.Process.Exited()
+	require.False(t, done, "coredns-mc exited: %v", err)
+}
+
+// countSlices returns how many EndpointSlices c holds for exported
+// Services, and in all.
+func countSlices(t *testing.T, c *harness.Cluster) (exported, all int) {
+	t.Helper()
+	ctx := context.Background()
+	svcs, err := c.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: labels.DefaultExportSelector})
+	require.NoError(t, err)
+	isExported := map[string]bool{}
+	for _, s := range svcs.Items {
+		if s.Labels[labels.MirroredService] == "" {
+			isExported[s.Namespace+"/"+s.Name] = true
+		}
+	}
+	list, err := c.Client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName})
+	require.NoError(t, err)
+	for _, s := range list.Items {
+		all++
+		if isExported[s.Namespace+"/"+s.Labels[discoveryv1.LabelServiceName]] {
+			exported++
+		}
+	}
+	return exported, all
+}
+
+func metricInt(t *testing.T, s *harness.DNSServer, series string) int {
+	t.Helper()
+	v, ok := s.Metric(t, series)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	require.NoError(t, err)
+	return int(n)
+}
+
+func sortedAddrs(a []string) []string {
+	m := map[string]string{}
+	for _, s := range a {
+		m[s] = s
+	}
+	return values(m)
+}
+
+// readyURLOf returns the URL of the ready plugin of s, read from the
+// Corefile its command line names.
+func readyURLOf(t *testing.T, s *harness.DNSServer) string {
+	t.Helper()
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.Process.PID))
+	require.NoError(t, err)
+	args := strings.Split(string(cmdline), "\x00")
+	i := slices.Index(args, "-conf")
+	require.True(t, i >= 0 && i+1 < len(args), "no -conf in %q", args)
+	corefile, err := os.ReadFile(args[i+1])
+	require.NoError(t, err)
+	m := regexp.MustCompile(`ready (127\.0\.0\.1:\d+)`).FindStringSubmatch(string(corefile))
+	require.NotNil(t, m, "no ready plugin in the Corefile")
+	return "http://" + m[1] + "/ready"
+}

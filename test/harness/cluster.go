@@ -71,6 +71,12 @@ type Cluster struct {
 	index int
 	token string // admin bearer token
 
+	// apiMu guards the API server's process, which StopAPIServer and
+	// StartAPIServer replace; apiArgv starts it again the same way.
+	apiMu   sync.Mutex
+	apiProc *Process
+	apiArgv []string
+
 	mapperOnce sync.Once
 	mapper     *restmapper.DeferredDiscoveryRESTMapper
 	dynamic    dynamic.Interface
@@ -116,29 +122,29 @@ func (c *Cluster) startAPIServer(etcdURL string) error {
 	if err != nil {
 		return err
 	}
-	_, err = e.startProcess(c.Name+"/kube-apiserver", nil,
-		bin,
-		"--etcd-servers="+etcdURL,
-		"--etcd-prefix=/"+c.Name,
-		"--bind-address="+e.apiHost.String(),
-		"--advertise-address="+e.apiHost.String(),
-		"--secure-port="+strconv.Itoa(port),
-		"--tls-cert-file="+crt,
-		"--tls-private-key-file="+key,
-		"--cert-dir="+certs,
-		"--client-ca-file="+e.caFile,
-		"--token-auth-file="+tokens,
+	c.apiArgv = []string{bin,
+		"--etcd-servers=" + etcdURL,
+		"--etcd-prefix=/" + c.Name,
+		"--bind-address=" + e.apiHost.String(),
+		"--advertise-address=" + e.apiHost.String(),
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + crt,
+		"--tls-private-key-file=" + key,
+		"--cert-dir=" + certs,
+		"--client-ca-file=" + e.caFile,
+		"--token-auth-file=" + tokens,
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+e.saPub,
-		"--service-account-signing-key-file="+e.saKey,
-		"--service-cluster-ip-range="+c.ServiceCIDR.String(),
+		"--service-account-key-file=" + e.saPub,
+		"--service-account-signing-key-file=" + e.saKey,
+		"--service-cluster-ip-range=" + c.ServiceCIDR.String(),
 		// Pods of the tests carry no ServiceAccount volume.
 		"--disable-admission-plugins=ServiceAccount",
 		// The advertise address is loopback, which Endpoints reject.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
-	)
+	}
+	c.apiProc, err = e.startProcess(c.Name+"/kube-apiserver", nil, c.apiArgv...)
 	return err
 }
 

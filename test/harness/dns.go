@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -63,12 +62,21 @@ func (e *Env) startDNS(t testing.TB, name, corefile string, host netip.Addr, por
 	s, argv, err := newDNSServer(host, port, corefile, t.TempDir())
 	require.NoError(t, err)
 	s.Process = start(argv...)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		done, err := s.Process.Exited()
-		require.False(c, done, "coredns-mc exited: %v\n%s", err, s.Process.Tail(20))
-		assert.NoError(c, s.answers())
-	}, 60*time.Second, 50*time.Millisecond, "coredns-mc ready")
-	return s
+	// A server that exited fails at once, not after the wait.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if done, err := s.Process.Exited(); done {
+			t.Fatalf("%s exited: %v\n%s", name, err, s.Process.Tail(20))
+		}
+		err := s.answers()
+		if err == nil {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready within 60s: %v\n%s", name, err, s.Process.Tail(20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // LaunchClusterDNS is StartClusterDNS outside tests (the demo): the server
@@ -125,6 +133,20 @@ func newDNSServer(host netip.Addr, port int, corefile, dir string) (*DNSServer, 
 		hasReady:   strings.Contains(corefile, "ready "),
 	}
 	return s, []string{bin, "-conf", path, "-dns.port", strconv.Itoa(port)}, nil
+}
+
+// Ready reports whether the ready plugin answers 200 (the Corefile must
+// run it; StartDNS's {READY} port).
+func (s *DNSServer) Ready() (bool, error) {
+	if !s.hasReady {
+		return false, fmt.Errorf("the Corefile runs no ready plugin")
+	}
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(s.readyURL)
+	if err != nil {
+		return false, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK, nil
 }
 
 // answers reports why the server is not serving yet, or nil.

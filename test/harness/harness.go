@@ -39,6 +39,21 @@
 // blackhole routes for every range the harness uses: no test packet leaves
 // the machine.
 //
+// # Faults
+//
+// Tests break the environment on purpose. Cluster.StopAPIServer and
+// StartAPIServer (or APIServerOutage, which restarts it at the end of the
+// test in any case) stop one cluster's kube-apiserver and start it again at
+// the same address and port with the same certificates, tokens and etcd
+// data; a deliberate stop is not a crash, so nothing else fails meanwhile.
+// Cluster.FaultProxy puts a TLS-terminating proxy (certificate of the
+// environment's CA) in front of an API server: it passes requests and
+// watches through, drops every connection (DropConnections), hangs
+// (accepts TCP, never answers TLS), or answers chosen writes of one user
+// agent with 409 or 429 as a busy API server would (Inject). Env.RequireAlive
+// is what a check that something did not happen calls first: it fails if a
+// process under test, or one of the environment, has died.
+//
 // Every process the harness starts is stopped when the package's tests end,
 // when the test that started it ends, and, should the test binary die, by the
 // kernel. Logs stay in the environment's directory; a failed test prints what

@@ -186,8 +186,14 @@ func TestGatewayWalkthrough(t *testing.T) {
 		v, ok := s.Metric(t, `coredns_mcmirror_link_synced{cluster="`+c+`"}`)
 		assert.True(t, ok && v == "1", "%s synced: %q", c, v)
 	}
-	_, ok := s.Metric(t, `coredns_mcmirror_answers_total{kind="pod",rcode="NOERROR"}`)
-	assert.True(t, ok, "pod answers counted")
+	// A counter that moved, not one that exists: one more pod answer, one
+	// more NXDOMAIN, each counted once.
+	const podOK, podNX = `coredns_mcmirror_answers_total{kind="pod",rcode="NOERROR"}`, `coredns_mcmirror_answers_total{kind="pod",rcode="NXDOMAIN"}`
+	okBefore, nxBefore := metricValue(t, s, podOK), metricValue(t, s, podNX)
+	require.Equal(t, dns.RcodeSuccess, s.Ask(t, "udp", name, dns.TypeA).Rcode)
+	require.Equal(t, dns.RcodeNameError, s.Ask(t, "udp", "nginx-set-7.nginx-svc-west."+ns+"."+zone, dns.TypeA).Rcode)
+	assert.Equal(t, okBefore+1, metricValue(t, s, podOK), "pod answers counted")
+	assert.Equal(t, nxBefore+1, metricValue(t, s, podNX), "pod NXDOMAIN counted")
 
 	// Names are case-insensitive.
 	assert.Equal(t, []string{mirrors["west"]["nginx-set-0"]},
@@ -318,6 +324,7 @@ func TestUnreachableLink(t *testing.T) {
 	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, paris)+"        link moon "+deadPath+"\n        startup_timeout 2s\n"))
 	assert.Equal(t, values(eps), answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
 	// The dead link is visible to an operator.
+	requireAlive(t, s.Process)
 	v, _ := s.Metric(t, `coredns_mcmirror_link_synced{cluster="moon"}`)
 	assert.Equal(t, "0", v, "moon is not synced")
 	v, _ = s.Metric(t, `coredns_mcmirror_link_synced{cluster="paris"}`)

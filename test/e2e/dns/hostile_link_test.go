@@ -151,10 +151,10 @@ func waitLogLine(t *testing.T, p *harness.Process, want string) {
 	}, 30*time.Second, 50*time.Millisecond, "log line %q", want)
 }
 
+// requireAlive fails t unless p and every process of the environment run.
 func requireAlive(t *testing.T, p *harness.Process) {
 	t.Helper()
-	done, err := p.Exited()
-	require.False(t, done, "%s exited: %v\n%s", p.Name, err, p.Tail(20))
+	env.RequireAlive(t, p)
 }
 
 // A link Secret is data: its kubeconfig may not run a command in the DNS
@@ -239,6 +239,7 @@ func TestHostileLinkSecrets(t *testing.T) {
 		}
 		return false
 	}, 30*time.Second, 50*time.Millisecond, "the token of the file was not sent: %q", catcher.requests())
+	requireAlive(t, s2.Process)
 	assert.Zero(t, metricValue(t, s2, execSeries)+metricValue(t, s2, filesSeries), "nothing refused when allowed")
 	out, err := os.ReadFile(s2.Process.LogPath)
 	require.NoError(t, err)

@@ -217,8 +217,7 @@ func alive(t require.TestingT, g *harness.Gateway, cluster string) (float64, boo
 // requireRunning fails t if p has exited.
 func requireRunning(t *testing.T, p *harness.Process) {
 	t.Helper()
-	done, err := p.Exited()
-	require.False(t, done, "%s exited: %v\n%s", p.Name, err, p.Tail(30))
+	env.RequireAlive(t, p) // and the API servers and etcd
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -20,7 +21,7 @@ import (
 // pod, with the real curl and a Go client, by name.
 func TestWalkthrough(t *testing.T) {
 	env.LogOnFailure(t)
-	startFleet(t)
+	fleet := startFleet(t)
 	for _, m := range []mode{gatewayMode, flatMode} {
 		t.Run(m.name, func(t *testing.T) {
 			require.NoError(t, env.RoutePodsBetweenClusters(m.flat))
@@ -119,17 +120,41 @@ func TestWalkthrough(t *testing.T) {
 					require.Error(c, err, "got %q", out)
 					assert.Contains(c, err.Error(), "Could not resolve host")
 				}, wait, tick, "%s stops resolving", name)
+				// Not resolving must be the answer of a DNS server that is
+				// there: the processes are alive and west still resolves
+				// and answers through the same path.
+				alive(t, fleet)
+				out, err := curl(t.Context(), fmt.Sprintf("http://nginx-set-0.nginx-svc-west.%s/", m.ns))
+				require.NoError(t, err)
+				assert.Equal(t, harness.Identity("west", m.ns, "nginx-set-0"), out)
 				if !m.flat {
 					// The mirror goes, and with it kube-proxy's rules for
 					// its ClusterIP: nothing answers there any more.
 					require.EventuallyWithT(t, func(c *assert.CollectT) {
+						_, err := env.Cluster("east").Client.CoreV1().Services(m.ns).Get(t.Context(), "nginx-set-0-paris", metav1.GetOptions{})
+						assert.True(c, apierrors.IsNotFound(err), "the mirror is deleted: %v", err)
+					}, wait, tick, "paris's mirror nginx-set-0-paris is deleted")
+					require.EventuallyWithT(t, func(c *assert.CollectT) {
 						_, err := curl(t.Context(), "http://"+mirrorIP+"/")
 						assert.Error(c, err)
 					}, wait, tick, "paris's old mirror ClusterIP %s stops answering", mirrorIP)
+					alive(t, fleet)
 				}
 			})
 		})
 	}
+}
+
+// alive fails t unless every process of the fleet and of the environment
+// is running: a check that something stopped working proves nothing if
+// what should answer has died.
+func alive(t *testing.T, f *harness.Fleet) {
+	t.Helper()
+	procs := []*harness.Process{f.DNS.Process, f.Controller}
+	for _, g := range f.Gateways {
+		procs = append(procs, g.Process())
+	}
+	env.RequireAlive(t, procs...)
 }
 
 // curl runs the real curl in east's client pod and returns what it printed,

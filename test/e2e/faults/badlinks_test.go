@@ -1,0 +1,187 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// startupTimeout is the DNS server's startup_timeout in the bad-link test.
+const startupTimeout = 4 * time.Second
+
+// serviceAccountLink creates ServiceAccount mcmirror/name in c, bound to
+// the link role when bound, and returns a kubeconfig with a TokenRequest
+// token of it.
+func serviceAccountLink(t *testing.T, c *harness.Cluster, name string, bound bool) []byte {
+	t.Helper()
+	ctx := context.Background()
+	linkFile(t, c) // the mcmirror namespace and the link role
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "mcmirror"}}
+	_, err := c.Client.CoreV1().ServiceAccounts("mcmirror").Create(ctx, sa, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().ServiceAccounts("mcmirror").Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	if bound {
+		crb := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "faults-" + name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mcmirror-link"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: "mcmirror"}},
+		}
+		_, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_ = c.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
+		})
+	}
+	kc, err := c.ServiceAccountKubeconfig(ctx, "mcmirror", name)
+	require.NoError(t, err)
+	return kc
+}
+
+// viaProxy returns the path of kubeconfig rewritten to go through p.
+func viaProxy(t *testing.T, p *harness.FaultProxy, name string, kubeconfig []byte) string {
+	t.Helper()
+	kc, err := p.Rewrite(kubeconfig)
+	require.NoError(t, err)
+	return writeFile(t, name+".kubeconfig", kc)
+}
+
+// Links that hang or whose credentials are refused, from the start and
+// after a first good sync, hold nothing up: coredns-mc answers for the
+// good link within startup_timeout, the controller mirrors it, both log
+// and count the bad ones, and nothing of a link that synced once is
+// deleted when it goes bad.
+func TestBadLinks(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	west := env.Cluster("west")
+	const ns = "badlinks"
+	namespace(t, ns)
+	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "svc", labels.ExportGateway)+"---\n"+
+		headlessExport(ns, "flat", labels.ExportFlat, 2, 62, 1)))
+
+	good := linkFile(t, west)
+	linkKC, err := os.ReadFile(good)
+	require.NoError(t, err)
+	// Bad from the start: an address that hangs, a deleted ServiceAccount
+	// (401), a ServiceAccount without the role (403).
+	hangProxy := west.FaultProxy(t)
+	hangProxy.Hang()
+	gone := serviceAccountLink(t, west, "faults-gone", true)
+	require.NoError(t, west.Client.CoreV1().ServiceAccounts("mcmirror").Delete(ctx, "faults-gone", metav1.DeleteOptions{}))
+	norbac := serviceAccountLink(t, west, "faults-norbac", false)
+	// Good at first, bad later, each behind a proxy that drops its
+	// connections once the credentials are withdrawn, so the watches start
+	// again with the withdrawn ones (a watch already open is not
+	// re-authorized; it ends on its own within minutes).
+	p401, p403, pHang := west.FaultProxy(t), west.FaultProxy(t), west.FaultProxy(t)
+	late401 := serviceAccountLink(t, west, "faults-late401", true)
+	late403 := serviceAccountLink(t, west, "faults-late403", true)
+	ls := []link{
+		{"west", good},
+		{"hang", viaProxy(t, hangProxy, "hang", linkKC)},
+		{"gone", writeFile(t, "gone.kubeconfig", gone)},
+		{"norbac", writeFile(t, "norbac.kubeconfig", norbac)},
+		{"late401", viaProxy(t, p401, "late401", late401)},
+		{"late403", viaProxy(t, p403, "late403", late403)},
+		{"latehang", viaProxy(t, pHang, "latehang", linkKC)},
+	}
+	bad := []string{"hang", "gone", "norbac"}
+	late := []string{"late401", "late403", "latehang"}
+
+	start := time.Now()
+	dnsServer := startDNS(t, "coredns-mc", ls, fmt.Sprintf("startup_timeout %s", startupTimeout))
+	ready := time.Since(start)
+	t.Logf("coredns-mc ready and answering %.1fs after start with %d bad links (startup_timeout %s)", ready.Seconds(), len(bad), startupTimeout)
+	answered(t, dnsServer, "flat-west."+ns+"."+zone)
+	assert.Less(t, ready, startupTimeout+5*time.Second, "ready within startup_timeout (plus the process's own start)")
+
+	ctl := startController(t, "controller", "", ls)
+	want := []string{"svc-west", "flat-west"}
+	for _, l := range late {
+		want = append(want, "svc-"+l, "flat-"+l)
+	}
+	waitMirrors(t, ns, want, 60*time.Second)
+	for _, name := range append([]string{"west"}, late...) {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			answered(c, dnsServer, "svc-"+name+"."+ns+"."+zone)
+			assert.Equal(c, []string{"10.62.1.1", "10.62.1.2"}, answered(c, dnsServer, "flat-"+name+"."+ns+"."+zone))
+		}, 30*time.Second, 100*time.Millisecond, "%s answered", name)
+	}
+
+	// The links bad from the start are counted and logged, by both.
+	// Each bad link's reason, as DNS reports it. The controller's informers
+	// name no cluster in their errors, so only refusals are looked for in
+	// its log.
+	reasons := map[string]string{"hang": "unreachable", "gone": "unauthorized", "norbac": "forbidden",
+		"late401": "unauthorized", "late403": "forbidden", "latehang": "unreachable"}
+	checkReported(t, dnsServer, ctl, bad, reasons)
+	assert.Zero(t, hangProxy.Requests(), "no request got through the hanging address")
+	assert.Greater(t, hangProxy.Held(), 0, "connections to the hanging address were made and left open")
+
+	// Now the late ones go bad.
+	mirrorsBefore := mirrorSet(t, ns)
+	slicesBefore := mirrorSlices(t, ns)
+	require.NoError(t, west.Client.CoreV1().ServiceAccounts("mcmirror").Delete(ctx, "faults-late401", metav1.DeleteOptions{}))
+	require.NoError(t, west.Client.RbacV1().ClusterRoleBindings().Delete(ctx, "faults-faults-late403", metav1.DeleteOptions{}))
+	// The API server's authorizer cache needs a moment: drop the
+	// connections until the refusals show.
+	p401.DropConnections()
+	p403.DropConnections()
+	pHang.Hang()
+	checkReported(t, dnsServer, ctl, late, reasons, p401, p403)
+
+	env.RequireAlive(t, dnsServer.Process, ctl.Process)
+	assert.Equal(t, mirrorsBefore, mirrorSet(t, ns), "nothing of a refused link is deleted")
+	assert.Equal(t, slicesBefore, mirrorSlices(t, ns))
+	for _, name := range late {
+		answered(t, dnsServer, "svc-"+name+"."+ns+"."+zone)
+		assert.Equal(t, []string{"10.62.1.1", "10.62.1.2"}, answered(t, dnsServer, "flat-"+name+"."+ns+"."+zone), "%s served from its last known state", name)
+	}
+	// And the good link still works: a new export is mirrored and answered.
+	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "after", labels.ExportGateway)))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		answered(c, dnsServer, "after-west."+ns+"."+zone)
+	}, 30*time.Second, 100*time.Millisecond)
+}
+
+// controllerSays is what the controller logs for a refusal of reason.
+var controllerSays = map[string]string{"unauthorized": "Unauthorized", "forbidden": "forbidden"}
+
+// checkReported waits until DNS reports every one of names down for its
+// reason (link_up 0, link_errors_total moved from its first reading, a log
+// line) and the controller has logged each refusal; proxies, if any, drop
+// their connections meanwhile, so that a retry meets withdrawn
+// credentials.
+func checkReported(t *testing.T, dnsServer *harness.DNSServer, ctl *ctrl, names []string, reasons map[string]string, proxies ...*harness.FaultProxy) {
+	t.Helper()
+	first := map[string]float64{}
+	for _, n := range names {
+		first[n] = linkErrors(t, dnsServer, n, reasons[n])
+	}
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, p := range proxies {
+			p.DropConnections()
+		}
+		for _, n := range names {
+			assert.Equal(c, float64(0), linkUp(c, dnsServer, n), "%s: link_up", n)
+			assert.Greater(c, linkErrors(c, dnsServer, n, reasons[n]), first[n], "%s: link_errors_total{reason=%q} moved", n, reasons[n])
+			assert.True(c, logHas(dnsServer.Process, fmt.Sprintf("Link %s is down (%s)", n, reasons[n])), "DNS logs %s down (%s)", n, reasons[n])
+			if says, ok := controllerSays[reasons[n]]; ok {
+				assert.True(c, logHas(ctl.Process, "Failed to watch", says), "the controller logs %s", says)
+			}
+		}
+	}, 45*time.Second, time.Second, "bad links reported: %v", names)
+}

@@ -1,0 +1,88 @@
+package faults_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+)
+
+// localOutage is how long east's own API server stays down.
+const localOutage = 20 * time.Second
+
+// East's own API server goes away: DNS keeps answering from its cache,
+// the controller deletes nothing, and both resume when it returns (a new
+// export is mirrored and answered).
+func TestLocalAPIServerDown(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	const ns = "local-down"
+	namespace(t, ns)
+	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "api", labels.ExportGateway)+"---\n"+
+		headlessExport(ns, "peers", labels.ExportGateway, 3, 61, 1)+"---\n"+
+		headlessExport(ns, "flat", labels.ExportFlat, 2, 61, 2)))
+	ls := []link{{"west", linkFile(t, west)}}
+	ctl := startController(t, "controller", "", ls)
+	waitMirrors(t, ns, []string{"api-west", "peers-west", "peers-0-west", "peers-1-west", "peers-2-west", "flat-west"}, 60*time.Second)
+	ips := mirrorIPs(t, ns)
+	dnsServer := startDNS(t, "coredns-mc", ls)
+	want := map[string][]string{
+		"api-west." + ns + "." + zone:           {ips["api-west"]},
+		"peers-2.peers-west." + ns + "." + zone: {ips["peers-2-west"]},
+		"flat-west." + ns + "." + zone:          {"10.61.2.1", "10.61.2.2"},
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for name, a := range want {
+			assert.Equal(c, a, answered(c, dnsServer, name), name)
+		}
+	}, 30*time.Second, 100*time.Millisecond)
+	mirrorsBefore := mirrorSet(t, ns)
+	slicesBefore := mirrorSlices(t, ns)
+	q := query(dnsServer, want)
+	defer q.stop()
+	errorsBefore := linkErrors(t, dnsServer, "east", "unreachable")
+
+	down := time.Now()
+	restart := east.APIServerOutage(t)
+	// Evidence it was seen: DNS counts and logs the failing local cluster.
+	// (The controller's informers retry a refused connection without a
+	// word; that it carried on is shown by what it does after.)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, float64(0), linkUp(c, dnsServer, "east"), "link_up")
+		assert.Greater(c, linkErrors(c, dnsServer, "east", "unreachable"), errorsBefore, "link_errors_total")
+		assert.True(c, logHas(dnsServer.Process, "Local cluster east is down (unreachable)", "last known state"), "logged")
+	}, 30*time.Second, 200*time.Millisecond, "the outage is seen")
+	time.Sleep(time.Until(down.Add(localOutage))) // the outage lasts
+	env.RequireAlive(t, ctl.Process, dnsServer.Process)
+	restart()
+	t.Logf("east's API server back after %.1fs", time.Since(down).Seconds())
+
+	// The controller resumes: a new export is mirrored and answered.
+	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "late", labels.ExportGateway)))
+	start := time.Now()
+	waitMirrors(t, ns, append(slices.Collect(maps.Keys(mirrorsBefore)), "late-west"), 60*time.Second)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		answered(c, dnsServer, "late-west."+ns+"."+zone)
+	}, 30*time.Second, 100*time.Millisecond)
+	t.Logf("new export after east's return mirrored and answered in %.1fs", time.Since(start).Seconds())
+
+	asked, bad, samples := q.stop()
+	t.Logf("%d queries during and after the outage, %d wrong", asked, bad)
+	assert.Greater(t, asked, 300)
+	assert.Zero(t, bad, "answers continued from the cache: %v", samples)
+	env.RequireAlive(t, ctl.Process, dnsServer.Process)
+	after := mirrorSet(t, ns)
+	delete(after, "late-west")
+	assert.Equal(t, mirrorsBefore, after, "no mirror was deleted or recreated")
+	sl := mirrorSlices(t, ns)
+	for name, uid := range slicesBefore {
+		assert.Equal(t, uid, sl[name], "EndpointSlice %s kept", name)
+	}
+}

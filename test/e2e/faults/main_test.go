@@ -1,0 +1,352 @@
+// Package faults_test breaks things under a running mcmirror and proves
+// nothing is lost: API servers stopped and restarted, links that hang or
+// whose credentials are refused, the controller killed mid-reconcile,
+// injected 409 and 429 answers, and names wanted twice. east is the local
+// cluster; west and east-west export. Remote workloads are EndpointSlices
+// written by the tests (the Services have no selector), so no
+// kube-controller-manager is needed and every address is known.
+//
+// The tests run one after another: several stop an API server every other
+// test relies on.
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
+	{Name: "east"}, {Name: "west"}, {Name: "east-west"},
+}})
+
+func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
+
+const (
+	zone = "svc.cluster.local."
+	// egress is the gateway egress address the mirrors point at; nothing
+	// dials it here.
+	egress = "192.0.2.10"
+	// staleOption is the Corefile option that bounds how long a linked
+	// cluster that cannot be reached keeps its names.
+	staleOption = "stale_max_age"
+)
+
+var (
+	linkMu sync.Mutex
+	links  = map[string]string{}
+)
+
+// linkFile returns the path of a kubeconfig with the read-only link
+// credentials of deploy/remote-link.yaml for remote.
+func linkFile(t *testing.T, remote *harness.Cluster) string {
+	t.Helper()
+	linkMu.Lock()
+	defer linkMu.Unlock()
+	if p, ok := links[remote.Name]; ok {
+		return p
+	}
+	kc, err := remote.LinkKubeconfig(context.Background())
+	require.NoError(t, err)
+	p := filepath.Join(env.Dir, remote.Name+"-link.kubeconfig")
+	require.NoError(t, os.WriteFile(p, kc, 0o600))
+	links[remote.Name] = p
+	return p
+}
+
+// writeFile writes data into the test's directory and returns its path.
+func writeFile(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(p, data, 0o600))
+	return p
+}
+
+// link is one linked cluster: the name it is linked under and its
+// kubeconfig file.
+type link struct{ name, kubeconfig string }
+
+// startDNS runs coredns-mc as east's cluster DNS with the given links;
+// extra holds more lines of the mcmirror block.
+func startDNS(t *testing.T, name string, ls []link, extra ...string) *harness.DNSServer {
+	t.Helper()
+	return env.StartDNS(t, "east/"+name, corefile(ls, extra...))
+}
+
+func corefile(ls []link, extra ...string) string {
+	east := env.Cluster("east")
+	var b strings.Builder
+	for _, l := range ls {
+		fmt.Fprintf(&b, "        link %s %s\n", l.name, l.kubeconfig)
+	}
+	for _, e := range extra {
+		fmt.Fprintf(&b, "        %s\n", e)
+	}
+	return fmt.Sprintf(`
+. {
+    bind 127.0.0.1
+    errors
+    ready 127.0.0.1:{READY}
+    prometheus 127.0.0.1:{METRICS}
+    mcmirror cluster.local in-addr.arpa ip6.arpa {
+        cluster east
+        kubeconfig %[1]s
+%[2]s
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig %[1]s
+        fallthrough in-addr.arpa ip6.arpa
+    }
+}
+`, east.Kubeconfig, b.String())
+}
+
+// ctrl is a running mirror controller.
+type ctrl struct {
+	*harness.Process
+	metrics string // its /metrics URL
+}
+
+// startController runs `coredns-mc controller` in east with the given
+// links, reaching east through kubeconfig (east's own when empty).
+func startController(t *testing.T, name, kubeconfig string, ls []link, extra ...string) *ctrl {
+	t.Helper()
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	if kubeconfig == "" {
+		kubeconfig = env.Cluster("east").Kubeconfig
+	}
+	port := harness.FreePort(t)
+	args := []string{bin, "controller",
+		"--kubeconfig", kubeconfig,
+		"--cluster", "east",
+		"--egress-address", egress,
+		"--egress-ports", "30000-39999",
+		"--pod-grace", "2s",
+		"--link-removal-grace", "1s",
+		"--metrics-addr", "127.0.0.1:" + strconv.Itoa(port),
+		"--v", "2",
+	}
+	for _, l := range ls {
+		args = append(args, "--link", l.name+"="+l.kubeconfig)
+	}
+	p := env.StartProcess(t, "east/"+name, nil, append(args, extra...)...)
+	return &ctrl{Process: p, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
+}
+
+// metric returns the value of series (name and labels exactly) at url, 0
+// when it is not exported (yet).
+func metric(t require.TestingT, url, series string) float64 {
+	v, _ := metricOK(t, url, series)
+	return v
+}
+
+// metricOK is metric, and whether the series is exported.
+func metricOK(t require.TestingT, url, series string) (float64, bool) {
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			require.NoError(t, err, line)
+			return f, true
+		}
+	}
+	return 0, false
+}
+
+// linkErrors is the DNS server's count of failed lists and watches of
+// cluster for reason (unreachable, unauthorized, forbidden, error).
+func linkErrors(c require.TestingT, s *harness.DNSServer, cluster, reason string) float64 {
+	return metric(c, s.MetricsURL, fmt.Sprintf(`coredns_mcmirror_link_errors_total{cluster=%q,reason=%q}`, cluster, reason))
+}
+
+// linkUp is the DNS server's coredns_mcmirror_link_up of cluster, -1 when
+// it is not exported.
+func linkUp(c require.TestingT, s *harness.DNSServer, cluster string) float64 {
+	v, ok := metricOK(c, s.MetricsURL, fmt.Sprintf(`coredns_mcmirror_link_up{cluster=%q}`, cluster))
+	if !ok {
+		return -1
+	}
+	return v
+}
+
+// namespace creates ns in every cluster.
+func namespace(t *testing.T, ns string) {
+	t.Helper()
+	for _, c := range env.Clusters() {
+		require.NoError(t, c.Apply(context.Background(), harness.Namespace(ns)))
+	}
+}
+
+// clusterIPExport is an exported ClusterIP Service with no selector.
+func clusterIPExport(ns, name, mode string) string {
+	return fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: %s, namespace: %s, labels: {%s: %q}}
+spec:
+  ports: [{name: http, port: 80}]
+`, name, ns, labels.Exported, mode)
+}
+
+// headlessExport is an exported headless Service with no selector and an
+// EndpointSlice of n ready endpoints with hostnames <name>-0.. at
+// 10.<o2>.<o3>.1.. .
+func headlessExport(ns, name, mode string, n int, o2, o3 byte) string {
+	var eps strings.Builder
+	for i := range n {
+		fmt.Fprintf(&eps, "- {addresses: [%q], hostname: %s-%d, conditions: {ready: true}}\n", fmt.Sprintf("10.%d.%d.%d", o2, o3, i+1), name, i)
+	}
+	return fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: %[1]s, namespace: %[2]s, labels: {%[3]s: %[4]q}}
+spec:
+  clusterIP: None
+  ports: [{name: http, port: 80}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: %[1]s-manual, namespace: %[2]s, labels: {kubernetes.io/service-name: %[1]s, endpointslice.kubernetes.io/managed-by: faults-test}}
+addressType: IPv4
+ports: [{name: http, port: 80, protocol: TCP}]
+endpoints:
+%[5]s`, name, ns, labels.Exported, mode, eps.String())
+}
+
+// mirrorSet returns east's mirror Services of ns as name → UID.
+func mirrorSet(t require.TestingT, ns string) map[string]string {
+	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(context.Background(),
+		metav1.ListOptions{LabelSelector: controller.ManagedBy + "=" + controller.ManagedByValue})
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, s := range list.Items {
+		out[s.Name] = string(s.UID)
+	}
+	return out
+}
+
+// mirrorSlices returns east's controller EndpointSlices of ns as name → UID.
+func mirrorSlices(t require.TestingT, ns string) map[string]string {
+	list, err := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).List(context.Background(),
+		metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + controller.EndpointSliceManagedBy})
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, s := range list.Items {
+		out[s.Name] = string(s.UID)
+	}
+	return out
+}
+
+// waitMirrors waits until east holds exactly the mirror Services want in
+// ns, each with a ClusterIP (headless ones excepted).
+func waitMirrors(t *testing.T, ns string, want []string, within time.Duration) {
+	t.Helper()
+	slices.Sort(want)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(context.Background(),
+			metav1.ListOptions{LabelSelector: controller.ManagedBy + "=" + controller.ManagedByValue})
+		require.NoError(c, err)
+		var got []string
+		for _, s := range list.Items {
+			if s.Spec.ClusterIP == "" {
+				continue
+			}
+			got = append(got, s.Name)
+		}
+		slices.Sort(got)
+		assert.Equal(c, want, got)
+	}, within, 200*time.Millisecond, "mirrors of %s", ns)
+}
+
+// ask sends one query over UDP with a short timeout.
+func ask(s *harness.DNSServer, name string, qtype uint16) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, s.Addr)
+	return r, err
+}
+
+// addrs returns the sorted A records of a reply.
+func addrs(r *dns.Msg) []string {
+	var out []string
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			out = append(out, a.A.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// answered returns the A records of name, failing c unless the answer is
+// NOERROR with at least one record.
+func answered(c require.TestingT, s *harness.DNSServer, name string) []string {
+	r, err := ask(s, name, dns.TypeA)
+	require.NoError(c, err, name)
+	require.Equal(c, dns.RcodeSuccess, r.Rcode, "%s: %s", name, dns.RcodeToString[r.Rcode])
+	a := addrs(r)
+	require.NotEmpty(c, a, name)
+	return a
+}
+
+// logHas reports whether the log of p contains every one of subs on one
+// line.
+func logHas(p *harness.Process, subs ...string) bool {
+	data, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		ok := true
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// mirrorIPs returns name → ClusterIP of the mirrors in ns.
+func mirrorIPs(t require.TestingT, ns string) map[string]string {
+	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(context.Background(),
+		metav1.ListOptions{LabelSelector: controller.ManagedBy + "=" + controller.ManagedByValue})
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, s := range list.Items {
+		if s.Spec.ClusterIP != corev1.ClusterIPNone {
+			out[s.Name] = s.Spec.ClusterIP
+		}
+	}
+	return out
+}

@@ -1,0 +1,208 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+const (
+	// remoteOutage is how long west's API server stays down.
+	remoteOutage = 60 * time.Second
+	// shortMaxAge is the stale bound of TestStaleMaxAge.
+	shortMaxAge = 8 * time.Second
+	// recoveryBound is the longest a change made in a cluster that came
+	// back may take to be answered.
+	recoveryBound = 5 * time.Second
+)
+
+// remoteExports applies west's exports of ns: web (ClusterIP, gateway),
+// db (headless, flat, 3 endpoints at 10.60.<o3>.1-3), cache (headless,
+// gateway, 2 endpoints), and returns the names DNS must answer and what
+// with, once the controller has mirrored them.
+func remoteExports(t *testing.T, ns string, o3 byte) map[string][]string {
+	t.Helper()
+	west := env.Cluster("west")
+	require.NoError(t, west.Apply(context.Background(), clusterIPExport(ns, "web", labels.ExportGateway)+"---\n"+
+		headlessExport(ns, "db", labels.ExportFlat, 3, 60, o3)+"---\n"+
+		headlessExport(ns, "cache", labels.ExportGateway, 2, 60, o3+100)))
+	waitMirrors(t, ns, []string{"web-west", "db-west", "cache-west", "cache-0-west", "cache-1-west"}, 60*time.Second)
+	ips := mirrorIPs(t, ns)
+	ip := func(last int) string { return fmt.Sprintf("10.60.%d.%d", o3, last) }
+	return map[string][]string{
+		"web-west." + ns + "." + zone:           {ips["web-west"]},
+		"cache-0.cache-west." + ns + "." + zone: {ips["cache-0-west"]},
+		"db-1.db-west." + ns + "." + zone:       {ip(2)},
+		"db-west." + ns + "." + zone:            {ip(1), ip(2), ip(3)},
+	}
+}
+
+// waitAnswers waits until s answers every name of want as want says.
+func waitAnswers(t *testing.T, s *harness.DNSServer, want map[string][]string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for name, a := range want {
+			assert.Equal(c, a, answered(c, s, name), name)
+		}
+	}, 30*time.Second, 100*time.Millisecond, "%s answers", s.Process.Name)
+}
+
+// West's API server goes away for a minute while DNS is asked without
+// pause: every name keeps its last answer, the link's metrics and log say
+// it is down, a change made right after west returns is answered within
+// 5 s, and the controller keeps every mirror.
+func TestRemoteAPIServerDown(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	west := env.Cluster("west")
+	const ns = "remote-down"
+	namespace(t, ns)
+	ls := []link{{"west", linkFile(t, west)}}
+	ctl := startController(t, "controller", "", ls)
+	want := remoteExports(t, ns, 1)
+	slicesBefore := mirrorSlices(t, ns)
+	mirrorsBefore := mirrorSet(t, ns)
+	s := startDNS(t, "coredns-mc", ls)
+	waitAnswers(t, s, want)
+	q := query(s, want)
+	defer q.stop()
+	errorsBefore := linkErrors(t, s, "west", "unreachable")
+
+	down := time.Now()
+	restart := west.APIServerOutage(t)
+	// Evidence the outage was seen: the link is down in the metrics, its
+	// failures counted, and the log says its last state is served.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, float64(0), linkUp(c, s, "west"), "link_up")
+		assert.Greater(c, linkErrors(c, s, "west", "unreachable"), errorsBefore, "link_errors_total")
+		assert.True(c, logHas(s.Process, "Link west is down (unreachable)", "serving its last known state"), "logged")
+	}, 30*time.Second, 200*time.Millisecond, "the outage is reported")
+	t.Logf("outage reported %.1fs after west's API server stopped", time.Since(down).Seconds())
+
+	// The outage lasts; the querier checks every answer meanwhile, and
+	// the server stays ready: a linked cluster that goes away must not
+	// take the cluster DNS out of its Service.
+	time.Sleep(time.Until(down.Add(remoteOutage)))
+	env.RequireAlive(t, s.Process, ctl.Process)
+	ready, err := s.Ready()
+	require.NoError(t, err)
+	assert.True(t, ready, "ready while west is down")
+	asked, bad := q.stats()
+	t.Logf("during the %v outage: %d queries, %d wrong", remoteOutage, asked, bad)
+	assert.Equal(t, mirrorsBefore, mirrorSet(t, ns), "the controller keeps every mirror while west is down")
+
+	restart()
+	back := time.Now()
+	t.Logf("west's API server ready again after %.1fs down", back.Sub(down).Seconds())
+	asked, bad, samples := q.stop()
+	t.Logf("in all, up to west's return: %d queries, %d wrong", asked, bad)
+	assert.Greater(t, asked, 1000, "the querier kept asking")
+	assert.Zero(t, bad, "every name kept its last answer throughout: %v", samples)
+	// Changes right after the return: a new endpoint of the flat export
+	// (DNS alone), and a new gateway export (controller and DNS).
+	require.NoError(t, west.Apply(ctx, headlessExport(ns, "db", labels.ExportFlat, 4, 60, 1)))
+	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "fresh", labels.ExportGateway)))
+	changed := time.Now()
+	var flatAfter, exportAfter time.Duration
+	for deadline := changed.Add(recoveryBound); time.Now().Before(deadline) && (flatAfter == 0 || exportAfter == 0); time.Sleep(50 * time.Millisecond) {
+		if flatAfter == 0 {
+			if r, err := ask(s, "db-3.db-west."+ns+"."+zone, dns.TypeA); err == nil && slices.Equal(addrs(r), []string{"10.60.1.4"}) {
+				flatAfter = time.Since(changed)
+			}
+		}
+		if exportAfter == 0 {
+			if r, err := ask(s, "fresh-west."+ns+"."+zone, dns.TypeA); err == nil && len(addrs(r)) == 1 {
+				exportAfter = time.Since(changed)
+			}
+		}
+	}
+	t.Logf("after the return: a new endpoint answered in %v, a new export mirrored and answered in %v (0: not within %v)",
+		flatAfter.Round(time.Millisecond), exportAfter.Round(time.Millisecond), recoveryBound)
+	assert.NotZero(t, flatAfter, "a new endpoint in west is answered within %v of its return", recoveryBound)
+	assert.NotZero(t, exportAfter, "a new export in west is mirrored and answered within %v of its return", recoveryBound)
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, float64(1), linkUp(c, s, "west"))
+		assert.True(c, logHas(s.Process, "Link west is up again"))
+	}, 10*time.Second, 200*time.Millisecond, "the recovery is reported")
+
+	// The controller kept every mirror and EndpointSlice (same UIDs), and
+	// added the new one.
+	env.RequireAlive(t, ctl.Process)
+	waitMirrors(t, ns, append(slices.Collect(maps.Keys(mirrorsBefore)), "fresh-west"), 90*time.Second)
+	t.Logf("the new export mirrored %.1fs after it was made", time.Since(changed).Seconds())
+	after := mirrorSet(t, ns)
+	delete(after, "fresh-west")
+	assert.Equal(t, mirrorsBefore, after, "no mirror was deleted or recreated")
+	sl := mirrorSlices(t, ns)
+	for name, uid := range slicesBefore {
+		assert.Equal(t, uid, sl[name], "EndpointSlice %s kept", name)
+	}
+}
+
+// With stale_max_age, west's names are answered from its last known state
+// while it is down, withdrawn once it has been down longer than the bound,
+// and answered again within 5 s of its return. Flat-mode names only, and no
+// controller: a gateway-mode name withdrawn by mcmirror goes down the
+// plugin chain, where the kubernetes plugin answers the mirror Service the
+// controller keeps.
+func TestStaleMaxAge(t *testing.T) {
+	env.LogOnFailure(t)
+	west := env.Cluster("west")
+	const ns = "stale-bound"
+	namespace(t, ns)
+	require.NoError(t, west.Apply(context.Background(), headlessExport(ns, "db", labels.ExportFlat, 3, 60, 2)))
+	ls := []link{{"west", linkFile(t, west)}}
+	s := startDNS(t, "coredns-mc", ls, fmt.Sprintf("stale_max_age %s", shortMaxAge))
+	pod, svc := "db-1.db-west."+ns+"."+zone, "db-west."+ns+"."+zone
+	want := map[string][]string{pod: {"10.60.2.2"}, svc: {"10.60.2.1", "10.60.2.2", "10.60.2.3"}}
+	waitAnswers(t, s, want)
+	q := query(s, want)
+	defer q.stop()
+
+	down := time.Now()
+	restart := west.APIServerOutage(t)
+	var gone time.Duration
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, name := range []string{pod, svc} {
+			r, err := ask(s, name, dns.TypeA)
+			require.NoError(c, err)
+			assert.Equal(c, dns.RcodeNameError, r.Rcode, "%s withdrawn", name)
+		}
+		gone = time.Since(down)
+	}, shortMaxAge+20*time.Second, 100*time.Millisecond, "west's names go after %s", shortMaxAge)
+	q.mu.Lock()
+	lastStale := q.lastOK[pod].Sub(down)
+	q.mu.Unlock()
+	t.Logf("stale_max_age %s: west's names answered until %.1fs into the outage, gone at %.1fs", shortMaxAge, lastStale.Seconds(), gone.Seconds())
+	assert.Greater(t, lastStale, shortMaxAge/2, "west's names were answered stale during the outage, before the bound")
+	assert.Less(t, gone, shortMaxAge+10*time.Second, "and withdrawn soon after it")
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, float64(1), metric(c, s.MetricsURL, `coredns_mcmirror_link_withdrawn{cluster="west"}`))
+		assert.True(c, logHas(s.Process, "Link west", "longer than stale_max_age", "withdrawn"))
+	}, 10*time.Second, 200*time.Millisecond, "the withdrawal is reported")
+	env.RequireAlive(t, s.Process)
+
+	restart()
+	back := time.Now()
+	var again time.Duration
+	for deadline := back.Add(recoveryBound); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if r, err := ask(s, pod, dns.TypeA); err == nil && slices.Equal(addrs(r), want[pod]) {
+			again = time.Since(back)
+			break
+		}
+	}
+	t.Logf("west's names answered again %v after its return (0: not within %v)", again.Round(time.Millisecond), recoveryBound)
+	assert.NotZero(t, again, "west's names answered again within %v of its return", recoveryBound)
+	waitAnswers(t, s, want)
+	assert.Equal(t, float64(0), metric(t, s.MetricsURL, `coredns_mcmirror_link_withdrawn{cluster="west"}`))
+}

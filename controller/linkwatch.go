@@ -116,10 +116,11 @@ func retried[T any](ctx context.Context, h *linkHealth, w int, request func() (T
 	}
 }
 
-// watchdog reports the link unreachable if the request that starts now
-// has not been answered within h.noAnswer; the returned function
-// reports its outcome when it ends. Nothing is reported once ctx ends:
-// the informer is stopping.
+// watchdog reports the link unreachable each h.noAnswer the request that
+// starts now goes unanswered (client-go retries a watch whose TLS
+// handshake times out for minutes before it returns); the returned
+// function reports its outcome when it ends. Nothing is reported once ctx
+// ends: the informer is stopping.
 func watchdog(ctx context.Context, h *linkHealth, w int) func(error) {
 	var mu sync.Mutex
 	ended := false
@@ -129,18 +130,22 @@ func watchdog(ctx context.Context, h *linkHealth, w int) func(error) {
 		}
 		h.result(w, err)
 	}
-	t := time.AfterFunc(h.noAnswer, func() {
+	mu.Lock()
+	var t *time.Timer
+	t = time.AfterFunc(h.noAnswer, func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if !ended {
 			report(fmt.Errorf("no answer within %s", h.noAnswer))
+			t.Reset(h.noAnswer)
 		}
 	})
+	mu.Unlock()
 	return func(err error) {
 		mu.Lock()
 		ended = true
-		mu.Unlock()
 		t.Stop()
+		mu.Unlock()
 		report(err)
 	}
 }

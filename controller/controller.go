@@ -191,6 +191,9 @@ type remoteCluster struct {
 	services cache.SharedIndexInformer
 	slices   cache.SharedIndexInformer
 	cancel   context.CancelFunc
+	// health is whether the link's lists and watches are answered, for
+	// link_up, link_errors_total and the log.
+	health *linkHealth
 	// synced is set when both informers have synced and every key of the
 	// cluster has been enqueued: only then may a sync delete a mirror
 	// because its remote Service is missing.

@@ -7,10 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -44,12 +41,11 @@ func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 		klog.InfoS("Ignoring a link to the local cluster", "cluster", name)
 		return
 	}
-	r := &remoteCluster{name: name, client: client}
-	r.services = coreinformers.NewFilteredServiceInformer(client, metav1.NamespaceAll, resyncPeriod, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = c.opts.ExportSelector.String() })
-	r.slices = discoveryinformers.NewFilteredEndpointSliceInformer(client, metav1.NamespaceAll, resyncPeriod,
-		cache.Indexers{byService: indexSliceByService},
-		func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName })
+	c.mu.Lock()
+	_, replacement := c.links[name]
+	c.mu.Unlock()
+	r := &remoteCluster{name: name, client: client, health: newLinkHealth(name, replacement)}
+	r.services, r.slices = linkInformers(r, c.opts.ExportSelector.String())
 	_ = r.services.SetTransform(trim)
 	_ = r.slices.SetTransform(trim)
 	_, _ = r.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -65,8 +61,11 @@ func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.links[name]; ok && old.cancel != nil {
-		old.cancel()
+	if old, ok := c.links[name]; ok {
+		if old.cancel != nil {
+			old.cancel()
+		}
+		old.health.stop(false)
 	}
 	c.links[name] = r
 	delete(c.removed, name)
@@ -107,6 +106,7 @@ func (c *Controller) Remove(name string) {
 		if r.cancel != nil {
 			r.cancel()
 		}
+		r.health.stop(true)
 		c.removed[name] = c.now()
 	}
 	linksGauge.Set(float64(len(c.links)))

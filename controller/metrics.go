@@ -126,12 +126,27 @@ var (
 		return c
 	}()
 
-	// linksGauge is the number of linked clusters, and linkSynced whether
-	// each one's informers have synced.
+	// linksGauge is the number of linked clusters.
 	linksGauge = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: metricsNamespace,
 		Subsystem: metricsSubsystem,
 		Name:      "links",
 		Help:      "Linked remote clusters.",
 	})
+
+	// linkUp is whether each link's lists and watches are answered (1)
+	// or fail (0), and linkErrors counts their failures by reason
+	// (unreachable, unauthorized, forbidden, error; each starts at 0).
+	linkUp = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "link_up",
+		Help:      "Whether the linked cluster's lists and watches are answered (1) or fail (0).",
+	}, []string{"cluster"})
+	linkErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "link_errors_total",
+		Help:      "Failed lists and watches of a linked cluster, by reason (unreachable, unauthorized, forbidden, error).",
+	}, []string{"cluster", "reason"})
 )

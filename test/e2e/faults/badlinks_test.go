@@ -122,9 +122,7 @@ func TestBadLinks(t *testing.T) {
 	}
 
 	// The links bad from the start are counted and logged, by both.
-	// Each bad link's reason, as DNS reports it. The controller's informers
-	// name no cluster in their errors, so only refusals are looked for in
-	// its log.
+	// Each bad link's reason, as both report it.
 	reasons := map[string]string{"hang": "unreachable", "gone": "unauthorized", "norbac": "forbidden",
 		"late401": "unauthorized", "late403": "forbidden", "latehang": "unreachable"}
 	checkReported(t, dnsServer, ctl, bad, reasons)
@@ -157,19 +155,17 @@ func TestBadLinks(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 }
 
-// controllerSays is what the controller logs for a refusal of reason.
-var controllerSays = map[string]string{"unauthorized": "Unauthorized", "forbidden": "forbidden"}
-
-// checkReported waits until DNS reports every one of names down for its
-// reason (link_up 0, link_errors_total moved from its first reading, a log
-// line) and the controller has logged each refusal; proxies, if any, drop
+// checkReported waits until DNS and the controller both report every one
+// of names down for its reason (link_up 0, link_errors_total moved from
+// its first reading, a log line naming the cluster); proxies, if any, drop
 // their connections meanwhile, so that a retry meets withdrawn
 // credentials.
 func checkReported(t *testing.T, dnsServer *harness.DNSServer, ctl *ctrl, names []string, reasons map[string]string, proxies ...*harness.FaultProxy) {
 	t.Helper()
-	first := map[string]float64{}
+	first, ctlFirst := map[string]float64{}, map[string]float64{}
 	for _, n := range names {
 		first[n] = linkErrors(t, dnsServer, n, reasons[n])
+		ctlFirst[n] = ctlLinkErrors(t, ctl, n, reasons[n])
 	}
 	assert.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, p := range proxies {
@@ -179,9 +175,9 @@ func checkReported(t *testing.T, dnsServer *harness.DNSServer, ctl *ctrl, names 
 			assert.Equal(c, float64(0), linkUp(c, dnsServer, n), "%s: link_up", n)
 			assert.Greater(c, linkErrors(c, dnsServer, n, reasons[n]), first[n], "%s: link_errors_total{reason=%q} moved", n, reasons[n])
 			assert.True(c, logHas(dnsServer.Process, fmt.Sprintf("Link %s is down (%s)", n, reasons[n])), "DNS logs %s down (%s)", n, reasons[n])
-			if says, ok := controllerSays[reasons[n]]; ok {
-				assert.True(c, logHas(ctl.Process, "Failed to watch", says), "the controller logs %s", says)
-			}
+			assert.Equal(c, float64(0), ctlLinkUp(c, ctl, n), "%s: the controller's link_up", n)
+			assert.Greater(c, ctlLinkErrors(c, ctl, n, reasons[n]), ctlFirst[n], "%s: the controller's link_errors_total{reason=%q} moved", n, reasons[n])
+			assert.True(c, ctlLogsDown(ctl, n, reasons[n]), "the controller logs %s down (%s)", n, reasons[n])
 		}
 	}, 45*time.Second, time.Second, "bad links reported: %v", names)
 }

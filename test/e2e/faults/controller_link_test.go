@@ -1,0 +1,29 @@
+package faults_test
+
+import (
+	"fmt"
+
+	"github.com/stretchr/testify/require"
+)
+
+// ctlLinkErrors is the controller's count of failed lists and watches of
+// cluster for reason (unreachable, unauthorized, forbidden, error).
+func ctlLinkErrors(c require.TestingT, ctl *ctrl, cluster, reason string) float64 {
+	return metric(c, ctl.metrics, fmt.Sprintf(`coredns_mcmirror_controller_link_errors_total{cluster=%q,reason=%q}`, cluster, reason))
+}
+
+// ctlLinkUp is the controller's link_up of cluster, -1 when it is not
+// exported.
+func ctlLinkUp(c require.TestingT, ctl *ctrl, cluster string) float64 {
+	v, ok := metricOK(c, ctl.metrics, fmt.Sprintf(`coredns_mcmirror_controller_link_up{cluster=%q}`, cluster))
+	if !ok {
+		return -1
+	}
+	return v
+}
+
+// ctlLogsDown reports whether the controller logged cluster down for
+// reason.
+func ctlLogsDown(ctl *ctrl, cluster, reason string) bool {
+	return logHas(ctl.Process, "Link down", fmt.Sprintf("cluster=%q", cluster), fmt.Sprintf("reason=%q", reason))
+}

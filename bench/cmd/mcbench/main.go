@@ -6,6 +6,8 @@
 //
 //	A10  coredns-mc, plugin mcmirror, 10 linked clusters (flat-mode exports)
 //	A1   coredns-mc, plugin mcmirror, 1 linked cluster, same records
+//	Agw  coredns-mc, plugin mcmirror, 10 linked clusters, gateway-mode
+//	     exports answered with local mirror ClusterIPs
 //	B    coredns-mc, plugin kubernetes only, the equivalent headless names
 //	C    coredns-mc, plugin file, a zone with A10's records
 //	D    dnsref, a bare miekg/dns server answering from a map (the ceiling)
@@ -142,6 +144,13 @@ func run(env *harness.Env, cfg *config) int {
 				return 1
 			}
 			logf("loaded s%d..s%d: %d objects in %.1fs", loaded, svcs-1, n, time.Since(t).Seconds())
+			t = time.Now()
+			n, err = loadGateway(env, loaded, svcs)
+			if err != nil {
+				logf("loading the gateway-mode set: %v", err)
+				return 1
+			}
+			logf("loaded gwt s%d..s%d and their mirrors: %d objects in %.1fs", loaded, svcs-1, n, time.Since(t).Seconds())
 			loaded = svcs
 		}
 		last := si == len(cfg.sizes)-1
@@ -237,6 +246,8 @@ func startThroughputServers(env *harness.Env, cfg *config, svcs int) ([]*server,
 			corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=remote-discovery,mcbench=ten")},
 		{key: "A1", what: "coredns-mc: mcmirror, 1 linked cluster", bin: cfg.cmc, args: cmc, expect: expectOne(svcs),
 			corefile: mcmirrorCorefile(env, remotes(1), "mirror.linkerd.io/exported=remote-discovery,mcbench=one")},
+		{key: "Agw", what: "coredns-mc: mcmirror, 10 linked clusters, gateway mode (mirror ClusterIPs)", bin: cfg.cmc, args: cmc, expect: expectGateway(svcs),
+			corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=true,mcbench=gwt")},
 		{key: "B", what: "coredns-mc: kubernetes plugin", bin: cfg.cmc, args: cmc, expect: expectLoc(svcs),
 			corefile: fmt.Sprintf(".:{PORT} {\n    bind 127.0.0.1\n    ready 127.0.0.1:{READY}\n    kubernetes cluster.local {\n        kubeconfig %s\n    }\n}\n",
 				env.Cluster("east").Kubeconfig)},

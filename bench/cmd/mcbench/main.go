@@ -51,6 +51,7 @@ type config struct {
 	dur            time.Duration
 	propN, exportN int
 	memSteps       []int // services per cluster (100 endpoints each)
+	cold           int   // Services per cluster for the cold start; 0 skips
 }
 
 func main() {
@@ -66,6 +67,7 @@ func main() {
 	flag.IntVar(&cfg.exportN, "exports", 200, "new exports for the new-export latency")
 	flag.StringVar(&goBenchFile, "gobench", goBenchFile, "output of the plugin's Go benchmarks, for the report")
 	flag.StringVar(&mem, "mem", "10,100", "memory steps: Services of 100 endpoints per cluster (x10 clusters)")
+	flag.IntVar(&cfg.cold, "cold", 10000, "exported Services per linked cluster for the cold start (x10 clusters); 0 skips")
 	flag.StringVar(&serverCPU, "server-cpu", serverCPU, "CPU the servers are pinned to")
 	flag.StringVar(&clientCPU, "client-cpu", clientCPU, "CPU dnsperf is pinned to")
 	flag.Parse()
@@ -199,6 +201,16 @@ func run(env *harness.Env, cfg *config) int {
 	if err := memory(env, cfg, rep); err != nil {
 		logf("memory: %v", err)
 		rep.memErr = err.Error()
+	}
+
+	// Cold start: 10 links x cfg.cold exported Services.
+	if cfg.cold > 0 {
+		c, err := coldStart(env, cfg, cfg.cold)
+		if err != nil {
+			logf("cold start: %v", err)
+			rep.coldErr = err.Error()
+		}
+		rep.cold = c
 	}
 
 	// 5: new exports, through the controller.

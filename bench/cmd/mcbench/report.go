@@ -35,6 +35,8 @@ type report struct {
 	// exportRetries counts the controller's retried syncs during the
 	// new-export measurement.
 	exportRetries int
+	cold          *coldResult
+	coldErr       string
 }
 
 func newReport(cfg *config) *report { return &report{cfg: cfg, start: time.Now().UTC()} }
@@ -307,6 +309,13 @@ func (r *report) String() string {
 		p("| propagation p99 ≤ 2 s (new export) | p99 %s over %d exports | %s |", r.export.pct(0.99).Round(time.Millisecond), len(r.export.d), yesNo(r.export.pct(0.99) <= 2*time.Second && r.export.failed == 0))
 	} else {
 		p("| propagation p99 ≤ 2 s (new export) | %s | |", orNA(r.exportErr))
+	}
+	if c := r.cold; c != nil {
+		after := c.index - c.lists
+		p("| cold start ≤ 5 s after the API lists return (10 links × %d exported Services) | index complete %.2f s after the process started, lists %.2f s: %.2f s after them (every one of %d names verified correct by %.2f s; %d objects listed; HeapInuse then %.1f MiB) | %s |",
+			c.svcs/10, c.index.Seconds(), c.lists.Seconds(), after.Seconds(), c.names, c.correct.Seconds(), c.objects, float64(c.inuse)/(1<<20), yesNo(after <= 5*time.Second))
+	} else {
+		p("| cold start ≤ 5 s after the API lists return | not measured: %s | |", orNA(r.coldErr))
 	}
 	p("")
 

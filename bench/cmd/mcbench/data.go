@@ -258,7 +258,7 @@ func namespaces(env *harness.Env) error {
 	cr := newCreator(env.Clusters(), 1)
 	defer cr.wait()
 	for _, c := range env.Clusters() {
-		for _, ns := range []string{nsTen, nsOne, nsLoc, nsMem, nsGW} {
+		for _, ns := range []string{nsTen, nsOne, nsLoc, nsMem, nsGW, nsGWT, nsCold} {
 			if err := cr.namespace(c.Name, ns); err != nil {
 				return err
 			}

@@ -6,6 +6,8 @@
 //
 //	A10  coredns-mc, plugin mcmirror, 10 linked clusters (flat-mode exports)
 //	A1   coredns-mc, plugin mcmirror, 1 linked cluster, same records
+//	Agw  coredns-mc, plugin mcmirror, 10 linked clusters, gateway-mode
+//	     exports answered with local mirror ClusterIPs
 //	B    coredns-mc, plugin kubernetes only, the equivalent headless names
 //	C    coredns-mc, plugin file, a zone with A10's records
 //	D    dnsref, a bare miekg/dns server answering from a map (the ceiling)
@@ -49,6 +51,7 @@ type config struct {
 	dur            time.Duration
 	propN, exportN int
 	memSteps       []int // services per cluster (100 endpoints each)
+	cold           int   // Services per cluster for the cold start; 0 skips
 }
 
 func main() {
@@ -64,6 +67,7 @@ func main() {
 	flag.IntVar(&cfg.exportN, "exports", 200, "new exports for the new-export latency")
 	flag.StringVar(&goBenchFile, "gobench", goBenchFile, "output of the plugin's Go benchmarks, for the report")
 	flag.StringVar(&mem, "mem", "10,100", "memory steps: Services of 100 endpoints per cluster (x10 clusters)")
+	flag.IntVar(&cfg.cold, "cold", 10000, "exported Services per linked cluster for the cold start (x10 clusters); 0 skips")
 	flag.StringVar(&serverCPU, "server-cpu", serverCPU, "CPU the servers are pinned to")
 	flag.StringVar(&clientCPU, "client-cpu", clientCPU, "CPU dnsperf is pinned to")
 	flag.Parse()
@@ -142,6 +146,13 @@ func run(env *harness.Env, cfg *config) int {
 				return 1
 			}
 			logf("loaded s%d..s%d: %d objects in %.1fs", loaded, svcs-1, n, time.Since(t).Seconds())
+			t = time.Now()
+			n, err = loadGateway(env, loaded, svcs)
+			if err != nil {
+				logf("loading the gateway-mode set: %v", err)
+				return 1
+			}
+			logf("loaded gwt s%d..s%d and their mirrors: %d objects in %.1fs", loaded, svcs-1, n, time.Since(t).Seconds())
 			loaded = svcs
 		}
 		last := si == len(cfg.sizes)-1
@@ -192,6 +203,16 @@ func run(env *harness.Env, cfg *config) int {
 		rep.memErr = err.Error()
 	}
 
+	// Cold start: 10 links x cfg.cold exported Services.
+	if cfg.cold > 0 {
+		c, err := coldStart(env, cfg, cfg.cold)
+		if err != nil {
+			logf("cold start: %v", err)
+			rep.coldErr = err.Error()
+		}
+		rep.cold = c
+	}
+
 	// 5: new exports, through the controller.
 	if cfg.exportN > 0 {
 		exportLatency(env, cfg, rep)
@@ -237,6 +258,8 @@ func startThroughputServers(env *harness.Env, cfg *config, svcs int) ([]*server,
 			corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=remote-discovery,mcbench=ten")},
 		{key: "A1", what: "coredns-mc: mcmirror, 1 linked cluster", bin: cfg.cmc, args: cmc, expect: expectOne(svcs),
 			corefile: mcmirrorCorefile(env, remotes(1), "mirror.linkerd.io/exported=remote-discovery,mcbench=one")},
+		{key: "Agw", what: "coredns-mc: mcmirror, 10 linked clusters, gateway mode (mirror ClusterIPs)", bin: cfg.cmc, args: cmc, expect: expectGateway(svcs),
+			corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=true,mcbench=gwt")},
 		{key: "B", what: "coredns-mc: kubernetes plugin", bin: cfg.cmc, args: cmc, expect: expectLoc(svcs),
 			corefile: fmt.Sprintf(".:{PORT} {\n    bind 127.0.0.1\n    ready 127.0.0.1:{READY}\n    kubernetes cluster.local {\n        kubeconfig %s\n    }\n}\n",
 				env.Cluster("east").Kubeconfig)},

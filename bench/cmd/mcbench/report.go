@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,8 @@ type report struct {
 	// exportRetries counts the controller's retried syncs during the
 	// new-export measurement.
 	exportRetries int
+	cold          *coldResult
+	coldErr       string
 }
 
 func newReport(cfg *config) *report { return &report{cfg: cfg, start: time.Now().UTC()} }
@@ -63,6 +66,71 @@ func cpuRatio(a, b *series) float64 {
 		return 0
 	}
 	return a.medianPerCPU() / b.medianPerCPU()
+}
+
+// runRatios returns a's qps ÷ b's qps and a's answers per CPU second ÷ b's,
+// run by run (run i of a and run i of b were interleaved), for the runs
+// where both counted.
+func runRatios(a, b *series) (qps, cpu []float64) {
+	for i := range min(len(a.runs), len(b.runs)) {
+		x, y := a.runs[i], b.runs[i]
+		if !x.valid || !y.valid || y.qps == 0 || y.serverCPU == 0 || x.serverCPU == 0 {
+			continue
+		}
+		qps = append(qps, x.qps/y.qps)
+		cpu = append(cpu, (float64(x.completed)/x.serverCPU)/(float64(y.completed)/y.serverCPU))
+	}
+	return qps, cpu
+}
+
+// ratioCells formats, for each server of as, the ratio of the medians to b
+// and the spread of the run-by-run ratios, by qps and per CPU second.
+func ratioCells(as []*series, b *series) string {
+	var parts []string
+	for _, a := range as {
+		q, c := runRatios(a, b)
+		parts = append(parts, fmt.Sprintf("%s %.2f× (runs %s), per CPU-s %.2f× (runs %s)", a.server.key,
+			ratio(a, b), spread(q), cpuRatio(a, b), spread(c)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func spread(v []float64) string {
+	if len(v) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%.2f–%.2f", slices.Min(v), slices.Max(v))
+}
+
+// verdict is "met" when the ratios of the medians and every run-by-run
+// ratio of every server in as to b (by qps and per CPU second) are within
+// [lo, hi] (hi 0: no upper bound), "**missed**" when none is, and "on the
+// line" when they straddle the bound: a spread that crosses it is noise,
+// not a result.
+func verdict(as []*series, b *series, lo, hi float64) string {
+	in, out := 0, 0
+	count := func(x float64) {
+		if x >= lo && (hi == 0 || x <= hi) {
+			in++
+		} else {
+			out++
+		}
+	}
+	for _, a := range as {
+		q, c := runRatios(a, b)
+		for _, x := range append(append([]float64{ratio(a, b), cpuRatio(a, b)}, q...), c...) {
+			count(x)
+		}
+	}
+	switch {
+	case in+out == 0:
+		return "not measured"
+	case out == 0:
+		return "met"
+	case in == 0:
+		return "**missed**"
+	}
+	return fmt.Sprintf("on the line (%d of %d ratios within)", in, in+out)
 }
 
 func yesNo(ok bool) string {
@@ -134,7 +202,7 @@ func (r *report) String() string {
 	p("")
 	p("- machine: %s", proc.Machine())
 	p("- command: `make bench` (bench/run.sh), %.0f s for mcbench itself", time.Since(began).Seconds())
-	p("- dnsperf %s, UDP, A queries, `-c 4 -q 100 -T 1`, %d interleaved runs of %s per server and size (A10 A1 B C D, A10 A1 B C D, ...) after a 1 s warm-up",
+	p("- dnsperf %s, UDP, A queries, `-c 4 -q 100 -T 1`, %d interleaved runs of %s per server and size (A10 A1 Agw B C D, A10 A1 Agw B C D, ...) after a 1 s warm-up",
 		dnsperfVersion(), cfg.runs, cfg.dur)
 	p("- servers pinned to CPU %s (`taskset`, `GOMAXPROCS=1`), dnsperf to CPU %s; the API servers and etcd float; the machine is shared, so only the ratios within one table mean much",
 		serverCPU, clientCPU)
@@ -142,7 +210,7 @@ func (r *report) String() string {
 	p("")
 	p("### Throughput")
 	p("")
-	p("A10: `coredns-mc`, plugin mcmirror alone, 10 linked clusters (flat-mode exports, `<host>.<svc>-<cluster>` and `<svc>-global`); A1: the same records in 1 linked cluster; B: plugin kubernetes alone, `<host>.<svc>` and `<svc>` of headless Services in the local cluster; C: plugin file, a zone with A10's records; D: a bare miekg/dns server answering from a map. Each Service has %d endpoints; each query file lists every name of its server once (endpoint names + Service names).", perSvc)
+	p("A10: `coredns-mc`, plugin mcmirror alone, 10 linked clusters (flat-mode exports, `<host>.<svc>-<cluster>` and `<svc>-global`); A1: the same records in 1 linked cluster; Agw: 10 linked clusters in gateway mode, `<svc>-<cluster>` answered with the local mirror's ClusterIP and `<svc>-global` with the 10 mirror ClusterIPs (the mirrors made by mcbench with the controller's labels), as many names as A10; B: plugin kubernetes alone, `<host>.<svc>` and `<svc>` of headless Services in the local cluster; C: plugin file, a zone with A10's records; D: a bare miekg/dns server answering from a map. Each Service has %d endpoints; each query file lists every name of its server once (endpoint names + Service names).", perSvc)
 	p("")
 	p("qps is what dnsperf measured; q/CPU-s is answers per CPU second the server process used (from /proc, user+system), which corrects for the share of core %s the scheduler gave the server on a shared machine. The ratios are of the medians, qps first, q/CPU-s in brackets.", serverCPU)
 	p("")
@@ -174,13 +242,19 @@ func (r *report) String() string {
 	p("| target | measured | |")
 	p("| --- | --- | --- |")
 	for _, sr := range r.sizes {
-		a10, a1, bs, ds := sr.get("A10"), sr.get("A1"), sr.get("B"), sr.get("D")
-		x, y := ratio(a10, bs), cpuRatio(a10, bs)
-		p("| A ≥ 1.5× B (%d endpoints) | qps: A10 %.2f×, A1 %.2f×; per CPU-s: A10 %.2f×, A1 %.2f× | %s |", sr.size, x, ratio(a1, bs), y, cpuRatio(a1, bs), yesNo(x >= 1.5 && y >= 1.5))
-		x, y = ratio(a10, ds), cpuRatio(a10, ds)
-		p("| A ≥ 0.7× D (%d endpoints) | qps: A10 %.2f×, A1 %.2f×; per CPU-s: A10 %.2f×, A1 %.2f× | %s |", sr.size, x, ratio(a1, ds), y, cpuRatio(a1, ds), yesNo(x >= 0.7 && y >= 0.7))
-		x, y = ratio(a10, a1), cpuRatio(a10, a1)
-		p("| 10 clusters within 10%% of 1 (%d endpoints) | A10 ÷ A1: qps %.2f, per CPU-s %.2f | %s |", sr.size, x, y, yesNo(x >= 0.9 && x <= 1.1 && y >= 0.9 && y <= 1.1))
+		bs, ds := sr.get("B"), sr.get("D")
+		var as []*series
+		for _, k := range []string{"A10", "A1", "Agw"} {
+			if a := sr.get(k); a != nil {
+				as = append(as, a)
+			}
+		}
+		p("| A ≥ 1.5× B (%d endpoints) | %s | %s |", sr.size, ratioCells(as, bs), verdict(as, bs, 1.5, 0))
+		p("| A ≥ 0.7× D (%d endpoints) | %s | %s |", sr.size, ratioCells(as, ds), verdict(as, ds, 0.7, 0))
+		a10, a1 := sr.get("A10"), sr.get("A1")
+		if a10 != nil && a1 != nil {
+			p("| 10 clusters within 10%% of 1 (%d endpoints) | A10 ÷ A1: %s | %s |", sr.size, ratioCells([]*series{a10}, a1), verdict([]*series{a10}, a1, 0.9, 1.1))
+		}
 	}
 	gb := readGoBench(goBenchFile)
 	var lookup, syncOne *goBench
@@ -236,7 +310,13 @@ func (r *report) String() string {
 	} else {
 		p("| propagation p99 ≤ 2 s (new export) | %s | |", orNA(r.exportErr))
 	}
-	p("| gateway throughput and added latency | not measured: no gateway yet | |")
+	if c := r.cold; c != nil {
+		after := c.index - c.lists
+		p("| cold start ≤ 5 s after the API lists return (10 links × %d exported Services) | index complete %.2f s after the process started, lists %.2f s: %.2f s after them (every one of %d names verified correct by %.2f s; %d objects listed; HeapInuse then %.1f MiB) | %s |",
+			c.svcs/10, c.index.Seconds(), c.lists.Seconds(), after.Seconds(), c.names, c.correct.Seconds(), c.objects, float64(c.inuse)/(1<<20), yesNo(after <= 5*time.Second))
+	} else {
+		p("| cold start ≤ 5 s after the API lists return | not measured: %s | |", orNA(r.coldErr))
+	}
 	p("")
 
 	p("### Memory")
@@ -301,7 +381,7 @@ func (r *report) String() string {
 	if r.export != nil {
 		p("- the controller (`coredns-mc controller -v 2`) logged %d retried syncs (\"Sync failed, retrying\") during the %d new exports; see bench/out/logs/controller.log", r.exportRetries, r.cfg.exportN)
 	}
-	p("- gateway: not measured: no gateway yet")
+	p("- the gateway data path (throughput, added latency) is measured by gwbench: see gateway.md")
 	p("")
 
 	p("### Per-query cost (Go benchmarks of the plugin, `go test -bench . -benchmem ./plugin/...`)")

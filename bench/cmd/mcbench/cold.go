@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// The cold set: Service k<i> in each of c0..c9, flat-mode export, headless,
+// one named endpoint h0. A fresh A server with the 10 links is started on
+// it and timed from its start until its index holds every name; the time a
+// plain client-go List of the same objects takes, in the same run, is
+// subtracted: what is left is what the server adds to the lists.
+const nsCold = "cold"
+
+// ipCold is the IP of h0 of k<i> in cluster c.
+func ipCold(c, i int) string { return fmt.Sprintf("10.%d.%d.%d", 210+c, i/250, 1+i%250) }
+
+func expectCold(n int) names {
+	out := names{}
+	for i := range n {
+		var all []string
+		for c := range 10 {
+			out[fmt.Sprintf("h0.k%d-c%d.%s.%s", i, c, nsCold, zone)] = []string{ipCold(c, i)}
+			all = append(all, ipCold(c, i))
+		}
+		slices.Sort(all)
+		out[fmt.Sprintf("k%d-global.%s.%s", i, nsCold, zone)] = all
+	}
+	return out
+}
+
+// loadCold creates k0..k<n-1> in every remote cluster.
+func loadCold(env *harness.Env, n int) error {
+	cr := newCreator(env.Clusters(), 16)
+	for i := range n {
+		for c := range 10 {
+			cr.headless(fmt.Sprintf("c%d", c), nsCold, fmt.Sprintf("k%d", i), exportLabels(nsCold),
+				[]endpoint{{"h0", ipCold(c, i)}})
+		}
+	}
+	return cr.wait()
+}
+
+// coldResult is the cold-start measure.
+type coldResult struct {
+	svcs    int           // exported Services in all
+	objects int           // objects the lists returned, all clusters
+	lists   time.Duration // the slowest cluster's lists, client-go, one after the other as the plugin makes them
+	index   time.Duration // process start to the index holding every name
+	correct time.Duration // process start to every name verified correct (upper bound: includes the verification)
+	names   int
+	inuse   int64 // HeapInuse after a forced GC, once every name is correct
+}
+
+// timeLists lists, from every cluster at once, what an A server with the 10
+// links lists: in each remote cluster the exported Services, then every
+// EndpointSlice of a Service; in east the same and the mirror Services. It
+// returns the time of the slowest cluster and the number of objects.
+func timeLists(env *harness.Env, sel string) (time.Duration, int, error) {
+	var (
+		mu    sync.Mutex
+		worst time.Duration
+		total int
+		first error
+		wg    sync.WaitGroup
+	)
+	for _, c := range env.Clusters() {
+		cs := fastClient(c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, d, err := listCluster(cs, sel, c.Name == "east")
+			mu.Lock()
+			defer mu.Unlock()
+			worst, total = max(worst, d), total+n
+			if err != nil && first == nil {
+				first = fmt.Errorf("%s: %w", c.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return worst, total, first
+}
+
+func listCluster(cs kubernetes.Interface, sel string, local bool) (int, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t := time.Now()
+	svcs, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return 0, 0, err
+	}
+	sls, err := cs.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{LabelSelector: labels.ServiceName})
+	if err != nil {
+		return 0, 0, err
+	}
+	n := len(svcs.Items) + len(sls.Items)
+	if local {
+		m, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: labels.MirrorSelector})
+		if err != nil {
+			return 0, 0, err
+		}
+		n += len(m.Items)
+	}
+	return n, time.Since(t), nil
+}
+
+var reIndexNames = regexp.MustCompile(`(?m)^coredns_mcmirror_index_names (\S+)$`)
+
+// indexNames reads the plugin's coredns_mcmirror_index_names gauge; -1
+// when the server does not answer yet.
+func indexNames(url string) float64 {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
+	}
+	m := reIndexNames.FindSubmatch(b)
+	if m == nil {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v
+}
+
+// coldStart loads the cold set (n Services per remote cluster), times the
+// lists, then starts a fresh A server with the 10 links and times it.
+func coldStart(env *harness.Env, cfg *config, n int) (*coldResult, error) {
+	t := time.Now()
+	if err := loadCold(env, n); err != nil {
+		return nil, fmt.Errorf("loading: %w", err)
+	}
+	logf("cold start: loaded k0..k%d in 10 clusters (%d objects) in %.1fs", n-1, 20*n, time.Since(t).Seconds())
+	sel := labels.Exported + "=" + labels.ExportFlat + "," + setLabel + "=" + nsCold
+	r := &coldResult{svcs: 10 * n}
+	// Twice, the second counted: the first warms the API servers' caches
+	// as the servers started before have.
+	for range 2 {
+		var err error
+		if r.lists, r.objects, err = timeLists(env, sel); err != nil {
+			return nil, fmt.Errorf("lists: %w", err)
+		}
+	}
+	logf("cold start: client-go lists of %d objects: slowest cluster %.2fs", r.objects, r.lists.Seconds())
+
+	expect := expectCold(n)
+	r.names = len(expect)
+	mport := freePort()
+	metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
+	corefile := strings.Replace(mcmirrorCorefile(env, remotes(10), sel), "    {PPROF}\n",
+		fmt.Sprintf("    {PPROF}\n    prometheus 127.0.0.1:%d\n", mport), 1)
+
+	// The gauge, polled from before the start; names only grow in a cold
+	// start, so the first sample at the final value is when the index was
+	// complete.
+	type sample struct {
+		at time.Duration
+		v  float64
+	}
+	var samples []sample
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(polled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			v := indexNames(metrics)
+			samples = append(samples, sample{time.Since(start), v})
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	s, err := startServer(cfg.out, serverOpts{key: "Acold", what: "cold start", bin: cfg.cmc, args: []string{"-conf", "{CONF}"},
+		expect: expect, cpu: serverCPU, pprof: true, corefile: corefile})
+	r.correct = time.Since(start)
+	close(stop)
+	<-polled
+	if err != nil {
+		return nil, err
+	}
+	defer s.proc.Stop()
+	final := indexNames(metrics)
+	if final <= 0 {
+		return nil, fmt.Errorf("no coredns_mcmirror_index_names from %s", metrics)
+	}
+	r.index = -1
+	for _, x := range samples {
+		if x.v == final {
+			r.index = x.at
+			break
+		}
+	}
+	if r.index < 0 {
+		r.index = r.correct // never sampled at the final value before the verification ended
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if r.inuse, _, _, err = s.heap(ctx); err != nil {
+		return nil, fmt.Errorf("heap: %w", err)
+	}
+	logf("cold start: %d names; index complete %.2fs after the start, every name verified by %.2fs; lists %.2fs",
+		r.names, r.index.Seconds(), r.correct.Seconds(), r.lists.Seconds())
+	return r, nil
+}

@@ -5,40 +5,13 @@ package controller
 // per change.
 
 import (
-	"errors"
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"github.com/mcmirror/mcmirror/internal/link"
+
 	"k8s.io/klog/v2"
 )
-
-// Why a list or watch of a linked cluster failed: the reason label of
-// link_errors_total, as the DNS plugin's.
-const (
-	reasonUnreachable  = "unreachable"  // no answer: refused, timed out, TLS, a 5xx
-	reasonUnauthorized = "unauthorized" // 401: credentials refused or expired
-	reasonForbidden    = "forbidden"    // 403: RBAC does not allow the list or watch
-	reasonError        = "error"        // another answer of the API server
-)
-
-var linkReasons = [...]string{reasonUnreachable, reasonUnauthorized, reasonForbidden, reasonError}
-
-// failureReason classifies the error of a list or watch.
-func failureReason(err error) string {
-	var status apierrors.APIStatus
-	switch {
-	case apierrors.IsUnauthorized(err):
-		return reasonUnauthorized
-	case apierrors.IsForbidden(err):
-		return reasonForbidden
-	case apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err):
-		return reasonUnreachable
-	case errors.As(err, &status):
-		return reasonError
-	}
-	return reasonUnreachable // refused, timed out, TLS, DNS: no answer
-}
 
 // The watches of a link.
 const (
@@ -76,7 +49,7 @@ type linkHealth struct {
 func newLinkHealth(name string, replacement bool) *linkHealth {
 	if !replacement {
 		linkUp.WithLabelValues(name).Set(0)
-		for _, r := range linkReasons {
+		for _, r := range link.FailureReasons {
 			linkErrors.WithLabelValues(name, r)
 		}
 	}
@@ -110,7 +83,7 @@ func (h *linkHealth) result(w int, err error) {
 			h.since = time.Time{}
 		}
 	} else {
-		reason := failureReason(err)
+		reason := link.FailureReason(err)
 		linkErrors.WithLabelValues(h.name, reason).Inc()
 		if h.since.IsZero() {
 			h.since = time.Now()
@@ -133,7 +106,7 @@ func (h *linkHealth) stop(deleteSeries bool) {
 		return
 	}
 	linkUp.DeleteLabelValues(h.name)
-	for _, r := range linkReasons {
+	for _, r := range link.FailureReasons {
 		linkErrors.DeleteLabelValues(h.name, r)
 	}
 }

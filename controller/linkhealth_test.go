@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
 )
 
 // How the fake API server answers.
@@ -194,10 +195,10 @@ func TestLinkHealth(t *testing.T) {
 		// hangs is reported by its watchdog, every noAnswerAfter.
 		failures float64
 	}{
-		{"refused401", answerUnauthorized, reasonUnauthorized, 6},
-		{"refused403", answerForbidden, reasonForbidden, 6},
-		{"unavailable", answerUnavailable, reasonUnreachable, 6},
-		{"hanging", answerHang, reasonUnreachable, 6},
+		{"refused401", answerUnauthorized, link.FailureUnauthorized, 6},
+		{"refused403", answerForbidden, link.FailureForbidden, 6},
+		{"unavailable", answerUnavailable, link.FailureUnreachable, 6},
+		{"hanging", answerHang, link.FailureUnreachable, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := captureLog(t)
@@ -211,7 +212,7 @@ func TestLinkHealth(t *testing.T) {
 				return testutil.ToFloat64(linkErrors.WithLabelValues(cluster, tc.reason)) >= tc.failures
 			}, 20*time.Second, 10*time.Millisecond, "failures counted as %s", tc.reason)
 			assert.Equal(t, float64(0), testutil.ToFloat64(linkUp.WithLabelValues(cluster)))
-			for _, r := range linkReasons {
+			for _, r := range link.FailureReasons {
 				if r != tc.reason {
 					assert.Zero(t, testutil.ToFloat64(linkErrors.WithLabelValues(cluster, r)), "reason %s", r)
 				}
@@ -262,7 +263,7 @@ func TestLinkHealthReplaced(t *testing.T) {
 	refusing := newFakeAPIServer(t, answerUnauthorized)
 	f.c.Add("replaced", &rest.Config{Host: refusing.URL})
 	require.Eventually(t, func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("replaced", reasonUnauthorized)) > 0 &&
+		return testutil.ToFloat64(linkErrors.WithLabelValues("replaced", link.FailureUnauthorized)) > 0 &&
 			testutil.ToFloat64(linkUp.WithLabelValues("replaced")) == 0
 	}, 10*time.Second, 10*time.Millisecond, "the new link's state")
 	// The old link's late results write nothing.

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/link"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,7 +47,7 @@ var noAnswerAfter = 15 * time.Second
 // retriedReason reports whether a list or watch failing for reason is
 // retried by the link's own loop rather than by the reflector.
 func retriedReason(reason string) bool {
-	return reason != reasonError
+	return reason != link.FailureError
 }
 
 // linkInformers returns the Service and EndpointSlice informers of link r:
@@ -105,7 +107,7 @@ func retried[T any](ctx context.Context, h *linkHealth, w int, request func() (T
 		done := watchdog(ctx, h, w)
 		v, err := request()
 		done(err)
-		if err == nil || ctx.Err() != nil || !retriedReason(failureReason(err)) {
+		if err == nil || ctx.Err() != nil || !retriedReason(link.FailureReason(err)) {
 			return v, err
 		}
 		select {

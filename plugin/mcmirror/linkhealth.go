@@ -1,40 +1,12 @@
 package mcmirror
 
 import (
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"github.com/mcmirror/mcmirror/internal/link"
 )
-
-// Why a list or watch of a cluster failed, the reason label of
-// link_errors_total.
-const (
-	reasonUnreachable  = "unreachable"  // no answer: refused, timed out, TLS, a 5xx
-	reasonUnauthorized = "unauthorized" // 401: credentials refused or expired
-	reasonForbidden    = "forbidden"    // 403: RBAC does not allow the list or watch
-	reasonError        = "error"        // another answer of the API server
-)
-
-var linkReasons = [...]string{reasonUnreachable, reasonUnauthorized, reasonForbidden, reasonError}
-
-// failureReason classifies the error of a list or watch.
-func failureReason(err error) string {
-	var status apierrors.APIStatus
-	switch {
-	case apierrors.IsUnauthorized(err):
-		return reasonUnauthorized
-	case apierrors.IsForbidden(err):
-		return reasonForbidden
-	case apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err):
-		return reasonUnreachable
-	case errors.As(err, &status):
-		return reasonError
-	}
-	return reasonUnreachable // refused, timed out, TLS, DNS: no answer
-}
 
 // The watches of a cluster, for the health of each.
 const (
@@ -150,7 +122,7 @@ func (h *linkHealth) stop(deleteSeries bool) {
 	linkUp.DeleteLabelValues(h.name)
 	linkWithdrawn.DeleteLabelValues(h.name)
 	linkLastSync.DeleteLabelValues(h.name)
-	for _, r := range linkReasons {
+	for _, r := range link.FailureReasons {
 		linkErrors.DeleteLabelValues(h.name, r)
 	}
 	droppedAddresses.DeleteLabelValues(h.name)
@@ -222,7 +194,7 @@ func (h *linkHealth) result(w int, err error) {
 			h.withdrawn.Store(false)
 		}
 	} else {
-		reason := failureReason(err)
+		reason := link.FailureReason(err)
 		linkErrors.WithLabelValues(h.name, reason).Inc()
 		first := h.failing == [numWatches]string{}
 		if h.failing[w] != reason {

@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -106,20 +107,20 @@ func TestStaleServingAndRecovery(t *testing.T) {
 	if v := testutil.ToFloat64(linkUp.WithLabelValues("stale")); v != 1 {
 		t.Fatalf("link_up = %v while up", v)
 	}
-	errs := testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable))
+	errs := testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable))
 
 	api.down()
 	waitFor(t, 5*time.Second, "the outage seen", func() bool {
 		return testutil.ToFloat64(linkUp.WithLabelValues("stale")) == 0 &&
-			testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable)) > errs
+			testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable)) > errs
 	})
 	// Down for 10 s: long enough for client-go's default backoff to
 	// reach 6.4 s, and double it with jitter, before the next retry.
 	// Failed retries clear nothing.
-	n := testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable))
+	n := testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable))
 	down := time.Now()
 	waitFor(t, 20*time.Second, "a 10 s outage with failed retries", func() bool {
-		return time.Since(down) > 10*time.Second && testutil.ToFloat64(linkErrors.WithLabelValues("stale", reasonUnreachable)) >= n+3
+		return time.Since(down) > 10*time.Second && testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable)) >= n+3
 	})
 	if !answersA(t, m, name, "10.1.0.1")() {
 		t.Fatal("the last known answer is gone while the link is down")
@@ -170,7 +171,7 @@ func TestRefusedLink(t *testing.T) {
 	for _, tc := range []struct {
 		code   int
 		reason string
-	}{{http.StatusUnauthorized, reasonUnauthorized}, {http.StatusForbidden, reasonForbidden}} {
+	}{{http.StatusUnauthorized, link.FailureUnauthorized}, {http.StatusForbidden, link.FailureForbidden}} {
 		t.Run(tc.reason, func(t *testing.T) {
 			good := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
 
@@ -257,7 +258,7 @@ func TestHangingLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
-	before := testutil.ToFloat64(linkErrors.WithLabelValues("hang", reasonUnreachable))
+	before := testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable))
 	begin := time.Now()
 	m := startWith(t, fake.NewClientset(), 500*time.Millisecond, 0, "good", good, "hang", hang)
 	if took := time.Since(begin); took > 3*time.Second {
@@ -268,6 +269,6 @@ func TestHangingLink(t *testing.T) {
 		t.Error("not ready")
 	}
 	waitFor(t, 20*time.Second, "the hanging link counted unreachable", func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("hang", reasonUnreachable)) > before
+		return testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable)) > before
 	})
 }

@@ -1,6 +1,8 @@
 package mcmirror
 
 import (
+	"github.com/mcmirror/mcmirror/internal/link"
+
 	"context"
 	"testing"
 	"time"
@@ -42,12 +44,12 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := testutil.ToFloat64(linkErrors.WithLabelValues("late", reasonUnreachable))
+	before := testutil.ToFloat64(linkErrors.WithLabelValues("late", link.FailureUnreachable))
 	if err := m.AddLink("late", dead); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the late link tried", func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("late", reasonUnreachable)) > before
+		return testutil.ToFloat64(linkErrors.WithLabelValues("late", link.FailureUnreachable)) > before
 	})
 	if !m.Ready() {
 		t.Error("a link added later made the server unready")

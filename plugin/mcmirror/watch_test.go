@@ -1,6 +1,8 @@
 package mcmirror
 
 import (
+	"github.com/mcmirror/mcmirror/internal/link"
+
 	"context"
 	"slices"
 	"testing"
@@ -181,7 +183,9 @@ func TestControllerDeadLink(t *testing.T) {
 	if got := testutil.ToFloat64(linkSynced.WithLabelValues("paris")); got != 0 {
 		t.Errorf("link_synced{cluster=paris} = %v, want 0", got)
 	}
-	eventually(t, "watch errors counted", func() bool { return testutil.ToFloat64(linkErrors.WithLabelValues("paris", reasonUnreachable)) > 0 })
+	eventually(t, "watch errors counted", func() bool {
+		return testutil.ToFloat64(linkErrors.WithLabelValues("paris", link.FailureUnreachable)) > 0
+	})
 }
 
 func TestControllerNotReadyBeforeTimeout(t *testing.T) {

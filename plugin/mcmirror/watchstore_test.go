@@ -1,6 +1,8 @@
 package mcmirror
 
 import (
+	"github.com/mcmirror/mcmirror/internal/link"
+
 	"context"
 	"slices"
 	"testing"
@@ -156,12 +158,12 @@ func TestLinkMetricsGenerations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := testutil.ToFloat64(linkErrors.WithLabelValues("gen", reasonUnreachable))
+	errs := testutil.ToFloat64(linkErrors.WithLabelValues("gen", link.FailureUnreachable))
 	if err := m.ReplaceLink("gen", dead); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the replacement tried", func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("gen", reasonUnreachable)) > errs
+		return testutil.ToFloat64(linkErrors.WithLabelValues("gen", link.FailureUnreachable)) > errs
 	})
 	for _, g := range []struct {
 		name string

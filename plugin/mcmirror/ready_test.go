@@ -1,11 +1,11 @@
 package mcmirror
 
 import (
-	"github.com/mcmirror/mcmirror/internal/link"
-
 	"context"
 	"testing"
 	"time"
+
+	"github.com/mcmirror/mcmirror/internal/link"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
 

@@ -1,14 +1,13 @@
 package mcmirror
 
 import (
-	"github.com/mcmirror/mcmirror/internal/link"
-
 	"context"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"

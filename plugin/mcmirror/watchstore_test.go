@@ -1,12 +1,12 @@
 package mcmirror
 
 import (
-	"github.com/mcmirror/mcmirror/internal/link"
-
 	"context"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/mcmirror/mcmirror/internal/link"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/controller"
-	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -149,40 +148,10 @@ func TestLinkSecretRemoval(t *testing.T) {
 	namespace(t, "e2e-link-secrets", "east")
 	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
 
-	// What `linkerd multicluster link` sets up: a ServiceAccount in the
-	// remote cluster that may read Services and EndpointSlices, and its
-	// kubeconfig in a Secret in the local one.
-	require.NoError(t, paris.Apply(ctx, `
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: mcmirror-link, namespace: default}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: mcmirror-link}
-rules:
-- {apiGroups: [""], resources: [services], verbs: [list, watch, get]}
-- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch, get]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: mcmirror-link}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: mcmirror-link}
-subjects: [{kind: ServiceAccount, name: mcmirror-link, namespace: default}]
-`))
-	kc, err := paris.ServiceAccountKubeconfig(ctx, "default", "mcmirror-link")
-	require.NoError(t, err)
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: labels.LinkSecretNamePrefix + "paris", Namespace: "e2e-link-secrets",
-			Labels: map[string]string{labels.LinkClusterName: "paris"}},
-		Type: labels.LinkSecretType,
-		Data: map[string][]byte{labels.LinkSecretKey: kc},
-	}
-	_, err = east.Client.CoreV1().Secrets("e2e-link-secrets").Create(ctx, secret, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = east.Client.CoreV1().Secrets("e2e-link-secrets").Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
-	})
+	// What `coredns-mc link` (or `linkerd multicluster link`) sets up: a
+	// ServiceAccount in the remote cluster that may list and watch
+	// Services and EndpointSlices, and its kubeconfig in a Secret here.
+	secret := linkSecret(t, paris, "e2e-link-secrets")
 
 	// An unrelated Service named like a paris mirror, made by someone
 	// else, must survive the sweep.

@@ -286,3 +286,24 @@ func requireAlive(t *testing.T, p *harness.Process) {
 	exited, err := p.Exited()
 	require.False(t, exited, "%s exited (%v):\n%s", p.Name, err, p.Tail(30))
 }
+
+// linkSecret links east to remote through a link Secret in secretNS, with
+// the kubeconfig of deploy/remote-link.yaml's ServiceAccount (what
+// `coredns-mc link` sets up); the Secret is deleted when the test ends.
+func linkSecret(t *testing.T, remote *harness.Cluster, secretNS string) *corev1.Secret {
+	t.Helper()
+	ctx := context.Background()
+	kc, err := remote.LinkKubeconfig(ctx)
+	require.NoError(t, err)
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: labels.LinkSecretNamePrefix + remote.Name, Namespace: secretNS,
+			Labels: map[string]string{labels.LinkClusterName: remote.Name}},
+		Type: labels.LinkSecretType,
+		Data: map[string][]byte{labels.LinkSecretKey: kc},
+	}
+	secrets := env.Cluster("east").Client.CoreV1().Secrets(secretNS)
+	secret, err = secrets.Create(ctx, secret, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = secrets.Delete(context.Background(), secret.Name, metav1.DeleteOptions{}) })
+	return secret
+}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -26,37 +25,7 @@ func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
 	namespace(t, ns, "east", "paris")
 	namespace(t, secretNS, "east")
 	east, paris := env.Cluster("east"), env.Cluster("paris")
-	require.NoError(t, paris.Apply(ctx, `
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: mcmirror-refused, namespace: default}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: mcmirror-refused}
-rules:
-- {apiGroups: [""], resources: [services], verbs: [list, watch]}
-- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: mcmirror-refused}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: mcmirror-refused}
-subjects: [{kind: ServiceAccount, name: mcmirror-refused, namespace: default}]
-`))
-	kc, err := paris.ServiceAccountKubeconfig(ctx, "default", "mcmirror-refused")
-	require.NoError(t, err)
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: labels.LinkSecretNamePrefix + "paris", Namespace: secretNS,
-			Labels: map[string]string{labels.LinkClusterName: "paris"}},
-		Type: labels.LinkSecretType,
-		Data: map[string][]byte{labels.LinkSecretKey: kc},
-	}
-	_, err = east.Client.CoreV1().Secrets(secretNS).Create(ctx, secret, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = east.Client.CoreV1().Secrets(secretNS).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
-	})
+	secret := linkSecret(t, paris, secretNS)
 	args := []string{"--no-static-links", "--link-secrets", secretNS, "--v", "4"}
 	first := startController(t, "controller", args...)
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "db", 2, "true")))
@@ -72,7 +41,7 @@ subjects: [{kind: ServiceAccount, name: mcmirror-refused, namespace: default}]
 
 	// The Secret is edited: the same server, through an exec plugin,
 	// which is refused.
-	cfg, err := clientcmd.Load(kc)
+	cfg, err := clientcmd.Load(secret.Data[labels.LinkSecretKey])
 	require.NoError(t, err)
 	user := cfg.Contexts[cfg.CurrentContext].AuthInfo
 	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{

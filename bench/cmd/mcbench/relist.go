@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -37,6 +38,9 @@ type relistResult struct {
 	lists     []string      // per cluster: LIST and watch-list requests of the two kinds the restarted API server served
 	after     int64         // HeapInuse after a forced GC, after the relist
 	namesBack bool          // coredns_mcmirror_index_names back at its value before the restart
+	// heapProfile is the top of the in-use heap profile after the relist
+	// (forced GC): what is still held.
+	heapProfile string
 }
 
 func (r *relistResult) ratio() float64 { return float64(r.peak) / float64(r.steady) }
@@ -47,19 +51,24 @@ func (r *relistResult) relisted() bool { return r.read*2 >= r.coldRead }
 
 var reHeapInuse = regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes (\S+)$`)
 
-// metricValue returns the value of the first match of re in the body at
-// url; -1 when there is none.
-func metricValue(url string, re *regexp.Regexp) float64 {
+// scrape returns the body at url; nil when it does not answer.
+func scrape(url string) []byte {
 	c := http.Client{Timeout: time.Second}
 	resp, err := c.Get(url)
 	if err != nil {
-		return -1
+		return nil
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return -1
+		return nil
 	}
+	return b
+}
+
+// metricValue returns the value of the first match of re in b; -1 when
+// there is none.
+func metricValue(b []byte, re *regexp.Regexp) float64 {
 	m := re.FindSubmatch(b)
 	if m == nil {
 		return -1
@@ -86,7 +95,7 @@ func rchar(pid int) (int64, error) {
 // relist restarts the linked clusters' API servers under the loaded server
 // s (its /metrics at metrics; names is the index_names value when loaded)
 // and samples its heap through the relists that follow.
-func relist(env *harness.Env, s *server, metrics string, names float64) (*relistResult, error) {
+func relist(env *harness.Env, cfg *config, s *server, metrics string, names float64) (*relistResult, error) {
 	r := &relistResult{}
 	var err error
 	if r.coldRead, err = rchar(s.goPID()); err != nil {
@@ -99,7 +108,7 @@ func relist(env *harness.Env, s *server, metrics string, names float64) (*relist
 		return nil, fmt.Errorf("heap: %w", err)
 	}
 	for range 30 {
-		r.idlePeak = max(r.idlePeak, int64(metricValue(metrics, reHeapInuse)))
+		r.idlePeak = max(r.idlePeak, int64(metricValue(scrape(metrics), reHeapInuse)))
 		time.Sleep(100 * time.Millisecond)
 	}
 	read0, err := rchar(s.goPID())
@@ -107,7 +116,15 @@ func relist(env *harness.Env, s *server, metrics string, names float64) (*relist
 		return nil, err
 	}
 
-	// The sampler, from the stop of the first API server to the end.
+	// The sampler, from the stop of the first API server to the end; every
+	// sample goes to relist.tsv: seconds, HeapInuse, bytes read since the
+	// restart, index names.
+	tsv, err := os.Create(filepath.Join(cfg.out, "relist.tsv"))
+	if err != nil {
+		return nil, err
+	}
+	defer tsv.Close()
+	fmt.Fprintf(tsv, "seconds\theap_inuse_bytes\tread_bytes\tindex_names\n")
 	stop := make(chan struct{})
 	sampled := make(chan struct{})
 	start := time.Now()
@@ -117,7 +134,10 @@ func relist(env *harness.Env, s *server, metrics string, names float64) (*relist
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if v := metricValue(metrics, reHeapInuse); v > 0 {
+			b := scrape(metrics)
+			if v := metricValue(b, reHeapInuse); v > 0 {
+				n, _ := rchar(s.goPID())
+				fmt.Fprintf(tsv, "%.2f\t%.0f\t%d\t%.0f\n", time.Since(start).Seconds(), v, n-read0, metricValue(b, reIndexNames))
 				mu.Lock()
 				r.samples++
 				if int64(v) > r.peak {
@@ -186,6 +206,9 @@ func relist(env *harness.Env, s *server, metrics string, names float64) (*relist
 	}
 	r.done = time.Since(start)
 	finish()
+	if time.Since(quietSince) <= 3*time.Second || !r.namesBack {
+		logf("relist: not settled after two minutes (names back: %v, last read %.1fs ago)", r.namesBack, time.Since(quietSince).Seconds())
+	}
 	for _, c := range remotes(10) {
 		r.lists = append(r.lists, c+": "+apiLists(env.Cluster(c)))
 	}
@@ -195,6 +218,7 @@ func relist(env *harness.Env, s *server, metrics string, names float64) (*relist
 	if err != nil {
 		return nil, fmt.Errorf("heap after: %w", err)
 	}
+	r.heapProfile = heapProfile(s, cfg, "relist.heap.pprof")
 	logf("relist: read %.1f MiB (cold start %.1f MiB) in %.1fs; HeapInuse steady %.1f MiB (idle samples up to %.1f), peak %.1f MiB at %.1fs (%d samples): %.3fx; after %.1f MiB; %s",
 		mib(r.read), mib(r.coldRead), r.done.Seconds(), mib(r.steady), mib(r.idlePeak), mib(r.peak), r.peakAt.Seconds(), r.samples, r.ratio(), mib(r.after), strings.Join(r.lists, "; "))
 	return r, nil

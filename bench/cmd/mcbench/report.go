@@ -429,6 +429,12 @@ func (r *report) String() string {
 			p("- %s", l)
 		}
 		p("")
+		p("Every 100 ms sample of the relist is in `bench/out/relist.tsv`. What the server holds after it (in-use heap profile after a forced GC, `go tool pprof -top -sample_index=inuse_space`):")
+		p("")
+		p("```")
+		p("%s", strings.TrimSpace(c.relist.heapProfile))
+		p("```")
+		p("")
 	}
 	if r.profile != "" {
 		p("### Where A10's time goes (CPU profile, 5 s under dnsperf, `go tool pprof -top`)")

@@ -323,9 +323,9 @@ func (r *report) String() string {
 		p("| memory during a relist of every link ≤ 1.3× steady | not measured: %s | |", orNA(c.relistErr))
 	default:
 		x := c.relist
-		p("| memory during a relist of every link ≤ 1.3× steady (the cold-start set, 10 API servers restarted) | HeapInuse peak %.1f MiB (at %.1f s, %d samples every 100 ms) ÷ steady %.1f MiB (after a forced GC) = %.3f×; ÷ the idle samples' peak %.1f MiB = %.3f×; after the relist %.1f MiB; the server read %.1f MiB in the relist, %.1f MiB in its cold start; every name back: %s | %s |",
+		p("| memory during a relist of every link ≤ 1.3× steady (the cold-start set, 10 API servers restarted) | HeapInuse peak %.1f MiB (at %.1f s, %d samples every 100 ms) ÷ steady %.1f MiB (after a forced GC) = %.3f×; ÷ the idle samples' peak %.1f MiB = %.3f×; after the relist %.1f MiB; VmRSS peak %.1f MiB ÷ %.1f MiB before = %.3f×; the server read %.1f MiB in the relist, %.1f MiB in its cold start; every name back: %s | %s |",
 			mib(x.peak), x.peakAt.Seconds(), x.samples, mib(x.steady), x.ratio(), mib(x.idlePeak), float64(x.peak)/float64(x.idlePeak),
-			mib(x.after), mib(x.read), mib(x.coldRead), yesNo(x.namesBack), relistVerdict(x))
+			mib(x.after), mib(x.peakRSS), mib(x.rss), float64(x.peakRSS)/float64(x.rss), mib(x.read), mib(x.coldRead), yesNo(x.namesBack), relistVerdict(x))
 	}
 	p("")
 

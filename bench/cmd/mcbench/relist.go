@@ -31,7 +31,7 @@ type relistResult struct {
 	idlePeak  int64         // the largest HeapInuse sampled in the 3 s before the restart
 	peak      int64         // the largest HeapInuse sampled from the restart to the end
 	peakAt    time.Duration // after the API servers were stopped
-	rss       int64         // VmRSS before the restart, after the forced GC
+	rss       int64         // VmRSS at the end of the idle samples, before the restart
 	peakRSS   int64         // the largest VmRSS sampled from the restart to the end
 	samples   int
 	restart   time.Duration // stop and start of the 10 API servers
@@ -105,7 +105,7 @@ func relist(env *harness.Env, cfg *config, s *server, metrics string, names floa
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	r.steady, _, r.rss, err = s.heap(ctx)
+	r.steady, _, _, err = s.heap(ctx)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("heap: %w", err)
@@ -113,6 +113,10 @@ func relist(env *harness.Env, cfg *config, s *server, metrics string, names floa
 	for range 30 {
 		r.idlePeak = max(r.idlePeak, int64(metricValue(scrape(metrics), reHeapInuse)))
 		time.Sleep(100 * time.Millisecond)
+	}
+	// After the forced GC's pages have gone back to the system.
+	if r.rss, err = proc.RSS(s.goPID()); err != nil {
+		return nil, err
 	}
 	read0, err := rchar(s.goPID())
 	if err != nil {

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -64,6 +67,14 @@ type coldResult struct {
 	correct time.Duration // process start to every name verified correct (upper bound: includes the verification)
 	names   int
 	inuse   int64 // HeapInuse after a forced GC, once every name is correct
+	// profile is the top of the CPU profile of the start (from the
+	// pprof listener's first answer, cfg.coldProfile long), or why not;
+	// profAt is when it began, after the process start.
+	profile string
+	profAt  time.Duration
+	relist  *relistResult
+	// relistErr says why the relist was not measured.
+	relistErr string
 }
 
 // timeLists lists, from every cluster at once, what an A server with the 10
@@ -166,8 +177,10 @@ func coldStart(env *harness.Env, cfg *config, n int) (*coldResult, error) {
 	r.names = len(expect)
 	mport := freePort()
 	metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
+	pport := freePort()
+	pprofURL := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", pport)
 	corefile := strings.Replace(mcmirrorCorefile(env, remotes(10), sel), "    {PPROF}\n",
-		fmt.Sprintf("    {PPROF}\n    prometheus 127.0.0.1:%d\n", mport), 1)
+		fmt.Sprintf("    pprof 127.0.0.1:%d\n    prometheus 127.0.0.1:%d\n", pport, mport), 1)
 
 	// The gauge, polled from before the start; names only grow in a cold
 	// start, so the first sample at the final value is when the index was
@@ -193,8 +206,10 @@ func coldStart(env *harness.Env, cfg *config, n int) (*coldResult, error) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
+	profiled := make(chan string, 1)
+	go func() { profiled <- profileStart(pprofURL, cfg, start, &r.profAt) }()
 	s, err := startServer(cfg.out, serverOpts{key: "Acold", what: "cold start", bin: cfg.cmc, args: []string{"-conf", "{CONF}"},
-		expect: expect, cpu: serverCPU, pprof: true, corefile: corefile})
+		expect: expect, cpu: serverCPU, corefile: corefile})
 	r.correct = time.Since(start)
 	close(stop)
 	<-polled
@@ -202,6 +217,8 @@ func coldStart(env *harness.Env, cfg *config, n int) (*coldResult, error) {
 		return nil, err
 	}
 	defer s.proc.Stop()
+	s.pprof = pprofURL
+	r.profile = <-profiled
 	final := indexNames(metrics)
 	if final <= 0 {
 		return nil, fmt.Errorf("no coredns_mcmirror_index_names from %s", metrics)
@@ -223,5 +240,62 @@ func coldStart(env *harness.Env, cfg *config, n int) (*coldResult, error) {
 	}
 	logf("cold start: %d names; index complete %.2fs after the start, every name verified by %.2fs; lists %.2fs",
 		r.names, r.index.Seconds(), r.correct.Seconds(), r.lists.Seconds())
+	if cfg.relist {
+		if r.relist, err = relist(env, cfg, s, metrics, final); err != nil {
+			logf("relist: %v", err)
+			r.relistErr = err.Error()
+		}
+	}
 	return r, nil
+}
+
+// profileStart takes a CPU profile of the server starting at pprofURL,
+// from the first moment its pprof listener answers (the pprof plugin
+// starts before mcmirror, whose start waits for the lists), and returns
+// the top of it. at is set to when the profile began, after start.
+func profileStart(pprofURL string, cfg *config, start time.Time, at *time.Duration) string {
+	path := filepath.Join(cfg.out, "cold.cpu.pprof")
+	secs := int(cfg.coldProfile.Seconds())
+	var resp *http.Response
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var err error
+		t := time.Now()
+		resp, err = http.Get(fmt.Sprintf("%s/profile?seconds=%d", pprofURL, secs))
+		if err == nil {
+			*at = t.Sub(start)
+			break
+		}
+		if time.Now().After(deadline) {
+			return "profile failed: " + err.Error()
+		}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "profile failed: " + resp.Status
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err.Error()
+	}
+	_, err = io.Copy(f, resp.Body)
+	f.Close()
+	if err != nil {
+		return "profile failed: " + err.Error()
+	}
+	flat, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", cfg.cmc, path).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("pprof failed: %v: %s", err, flat)
+	}
+	cum, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=40", cfg.cmc, path).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("pprof failed: %v: %s", err, cum)
+	}
+	// The same without the answers to mcbench's verification, which
+	// starts once the server is ready and overlaps the profile's end.
+	start2, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=40", "-ignore", "serveUDPPacket", cfg.cmc, path).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("pprof failed: %v: %s", err, start2)
+	}
+	return string(flat) + "\n--- by cumulative time (-cum):\n" + dropHeader(string(cum)) +
+		"\n--- by cumulative time, the answers to the verification left out (-ignore serveUDPPacket):\n" + dropHeader(string(start2))
 }

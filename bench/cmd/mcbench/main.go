@@ -50,8 +50,10 @@ type config struct {
 	runs           int
 	dur            time.Duration
 	propN, exportN int
-	memSteps       []int // services per cluster (100 endpoints each)
-	cold           int   // Services per cluster for the cold start; 0 skips
+	memSteps       []int         // services per cluster (100 endpoints each)
+	cold           int           // Services per cluster for the cold start; 0 skips
+	coldProfile    time.Duration // CPU profile of the cold start, from the pprof listener's start
+	relist         bool          // measure the heap through a relist of every link after the cold start
 }
 
 func main() {
@@ -60,25 +62,27 @@ func main() {
 	flag.StringVar(&cfg.cmc, "coredns-mc", "bin/coredns-mc", "coredns-mc binary")
 	flag.StringVar(&cfg.ref, "dnsref", "bin/dnsref", "dnsref binary (server D)")
 	flag.StringVar(&cfg.out, "out", "bench/out", "directory for Corefiles, zones, logs and results")
-	flag.StringVar(&sizes, "sizes", "1000,10000", "endpoint names per server, comma-separated (multiples of 10)")
+	flag.StringVar(&sizes, "sizes", "1000,10000", "endpoint names per server, comma-separated (multiples of 10); empty skips the throughput and the propagation")
 	flag.IntVar(&cfg.runs, "runs", 5, "interleaved dnsperf runs per server and size")
 	flag.DurationVar(&cfg.dur, "duration", 5*time.Second, "length of one dnsperf run")
 	flag.IntVar(&cfg.propN, "changes", 250, "remote EndpointSlice changes for the propagation latency")
 	flag.IntVar(&cfg.exportN, "exports", 200, "new exports for the new-export latency")
 	flag.StringVar(&goBenchFile, "gobench", goBenchFile, "output of the plugin's Go benchmarks, for the report")
-	flag.StringVar(&mem, "mem", "10,100", "memory steps: Services of 100 endpoints per cluster (x10 clusters)")
+	flag.StringVar(&mem, "mem", "10,100", "memory steps: Services of 100 endpoints per cluster (x10 clusters); empty skips")
 	flag.IntVar(&cfg.cold, "cold", 10000, "exported Services per linked cluster for the cold start (x10 clusters); 0 skips")
+	flag.DurationVar(&cfg.coldProfile, "cold-profile", 10*time.Second, "length of the CPU profile of the cold start")
+	flag.BoolVar(&cfg.relist, "relist", true, "after the cold start, restart the 10 linked API servers and sample the heap through the relists")
 	flag.StringVar(&serverCPU, "server-cpu", serverCPU, "CPU the servers are pinned to")
 	flag.StringVar(&clientCPU, "client-cpu", clientCPU, "CPU dnsperf is pinned to")
 	flag.Parse()
-	for _, s := range strings.Split(sizes, ",") {
+	for _, s := range splitList(sizes) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 10 || n%10 != 0 {
 			fatal(fmt.Errorf("-sizes: bad size %q", s))
 		}
 		cfg.sizes = append(cfg.sizes, n)
 	}
-	for _, s := range strings.Split(mem, ",") {
+	for _, s := range splitList(mem) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
 			fatal(fmt.Errorf("-mem: bad step %q", s))
@@ -98,6 +102,14 @@ func main() {
 
 	env := harness.New(harness.Options{Clusters: clusterOpts(), StartTimeout: 5 * time.Minute})
 	proc.Main(env, logf, nil, func() int { return run(env, &cfg) })
+}
+
+// splitList splits a comma-separated flag; empty is no element.
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 func fatal(err error) {
@@ -198,7 +210,9 @@ func run(env *harness.Env, cfg *config) int {
 	}
 
 	// 2: memory.
-	if err := memory(env, cfg, rep); err != nil {
+	if len(cfg.memSteps) == 0 {
+		rep.memErr = "skipped (-mem \"\")"
+	} else if err := memory(env, cfg, rep); err != nil {
 		logf("memory: %v", err)
 		rep.memErr = err.Error()
 	}

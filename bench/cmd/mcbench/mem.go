@@ -100,7 +100,7 @@ func memory(env *harness.Env, cfg *config, rep *report) error {
 			}
 		}
 		if svcs == cfg.memSteps[len(cfg.memSteps)-1] && !kubernetes {
-			rep.heapProfile = heapProfile(s, cfg)
+			rep.heapProfile = heapProfile(s, cfg, "mem.heap.pprof")
 		}
 		logf("memory: %s: %d endpoints: HeapInuse %.1f MiB, HeapAlloc %.1f MiB, RSS %.1f MiB", o.key, p.eps,
 			mib(p.inuse), mib(p.alloc), mib(p.rss))
@@ -142,9 +142,10 @@ func memory(env *harness.Env, cfg *config, rep *report) error {
 	return nil
 }
 
-// heapProfile returns the top of the in-use heap profile of s.
-func heapProfile(s *server, cfg *config) string {
-	path := filepath.Join(cfg.out, "mem.heap.pprof")
+// heapProfile returns the top of the in-use heap profile of s, written to
+// file in the output directory.
+func heapProfile(s *server, cfg *config, file string) string {
+	path := filepath.Join(cfg.out, file)
 	resp, err := http.Get(s.pprof + "/heap?gc=1")
 	if err != nil {
 		return "heap profile failed: " + err.Error()

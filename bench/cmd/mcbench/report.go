@@ -201,7 +201,7 @@ func (r *report) String() string {
 	p("## mcbench results, %s", r.start.Format("2006-01-02 15:04 MST"))
 	p("")
 	p("- machine: %s", proc.Machine())
-	p("- command: `make bench` (bench/run.sh), %.0f s for mcbench itself", time.Since(began).Seconds())
+	p("- command: `%s`, %.0f s for mcbench itself", strings.Join(os.Args, " "), time.Since(began).Seconds())
 	p("- dnsperf %s, UDP, A queries, `-c 4 -q 100 -T 1`, %d interleaved runs of %s per server and size (A10 A1 Agw B C D, A10 A1 Agw B C D, ...) after a 1 s warm-up",
 		dnsperfVersion(), cfg.runs, cfg.dur)
 	p("- servers pinned to CPU %s (`taskset`, `GOMAXPROCS=1`), dnsperf to CPU %s; the API servers and etcd float; the machine is shared, so only the ratios within one table mean much",
@@ -317,6 +317,16 @@ func (r *report) String() string {
 	} else {
 		p("| cold start ≤ 5 s after the API lists return | not measured: %s | |", orNA(r.coldErr))
 	}
+	switch c := r.cold; {
+	case c == nil || !cfg.relist:
+	case c.relist == nil:
+		p("| memory during a relist of every link ≤ 1.3× steady | not measured: %s | |", orNA(c.relistErr))
+	default:
+		x := c.relist
+		p("| memory during a relist of every link ≤ 1.3× steady (the cold-start set, 10 API servers restarted) | HeapInuse peak %.1f MiB (at %.1f s, %d samples every 100 ms) ÷ steady %.1f MiB (after a forced GC) = %.3f×; ÷ the idle samples' peak %.1f MiB = %.3f×; after the relist %.1f MiB; VmRSS peak %.1f MiB ÷ %.1f MiB before = %.3f×; the server read %.1f MiB in the relist, %.1f MiB in its cold start; every name back: %s | %s |",
+			mib(x.peak), x.peakAt.Seconds(), x.samples, mib(x.steady), x.ratio(), mib(x.idlePeak), float64(x.peak)/float64(x.idlePeak),
+			mib(x.after), mib(x.peakRSS), mib(x.rss), float64(x.peakRSS)/float64(x.rss), mib(x.read), mib(x.coldRead), yesNo(x.namesBack), relistVerdict(x))
+	}
 	p("")
 
 	p("### Memory")
@@ -404,6 +414,28 @@ func (r *report) String() string {
 		p("```")
 		p("")
 	}
+	if c := r.cold; c != nil && c.profile != "" {
+		p("### Where the cold start's time goes (CPU profile from %.2f s after the process start, %s, GOMAXPROCS=1, `go tool pprof -top`)", c.profAt.Seconds(), cfg.coldProfile)
+		p("")
+		p("```")
+		p("%s", strings.TrimSpace(c.profile))
+		p("```")
+		p("")
+	}
+	if c := r.cold; c != nil && c.relist != nil {
+		p("Relist: the restarted API servers' counts of lists since their restart:")
+		p("")
+		for _, l := range c.relist.lists {
+			p("- %s", l)
+		}
+		p("")
+		p("Every 100 ms sample of the relist is in `bench/out/relist.tsv`. What the server holds after it (in-use heap profile after a forced GC, `go tool pprof -top -sample_index=inuse_space`):")
+		p("")
+		p("```")
+		p("%s", strings.TrimSpace(c.relist.heapProfile))
+		p("```")
+		p("")
+	}
 	if r.profile != "" {
 		p("### Where A10's time goes (CPU profile, 5 s under dnsperf, `go tool pprof -top`)")
 		p("")
@@ -415,6 +447,15 @@ func (r *report) String() string {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+// relistVerdict is met or missed, or "no relist seen" when the server
+// did not read again what its cold start read.
+func relistVerdict(x *relistResult) string {
+	if !x.relisted() {
+		return "**no relist seen**"
+	}
+	return yesNo(x.ratio() <= 1.3)
+}
 
 func orNA(s string) string {
 	if s == "" {

@@ -211,6 +211,9 @@ func runGateway(args []string) int {
 	}
 	if *metricsAddr != "" {
 		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
+			if ingressLn != nil {
+				ingressLn.Close()
+			}
 			return fail("--metrics-addr: %v", err)
 		}
 	}

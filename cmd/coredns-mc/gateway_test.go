@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,6 +58,10 @@ func TestGatewayFlags(t *testing.T) {
 	require.NoError(t, os.WriteFile(empty, nil, 0o600))
 	tls := east.Args()
 	with := func(extra ...string) []string { return append(append([]string{"--cluster", "east"}, tls...), extra...) }
+	kc, _ := testKubeconfigs(t, dir)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
 
 	for _, tc := range []struct {
 		args []string
@@ -82,6 +87,8 @@ func TestGatewayFlags(t *testing.T) {
 		{with("--allow-cluster", "west", "--allow-cluster", "west"), `cluster "west" given twice`},
 		{with("--allow-cluster", "east"), "--allow-cluster east: that is this cluster's name"},
 		{with("--allow-cluster", "west", "--ingress-address", ""), "--allow-cluster is the ingress's allow-list, and there is no ingress"},
+		{with("--kubeconfig", kc, "--ingress-address", taken.Addr().String()), "--ingress-address: listen tcp " + taken.Addr().String() + ": bind: address already in use"},
+		{with("--kubeconfig", kc, "--ingress-address", "127.0.0.1:0", "--metrics-addr", taken.Addr().String()), "--metrics-addr: listen tcp " + taken.Addr().String() + ": bind: address already in use"},
 	} {
 		var code int
 		out := stderrOf(t, func() { code = runGateway(tc.args) })

@@ -161,12 +161,16 @@ func assertConsistent(c *assert.CollectT, ctx context.Context, ns string, m map[
 	east := env.Cluster("east")
 	list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + controller.EndpointSliceManagedBy})
 	require.NoError(c, err)
-	byService := map[string]discoveryv1.EndpointSlice{}
+	// A headless mirror of many pods has several slices; while a mirror
+	// changes shape, its slice may still be of the old shape for a moment:
+	// the check fails (and EventuallyWithT retries) rather than panics.
+	byService := map[string][]discoveryv1.EndpointSlice{}
 	for _, s := range list.Items {
-		byService[s.Labels[discoveryv1.LabelServiceName]] = s
+		name := s.Labels[discoveryv1.LabelServiceName]
+		byService[name] = append(byService[name], s)
 	}
 	for name, s := range m {
-		es, ok := byService[name]
+		all, ok := byService[name]
 		if !assert.True(c, ok, "%s has an EndpointSlice", name) {
 			continue
 		}
@@ -174,6 +178,8 @@ func assertConsistent(c *assert.CollectT, ctx context.Context, ns string, m map[
 			ip, err := netip.ParseAddr(s.Spec.ClusterIP)
 			require.NoError(c, err)
 			assert.True(c, east.ServiceCIDR.Contains(ip), "%s: ClusterIP %s in %s", name, ip, east.ServiceCIDR)
+			require.Len(c, all, 1, "%s: one slice", name)
+			es := all[0]
 			require.Len(c, es.Endpoints, 1)
 			assert.Equal(c, []string{egress}, es.Endpoints[0].Addresses)
 			var got []string
@@ -194,8 +200,14 @@ func assertConsistent(c *assert.CollectT, ctx context.Context, ns string, m map[
 				want = append(want, p.Labels[controller.RemoteHostname]+"="+p.Spec.ClusterIP)
 			}
 		}
-		for _, ep := range es.Endpoints {
-			got = append(got, *ep.Hostname+"="+ep.Addresses[0])
+		for _, es := range all {
+			for _, ep := range es.Endpoints {
+				if !assert.NotNil(c, ep.Hostname, "%s: a headless mirror's endpoints have hostnames", name) ||
+					!assert.Len(c, ep.Addresses, 1, "%s: one address per endpoint", name) {
+					continue
+				}
+				got = append(got, *ep.Hostname+"="+ep.Addresses[0])
+			}
 		}
 		assert.ElementsMatch(c, want, got, "%s: endpoints are the per-pod mirrors", name)
 	}

@@ -135,7 +135,7 @@ func TestExportsFollowsCluster(t *testing.T) {
 	defer cancel()
 	require.NoError(t, exports.Run(ctx))
 	assert.True(t, exports.HasSynced())
-	assert.Equal(t, 1.0, value(exportedServices))
+	require.Eventually(t, func() bool { return value(exportedServices) == 1 }, 5*time.Second, 5*time.Millisecond)
 
 	webDest := Destination{Namespace: "default", Service: "web", Port: 80}
 	seen := map[string]int{}
@@ -162,10 +162,12 @@ func TestExportsFollowsCluster(t *testing.T) {
 	require.NoError(t, err)
 	lateDest := Destination{Namespace: "default", Service: "late", Host: "late-0", Port: 80}
 	require.Eventually(t, func() bool { got, _ := exports.Resolve(lateDest); return got.String() == "10.0.3.1:7000" }, 5*time.Second, 5*time.Millisecond)
-	assert.Equal(t, 2.0, value(exportedServices))
+	// The gauge is set by the informer's event handler, which runs after
+	// the store Resolve reads has changed: wait for it.
+	require.Eventually(t, func() bool { return value(exportedServices) == 2 }, 5*time.Second, 5*time.Millisecond)
 
 	// The Service goes.
 	require.NoError(t, client.CoreV1().Services("default").Delete(ctx, "late", metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool { _, r := exports.Resolve(lateDest); return r == ReasonNotExported }, 5*time.Second, 5*time.Millisecond)
-	assert.Equal(t, 1.0, value(exportedServices))
+	require.Eventually(t, func() bool { return value(exportedServices) == 1 }, 5*time.Second, 5*time.Millisecond)
 }

@@ -327,9 +327,11 @@ func TestIdleTimeoutEndsIdleStream(t *testing.T) {
 }
 
 // A stream with traffic in one direction only is not idle: it outlives
-// many idle timeouts, and answers at the end.
+// several idle timeouts, and answers at the end. A byte goes every
+// idle/20, so that a loaded machine's scheduling delays do not make a
+// real idle gap.
 func TestOneWayTrafficIsNotIdle(t *testing.T) {
-	const idle = 200 * time.Millisecond
+	const idle, gap = time.Second, 50 * time.Millisecond
 	p := newPair(t, func(in *Ingress, eg *Egress) { in.IdleTimeout = idle; eg.IdleTimeout = idle })
 
 	t.Run("client to target", func(t *testing.T) {
@@ -350,13 +352,13 @@ func TestOneWayTrafficIsNotIdle(t *testing.T) {
 		p.resolver.set(web, target.addr)
 		port := p.mirror(t, "web", "", 80)
 		c := dialEgress(t, port)
-		deadline := time.Now().Add(6 * idle)
+		deadline := time.Now().Add(3 * idle)
 		n := 0
 		for time.Now().Before(deadline) {
 			_, err := c.Write([]byte("x"))
 			require.NoError(t, err, "after %d bytes", n)
 			n++
-			time.Sleep(idle / 5)
+			time.Sleep(gap)
 		}
 		_, err := c.Write([]byte("."))
 		require.NoError(t, err)
@@ -368,12 +370,12 @@ func TestOneWayTrafficIsNotIdle(t *testing.T) {
 
 	t.Run("target to client", func(t *testing.T) {
 		target := startServer(t, func(c net.Conn) {
-			deadline := time.Now().Add(6 * idle)
+			deadline := time.Now().Add(3 * idle)
 			for time.Now().Before(deadline) {
 				if _, err := c.Write([]byte("y")); err != nil {
 					return
 				}
-				time.Sleep(idle / 5)
+				time.Sleep(gap)
 			}
 			_, _ = c.Write([]byte("."))
 			// Then the client speaks, once, at the end.

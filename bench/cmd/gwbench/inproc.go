@@ -52,6 +52,7 @@ func (staticResolver) HasSynced() bool { return true }
 type memStats struct {
 	HeapInuse, HeapAlloc, StackInuse, Sys uint64
 	Goroutines                            int
+	RSS                                   int64 // VmRSS, bytes
 }
 
 func runInproc(args []string) int {
@@ -61,6 +62,12 @@ func runInproc(args []string) int {
 	egress := fs.String("egress", "", "Service port=egress port, comma-separated")
 	pprofAddr := fs.String("pprof", "127.0.0.1:0", "address of /debug/pprof and /memstats")
 	memRate := fs.Int("memprofilerate", runtime.MemProfileRate, "runtime.MemProfileRate (1: every allocation)")
+	proto := fs.String("proto", "h1", "h1: the gateway's HTTP/1.1 CONNECT per connection; h2: the HTTP/2 experiment (h2exp.go)")
+	t := h2Tuning{maxFrame: 16 << 10} // x/net's default, 1 MiB, makes the egress hold 512 KiB per stream
+	fs.Func("h2-max-frame", "h2: SETTINGS_MAX_FRAME_SIZE", func(v string) error { n, err := strconv.ParseUint(v, 10, 32); t.maxFrame = uint32(n); return err })
+	fs.Func("h2-stream-window", "h2: ingress's initial stream window", func(v string) error { n, err := strconv.ParseInt(v, 10, 32); t.streamWin = int32(n); return err })
+	fs.Func("h2-conn-window", "h2: ingress's connection window", func(v string) error { n, err := strconv.ParseInt(v, 10, 32); t.connWin = int32(n); return err })
+	fs.Func("h2-max-streams", "h2: streams per connection", func(v string) error { n, err := strconv.ParseUint(v, 10, 32); t.maxStreams = uint32(n); return err })
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -88,8 +95,12 @@ func runInproc(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	in := &gateway.Ingress{Certs: west, Resolver: staticResolver{ip}}
-	go func() { _ = in.Serve(ctx, ln) }()
+	if *proto == "h2" {
+		go h2Ingress(ctx, ln, west, staticResolver{ip}, t)
+	} else {
+		in := &gateway.Ingress{Certs: west, Resolver: staticResolver{ip}}
+		go func() { _ = in.Serve(ctx, ln) }()
+	}
 
 	ports := map[string]int32{}
 	var listen []string
@@ -109,8 +120,19 @@ func runInproc(args []string) int {
 			labels.ClusterName: "west", labels.RemoteService: benchSvc},
 		Annotations: map[string]string{labels.EgressPorts: labels.FormatEgressPorts(ports)},
 	}})
-	eg := &gateway.Egress{Certs: east, Peers: gateway.StaticPeers{"west": ln.Addr().String()}, BindAddress: "127.0.0.1"}
-	go func() { _ = eg.Run(ctx, client) }()
+	if *proto == "h2" {
+		eg := newH2Egress(east, "west", ln.Addr().String(), t)
+		for sp, a := range h2Dests(*egress) {
+			l, err := net.Listen("tcp", a)
+			if err != nil {
+				return fail(err)
+			}
+			go eg.serve(l, benchSvc+"."+benchNS+":"+sp)
+		}
+	} else {
+		eg := &gateway.Egress{Certs: east, Peers: gateway.StaticPeers{"west": ln.Addr().String()}, BindAddress: "127.0.0.1"}
+		go func() { _ = eg.Run(ctx, client) }()
+	}
 	for _, a := range listen {
 		if err := waitDial(a, 10*time.Second); err != nil {
 			return fail(fmt.Errorf("egress never listened on %s: %w", a, err))
@@ -133,7 +155,7 @@ func runInproc(args []string) int {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		_ = json.NewEncoder(w).Encode(memStats{HeapInuse: ms.HeapInuse, HeapAlloc: ms.HeapAlloc, StackInuse: ms.StackInuse,
-			Sys: ms.Sys, Goroutines: runtime.NumGoroutine()})
+			Sys: ms.Sys, Goroutines: runtime.NumGoroutine(), RSS: selfRSS()})
 	})
 	pl, err := net.Listen("tcp", *pprofAddr)
 	if err != nil {

@@ -20,6 +20,10 @@
 //	gwbench client     the load generator
 //	gwbench inproc     the gateway pair in one process, with pprof
 //	gwbench handshake  the cost of the gateway's TLS handshakes
+//	gwbench h2cmp      the gateway's HTTP/1.1 CONNECT per connection against
+//	                   HTTP/2 streams over a pooled connection (h2exp.go), in
+//	                   process, on loopback: the measurement behind
+//	                   bench/README.md's "Why HTTP/1.1 CONNECT per connection"
 //
 // bench/run.sh builds and runs it after the DNS benchmark; alone:
 //
@@ -61,7 +65,7 @@ type config struct {
 
 func main() {
 	if len(os.Args) > 1 {
-		sub := map[string]func([]string) int{"target": runTarget, "client": runClientCmd, "inproc": runInproc, "handshake": runHandshake}
+		sub := map[string]func([]string) int{"target": runTarget, "client": runClientCmd, "inproc": runInproc, "handshake": runHandshake, "h2cmp": runH2Cmp}
 		if f, ok := sub[os.Args[1]]; ok {
 			os.Exit(f(os.Args[2:]))
 		}

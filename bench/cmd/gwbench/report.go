@@ -334,16 +334,29 @@ func source() string {
 	}
 	s := "commit " + strings.TrimSpace(string(head))
 	dirty, _ := exec.Command("git", "status", "--porcelain", "--", "gateway", "cmd/coredns-mc", "internal").Output()
-	var files []string
-	for _, l := range strings.Split(strings.TrimSpace(string(dirty)), "\n") {
-		if len(l) > 3 && !strings.HasSuffix(l, "_test.go") {
-			files = append(files, strings.TrimSpace(l[3:]))
-		}
-	}
-	if len(files) > 0 {
+	if files := changedCode(string(dirty)); len(files) > 0 {
 		s += " with uncommitted changes to " + strings.Join(files, ", ")
 	}
 	return s
+}
+
+// changedCode returns the files of `git status --porcelain` output that are
+// code the gateway is built from: not tests, not documentation. Each line is
+// two status columns, a space and the path; the first column is a space for
+// a file changed but not staged.
+func changedCode(porcelain string) []string {
+	var files []string
+	for _, l := range strings.Split(strings.TrimRight(porcelain, "\n"), "\n") {
+		if len(l) <= 3 {
+			continue
+		}
+		f := l[3:]
+		if strings.HasSuffix(f, "_test.go") || strings.HasSuffix(f, ".md") {
+			continue
+		}
+		files = append(files, f)
+	}
+	return files
 }
 
 // notMet lists the measures whose target was not met, for profiling.

@@ -84,9 +84,10 @@ func (s *objectStore) Transformer() cache.TransformFunc { return s.trim }
 
 // trim trims a listed object; when the store holds it at the same
 // resourceVersion, it returns the held one: a relist of objects that did
-// not change allocates nothing that outlives the decoded list.
+// not change allocates nothing that outlives the decoded list. Before the
+// first list the store is empty: nothing to look up.
 func (s *objectStore) trim(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok && m.GetResourceVersion() != "" {
+	if m, ok := obj.(metav1.Object); ok && m.GetResourceVersion() != "" && s.HasSynced() {
 		key := m.GetName()
 		if ns := m.GetNamespace(); ns != "" {
 			key = ns + "/" + key

@@ -33,6 +33,7 @@ type relistProxy struct {
 	hold      chan struct{}
 	held      int // watch-lists waiting for let
 	lists     int // watch-lists (sendInitialEvents=true) served
+	plain     int // lists (not watches) served
 }
 
 func newRelistProxy(t *testing.T) *relistProxy {
@@ -57,6 +58,9 @@ func (p *relistProxy) client(t *testing.T) kubernetes.Interface {
 func (p *relistProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if q.Get("watch") != "true" && q.Get("watch") != "1" {
+		p.mu.Lock()
+		p.plain++
+		p.mu.Unlock()
 		p.api.handle(w, r)
 		return
 	}
@@ -368,5 +372,65 @@ func TestRelistGate(t *testing.T) {
 		<-g.slot
 	default:
 		t.Error("the slot is held after every release")
+	}
+}
+
+// A relist whose list fails gives its turn back, and its retry waits for
+// a turn again: it never runs beside the relist that holds the turn.
+func TestRelistRetryWaitsItsTurn(t *testing.T) {
+	west, paris := newRelistProxy(t), newRelistProxy(t)
+	west.api.put(service("api", flatExport, corev1.ClusterIPNone))
+	west.api.put(flatSlice("api-1", "api", "10.1.0.1"))
+	paris.api.put(service("web", flatExport, corev1.ClusterIPNone))
+	paris.api.put(flatSlice("web-1", "web", "10.2.0.1"))
+	m, _ := startCounting(t, "west", west.client(t), "paris", paris.client(t))
+	waitFor(t, 5*time.Second, "the first answers", func() bool {
+		return answersA(t, m, "api-west"+z, "10.1.0.1")() && answersA(t, m, "web-paris"+z, "10.2.0.1")()
+	})
+	west.holdLists()
+	west.expire()
+	waitFor(t, 5*time.Second, "west's first relist in its list", func() bool { _, held := west.counts(); return held == 1 })
+	parisLists, _ := paris.counts()
+	paris.holdLists()
+	paris.expire()
+	waitFor(t, 5*time.Second, "all four relists at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 4 })
+
+	// West's held list fails (its stream ends before any object): the turn
+	// goes to the next relist, and the failed one's retry (a watch-list or
+	// a plain list) waits at the gate again, not beside the one in its
+	// list.
+	west.mu.Lock()
+	plain := west.plain + paris.plain
+	west.mu.Unlock()
+	westLists, _ := west.counts()
+	west.expire()
+	waitFor(t, 10*time.Second, "the turn handed on, the failed relist back at the gate", func() bool {
+		active, held := m.watch.relists.stats()
+		return held == 2 && active == 4
+	})
+	waitFor(t, 5*time.Second, "the next relist in its list", func() bool {
+		_, w := west.counts()
+		_, p := paris.counts()
+		return w+p == 1
+	})
+	_, w := west.counts()
+	_, p := paris.counts()
+	if active, held := m.watch.relists.stats(); active != 4 || held != 2 || w+p != 1 {
+		t.Errorf("%d relists active, %d given the turn, %d in their lists (west %d, paris %d); want 4, 2, 1", active, held, w+p, w, p)
+	}
+	wl, _ := west.counts()
+	pl, _ := paris.counts()
+	west.mu.Lock()
+	plain = west.plain + paris.plain - plain
+	west.mu.Unlock()
+	if plain != 0 || wl+pl-westLists-parisLists != 1 {
+		t.Errorf("%d lists and %d watch-lists asked since the failure, while one relist holds the turn; want 0 and 1", plain, wl+pl-westLists-parisLists)
+	}
+	paris.let()
+	west.let()
+	waitFor(t, 10*time.Second, "every relist done", func() bool { active, _ := m.watch.relists.stats(); return active == 0 })
+	waitFor(t, 5*time.Second, "west answered", answersA(t, m, "api-west"+z, "10.1.0.1"))
+	if n, _ := paris.counts(); n != parisLists+2 {
+		t.Errorf("paris served %d relists, want 2", n-parisLists)
 	}
 }

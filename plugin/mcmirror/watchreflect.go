@@ -67,11 +67,11 @@ func (c *watcher) reflector(cl *cluster, w int, obj runtime.Object, selector str
 			wi, err := watchf(ctx, o)
 			done(err)
 			if err != nil {
-				sl.release()
+				store.endRelistOf(sl)
 				return wi, err
 			}
 			if sl != nil {
-				wi = &relistWatch{Interface: wi, slot: sl}
+				wi = &relistWatch{Interface: wi, store: store, slot: sl}
 			}
 			return wi, err
 		},
@@ -86,9 +86,11 @@ func (c *watcher) reflector(cl *cluster, w int, obj runtime.Object, selector str
 // awaitRelist waits for the relist gate when store lists again (it has
 // listed before: a first list is never held up), and records the slot in
 // store, whose Replace gives it back. It returns the slot; nil for a first
-// list, or when ctx ended while waiting.
+// list, when the store's relist already holds one (a request of the same
+// relist, such as client-go's consistency check of a watch-list), or when
+// ctx ended while waiting.
 func (c *watcher) awaitRelist(ctx context.Context, store *objectStore, what string) *relistSlot {
-	if !store.HasSynced() {
+	if !store.HasSynced() || store.relisting() {
 		return nil
 	}
 	sl := c.relists.acquire(ctx, what)
@@ -102,11 +104,12 @@ func (c *watcher) awaitRelist(ctx context.Context, store *objectStore, what stri
 // Replace (the stream failed, or the watches stop), it gives the slot back.
 type relistWatch struct {
 	watch.Interface
-	slot *relistSlot
+	store *objectStore
+	slot  *relistSlot
 }
 
 func (w *relistWatch) Stop() {
-	w.slot.release()
+	w.store.endRelistOf(w.slot)
 	w.Interface.Stop()
 }
 

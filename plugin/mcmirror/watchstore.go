@@ -109,6 +109,27 @@ func (s *objectStore) beginRelist(sl *relistSlot) {
 	old.release()
 }
 
+// endRelistOf gives back sl, the slot of a relist whose request ended
+// (its Replace may have given it back already), and forgets it.
+func (s *objectStore) endRelistOf(sl *relistSlot) {
+	if sl == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.relist == sl {
+		s.relist = nil
+	}
+	s.mu.Unlock()
+	sl.release()
+}
+
+// relisting reports whether a relist of the store holds a gate slot.
+func (s *objectStore) relisting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.relist != nil
+}
+
 // endRelist gives back the slot of the relist in progress, if any: its
 // Replace is done, or its request failed.
 func (s *objectStore) endRelist() {

@@ -58,6 +58,9 @@ type watcher struct {
 	cancel   context.CancelFunc
 	started  time.Time
 
+	// relists lets one store relist at a time.
+	relists *relistGate
+
 	// secrets, when set, adds and removes links from link Secrets.
 	secrets *link.SecretWatcher
 
@@ -123,6 +126,7 @@ func newWatcher(local string, export k8slabels.Selector, startupTimeout time.Dur
 		queue:          workqueue.NewTyped[groupKey](),
 		clusters:       map[string]*cluster{},
 		triggers:       map[groupKey]trigger{},
+		relists:        newRelistGate(relistGCBusy),
 	}
 }
 

@@ -42,19 +42,37 @@ func (c *watcher) reflector(cl *cluster, w int, obj runtime.Object, selector str
 			return cl.client.DiscoveryV1().EndpointSlices(corev1.NamespaceAll).Watch(ctx, o)
 		}
 	}
+	what := cl.name + "/" + watchNames[w]
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector
+			if o.Continue == "" {
+				c.awaitRelist(ctx, store, what)
+			}
 			done := cl.watchdog(ctx, w)
 			l, err := list(ctx, o)
 			done(err)
+			if err != nil {
+				store.endRelist()
+			}
 			return l, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = selector
+			var sl *relistSlot
+			if o.SendInitialEvents != nil && *o.SendInitialEvents {
+				sl = c.awaitRelist(ctx, store, what) // a watch-list
+			}
 			done := cl.watchdog(ctx, w)
 			wi, err := watchf(ctx, o)
 			done(err)
+			if err != nil {
+				store.endRelistOf(sl)
+				return wi, err
+			}
+			if sl != nil {
+				wi = &relistWatch{Interface: wi, store: store, slot: sl}
+			}
 			return wi, err
 		},
 	}
@@ -63,6 +81,36 @@ func (c *watcher) reflector(cl *cluster, w int, obj runtime.Object, selector str
 		Name:    "mcmirror/" + cl.name + "/" + watchNames[w],
 		Backoff: &backoff,
 	})
+}
+
+// awaitRelist waits for the relist gate when store lists again (it has
+// listed before: a first list is never held up), and records the slot in
+// store, whose Replace gives it back. It returns the slot; nil for a first
+// list, when the store's relist already holds one (a request of the same
+// relist, such as client-go's consistency check of a watch-list), or when
+// ctx ended while waiting.
+func (c *watcher) awaitRelist(ctx context.Context, store *objectStore, what string) *relistSlot {
+	if !store.HasSynced() || store.relisting() {
+		return nil
+	}
+	sl := c.relists.acquire(ctx, what)
+	if sl != nil {
+		store.beginRelist(sl)
+	}
+	return sl
+}
+
+// relistWatch is the stream of a relist by watch-list: stopped before its
+// Replace (the stream failed, or the watches stop), it gives the slot back.
+type relistWatch struct {
+	watch.Interface
+	store *objectStore
+	slot  *relistSlot
+}
+
+func (w *relistWatch) Stop() {
+	w.store.endRelistOf(w.slot)
+	w.Interface.Stop()
 }
 
 // noAnswerAfter is how long a list or watch of a cluster may go without an

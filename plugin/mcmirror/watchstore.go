@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -31,6 +32,9 @@ type objectStore struct {
 	fetches map[string]*fetch
 	// bookmark is told of watch bookmarks: the cluster is alive.
 	bookmark func()
+	// relist is the relistGate slot of the relist in progress, given
+	// back when its Replace is done (or its request fails); guarded by mu.
+	relist *relistSlot
 }
 
 // storeHandler receives the changes of an objectStore, trimmed.
@@ -74,8 +78,67 @@ func (s *objectStore) HasSynced() bool {
 }
 
 // Transformer implements cache.TransformingStore: the reflector trims the
-// objects of an initial watch-list as they come, too.
-func (s *objectStore) Transformer() cache.TransformFunc { return s.transform }
+// objects of an initial watch-list as they come, too, reusing the held
+// ones that did not change.
+func (s *objectStore) Transformer() cache.TransformFunc { return s.trim }
+
+// trim trims a listed object; when the store holds it at the same
+// resourceVersion, it returns the held one: a relist of objects that did
+// not change allocates nothing that outlives the decoded list. Before the
+// first list the store is empty: nothing to look up.
+func (s *objectStore) trim(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok && m.GetResourceVersion() != "" && s.HasSynced() {
+		key := m.GetName()
+		if ns := m.GetNamespace(); ns != "" {
+			key = ns + "/" + key
+		}
+		if held, ok, _ := s.idx.GetByKey(key); ok && version(held) == m.GetResourceVersion() {
+			return held, nil
+		}
+	}
+	return s.transform(obj)
+}
+
+// beginRelist records the gate slot of the relist that starts: the next
+// Replace gives it back.
+func (s *objectStore) beginRelist(sl *relistSlot) {
+	s.mu.Lock()
+	old := s.relist
+	s.relist = sl
+	s.mu.Unlock()
+	old.release()
+}
+
+// endRelistOf gives back sl, the slot of a relist whose request ended
+// (its Replace may have given it back already), and forgets it.
+func (s *objectStore) endRelistOf(sl *relistSlot) {
+	if sl == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.relist == sl {
+		s.relist = nil
+	}
+	s.mu.Unlock()
+	sl.release()
+}
+
+// relisting reports whether a relist of the store holds a gate slot.
+func (s *objectStore) relisting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.relist != nil
+}
+
+// endRelist gives back the slot of the relist in progress, if any: its
+// Replace is done, or its request failed.
+func (s *objectStore) endRelist() {
+	s.mu.Lock()
+	sl := s.relist
+	s.relist = nil
+	s.mu.Unlock()
+	sl.release()
+}
 
 // Add implements cache.ReflectorStore.
 func (s *objectStore) Add(obj any) error { return s.upsert(obj) }
@@ -148,12 +211,15 @@ func (s *objectStore) Delete(obj any) error {
 }
 
 // Replace implements cache.ReflectorStore: the store becomes list, and the
-// handler is told the difference (objects whose resourceVersion did not
-// change are not told again).
+// handler is told the difference. An object whose resourceVersion did not
+// change is neither told again nor replaced: the held one stays (trim
+// already returned it), so a relist that changed nothing writes nothing
+// and queues no group. The first list is stored in one go.
 func (s *objectStore) Replace(list []any, rv string) error {
+	defer s.endRelist() // after mu is released
 	items := make([]any, 0, len(list))
 	for _, obj := range list {
-		t, err := s.transform(obj)
+		t, err := s.trim(obj)
 		if err != nil {
 			return err
 		}
@@ -163,29 +229,16 @@ func (s *objectStore) Replace(list []any, rv string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old := map[string]any{}
-	for _, o := range s.idx.List() {
-		if k, err := cache.MetaNamespaceKeyFunc(o); err == nil {
-			old[k] = o
-		}
-	}
-	if err := s.idx.Replace(items, rv); err != nil {
-		return err
-	}
 	initial := !s.synced
-	for _, t := range items {
-		k, _ := cache.MetaNamespaceKeyFunc(t)
-		o, ok := old[k]
-		delete(old, k)
-		switch {
-		case !ok:
-			s.handler.add(t, initial)
-		case version(o) != version(t):
-			s.handler.update(o, t)
+	if len(s.idx.ListKeys()) == 0 {
+		if err := s.idx.Replace(items, rv); err != nil {
+			return err
 		}
-	}
-	for _, o := range old {
-		s.handler.del(o)
+		for _, t := range items {
+			s.handler.add(t, initial)
+		}
+	} else {
+		s.apply(items, initial)
 	}
 	s.replaces++
 	if !s.synced {
@@ -193,6 +246,41 @@ func (s *objectStore) Replace(list []any, rv string) error {
 		close(s.done)
 	}
 	return nil
+}
+
+// apply makes the store hold items, object by object, and tells the
+// handler each change; s.mu is held.
+func (s *objectStore) apply(items []any, initial bool) {
+	listed := make(map[string]struct{}, len(items))
+	for _, t := range items {
+		k, err := cache.MetaNamespaceKeyFunc(t)
+		if err != nil {
+			continue
+		}
+		listed[k] = struct{}{}
+		o, ok, _ := s.idx.GetByKey(k)
+		switch {
+		case !ok:
+			_ = s.idx.Add(t)
+			s.handler.add(t, initial)
+		case o == t:
+			// The held object, reused by trim.
+		case version(o) != "" && version(o) == version(t):
+			// Unchanged: the held one stays.
+		default:
+			_ = s.idx.Update(t)
+			s.handler.update(o, t)
+		}
+	}
+	for _, k := range s.idx.ListKeys() {
+		if _, ok := listed[k]; ok {
+			continue
+		}
+		if o, ok, _ := s.idx.GetByKey(k); ok {
+			_ = s.idx.Delete(o)
+			s.handler.del(o)
+		}
+	}
 }
 
 func version(obj any) string {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 )
 
 // recorder is a storeHandler that records what it is told.
@@ -217,4 +218,65 @@ func seriesOf(name string) int {
 		}
 	}
 	return n
+}
+
+// A relist keeps what did not change: trim returns the held object for a
+// listed one at the same resourceVersion, Replace leaves it in place and
+// tells nothing; a changed object is replaced and told, a missing one
+// deleted and told.
+func TestReplaceKeepsUnchanged(t *testing.T) {
+	rec := &recorder{}
+	s := newObjectStore(toSlice, nil, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
+		return []string{obj.(*Slice).Namespace + "/" + obj.(*Slice).Service}, nil
+	}}, rec.handler())
+	if err := s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "2"), rawSlice("b-1", "b", "3")}, "3"); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]any{}
+	for _, k := range keys(s) {
+		held[k], _, _ = s.idx.GetByKey(k)
+	}
+	rec.events = nil
+
+	// The reflector trims a watch-list's objects as they come.
+	if got, _ := s.Transformer()(rawSlice("a-1", "a", "1")); got != held["default/a-1"] {
+		t.Error("trim of an unchanged object did not return the held one")
+	}
+	if got, _ := s.Transformer()(rawSlice("a-1", "a", "7")); got == held["default/a-1"] || got.(*Slice).Version != "7" {
+		t.Error("trim of a changed object returned the held one")
+	}
+
+	// Nothing changed: nothing told, the same objects held.
+	if err := s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "2"), rawSlice("b-1", "b", "3")}, "3"); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.events) != 0 {
+		t.Errorf("a relist that changed nothing told %v", rec.events)
+	}
+	for k, o := range held {
+		if got, _, _ := s.idx.GetByKey(k); got != o {
+			t.Errorf("%s replaced by a relist that did not change it", k)
+		}
+	}
+
+	// a-2 changed, b-1 gone, c-1 new.
+	if err := s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "5"), rawSlice("c-1", "c", "6")}, "6"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"update a-2@5", "add c-1@6", "del b-1@3"}
+	if !slices.Equal(rec.events, want) {
+		t.Errorf("events %v, want %v", rec.events, want)
+	}
+	if got, _, _ := s.idx.GetByKey("default/a-1"); got != held["default/a-1"] {
+		t.Error("unchanged a-1 replaced")
+	}
+	if got := keys(s); !slices.Equal(got, []string{"default/a-1", "default/a-2", "default/c-1"}) {
+		t.Errorf("held %v", got)
+	}
+	if objs, _ := s.idx.ByIndex(sliceServiceIndex, "default/b"); len(objs) != 0 {
+		t.Errorf("the index still holds %d slices of b", len(objs))
+	}
+	if objs, _ := s.idx.ByIndex(sliceServiceIndex, "default/a"); len(objs) != 2 {
+		t.Errorf("the index holds %d slices of a, want 2", len(objs))
+	}
 }

@@ -41,6 +41,10 @@ type relistResult struct {
 	lists     []string      // per cluster: LIST and watch-list requests of the two kinds the restarted API server served
 	after     int64         // HeapInuse after a forced GC, after the relist
 	namesBack bool          // coredns_mcmirror_index_names back at its value before the restart
+	// readFrom and readTo are the first and the last sample that read
+	// more than 256 KiB since the one before: how long the relists took
+	// (the scrapes alone read about 10 KiB per sample).
+	readFrom, readTo time.Duration
 	// heapProfile is the top of the in-use heap profile after the relist
 	// (forced GC): what is still held.
 	heapProfile string
@@ -136,6 +140,7 @@ func relist(env *harness.Env, cfg *config, s *server, metrics string, names floa
 	sampled := make(chan struct{})
 	start := time.Now()
 	var mu sync.Mutex
+	lastRead := int64(0)
 	go func() {
 		defer close(sampled)
 		tick := time.NewTicker(100 * time.Millisecond)
@@ -147,6 +152,13 @@ func relist(env *harness.Env, cfg *config, s *server, metrics string, names floa
 				rss, _ := proc.RSS(s.goPID())
 				fmt.Fprintf(tsv, "%.2f\t%.0f\t%d\t%d\t%.0f\n", time.Since(start).Seconds(), v, rss, n-read0, metricValue(b, reIndexNames))
 				mu.Lock()
+				if n-read0-lastRead > 256<<10 {
+					if r.readFrom == 0 {
+						r.readFrom = time.Since(start)
+					}
+					r.readTo = time.Since(start)
+				}
+				lastRead = n - read0
 				r.peakRSS = max(r.peakRSS, rss)
 				r.samples++
 				if int64(v) > r.peak {
@@ -228,6 +240,7 @@ func relist(env *harness.Env, cfg *config, s *server, metrics string, names floa
 		return nil, fmt.Errorf("heap after: %w", err)
 	}
 	r.heapProfile = heapProfile(s, cfg, "relist.heap.pprof")
+	logf("relist: the lists read from %.2fs to %.2fs after the stop (%.2fs, samples every 100 ms)", r.readFrom.Seconds(), r.readTo.Seconds(), (r.readTo - r.readFrom).Seconds())
 	logf("relist: VmRSS %.1f MiB before, peak %.1f MiB (%.3fx)", mib(r.rss), mib(r.peakRSS), float64(r.peakRSS)/float64(r.rss))
 	logf("relist: read %.1f MiB (cold start %.1f MiB) in %.1fs; HeapInuse steady %.1f MiB (idle samples up to %.1f), peak %.1f MiB at %.1fs (%d samples): %.3fx; after %.1f MiB; %s",
 		mib(r.read), mib(r.coldRead), r.done.Seconds(), mib(r.steady), mib(r.idlePeak), mib(r.peak), r.peakAt.Seconds(), r.samples, r.ratio(), mib(r.after), strings.Join(r.lists, "; "))

@@ -1,0 +1,436 @@
+package mcmirror
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+)
+
+// relistProxy fronts a fakeAPI the way a restarted API server looks to a
+// reflector: expire ends every watch, and a watch that resumes from a
+// resourceVersion the proxy has expired is refused as too old (410), so
+// the reflectors list again, by watch-list. hold keeps those watch-lists
+// waiting, before any object is sent, until let.
+type relistProxy struct {
+	api *fakeAPI
+	srv *httptest.Server
+
+	mu        sync.Mutex
+	expiredTo int // resumed watches from this resourceVersion or older are refused
+	cancels   []context.CancelFunc
+	hold      chan struct{}
+	held      int // watch-lists waiting for let
+	lists     int // watch-lists (sendInitialEvents=true) served
+	plain     int // lists (not watches) served
+}
+
+func newRelistProxy(t *testing.T) *relistProxy {
+	p := &relistProxy{api: newFakeAPI(t), expiredTo: -1}
+	p.srv = httptest.NewServer(p)
+	t.Cleanup(func() {
+		p.let()
+		p.expire() // ends the watches, so Close does not wait for them
+		p.srv.Close()
+	})
+	return p
+}
+
+func (p *relistProxy) client(t *testing.T) kubernetes.Interface {
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: p.srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (p *relistProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("watch") != "true" && q.Get("watch") != "1" {
+		p.mu.Lock()
+		p.plain++
+		p.mu.Unlock()
+		p.api.handle(w, r)
+		return
+	}
+	initial := q.Get("sendInitialEvents") == "true"
+	p.mu.Lock()
+	if rv, err := parseRV(q.Get("resourceVersion")); !initial && err == nil && rv <= p.expiredTo {
+		p.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_ = json.NewEncoder(w).Encode(map[string]any{"type": "ERROR", "object": &metav1.Status{
+			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+			Reason: metav1.StatusReasonExpired, Code: http.StatusGone, Message: "too old resource version"}})
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	p.cancels = append(p.cancels, cancel)
+	var hold chan struct{}
+	if initial {
+		p.lists++
+		if hold = p.hold; hold != nil {
+			p.held++
+		}
+	}
+	p.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		p.held--
+		p.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	p.api.handle(w, r.WithContext(ctx))
+}
+
+func parseRV(s string) (int, error) {
+	var rv int
+	err := json.Unmarshal([]byte(s), &rv)
+	return rv, err
+}
+
+// expire ends every open watch and refuses to resume one from what has
+// been sent so far.
+func (p *relistProxy) expire() {
+	p.api.mu.Lock()
+	rv := p.api.rv
+	p.api.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.expiredTo = rv
+	for _, c := range p.cancels {
+		c()
+	}
+	p.cancels = nil
+}
+
+// holdLists has the next watch-lists wait for let.
+func (p *relistProxy) holdLists() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold = make(chan struct{})
+}
+
+func (p *relistProxy) let() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold != nil {
+		close(p.hold)
+		p.hold = nil
+	}
+}
+
+func (p *relistProxy) counts() (lists, held int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lists, p.held
+}
+
+// gcPercent reads the GC target, with no relist changing it meanwhile.
+func gcPercent() int {
+	relistGC.mu.Lock()
+	defer relistGC.mu.Unlock()
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
+
+// startCounting starts the plugin on links (name, client pairs) and counts
+// the group builds by group.
+func startCounting(t *testing.T, links ...any) (*MCMirror, func(groupKey) int) {
+	t.Helper()
+	m, err := New(fake.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	builds := map[groupKey]int{}
+	sync := m.watch.sync
+	m.watch.sync = func(k groupKey) []groupKey {
+		mu.Lock()
+		builds[k]++
+		mu.Unlock()
+		return sync(k)
+	}
+	for i := 0; i < len(links); i += 2 {
+		if err := m.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop() })
+	return m, func(k groupKey) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return builds[k]
+	}
+}
+
+// idle reports whether no group is queued or being built.
+func idle(m *MCMirror) func() bool {
+	return func() bool { return m.watch.queue.Len() == 0 && m.watch.inflight.Load() == 0 }
+}
+
+// When every link relists at once, they relist one at a time: while one
+// link's relist is in its list, the others' do not even ask their API
+// servers, and the GC target is lowered until the last one is done. A
+// relist keeps the objects that did not change (the very same ones) and
+// rebuilds only the groups that did.
+func TestRelistsOneAtATime(t *testing.T) {
+	west, paris := newRelistProxy(t), newRelistProxy(t)
+	west.api.put(service("api", flatExport, corev1.ClusterIPNone))
+	west.api.put(flatSlice("api-1", "api", "10.1.0.1"))
+	paris.api.put(service("web", flatExport, corev1.ClusterIPNone))
+	paris.api.put(flatSlice("web-1", "web", "10.2.0.1"))
+	paris.api.put(service("db", flatExport, corev1.ClusterIPNone))
+	paris.api.put(flatSlice("db-1", "db", "10.2.0.5"))
+	m, builds := startCounting(t, "west", west.client(t), "paris", paris.client(t))
+	waitFor(t, 5*time.Second, "the first answers", func() bool {
+		return answersA(t, m, "api-west"+z, "10.1.0.1")() && answersA(t, m, "web-paris"+z, "10.2.0.1")() &&
+			answersA(t, m, "db-paris"+z, "10.2.0.5")()
+	})
+	waitFor(t, 5*time.Second, "the groups built", idle(m))
+	if active, held := m.watch.relists.stats(); active != 0 || held != 0 {
+		t.Fatalf("first lists went through the relist gate: %d active, %d held", active, held)
+	}
+	gc := gcPercent()
+	pc := m.watch.cluster("paris")
+	dbSvc, _, _ := pc.services.idx.GetByKey("default/db")
+	dbSlice, _, _ := pc.slices.idx.GetByKey("default/db-1")
+	webSlice, _, _ := pc.slices.idx.GetByKey("default/web-1")
+	before := map[groupKey]int{}
+	for _, k := range []groupKey{{"default", "api"}, {"default", "db"}, {"default", "web"}} {
+		before[k] = builds(k)
+	}
+
+	// West relists first, and its list hangs: it holds the turn.
+	west.holdLists()
+	west.expire()
+	waitFor(t, 5*time.Second, "west's first relist in its list", func() bool { _, held := west.counts(); return held == 1 })
+	if p := gcPercent(); p != min(gc, relistGCPercent) {
+		t.Errorf("GC target %d during a relist, want %d", p, min(gc, relistGCPercent))
+	}
+	// Paris relists too, and a slice changes while it waits.
+	parisLists, _ := paris.counts()
+	paris.expire()
+	waitFor(t, 5*time.Second, "all four relists at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 4 })
+	paris.api.put(flatSlice("web-1", "web", "10.2.0.9"))
+	if !m.Ready() {
+		t.Fatal("not ready while relisting")
+	}
+	if n, _ := paris.counts(); n != parisLists {
+		t.Errorf("paris was asked %d watch-lists while west held the turn", n-parisLists)
+	}
+	if n, _ := west.counts(); n != 2+1 { // the two first lists and the held relist
+		t.Errorf("west was asked %d watch-lists, want 3", n)
+	}
+	// The last known state is answered meanwhile.
+	if !answersA(t, m, "web-paris"+z, "10.2.0.1")() {
+		t.Error("paris's last known state not answered while it waits")
+	}
+
+	west.let()
+	waitFor(t, 10*time.Second, "every relist done", func() bool {
+		active, held := m.watch.relists.stats()
+		return active == 0 && held == 4
+	})
+	waitFor(t, 5*time.Second, "paris's change answered", answersA(t, m, "web-paris"+z, "10.2.0.9"))
+	waitFor(t, 5*time.Second, "the groups built", idle(m))
+	if p := gcPercent(); p != gc {
+		t.Errorf("GC target %d after the relists, want %d back", p, gc)
+	}
+	for name, p := range map[string]*relistProxy{"west": west, "paris": paris} {
+		if n, _ := p.counts(); n != 4 {
+			t.Errorf("%s served %d watch-lists, want 4 (2 first lists, 2 relists)", name, n)
+		}
+	}
+	if got, _, _ := pc.services.idx.GetByKey("default/db"); got != dbSvc {
+		t.Error("the unchanged Service db was replaced by the relist")
+	}
+	if got, _, _ := pc.slices.idx.GetByKey("default/db-1"); got != dbSlice {
+		t.Error("the unchanged slice db-1 was replaced by the relist")
+	}
+	if got, _, _ := pc.slices.idx.GetByKey("default/web-1"); got == webSlice {
+		t.Error("the changed slice web-1 was not replaced")
+	}
+	for k, n := range before {
+		got := builds(k) - n
+		switch {
+		case k.svc == "web" && got == 0:
+			t.Error("the changed group web was not rebuilt")
+		case k.svc != "web" && got != 0:
+			t.Errorf("group %s rebuilt %d times by a relist that changed nothing in it", k.svc, got)
+		}
+	}
+}
+
+// A first list never waits for the gate, even while a relist holds it:
+// the cold start lists every link at once.
+func TestFirstListsNotGated(t *testing.T) {
+	west := fake.NewClientset(service("api", flatExport, corev1.ClusterIPNone), flatSlice("api-1", "api", "10.1.0.1"))
+	api := newRelistProxy(t)
+	api.api.put(service("web", flatExport, corev1.ClusterIPNone))
+	api.api.put(flatSlice("web-1", "web", "10.2.0.1"))
+	m, err := New(fake.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl := m.watch.relists.acquire(context.Background(), "test")
+	defer sl.release()
+	for name, c := range map[string]kubernetes.Interface{"west": west, "paris": api.client(t)} {
+		if err := m.AddLink(name, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop() })
+	waitFor(t, 5*time.Second, "every link listed while the gate is held", func() bool {
+		return answersA(t, m, "api-west"+z, "10.1.0.1")() && answersA(t, m, "web-paris"+z, "10.2.0.1")()
+	})
+}
+
+// The gate: one holder at a time, in turn; a holder that does not end
+// gives the turn up after maxHold; a waiter whose context ends leaves.
+func TestRelistGate(t *testing.T) {
+	var busy []bool
+	var mu sync.Mutex
+	g := newRelistGate(func(b bool) { mu.Lock(); busy = append(busy, b); mu.Unlock() })
+	g.maxHold = time.Hour
+	ctx := context.Background()
+	a := g.acquire(ctx, "a")
+	var got atomic.Pointer[relistSlot]
+	done := make(chan struct{})
+	go func() { got.Store(g.acquire(ctx, "b")); close(done) }()
+	waitFor(t, 5*time.Second, "b waiting", func() bool { active, _ := g.stats(); return active == 2 })
+	if got.Load() != nil {
+		t.Fatal("b got the slot while a held it")
+	}
+	// A waiter whose context ends leaves, without the slot.
+	cctx, cancel := context.WithCancel(ctx)
+	cdone := make(chan *relistSlot)
+	go func() { cdone <- g.acquire(cctx, "c") }()
+	waitFor(t, 5*time.Second, "c waiting", func() bool { active, _ := g.stats(); return active == 3 })
+	cancel()
+	if c := <-cdone; c != nil {
+		t.Fatal("c got a slot after its context ended")
+	}
+	a.release()
+	a.release() // twice is once
+	<-done
+	b := got.Load()
+	if b == nil {
+		t.Fatal("b got no slot")
+	}
+	if active, held := g.stats(); active != 1 || held != 2 {
+		t.Errorf("stats %d active, %d held; want 1, 2", active, held)
+	}
+	b.release()
+	mu.Lock()
+	if len(busy) != 2 || !busy[0] || busy[1] {
+		t.Errorf("busy told %v, want [true false]", busy)
+	}
+	mu.Unlock()
+
+	// A holder that hangs: the next one starts after maxHold.
+	g.maxHold = 50 * time.Millisecond
+	h := g.acquire(ctx, "hangs")
+	start := time.Now()
+	n := g.acquire(ctx, "next")
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Errorf("next started %s after the hanging one, before maxHold", took)
+	}
+	h.release() // late: gives back nothing twice
+	n.release()
+	if active, _ := g.stats(); active != 0 {
+		t.Errorf("%d active after every release", active)
+	}
+	// The slot is free.
+	select {
+	case g.slot <- struct{}{}:
+		<-g.slot
+	default:
+		t.Error("the slot is held after every release")
+	}
+}
+
+// A relist whose list fails gives its turn back, and its retry waits for
+// a turn again: it never runs beside the relist that holds the turn.
+func TestRelistRetryWaitsItsTurn(t *testing.T) {
+	west, paris := newRelistProxy(t), newRelistProxy(t)
+	west.api.put(service("api", flatExport, corev1.ClusterIPNone))
+	west.api.put(flatSlice("api-1", "api", "10.1.0.1"))
+	paris.api.put(service("web", flatExport, corev1.ClusterIPNone))
+	paris.api.put(flatSlice("web-1", "web", "10.2.0.1"))
+	m, _ := startCounting(t, "west", west.client(t), "paris", paris.client(t))
+	waitFor(t, 5*time.Second, "the first answers", func() bool {
+		return answersA(t, m, "api-west"+z, "10.1.0.1")() && answersA(t, m, "web-paris"+z, "10.2.0.1")()
+	})
+	west.holdLists()
+	west.expire()
+	waitFor(t, 5*time.Second, "west's first relist in its list", func() bool { _, held := west.counts(); return held == 1 })
+	parisLists, _ := paris.counts()
+	paris.holdLists()
+	paris.expire()
+	waitFor(t, 5*time.Second, "all four relists at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 4 })
+
+	// West's held list fails (its stream ends before any object): the turn
+	// goes to the next relist, and the failed one's retry (a watch-list or
+	// a plain list) waits at the gate again, not beside the one in its
+	// list.
+	west.mu.Lock()
+	plain := west.plain + paris.plain
+	west.mu.Unlock()
+	westLists, _ := west.counts()
+	west.expire()
+	waitFor(t, 10*time.Second, "the turn handed on, the failed relist back at the gate", func() bool {
+		active, held := m.watch.relists.stats()
+		return held == 2 && active == 4
+	})
+	waitFor(t, 5*time.Second, "the next relist in its list", func() bool {
+		_, w := west.counts()
+		_, p := paris.counts()
+		return w+p == 1
+	})
+	_, w := west.counts()
+	_, p := paris.counts()
+	if active, held := m.watch.relists.stats(); active != 4 || held != 2 || w+p != 1 {
+		t.Errorf("%d relists active, %d given the turn, %d in their lists (west %d, paris %d); want 4, 2, 1", active, held, w+p, w, p)
+	}
+	wl, _ := west.counts()
+	pl, _ := paris.counts()
+	west.mu.Lock()
+	plain = west.plain + paris.plain - plain
+	west.mu.Unlock()
+	if plain != 0 || wl+pl-westLists-parisLists != 1 {
+		t.Errorf("%d lists and %d watch-lists asked since the failure, while one relist holds the turn; want 0 and 1", plain, wl+pl-westLists-parisLists)
+	}
+	paris.let()
+	west.let()
+	waitFor(t, 10*time.Second, "every relist done", func() bool { active, _ := m.watch.relists.stats(); return active == 0 })
+	waitFor(t, 5*time.Second, "west answered", answersA(t, m, "api-west"+z, "10.1.0.1"))
+	if n, _ := paris.counts(); n != parisLists+2 {
+		t.Errorf("paris served %d relists, want 2", n-parisLists)
+	}
+}

@@ -130,6 +130,9 @@ type Controller struct {
 	// egressSlices sees the EndpointSlices of Options.EgressService; nil
 	// with a fixed EgressAddress.
 	egressSlices cache.SharedIndexInformer
+	// localSynced report whether the local informers' handlers, not only
+	// their stores, have seen the first lists.
+	localSynced []cache.InformerSynced
 
 	// egressMu guards the egress addresses in use: what every egress
 	// EndpointSlice lists (egress.go).
@@ -194,12 +197,17 @@ type remoteCluster struct {
 	// health is whether the link's lists and watches are answered, for
 	// link_up, link_errors_total and the log.
 	health *linkHealth
-	// synced is set when both informers have synced and every key of the
-	// cluster has been enqueued: only then may a sync delete a mirror
-	// because its remote Service is missing.
-	synced atomic.Bool
+	// synced is set when both informers' handlers have seen the first
+	// lists: only then may a sync delete a mirror because its remote
+	// Service is missing. Every key of the cluster is enqueued right
+	// after, and enqueued is set.
+	synced   atomic.Bool
+	enqueued atomic.Bool
 	// started is set when the informers run.
 	started bool
+	// handlersSynced report whether the handlers have seen the first
+	// lists, not only the informers' stores.
+	handlersSynced []cache.InformerSynced
 }
 
 // New returns a controller; Run starts it.
@@ -261,25 +269,30 @@ func New(opts Options) (*Controller, error) {
 	for _, inf := range []cache.SharedIndexInformer{c.services, c.slices, c.namespaces} {
 		_ = inf.SetTransform(trim)
 	}
-	if _, err := c.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onLocalService,
-		UpdateFunc: func(_, obj any) { c.onLocalService(obj) },
-		DeleteFunc: c.onLocalService,
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := c.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onOwned,
-		UpdateFunc: func(_, obj any) { c.onOwned(obj) },
-		DeleteFunc: c.onOwned,
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := c.namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onNamespace,
-		UpdateFunc: func(_, obj any) { c.onNamespace(obj) },
-	}); err != nil {
-		return nil, err
+	for _, h := range []struct {
+		inf cache.SharedIndexInformer
+		cache.ResourceEventHandlerFuncs
+	}{
+		{c.services, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.onLocalService,
+			UpdateFunc: func(_, obj any) { c.onLocalService(obj) },
+			DeleteFunc: c.onLocalService,
+		}},
+		{c.slices, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.onOwned,
+			UpdateFunc: func(_, obj any) { c.onOwned(obj) },
+			DeleteFunc: c.onOwned,
+		}},
+		{c.namespaces, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.onNamespace,
+			UpdateFunc: func(_, obj any) { c.onNamespace(obj) },
+		}},
+	} {
+		reg, err := h.inf.AddEventHandler(h.ResourceEventHandlerFuncs)
+		if err != nil {
+			return nil, err
+		}
+		c.localSynced = append(c.localSynced, reg.HasSynced)
 	}
 	if err := c.newEgressInformer(); err != nil {
 		return nil, err
@@ -303,12 +316,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer c.broadcaster.Shutdown()
 	}
 
-	var synced []cache.InformerSynced
 	for _, inf := range c.localInformers() {
 		go inf.Run(ctx.Done())
-		synced = append(synced, inf.HasSynced)
 	}
-	if !cache.WaitForNamedCacheSync("mcmirror-controller", ctx.Done(), synced...) {
+	if !cache.WaitForNamedCacheSync("mcmirror-controller", ctx.Done(), c.localSynced...) {
 		return ctx.Err()
 	}
 	c.restorePorts(logger)
@@ -353,7 +364,7 @@ func (c *Controller) linkSourcesSynced() bool {
 }
 
 // linksSynced reports whether the link sources and every linked cluster
-// have synced.
+// have synced, and the clusters' keys are in the queue.
 func (c *Controller) linksSynced() bool {
 	if !c.linkSourcesSynced() {
 		return false
@@ -361,7 +372,7 @@ func (c *Controller) linksSynced() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.links {
-		if !r.synced.Load() {
+		if !r.enqueued.Load() {
 			return false
 		}
 	}

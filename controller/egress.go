@@ -188,12 +188,16 @@ func (c *Controller) newEgressInformer() error {
 		c.egressSlices = discoveryinformers.NewFilteredEndpointSliceInformer(c.client, n.Namespace, resyncPeriod, cache.Indexers{},
 			func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=" + n.Name })
 		_ = c.egressSlices.SetTransform(trim)
-		_, err := c.egressSlices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		reg, err := c.egressSlices.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.refreshEgress(false) },
 			UpdateFunc: func(_, _ any) { c.refreshEgress(false) },
 			DeleteFunc: func(any) { c.refreshEgress(false) },
 		})
-		return err
+		if err != nil {
+			return err
+		}
+		c.localSynced = append(c.localSynced, reg.HasSynced)
+		return nil
 	}
 	c.egressAddrs = []netip.Addr{c.opts.EgressAddress.Unmap()}
 	egressAddressesGauge.Set(1)

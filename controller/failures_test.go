@@ -279,12 +279,14 @@ func TestRetriesThrottlingAndConflicts(t *testing.T) {
 	conflict := writeErrorsTotal.WithLabelValues("create", "endpointslices", string(metav1.StatusReasonConflict))
 	t429, t409 := testutil.ToFloat64(throttled), testutil.ToFloat64(conflict)
 
+	// The key is queued before the worker runs: an Add while it is being
+	// synced would run it again at once, without backoff.
+	f.c.queue.Add("west/default/web")
 	go func() {
 		for f.c.processNextWorkItem(f.ctx) {
 		}
 	}()
 	t.Cleanup(f.c.queue.ShutDown)
-	f.c.queue.Add("west/default/web")
 	require.Eventually(t, func() bool { return f.slice("default", "web-west") != nil }, 10*time.Second, 5*time.Millisecond)
 	assert.Equal(t, t429+2, testutil.ToFloat64(throttled))
 	assert.Equal(t, t409+1, testutil.ToFloat64(conflict))

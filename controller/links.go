@@ -48,16 +48,18 @@ func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 	r.services, r.slices = linkInformers(r, c.opts.ExportSelector.String())
 	_ = r.services.SetTransform(trim)
 	_ = r.slices.SetTransform(trim)
-	_, _ = r.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// Fresh informers that have not run take handlers without error.
+	regS, _ := r.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onRemoteService(name, obj) },
 		UpdateFunc: func(_, obj any) { c.onRemoteService(name, obj) },
 		DeleteFunc: func(obj any) { c.onRemoteService(name, obj) },
 	})
-	_, _ = r.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	regE, _ := r.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onRemoteSlice(r, obj) },
 		UpdateFunc: func(_, obj any) { c.onRemoteSlice(r, obj) },
 		DeleteFunc: func(obj any) { c.onRemoteSlice(r, obj) },
 	})
+	r.handlersSynced = []cache.InformerSynced{regS.HasSynced, regE.HasSynced}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -87,12 +89,13 @@ func (c *Controller) startLink(ctx context.Context, r *remoteCluster) {
 	go r.services.Run(ctx.Done())
 	go r.slices.Run(ctx.Done())
 	go func() {
-		if !cache.WaitForCacheSync(ctx.Done(), r.services.HasSynced, r.slices.HasSynced) {
+		if !cache.WaitForCacheSync(ctx.Done(), r.handlersSynced...) {
 			return
 		}
 		r.synced.Store(true)
 		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.services.GetStore().ListKeys()))
 		c.enqueueCluster(r)
+		r.enqueued.Store(true)
 	}()
 }
 

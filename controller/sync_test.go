@@ -99,9 +99,11 @@ func (f *fixture) start() {
 	for _, inf := range c.localInformers() {
 		go inf.Run(f.ctx.Done())
 	}
+	// The handlers' first events, not only the stores: a late one would
+	// enqueue a key while a test runs it.
 	require.Eventually(f.t, func() bool {
-		for _, inf := range c.localInformers() {
-			if !inf.HasSynced() {
+		for _, synced := range c.localSynced {
+			if !synced() {
 				return false
 			}
 		}

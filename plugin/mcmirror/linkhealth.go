@@ -55,6 +55,7 @@ func newLinkHealth(name string, local bool, maxAge time.Duration, expire func(bo
 	if local {
 		maxAge = 0 // the local cluster's state is never withdrawn
 	}
+	seriesWatched(name)
 	return &linkHealth{name: name, local: local, maxAge: maxAge, expire: expire}
 }
 
@@ -106,30 +107,18 @@ func (h *linkHealth) up() bool {
 	return h.synced || !h.last.IsZero()
 }
 
-// stop makes h write nothing more; with deleteSeries (the cluster is
-// removed) the cluster's series are deleted too.
-func (h *linkHealth) stop(deleteSeries bool) {
+// stop makes h write nothing more; with removed (the cluster is unlinked)
+// the cluster's series are deleted too, and without, once no instance
+// watches the cluster any more (linkseries.go).
+func (h *linkHealth) stop(removed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	live := !h.gone
 	h.gone, h.owner = true, false
 	if h.timer != nil {
 		h.timer.Stop()
 	}
-	if !deleteSeries {
-		return
-	}
-	linkSynced.DeleteLabelValues(h.name)
-	linkUp.DeleteLabelValues(h.name)
-	linkWithdrawn.DeleteLabelValues(h.name)
-	linkLastSync.DeleteLabelValues(h.name)
-	for _, r := range link.FailureReasons {
-		linkErrors.DeleteLabelValues(h.name, r)
-	}
-	droppedAddresses.DeleteLabelValues(h.name)
-	programmingLatency.DeleteLabelValues(h.name)
-	for _, k := range objKinds {
-		linkObjects.DeleteLabelValues(h.name, k)
-	}
+	seriesUnwatched(h.name, live, removed)
 }
 
 // setSynced records that every watch has listed once.

@@ -50,8 +50,13 @@ type watcher struct {
 	// what it holds (NXDOMAIN, not SERVFAIL), whatever is being rebuilt or
 	// linked later, as the kubernetes plugin does.
 	ready atomic.Bool
+	// knowsLinks is set with ready, while the instance runs: it knows
+	// every link it has, for the lifetime of the clusters' series
+	// (linkseries.go).
+	knowsLinks atomic.Bool
 
 	mu       sync.RWMutex
+	stopped  bool // stop has run
 	clusters map[string]*cluster
 	links    []string // the linked clusters' names, sorted; replaced, never modified
 	ctx      context.Context
@@ -259,6 +264,12 @@ func (c *watcher) stop() {
 	if c.cancel != nil {
 		c.cancel()
 	}
+	// Another instance that knows its links (the new one of a reload)
+	// decides for the clusters only this one watched.
+	c.stopped = true
+	if c.knowsLinks.CompareAndSwap(true, false) {
+		instanceStopped()
+	}
 	for _, cl := range c.clusters {
 		cl.health.stop(false)
 		if cl.next != nil {
@@ -383,6 +394,9 @@ func (c *watcher) HasSynced() bool {
 		return false
 	}
 	c.ready.Store(true)
+	if !c.stopped && c.knowsLinks.CompareAndSwap(false, true) {
+		instanceReady()
+	}
 	return true
 }
 

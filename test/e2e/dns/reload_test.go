@@ -105,3 +105,38 @@ func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "the good Corefile after the bad one")
 	requireAlive(t, s.Process)
 }
+
+// A reload that drops a link drops that link's series with it; a link
+// both configurations have keeps its series.
+func TestReloadDroppingALinkDropsItsSeries(t *testing.T) {
+	env.LogOnFailure(t)
+	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	withLinks := func(remotes ...*harness.Cluster) string {
+		return strings.Replace(corefileFor(east, links(t, remotes...)), "    errors\n", "    errors\n    reload 2s\n", 1)
+	}
+	path := filepath.Join(t.TempDir(), "Corefile")
+	s, write := startDNSWithFile(t, "east/coredns-mc", path, withLinks(west, paris))
+	const synced = "coredns_mcmirror_link_synced"
+	linkSynced := func(c require.TestingT, cluster string) (float64, bool) {
+		v, found, err := harness.ScrapeMetric(s.MetricsURL, synced, map[string]string{"cluster": cluster})
+		require.NoError(c, err)
+		return v, found
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, cl := range []string{"west", "paris"} {
+			v, found := linkSynced(c, cl)
+			assert.True(c, found && v == 1, "%s synced", cl)
+		}
+	}, 30*time.Second, 50*time.Millisecond, "both links synced")
+
+	write(withLinks(west))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, found := linkSynced(c, "paris")
+		assert.False(c, found, "paris's link_synced after the reload that unlinked it")
+	}, 30*time.Second, 50*time.Millisecond, "paris's series gone")
+	requireAlive(t, s.Process)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		v, found := linkSynced(c, "west")
+		assert.True(c, found && v == 1, "west's link_synced")
+	}, 30*time.Second, 50*time.Millisecond, "west, linked before and after the reload, keeps its series")
+}

@@ -71,7 +71,7 @@ type readCloser interface {
 // handshake grows its goroutine's stack, and a stack does not shrink back
 // while its goroutine lives on.
 func (s *stream) start(client, target net.Conn, done func()) {
-	client, target = newRawConn(client), newRawConn(target)
+	client, target = carried(client), carried(target)
 	s.last.Store(time.Now().UnixNano())
 	var left atomic.Int32
 	left.Store(2)

@@ -1,37 +1,44 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
 
-// rawConn is a TCP connection whose small reads and writes are made with
-// raw system calls, through the runtime's poller as net.TCPConn's are
-// (deadlines, waiting for readiness), but without telling the scheduler
-// that a system call is under way.
+// rawConn is a TCP connection whose small reads and writes, once its
+// stream is carried, are made with raw system calls: through the runtime's
+// poller as net.TCPConn's are (deadlines, waiting for readiness), but
+// without telling the scheduler that a system call is under way.
 //
 // Why: a gateway that waits for the next message has every P idle, and the
 // runtime's monitor thread (sysmon) then sleeps until woken. The first
 // ordinary system call after the wait (the read of the message) wakes it,
-// and it runs a few more times at 20 µs intervals before it sleeps again:
-// measured with gwbench, both proxies of a pair made 10.6 context switches
-// and used 96 µs of CPU per 64-byte round trip, against HAProxy's 4.2 and
-// 66 µs, and that was the whole of the added latency it had over HAProxy's.
-// A read or write of a non-blocking socket does not block, so the scheduler
-// loses nothing by not hearing of it.
+// and it runs a few more times at 20 µs intervals before it sleeps again,
+// on the same CPU as the proxy. Measured with gwbench (64-byte round trips,
+// both proxies of a pair on one CPU), the gateway pair made 10.6 context
+// switches and used 93 µs of CPU per round trip, HAProxy's pair 4.1 and
+// 69 µs; with raw calls the gateway pair makes 4.1 and uses 61 µs. A read
+// or write of a non-blocking socket does not block, so the scheduler loses
+// nothing by not hearing of it.
 //
-// Bulk transfers keep the ordinary calls: a read that filled its buffer
-// makes the next read ordinary, and so does a write larger than rawMax. They
-// keep sysmon awake, and with it the preemption of a goroutine that copies
-// for long without waiting, which is what lets other streams on the same P
-// have their turn.
+// Bulk transfers keep the ordinary calls: a read that filled a buffer of
+// at least bulkRead bytes makes the next read ordinary, and so does a write
+// larger than rawMax. They keep sysmon awake, and with it the preemption of
+// a goroutine that copies for long without waiting, which is what lets
+// other streams on the same P have their turn.
 type rawConn struct {
 	*net.TCPConn
 	rc syscall.RawConn
+	// raw turns the raw calls on. It is off until the stream is carried:
+	// the TLS handshake and the CONNECT exchange keep the ordinary calls
+	// (measured: raw calls there cost the connection rate 2 %).
+	raw atomic.Bool
 
 	// rmu serializes reads: the fields below it are one read's state,
 	// shared with readFn, which runs inside rc.Read.
@@ -73,6 +80,23 @@ func newRawConn(c net.Conn) net.Conn {
 	return r
 }
 
+// carried turns the raw calls on for a connection of a stream: a TCP
+// connection is wrapped now, a TLS connection if its TCP connection was
+// wrapped before the handshake (newRawConn in Ingress and Egress).
+func carried(c net.Conn) net.Conn {
+	if tc, ok := c.(*tls.Conn); ok {
+		if r, ok := tc.NetConn().(*rawConn); ok {
+			r.raw.Store(true)
+		}
+		return c
+	}
+	c = newRawConn(c)
+	if r, ok := c.(*rawConn); ok {
+		r.raw.Store(true)
+	}
+	return c
+}
+
 // NetConn returns the wrapped connection.
 func (c *rawConn) NetConn() net.Conn { return c.TCPConn }
 
@@ -82,7 +106,7 @@ func (c *rawConn) Read(p []byte) (int, error) {
 	}
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	if c.bulk {
+	if c.bulk || !c.raw.Load() {
 		n, err := c.TCPConn.Read(p)
 		c.bulk = n == len(p) && n >= bulkRead
 		return n, err
@@ -123,7 +147,7 @@ func (c *rawConn) readRaw(fd uintptr) bool {
 }
 
 func (c *rawConn) Write(p []byte) (int, error) {
-	if len(p) > rawMax {
+	if len(p) > rawMax || !c.raw.Load() {
 		return c.TCPConn.Write(p)
 	}
 	if len(p) == 0 {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -30,9 +31,9 @@ func rawPair(t *testing.T) (*rawConn, *net.TCPConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, ok := newRawConn(c).(*rawConn)
-	if !ok {
-		t.Fatalf("newRawConn(%T) did not wrap it", c)
+	rc, ok := carried(c).(*rawConn)
+	if !ok || !rc.raw.Load() {
+		t.Fatalf("carried(%T) did not wrap it with raw calls on", c)
 	}
 	t.Cleanup(func() { rc.Close(); peer.Close() })
 	return rc, peer.(*net.TCPConn)
@@ -276,5 +277,67 @@ func TestRawConnZeroLength(t *testing.T) {
 	}
 	if n, err := c.Write(nil); n != 0 || err != nil {
 		t.Fatalf("Write(nil) = %d, %v", n, err)
+	}
+}
+
+// TestRawConnUnderTLS runs the way Ingress and Egress use the wrapper: the
+// handshake over ordinary calls, then carried turns the raw calls on
+// under the TLS connection; messages go both ways, and abort still resets
+// the peer through both wrappers.
+func TestRawConnUnderTLS(t *testing.T) {
+	p := newPair(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peerRaw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peerRaw.Close()
+	accepted, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapped := newRawConn(accepted)
+	r := wrapped.(*rawConn)
+	server := tls.Server(wrapped, p.west.ServerConfig())
+	peer := tls.Client(peerRaw, p.east.PeerConfig("west"))
+	hs := make(chan error, 1)
+	go func() { hs <- peer.Handshake() }()
+	if err := server.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-hs; err != nil {
+		t.Fatal(err)
+	}
+	if r.raw.Load() {
+		t.Fatal("raw calls on before the stream was carried")
+	}
+	if got := carried(server); got != net.Conn(server) || !r.raw.Load() {
+		t.Fatalf("carried(tls.Conn) = %T, raw %v; want the same connection, raw on", got, r.raw.Load())
+	}
+	buf := make([]byte, 1024)
+	for i := range 50 {
+		msg := bytes.Repeat([]byte{byte(i)}, 64)
+		if _, err := peer.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		n, err := server.Read(buf)
+		if err != nil || !bytes.Equal(buf[:n], msg) {
+			t.Fatalf("message %d: %d bytes, %v", i, n, err)
+		}
+		if _, err := server.Write(buf[:n]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(peer, buf[:n]); err != nil || !bytes.Equal(buf[:n], msg) {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+	}
+	abort(server)
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := peer.Read(buf); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("peer read after abort: %v; want ECONNRESET", err)
 	}
 }

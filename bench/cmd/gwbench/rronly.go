@@ -12,28 +12,34 @@ import (
 )
 
 // The -rr-only mode: round trips alone, for the one target that depends on
-// wake-ups rather than on copying. It measures direct, the gateway pair and
-// the HAProxy pair (and, with -rr-b or -rr-b-env, a second gateway pair from
-// another binary or environment) in interleaved runs, reports the added p50
-// of each pair against HAProxy's within each run, and with -rr-count what
-// the proxies do per round trip: context switches, threads, CPU, and system
-// calls. It writes <out>/rr.md.
+// wake-ups rather than on copying (or, with -rr-measures, other measures
+// too, to check that a change for round trips costs nothing elsewhere). It
+// measures direct, the gateway pair and the HAProxy pair (and, with -rr-b or
+// -rr-b-env, a second gateway pair from another binary or environment) in
+// interleaved runs, reports each gateway pair against HAProxy's within each
+// run, and with -rr-count what the proxies do per round trip: context
+// switches, threads, CPU, and system calls. It writes <out>/rr.md.
 
 // rrOnlyConfig holds the flags of the mode.
 type rrOnlyConfig struct {
-	on    bool
-	bin   string // coredns-mc of the second gateway pair
-	env   string // KEY=VALUE,... for the second gateway pair
-	count bool
+	on       bool
+	bin      string // coredns-mc of the second gateway pair
+	env      string // KEY=VALUE,... for the second gateway pair
+	count    bool
+	measures string // comma-separated measure keys
 }
 
-func rrMeasure() measure {
-	for _, m := range measures {
-		if m.key == "rr" {
-			return m
-		}
+// abValue is the figure of a measure compared between pairs: the p50 added
+// to direct's for round trips (a ratio below 1 is better), the rate for
+// the others (above 1 is better).
+func abValue(key string, s sample) float64 {
+	switch key {
+	case "rr":
+		return s.res.P50
+	case "connrate":
+		return s.connsPerSec()
 	}
-	panic("no rr measure")
+	return s.mbps()
 }
 
 func rrOnly(cfg *config, w *world, dir, gw, hap *setup) int {
@@ -62,59 +68,46 @@ func rrOnly(cfg *config, w *world, dir, gw, hap *setup) int {
 		b.key, b.name = "gateway-b", fmt.Sprintf("gateway pair B (%s %s)", filepath.Base(bin), cfg.rr.env)
 		pairs = []*setup{gw, b, hap}
 	}
-	m := rrMeasure()
+	var ms []measure
+	for _, key := range strings.Split(cfg.rr.measures, ",") {
+		i := slices.IndexFunc(measures, func(m measure) bool { return m.key == key })
+		if i < 0 {
+			logf("-rr-measures: no measure %q", key)
+			return 1
+		}
+		ms = append(ms, measures[i])
+	}
 	all := append([]*setup{dir}, pairs...)
 	for _, s := range all {
 		_, _ = runClient(cfg, time.Minute, "-mode", "rr", "-size", strconv.Itoa(cfg.size), "-duration", "1s", "-addr", s.echo)
 	}
-	p50 := map[string][]float64{}
+	// values[measure][setup][run]
+	values := map[string]map[string][]float64{}
+	for _, m := range ms {
+		values[m.key] = map[string][]float64{}
+	}
 	for r := range cfg.runs {
-		// Direct first, then the pairs in an order that rotates.
-		order := []*setup{dir}
-		for i := range pairs {
-			order = append(order, pairs[(i+r)%len(pairs)])
-		}
-		for _, s := range order {
-			smp := runOne(cfg, s, m)
-			v := math.NaN()
-			if smp.ok {
-				v = smp.res.P50
+		for _, m := range ms {
+			// Direct first, then the pairs in an order that rotates.
+			order := []*setup{dir}
+			for i := range pairs {
+				order = append(order, pairs[(i+r)%len(pairs)])
 			}
-			p50[s.key] = append(p50[s.key], v)
-			logf("  run %d/%d rr %-9s %s", r+1, cfg.runs, s.key, describe("rr", smp))
+			for _, s := range order {
+				smp := runOne(cfg, s, m)
+				v := math.NaN()
+				if smp.ok {
+					v = abValue(m.key, smp)
+				}
+				values[m.key][s.key] = append(values[m.key][s.key], v)
+				logf("  run %d/%d %-8s %-9s %s", r+1, cfg.runs, m.key, s.key, describe(m.key, smp))
+			}
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Round trips only (`bin/gwbench %s`), load %s\n\n", strings.Join(cfg.argv, " "), loadavg())
-	fmt.Fprintf(&b, "| run | direct p50 (µs) |")
-	for _, s := range pairs {
-		fmt.Fprintf(&b, " %s p50 |", s.key)
-	}
-	for _, s := range pairs[:len(pairs)-1] {
-		fmt.Fprintf(&b, " added %s ÷ HAProxy |", s.key)
-	}
-	b.WriteString("\n|---|---:|" + strings.Repeat("---:|", 2*len(pairs)-1) + "\n")
-	ratios := map[string][]float64{}
-	for r := range cfg.runs {
-		d := p50["direct"][r]
-		fmt.Fprintf(&b, "| %d | %.1f |", r+1, d)
-		for _, s := range pairs {
-			fmt.Fprintf(&b, " %.1f |", p50[s.key][r])
-		}
-		h := p50["haproxy"][r]
-		for _, s := range pairs[:len(pairs)-1] {
-			v := (p50[s.key][r] - d) / (h - d)
-			fmt.Fprintf(&b, " %.3f |", v)
-			if !math.IsNaN(v) {
-				ratios[s.key] = append(ratios[s.key], v)
-			}
-		}
-		b.WriteString("\n")
-	}
-	b.WriteString("\n")
-	for _, s := range pairs[:len(pairs)-1] {
-		st := summarize(ratios[s.key])
-		fmt.Fprintf(&b, "- added p50, %s ÷ HAProxy: median %.3f (%.3f–%.3f) over %d runs\n", s.name, st.med, st.min, st.max, len(ratios[s.key]))
+	fmt.Fprintf(&b, "## Measures %s only (`bin/gwbench %s`), load %s\n\n", cfg.rr.measures, strings.Join(cfg.argv, " "), loadavg())
+	for _, m := range ms {
+		abTable(&b, m, values[m.key], pairs, cfg.runs)
 	}
 	if cfg.rr.count {
 		b.WriteString("\nPer round trip, both proxies of a pair, in one more round-trip run each (not counted above):\n\n")
@@ -139,6 +132,56 @@ func rrOnly(cfg *config, w *world, dir, gw, hap *setup) int {
 		return 1
 	}
 	return 0
+}
+
+// abTable writes one measure's values per run and each gateway pair's
+// ratio to HAProxy's within the run.
+func abTable(b *strings.Builder, m measure, v map[string][]float64, pairs []*setup, runs int) {
+	what := "MB/s"
+	switch m.key {
+	case "rr":
+		what = "p50 µs"
+	case "connrate":
+		what = "conn/s"
+	}
+	fmt.Fprintf(b, "%s (%s):\n\n| run | direct |", m.title, what)
+	for _, s := range pairs {
+		fmt.Fprintf(b, " %s |", s.key)
+	}
+	for _, s := range pairs[:len(pairs)-1] {
+		if m.key == "rr" {
+			fmt.Fprintf(b, " added %s ÷ HAProxy |", s.key)
+		} else {
+			fmt.Fprintf(b, " %s ÷ HAProxy |", s.key)
+		}
+	}
+	b.WriteString("\n|---|---:|" + strings.Repeat("---:|", 2*len(pairs)-1) + "\n")
+	ratios := map[string][]float64{}
+	for r := range runs {
+		d := v["direct"][r]
+		fmt.Fprintf(b, "| %d | %.1f |", r+1, d)
+		for _, s := range pairs {
+			fmt.Fprintf(b, " %.1f |", v[s.key][r])
+		}
+		h := v["haproxy"][r]
+		for _, s := range pairs[:len(pairs)-1] {
+			x := v[s.key][r] / h
+			if m.key == "rr" {
+				x = (v[s.key][r] - d) / (h - d)
+			}
+			fmt.Fprintf(b, " %.3f |", x)
+			if !math.IsNaN(x) {
+				ratios[s.key] = append(ratios[s.key], x)
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+	for _, s := range pairs[:len(pairs)-1] {
+		st := summarize(ratios[s.key])
+		fmt.Fprintf(b, "- %s, %s ÷ HAProxy: median %.3f (%.3f–%.3f) over %d runs\n", m.key, s.name, st.med, st.min, st.max, len(ratios[s.key]))
+	}
+	b.WriteString("\n")
 }
 
 // switchCount is what the kernel counted for every thread of both proxies

@@ -284,7 +284,7 @@ func (e *Egress) connect(ctx context.Context, r Route, addr string) (*tls.Conn, 
 	}
 	deadline, _ := ctx.Deadline()
 	_ = raw.SetDeadline(deadline)
-	conn := tls.Client(raw, e.Certs.PeerConfig(r.Cluster))
+	conn := tls.Client(newRawConn(raw), e.Certs.PeerConfig(r.Cluster))
 	if err := conn.HandshakeContext(ctx); err != nil {
 		handshakeFailures.WithLabelValues(DirectionEgress).Inc()
 		raw.Close()

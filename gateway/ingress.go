@@ -151,7 +151,7 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, p *pendingCon
 	raw := p.conn
 	deadline := time.Now().Add(in.handshakeTimeout())
 	_ = raw.SetDeadline(deadline)
-	conn := tls.Server(raw, in.tls)
+	conn := tls.Server(newRawConn(raw), in.tls)
 	if err := conn.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		if in.admit.wasEvicted(p) {

@@ -71,6 +71,7 @@ type readCloser interface {
 // handshake grows its goroutine's stack, and a stack does not shrink back
 // while its goroutine lives on.
 func (s *stream) start(client, target net.Conn, done func()) {
+	client, target = carried(client), carried(target)
 	s.last.Store(time.Now().UnixNano())
 	var left atomic.Int32
 	left.Store(2)
@@ -201,8 +202,8 @@ func abort(c net.Conn) {
 		// Not Close: its close_notify would read as an orderly end.
 		c = tc.NetConn()
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
+	if lc, ok := c.(interface{ SetLinger(int) error }); ok {
+		_ = lc.SetLinger(0)
 	}
 	c.Close()
 }

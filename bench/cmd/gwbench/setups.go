@@ -86,6 +86,13 @@ func direct(w *world) *setup {
 // east (egress only, peer west), each pinned to the proxy CPU with
 // GOMAXPROCS=1, and waits until a connection through each egress port works.
 func startGatewayPair(cfg *config, w *world, tag string) (*setup, error) {
+	return startGatewayPairWith(cfg, w, tag, cfg.cmc, nil, "127.0.0.1")
+}
+
+// startGatewayPairWith is startGatewayPair with another binary and more
+// environment, its egress ports on another loopback address (the variant
+// pair of -rr-only).
+func startGatewayPairWith(cfg *config, w *world, tag, bin string, env []string, egressAddr string) (*setup, error) {
 	s := &setup{key: "gateway", name: "gateway pair"}
 	ports := make([]int, 3)
 	for i := range ports {
@@ -96,15 +103,15 @@ func startGatewayPair(cfg *config, w *world, tag string) (*setup, error) {
 		ports[i] = p
 	}
 	ingress := "127.0.0.1:" + strconv.Itoa(ports[0])
-	base := []string{"taskset", "-c", cfg.proxyCPU, cfg.cmc, "gateway"}
+	base := []string{"taskset", "-c", cfg.proxyCPU, bin, "gateway"}
 	west := append(append(base[:len(base):len(base)], "--cluster", "west", "--kubeconfig", w.env.Cluster("west").Kubeconfig,
 		"--ingress-address", ingress, "--egress=false", "--metrics-addr", "127.0.0.1:"+strconv.Itoa(ports[1])), w.tls["west"].Args()...)
 	east := append(append(base[:len(base):len(base)], "--cluster", "east", "--kubeconfig", w.env.Cluster("east").Kubeconfig,
-		"--ingress-address", "", "--egress=true", "--egress-bind-address", "127.0.0.1", "--peer", "west="+ingress,
+		"--ingress-address", "", "--egress=true", "--egress-bind-address", egressAddr, "--peer", "west="+ingress,
 		"--metrics-addr", "127.0.0.1:"+strconv.Itoa(ports[2])), w.tls["east"].Args()...)
 	for i, argv := range [][]string{west, east} {
 		name := []string{"west", "east"}[i]
-		p, err := proc.Start("gateway-"+name, filepath.Join(cfg.out, "logs", "gw-gateway-"+name+"."+tag+".log"), []string{"GOMAXPROCS=1"}, argv...)
+		p, err := proc.Start("gateway-"+name, filepath.Join(cfg.out, "logs", "gw-gateway-"+name+"."+tag+".log"), append([]string{"GOMAXPROCS=1"}, env...), argv...)
 		if err != nil {
 			s.stop()
 			return nil, err
@@ -115,7 +122,7 @@ func startGatewayPair(cfg *config, w *world, tag string) (*setup, error) {
 			return nil, fmt.Errorf("gateway %s: %w\n%s", name, err, proc.Tail(p.Log, 20))
 		}
 	}
-	at := func(port int32) string { return "127.0.0.1:" + strconv.Itoa(w.egress[port]) }
+	at := func(port int32) string { return net.JoinHostPort(egressAddr, strconv.Itoa(w.egress[port])) }
 	s.sink, s.echo, s.once = at(sinkPort), at(echoPort), at(oncePort)
 	if err := waitWorking(s, 60*time.Second); err != nil {
 		s.stop()

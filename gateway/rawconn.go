@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"unsafe"
 )
 
 // rawConn is a TCP connection whose small reads and writes, once its
@@ -67,7 +66,7 @@ const (
 // tests, a TLS connection) is returned as it is.
 func newRawConn(c net.Conn) net.Conn {
 	tc, ok := c.(*net.TCPConn)
-	if !ok {
+	if !ok || !rawCalls {
 		return c
 	}
 	rc, err := tc.SyscallConn()
@@ -131,10 +130,10 @@ func (c *rawConn) Read(p []byte) (int, error) {
 // is empty.
 func (c *rawConn) readRaw(fd uintptr) bool {
 	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rbuf[0])), uintptr(len(c.rbuf)))
+		n, e := rawRead(fd, c.rbuf)
 		switch e {
 		case 0:
-			c.rn = int(n)
+			c.rn = n
 			return true
 		case syscall.EINTR:
 			continue
@@ -173,10 +172,10 @@ func (c *rawConn) Write(p []byte) (int, error) {
 func (c *rawConn) writeRaw(fd uintptr) bool {
 	for c.wn < len(c.wbuf) {
 		rest := c.wbuf[c.wn:]
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&rest[0])), uintptr(len(rest)))
+		n, e := rawWrite(fd, rest)
 		switch e {
 		case 0:
-			c.wn += int(n)
+			c.wn += n
 			continue
 		case syscall.EINTR:
 			continue

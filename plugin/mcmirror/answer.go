@@ -45,11 +45,12 @@ type srvRec struct {
 	aaaa dns.AAAA
 }
 
-// maxRecords bounds the records made for a reply that must fit in size
-// octets: no record is shorter than 16 octets on the wire (a compressed
-// owner and an A record's data), so one more than size/16 is certain not
-// to fit, and the truncation that follows still sets TC.
-func maxRecords(size int) int { return size/16 + 1 }
+// maxRecords bounds the answer records made for a reply that must fit in
+// size octets: no record is shorter than 16 octets on the wire (a
+// compressed owner and an A record's data), so more than size/16 cannot
+// fit. A reply cut there has TC set by the plugin; the server's writer
+// truncates it further to the client's buffer.
+func maxRecords(size int) int { return size / 16 }
 
 // addresses returns the A (v4) or AAAA addresses of h.
 func (h *hit) addresses(v6 bool) []byte {
@@ -82,29 +83,31 @@ func (h *hit) addresses(v6 bool) []byte {
 }
 
 // addressRRs returns the A or AAAA records of v, owned by name, at most
-// limit of them, in one allocation besides rrs; rrs gets room for extra
-// more records (the OPT record SizeAndDo adds).
-func addressRRs(name string, v []byte, v6 bool, ttl uint32, limit, extra int) []dns.RR {
+// limit of them, in one allocation besides rrs, and whether that left
+// some out; rrs gets room for extra more records (the OPT record the
+// server's writer adds).
+func addressRRs(name string, v []byte, v6 bool, ttl uint32, limit, extra int) (rrs []dns.RR, cut bool) {
 	size := 4
 	if v6 {
 		size = 16
 	}
 	n := min(len(v)/size, limit)
-	rrs := make([]dns.RR, n, n+extra)
+	cut = n < len(v)/size
+	rrs = make([]dns.RR, n, n+extra)
 	if v6 {
 		recs := make([]dns.AAAA, n)
 		for i := range recs {
 			recs[i] = dns.AAAA{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: net.IP(v[i*16 : i*16+16 : i*16+16])}
 			rrs[i] = &recs[i]
 		}
-		return rrs
+		return rrs, cut
 	}
 	recs := make([]dns.A, n)
 	for i := range recs {
 		recs[i] = dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.IP(v[i*4 : i*4+4 : i*4+4])}
 		rrs[i] = &recs[i]
 	}
-	return rrs
+	return rrs, cut
 }
 
 // match reports whether port p, after the ports before it in its list,
@@ -194,9 +197,9 @@ func (h *hit) exists() bool {
 // srvRRs returns the SRV records of h owned by name, at most limit, and
 // the glue of their targets, in one []dns.RR (answer first, with room for
 // extra more) and one array of records (more only when a target has
-// several addresses of a family). The weights split 100 evenly, as
-// CoreDNS's kubernetes plugin does.
-func (h *hit) srvRRs(name string, ttl uint32, limit, extra int) (rrs []dns.RR, nAnswer int) {
+// several addresses of a family), and whether the limit left SRV records
+// out. The weights split 100 evenly, as CoreDNS's kubernetes plugin does.
+func (h *hit) srvRRs(name string, ttl uint32, limit, extra int) (rrs []dns.RR, nAnswer int, cut bool) {
 	n, g4, g6, total := 0, 0, 0, 0
 	h.eachTarget(func(t target) bool {
 		total++
@@ -210,7 +213,7 @@ func (h *hit) srvRRs(name string, ttl uint32, limit, extra int) (rrs []dns.RR, n
 		return true
 	})
 	if n == 0 {
-		return nil, 0
+		return nil, 0, false
 	}
 	g4, g6 = min(g4, limit), min(g6, limit)
 	weight := uint16(100 / total)
@@ -259,7 +262,7 @@ func (h *hit) srvRRs(name string, ttl uint32, limit, extra int) (rrs []dns.RR, n
 		}
 		return true
 	})
-	return rrs, n
+	return rrs, n, n < total
 }
 
 // ptrRR returns the PTR record of h, owned by name.

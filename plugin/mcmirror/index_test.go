@@ -44,11 +44,12 @@ func records(x *index, name string, qtype uint16) []dns.RR {
 	switch qtype {
 	case dns.TypeA, dns.TypeAAAA:
 		if v := h.addresses(qtype == dns.TypeAAAA); len(v) > 0 {
-			return addressRRs(name, v, qtype == dns.TypeAAAA, x.ttl, 1<<16, 0)
+			rrs, _ := addressRRs(name, v, qtype == dns.TypeAAAA, x.ttl, 1<<16, 0)
+			return rrs
 		}
 	case dns.TypeSRV:
 		if h.r.kind != kindPTR && (h.proto == "" || h.port != "") {
-			rrs, n := h.srvRRs(name, x.ttl, 1<<16, 0)
+			rrs, n, _ := h.srvRRs(name, x.ttl, 1<<16, 0)
 			return rrs[:n]
 		}
 	case dns.TypePTR:

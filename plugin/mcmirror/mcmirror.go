@@ -253,20 +253,20 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	state := request.Request{W: w, Req: r}
 	limit, extra := maxRecords(state.Size()), 0
 	if r.IsEdns0() != nil {
-		extra = 1 // room for the OPT record SizeAndDo adds
+		extra = 1 // room for the OPT record the server's writer adds
 	}
 	var rrs []dns.RR
-	nAnswer := 0
+	nAnswer, cut := 0, false
 	switch q.Qtype {
 	case dns.TypeA, dns.TypeAAAA:
 		v6 := q.Qtype == dns.TypeAAAA
 		if v := h.addresses(v6); len(v) > 0 {
-			rrs = addressRRs(qname, v, v6, m.index.ttl, limit, extra)
+			rrs, cut = addressRRs(qname, v, v6, m.index.ttl, limit, extra)
 			nAnswer = len(rrs)
 		}
 	case dns.TypeSRV:
 		if h.r.kind != kindPTR && (h.proto == "" || h.port != "") {
-			rrs, nAnswer = h.srvRRs(qname, m.index.ttl, limit, extra)
+			rrs, nAnswer, cut = h.srvRRs(qname, m.index.ttl, limit, extra)
 		}
 	case dns.TypePTR:
 		if h.r.kind == kindPTR {
@@ -279,11 +279,12 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return m.negative(w, r, zi, kind, dns.RcodeSuccess) // NODATA
 	}
 	msg := newReply(r, dns.RcodeSuccess)
+	msg.Truncated = cut
 	msg.Answer = rrs[:nAnswer:nAnswer]
 	if len(rrs) > nAnswer || extra > 0 {
 		msg.Extra = rrs[nAnswer:]
 	}
-	if !m.write(state, msg) {
+	if !m.write(w, r, msg) {
 		return dns.RcodeServerFailure, errNotWritten
 	}
 	countAnswer(kind, dns.RcodeSuccess)
@@ -299,7 +300,7 @@ var errNotWritten = errors.New("reply not written")
 func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind nameKind, rcode int) (int, error) {
 	msg := newReply(r, rcode)
 	msg.Ns = m.soa[zi]
-	if !m.write(request.Request{W: w, Req: r}, msg) {
+	if !m.write(w, r, msg) {
 		return dns.RcodeServerFailure, errNotWritten
 	}
 	countAnswer(kind, rcode)
@@ -311,18 +312,21 @@ func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind nameK
 // refuses as the kubernetes plugin does: the server writes the REFUSED.
 func isTransfer(qtype uint16) bool { return qtype == dns.TypeAXFR || qtype == dns.TypeIXFR }
 
-// write makes msg fit the client's buffer, as the server would: truncated,
-// with TC set, over UDP; whole over TCP. A reply the writer cannot send
-// (it did not pack) is logged and counted, and false returned, so that the
-// server sends SERVFAIL rather than nothing.
-func (m *MCMirror) write(state request.Request, msg *dns.Msg) bool {
-	state.SizeAndDo(msg)
-	err := state.W.WriteMsg(state.Scrub(msg))
+// write hands msg to w whole. Making it fit the client's buffer (the OPT
+// record, truncation with TC over UDP) is the server's writer's job
+// (request.ScrubWriter), which wraps every writer, as for the kubernetes
+// plugin: so a cache plugin in front keeps the whole reply, not one cut
+// for the first client's buffer. A reply the writer cannot send (it did
+// not pack) is logged and counted, and false returned, so that the server
+// sends SERVFAIL rather than nothing.
+func (m *MCMirror) write(w dns.ResponseWriter, r *dns.Msg, msg *dns.Msg) bool {
+	err := w.WriteMsg(msg)
 	if err == nil {
 		return true
 	}
 	replyErrors.Inc()
-	log.Errorf("Reply to %s %s not written: %v", state.Type(), state.Name(), err)
+	q := r.Question[0]
+	log.Errorf("Reply to %s %s not written: %v", dns.Type(q.Qtype), q.Name, err)
 	return false
 }
 

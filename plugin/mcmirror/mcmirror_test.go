@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/coredns/coredns/plugin/cache"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/coredns/coredns/request"
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"github.com/miekg/dns"
@@ -234,7 +236,9 @@ func TestServeDNS(t *testing.T) {
 func runCase(t *testing.T, m *MCMirror, tc test.Case, tcp bool) *dns.Msg {
 	t.Helper()
 	rec := dnstest.NewRecorder(&test.ResponseWriter{TCP: tcp})
-	if _, err := m.ServeDNS(context.Background(), rec, tc.Msg()); err != nil {
+	r := tc.Msg()
+	// The server wraps every writer so that replies fit the client.
+	if _, err := m.ServeDNS(context.Background(), request.NewScrubWriter(r, rec), r); err != nil {
 		t.Fatalf("ServeDNS: %v", err)
 	}
 	if rec.Msg == nil {
@@ -316,13 +320,17 @@ func TestServeDNSTTL(t *testing.T) {
 
 // bigFixture exports a 300-pod headless Service from west and paris (150
 // pods each), with every per-pod mirror.
-func bigFixture() *fakeSource {
+func bigFixture() *fakeSource { return podsFixture(150) }
+
+// podsFixture exports a headless Service big from west and paris, with n
+// pods each, and every per-pod mirror.
+func podsFixture(n int) *fakeSource {
 	f := newFakeSource("paris", "west")
 	for ci, c := range []string{"west", "paris"} {
 		f.svc(c, "default", "big", labels.Gateway, nil, httpPort)
 		f.mirror("default", "big-"+c, c, "", nil, httpPort)
 		var eps []Endpoint
-		for i := range 150 {
+		for i := range n {
 			host := fmt.Sprintf("big-%d", i)
 			eps = append(eps, ep(host, fmt.Sprintf("10.%d.%d.%d", ci+1, i/250, i%250+1), true))
 			f.mirror("default", host+"-"+c, c, "big-"+c, []string{fmt.Sprintf("10.9%d.%d.%d", ci, i/250, i%250+1)}, httpPort)
@@ -347,7 +355,7 @@ func TestServeDNSTruncation(t *testing.T) {
 			r.SetEdns0(tc.edns, false)
 		}
 		rec := dnstest.NewRecorder(&test.ResponseWriter{TCP: tc.tcp})
-		if _, err := m.ServeDNS(context.Background(), rec, r); err != nil {
+		if _, err := m.ServeDNS(context.Background(), request.NewScrubWriter(r, rec), r); err != nil {
 			t.Fatal(err)
 		}
 		got := rec.Msg
@@ -385,6 +393,70 @@ func TestServeDNSTruncation(t *testing.T) {
 
 	// The index is intact afterwards.
 	runCase(t, m, test.Case{Qname: "big-7.big-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("big-7.big-west"+z, "10.90.0.8")}}, false)
+}
+
+// A reply too big for a UDP client's buffer is handed to the writer whole,
+// and the server's writer cuts it for the client: so the cache plugin in
+// front keeps it and answers the next UDP client (cut again) and a TCP
+// client (whole) without asking mcmirror. Cut by the plugin, it had TC set
+// before the cache saw it, and every query went past the cache.
+func TestCacheInFrontKeepsWholeReply(t *testing.T) {
+	// 20 SRV records: fewer than maxRecords, more than 512 octets hold.
+	m := newTestPlugin(t, podsFixture(10), 5, fall.Zero)
+	m.Next = fromNext
+	c := cache.New()
+	c.Next = m
+	name := "_http._tcp.big-global" + z
+	asked := func() float64 { return testutil.ToFloat64(answers.WithLabelValues(kindSRV.String(), "NOERROR")) }
+	before := asked()
+
+	ask := func(tcp bool) *dns.Msg {
+		t.Helper()
+		r := new(dns.Msg)
+		r.SetQuestion(name, dns.TypeSRV)
+		rec := dnstest.NewRecorder(&test.ResponseWriter{TCP: tcp})
+		if _, err := c.ServeDNS(context.Background(), request.NewScrubWriter(r, rec), r); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Msg == nil {
+			t.Fatal("no reply")
+		}
+		buf, err := rec.Msg.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tcp && len(buf) > dns.MinMsgSize {
+			t.Errorf("UDP reply of %d octets", len(buf))
+		}
+		return rec.Msg
+	}
+	for i := range 2 {
+		if got := ask(false); !got.Truncated || len(got.Answer) == 0 {
+			t.Fatalf("UDP query %d: TC=%t, %d answers; want some, with TC", i+1, got.Truncated, len(got.Answer))
+		}
+	}
+	whole := ask(true)
+	if whole.Truncated || len(whole.Answer) != 20 {
+		t.Errorf("TCP: TC=%t, %d answers; want all 20 SRV records", whole.Truncated, len(whole.Answer))
+	}
+	if got := asked() - before; got != 1 {
+		t.Errorf("mcmirror answered %v of the 3 queries; want 1, the rest from the cache", got)
+	}
+}
+
+// A reply cut at maxRecords has TC set by the plugin, so that no cache
+// keeps it as whole.
+func TestCutReplyIsTruncated(t *testing.T) {
+	m := newTestPlugin(t, bigFixture(), 5, fall.Zero)
+	r := new(dns.Msg)
+	r.SetQuestion("_http._tcp.big-global"+z, dns.TypeSRV)
+	w := &kept{ResponseWriter: test.ResponseWriter{}}
+	if _, err := m.ServeDNS(context.Background(), w, r); err != nil {
+		t.Fatal(err)
+	}
+	if w.msg == nil || !w.msg.Truncated || len(w.msg.Answer) != maxRecords(dns.MinMsgSize) {
+		t.Fatalf("handed over %v; want %d answers with TC", w.msg, maxRecords(dns.MinMsgSize))
+	}
 }
 
 func TestServeDNSMetrics(t *testing.T) {

@@ -1,0 +1,116 @@
+package dns_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// With the cache plugin in front of mcmirror, as in CoreDNS's default
+// Corefile, a -global SRV reply too big for a UDP client is kept whole by
+// the cache: the server cuts it for each UDP client (TC set), gives it whole
+// over TCP, and neither query after the first reaches mcmirror.
+func TestCacheInFrontKeepsBigReplies(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	const ns, pods = "cached", 20
+	require.NoError(t, west.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: peers, namespace: %[1]s, labels: {%[2]s: %[3]s}}
+spec:
+  clusterIP: None
+  ports: [{name: http, port: 80}]
+`, ns, labels.Exported, labels.ExportFlat)))
+	slice := &discoveryv1.EndpointSlice{
+		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "peers-0", Namespace: ns,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "peers", discoveryv1.LabelManagedBy: "e2e"},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
+	}
+	for i := range pods {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{fmt.Sprintf("10.202.0.%d", i+1)},
+			Hostname:   ptr(fmt.Sprintf("peer-%d", i)),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+		})
+	}
+	manifest, err := json.Marshal(slice)
+	require.NoError(t, err)
+	require.NoError(t, west.Apply(ctx, string(manifest)))
+
+	corefile := strings.Replace(corefileFor(east, links(t, west)), "    errors\n", "    errors\n    cache 30\n", 1)
+	require.Contains(t, corefile, "cache 30")
+	s := env.StartDNS(t, "east/coredns-mc-cache", corefile)
+
+	// The slice is indexed whole once its last pod answers (a name the
+	// SRV queries below do not share a cache entry with).
+	last := fmt.Sprintf("peer-%d.peers-west.%s.%s", pods-1, ns, zone)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, []string{"10.202.0.20"}, answers(s.Ask(c, "udp", last, dns.TypeA)))
+	}, 20*time.Second, 50*time.Millisecond, last)
+
+	const srvAnswers = `coredns_mcmirror_answers_total{kind="srv",rcode="NOERROR"}`
+	before := metricValue(t, s, srvAnswers)
+	hitsBefore := sumSeries(t, s, "coredns_cache_hits_total{")
+	name := "_http._tcp.peers-global." + ns + "." + zone
+	for i := range 2 {
+		r := s.Ask(t, "udp", name, dns.TypeSRV)
+		assert.True(t, r.Truncated, "UDP query %d: TC set", i+1)
+		assert.NotEmpty(t, r.Answer, "UDP query %d: some records", i+1)
+		assert.Less(t, len(r.Answer), pods, "UDP query %d", i+1)
+	}
+	r := s.Ask(t, "tcp", name, dns.TypeSRV)
+	assert.False(t, r.Truncated, "TCP: TC clear")
+	assert.Len(t, r.Answer, pods, "TCP: every SRV record")
+	assert.Len(t, glue(r), pods, "TCP: every glue record")
+
+	// Three replies came from the live server; the cache gave two of them.
+	assert.Equal(t, 2.0, sumSeries(t, s, "coredns_cache_hits_total{")-hitsBefore, "cache hits")
+	assert.Equal(t, 1.0, metricValue(t, s, srvAnswers)-before, "queries mcmirror answered")
+}
+
+// sumSeries adds up every sample of s whose line starts with prefix (a
+// metric name and "{"): a counter over all its label sets.
+func sumSeries(t *testing.T, s *harness.DNSServer, prefix string) float64 {
+	t.Helper()
+	resp, err := http.Get(s.MetricsURL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	sum := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		require.NoError(t, err, line)
+		sum += v
+	}
+	return sum
+}

@@ -2,6 +2,7 @@ package mcmirror
 
 import (
 	"cmp"
+	"hash/maphash"
 	"net/netip"
 	"slices"
 	"strings"
@@ -62,6 +63,11 @@ type member struct {
 	// i*len(zones)+z): the name in the index, the SRV target and the glue
 	// owner, one string for all three.
 	podNames []string
+	// byHash is each pod's index (low 32 bits) under the hash of its host
+	// (high 32 bits), sorted: a query finds its pod by a binary search of
+	// this dense array and one comparison of names, not by comparing
+	// hosts, each in its own string, at every step (see findPod).
+	byHash []uint64
 	// portSets are the pods' distinct port lists, shared.
 	portSets [][]Port
 	// from is what the member was built from: a later build reuses the
@@ -85,6 +91,45 @@ func (m *member) podV6(p *pod) []byte { return m.v6[p.i6*16 : (p.i6+p.n6)*16] }
 
 // podName returns pod i's name in zone zi.
 func (m *member) podName(i, zi int) string { return m.podNames[i*len(m.names)+zi] }
+
+// hostSeed seeds the hashes of hosts: random, so that a linked cluster
+// cannot choose pod names that collide.
+var hostSeed = maphash.MakeSeed()
+
+func hostHash(host string) uint64 { return maphash.String(hostSeed, host) &^ (1<<32 - 1) }
+
+// indexPods fills m.byHash from m.podNames.
+func (m *member) indexPods() {
+	m.byHash = make([]uint64, len(m.pods))
+	for i := range m.pods {
+		name := m.podName(i, 0)
+		m.byHash[i] = hostHash(name[:strings.IndexByte(name, '.')]) | uint64(i)
+	}
+	slices.Sort(m.byHash)
+}
+
+// findPod returns the index of the pod whose name in zone zi is name, of
+// which host is the first label, or -1.
+func (m *member) findPod(host, name string, zi int) int {
+	h := hostHash(host)
+	// The hashes are uniform: start where h would be, and walk to the
+	// first entry not below it, typically a few entries away in the same
+	// cache line, where a binary search would touch several.
+	n := len(m.byHash)
+	i := int((h >> 32) * uint64(n) >> 32)
+	for i > 0 && m.byHash[i-1] >= h {
+		i--
+	}
+	for i < n && m.byHash[i] < h {
+		i++
+	}
+	for ; i < n && m.byHash[i]&^(1<<32-1) == h; i++ {
+		if p := int(uint32(m.byHash[i])); m.podName(p, zi) == name {
+			return p
+		}
+	}
+	return -1
+}
 
 // builder collects a member's addresses and pods.
 type builder struct {
@@ -221,6 +266,7 @@ func (b *builder) finish(zones []string) {
 	}
 	m.v4, m.v6 = slices.Clip(m.v4), slices.Clip(m.v6)
 	m.pods, m.podNames = slices.Clip(m.pods), slices.Clip(m.podNames)
+	m.indexPods()
 }
 
 // oldNames returns the old member's names of pod host, when it had that

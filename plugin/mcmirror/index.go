@@ -185,7 +185,7 @@ func (x *index) find(name string) (hit, bool) {
 }
 
 // resolve returns the ref of name: a name of the table, or a pod below a
-// member's name, found in that member's pods (sorted by host). Pods are
+// member's name, found in that member's pods by the hash of its host. Pods are
 // not in the table: one map entry per endpoint would cost a third of the
 // index's memory. The caller holds x.mu.
 func (x *index) resolve(name string) (ref, bool) {
@@ -200,23 +200,11 @@ func (x *index) resolve(name string) (ref, bool) {
 	if !ok || r.kind != kindCluster {
 		return ref{}, false
 	}
-	m := r.s.g.members[r.m]
-	nz := len(m.names)
-	lo, hi := 0, len(m.pods)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		h := m.podNames[mid*nz]
-		h = h[:strings.IndexByte(h, '.')]
-		if h < host {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	if lo == len(m.pods) || m.podName(lo, int(r.zi)) != name {
+	p := r.s.g.members[r.m].findPod(host, name, int(r.zi))
+	if p < 0 {
 		return ref{}, false
 	}
-	r.p, r.kind = int32(lo), kindPod
+	r.p, r.kind = int32(p), kindPod
 	return r, true
 }
 

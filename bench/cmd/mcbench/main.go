@@ -46,6 +46,7 @@ func logf(format string, a ...any) {
 
 type config struct {
 	cmc, ref, out  string
+	baseline       string // a second coredns-mc, run as A10base; "" for none
 	sizes          []int
 	runs           int
 	dur            time.Duration
@@ -61,6 +62,7 @@ func main() {
 	var sizes, mem string
 	flag.StringVar(&cfg.cmc, "coredns-mc", "bin/coredns-mc", "coredns-mc binary")
 	flag.StringVar(&cfg.ref, "dnsref", "bin/dnsref", "dnsref binary (server D)")
+	flag.StringVar(&cfg.baseline, "baseline", "", "another coredns-mc binary (an earlier build), run as server A10base with A10's Corefile beside the others, to compare two builds in the same runs")
 	flag.StringVar(&cfg.out, "out", "bench/out", "directory for Corefiles, zones, logs and results")
 	flag.StringVar(&sizes, "sizes", "1000,10000", "endpoint names per server, comma-separated (multiples of 10); empty skips the throughput and the propagation")
 	flag.IntVar(&cfg.runs, "runs", 5, "interleaved dnsperf runs per server and size")
@@ -89,7 +91,10 @@ func main() {
 		}
 		cfg.memSteps = append(cfg.memSteps, n)
 	}
-	for _, p := range []*string{&cfg.cmc, &cfg.ref, &cfg.out} {
+	for _, p := range []*string{&cfg.cmc, &cfg.ref, &cfg.out, &cfg.baseline} {
+		if *p == "" {
+			continue
+		}
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			fatal(err)
@@ -270,6 +275,12 @@ func startThroughputServers(env *harness.Env, cfg *config, svcs int) ([]*server,
 	opts := []serverOpts{
 		{key: "A10", what: "coredns-mc: mcmirror, 10 linked clusters", bin: cfg.cmc, args: cmc, expect: ten, pprof: true,
 			corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=remote-discovery,mcbench=ten")},
+	}
+	if cfg.baseline != "" {
+		opts = append(opts, serverOpts{key: "A10base", what: "the -baseline build of coredns-mc, A10's Corefile", bin: cfg.baseline, args: cmc, expect: ten,
+			corefile: opts[0].corefile})
+	}
+	opts = append(opts, []serverOpts{
 		{key: "A1", what: "coredns-mc: mcmirror, 1 linked cluster", bin: cfg.cmc, args: cmc, expect: expectOne(svcs),
 			corefile: mcmirrorCorefile(env, remotes(1), "mirror.linkerd.io/exported=remote-discovery,mcbench=one")},
 		{key: "Agw", what: "coredns-mc: mcmirror, 10 linked clusters, gateway mode (mirror ClusterIPs)", bin: cfg.cmc, args: cmc, expect: expectGateway(svcs),
@@ -281,7 +292,7 @@ func startThroughputServers(env *harness.Env, cfg *config, svcs int) ([]*server,
 			corefile: fmt.Sprintf(".:{PORT} {\n    bind 127.0.0.1\n    ready 127.0.0.1:{READY}\n    file %s cluster.local\n}\n", zone)},
 		{key: "D", what: "bare miekg/dns, precomputed map", bin: cfg.ref, expect: ten,
 			args: []string{"-zone", zone, "-origin", "cluster.local.", "-addr", "127.0.0.1:{PORT}"}},
-	}
+	}...)
 	var servers []*server
 	for _, o := range opts {
 		o.cpu = serverCPU

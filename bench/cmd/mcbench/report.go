@@ -255,6 +255,9 @@ func (r *report) String() string {
 		if a10 != nil && a1 != nil {
 			p("| 10 clusters within 10%% of 1 (%d endpoints) | A10 ÷ A1: %s | %s |", sr.size, ratioCells([]*series{a10}, a1), verdict([]*series{a10}, a1, 0.9, 1.1))
 		}
+		if base := sr.get("A10base"); a10 != nil && base != nil {
+			p("| this build against the -baseline build (%d endpoints) | A10 ÷ A10base: %s | a comparison, not a target |", sr.size, ratioCells([]*series{a10}, base))
+		}
 	}
 	gb := readGoBench(goBenchFile)
 	var lookup, syncOne *goBench

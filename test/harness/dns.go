@@ -212,17 +212,23 @@ func (s *DNSServer) Dig(t testing.TB, args ...string) []string {
 // the server exports it.
 func (s *DNSServer) Metric(t testing.TB, series string) (string, bool) {
 	t.Helper()
-	resp, err := http.Get(s.MetricsURL)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range s.Metrics(t) {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v, true
 		}
 	}
 	return "", false
+}
+
+// Metrics returns the lines of the server's Prometheus exposition.
+func (s *DNSServer) Metrics(t testing.TB) []string {
+	t.Helper()
+	resp, err := http.Get(s.MetricsURL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return strings.Split(string(body), "\n")
 }
 
 // freeDNSPort returns a port free for both UDP and TCP on 127.0.0.1.

@@ -1,11 +1,7 @@
 package dns_test
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,11 +10,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -28,40 +20,9 @@ import (
 // over TCP, and neither query after the first reaches mcmirror.
 func TestCacheInFrontKeepsBigReplies(t *testing.T) {
 	env.LogOnFailure(t)
-	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
 	const ns, pods = "cached", 20
-	require.NoError(t, west.Apply(ctx, fmt.Sprintf(`
-apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s}
----
-apiVersion: v1
-kind: Service
-metadata: {name: peers, namespace: %[1]s, labels: {%[2]s: %[3]s}}
-spec:
-  clusterIP: None
-  ports: [{name: http, port: 80}]
-`, ns, labels.Exported, labels.ExportFlat)))
-	slice := &discoveryv1.EndpointSlice{
-		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "peers-0", Namespace: ns,
-			Labels: map[string]string{discoveryv1.LabelServiceName: "peers", discoveryv1.LabelManagedBy: "e2e"},
-		},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
-	}
-	for i := range pods {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{fmt.Sprintf("10.202.0.%d", i+1)},
-			Hostname:   ptr(fmt.Sprintf("peer-%d", i)),
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
-		})
-	}
-	manifest, err := json.Marshal(slice)
-	require.NoError(t, err)
-	require.NoError(t, west.Apply(ctx, string(manifest)))
+	exportHeadless(t, west, ns, "peers", 1, pods, func(n int) string { return fmt.Sprintf("10.202.0.%d", n+1) })
 
 	corefile := strings.Replace(corefileFor(east, links(t, west)), "    errors\n", "    errors\n    cache 30\n", 1)
 	require.Contains(t, corefile, "cache 30")
@@ -69,7 +30,7 @@ spec:
 
 	// The slice is indexed whole once its last pod answers (a name the
 	// SRV queries below do not share a cache entry with).
-	last := fmt.Sprintf("peer-%d.peers-west.%s.%s", pods-1, ns, zone)
+	last := fmt.Sprintf("peers-%d.peers-west.%s.%s", pods-1, ns, zone)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, []string{"10.202.0.20"}, answers(s.Ask(c, "udp", last, dns.TypeA)))
 	}, 20*time.Second, 50*time.Millisecond, last)
@@ -98,13 +59,8 @@ spec:
 // metric name and "{"): a counter over all its label sets.
 func sumSeries(t *testing.T, s *harness.DNSServer, prefix string) float64 {
 	t.Helper()
-	resp, err := http.Get(s.MetricsURL)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
 	sum := 0.0
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range s.Metrics(t) {
 		if !strings.HasPrefix(line, prefix) {
 			continue
 		}

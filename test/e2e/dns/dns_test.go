@@ -5,7 +5,6 @@ package dns_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -335,45 +333,11 @@ func TestUnreachableLink(t *testing.T) {
 // there and served whole over TCP.
 func TestLargeAnswerOverTCP(t *testing.T) {
 	env.LogOnFailure(t)
-	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
 	const ns = "large"
-	require.NoError(t, west.Apply(ctx, fmt.Sprintf(`
-apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s}
----
-apiVersion: v1
-kind: Service
-metadata: {name: big, namespace: %[1]s, labels: {%[2]s: %[3]s}}
-spec:
-  clusterIP: None
-  ports: [{name: http, port: 80}]
-`, ns, labels.Exported, labels.ExportFlat)))
 	// Three slices of 100 endpoints, as the EndpointSlice controller would
 	// split them.
-	for i := range 3 {
-		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("big-%d", i), Namespace: ns,
-				Labels: map[string]string{discoveryv1.LabelServiceName: "big", discoveryv1.LabelManagedBy: "e2e"},
-			},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
-		}
-		for j := range 100 {
-			n := i*100 + j
-			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-				Addresses:  []string{fmt.Sprintf("10.201.%d.%d", 10+n/250, 1+n%250)},
-				Hostname:   ptr(fmt.Sprintf("big-%d", n)),
-				Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
-			})
-		}
-		slice.APIVersion, slice.Kind = "discovery.k8s.io/v1", "EndpointSlice"
-		manifest, err := json.Marshal(slice)
-		require.NoError(t, err)
-		require.NoError(t, west.Apply(ctx, string(manifest)))
-	}
+	exportHeadless(t, west, ns, "big", 3, 100, func(n int) string { return fmt.Sprintf("10.201.%d.%d", 10+n/250, 1+n%250) })
 	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west)))
 	name := "_http._tcp.big-global." + ns + "." + zone
 

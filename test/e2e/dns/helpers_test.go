@@ -2,6 +2,7 @@ package dns_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -148,4 +150,36 @@ func values(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// exportHeadless applies, in c, namespace ns with headless Service svc
+// (port http 80) exported in flat mode, and its EndpointSlices by hand:
+// slices of perSlice ready endpoints, endpoint n named <svc>-<n> at
+// addr(n).
+func exportHeadless(t *testing.T, c *harness.Cluster, ns, svc string, slices, perSlice int, addr func(n int) string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, c.Apply(ctx, selectorless(ns, svc)))
+	for i := range slices {
+		slice := &discoveryv1.EndpointSlice{
+			TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("%s-%d", svc, i), Namespace: ns,
+				Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "e2e"},
+			},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
+		}
+		for j := range perSlice {
+			n := i*perSlice + j
+			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+				Addresses:  []string{addr(n)},
+				Hostname:   ptr(fmt.Sprintf("%s-%d", svc, n)),
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+			})
+		}
+		manifest, err := json.Marshal(slice)
+		require.NoError(t, err)
+		require.NoError(t, c.Apply(ctx, string(manifest)))
+	}
 }

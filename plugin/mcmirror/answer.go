@@ -9,7 +9,8 @@ import (
 // Answers are made at query time from a group's compact data. A reply costs
 // three allocations whatever its size: the message (with its question),
 // one []dns.RR for the answer and additional sections, and one array of
-// the records themselves. Owner names are the question's name; SRV targets
+// the records themselves; a reply of one address record, the most common,
+// is one allocation. Owner names are the question's name; SRV targets
 // and glue owners are the pod's or member's one name string; addresses are
 // sub-slices of the member's packed addresses.
 
@@ -20,8 +21,11 @@ type reply struct {
 }
 
 // newReply returns an authoritative reply to r with rcode.
-func newReply(r *dns.Msg, rcode int) *dns.Msg {
-	rp := &reply{}
+func newReply(r *dns.Msg, rcode int) *dns.Msg { return (&reply{}).init(r, rcode) }
+
+// init makes rp an authoritative reply to r with rcode, and returns its
+// message.
+func (rp *reply) init(r *dns.Msg, rcode int) *dns.Msg {
 	m := &rp.msg
 	m.Id = r.Id
 	m.Response = true
@@ -108,6 +112,40 @@ func addressRRs(name string, v []byte, v6 bool, ttl uint32, limit, extra int) (r
 		rrs[i] = &recs[i]
 	}
 	return rrs, cut
+}
+
+// oneAddressReply returns the reply to r of the one A or AAAA record of
+// v, owned by name, with room for extra more records: the most common
+// answer (a ClusterIP, one pod's address), in one allocation.
+func oneAddressReply(r *dns.Msg, name string, v []byte, v6 bool, ttl uint32, extra int) *dns.Msg {
+	hdr := dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}
+	var m *dns.Msg
+	var rrs []dns.RR
+	if v6 {
+		rp := &struct {
+			reply
+			aaaa dns.AAAA
+			rrs  [2]dns.RR
+		}{}
+		hdr.Rrtype = dns.TypeAAAA
+		rp.aaaa = dns.AAAA{Hdr: hdr, AAAA: net.IP(v[:16:16])}
+		rp.rrs[0] = &rp.aaaa
+		m, rrs = rp.init(r, dns.RcodeSuccess), rp.rrs[:]
+	} else {
+		rp := &struct {
+			reply
+			a   dns.A
+			rrs [2]dns.RR
+		}{}
+		rp.a = dns.A{Hdr: hdr, A: net.IP(v[:4:4])}
+		rp.rrs[0] = &rp.a
+		m, rrs = rp.init(r, dns.RcodeSuccess), rp.rrs[:]
+	}
+	m.Answer = rrs[:1:1]
+	if extra > 0 {
+		m.Extra = rrs[1:1:2]
+	}
+	return m
 }
 
 // match reports whether port p, after the ports before it in its list,

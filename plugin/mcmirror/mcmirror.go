@@ -255,12 +255,17 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	if r.IsEdns0() != nil {
 		extra = 1 // room for the OPT record the server's writer adds
 	}
+	var msg *dns.Msg
 	var rrs []dns.RR
 	nAnswer, cut := 0, false
 	switch q.Qtype {
 	case dns.TypeA, dns.TypeAAAA:
 		v6 := q.Qtype == dns.TypeAAAA
-		if v := h.addresses(v6); len(v) > 0 {
+		v := h.addresses(v6)
+		switch {
+		case len(v) == 4 && !v6, len(v) == 16 && v6:
+			msg, nAnswer = oneAddressReply(r, qname, v, v6, m.index.ttl, extra), 1
+		case len(v) > 0:
 			rrs, cut = addressRRs(qname, v, v6, m.index.ttl, limit, extra)
 			nAnswer = len(rrs)
 		}
@@ -278,11 +283,13 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	if nAnswer == 0 {
 		return m.negative(w, r, zi, kind, dns.RcodeSuccess) // NODATA
 	}
-	msg := newReply(r, dns.RcodeSuccess)
-	msg.Truncated = cut
-	msg.Answer = rrs[:nAnswer:nAnswer]
-	if len(rrs) > nAnswer || extra > 0 {
-		msg.Extra = rrs[nAnswer:]
+	if msg == nil {
+		msg = newReply(r, dns.RcodeSuccess)
+		msg.Truncated = cut
+		msg.Answer = rrs[:nAnswer:nAnswer]
+		if len(rrs) > nAnswer || extra > 0 {
+			msg.Extra = rrs[nAnswer:]
+		}
 	}
 	if !m.write(w, r, msg) {
 		return dns.RcodeServerFailure, errNotWritten

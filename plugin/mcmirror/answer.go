@@ -41,6 +41,54 @@ func (rp *reply) init(r *dns.Msg, rcode int) *dns.Msg {
 	return m
 }
 
+// answer returns the reply to r, asking for a name of h (name, lowercased)
+// of class IN, made from the index, or nil if h has no record of the type
+// asked for (NODATA): at most limit answer records, with TC set if that
+// left some out, and room for extra more records (the OPT record the
+// server's writer adds).
+func (h *hit) answer(r *dns.Msg, name string, ttl uint32, limit, extra int) *dns.Msg {
+	switch qtype := r.Question[0].Qtype; qtype {
+	case dns.TypeA, dns.TypeAAAA:
+		v6 := qtype == dns.TypeAAAA
+		v := h.addresses(v6)
+		n := len(v) / 4
+		if v6 {
+			n = len(v) / 16
+		}
+		switch {
+		case n == 1:
+			return oneAddressReply(r, name, v, v6, ttl, extra)
+		case n > 1 && n <= fewAddresses && n <= limit:
+			return fewAddressReply(r, name, v, v6, ttl, extra)
+		case n > 0:
+			rrs, cut := addressRRs(name, v, v6, ttl, limit, extra)
+			return withRecords(r, rrs, len(rrs), extra, cut)
+		}
+	case dns.TypeSRV:
+		if h.r.kind != kindPTR && (h.proto == "" || h.port != "") {
+			return h.srvReply(r, name, ttl, limit, extra)
+		}
+	case dns.TypePTR:
+		if h.r.kind == kindPTR {
+			return withRecords(r, h.ptrRR(name, ttl, extra), 1, extra, false)
+		}
+	}
+	return nil
+}
+
+// withRecords returns the reply to r of rrs: the first nAnswer in the
+// answer section, the others (and the room for extra more) in the
+// additional section; TC set if cut.
+func withRecords(r *dns.Msg, rrs []dns.RR, nAnswer, extra int, cut bool) *dns.Msg {
+	m := newReply(r, dns.RcodeSuccess)
+	m.Truncated = cut
+	m.Answer = rrs[:nAnswer:nAnswer]
+	if len(rrs) > nAnswer || extra > 0 {
+		m.Extra = rrs[nAnswer:]
+	}
+	return m
+}
+
 // srvRec is an SRV record and room for the glue of its target, allocated
 // together.
 type srvRec struct {
@@ -148,6 +196,49 @@ func oneAddressReply(r *dns.Msg, name string, v []byte, v6 bool, ttl uint32, ext
 	return m
 }
 
+// fewAddresses is the most addresses fewAddressReply puts in one
+// allocation: a Service's -global name in a few clusters.
+const fewAddresses = 4
+
+// fewAddressReply returns the reply to r of the A or AAAA records of v
+// (at most fewAddresses), owned by name, with room for extra more records
+// (at most one), in one allocation.
+func fewAddressReply(r *dns.Msg, name string, v []byte, v6 bool, ttl uint32, extra int) *dns.Msg {
+	hdr := dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}
+	var m *dns.Msg
+	var rrs []dns.RR
+	if v6 {
+		rp := &struct {
+			reply
+			aaaa [fewAddresses]dns.AAAA
+			rrs  [fewAddresses + 1]dns.RR
+		}{}
+		hdr.Rrtype = dns.TypeAAAA
+		for i := range len(v) / 16 {
+			rp.aaaa[i] = dns.AAAA{Hdr: hdr, AAAA: net.IP(v[i*16 : i*16+16 : i*16+16])}
+			rp.rrs[i] = &rp.aaaa[i]
+		}
+		m, rrs = rp.init(r, dns.RcodeSuccess), rp.rrs[:len(v)/16]
+	} else {
+		rp := &struct {
+			reply
+			a   [fewAddresses]dns.A
+			rrs [fewAddresses + 1]dns.RR
+		}{}
+		for i := range len(v) / 4 {
+			rp.a[i] = dns.A{Hdr: hdr, A: net.IP(v[i*4 : i*4+4 : i*4+4])}
+			rp.rrs[i] = &rp.a[i]
+		}
+		m, rrs = rp.init(r, dns.RcodeSuccess), rp.rrs[:len(v)/4]
+	}
+	n := len(rrs)
+	m.Answer = rrs[:n:n]
+	if extra > 0 {
+		m.Extra = rrs[n : n : n+1]
+	}
+	return m
+}
+
 // match reports whether port p, after the ports before it in its list,
 // answers h: every distinct port number for the name itself, the named
 // ports of h.proto for _<proto>, and port h.port of it for
@@ -232,14 +323,19 @@ func (h *hit) exists() bool {
 	return found
 }
 
-// srvRRs returns the SRV records of h owned by name, at most limit, and
-// the glue of their targets, in one []dns.RR (answer first, with room for
-// extra more) and one array of records (more only when a target has
-// several addresses of a family), and whether the limit left SRV records
-// out. The weights split 100 evenly, as CoreDNS's kubernetes plugin does.
-func (h *hit) srvRRs(name string, ttl uint32, limit, extra int) (rrs []dns.RR, nAnswer int, cut bool) {
+// srvReply returns the reply to r of the SRV records of h owned by name,
+// at most limit, and the glue of their targets, with room for extra more
+// records, or nil if h has no target. The weights split 100 evenly, as
+// CoreDNS's kubernetes plugin does. A reply of one target (a pod, a
+// ClusterIP Service of one port) is one allocation; others three, and
+// more only when a target has several addresses of a family.
+func (h *hit) srvReply(r *dns.Msg, name string, ttl uint32, limit, extra int) *dns.Msg {
 	n, g4, g6, total := 0, 0, 0, 0
+	var first target
 	h.eachTarget(func(t target) bool {
+		if total == 0 {
+			first = t
+		}
 		total++
 		if n < limit {
 			n++
@@ -250,12 +346,15 @@ func (h *hit) srvRRs(name string, ttl uint32, limit, extra int) (rrs []dns.RR, n
 		}
 		return true
 	})
-	if n == 0 {
-		return nil, 0, false
+	switch {
+	case n == 0:
+		return nil
+	case total == 1 && g4 <= 1 && g6 <= 1:
+		return oneSRVReply(r, name, first, ttl, extra)
 	}
 	g4, g6 = min(g4, limit), min(g6, limit)
 	weight := uint16(100 / total)
-	rrs = make([]dns.RR, n, n+g4+g6+extra)
+	rrs := make([]dns.RR, n, n+g4+g6+extra)
 	recs := make([]srvRec, n)
 	var as []dns.A
 	var aaaas []dns.AAAA
@@ -300,7 +399,35 @@ func (h *hit) srvRRs(name string, ttl uint32, limit, extra int) (rrs []dns.RR, n
 		}
 		return true
 	})
-	return rrs, n, n < total
+	return withRecords(r, rrs, n, extra, n < total)
+}
+
+// oneSRVReply returns the reply to r of the one SRV record of t, owned by
+// name, and the glue of t (at most one address of each family), with room
+// for extra more records, in one allocation.
+func oneSRVReply(r *dns.Msg, name string, t target, ttl uint32, extra int) *dns.Msg {
+	rp := &struct {
+		reply
+		srvRec
+		rrs [4]dns.RR
+	}{}
+	m := rp.init(r, dns.RcodeSuccess)
+	rp.srv = dns.SRV{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: ttl}, Weight: 100, Port: t.port, Target: t.name}
+	rp.rrs[0] = &rp.srv
+	rrs := rp.rrs[:1]
+	if len(t.v4) == 4 {
+		rp.a = dns.A{Hdr: dns.RR_Header{Name: t.name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.IP(t.v4[:4:4])}
+		rrs = append(rrs, &rp.a)
+	}
+	if len(t.v6) == 16 {
+		rp.aaaa = dns.AAAA{Hdr: dns.RR_Header{Name: t.name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: net.IP(t.v6[:16:16])}
+		rrs = append(rrs, &rp.aaaa)
+	}
+	m.Answer = rrs[:1:1]
+	if len(rrs) > 1 || extra > 0 {
+		m.Extra = rrs[1:len(rrs):min(len(rrs)+extra, len(rp.rrs))]
+	}
+	return m
 }
 
 // ptrRR returns the PTR record of h, owned by name.

@@ -2,12 +2,15 @@ package mcmirror
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/coredns/coredns/request"
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"github.com/miekg/dns"
@@ -250,4 +253,86 @@ func TestGlobalLocalFirst(t *testing.T) {
 	if ts := targets(got); len(ts) != 3 || ts[0] != "db-0.db"+z {
 		t.Errorf("SRV targets %v, want the local db-0.db first", ts)
 	}
+}
+
+// Replies of one, a few and many addresses, and of one SRV target with
+// glue of both families, are built in different ways: each holds every
+// record, and room for the OPT record the server's writer adds.
+func TestReplyOfEverySize(t *testing.T) {
+	for n := 1; n <= fewAddresses+2; n++ {
+		src := newFakeSource("west")
+		src.svc("west", "default", "s", labels.Flat, nil, httpPort)
+		var eps []Endpoint
+		var want4, want6 []string
+		for i := 1; i <= n; i++ {
+			v4, v6 := fmt.Sprintf("10.1.0.%d", i), fmt.Sprintf("fd00::%d", i)
+			eps = append(eps, Endpoint{Addresses: []string{v4, v6}, Ready: true})
+			want4, want6 = append(want4, v4), append(want6, v6)
+		}
+		src.slice("west", "default", "s", []Port{httpPort}, eps...)
+		m := newTestPlugin(t, src, 5, fall.Zero)
+		for _, edns := range []bool{false, true} {
+			for qtype, want := range map[uint16][]string{dns.TypeA: want4, dns.TypeAAAA: want6} {
+				got := askScrubbed(t, m, "s-west"+z, qtype, edns)
+				var addrs []string
+				for _, rr := range got.Answer {
+					switch rr := rr.(type) {
+					case *dns.A:
+						addrs = append(addrs, rr.A.String())
+					case *dns.AAAA:
+						addrs = append(addrs, rr.AAAA.String())
+					}
+				}
+				slices.Sort(addrs)
+				if !slices.Equal(addrs, want) {
+					t.Errorf("%d endpoints, %s, EDNS %v: answer %v, want %v", n, dns.TypeToString[qtype], edns, addrs, want)
+				}
+				if (got.IsEdns0() != nil) != edns || len(got.Extra) != b2i(edns) {
+					t.Errorf("%d endpoints, %s, EDNS %v: additional %v", n, dns.TypeToString[qtype], edns, got.Extra)
+				}
+			}
+		}
+	}
+
+	m := newTestPlugin(t, fixture(), 5, fall.Zero)
+	for _, edns := range []bool{false, true} {
+		got := askScrubbed(t, m, "_dns._udp.web-west"+z, dns.TypeSRV, edns)
+		want := []string{
+			srv("_dns._udp.web-west"+z, 100, 53, "web-west"+z).String(),
+			a("web-west"+z, "10.96.0.20").String(),
+			aaaa("web-west"+z, "fd00::20").String(),
+		}
+		var recs []string
+		for _, rr := range append(got.Answer, got.Extra...) {
+			if rr.Header().Rrtype != dns.TypeOPT {
+				recs = append(recs, rr.String())
+			}
+		}
+		if !slices.Equal(recs, want) || (got.IsEdns0() != nil) != edns {
+			t.Errorf("EDNS %v: %v, want %v and the OPT record only with EDNS", edns, got, want)
+		}
+	}
+}
+
+// askScrubbed sends one IN query, with EDNS or not, through m behind the
+// server's writer and returns the reply that was sent.
+func askScrubbed(t *testing.T, m *MCMirror, name string, qtype uint16, edns bool) *dns.Msg {
+	t.Helper()
+	w := &packer{}
+	r := new(dns.Msg)
+	r.SetQuestion(name, qtype)
+	if edns {
+		r.SetEdns0(1232, false)
+	}
+	if _, err := m.ServeDNS(context.Background(), request.NewScrubWriter(r, w), r); err != nil || w.msg == nil {
+		t.Fatalf("%s %s: no reply (%v)", name, dns.TypeToString[qtype], err)
+	}
+	return w.msg
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

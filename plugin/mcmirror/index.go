@@ -154,24 +154,26 @@ func (h *hit) kind() nameKind {
 }
 
 // find returns what name (lowercased) is in the index: a name itself, or
-// _<port>._<proto> or _<proto> below one.
+// _<port>._<proto> or _<proto> below one. A name whose first label starts
+// with an underscore is neither a name of the table nor a pod (their labels
+// are validLabel's), so it is looked up only below its underscore labels.
 func (x *index) find(name string) (hit, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	if r, ok := x.resolve(name); ok {
-		return hit{g: r.s.g, r: r}, true
-	}
 	if len(name) == 0 || name[0] != '_' {
+		if r, ok := x.resolve(name); ok {
+			return hit{g: r.s.g, r: r}, true
+		}
 		return hit{}, false
 	}
 	first, rest, ok := cutLabel(name)
 	if !ok {
 		return hit{}, false
 	}
-	if r, ok := x.resolve(rest); ok && r.kind != kindPTR {
-		return hit{g: r.s.g, r: r, proto: first[1:]}, true
-	}
 	if len(rest) == 0 || rest[0] != '_' {
+		if r, ok := x.resolve(rest); ok && r.kind != kindPTR {
+			return hit{g: r.s.g, r: r, proto: first[1:]}, true
+		}
 		return hit{}, false
 	}
 	second, rest, ok := cutLabel(rest)

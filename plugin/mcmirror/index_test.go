@@ -41,23 +41,13 @@ func records(x *index, name string, qtype uint16) []dns.RR {
 	if h == nil {
 		return nil
 	}
-	switch qtype {
-	case dns.TypeA, dns.TypeAAAA:
-		if v := h.addresses(qtype == dns.TypeAAAA); len(v) > 0 {
-			rrs, _ := addressRRs(name, v, qtype == dns.TypeAAAA, x.ttl, 1<<16, 0)
-			return rrs
-		}
-	case dns.TypeSRV:
-		if h.r.kind != kindPTR && (h.proto == "" || h.port != "") {
-			rrs, n, _ := h.srvRRs(name, x.ttl, 1<<16, 0)
-			return rrs[:n]
-		}
-	case dns.TypePTR:
-		if h.r.kind == kindPTR {
-			return h.ptrRR(name, x.ttl, 0)
-		}
+	r := new(dns.Msg)
+	r.SetQuestion(name, qtype)
+	msg := h.answer(r, name, x.ttl, 1<<16, 0)
+	if msg == nil {
+		return nil
 	}
-	return nil
+	return msg.Answer
 }
 
 // owner returns the group that answers name, or "".

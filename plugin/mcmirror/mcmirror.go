@@ -214,7 +214,7 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
 	q := r.Question[0]
-	qname := strings.ToLower(q.Name) // no copy when already lowercase
+	qname := lower(q.Name)
 	zi := m.zone(qname)
 	if zi < 0 {
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
@@ -255,41 +255,10 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	if r.IsEdns0() != nil {
 		extra = 1 // room for the OPT record the server's writer adds
 	}
-	var msg *dns.Msg
-	var rrs []dns.RR
-	nAnswer, cut := 0, false
-	switch q.Qtype {
-	case dns.TypeA, dns.TypeAAAA:
-		v6 := q.Qtype == dns.TypeAAAA
-		v := h.addresses(v6)
-		switch {
-		case len(v) == 4 && !v6, len(v) == 16 && v6:
-			msg, nAnswer = oneAddressReply(r, qname, v, v6, m.index.ttl, extra), 1
-		case len(v) > 0:
-			rrs, cut = addressRRs(qname, v, v6, m.index.ttl, limit, extra)
-			nAnswer = len(rrs)
-		}
-	case dns.TypeSRV:
-		if h.r.kind != kindPTR && (h.proto == "" || h.port != "") {
-			rrs, nAnswer, cut = h.srvRRs(qname, m.index.ttl, limit, extra)
-		}
-	case dns.TypePTR:
-		if h.r.kind == kindPTR {
-			rrs = h.ptrRR(qname, m.index.ttl, extra)
-			nAnswer = 1
-		}
-	}
 	kind := h.kind()
-	if nAnswer == 0 {
-		return m.negative(w, r, zi, kind, dns.RcodeSuccess) // NODATA
-	}
+	msg := h.answer(r, qname, m.index.ttl, limit, extra)
 	if msg == nil {
-		msg = newReply(r, dns.RcodeSuccess)
-		msg.Truncated = cut
-		msg.Answer = rrs[:nAnswer:nAnswer]
-		if len(rrs) > nAnswer || extra > 0 {
-			msg.Extra = rrs[nAnswer:]
-		}
+		return m.negative(w, r, zi, kind, dns.RcodeSuccess) // NODATA
 	}
 	if !m.write(w, r, msg) {
 		return dns.RcodeServerFailure, errNotWritten
@@ -353,6 +322,32 @@ func (m *MCMirror) zone(qname string) int {
 		}
 	}
 	return best
+}
+
+// lower returns name in lower case: name itself, not a copy, when it has
+// no upper-case letter, as almost every query name. It looks at eight
+// octets at a time, and leaves a name with an octet over 0x7f to
+// strings.ToLower.
+func lower(name string) string {
+	const ones = 0x0101010101010101
+	const high = 0x80 * ones
+	i := 0
+	for ; i+8 <= len(name); i += 8 {
+		x := uint64(name[i]) | uint64(name[i+1])<<8 | uint64(name[i+2])<<16 | uint64(name[i+3])<<24 |
+			uint64(name[i+4])<<32 | uint64(name[i+5])<<40 | uint64(name[i+6])<<48 | uint64(name[i+7])<<56
+		// With every octet under 0x80, adding 0x80-'A' sets an octet's
+		// high bit when it is 'A' or above, adding 0x80-'Z'-1 when it is
+		// above 'Z'; no addition carries into the next octet.
+		if x&high != 0 || (x+(0x80-'A')*ones)&^(x+(0x80-'Z'-1)*ones)&high != 0 {
+			return strings.ToLower(name)
+		}
+	}
+	for ; i < len(name); i++ {
+		if c := name[i]; c >= 0x80 || 'A' <= c && c <= 'Z' {
+			return strings.ToLower(name)
+		}
+	}
+	return name
 }
 
 // labelBoundary reports whether name[i] is a dot that ends a label: not

@@ -3,6 +3,8 @@ package mcmirror
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/cache"
@@ -487,4 +489,25 @@ func TestServeDNSMetrics(t *testing.T) {
 
 func testCase(name string, qtype uint16, answer ...dns.RR) test.Case {
 	return test.Case{Qname: name, Qtype: qtype, Answer: answer}
+}
+
+// lower agrees with strings.ToLower for every octet at every position of
+// a name, both in its eight-octet steps and in its tail, and does not
+// copy a name that is already lower case.
+func TestLower(t *testing.T) {
+	base := []byte("abcdefgh.ijklmnop.q")
+	for i := range base {
+		for c := range 256 {
+			b := slices.Clone(base)
+			b[i] = byte(c)
+			name := string(b)
+			if got, want := lower(name), strings.ToLower(name); got != want {
+				t.Fatalf("lower(%q) = %q, want %q", name, got, want)
+			}
+		}
+	}
+	name := "web-west.default.svc.cluster.local."
+	if n := testing.AllocsPerRun(10, func() { name = lower(name) }); n != 0 {
+		t.Errorf("lower of a lower-case name: %v allocations, want none", n)
+	}
 }

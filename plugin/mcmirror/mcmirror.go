@@ -220,8 +220,21 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
 
+	// Only class IN is held: another class of a claimed name is refused,
+	// as the server refuses it without the chaos plugin (the kubernetes
+	// plugin answers it with IN records); so are zone transfers.
+	refused := isTransfer(q.Qtype) || q.Qclass != dns.ClassINET
 	h, found := m.index.find(qname)
-	if found && h.proto != "" && !h.exists() {
+	var msg *dns.Msg
+	if found && !refused {
+		state := request.Request{W: w, Req: r}
+		limit, extra := maxRecords(state.Size()), 0
+		if r.IsEdns0() != nil {
+			extra = 1 // room for the OPT record the server's writer adds
+		}
+		msg = h.answer(r, qname, m.index.ttl, limit, extra)
+	}
+	if found && msg == nil && h.proto != "" && !h.exists() {
 		found = false // _<port>._<proto> of a port the name does not have
 	}
 	if !found {
@@ -231,7 +244,7 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 			// do not link, a Service nobody exports.
 			return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 		}
-		if isTransfer(q.Qtype) || q.Qclass != dns.ClassINET {
+		if refused {
 			return dns.RcodeRefused, nil
 		}
 		if m.Fall.Through(qname) {
@@ -243,20 +256,10 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		}
 		return m.negative(w, r, zi, kind, rcode)
 	}
-
-	if isTransfer(q.Qtype) || q.Qclass != dns.ClassINET {
-		// Only class IN is held: another class of a claimed name is
-		// refused, as the server refuses it without the chaos plugin
-		// (the kubernetes plugin answers it with IN records).
+	if refused {
 		return dns.RcodeRefused, nil
 	}
-	state := request.Request{W: w, Req: r}
-	limit, extra := maxRecords(state.Size()), 0
-	if r.IsEdns0() != nil {
-		extra = 1 // room for the OPT record the server's writer adds
-	}
 	kind := h.kind()
-	msg := h.answer(r, qname, m.index.ttl, limit, extra)
 	if msg == nil {
 		return m.negative(w, r, zi, kind, dns.RcodeSuccess) // NODATA
 	}

@@ -20,10 +20,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -190,8 +187,13 @@ func run(env *harness.Env, cfg *config) int {
 		res := interleave(servers, qfiles, cfg.runs, cfg.dur, filepath.Join(cfg.out, "logs"))
 		rep.throughput(size, len(servers[0].expect), res)
 		if last {
-			// A CPU profile of A10 under the same load, for where the time goes.
-			rep.profile = profileUnderLoad(servers[0], qfiles[servers[0].key], cfg)
+			// CPU profiles of A10 and A1 under the same load, for where
+			// the time goes and what 10 links cost more than 1.
+			for _, s := range servers {
+				if s.key == "A10" || s.key == "A1" {
+					rep.profiles = append(rep.profiles, profileUnderLoad(s, qfiles[s.key], cfg))
+				}
+			}
 		}
 		for _, s := range servers {
 			if last && s.key == "A10" {
@@ -281,7 +283,7 @@ func startThroughputServers(env *harness.Env, cfg *config, svcs int) ([]*server,
 			corefile: opts[0].corefile})
 	}
 	opts = append(opts, []serverOpts{
-		{key: "A1", what: "coredns-mc: mcmirror, 1 linked cluster", bin: cfg.cmc, args: cmc, expect: expectOne(svcs),
+		{key: "A1", what: "coredns-mc: mcmirror, 1 linked cluster", bin: cfg.cmc, args: cmc, expect: expectOne(svcs), pprof: true,
 			corefile: mcmirrorCorefile(env, remotes(1), "mirror.linkerd.io/exported=remote-discovery,mcbench=one")},
 		{key: "Agw", what: "coredns-mc: mcmirror, 10 linked clusters, gateway mode (mirror ClusterIPs)", bin: cfg.cmc, args: cmc, expect: expectGateway(svcs),
 			corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=true,mcbench=gwt")},
@@ -308,52 +310,4 @@ func startThroughputServers(env *harness.Env, cfg *config, svcs int) ([]*server,
 		servers = append(servers, s)
 	}
 	return servers, nil
-}
-
-// profileUnderLoad takes a 5 s CPU profile of s while dnsperf drives it and
-// returns the top of `go tool pprof -top`.
-func profileUnderLoad(s *server, qfile string, cfg *config) string {
-	if s.pprof == "" {
-		return ""
-	}
-	path := filepath.Join(cfg.out, "A10.cpu.pprof")
-	done := make(chan error, 1)
-	go func() {
-		resp, err := http.Get(s.pprof + "/profile?seconds=5")
-		if err != nil {
-			done <- err
-			return
-		}
-		defer resp.Body.Close()
-		f, err := os.Create(path)
-		if err != nil {
-			done <- err
-			return
-		}
-		_, err = io.Copy(f, resp.Body)
-		f.Close()
-		done <- err
-	}()
-	time.Sleep(200 * time.Millisecond)
-	dnsperf(s, qfile, 6*time.Second, clientCPU, filepath.Join(cfg.out, "logs"))
-	if err := <-done; err != nil {
-		return "profile failed: " + err.Error()
-	}
-	flat, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", cfg.cmc, path).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("pprof failed: %v: %s", err, flat)
-	}
-	cum, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=25", cfg.cmc, path).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("pprof failed: %v: %s", err, cum)
-	}
-	return string(flat) + "\n--- by cumulative time (-cum):\n" + dropHeader(string(cum))
-}
-
-// dropHeader drops the lines of `pprof -top` before the table.
-func dropHeader(s string) string {
-	if i := strings.Index(s, "      flat"); i >= 0 {
-		return s[i:]
-	}
-	return s
 }

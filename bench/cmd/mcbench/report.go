@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -23,7 +24,7 @@ type report struct {
 	cfg         *config
 	start       time.Time
 	sizes       []sizeResult
-	profile     string
+	profiles    []serverProfile
 	heapProfile string
 	prop        *latencies
 	propErr     string
@@ -261,43 +262,12 @@ func (r *report) String() string {
 	}
 	gb := readGoBench(goBenchFile)
 	var lookup, syncOne *goBench
-	worstNS, worstAllocs, worstName, worstAllocName, forms := 0.0, 0.0, "", "", 0
-	packed := map[string]goBench{}
-	for _, g := range gb {
-		if f, ok := strings.CutPrefix(g.name, "BenchmarkPackReply/"); ok {
-			packed[f] = g
-		}
-	}
-	// The plugin's own share of each form: ServeDNS less the packing of
-	// the same reply by miekg/dns alone (BenchmarkPackReply).
-	ownNS, ownAllocs, ownName, ownAllocName, owned := 0.0, 0.0, "", "", 0
 	for i, g := range gb {
-		if f, ok := strings.CutPrefix(g.name, "BenchmarkServeDNS/"); ok {
-			if pk, ok := packed[f]; ok {
-				owned++
-				if d := g.ns - pk.ns; d > ownNS {
-					ownNS, ownName = d, f
-				}
-				if d := g.allocs - pk.allocs; d > ownAllocs {
-					ownAllocs, ownAllocName = d, f
-				}
-			}
-		}
-		switch {
-		case g.name == "BenchmarkLookup":
+		switch g.name {
+		case "BenchmarkLookup":
 			lookup = &gb[i]
-		case g.name == "BenchmarkSyncOneEndpoint":
+		case "BenchmarkSyncOneEndpoint":
 			syncOne = &gb[i]
-		case strings.HasPrefix(g.name, "BenchmarkServeDNS/"):
-			// Every name form and query type counts, SRV and -global
-			// included.
-			forms++
-			if g.ns > worstNS {
-				worstNS, worstName = g.ns, g.name
-			}
-			if g.allocs > worstAllocs {
-				worstAllocs, worstAllocName = g.allocs, g.name
-			}
 		}
 	}
 	if lookup != nil {
@@ -305,12 +275,8 @@ func (r *report) String() string {
 	} else {
 		p("| ≤ 1 µs and ≤ 3 allocs per lookup | not measured: no Go benchmark output in %s | |", goBenchFile)
 	}
-	if worstName != "" {
-		p("| ≤ 1 µs and ≤ 3 allocs per query (ServeDNS, reply packed, worst of %d forms) | %.0f ns (%s), %.0f allocs (%s) | %s |", forms, worstNS, strings.TrimPrefix(worstName, "BenchmarkServeDNS/"),
-			worstAllocs, strings.TrimPrefix(worstAllocName, "BenchmarkServeDNS/"), yesNo(worstNS <= 1000 && worstAllocs <= 3))
-	}
-	if owned > 0 {
-		p("| the same, less miekg/dns packing the same reply (BenchmarkPackReply), worst of %d forms | %.0f ns (%s), %.0f allocs (%s) | not the target: the plugin's own share |", owned, ownNS, ownName, ownAllocs, ownAllocName)
+	for _, row := range perQueryRows(gb) {
+		p("%s", row)
 	}
 	if syncOne != nil {
 		p("| 1-endpoint change in a 10-cluster × 1,000-pod group (BenchmarkSyncOneEndpoint) | %.2f ms, %.0f allocs | proportional to the changed cluster's member |", syncOne.ns/1e6, syncOne.allocs)
@@ -462,12 +428,23 @@ func (r *report) String() string {
 		p("```")
 		p("")
 	}
-	if r.profile != "" {
-		p("### Where A10's time goes (CPU profile, 5 s under dnsperf, `go tool pprof -top`)")
+	for _, prof := range r.profiles {
+		p("### Where %s's time goes (CPU profile, 5 s under dnsperf, `go tool pprof -top`, %s)", prof.key, filepath.Base(prof.path))
 		p("")
 		p("```")
-		p("%s", strings.TrimSpace(r.profile))
+		p("%s", strings.TrimSpace(prof.top))
 		p("```")
+		p("")
+	}
+	if rows := profileShares(cfg.cmc, r.profiles); len(rows) > 0 {
+		p("### A10 against A1 in those profiles (share of each profile's samples, cumulative)")
+		p("")
+		p("| function | %s |", strings.Join(profileKeys(r.profiles), " | "))
+		p("| --- |%s", strings.Repeat(" ---: |", len(r.profiles)))
+		for _, row := range rows {
+			p("%s", row)
+		}
+		p("")
 	}
 	return b.String()
 }

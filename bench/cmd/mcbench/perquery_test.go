@@ -1,0 +1,68 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The per-query rows count every form, name each one that misses, and
+// say which forms the server's writer alone takes past 1 µs.
+func TestPerQueryRows(t *testing.T) {
+	out := `goos: linux
+BenchmarkServeDNS/cluster/A-2         	 2585174	       460.8 ns/op	     256 B/op	       1 allocs/op
+BenchmarkServeDNS/cluster/SRV-2       	  962362	      1219 ns/op	     576 B/op	       3 allocs/op
+BenchmarkServeDNS/global/SRV-2        	  279931	      4279 ns/op	    2416 B/op	      13 allocs/op
+BenchmarkWriteReply/cluster/A-2       	 5309426	       226.7 ns/op	       0 B/op	       0 allocs/op
+BenchmarkWriteReply/cluster/SRV-2     	 1674932	       716.3 ns/op	       0 B/op	       0 allocs/op
+BenchmarkWriteReply/global/SRV-2      	  347606	      3354 ns/op	    1424 B/op	      10 allocs/op
+BenchmarkLookup-2                     	24618786	        48.18 ns/op	       0 B/op	       0 allocs/op
+`
+	path := filepath.Join(t.TempDir(), "gobench.txt")
+	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rows := perQueryRows(readGoBench(path))
+	if len(rows) != 2 {
+		t.Fatalf("rows %q, want 2", rows)
+	}
+	for _, want := range []string{"met by 1 of 3 forms", "cluster/SRV 1219 ns, 3 allocs", "global/SRV 4279 ns, 13 allocs", "**missed**"} {
+		if !strings.Contains(rows[0], want) {
+			t.Errorf("row %q lacks %q", rows[0], want)
+		}
+	}
+	if strings.Contains(rows[0], "cluster/A ") {
+		t.Errorf("row %q names a form that meets the target", rows[0])
+	}
+	for _, want := range []string{"over 1 µs: global/SRV 3354 ns.", "at most 925 ns (global/SRV)", "3 allocs (cluster/SRV)"} {
+		if !strings.Contains(rows[1], want) {
+			t.Errorf("row %q lacks %q", rows[1], want)
+		}
+	}
+	if perQueryRows(nil) != nil {
+		t.Error("rows without benchmarks")
+	}
+}
+
+// cumShares reads the cum% column of `pprof -top -cum` by function name,
+// less its module path.
+func TestCumShares(t *testing.T) {
+	top := `File: coredns-mc
+Showing top 60 nodes out of 145
+      flat  flat%   sum%        cum   cum%
+         0     0%  1.27%      2.60s 55.08%  github.com/mcmirror/mcmirror/plugin/mcmirror.(*MCMirror).ServeDNS
+     1.86s 39.41% 40.89%      1.86s 39.41%  internal/runtime/syscall/linux.Syscall6
+     0.04s  0.85% 45.76%      0.34s  7.20%  runtime.newstack
+`
+	got := cumShares(top)
+	for f, want := range map[string]string{
+		"mcmirror.(*MCMirror).ServeDNS":           "55.08%",
+		"internal/runtime/syscall/linux.Syscall6": "39.41%",
+		"runtime.newstack":                        "7.20%",
+	} {
+		if got[f] != want {
+			t.Errorf("%s: %q, want %q (all: %v)", f, got[f], want, got)
+		}
+	}
+}

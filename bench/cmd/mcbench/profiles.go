@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// serverProfile is a CPU profile of a server under dnsperf.
+type serverProfile struct {
+	key  string
+	path string
+	top  string // the top of `go tool pprof -top`, flat then -cum; or why not
+}
+
+// profileUnderLoad takes a 5 s CPU profile of s while dnsperf drives it,
+// into <key>.cpu.pprof, with the top of `go tool pprof -top`.
+func profileUnderLoad(s *server, qfile string, cfg *config) serverProfile {
+	prof := serverProfile{key: s.key, path: filepath.Join(cfg.out, s.key+".cpu.pprof")}
+	if s.pprof == "" {
+		prof.top = "no pprof listener"
+		return prof
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(s.pprof + "/profile?seconds=5")
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(prof.path)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		f.Close()
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	dnsperf(s, qfile, 6*time.Second, clientCPU, filepath.Join(cfg.out, "logs"))
+	if err := <-done; err != nil {
+		prof.top = "profile failed: " + err.Error()
+		return prof
+	}
+	flat, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", cfg.cmc, prof.path).CombinedOutput()
+	if err != nil {
+		prof.top = fmt.Sprintf("pprof failed: %v: %s", err, flat)
+		return prof
+	}
+	cum, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=25", cfg.cmc, prof.path).CombinedOutput()
+	if err != nil {
+		prof.top = fmt.Sprintf("pprof failed: %v: %s", err, cum)
+		return prof
+	}
+	prof.top = string(flat) + "\n--- by cumulative time (-cum):\n" + dropHeader(string(cum))
+	return prof
+}
+
+// dropHeader drops the lines of `pprof -top` before the table.
+func dropHeader(s string) string {
+	if i := strings.Index(s, "      flat"); i >= 0 {
+		return s[i:]
+	}
+	return s
+}
+
+// sharedFuncs are the functions whose share of the A10 and A1 profiles
+// profileShares compares: the plugin's lookup and answer, the server's
+// writer, allocation, GC and goroutine stack growth.
+var sharedFuncs = []string{
+	"mcmirror.(*MCMirror).ServeDNS",
+	"mcmirror.(*index).find",
+	"mcmirror.(*member).findPod",
+	"mcmirror.(*hit).answer",
+	"request.(*ScrubWriter).WriteMsg",
+	"runtime.mallocgc",
+	"runtime.gcBgMarkWorker",
+	"runtime.newstack",
+	"internal/runtime/syscall/linux.Syscall6",
+}
+
+// profileShares returns rows of a table: for each of sharedFuncs, its
+// cumulative share of each profile's samples (`go tool pprof -top -cum`
+// of binary), a cell per profile; nil with fewer than two profiles.
+func profileShares(binary string, profs []serverProfile) []string {
+	if len(profs) < 2 {
+		return nil
+	}
+	shares := make([]map[string]string, len(profs))
+	for i, prof := range profs {
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=500", binary, prof.path).Output()
+		if err != nil {
+			return nil
+		}
+		shares[i] = cumShares(string(out))
+	}
+	var rows []string
+	for _, f := range sharedFuncs {
+		row := "| `" + f + "` |"
+		for i := range profs {
+			v, ok := shares[i][f]
+			if !ok {
+				v = "–"
+			}
+			row += " " + v + " |"
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// cumShares reads `go tool pprof -top -cum` output: the cum% of each
+// function, by its name less the module path
+// (github.com/mcmirror/mcmirror/plugin/mcmirror.(*index).find is
+// mcmirror.(*index).find).
+func cumShares(top string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(top, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasSuffix(f[4], "%") {
+			continue
+		}
+		name := f[5]
+		if i := strings.LastIndex(name, "/"); i >= 0 && !strings.HasPrefix(name, "internal/") {
+			name = name[i+1:]
+		}
+		if _, ok := m[name]; !ok {
+			m[name] = f[4]
+		}
+	}
+	return m
+}
+
+// profileKeys returns the servers' keys of profs.
+func profileKeys(profs []serverProfile) []string {
+	var keys []string
+	for _, prof := range profs {
+		keys = append(keys, prof.key)
+	}
+	return keys
+}

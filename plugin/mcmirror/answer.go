@@ -6,13 +6,16 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Answers are made at query time from a group's compact data. A reply costs
-// three allocations whatever its size: the message (with its question),
-// one []dns.RR for the answer and additional sections, and one array of
-// the records themselves; a reply of one address record, the most common,
-// is one allocation. Owner names are the question's name; SRV targets
-// and glue owners are the pod's or member's one name string; addresses are
-// sub-slices of the member's packed addresses.
+// Answers are made at query time from a group's compact data. The common
+// replies are one allocation each, the message, its question, the records
+// and the list of them together: one address record (a ClusterIP, one
+// pod), a few addresses (a -global name of a few clusters), one SRV target
+// and its glue (a pod, a one-port Service). Others cost three whatever
+// their size: the message (with its question), one []dns.RR for the
+// answer and additional sections, and one array of the records themselves.
+// Owner names are the question's name; SRV targets and glue owners are the
+// pod's or member's one name string; addresses are sub-slices of the
+// member's packed addresses.
 
 // reply is a message and its question, allocated together.
 type reply struct {

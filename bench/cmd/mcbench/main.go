@@ -49,6 +49,7 @@ type config struct {
 	dur            time.Duration
 	propN, exportN int
 	memSteps       []int         // services per cluster (100 endpoints each)
+	memRepeats     int           // fresh processes per memory point, the median taken
 	cold           int           // Services per cluster for the cold start; 0 skips
 	coldProfile    time.Duration // CPU profile of the cold start, from the pprof listener's start
 	relist         bool          // measure the heap through a relist of every link after the cold start
@@ -68,6 +69,7 @@ func main() {
 	flag.IntVar(&cfg.exportN, "exports", 200, "new exports for the new-export latency")
 	flag.StringVar(&goBenchFile, "gobench", goBenchFile, "output of the plugin's Go benchmarks, for the report")
 	flag.StringVar(&mem, "mem", "10,100", "memory steps: Services of 100 endpoints per cluster (x10 clusters); empty skips")
+	flag.IntVar(&cfg.memRepeats, "mem-repeats", 3, "fresh processes measured per memory point, the median of each figure taken")
 	flag.IntVar(&cfg.cold, "cold", 10000, "exported Services per linked cluster for the cold start (x10 clusters); 0 skips")
 	flag.DurationVar(&cfg.coldProfile, "cold-profile", 10*time.Second, "length of the CPU profile of the cold start")
 	flag.BoolVar(&cfg.relist, "relist", true, "after the cold start, restart the 10 linked API servers and sample the heap through the relists")

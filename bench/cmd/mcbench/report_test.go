@@ -66,3 +66,15 @@ Showing top 60 nodes out of 145
 		}
 	}
 }
+
+// A memory point is the median of each figure of its processes.
+func TestMedianPoint(t *testing.T) {
+	m := medianPoint([]memPoint{
+		{eps: 10, inuse: 30, alloc: 5, rss: 7},
+		{eps: 10, inuse: 10, alloc: 6, rss: 9},
+		{eps: 10, inuse: 20, alloc: 4, rss: 8},
+	})
+	if m.inuse != 20 || m.alloc != 5 || m.rss != 8 || m.eps != 10 || m.repeats != 3 {
+		t.Errorf("median %+v, want inuse 20, alloc 5, rss 8 of 3", m)
+	}
+}

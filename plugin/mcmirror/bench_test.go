@@ -186,19 +186,28 @@ func BenchmarkLookup(b *testing.B) {
 // name's data is mostly not in the CPU's caches, which BenchmarkLookup's
 // one name always is.
 func BenchmarkLookupCold(b *testing.B) {
-	for _, services := range []int{10, 100} {
-		m := newTestPlugin(b, memSource(services), 5, fall.Zero)
+	for _, set := range []struct {
+		name           string
+		services, pods int
+	}{
+		{"endpoints=10000", 10, 100},
+		{"endpoints=100000", 100, 100},
+		// mcbench's ten set: every Service in each of the 10 clusters with
+		// one pod there, so ten times the members of one pod each.
+		{"endpoints=10000,one-pod-members", 1000, 1},
+	} {
+		m := newTestPlugin(b, memSource(set.services, set.pods), 5, fall.Zero)
 		var names []string
 		for c := range 10 {
-			for s := range services {
+			for s := range set.services {
 				names = append(names, fmt.Sprintf("m%d-c%d.mem.svc.cluster.local.", s, c))
-				for e := range 100 {
+				for e := range set.pods {
 					names = append(names, fmt.Sprintf("h%d.m%d-c%d.mem.svc.cluster.local.", e, s, c))
 				}
 			}
 		}
 		rand.New(rand.NewPCG(1, 2)).Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
-		b.Run(fmt.Sprintf("endpoints=%d", services*1000), func(b *testing.B) {
+		b.Run(set.name, func(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -225,8 +234,9 @@ func BenchmarkSync(b *testing.B) {
 
 // memSource is mcbench's mem set in a fake source: services Services in
 // each of 10 linked clusters c0..c9, each headless, flat mode, one slice of
-// 100 named ready endpoints, every object with a resourceVersion.
-func memSource(services int) *fakeSource {
+// pods named ready endpoints (100 in mcbench), every object with a
+// resourceVersion.
+func memSource(services, pods int) *fakeSource {
 	links := make([]string, 10)
 	for c := range links {
 		links[c] = fmt.Sprintf("c%d", c)
@@ -236,9 +246,9 @@ func memSource(services int) *fakeSource {
 		for s := range services {
 			name := fmt.Sprintf("m%d", s)
 			f.svc(cl, "mem", name, labels.Flat, nil, httpPort).Version = "1"
-			eps := make([]Endpoint, 100)
+			eps := make([]Endpoint, pods)
 			for e := range eps {
-				n := (c*services+s)*100 + e
+				n := (c*services+s)*pods + e
 				eps[e] = ep(fmt.Sprintf("h%d", e), fmt.Sprintf("10.%d.%d.%d", 200+n>>16, n>>8&255, n&255), true)
 			}
 			f.slice(cl, "mem", name, []Port{httpPort}, eps...)
@@ -266,7 +276,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 			var src, idx float64
 			for b.Loop() {
 				before := heapInUse()
-				f := memSource(services)
+				f := memSource(services, 100)
 				objs := heapInUse()
 				m := newTestPlugin(b, f, 5, fall.Zero)
 				after := heapInUse()

@@ -111,6 +111,14 @@ func (m *member) indexPods() {
 // findPod returns the index of the pod whose name in zone zi is name, of
 // which host is the first label, or -1.
 func (m *member) findPod(host, name string, zi int) int {
+	if len(m.pods) == 1 {
+		// One pod (a StatefulSet spread one pod to a cluster): compare its
+		// name, without hashing the host or reading the hash array.
+		if m.podName(0, zi) == name {
+			return 0
+		}
+		return -1
+	}
 	h := hostHash(host)
 	// The hashes are uniform: start where h would be, and walk to the
 	// first entry not below it, typically a few entries away in the same

@@ -35,7 +35,10 @@ if go test -run '^$' -bench 'ServeDNS|Lookup' -benchmem -count 1 \
 fi
 
 # 1, 3, 4, 5: the real thing.
-bin/mcbench -coredns-mc bin/coredns-mc -dnsref bin/dnsref -out "$out" -gobench "$out/gobench.txt" "$@" || status=$?
+# The forms that miss the per-query target are profiled one by one with
+# the test binary built above.
+bin/mcbench -coredns-mc bin/coredns-mc -dnsref bin/dnsref -out "$out" -gobench "$out/gobench.txt" \
+	-plugin-test "$out/mcmirror.test" "$@" || status=$?
 
 # 6: the gateway against a direct connection and an HAProxy pair.
 # shellcheck disable=SC2086 # GWBENCH_ARGS is a list of flags

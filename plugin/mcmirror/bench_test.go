@@ -62,9 +62,11 @@ var serveForms = []struct {
 	{"pod/SRV-port", "_http._tcp.nginx-set-0.nginx-svc-west" + z, dns.TypeSRV},
 	{"global/A", "nginx-svc-global" + z, dns.TypeA},
 	{"global/AAAA", "web-global" + z, dns.TypeAAAA},
+	// Without EDNS, the -global SRV replies are over 512 octets until the
+	// server's writer compresses them (miekg/dns's Truncate): then they fit.
 	{"global/SRV", "nginx-svc-global" + z, dns.TypeSRV},
-	{"global/SRV-port", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV},      // > 512 octets: truncated
-	{"global/SRV-port-edns", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV}, // EDNS 1232: whole
+	{"global/SRV-port", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV},
+	{"global/SRV-port-edns", "_http._tcp.nginx-svc-global" + z, dns.TypeSRV}, // EDNS 1232: fits uncompressed
 	{"global/SRV-port-web", "_http._tcp.web-global" + z, dns.TypeSRV},        // ClusterIP members
 	{"ptr/PTR", "10.0.96.10.in-addr.arpa.", dns.TypePTR},
 	{"nxdomain/A", "nginx-set-9.nginx-svc-west" + z, dns.TypeA},

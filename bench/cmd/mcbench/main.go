@@ -53,6 +53,7 @@ type config struct {
 	cold           int           // Services per cluster for the cold start; 0 skips
 	coldProfile    time.Duration // CPU profile of the cold start, from the pprof listener's start
 	relist         bool          // measure the heap through a relist of every link after the cold start
+	pluginTest     string        // the plugin's test binary, to profile the per-query forms that miss; "" skips
 }
 
 func main() {
@@ -68,6 +69,7 @@ func main() {
 	flag.IntVar(&cfg.propN, "changes", 250, "remote EndpointSlice changes for the propagation latency")
 	flag.IntVar(&cfg.exportN, "exports", 200, "new exports for the new-export latency")
 	flag.StringVar(&goBenchFile, "gobench", goBenchFile, "output of the plugin's Go benchmarks, for the report")
+	flag.StringVar(&cfg.pluginTest, "plugin-test", "", "the plugin's test binary (go test -c ./plugin/mcmirror), to CPU-profile each per-query form of -gobench that misses the target; empty skips")
 	flag.StringVar(&mem, "mem", "10,100", "memory steps: Services of 100 endpoints per cluster (x10 clusters); empty skips")
 	flag.IntVar(&cfg.memRepeats, "mem-repeats", 3, "fresh processes measured per memory point, the median of each figure taken")
 	flag.IntVar(&cfg.cold, "cold", 10000, "exported Services per linked cluster for the cold start (x10 clusters); 0 skips")
@@ -90,7 +92,7 @@ func main() {
 		}
 		cfg.memSteps = append(cfg.memSteps, n)
 	}
-	for _, p := range []*string{&cfg.cmc, &cfg.ref, &cfg.out, &cfg.baseline} {
+	for _, p := range []*string{&cfg.cmc, &cfg.ref, &cfg.out, &cfg.baseline, &cfg.pluginTest} {
 		if *p == "" {
 			continue
 		}
@@ -239,6 +241,14 @@ func run(env *harness.Env, cfg *config) int {
 	// 5: new exports, through the controller.
 	if cfg.exportN > 0 {
 		exportLatency(env, cfg, rep)
+	}
+
+	// The per-query forms that miss the target, each profiled alone, with
+	// the servers stopped.
+	if cfg.pluginTest != "" {
+		forms := missedForms(readGoBench(goBenchFile))
+		logf("profiling %d per-query forms that miss the target", len(forms))
+		rep.forms = profileForms(cfg.pluginTest, cfg.out, "2s", forms)
 	}
 
 	text := rep.String()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -93,7 +94,7 @@ func profileShares(binary string, profs []serverProfile) []string {
 	if len(profs) < 2 {
 		return nil
 	}
-	shares := make([]map[string]string, len(profs))
+	shares := make([]map[string]float64, len(profs))
 	for i, prof := range profs {
 		out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=500", binary, prof.path).Output()
 		if err != nil {
@@ -106,10 +107,11 @@ func profileShares(binary string, profs []serverProfile) []string {
 		row := "| `" + f + "` |"
 		for i := range profs {
 			v, ok := shares[i][f]
-			if !ok {
-				v = "–"
+			cell := "–"
+			if ok {
+				cell = fmt.Sprintf("%.2f%%", v)
 			}
-			row += " " + v + " |"
+			row += " " + cell + " |"
 		}
 		rows = append(rows, row)
 	}
@@ -120,11 +122,15 @@ func profileShares(binary string, profs []serverProfile) []string {
 // function, by its name less the module path
 // (github.com/mcmirror/mcmirror/plugin/mcmirror.(*index).find is
 // mcmirror.(*index).find).
-func cumShares(top string) map[string]string {
-	m := map[string]string{}
+func cumShares(top string) map[string]float64 {
+	m := map[string]float64{}
 	for _, line := range strings.Split(top, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 6 || !strings.HasSuffix(f[4], "%") {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64)
+		if err != nil {
 			continue
 		}
 		name := f[5]
@@ -132,7 +138,7 @@ func cumShares(top string) map[string]string {
 			name = name[i+1:]
 		}
 		if _, ok := m[name]; !ok {
-			m[name] = f[4]
+			m[name] = v
 		}
 	}
 	return m

@@ -38,6 +38,8 @@ type report struct {
 	exportRetries int
 	cold          *coldResult
 	coldErr       string
+	// forms are the CPU profiles of the per-query forms that miss.
+	forms []formProfile
 }
 
 func newReport(cfg *config) *report { return &report{cfg: cfg, start: time.Now().UTC()} }
@@ -448,6 +450,22 @@ func (r *report) String() string {
 		p("| function | %s |", strings.Join(profileKeys(r.profiles), " | "))
 		p("| --- |%s", strings.Repeat(" ---: |", len(r.profiles)))
 		for _, row := range rows {
+			p("%s", row)
+		}
+		p("")
+	}
+	if len(r.forms) > 0 {
+		p("### The per-query forms that miss the target, each profiled alone (BenchmarkServeDNS, `perquery.<form>.cpu.pprof`)")
+		p("")
+		p("Each part is its cumulative share of ServeDNS's samples, and the time per query that share is.")
+		p("")
+		head := "| form | per query |"
+		for _, part := range formParts {
+			head += " " + part.what + " |"
+		}
+		p("%s", head)
+		p("| --- | ---: |%s", strings.Repeat(" ---: |", len(formParts)))
+		for _, row := range formProfileRows(r.forms) {
 			p("%s", row)
 		}
 		p("")

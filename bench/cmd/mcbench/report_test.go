@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,13 +57,13 @@ Showing top 60 nodes out of 145
      0.04s  0.85% 45.76%      0.34s  7.20%  runtime.newstack
 `
 	got := cumShares(top)
-	for f, want := range map[string]string{
-		"mcmirror.(*MCMirror).ServeDNS":           "55.08%",
-		"internal/runtime/syscall/linux.Syscall6": "39.41%",
-		"runtime.newstack":                        "7.20%",
+	for f, want := range map[string]float64{
+		"mcmirror.(*MCMirror).ServeDNS":           55.08,
+		"internal/runtime/syscall/linux.Syscall6": 39.41,
+		"runtime.newstack":                        7.20,
 	} {
 		if got[f] != want {
-			t.Errorf("%s: %q, want %q (all: %v)", f, got[f], want, got)
+			t.Errorf("%s: %v, want %v (all: %v)", f, got[f], want, got)
 		}
 	}
 }
@@ -76,5 +77,65 @@ func TestMedianPoint(t *testing.T) {
 	})
 	if m.inuse != 20 || m.alloc != 5 || m.rss != 8 || m.eps != 10 || m.repeats != 3 {
 		t.Errorf("median %+v, want inuse 20, alloc 5, rss 8 of 3", m)
+	}
+}
+
+// The forms that miss are profiled each alone, from the plugin's real test
+// binary: the profile holds ServeDNS, the writer's share of it is a part of
+// it, and the row shows it in nanoseconds of the form's figure.
+func TestProfileForms(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "mcmirror.test")
+	if b, err := exec.Command("go", "test", "-c", "-o", bin, "../../../plugin/mcmirror").CombinedOutput(); err != nil {
+		t.Fatalf("go test -c: %v: %s", err, b)
+	}
+	gb := []goBench{
+		{name: "BenchmarkServeDNS/cluster/A", ns: 420, allocs: 1},
+		{name: "BenchmarkServeDNS/global/SRV-port-edns", ns: 2500, allocs: 3},
+		{name: "BenchmarkServeDNS/no/such-form", ns: 1200, allocs: 1},
+	}
+	forms := missedForms(gb)
+	if len(forms) != 2 || forms[0].name != "global/SRV-port-edns" {
+		t.Fatalf("missed forms %+v, want global/SRV-port-edns and no/such-form", forms)
+	}
+	profs := profileForms(bin, dir, "200ms", forms)
+	if len(profs) != 2 {
+		t.Fatalf("%d profiles, want 2", len(profs))
+	}
+	p := profs[0]
+	if p.err != "" {
+		t.Fatalf("global/SRV-port-edns: %s", p.err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "perquery.global_SRV-port-edns.cpu.pprof")); err != nil {
+		t.Error(err)
+	}
+	total, writer := p.shares["mcmirror.(*MCMirror).ServeDNS"], p.shares["request.(*ScrubWriter).WriteMsg"]
+	if total <= 0 || writer <= 0 || writer >= total {
+		t.Errorf("ServeDNS %v %%, its writer %v %%: want 0 < writer < ServeDNS", total, writer)
+	}
+	// The pattern matched no benchmark: no ServeDNS samples, said so.
+	rows := formProfileRows(profs)
+	if !strings.HasPrefix(rows[0], "| global/SRV-port-edns | 2500 ns, 3 allocs | ") || !strings.Contains(rows[0], " ns) |") {
+		t.Errorf("row %q", rows[0])
+	}
+	if !strings.Contains(rows[1], "not profiled") {
+		t.Errorf("row of a form with no benchmark %q, want not profiled", rows[1])
+	}
+}
+
+// A form's parts are shares of ServeDNS's samples, and the nanoseconds of
+// the form's figure those shares are.
+func TestFormProfileRows(t *testing.T) {
+	rows := formProfileRows([]formProfile{{
+		bench: goBench{name: "cluster/SRV", ns: 1200, allocs: 3},
+		shares: map[string]float64{
+			"mcmirror.(*MCMirror).ServeDNS":   80,
+			"request.(*ScrubWriter).WriteMsg": 40,
+			"mcmirror.(*hit).answer":          20,
+		},
+	}})
+	want := "| cluster/SRV | 1200 ns, 3 allocs | 50 % (600 ns) | 0 % (0 ns) | 0 % (0 ns) | 0 % (0 ns) | 25 % (300 ns) | 0 % (0 ns) |"
+	if len(rows) != 1 || rows[0] != want {
+		t.Errorf("rows %q, want %q", rows, want)
 	}
 }

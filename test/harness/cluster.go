@@ -65,7 +65,8 @@ type Cluster struct {
 	DataPlane bool
 
 	env   *Env
-	node  *node      // the simulated node's namespace, with a data plane
+	node  *node      // the node's network namespace, with a data plane or a real node
+	real  *realNode  // the real node's processes, with RealNode
 	pods  *podRunner // makes the node's pods real, with a data plane
 	dir   string
 	index int
@@ -97,7 +98,9 @@ func (c *Cluster) startAPIServer(etcdURL string) error {
 		return err
 	}
 	crt, key := filepath.Join(certs, "apiserver.crt"), filepath.Join(certs, "apiserver.key")
-	if err := e.pki.serving(crt, key, e.apiHost); err != nil {
+	// Pods reach the API server at the kubernetes Service's ClusterIP, the
+	// first address of the service CIDR.
+	if err := e.pki.serving(crt, key, e.apiHost, c.ServiceCIDR.Addr().Next()); err != nil {
 		return err
 	}
 	tokens := filepath.Join(c.dir, "tokens.csv")
@@ -138,11 +141,25 @@ func (c *Cluster) startAPIServer(etcdURL string) error {
 		"--service-account-key-file=" + e.saPub,
 		"--service-account-signing-key-file=" + e.saKey,
 		"--service-cluster-ip-range=" + c.ServiceCIDR.String(),
-		// Pods of the tests carry no ServiceAccount volume.
-		"--disable-admission-plugins=ServiceAccount",
-		// The advertise address is loopback, which Endpoints reject.
-		"--endpoint-reconciler-type=none",
 		"--profiling=false",
+	}
+	if c.real == nil {
+		c.apiArgv = append(c.apiArgv,
+			// Pods of the tests carry no ServiceAccount volume.
+			"--disable-admission-plugins=ServiceAccount",
+			// The advertise address may be loopback, which Endpoints reject.
+			"--endpoint-reconciler-type=none")
+	} else {
+		// exec, logs and port-forward go to the kubelet at the node's
+		// address, with a client certificate of the environment's CA.
+		kc, kk := filepath.Join(certs, "kubelet-client.crt"), filepath.Join(certs, "kubelet-client.key")
+		if err := e.pki.client(kc, kk, "kube-apiserver-kubelet-client", "system:masters"); err != nil {
+			return err
+		}
+		c.apiArgv = append(c.apiArgv,
+			"--kubelet-client-certificate="+kc, "--kubelet-client-key="+kk,
+			"--kubelet-preferred-address-types=InternalIP",
+			"--endpoint-reconciler-type=lease")
 	}
 	c.apiProc, err = e.startProcess(c.Name+"/kube-apiserver", nil, c.apiArgv...)
 	return err
@@ -186,6 +203,9 @@ func (c *Cluster) startWorkloads() error {
 		"--cert-dir="+filepath.Join(c.dir, "kcm-certs"),
 	); err != nil {
 		return err
+	}
+	if c.real != nil {
+		return nil // the kubelet runs the node
 	}
 	// KWOK keeps a node Lease (--node-lease-duration-seconds); without it the
 	// node-lifecycle controller marks the node NotReady and endpoints unready.
@@ -398,4 +418,19 @@ func (c *Cluster) kwokNodeIP() string {
 		return c.node.ip.String()
 	}
 	return "127.0.0.1"
+}
+
+// WriteKubeconfig writes one kubeconfig with a context per cluster, named
+// as the cluster, each with its own admin user: what a user whose kubectl
+// reaches every cluster of the fleet has.
+func (e *Env) WriteKubeconfig(path string) error {
+	cfg := clientcmdapi.NewConfig()
+	for _, c := range e.clusters {
+		user := "admin-" + c.Name
+		cfg.Clusters[c.Name] = &clientcmdapi.Cluster{Server: c.Server, CertificateAuthorityData: e.pki.CAPEM}
+		cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: c.token}
+		cfg.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: user}
+	}
+	cfg.CurrentContext = e.clusters[0].Name
+	return clientcmd.WriteToFile(*cfg, path)
 }

@@ -3,12 +3,8 @@ package harness
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"net/netip"
-	"strconv"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -56,32 +52,7 @@ func (c *Cluster) startDataPlane(ctx context.Context) error {
 	if err := c.createDNSService(ctx); err != nil {
 		return err
 	}
-	bin, err := Binary("kube-proxy")
-	if err != nil {
-		return err
-	}
-	health := net.JoinHostPort(c.node.ip.String(), strconv.Itoa(kubeProxyHealthPort))
-	if _, err := c.env.startProcess(c.Name+"/kube-proxy", nil,
-		"ip", "netns", "exec", c.node.netns, bin,
-		"--kubeconfig="+c.Kubeconfig,
-		"--proxy-mode=nftables",
-		"--hostname-override="+NodeName,
-		"--cluster-cidr="+c.PodCIDR.String(),
-		"--conntrack-max-per-core=0",
-		"--metrics-bind-address=127.0.0.1:10249",
-		"--healthz-bind-address="+health,
-	); err != nil {
-		return err
-	}
-	client := &http.Client{Timeout: time.Second}
-	if err := c.env.poll(ctx, c.Name+"/kube-proxy", func(context.Context) (bool, error) {
-		resp, err := client.Get("http://" + health + "/healthz")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	}); err != nil {
+	if err := c.startKubeProxy(ctx, NodeName); err != nil {
 		return err
 	}
 	c.pods = newPodRunner(c)

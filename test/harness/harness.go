@@ -96,6 +96,17 @@ type ClusterOptions struct {
 	// DNS server. The API servers of every cluster then listen on the node
 	// network's host address instead of 127.0.0.1.
 	DataPlane bool
+	// RealNode gives the cluster a node of real parts instead of KWOK's:
+	// in the node's network namespace, containerd and runc run the pods,
+	// the kubelet v1.32.3 drives them (probes, volumes, the downward API,
+	// securityContext, exec and logs are its own), the CNI bridge plugin
+	// gives each pod an address of the cluster's pod CIDR, and kube-proxy
+	// programs the Services; kube-scheduler places the pods. Images come
+	// from LocalImages, imported into the node's containerd. The API server
+	// then admits ServiceAccounts (pods get their tokens) and keeps the
+	// kubernetes Service's endpoints, so pods reach it in-cluster. There is
+	// no cluster DNS until a test installs one.
+	RealNode bool
 }
 
 // Env is a set of running clusters.
@@ -115,6 +126,7 @@ type Env struct {
 	pods     *podNet
 	nodes    *nodeNet   // nil unless a cluster has a data plane
 	apiHost  netip.Addr // where the API servers listen
+	host     hostState  // what real nodes change on the host, to undo
 
 	mu     sync.Mutex
 	procs  []*Process     // every process ever started, in start order
@@ -186,7 +198,7 @@ func (e *Env) Start(ctx context.Context) error {
 	}
 	e.apiHost = netip.MustParseAddr("127.0.0.1")
 	for _, co := range e.opts.Clusters {
-		if co.DataPlane && e.nodes == nil {
+		if (co.DataPlane || co.RealNode) && e.nodes == nil {
 			if e.nodes, err = newNodeNet(); err != nil {
 				return err
 			}
@@ -199,7 +211,7 @@ func (e *Env) Start(ctx context.Context) error {
 	for i, co := range e.opts.Clusters {
 		c := &Cluster{
 			Name:      co.Name,
-			Workloads: co.Workloads || co.DataPlane,
+			Workloads: co.Workloads || co.DataPlane || co.RealNode,
 			DataPlane: co.DataPlane,
 			env:       e,
 			index:     i,
@@ -216,10 +228,13 @@ func (e *Env) Start(ctx context.Context) error {
 		}
 		e.clusters = append(e.clusters, c)
 		e.byName[c.Name] = c
-		if c.DataPlane {
+		if c.DataPlane || co.RealNode {
 			if c.node, err = e.nodes.addNode(c, i); err != nil {
 				return err
 			}
+		}
+		if co.RealNode {
+			c.real = newRealNode(c)
 		}
 	}
 	return e.parallel(ctx, func(ctx context.Context, c *Cluster) error {
@@ -228,6 +243,9 @@ func (e *Env) Start(ctx context.Context) error {
 		}
 		if err := c.waitAPIServer(ctx); err != nil {
 			return err
+		}
+		if c.real != nil {
+			return c.startRealNode(ctx)
 		}
 		if !c.Workloads {
 			return nil
@@ -330,6 +348,15 @@ func (e *Env) Stop() {
 			c.pods.stop()
 		}
 	}
+	// Real nodes next, while their API servers are up: their pods are
+	// stopped through containerd, and nothing of them is left on the host.
+	for _, c := range e.clusters {
+		if c.real != nil {
+			if err := c.real.stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "harness: %v\n", err)
+			}
+		}
+	}
 	e.mu.Lock()
 	procs := append([]*Process(nil), e.procs...)
 	e.mu.Unlock()
@@ -343,6 +370,9 @@ func (e *Env) Stop() {
 	}
 	if e.nodes != nil {
 		e.nodes.removeAll()
+	}
+	if err := e.host.release(); err != nil {
+		fmt.Fprintf(os.Stderr, "harness: restoring the host: %v\n", err)
 	}
 }
 

@@ -1,0 +1,194 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KubeadmCoreDNSImage is the image kubeadm v1.32 runs its CoreDNS with. On
+// real nodes it is the project's image under that name: coredns-mc is
+// CoreDNS with every standard plugin, and a Corefile without mcmirror makes
+// it the stock server.
+const KubeadmCoreDNSImage = "registry.k8s.io/coredns/coredns:v1.11.3"
+
+// InstallKubeadmDNS gives a cluster with a real node the cluster DNS that
+// kubeadm v1.32 installs, object for object (ServiceAccount, ClusterRole,
+// ConfigMap coredns with kubeadm's Corefile, Deployment coredns of two
+// replicas, Service kube-dns at DNSServiceIP), and waits until it serves.
+// One difference: kubeadm's image binds port 53 as a non-root user through
+// a file capability, which the project's image does not carry (a file
+// capability makes exec fail where a pod drops every capability), so the
+// pod sets the namespaced sysctl that lets it bind the port instead.
+func (c *Cluster) InstallKubeadmDNS(ctx context.Context) error {
+	if c.real == nil {
+		return fmt.Errorf("%s: InstallKubeadmDNS needs a real node", c.Name)
+	}
+	imgs, err := LocalImages()
+	if err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, "ctr", "-a", c.real.sock, "-n", "k8s.io", "images", "tag", "--force",
+		imgs.CorednsMC, KubeadmCoreDNSImage).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: tag %s: %v: %s", c.Name, KubeadmCoreDNSImage, err, out)
+	}
+	if err := c.Apply(ctx, fmt.Sprintf(kubeadmDNS, c.DNSServiceIP(), KubeadmCoreDNSImage)); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return c.env.poll(ctx, c.Name+"/coredns (kubeadm)", func(ctx context.Context) (bool, error) {
+		d, err := c.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		return err == nil && deploymentAvailable(d), nil
+	})
+}
+
+// deploymentAvailable reports whether every replica of d is updated and
+// available.
+func deploymentAvailable(d *appsv1.Deployment) bool {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	s := d.Status
+	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
+}
+
+// kubeadmDNS is kubeadm v1.32's CoreDNS (cmd/kubeadm/app/phases/addons/dns),
+// with the sysctl that stands in for the image's file capability. Formatted
+// with the DNS Service's ClusterIP and the image.
+const kubeadmDNS = `
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: coredns, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "system:coredns"}
+rules:
+- {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "system:coredns"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:coredns"}
+subjects: [{kind: ServiceAccount, name: coredns, namespace: kube-system}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: coredns, namespace: kube-system}
+data:
+  Corefile: |
+    .:53 {
+        errors
+        health {
+           lameduck 5s
+        }
+        ready
+        kubernetes cluster.local in-addr.arpa ip6.arpa {
+           pods insecure
+           fallthrough in-addr.arpa ip6.arpa
+           ttl 30
+        }
+        prometheus :9153
+        forward . /etc/resolv.conf {
+           max_concurrent 1000
+        }
+        cache 30 {
+           disable success cluster.local
+           disable denial cluster.local
+        }
+        loop
+        reload
+        loadbalance
+    }
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels: {k8s-app: kube-dns, kubernetes.io/cluster-service: "true", kubernetes.io/name: CoreDNS}
+  annotations: {prometheus.io/port: "9153", prometheus.io/scrape: "true"}
+spec:
+  selector: {k8s-app: kube-dns}
+  clusterIP: %[1]s
+  ports:
+  - {name: dns, port: 53, protocol: UDP, targetPort: 53}
+  - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}
+  - {name: metrics, port: 9153, protocol: TCP, targetPort: 9153}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: coredns
+  namespace: kube-system
+  labels: {k8s-app: kube-dns}
+spec:
+  replicas: 2
+  strategy:
+    type: RollingUpdate
+    rollingUpdate: {maxUnavailable: 1}
+  selector:
+    matchLabels: {k8s-app: kube-dns}
+  template:
+    metadata:
+      labels: {k8s-app: kube-dns}
+    spec:
+      priorityClassName: system-cluster-critical
+      serviceAccountName: coredns
+      securityContext:
+        sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: "53"}]
+      affinity:
+        podAntiAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            podAffinityTerm:
+              labelSelector:
+                matchExpressions: [{key: k8s-app, operator: In, values: [kube-dns]}]
+              topologyKey: kubernetes.io/hostname
+      tolerations:
+      - {key: CriticalAddonsOnly, operator: Exists}
+      - {key: node-role.kubernetes.io/control-plane, effect: NoSchedule}
+      nodeSelector: {kubernetes.io/os: linux}
+      containers:
+      - name: coredns
+        image: %[2]s
+        imagePullPolicy: IfNotPresent
+        resources:
+          limits: {memory: 170Mi}
+          requests: {cpu: 100m, memory: 70Mi}
+        args: [-conf, /etc/coredns/Corefile]
+        volumeMounts:
+        - {name: config-volume, mountPath: /etc/coredns, readOnly: true}
+        ports:
+        - {containerPort: 53, name: dns, protocol: UDP}
+        - {containerPort: 53, name: dns-tcp, protocol: TCP}
+        - {containerPort: 9153, name: metrics, protocol: TCP}
+        securityContext:
+          allowPrivilegeEscalation: false
+          capabilities:
+            add: [NET_BIND_SERVICE]
+            drop: [ALL]
+          readOnlyRootFilesystem: true
+        livenessProbe:
+          httpGet: {path: /health, port: 8080, scheme: HTTP}
+          initialDelaySeconds: 60
+          timeoutSeconds: 5
+          successThreshold: 1
+          failureThreshold: 5
+        readinessProbe:
+          httpGet: {path: /ready, port: 8181, scheme: HTTP}
+      dnsPolicy: Default
+      volumes:
+      - name: config-volume
+        configMap:
+          name: coredns
+          items: [{key: Corefile, path: Corefile}]
+`

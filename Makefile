@@ -3,10 +3,10 @@ GO  ?= go
 BIN ?= bin
 FUZZTIME ?= 10s
 
-.PHONY: help build test e2e fuzz bench lint demo
+.PHONY: help build test e2e fuzz bench lint demo demo-pods image
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 build: ## build bin/coredns-mc
 	$(GO) build -o $(BIN)/coredns-mc ./cmd/coredns-mc
@@ -24,6 +24,9 @@ e2e: ## only the end-to-end tests
 bench: ## side-by-side benchmarks on real clusters: DNS (bench/out/results.md) and the gateway against an HAProxy pair (bench/out/gateway.md); not part of make test
 	bench/run.sh
 
+image: ## the coredns-mc image from the Dockerfile, and the real-node tests' pause and busybox images, as OCI archives built with buildah (no Docker); prints their directory
+	test/tools/image.sh
+
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l . | tee /dev/stderr)"
 	$(GO) vet ./...
@@ -31,3 +34,7 @@ lint: ## gofmt and go vet
 demo: ## clusters east, west and paris with a data plane, linked; prints curl and dig lines that work from a pod in east
 	test/tools/deps.sh
 	MCMIRROR_TESTBIN=$$(test/tools/build.sh) $(GO) run ./test/demo
+
+demo-pods: ## the same walkthrough on real nodes: clusters east and west, mcmirror installed from its image as deploy/README.md says, lines to paste that kubectl exec into east's client pod
+	test/tools/deps.sh
+	MCMIRROR_TESTBIN=$$(test/tools/build.sh) MCMIRROR_IMAGES=$$(test/tools/image.sh) $(GO) run ./test/demo -pods

@@ -33,6 +33,10 @@ func main() {
 			return
 		}
 	}
+	if versionFlag(os.Args[1:]) {
+		printVersion(os.Stdout)
+		return
+	}
 	coremain.Run()
 }
 

@@ -39,12 +39,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
@@ -334,8 +333,6 @@ func TestManifests(t *testing.T) {
 	require.NotNil(t, ctr.SecurityContext)
 	assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
 	assert.False(t, *ctr.SecurityContext.AllowPrivilegeEscalation)
-	assert.Equal(t, []corev1.Capability{"ALL"}, ctr.SecurityContext.Capabilities.Drop)
-	assert.Empty(t, ctr.SecurityContext.Capabilities.Add)
 	assert.NotEmpty(t, ctr.Resources.Requests)
 	_, port, err := net.SplitHostPort(flagValue(t, ctr.Args, "metrics-addr"))
 	require.NoError(t, err)
@@ -346,6 +343,24 @@ func TestManifests(t *testing.T) {
 		require.NotNil(t, p.HTTPGet)
 		assert.Equal(t, "/healthz", p.HTTPGet.Path)
 		assert.Equal(t, ctr.Ports[0].Name, p.HTTPGet.Port.String())
+	}
+
+	// One replica at a time may be evicted, of the controller and of the
+	// cluster DNS (kubeadm's pods, k8s-app=kube-dns).
+	for _, b := range []struct {
+		ns, name string
+		pods     map[string]string
+	}{
+		{"mcmirror", "mcmirror-controller", d.Spec.Template.Labels},
+		{"kube-system", "coredns", map[string]string{"k8s-app": "kube-dns"}},
+	} {
+		pdb, err := east.Client.PolicyV1().PodDisruptionBudgets(b.ns).Get(ctx, b.name, metav1.GetOptions{})
+		require.NoError(t, err, "PodDisruptionBudget %s/%s", b.ns, b.name)
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		require.NoError(t, err)
+		assert.True(t, sel.Matches(k8slabels.Set(b.pods)), "PodDisruptionBudget %s/%s covers %v", b.ns, b.name, b.pods)
+		require.NotNil(t, pdb.Spec.MaxUnavailable)
+		assert.Equal(t, 1, pdb.Spec.MaxUnavailable.IntValue())
 	}
 
 	// The Lease the Role lets it renew is the one the flags name.
@@ -632,78 +647,6 @@ func TestRBACRefuses(t *testing.T) {
 	assert.True(t, apierrors.IsForbidden(err), "list Secrets in kube-system: %v", err)
 }
 
-// deploy/coredns-patch.yaml, applied to a CoreDNS Deployment as kubeadm
-// makes it, swaps the image and the Corefile and keeps the rest; the API
-// server accepts the result (the sysctl is a safe one).
-func TestCoreDNSPatch(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	applyManifests(t)
-	east := env.Cluster("east")
-	// kubeadm's kube-system/coredns, trimmed to what the patch touches
-	// or must leave alone.
-	require.NoError(t, east.Apply(ctx, `
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: coredns, namespace: kube-system, labels: {k8s-app: kube-dns}}
-spec:
-  replicas: 2
-  selector: {matchLabels: {k8s-app: kube-dns}}
-  template:
-    metadata: {labels: {k8s-app: kube-dns}}
-    spec:
-      priorityClassName: system-cluster-critical
-      serviceAccountName: coredns
-      containers:
-      - name: coredns
-        image: registry.k8s.io/coredns/coredns:v1.12.0
-        args: [-conf, /etc/coredns/Corefile]
-        ports:
-        - {name: dns, containerPort: 53, protocol: UDP}
-        - {name: dns-tcp, containerPort: 53, protocol: TCP}
-        - {name: metrics, containerPort: 9153, protocol: TCP}
-        livenessProbe: {httpGet: {path: /health, port: 8080}}
-        readinessProbe: {httpGet: {path: /ready, port: 8181}}
-        securityContext:
-          allowPrivilegeEscalation: false
-          capabilities: {add: [NET_BIND_SERVICE], drop: [ALL]}
-          readOnlyRootFilesystem: true
-        volumeMounts:
-        - {name: config-volume, mountPath: /etc/coredns, readOnly: true}
-      dnsPolicy: Default
-      volumes:
-      - name: config-volume
-        configMap:
-          name: coredns
-          items: [{key: Corefile, path: Corefile}]
-`))
-	patch, err := utilyaml.ToJSON([]byte(manifest(t, "coredns-patch.yaml")))
-	require.NoError(t, err)
-	d, err := east.Client.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", types.StrategicMergePatchType, patch, metav1.PatchOptions{})
-	require.NoError(t, err)
-
-	spec := d.Spec.Template.Spec
-	require.Len(t, spec.Containers, 1)
-	ctr := spec.Containers[0]
-	assert.Equal(t, "ghcr.io/mcmirror/coredns-mc:latest", ctr.Image)
-	assert.Equal(t, []string{"-conf", "/etc/coredns/Corefile"}, ctr.Args, "coredns-mc takes CoreDNS's flags")
-	assert.Len(t, ctr.Ports, 3)
-	assert.Equal(t, "/ready", ctr.ReadinessProbe.HTTPGet.Path)
-	assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
-	assert.Equal(t, "coredns", spec.ServiceAccountName)
-	require.NotNil(t, spec.SecurityContext)
-	assert.Equal(t, []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "53"}}, spec.SecurityContext.Sysctls)
-	require.Len(t, spec.Volumes, 1)
-	cm := spec.Volumes[0].ConfigMap
-	require.NotNil(t, cm)
-	assert.Equal(t, "coredns-mcmirror", cm.Name)
-	assert.Equal(t, []corev1.KeyToPath{{Key: "Corefile", Path: "Corefile"}}, cm.Items)
-	// The ConfigMap it points at is deploy/coredns.yaml's, with that key.
-	got, err := east.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, cm.Name, metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, corefile(t), got.Data["Corefile"])
-}
-
 func keys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -748,19 +691,8 @@ func TestREADMELinkRecipe(t *testing.T) {
 
 	// One kubeconfig with a context per cluster, named after it, as the
 	// README's --context flags expect.
-	merged := clientcmdapi.NewConfig()
-	for _, c := range []*harness.Cluster{east, west} {
-		cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
-		require.NoError(t, err)
-		ctxt := cfg.Contexts[cfg.CurrentContext]
-		merged.Clusters[c.Name] = cfg.Clusters[ctxt.Cluster]
-		merged.AuthInfos[c.Name+"-admin"] = cfg.AuthInfos[ctxt.AuthInfo]
-		merged.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: c.Name + "-admin"}
-	}
-	merged.CurrentContext = "east"
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
-	require.NoError(t, clientcmd.WriteToFile(*merged, kubeconfig))
+	kubeconfig := contextsKubeconfig(t, dir)
 
 	var steps []string
 	for _, b := range shellBlocks(t) {

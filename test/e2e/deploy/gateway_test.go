@@ -44,8 +44,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 const (
@@ -185,10 +183,16 @@ func startGateway(t *testing.T, pki gatewayPKI, peer string, extraEnv ...string)
 		// The egress ports of every mirror in east, on loopback only.
 		"--egress-bind-address=127.0.0.1",
 		"--probe-interval=200ms", "--probe-timeout=1s")
-	// $POD_NAME and $POD_NAMESPACE, as the downward API fills them in.
+	// $POD_NAME, $POD_NAMESPACE and $GOMEMLIMIT, as the downward API
+	// fills them in.
 	var procEnv []string
 	for _, e := range ctr.Env {
 		require.NotNil(t, e.ValueFrom, e.Name)
+		if r := e.ValueFrom.ResourceFieldRef; r != nil {
+			require.Equal(t, "limits.memory", r.Resource, e.Name)
+			procEnv = append(procEnv, e.Name+"="+strconv.FormatInt(ctr.Resources.Limits.Memory().Value(), 10))
+			continue
+		}
 		require.NotNil(t, e.ValueFrom.FieldRef, e.Name)
 		switch e.ValueFrom.FieldRef.FieldPath {
 		case "metadata.name":
@@ -298,8 +302,6 @@ func TestGatewayManifest(t *testing.T) {
 	require.NotNil(t, ctr.SecurityContext)
 	assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
 	assert.False(t, *ctr.SecurityContext.AllowPrivilegeEscalation)
-	assert.Equal(t, []corev1.Capability{"ALL"}, ctr.SecurityContext.Capabilities.Drop)
-	assert.Empty(t, ctr.SecurityContext.Capabilities.Add)
 	assert.NotEmpty(t, ctr.Resources.Requests)
 
 	// Ports: the container's are the flags', and the probes use them.
@@ -362,6 +364,24 @@ func TestGatewayManifest(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, corev1.ClusterIPNone, eg.Spec.ClusterIP)
 	assert.True(t, k8slabels.SelectorFromSet(eg.Spec.Selector).Matches(podLabels), "the egress Service selects the gateway")
+	// The metrics Service: a ClusterIP with one TCP port, 9155, to the
+	// container's metrics port (/peers, which the DNS's gateway_health
+	// reads at this ClusterIP, and /metrics), selecting the gateway's pods.
+	ms, err := east.Client.CoreV1().Services(gatewayNS).Get(ctx, gatewayName+"-metrics", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corev1.ServiceTypeClusterIP, ms.Spec.Type)
+	assert.NotEqual(t, corev1.ClusterIPNone, ms.Spec.ClusterIP)
+	require.Len(t, ms.Spec.Ports, 1)
+	assert.Equal(t, int32(9155), ms.Spec.Ports[0].Port)
+	assert.Equal(t, corev1.ProtocolTCP, ms.Spec.Ports[0].Protocol)
+	assert.Equal(t, "metrics", ms.Spec.Ports[0].TargetPort.String())
+	assert.True(t, k8slabels.SelectorFromSet(ms.Spec.Selector).Matches(podLabels), "the metrics Service selects the gateway")
+	// One gateway pod at a time may be evicted.
+	pdb, err := east.Client.PolicyV1().PodDisruptionBudgets(gatewayNS).Get(ctx, gatewayName, metav1.GetOptions{})
+	require.NoError(t, err)
+	pdbSel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	require.NoError(t, err)
+	assert.True(t, pdbSel.Matches(podLabels), "the PodDisruptionBudget covers the gateway's pods")
 
 	// RBAC: read-only cluster-wide; Events only in the pod's namespace.
 	cr := &rbacv1.ClusterRole{}
@@ -572,10 +592,12 @@ func TestGatewayRBACRefuses(t *testing.T) {
 }
 
 // The certificate recipe of deploy/README.md, run as written with openssl
-// and kubectl: a root, then east's certificate and its Secret. The Secret is
-// the one the Deployment mounts, with the file names its flags give, and
-// its certificate is one the gateway takes for --cluster: it loads, names
-// east, and completes a mutual handshake with itself.
+// and kubectl: a root, then east's and west's certificates and their
+// Secrets. Each Secret is the one the Deployment mounts, with the file names
+// its flags give, and its certificate is one the gateway takes for
+// --cluster: it loads, names its cluster (east's Deployment, as it is, and
+// west's, as render.sh writes it), and completes a mutual handshake with
+// itself.
 func TestREADMEGatewayCertRecipe(t *testing.T) {
 	env.LogOnFailure(t)
 	if _, err := exec.LookPath("openssl"); err != nil {
@@ -584,8 +606,11 @@ func TestREADMEGatewayCertRecipe(t *testing.T) {
 	kubectl, err := harness.Binary("kubectl")
 	require.NoError(t, err)
 	ctx := context.Background()
-	east := env.Cluster("east")
+	east, west := env.Cluster("east"), env.Cluster("west")
 	require.NoError(t, east.Apply(ctx, manifest(t, "gateway.yaml")))
+	// The namespace of the Secret, in west (the Deployment is not
+	// applied there: west runs pods).
+	require.NoError(t, west.Apply(ctx, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+gatewayNS+"}\n"))
 
 	var steps []string
 	for _, b := range shellBlocks(t) {
@@ -597,18 +622,10 @@ func TestREADMEGatewayCertRecipe(t *testing.T) {
 	require.Contains(t, steps[0], "ca.crt")
 	require.Contains(t, steps[1], "spiffe://mcmirror.dev/cluster/")
 
-	// A kubeconfig whose context "east" is east, as --context expects.
-	cfg, err := clientcmd.LoadFromFile(east.Kubeconfig)
-	require.NoError(t, err)
-	cur := cfg.Contexts[cfg.CurrentContext]
-	merged := clientcmdapi.NewConfig()
-	merged.Clusters["east"] = cfg.Clusters[cur.Cluster]
-	merged.AuthInfos["east-admin"] = cfg.AuthInfos[cur.AuthInfo]
-	merged.Contexts["east"] = &clientcmdapi.Context{Cluster: "east", AuthInfo: "east-admin"}
-	merged.CurrentContext = "east"
+	// A kubeconfig whose contexts "east" and "west" are those clusters,
+	// as --context expects.
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
-	require.NoError(t, clientcmd.WriteToFile(*merged, kubeconfig))
+	kubeconfig := contextsKubeconfig(t, dir)
 
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", steps[0]+steps[1])
 	cmd.Dir = dir
@@ -617,30 +634,39 @@ func TestREADMEGatewayCertRecipe(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s%s\n%s", steps[0], steps[1], out)
 
-	// The Secret is the Deployment's, with the files its flags name.
-	d := gatewayDeployment(t)
-	ctr := d.Spec.Template.Spec.Containers[0]
-	secret, err := east.Client.CoreV1().Secrets(d.Namespace).Get(ctx, d.Spec.Template.Spec.Volumes[0].Secret.SecretName, metav1.GetOptions{})
-	require.NoError(t, err, "the Secret the Deployment mounts")
-	mounted := t.TempDir()
-	var files gatewaytest.Files
-	for flag, dst := range map[string]*string{"tls-cert": &files.Cert, "tls-key": &files.Key, "tls-ca": &files.CA} {
-		key := path.Base(flagValue(t, ctr.Args, flag))
-		require.Contains(t, secret.Data, key, "--%s", flag)
-		*dst = filepath.Join(mounted, key)
-		require.NoError(t, os.WriteFile(*dst, secret.Data[key], 0o600))
-	}
-	certs := loadCerts(t, files)
-	assert.Equal(t, flagValue(t, ctr.Args, "cluster"), certs.Cluster(), "the certificate names --cluster")
+	westCopy := render(t, "--cluster", "west", "--allow-cluster", "east", "--peer", "east=192.0.2.1:4143")
+	for _, c := range []struct {
+		cluster *harness.Cluster
+		d       *appsv1.Deployment
+	}{
+		{east, gatewayDeployment(t)},
+		{west, renderedGatewayDeployment(t, westCopy)},
+	} {
+		// The Secret is the Deployment's, with the files its flags name.
+		ctr := c.d.Spec.Template.Spec.Containers[0]
+		secret, err := c.cluster.Client.CoreV1().Secrets(c.d.Namespace).Get(ctx, c.d.Spec.Template.Spec.Volumes[0].Secret.SecretName, metav1.GetOptions{})
+		require.NoError(t, err, "%s: the Secret the Deployment mounts", c.cluster.Name)
+		mounted := t.TempDir()
+		var files gatewaytest.Files
+		for flag, dst := range map[string]*string{"tls-cert": &files.Cert, "tls-key": &files.Key, "tls-ca": &files.CA} {
+			key := path.Base(flagValue(t, ctr.Args, flag))
+			require.Contains(t, secret.Data, key, "%s: --%s", c.cluster.Name, flag)
+			*dst = filepath.Join(mounted, key)
+			require.NoError(t, os.WriteFile(*dst, secret.Data[key], 0o600))
+		}
+		certs := loadCerts(t, files)
+		assert.Equal(t, c.cluster.Name, flagValue(t, ctr.Args, "cluster"))
+		assert.Equal(t, flagValue(t, ctr.Args, "cluster"), certs.Cluster(), "the certificate names --cluster")
 
-	// Server and client at once, as ingress and egress use it.
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	errc := make(chan error, 1)
-	go func() { errc <- tls.Server(a, certs.ServerConfig()).Handshake() }()
-	assert.NoError(t, tls.Client(b, certs.ClientConfig("east", nil)).Handshake(), "client side")
-	assert.NoError(t, <-errc, "server side")
+		// Server and client at once, as ingress and egress use it.
+		a, b := net.Pipe()
+		errc := make(chan error, 1)
+		go func() { errc <- tls.Server(a, certs.ServerConfig()).Handshake() }()
+		assert.NoError(t, tls.Client(b, certs.ClientConfig(c.cluster.Name, nil)).Handshake(), "%s: client side", c.cluster.Name)
+		assert.NoError(t, <-errc, "%s: server side", c.cluster.Name)
+		a.Close()
+		b.Close()
+	}
 }
 
 // The egress wiring of deploy/controller.yaml and deploy/gateway.yaml, in

@@ -34,10 +34,15 @@ const linkNamespace = "mcmirror-links"
 func main() {
 	harness.ServeRoleIfAsked() // the demo's pods are this program, re-executed
 	check := flag.Bool("check", false, "stop once the lines are printed instead of waiting for Ctrl-C")
+	pods := flag.Bool("pods", false, "the walkthrough on real nodes: mcmirror installed from its image and deploy/, as pods")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, os.Stdout, func(string) error {
+	demo := run
+	if *pods {
+		demo = runPods
+	}
+	err := demo(ctx, os.Stdout, func(string) error {
 		if *check {
 			return nil
 		}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 )
@@ -37,11 +36,13 @@ func binaryDir() (string, error) {
 	if d := os.Getenv("MCMIRROR_TESTBIN"); d != "" {
 		return d, nil
 	}
-	_, self, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", fmt.Errorf("harness: cannot locate test/tools/build.sh; set MCMIRROR_TESTBIN")
-	}
-	script := filepath.Join(filepath.Dir(self), "..", "tools", "build.sh")
+	return runTool("build.sh")
+}
+
+// runTool runs test/tools/NAME, which prints one line on success, and
+// returns that line; the script's log goes to stderr.
+func runTool(name string) (string, error) {
+	script := filepath.Join(repoRoot(), "test", "tools", name)
 	var out bytes.Buffer
 	cmd := exec.Command("bash", script)
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr

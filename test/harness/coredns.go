@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 )
 
@@ -24,8 +23,7 @@ func CorednsMC() (string, error) {
 			cmcPath = p
 			return
 		}
-		_, self, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(self), "..", "..")
+		root := repoRoot()
 		cache, err := os.UserCacheDir()
 		if err != nil {
 			cmcErr = err

@@ -162,7 +162,7 @@ func (e *Env) Run(m *testing.M) int {
 	code := m.Run()
 	e.Stop()
 	if left := e.Leftovers(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "harness: processes still running after stop: %s\n", strings.Join(left, ", "))
+		fmt.Fprintf(os.Stderr, "harness: left running or mounted after stop: %s\n", strings.Join(left, ", "))
 		code = 1
 	}
 	if code != 0 {
@@ -461,7 +461,8 @@ func (e *Env) exited() *Process {
 	return nil
 }
 
-// Leftovers lists the recorded processes that are still running.
+// Leftovers lists the recorded processes that are still running, and what a
+// real node left on the host (mounts, cgroups, containerd shims).
 func (e *Env) Leftovers() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -469,6 +470,11 @@ func (e *Env) Leftovers() []string {
 	for _, p := range e.procs {
 		if alive(p.PID) {
 			left = append(left, fmt.Sprintf("%s (pid %d)", p.Name, p.PID))
+		}
+	}
+	for _, c := range e.clusters {
+		if c.real != nil {
+			left = append(left, c.real.leftovers()...)
 		}
 	}
 	return left

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -18,6 +20,11 @@ import (
 // kubelet writes a few host-wide paths and sysctls whatever its flags say,
 // so two such environments at once would undo each other's.
 const hostLockPath = "/run/mcmirror-realnode.lock"
+
+// hostStatePath keeps, while real nodes run, what release must put back
+// (the saved sysctls, the paths to remove), so that the next environment
+// puts it back if this one's process is killed before it can.
+const hostStatePath = "/run/mcmirror-realnode.state"
 
 // kubeletSysctls are the host-wide settings the kubelet changes at start
 // (setupKernelTunables). They are saved before the first real node starts
@@ -46,11 +53,13 @@ type hostState struct {
 	sysctls map[string]string // saved values, by /proc/sys path
 	absent  []string          // host paths that did not exist, to remove
 	cgroups []string          // cgroup roots made, relative to a hierarchy
+	dns     *upstreamDNS      // the nodes' upstream resolver
 }
 
 // hold takes the host for real nodes, once per environment: the lock, the
-// saved sysctls, the list of paths to remove.
-func (h *hostState) hold() error {
+// saved sysctls, the list of paths to remove, and the nodes' upstream
+// resolver on host.
+func (h *hostState) hold(host netip.Addr) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.held {
@@ -68,6 +77,9 @@ func (h *hostState) hold() error {
 		}
 	}
 	h.lock = f
+	// Holding the lock, whatever real nodes' state is on the host is of a
+	// run that died: put it back first.
+	sweepDeadRealNodes()
 	h.sysctls = map[string]string{}
 	for _, s := range kubeletSysctls {
 		b, err := os.ReadFile(filepath.Join("/proc/sys", s))
@@ -89,6 +101,14 @@ func (h *hostState) hold() error {
 			seen[top] = true
 			h.absent = append(h.absent, top)
 		}
+	}
+	if err := h.save(); err != nil {
+		f.Close()
+		return err
+	}
+	if h.dns, err = startUpstreamDNS(host); err != nil {
+		f.Close() // and with it the lock
+		return err
 	}
 	h.held = true
 	return nil
@@ -202,11 +222,11 @@ func emptyCgroup(dir string) error {
 	}
 }
 
-// unmountUnder detaches every mount at or below dir, deepest first.
-func unmountUnder(dir string) error {
+// mountsUnder lists the mount points at or below dir, deepest first.
+func mountsUnder(dir string) ([]string, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var mounts []string
 	for _, line := range strings.Split(string(b), "\n") {
@@ -220,6 +240,15 @@ func unmountUnder(dir string) error {
 		}
 	}
 	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
+	return mounts, nil
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	mounts, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
 	var errs []error
 	for _, m := range mounts {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
@@ -257,6 +286,7 @@ func (h *hostState) release() error {
 	if !h.held {
 		return nil
 	}
+	h.dns.stop()
 	var errs []error
 	for _, root := range h.cgroups {
 		if err := removeCgroup(root); err != nil {
@@ -276,8 +306,100 @@ func (h *hostState) release() error {
 			errs = append(errs, err)
 		}
 	}
+	if len(errs) == 0 {
+		_ = os.Remove(hostStatePath)
+	}
 	h.held = false
 	_ = syscall.Flock(int(h.lock.Fd()), syscall.LOCK_UN)
 	h.lock.Close()
 	return errors.Join(errs...)
+}
+
+// leftovers lists what a stopped real node left on the host: mounts under
+// its directory, its cgroups, shims of its containerd.
+func (n *realNode) leftovers() []string {
+	var left []string
+	if m, _ := mountsUnder(n.dir); len(m) > 0 {
+		left = append(left, fmt.Sprintf("%s: mounts %v", n.c.Name, m))
+	}
+	if hs, err := cgroupHierarchies(); err == nil {
+		for _, h := range hs {
+			if _, err := os.Stat(filepath.Join(h, n.cgroup)); err == nil {
+				left = append(left, fmt.Sprintf("%s: cgroup %s", n.c.Name, filepath.Join(h, n.cgroup)))
+			}
+		}
+	}
+	if pids := shims(n.sock); len(pids) > 0 {
+		left = append(left, fmt.Sprintf("%s: containerd shims %v", n.c.Name, pids))
+	}
+	return left
+}
+
+// save writes what release must put back to hostStatePath: one line per
+// sysctl ("sysctl PATH VALUE") and per path to remove ("remove PATH").
+func (h *hostState) save() error {
+	var b strings.Builder
+	for k, v := range h.sysctls {
+		fmt.Fprintf(&b, "sysctl %s %s\n", k, v)
+	}
+	for _, p := range h.absent {
+		fmt.Fprintf(&b, "remove %s\n", p)
+	}
+	return os.WriteFile(hostStatePath, []byte(b.String()), 0o644)
+}
+
+// sweepDeadRealNodes puts back what real nodes of a killed run left: their
+// containers and shims, cgroups, mounts, pod network namespaces, and the
+// sysctls and paths its hostStatePath names. It runs under the host lock,
+// so nothing it finds belongs to a live run.
+func sweepDeadRealNodes() {
+	tmp := filepath.Join(os.TempDir(), "mcmirror-e2e-")
+	// Containers first: the cgroups of dead runs (named /mcm<pid>-<cluster>)
+	// hold every process of their pods.
+	if hs, err := cgroupHierarchies(); err == nil && len(hs) > 0 {
+		if entries, err := os.ReadDir(hs[0]); err == nil {
+			for _, e := range entries {
+				rest, ok := strings.CutPrefix(e.Name(), "mcm")
+				pidStr, _, ok2 := strings.Cut(rest, "-")
+				if pid, err := strconv.Atoi(pidStr); ok && ok2 && err == nil && !alive(pid) {
+					_ = removeCgroup("/" + e.Name())
+				}
+			}
+		}
+	}
+	for _, pid := range shimsWhere(func(addr string) bool { return strings.HasPrefix(addr, tmp) }) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if mounts, err := mountsUnder(strings.TrimSuffix(os.TempDir(), "/")); err == nil {
+		for _, m := range mounts {
+			if strings.HasPrefix(m, tmp) {
+				_ = syscall.Unmount(m, syscall.MNT_DETACH)
+			}
+		}
+	}
+	// Pod network namespaces that containerd made and no process is in.
+	if entries, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "cni-") {
+				if out, err := exec.Command("ip", "netns", "pids", e.Name()).Output(); err == nil && len(bytes.TrimSpace(out)) == 0 {
+					_ = ip("netns", "del", e.Name())
+				}
+			}
+		}
+	}
+	b, err := os.ReadFile(hostStatePath)
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 3 && f[0] == "sysctl":
+			_ = os.WriteFile(filepath.Join("/proc/sys", f[1]), []byte(f[2]), 0o644)
+		case len(f) == 2 && f[0] == "remove":
+			_ = unmountUnder(f[1])
+			_ = os.RemoveAll(f[1])
+		}
+	}
+	_ = os.Remove(hostStatePath)
 }

@@ -2,12 +2,9 @@ package harness
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 )
@@ -44,18 +41,10 @@ func LocalImages() (*Images, error) {
 func loadImages() (*Images, error) {
 	dir := os.Getenv("MCMIRROR_IMAGES")
 	if dir == "" {
-		_, self, _, ok := runtime.Caller(0)
-		if !ok {
-			return nil, fmt.Errorf("harness: cannot locate test/tools/image.sh; set MCMIRROR_IMAGES")
+		var err error
+		if dir, err = runTool("image.sh"); err != nil {
+			return nil, err
 		}
-		script := filepath.Join(filepath.Dir(self), "..", "tools", "image.sh")
-		var out bytes.Buffer
-		cmd := exec.Command("bash", script)
-		cmd.Stdout, cmd.Stderr = &out, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("harness: %s: %w", script, err)
-		}
-		dir = strings.TrimSpace(out.String())
 	}
 	f, err := os.Open(filepath.Join(dir, "images.env"))
 	if err != nil {

@@ -5,15 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 )
 
 // LinkKubeconfig applies deploy/remote-link.yaml to c and returns a
 // kubeconfig with the token of its read-only ServiceAccount: what another
 // cluster links c with.
 func (c *Cluster) LinkKubeconfig(ctx context.Context) ([]byte, error) {
-	_, self, _, _ := runtime.Caller(0)
-	manifest, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "deploy", "remote-link.yaml"))
+	manifest, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "remote-link.yaml"))
 	if err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}

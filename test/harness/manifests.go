@@ -87,3 +87,73 @@ func flowMap(m map[string]string) string {
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
 }
+
+// PeerSet returns, for a cluster with a real node, StatefulSet nginx-set of
+// 3 pods behind the headless Service nginx-svc, exported in gateway mode,
+// in namespace default: every pod of image (Images.Busybox) serves "hello
+// from CLUSTER/default/POD" (as Identity says) over HTTP on port 80 and
+// echoes on the plain TCP port 7000.
+func PeerSet(cluster, image string) string { return fmt.Sprintf(peerSet, cluster, image) }
+
+const peerSet = `
+apiVersion: v1
+kind: Service
+metadata:
+  name: nginx-svc
+  namespace: default
+  labels: {mirror.linkerd.io/exported: "true"}
+spec:
+  clusterIP: None
+  selector: {app: nginx}
+  ports:
+  - {name: http, port: 80}
+  - {name: echo, port: 7000}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: nginx-set, namespace: default}
+spec:
+  serviceName: nginx-svc
+  replicas: 3
+  podManagementPolicy: Parallel
+  selector: {matchLabels: {app: nginx}}
+  template:
+    metadata: {labels: {app: nginx}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: server
+        image: %[2]s
+        imagePullPolicy: Never
+        env:
+        - {name: CLUSTER, value: %[1]s}
+        - name: POD
+          valueFrom: {fieldRef: {fieldPath: metadata.name}}
+        - name: NS
+          valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+        command: [sh, -c, 'mkdir -p /tmp/www && echo "hello from $CLUSTER/$NS/$POD" > /tmp/www/index.html && (nc -ll -p 7000 -e cat &) && exec httpd -f -p 80 -h /tmp/www']
+        ports:
+        - {name: http, containerPort: 80}
+        - {name: echo, containerPort: 7000}
+        readinessProbe:
+          httpGet: {path: /index.html, port: 80}
+          periodSeconds: 1
+`
+
+// BusyboxClient returns, for a cluster with a real node, pod default/client
+// of image (Images.Busybox), which runs nothing but sleep: commands run in
+// it with kubectl exec, and resolve through the cluster DNS as any pod's.
+func BusyboxClient(image string) string { return fmt.Sprintf(clientPod, image) }
+
+const clientPod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: client
+    image: %s
+    imagePullPolicy: Never
+    command: [sleep, "1000000"]
+`

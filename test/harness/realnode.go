@@ -67,7 +67,7 @@ func (n *realNode) nsenter(argv ...string) []string {
 // serves.
 func (n *realNode) start(ctx context.Context) error {
 	c, e := n.c, n.c.env
-	if err := e.host.hold(); err != nil {
+	if err := e.host.hold(e.apiHost); err != nil {
 		return err
 	}
 	if err := e.host.makeCgroup(n.cgroup); err != nil {
@@ -236,8 +236,8 @@ nodeStatusUpdateFrequency: 5s
 `, c.node.ip, n.c.env.caFile, n.sock, n.cgroup, c.DNSServiceIP(),
 		filepath.Join(n.dir, "resolv.conf"), filepath.Join(n.dir, "pod-logs"))
 	// Pods of dnsPolicy Default (the cluster DNS itself) forward to the
-	// host's address on the node network, where nothing answers port 53:
-	// no query leaves this machine.
+	// upstream resolver on the host's address of the node network
+	// (upstreamDNS): no query leaves this machine.
 	resolv := fmt.Sprintf("nameserver %s\n", c.env.apiHost)
 	for name, data := range map[string]string{
 		"containerd.toml":                containerd,

@@ -80,14 +80,18 @@ func (n *realNode) removeSandboxes() error {
 	return errors.Join(errs...)
 }
 
-// killShims kills the containerd shims that serve the containerd at sock:
-// a shim outlives its containerd by design.
-func killShims(sock string) error {
+// shims lists the containerd shims that serve the containerd at sock.
+func shims(sock string) []int {
+	return shimsWhere(func(addr string) bool { return addr == sock })
+}
+
+// shimsWhere lists the containerd shims whose containerd address matches.
+func shimsWhere(match func(addr string) bool) []int {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
-		return err
+		return nil
 	}
-	var killed []int
+	var pids []int
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
 		if err != nil {
@@ -102,14 +106,23 @@ func killShims(sock string) error {
 			continue
 		}
 		for i, a := range args {
-			if a == "-address" && i+1 < len(args) && args[i+1] == sock {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-				killed = append(killed, pid)
+			if a == "-address" && i+1 < len(args) && match(args[i+1]) && alive(pid) {
+				pids = append(pids, pid)
 			}
 		}
 	}
+	return pids
+}
+
+// killShims kills the containerd shims that serve the containerd at sock:
+// a shim outlives its containerd by design.
+func killShims(sock string) error {
+	pids := shims(sock)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for _, pid := range killed {
+	for _, pid := range pids {
 		for alive(pid) {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("containerd shim %d still running", pid)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gotest.sh runs `go test` with what the end-to-end tests need (Debian
-# packages, the cached control-plane binaries, a coredns-mc binary) and then
+# packages, the cached control-plane binaries, the images real nodes run, a
+# coredns-mc binary) and then
 # proves that no process the test harness started is still running.
 # Arguments go to `go test`.
 set -euo pipefail
@@ -8,7 +9,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 test/tools/deps.sh
 MCMIRROR_TESTBIN=$(test/tools/build.sh)
-export MCMIRROR_TESTBIN
+MCMIRROR_IMAGES=$(test/tools/image.sh)
+export MCMIRROR_TESTBIN MCMIRROR_IMAGES
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 pidfile=$work/pids

@@ -306,12 +306,13 @@ build_scratch() {
 	bah rmi "$1" >/dev/null
 }
 
-# cached VAR NAME KEY CMD... sets VAR to $images/NAME-KEY.oci.tar, which CMD
-# writes to the file it is given unless it exists. It appears by rename, so
-# an interrupted build leaves nothing half-written; the three newest of NAME
-# are kept.
+# cached VAR NAME KEY CMD... sets VAR to $images/NAME-KEY'.oci.tar, which
+# CMD writes to the file it is given unless it exists; KEY' is KEY and CMD
+# with its arguments (the image's name among them) hashed together. It
+# appears by rename, so an interrupted build leaves nothing half-written;
+# the three newest of NAME are kept.
 cached() {
-	local var=$1 name=$2 k=$3; shift 3
+	local var=$1 name=$2 k; k=$(key "$3" "${*:4}"); shift 3
 	local out=$images/$name-$k.oci.tar
 	if [[ ! -f $out ]]; then
 		setup

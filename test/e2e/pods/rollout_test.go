@@ -1,0 +1,200 @@
+package pods
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// clientLoop is a shell loop for east's client pod: it fetches URL until
+// /tmp/stop-NAME exists, one connection (and one DNS lookup) each, and
+// classifies every try: the whole answer (ok), a lookup that failed
+// (lost: an answer the cluster DNS did not give), a connection that failed
+// with an error (failed: seen by the client), or an answer that is not the
+// expected one although the transfer reported success (bad: a stream cut
+// or redirected silently). Formatted with NAME, URL and the expected body.
+const clientLoop = `rm -f /tmp/stop-%[1]s; n=0; ok=0; lost=0; failed=0; bad=0
+while [ ! -e /tmp/stop-%[1]s ]; do
+  n=$((n+1))
+  out=$(timeout 10 wget -qO- %[2]s 2>&1); rc=$?
+  if [ $rc -eq 0 ] && [ "$out" = %[3]q ]; then ok=$((ok+1))
+  elif [ $rc -eq 0 ]; then bad=$((bad+1)); echo "bad: $out"
+  else case $out in *"bad address"*) lost=$((lost+1)); echo "lost: $out";; *) failed=$((failed+1)); echo "failed: $out";; esac
+  fi
+done
+echo "tries=$n ok=$ok lost=$lost failed=$failed bad=$bad"`
+
+var tallyRE = regexp.MustCompile(`tries=(\d+) ok=(\d+) lost=(\d+) failed=(\d+) bad=(\d+)`)
+
+// tally is what a client loop counted.
+type tally struct{ tries, ok, lost, failed, bad int }
+
+// startClientLoop starts clientLoop in east's client pod and returns a
+// function that stops it and returns its tally and output.
+func startClientLoop(t *testing.T, name, url, want string) func() (tally, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := inClient(ctx, fmt.Sprintf(clientLoop, name, url, want))
+		done <- result{out, err}
+	}()
+	return func() (tally, string) {
+		defer cancel()
+		// Positive evidence first: the loop has answered at least once more
+		// after whatever the test did, then it is stopped.
+		_, err := inClient(ctx, "touch /tmp/stop-"+name)
+		require.NoError(t, err)
+		r := <-done
+		require.NoError(t, r.err, r.out)
+		m := tallyRE.FindStringSubmatch(r.out)
+		require.NotNil(t, m, "no tally in %q", r.out)
+		var tl tally
+		fmt.Sscan(strings.Join(m[1:], " "), &tl.tries, &tl.ok, &tl.lost, &tl.failed, &tl.bad)
+		return tl, r.out
+	}
+}
+
+// TestRolloutsLoseNothing restarts east's and west's gateways and east's
+// cluster DNS (kubectl rollout restart, one after the other) while a
+// client in east keeps fetching a pod of west by name. No DNS answer may be
+// lost (the DNS rollout keeps a serving pod at every moment), no stream may
+// end short without an error, and the client must be served again after
+// each rollout. Connections refused while a gateway pod goes away are
+// errors the client sees; they are counted and logged.
+func TestRolloutsLoseNothing(t *testing.T) {
+	env.LogOnFailure(t)
+	workloads(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	url, want := "http://nginx-set-0.nginx-svc-west/", "hello from west/default/nginx-set-0"
+	eventually(t, ctx, "timeout 10 wget -qO- "+url, want)
+
+	for _, r := range []struct{ cluster, ns, deploy string }{
+		{"east", "mcmirror", "mcmirror-gateway"},
+		{"west", "mcmirror", "mcmirror-gateway"},
+		{"east", "kube-system", "coredns"},
+	} {
+		stop := startClientLoop(t, r.cluster+"-"+r.deploy, url, want)
+		// Evidence that the loop runs before the rollout starts.
+		eventually(t, ctx, "timeout 10 wget -qO- "+url, want)
+		c := env.Cluster(r.cluster)
+		_, err := c.Kubectl(ctx, "-n", r.ns, "rollout", "restart", "deployment/"+r.deploy)
+		require.NoError(t, err)
+		_, err = c.Kubectl(ctx, "-n", r.ns, "rollout", "status", "deployment/"+r.deploy, "--timeout=5m")
+		require.NoError(t, err)
+		// Served again through the new pods before the loop stops.
+		eventually(t, ctx, "timeout 10 wget -qO- "+url, want)
+		tl, out := stopAfterServed(t, ctx, stop, url, want)
+		t.Logf("rollout of %s/%s/%s: %+v", r.cluster, r.ns, r.deploy, tl)
+		require.Zero(t, tl.bad, "answers that were not %q although the transfer succeeded:\n%s", want, out)
+		require.Zero(t, tl.lost, "DNS lookups that failed:\n%s", out)
+		require.Positive(t, tl.ok, out)
+		if r.deploy == "coredns" {
+			require.Zero(t, tl.failed, "connections that failed while only the DNS rolled:\n%s", out)
+		}
+	}
+}
+
+// stopAfterServed stops a client loop once it has been served after the
+// rollout: the last try of the loop must be a success.
+func stopAfterServed(t *testing.T, ctx context.Context, stop func() (tally, string), url, want string) (tally, string) {
+	t.Helper()
+	tl, out := stop()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) >= 2 && strings.HasPrefix(lines[len(lines)-2], "failed:") {
+		// The loop's last try failed: that is a client that is not served
+		// after the rollout, unless a later try in the same pod succeeds.
+		eventually(t, ctx, "timeout 10 wget -qO- "+url, want)
+	}
+	return tl, out
+}
+
+// TestNotReadyPodLeavesTheAnswers makes one pod of west unready (its
+// readiness probe fails) and sees it leave east's answers: its own name
+// and the SRV of the -global name; ready again, it comes back.
+func TestNotReadyPodLeavesTheAnswers(t *testing.T) {
+	env.LogOnFailure(t)
+	workloads(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	west := env.Cluster("west")
+	srv := "nslookup -type=SRV _http._tcp.nginx-svc-global.default.svc.cluster.local | grep -c 'service ='"
+	eventually(t, ctx, srv, "6")
+	eventually(t, ctx, "timeout 10 wget -qO- http://nginx-set-2.nginx-svc-west/", "hello from west/default/nginx-set-2")
+
+	_, err := west.Kubectl(ctx, "exec", "nginx-set-2", "--", "busybox", "mv", "/tmp/www/index.html", "/tmp/www/away.html")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = west.Kubectl(context.Background(), "exec", "nginx-set-2", "--", "busybox", "mv", "/tmp/www/away.html", "/tmp/www/index.html")
+	})
+	_, err = west.Kubectl(ctx, "wait", "--for=condition=Ready=false", "pod/nginx-set-2", "--timeout=2m")
+	require.NoError(t, err)
+	eventually(t, ctx, srv, "5")
+	eventually(t, ctx, "nslookup nginx-set-2.nginx-svc-west.default.svc.cluster.local >/dev/null 2>&1 && echo found || echo gone", "gone")
+	// The others still answer.
+	eventually(t, ctx, "timeout 10 wget -qO- http://nginx-set-1.nginx-svc-west/", "hello from west/default/nginx-set-1")
+
+	_, err = west.Kubectl(ctx, "exec", "nginx-set-2", "--", "busybox", "mv", "/tmp/www/away.html", "/tmp/www/index.html")
+	require.NoError(t, err)
+	eventually(t, ctx, srv, "6")
+	eventually(t, ctx, "timeout 10 wget -qO- http://nginx-set-2.nginx-svc-west/", "hello from west/default/nginx-set-2")
+}
+
+// TestControllerLeaderFailover deletes the pod of east's controller that
+// holds the Lease; the other replica takes over, and proves it by
+// mirroring a Service that west exports afterwards.
+func TestControllerLeaderFailover(t *testing.T) {
+	env.LogOnFailure(t)
+	workloads(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	holder := func(ctx context.Context) string {
+		l, err := east.Client.CoordinationV1().Leases("mcmirror").Get(ctx, "mcmirror-controller", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+		return pod
+	}
+	var leader string
+	require.NoError(t, wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		leader = holder(ctx)
+		return leader != "", nil
+	}))
+	_, err := east.Kubectl(ctx, "-n", "mcmirror", "delete", "pod", leader, "--wait=false")
+	require.NoError(t, err)
+	var successor string
+	require.NoError(t, wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		successor = holder(ctx)
+		return successor != "" && successor != leader, nil
+	}), "the Lease stayed with %s", leader)
+
+	// West exports a new Service; only a working leader mirrors it.
+	require.NoError(t, west.Apply(ctx, `
+apiVersion: v1
+kind: Service
+metadata: {name: after-failover, namespace: default, labels: {mirror.linkerd.io/exported: "true"}}
+spec:
+  selector: {app: nginx}
+  ports: [{name: http, port: 80}]
+`))
+	t.Cleanup(func() { _, _ = west.Kubectl(context.Background(), "delete", "service", "after-failover") })
+	require.NoError(t, wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := east.Client.CoreV1().Services("default").Get(ctx, "after-failover-west", metav1.GetOptions{})
+		return err == nil, nil
+	}), "the successor %s did not mirror after-failover", successor)
+	eventually(t, ctx, "timeout 10 wget -qO- http://after-failover-west/ | cut -c1-32", "hello from west/default/nginx-se")
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -19,13 +20,21 @@ func TestMain(m *testing.M) {
 // TestDemo runs the demo as `make demo` does and, while it runs, pastes
 // every line it printed after "ready" into a shell, in order: each must
 // print what the demo said it prints.
-func TestDemo(t *testing.T) {
+func TestDemo(t *testing.T) { pasteEveryLine(t, run, 5) }
+
+// TestDemoPods is TestDemo for `make demo-pods`: the walkthrough on real
+// nodes, whose lines run in east's client pod with kubectl exec.
+func TestDemoPods(t *testing.T) { pasteEveryLine(t, runPods, 4) }
+
+// pasteEveryLine runs demo and, once it is ready, pastes each of the at
+// least min command lines it printed into a shell.
+func pasteEveryLine(t *testing.T, demo func(context.Context, io.Writer, func(string) error) error, min int) {
 	var log strings.Builder
 	verified := 0
-	err := run(context.Background(), &log, func(printed string) error {
+	err := demo(context.Background(), &log, func(printed string) error {
 		blocks := commands(printed)
-		if len(blocks) < 5 {
-			return fmt.Errorf("%d command lines printed, want at least 5:\n%s", len(blocks), printed)
+		if len(blocks) < min {
+			return fmt.Errorf("%d command lines printed, want at least %d:\n%s", len(blocks), min, printed)
 		}
 		for _, b := range blocks {
 			out, err := exec.Command("sh", "-c", b.cmd).CombinedOutput()

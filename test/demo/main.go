@@ -6,7 +6,8 @@
 // gateways of west and paris. Once all nine peers answer, it prints lines
 // to paste: curl from east's client pod by name to single remote pods, dig,
 // and how to export another Service and reach it. It runs until
-// interrupted. `make demo` runs it.
+// interrupted. `make demo` runs it; `make demo-pods` (-pods) runs the
+// walkthrough on real nodes instead (pods.go).
 package main
 
 import (

@@ -79,7 +79,7 @@ func runPods(ctx context.Context, w io.Writer, ready func(printed string) error)
 	for _, line := range []string{
 		inPod + "wget -qO- http://nginx-set-0.nginx-svc-west/",
 		inPod + "wget -qO- http://nginx-set-2.nginx-svc-west.default.svc.cluster.local/",
-		"echo hello-over-tcp | " + inPod + "nc nginx-set-1.nginx-svc-west 7000",
+		inPod + "sh -c 'echo hello-over-tcp | nc nginx-set-1.nginx-svc-west 7000'",
 		inPod + "nslookup -type=SRV _http._tcp.nginx-svc-global.default.svc.cluster.local | grep -o 'nginx-set-.*' | sort",
 	} {
 		fmt.Fprintf(out, "\n$ %s\n", line)

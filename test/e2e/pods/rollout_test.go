@@ -19,22 +19,28 @@ import (
 // (lost: an answer the cluster DNS did not give), a connection that failed
 // with an error (failed: seen by the client), or an answer that is not the
 // expected one although the transfer reported success (bad: a stream cut
-// or redirected silently). Formatted with NAME, URL and the expected body.
-const clientLoop = `rm -f /tmp/stop-%[1]s; n=0; ok=0; lost=0; failed=0; bad=0
+// or redirected silently). A try may take as long as the pod's resolver
+// needs to give up (resolv.conf's defaults: 5 s, 2 attempts): a UDP query
+// lost on the way and answered by the resolver's second attempt is what a
+// client of any cluster DNS sees under load, and is counted apart (slow:
+// 4 s or more), not as a failure. Formatted with NAME, URL and the
+// expected body.
+const clientLoop = `rm -f /tmp/stop-%[1]s; n=0; ok=0; lost=0; failed=0; bad=0; slow=0
 while [ ! -e /tmp/stop-%[1]s ]; do
-  n=$((n+1))
-  out=$(timeout 10 wget -qO- %[2]s 2>&1); rc=$?
+  n=$((n+1)); t0=$(date +%%s)
+  out=$(timeout 25 wget -qO- %[2]s 2>&1); rc=$?
+  [ $(( $(date +%%s) - t0 )) -ge 4 ] && slow=$((slow+1))
   if [ $rc -eq 0 ] && [ "$out" = %[3]q ]; then ok=$((ok+1))
   elif [ $rc -eq 0 ]; then bad=$((bad+1)); echo "bad: $out"
   else case $out in *"bad address"*) lost=$((lost+1)); echo "lost: $out";; *) failed=$((failed+1)); echo "failed: $out";; esac
   fi
 done
-echo "tries=$n ok=$ok lost=$lost failed=$failed bad=$bad"`
+echo "tries=$n ok=$ok lost=$lost failed=$failed bad=$bad slow=$slow"`
 
-var tallyRE = regexp.MustCompile(`tries=(\d+) ok=(\d+) lost=(\d+) failed=(\d+) bad=(\d+)`)
+var tallyRE = regexp.MustCompile(`tries=(\d+) ok=(\d+) lost=(\d+) failed=(\d+) bad=(\d+) slow=(\d+)`)
 
 // tally is what a client loop counted.
-type tally struct{ tries, ok, lost, failed, bad int }
+type tally struct{ tries, ok, lost, failed, bad, slow int }
 
 // startClientLoop starts clientLoop in east's client pod and returns a
 // function that stops it and returns its tally and output.
@@ -61,7 +67,7 @@ func startClientLoop(t *testing.T, name, url, want string) func() (tally, string
 		m := tallyRE.FindStringSubmatch(r.out)
 		require.NotNil(t, m, "no tally in %q", r.out)
 		var tl tally
-		fmt.Sscan(strings.Join(m[1:], " "), &tl.tries, &tl.ok, &tl.lost, &tl.failed, &tl.bad)
+		fmt.Sscan(strings.Join(m[1:], " "), &tl.tries, &tl.ok, &tl.lost, &tl.failed, &tl.bad, &tl.slow)
 		return tl, r.out
 	}
 }
@@ -103,6 +109,7 @@ func TestRolloutsLoseNothing(t *testing.T) {
 		require.Positive(t, tl.ok, out)
 		if r.deploy == "coredns" {
 			require.Zero(t, tl.failed, "connections that failed while only the DNS rolled:\n%s", out)
+			require.LessOrEqual(t, tl.slow*100, tl.tries, "more than 1%% of lookups needed the resolver's second attempt")
 		}
 	}
 }

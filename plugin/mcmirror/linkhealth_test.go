@@ -40,10 +40,8 @@ func startWith(t *testing.T, local kubernetes.Interface, startup, maxAge time.Du
 			t.Fatal(err)
 		}
 	}
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { m.Stop() })
+	startBounded(t, m)
 	m.Next = fromNext
 	return m
 }
@@ -65,7 +63,7 @@ func askA(t *testing.T, m *MCMirror, name string) (int, []string) {
 	return rec.Msg.Rcode, out
 }
 
-// waitFor polls f for up to d.
+// waitFor polls f until it holds, failing t after d.
 func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -101,16 +99,16 @@ func TestStaleServingAndRecovery(t *testing.T) {
 	api := newFakeAPI(t)
 	api.put(service("web", flatExport, corev1.ClusterIPNone))
 	api.put(flatSlice("web-1", "web", "10.1.0.1"))
-	m := startWith(t, fake.NewClientset(), 5*time.Second, 0, "stale", api.client())
+	m := startWith(t, fake.NewClientset(), eventBound, 0, "stale", api.client())
 	name := "web-stale" + z
-	waitFor(t, 5*time.Second, "the first answer", answersA(t, m, name, "10.1.0.1"))
+	waitFor(t, eventBound, "the first answer", answersA(t, m, name, "10.1.0.1"))
 	if v := testutil.ToFloat64(linkUp.WithLabelValues("stale")); v != 1 {
 		t.Fatalf("link_up = %v while up", v)
 	}
 	errs := testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable))
 
 	api.down()
-	waitFor(t, 5*time.Second, "the outage seen", func() bool {
+	waitFor(t, eventBound, "the outage seen", func() bool {
 		return testutil.ToFloat64(linkUp.WithLabelValues("stale")) == 0 &&
 			testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable)) > errs
 	})
@@ -119,20 +117,26 @@ func TestStaleServingAndRecovery(t *testing.T) {
 	// Failed retries clear nothing.
 	n := testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable))
 	down := time.Now()
-	waitFor(t, 20*time.Second, "a 10 s outage with failed retries", func() bool {
+	waitFor(t, 10*time.Second+eventBound, "a 10 s outage with failed retries", func() bool {
 		return time.Since(down) > 10*time.Second && testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable)) >= n+3
 	})
 	if !answersA(t, m, name, "10.1.0.1")() {
 		t.Fatal("the last known answer is gone while the link is down")
 	}
 
-	// Changed while away; back, and answered within 5 s.
+	// Changed while away; back, and answered at the next retry, without
+	// a restart: within the longest delay between two retries
+	// (linkBackoff's cap and its jitter, 3 s) and what a loaded machine
+	// takes to list, watch and rebuild. client-go's own backoff would
+	// have grown to 6.4 s by now, and its jitter doubles that. How fast
+	// it comes back is for the benchmarks; the log says it.
 	api.put(flatSlice("web-1", "web", "10.1.0.2"))
 	api.up()
 	back := time.Now()
-	waitFor(t, 5*time.Second, "the change made during the outage", answersA(t, m, name, "10.1.0.2"))
-	t.Logf("answered %s after the API server came back", time.Since(back).Round(time.Millisecond))
-	waitFor(t, 5*time.Second, "link_up back to 1", func() bool { return testutil.ToFloat64(linkUp.WithLabelValues("stale")) == 1 })
+	retry := time.Duration(float64(linkBackoff.Cap) * (1 + linkBackoff.Jitter))
+	waitFor(t, retry+7*time.Second, "the change made during the outage", answersA(t, m, name, "10.1.0.2"))
+	t.Logf("answered %s after the API server came back (retries at most %s apart)", time.Since(back).Round(time.Millisecond), retry)
+	waitFor(t, eventBound, "link_up back to 1", func() bool { return testutil.ToFloat64(linkUp.WithLabelValues("stale")) == 1 })
 }
 
 // With stale_max_age, the names of a link down for longer go, and come
@@ -141,24 +145,41 @@ func TestStaleMaxAge(t *testing.T) {
 	api := newFakeAPI(t)
 	api.put(service("web", flatExport, corev1.ClusterIPNone))
 	api.put(flatSlice("web-1", "web", "10.1.0.1"))
-	m := startWith(t, fake.NewClientset(), 5*time.Second, 300*time.Millisecond, "aged", api.client())
+	const maxAge = 2 * time.Second
+	m := startWith(t, fake.NewClientset(), eventBound, maxAge, "aged", api.client())
 	name := "web-aged" + z
-	waitFor(t, 5*time.Second, "the first answer", answersA(t, m, name, "10.1.0.1"))
+	waitFor(t, eventBound, "the first answer", answersA(t, m, name, "10.1.0.1"))
 
+	// The link's first failure comes after down, so nothing may be
+	// withdrawn before down+maxAge: an answer asked for, and received,
+	// before then must be the last known one. That holds however slow
+	// the machine; a slow machine only asks fewer times before the
+	// bound. At least one such answer must come once the outage is seen
+	// (link_up 0): a machine at load 4 sees a refused connection within
+	// a second.
+	down := time.Now()
 	api.down()
-	waitFor(t, 5*time.Second, "the outage seen", func() bool { return testutil.ToFloat64(linkUp.WithLabelValues("aged")) == 0 })
-	if !answersA(t, m, name, "10.1.0.1")() {
-		t.Fatal("withdrawn before stale_max_age")
-	}
-	waitFor(t, 5*time.Second, "withdrawn", func() bool {
+	staleSeen := false
+	waitFor(t, eventBound, "withdrawn", func() bool {
+		failing := testutil.ToFloat64(linkUp.WithLabelValues("aged")) == 0
+		ok := answersA(t, m, name, "10.1.0.1")()
+		if time.Since(down) < maxAge {
+			if !ok {
+				t.Fatalf("withdrawn %s after the API server went, before stale_max_age %s", time.Since(down).Round(time.Millisecond), maxAge)
+			}
+			staleSeen = staleSeen || failing
+		}
 		return testutil.ToFloat64(linkWithdrawn.WithLabelValues("aged")) == 1 && m.index.lookup(name) == nil
 	})
+	if !staleSeen {
+		t.Fatalf("no answer while the link was seen down before stale_max_age %s: the outage was not seen in time to tell", maxAge)
+	}
 	if _, got := askA(t, m, name); !slices.Equal(got, []string{"192.0.2.53"}) { // not claimed any more
 		t.Errorf("withdrawn name answers %v, not the next plugin's", got)
 	}
 
 	api.up()
-	waitFor(t, 5*time.Second, "back", answersA(t, m, name, "10.1.0.1"))
+	waitFor(t, eventBound, "back", answersA(t, m, name, "10.1.0.1"))
 	if v := testutil.ToFloat64(linkWithdrawn.WithLabelValues("aged")); v != 0 {
 		t.Errorf("link_withdrawn = %v once back", v)
 	}
@@ -181,16 +202,12 @@ func TestRefusedLink(t *testing.T) {
 			refused.refuse(tc.code)
 			cl := "refused-" + tc.reason
 			before := testutil.ToFloat64(linkErrors.WithLabelValues(cl, tc.reason))
-			begin := time.Now()
+			// Start returns (startBounded) although the refused link
+			// never syncs.
 			m := startWith(t, fake.NewClientset(), 300*time.Millisecond, 0, "good", good, cl, refused.client())
-			if took := time.Since(begin); took > 2*time.Second {
-				t.Errorf("Start took %s", took)
-			}
-			waitFor(t, 5*time.Second, "the good link", answersA(t, m, "web-good"+z, "10.1.0.9"))
-			if !m.Ready() {
-				t.Error("not ready")
-			}
-			waitFor(t, 5*time.Second, "the refusal counted by reason", func() bool {
+			waitFor(t, eventBound, "the good link", answersA(t, m, "web-good"+z, "10.1.0.9"))
+			waitFor(t, eventBound, "readiness with the refused link", m.Ready)
+			waitFor(t, eventBound, "the refusal counted by reason", func() bool {
 				return testutil.ToFloat64(linkErrors.WithLabelValues(cl, tc.reason)) > before
 			})
 			if v := testutil.ToFloat64(linkSynced.WithLabelValues(cl)); v != 0 {
@@ -205,10 +222,10 @@ func TestRefusedLink(t *testing.T) {
 			if err := m.AddLink(cl2, later.client()); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 5*time.Second, "the late link", answersA(t, m, "web-"+cl2+z, "10.1.0.7"))
+			waitFor(t, eventBound, "the late link", answersA(t, m, "web-"+cl2+z, "10.1.0.7"))
 			before = testutil.ToFloat64(linkErrors.WithLabelValues(cl2, tc.reason))
 			later.refuse(tc.code) // ends the watches: the token expired, the role went
-			waitFor(t, 10*time.Second, "the refusal counted", func() bool {
+			waitFor(t, eventBound, "the refusal counted", func() bool {
 				return testutil.ToFloat64(linkErrors.WithLabelValues(cl2, tc.reason)) > before &&
 					testutil.ToFloat64(linkUp.WithLabelValues(cl2)) == 0
 			})
@@ -216,7 +233,7 @@ func TestRefusedLink(t *testing.T) {
 				t.Error("a refused link's names were deleted")
 			}
 			later.refuse(0)
-			waitFor(t, 5*time.Second, "up again", func() bool { return testutil.ToFloat64(linkUp.WithLabelValues(cl2)) == 1 })
+			waitFor(t, eventBound, "up again", func() bool { return testutil.ToFloat64(linkUp.WithLabelValues(cl2)) == 1 })
 			if !answersA(t, m, "web-"+cl2+z, "10.1.0.7")() {
 				t.Error("names lost after the refusal ended")
 			}
@@ -225,8 +242,10 @@ func TestRefusedLink(t *testing.T) {
 }
 
 // A link whose address accepts TCP and never answers TLS does not hold
-// start-up past startup_timeout; it is counted unreachable once the TLS
-// handshake times out (client-go's 10 s).
+// start-up past startup_timeout; it is counted unreachable once it has
+// given no answer for noAnswerAfter (15 s). That the server is ready before
+// that count moves is what shows start-up did not wait for the hanging
+// link to fail: an order of events, which a slow machine keeps.
 func TestHangingLink(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -259,16 +278,18 @@ func TestHangingLink(t *testing.T) {
 	}
 	good := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
 	before := testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable))
-	begin := time.Now()
 	m := startWith(t, fake.NewClientset(), 500*time.Millisecond, 0, "good", good, "hang", hang)
-	if took := time.Since(begin); took > 3*time.Second {
-		t.Errorf("Start took %s", took)
+	waitFor(t, eventBound, "readiness", m.Ready)
+	if testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable)) > before {
+		t.Error("ready only once the hanging link had failed, not at startup_timeout")
 	}
-	waitFor(t, 5*time.Second, "the good link", answersA(t, m, "web-good"+z, "10.1.0.9"))
-	if !m.Ready() {
-		t.Error("not ready")
-	}
-	waitFor(t, 20*time.Second, "the hanging link counted unreachable", func() bool {
+	waitFor(t, eventBound, "the good link", answersA(t, m, "web-good"+z, "10.1.0.9"))
+	waitFor(t, eventBound, "the hanging link dialled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(conns) > 0
+	})
+	waitFor(t, noAnswerAfter+eventBound, "the hanging link counted unreachable", func() bool {
 		return testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable)) > before
 	})
 }

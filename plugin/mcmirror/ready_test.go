@@ -36,7 +36,7 @@ func TestReady(t *testing.T) {
 func TestNoServfailAfterFirstSync(t *testing.T) {
 	west := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
 	m := startWith(t, fake.NewClientset(), time.Hour, 0, "west", west)
-	waitFor(t, 5*time.Second, "the first answer", answersA(t, m, "web-west"+z, "10.1.0.1"))
+	waitFor(t, eventBound, "the first answer", answersA(t, m, "web-west"+z, "10.1.0.1"))
 	if !m.Ready() {
 		t.Fatal("not ready after Start")
 	}
@@ -48,7 +48,7 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 	if err := m.AddLink("late", dead); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the late link tried", func() bool {
+	waitFor(t, eventBound, "the late link tried", func() bool {
 		return testutil.ToFloat64(linkErrors.WithLabelValues("late", link.FailureUnreachable)) > before
 	})
 	if !m.Ready() {
@@ -57,12 +57,38 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 	if rc, _ := askA(t, m, "web-9.web-west"+z); rc != dns.RcodeNameError {
 		t.Errorf("unknown pod of a claimed name: %s, want NXDOMAIN", dns.RcodeToString[rc])
 	}
-	// A group queued for a rebuild does not either.
-	for i := range 200 {
+
+	// A group queued for a rebuild does not either. The slice changes
+	// without pause while the names are asked, and the churn lasts until
+	// the answers show that rebuilds landed between the queries: the
+	// group's own address is seen to change several times, and the
+	// unknown pod was asked about in between. Without that evidence the
+	// NXDOMAINs would say nothing of a group being rebuilt.
+	const rebuildsWanted = 5
+	rebuilds, asked := 0, 0
+	last := "10.1.0.1"
+	deadline := time.Now().Add(eventBound)
+	for i := 0; rebuilds < rebuildsWanted; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d updates and %d queries, %d rebuilds seen, want %d", i, asked, rebuilds, rebuildsWanted)
+		}
 		_, _ = west.DiscoveryV1().EndpointSlices("default").Update(context.Background(),
 			flatSlice("web-1", "web", "10.1.0."+string(rune('1'+i%9))), metav1.UpdateOptions{})
 		if rc, _ := askA(t, m, "web-9.web-west"+z); rc != dns.RcodeNameError {
 			t.Fatalf("unknown pod during churn: %s, want NXDOMAIN", dns.RcodeToString[rc])
 		}
+		asked++
+		rc, got := askA(t, m, "web-west"+z)
+		if rc != dns.RcodeSuccess || len(got) != 1 {
+			t.Fatalf("the churned name during churn: %s %v, want one address", dns.RcodeToString[rc], got)
+		}
+		if got[0] != last {
+			rebuilds++
+			last = got[0]
+		}
+		if !m.Ready() {
+			t.Fatal("unready during churn")
+		}
 	}
+	t.Logf("%d queries of the unknown pod, NXDOMAIN each, while %d rebuilds landed", asked, rebuilds)
 }

@@ -6,27 +6,72 @@
 # package's testdata/fuzz/<target>/ and the script fails: keep the file,
 # it becomes a test once the bug is fixed.
 #
-#   test/tools/fuzz.sh                 # every target, 10s each
-#   FUZZTIME=10m test/tools/fuzz.sh    # the long run
+# The targets are found, not listed: every `func FuzzXxx(f *testing.F)` in
+# the test files `go list` gives for the packages of the main module (the
+# tools under test/tools are modules of their own, and are left out). A
+# target added anywhere runs without a change here. Arguments, when given,
+# are the names of the targets to run; a name that matches no target is an
+# error.
+#
+#   test/tools/fuzz.sh                            # every target, 10s each
+#   FUZZTIME=10m test/tools/fuzz.sh               # the long run
+#   FUZZTIME=10m test/tools/fuzz.sh FuzzParse     # one target
+#   test/tools/fuzz.sh -l                         # list the targets
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 fuzztime=${FUZZTIME:-10s}
 parallel=${FUZZPARALLEL:-1}
-# package: targets
-targets=(
-	"./plugin/mcmirror/ FuzzServe FuzzName"
-)
 
-status=0
-for entry in "${targets[@]}"; do
-	read -r pkg names <<<"$entry"
-	for name in $names; do
-		echo "fuzz.sh: $pkg $name for $fuzztime" >&2
-		if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel "$parallel" "$pkg"; then
-			echo "fuzz.sh: $pkg $name FAILED" >&2
-			status=1
+# targets prints "<package dir> <target>" for every fuzz target, sorted.
+targets() {
+	go list -e -f '{{$d := .Dir}}{{range .TestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .XTestGoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}' ./... |
+		while read -r file; do
+			[[ -n $file ]] || continue
+			sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(\([A-Za-z_][A-Za-z0-9_]*\) \*testing\.F).*/\1/p' "$file" |
+				while read -r name; do
+					echo "./$(realpath --relative-to=. "$(dirname "$file")")/ $name"
+				done
+		done | sort -u
+}
+
+mapfile -t found < <(targets)
+if ((${#found[@]} == 0)); then
+	echo "fuzz.sh: no fuzz target found" >&2
+	exit 1
+fi
+
+if [[ ${1:-} == -l ]]; then
+	printf '%s\n' "${found[@]}"
+	exit 0
+fi
+
+selected=()
+if (($# == 0)); then
+	selected=("${found[@]}")
+else
+	for want in "$@"; do
+		hit=0
+		for entry in "${found[@]}"; do
+			if [[ ${entry##* } == "$want" ]]; then
+				selected+=("$entry")
+				hit=1
+			fi
+		done
+		if ((hit == 0)); then
+			echo "fuzz.sh: no fuzz target $want (found: $(printf '%s ' "${found[@]##* }"))" >&2
+			exit 2
 		fi
 	done
+fi
+
+status=0
+for entry in "${selected[@]}"; do
+	read -r pkg name <<<"$entry"
+	echo "fuzz.sh: $pkg $name for $fuzztime" >&2
+	if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel "$parallel" "$pkg"; then
+		echo "fuzz.sh: $pkg $name FAILED" >&2
+		status=1
+	fi
 done
 exit "$status"

@@ -78,6 +78,13 @@ func TestRestartKeepsPorts(t *testing.T) {
 
 // Two replicas with --leader-elect: one leads, the other waits; when the
 // leader is killed the other takes over and mirrors what is exported next.
+//
+// The leader renews every retry period (250 ms) and gives the Lease up only
+// after failing to renew for the renew deadline: 10 s, which a renewal on a
+// machine at load 4, whose API server runs beside the test, meets. A
+// shorter one (2 s) lets a starved renewal hand the Lease to the follower
+// while the test asserts that only one replica leads. The takeover after
+// the kill waits for the lease duration (15 s), within wait.
 func TestLeaderElection(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
@@ -85,7 +92,7 @@ func TestLeaderElection(t *testing.T) {
 	namespace(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
 	le := []string{"--leader-elect", "--leader-elect-namespace", "kube-system", "--leader-elect-name", "mcmirror-e2e",
-		"--leader-elect-lease-duration", "3s", "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "250ms"}
+		"--leader-elect-lease-duration", "15s", "--leader-elect-renew-deadline", "10s", "--leader-elect-retry-period", "250ms"}
 	a := startController(t, "controller-a", le...)
 	b := startController(t, "controller-b", le...)
 	byPID := map[int]string{a.PID: "a", b.PID: "b"}

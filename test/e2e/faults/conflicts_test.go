@@ -52,8 +52,8 @@ func TestNameConflicts(t *testing.T) {
 	// Evidence the controller works before anything conflicts.
 	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "plain", labels.ExportGateway)))
 	waitMirrors(t, ns, []string{"plain-west"}, 60*time.Second)
-	slicesBefore := metric(t, ctl.metrics, conflictsMetric("endpointslices"))
-	servicesBefore := metric(t, ctl.metrics, conflictsMetric("services"))
+	slicesBefore := counterBaseline(t, ctl.metrics, conflictsMetric("endpointslices"))
+	servicesBefore := counterBaseline(t, ctl.metrics, conflictsMetric("services"))
 
 	// A foreign EndpointSlice holds the name of taken-west's slice.
 	foreign := &discoveryv1.EndpointSlice{

@@ -16,7 +16,9 @@ import (
 // localOutage is how long east's own API server stays down.
 const localOutage = 20 * time.Second
 
-// East's own API server goes away: DNS keeps answering from its cache,
+// East's own API server goes away: DNS keeps answering from its cache
+// (no wrong answer, no SERVFAIL, no query left unanswered; a query
+// answered only by a retry is counted and bounded, see querier_test.go),
 // the controller deletes nothing, and both resume when it returns (a new
 // export is mirrored and answered).
 func TestLocalAPIServerDown(t *testing.T) {
@@ -47,7 +49,7 @@ func TestLocalAPIServerDown(t *testing.T) {
 	slicesBefore := mirrorSlices(t, ns)
 	q := query(dnsServer, want)
 	defer q.stop()
-	errorsBefore := linkErrors(t, dnsServer, "east", "unreachable")
+	errorsBefore := linkErrorsBaseline(t, dnsServer, "east", "unreachable")
 
 	down := time.Now()
 	restart := east.APIServerOutage(t)
@@ -59,8 +61,10 @@ func TestLocalAPIServerDown(t *testing.T) {
 		assert.Greater(c, linkErrors(c, dnsServer, "east", "unreachable"), errorsBefore, "link_errors_total")
 		assert.True(c, logHas(dnsServer.Process, "Local cluster east is down (unreachable)", "last known state"), "logged")
 	}, 30*time.Second, 200*time.Millisecond, "the outage is seen")
+	q.answeredSince(t, time.Now(), "once the outage is seen")
 	time.Sleep(time.Until(down.Add(localOutage))) // the outage lasts
 	env.RequireAlive(t, ctl.Process, dnsServer.Process)
+	q.answeredSince(t, time.Now(), "at the end of the outage")
 	restart()
 	t.Logf("east's API server back after %.1fs", time.Since(down).Seconds())
 
@@ -73,10 +77,8 @@ func TestLocalAPIServerDown(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond)
 	t.Logf("new export after east's return mirrored and answered in %.1fs", time.Since(start).Seconds())
 
-	asked, bad, samples := q.stop()
-	t.Logf("%d queries during and after the outage, %d wrong", asked, bad)
-	assert.Greater(t, asked, 300)
-	assert.Zero(t, bad, "answers continued from the cache: %v", samples)
+	q.answeredSince(t, time.Now(), "after east's return")
+	q.stop().requireRight(t, "during and after the outage")
 	env.RequireAlive(t, ctl.Process, dnsServer.Process)
 	after := mirrorSet(t, ns)
 	delete(after, "late-west")

@@ -155,9 +155,22 @@ func startController(t *testing.T, name, kubeconfig string, ls []link, extra ...
 	return &ctrl{Process: p, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
 }
 
-// metric returns the value of series (name and labels exactly) at url, 0
-// when it is not exported (yet).
+// metric returns the value of series (name and labels exactly) at url,
+// failing t when it is not exported: an absent series is an error, not a
+// zero, or a check of a value that must not have moved would pass against a
+// process that never exports it.
 func metric(t require.TestingT, url, series string) float64 {
+	v, ok := metricOK(t, url, series)
+	require.True(t, ok, "%s is not exported at %s", series, url)
+	return v
+}
+
+// counterBaseline returns the value of the counter series at url before
+// the event that must move it, 0 when it is not exported yet: a counter
+// with labels appears at its first increment. Only a baseline may be
+// absent; the reading that must show the event uses metric, which requires
+// the series.
+func counterBaseline(t require.TestingT, url, series string) float64 {
 	v, _ := metricOK(t, url, series)
 	return v
 }
@@ -180,9 +193,20 @@ func metricOK(t require.TestingT, url, series string) (float64, bool) {
 }
 
 // linkErrors is the DNS server's count of failed lists and watches of
-// cluster for reason (unreachable, unauthorized, forbidden, error).
+// cluster for reason (unreachable, unauthorized, forbidden, error); the
+// series must be exported.
 func linkErrors(c require.TestingT, s *harness.DNSServer, cluster, reason string) float64 {
-	return metric(c, s.MetricsURL, fmt.Sprintf(`coredns_mcmirror_link_errors_total{cluster=%q,reason=%q}`, cluster, reason))
+	return metric(c, s.MetricsURL, linkErrorsSeries(cluster, reason))
+}
+
+// linkErrorsBaseline is linkErrors before the failure that must move it:
+// 0 while nothing has been counted.
+func linkErrorsBaseline(c require.TestingT, s *harness.DNSServer, cluster, reason string) float64 {
+	return counterBaseline(c, s.MetricsURL, linkErrorsSeries(cluster, reason))
+}
+
+func linkErrorsSeries(cluster, reason string) string {
+	return fmt.Sprintf(`coredns_mcmirror_link_errors_total{cluster=%q,reason=%q}`, cluster, reason)
 }
 
 // linkUp is the DNS server's coredns_mcmirror_link_up of cluster, -1 when
@@ -284,11 +308,11 @@ func waitMirrors(t *testing.T, ns string, want []string, within time.Duration) {
 	}, within, 200*time.Millisecond, "mirrors of %s", ns)
 }
 
-// ask sends one query over UDP with a short timeout.
+// ask sends one query over UDP with a short timeout (queryTimeout).
 func ask(s *harness.DNSServer, name string, qtype uint16) (*dns.Msg, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), qtype)
-	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, s.Addr)
+	r, _, err := (&dns.Client{Timeout: queryTimeout}).Exchange(m, s.Addr)
 	return r, err
 }
 

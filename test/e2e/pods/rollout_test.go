@@ -205,3 +205,76 @@ spec:
 	}), "the successor %s did not mirror after-failover", successor)
 	eventually(t, ctx, "timeout 10 wget -qO- http://after-failover-west/ | cut -c1-32", "hello from west/default/nginx-se")
 }
+
+// TestDNSRolloutWithLoopKeepsOldPods rolls east's cluster DNS to a
+// Corefile that forwards to itself, so that every new pod dies of the loop
+// plugin's check moments after it starts. The patch's rollout strategy
+// (maxUnavailable 0, minReadySeconds) must keep both old pods serving: the
+// client's lookups go on being answered, and the old ReplicaSet keeps its
+// two available pods. Then the rollout is undone.
+func TestDNSRolloutWithLoopKeepsOldPods(t *testing.T) {
+	env.LogOnFailure(t)
+	workloads(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	east := env.Cluster("east")
+	url, want := "http://nginx-set-1.nginx-svc-west/", "hello from west/default/nginx-set-1"
+	eventually(t, ctx, "timeout 10 wget -qO- "+url, want)
+
+	cm, err := east.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns-mcmirror", metav1.GetOptions{})
+	require.NoError(t, err)
+	corefile := cm.Data["Corefile"]
+	require.Contains(t, corefile, "forward . /etc/resolv.conf")
+	loop := strings.Replace(corefile, "forward . /etc/resolv.conf", "forward . 127.0.0.1:53", 1)
+	cm.ObjectMeta = metav1.ObjectMeta{Name: "coredns-loop", Namespace: "kube-system"}
+	cm.Data = map[string]string{"Corefile": loop}
+	_, err = east.Client.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = east.Client.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), "coredns-loop", metav1.DeleteOptions{})
+	})
+	before, err := east.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, before.Status.AvailableReplicas)
+
+	stop := startClientLoop(t, "dns-loop", url, want)
+	_, err = east.Kubectl(ctx, "-n", "kube-system", "patch", "deployment", "coredns", "--type=json", "-p",
+		`[{"op":"replace","path":"/spec/template/spec/volumes/0/configMap/name","value":"coredns-loop"}]`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = east.Kubectl(context.Background(), "-n", "kube-system", "rollout", "undo", "deployment/coredns")
+		_, _ = east.Kubectl(context.Background(), "-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=5m")
+	})
+	// Positive evidence: a new pod of the looping Corefile has died at
+	// least once, and stayed down longer than minReadySeconds since.
+	var crashed time.Time
+	require.NoError(t, wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		pods, err := east.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			for _, v := range p.Spec.Volumes {
+				if v.ConfigMap == nil || v.ConfigMap.Name != "coredns-loop" {
+					continue
+				}
+				for _, cs := range p.Status.ContainerStatuses {
+					if cs.RestartCount > 0 && crashed.IsZero() {
+						crashed = time.Now()
+					}
+				}
+			}
+		}
+		return !crashed.IsZero() && time.Since(crashed) > 40*time.Second, nil
+	}), "no pod of the looping Corefile crashed")
+	d, err := east.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, d.Status.AvailableReplicas, "available DNS pods during the failed rollout: %+v", d.Status)
+	eventually(t, ctx, "timeout 10 wget -qO- "+url, want)
+	tl, out := stop()
+	t.Logf("lookups during the failed rollout: %+v", tl)
+	require.Zero(t, tl.lost, "DNS lookups that failed:\n%s", out)
+	require.Zero(t, tl.failed, out)
+	require.Zero(t, tl.bad, out)
+	require.Positive(t, tl.ok, out)
+}

@@ -98,7 +98,9 @@ func TestProfileForms(t *testing.T) {
 	if len(forms) != 2 || forms[0].name != "global/SRV-port-edns" {
 		t.Fatalf("missed forms %+v, want global/SRV-port-edns and no/such-form", forms)
 	}
-	profs := profileForms(bin, dir, "200ms", forms)
+	// A second of the benchmark: enough CPU samples for both shares to show
+	// on a loaded machine (200 ms gave 6 samples at load 6).
+	profs := profileForms(bin, dir, "1s", forms)
 	if len(profs) != 2 {
 		t.Fatalf("%d profiles, want 2", len(profs))
 	}
@@ -110,8 +112,11 @@ func TestProfileForms(t *testing.T) {
 		t.Error(err)
 	}
 	total, writer := p.shares["mcmirror.(*MCMirror).ServeDNS"], p.shares["request.(*ScrubWriter).WriteMsg"]
-	if total <= 0 || writer <= 0 || writer >= total {
-		t.Errorf("ServeDNS %v %%, its writer %v %%: want 0 < writer < ServeDNS", total, writer)
+	// The writer runs inside ServeDNS: its share is at most ServeDNS's. They
+	// are equal only when every sample of ServeDNS fell in the writer, which
+	// a loaded machine's few samples can give; more would be a parse error.
+	if total <= 0 || writer <= 0 || writer > total {
+		t.Errorf("ServeDNS %v %%, its writer %v %%: want 0 < writer <= ServeDNS", total, writer)
 	}
 	// The pattern matched no benchmark: no ServeDNS samples, said so.
 	rows := formProfileRows(profs)

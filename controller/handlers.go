@@ -144,13 +144,46 @@ func splitKey(key string) (cluster, ns, name string, err error) {
 }
 
 // ownedKey returns the key of an object the controller owns, and false for
-// every other object.
+// every other object. Labels alone do not make an object the controller's:
+// anyone who may write Services can label one (deploy/admission-policy.yaml
+// is what stops them), and an object the controller takes for its own has
+// its egress ports claimed at start-up and is updated or deleted by a sync.
+// So its name must also be the one the controller gives such an object: a
+// Service <remote-service>-<cluster>, or <remote-hostname>-<cluster> for a
+// per-pod mirror; an EndpointSlice of the controller's
+// endpointslice.kubernetes.io/managed-by, for a Service of that cluster,
+// named as that Service or <service>.<n>. Anything else is foreign, and
+// left alone.
 func ownedKey(m metav1.Object) (string, bool) {
 	l := m.GetLabels()
 	if l[ManagedBy] != ManagedByValue || l[labels.ClusterName] == "" || l[RemoteService] == "" {
 		return "", false
 	}
+	switch obj := m.(type) {
+	case *corev1.Service:
+		if !labels.MirrorNameMatches(obj.Name, l) {
+			return "", false
+		}
+	case *discoveryv1.EndpointSlice:
+		svc := l[discoveryv1.LabelServiceName]
+		if l[discoveryv1.LabelManagedBy] != EndpointSliceManagedBy || !ownSliceName(obj.Name, svc) {
+			return "", false
+		}
+		if _, ok := labels.SplitMirrorName(svc, l[labels.ClusterName]); !ok {
+			return "", false
+		}
+	}
 	return makeKey(l[labels.ClusterName], m.GetNamespace(), l[RemoteService]), true
+}
+
+// ownSliceName reports whether name is one the controller gives an
+// EndpointSlice of Service svc: svc itself, or svc.<n>.
+func ownSliceName(name, svc string) bool {
+	if name == svc {
+		return true
+	}
+	n, ok := strings.CutPrefix(name, svc+".")
+	return ok && n != "" && strings.Trim(n, "0123456789") == ""
 }
 
 func indexByKey(obj any) ([]string, error) {

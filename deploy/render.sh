@@ -14,7 +14,7 @@
 #   --cluster NAME          this cluster's name, a DNS label other than "global" (required):
 #                           the controller's and the gateway's --cluster, the Corefile's `cluster`
 #   --image REF             the image of every component (default ghcr.io/mcmirror/coredns-mc:latest)
-#   --egress-ports LO-HI    the controller's --egress-ports (default 30000-32767)
+#   --egress-ports LO-HI    the controller's and the gateway's --egress-ports (default 30000-32767)
 #   --peer NAME=HOST:PORT   the ingress address of a cluster this one links to (repeat per
 #                           cluster; none: the gateway has no --peer)
 #   --allow-cluster NAME    a cluster that links to this one (repeat; at least one)
@@ -144,7 +144,8 @@ render() {
 
 render controller.yaml "image=1 cluster=1 ports=1 peer=0 allow=0 health=0"
 render coredns.yaml "image=0 cluster=1 ports=0 peer=0 allow=0 health=1"
-render gateway.yaml "image=1 cluster=1 ports=0 peer=1 allow=1 health=0"
+render gateway.yaml "image=1 cluster=1 ports=1 peer=1 allow=1 health=0"
 render remote-link.yaml "image=0 cluster=0 ports=0 peer=0 allow=0 health=0"
+render admission-policy.yaml "image=0 cluster=0 ports=0 peer=0 allow=0 health=0"
 render patches/coredns.yaml "image=1 cluster=0 ports=0 peer=0 allow=0 health=0"
 printf 'render.sh: wrote %s/ for cluster %s\n' "$out" "$cluster" >&2

@@ -117,15 +117,42 @@ func (c *Certs) read() (*material, error) {
 	}
 	// The gateway's own certificate must pass the checks it puts peers
 	// through: a mistake shows at start-up, not at the first connection.
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates(cert),
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}); err != nil {
+	inter := intermediates(cert)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		return nil, fmt.Errorf("%s does not chain to %s: %w", c.files.Cert, c.files.CA, err)
+	}
+	if err := checkUsages(leaf, roots, inter); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.files.Cert, err)
 	}
 	cluster, err := ClusterOf(leaf, c.files.TrustDomain)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.files.Cert, err)
 	}
 	return &material{cert: cert, roots: roots, cluster: cluster, expiry: leaf.NotAfter, raw: bytes.Join(raw, nil)}, nil
+}
+
+// checkUsages verifies that the gateway's own certificate, which chains to
+// roots, is valid for both server authentication (the ingress presents it)
+// and client authentication (the egress and the prober do), as its peers
+// will check. x509 takes a chain that allows any one of the usages asked
+// for, so each is asked for alone: a certificate for client authentication
+// only would pass a single check, and every peer's ingress would then
+// refuse it.
+func checkUsages(leaf *x509.Certificate, roots, inter *x509.CertPool) error {
+	for _, u := range []struct {
+		usage      x509.ExtKeyUsage
+		name, role string
+	}{
+		{x509.ExtKeyUsageServerAuth, "server authentication (extended key usage serverAuth)", "the ingress presents it to peers"},
+		{x509.ExtKeyUsageClientAuth, "client authentication (extended key usage clientAuth)", "the egress and the probes present it to peers' ingress"},
+	} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
+			KeyUsages: []x509.ExtKeyUsage{u.usage}}); err != nil {
+			return fmt.Errorf("not valid for %s, which it needs: %s (%w)", u.name, u.role, err)
+		}
+	}
+	return nil
 }
 
 func intermediates(cert tls.Certificate) *x509.CertPool {

@@ -58,7 +58,7 @@ func TestReasonStatus(t *testing.T) {
 		ReasonBadRequest: http.StatusBadRequest, ReasonAddressLiteral: http.StatusBadRequest,
 		ReasonHeaderTooLarge: http.StatusRequestHeaderFieldsTooLarge, ReasonHeaderTimeout: http.StatusRequestTimeout,
 		ReasonNotExported: http.StatusForbidden, ReasonPortNotExposed: http.StatusForbidden, ReasonPodNotExported: http.StatusForbidden,
-		ReasonNoEndpoint: http.StatusServiceUnavailable, ReasonTooMany: http.StatusServiceUnavailable,
+		ReasonNoEndpoint: http.StatusServiceUnavailable, ReasonTooMany: http.StatusServiceUnavailable, ReasonNotSynced: http.StatusServiceUnavailable,
 		ReasonDialFailed: http.StatusBadGateway,
 	} {
 		assert.Equal(t, want, r.status(), string(r))

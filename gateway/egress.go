@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -51,13 +52,21 @@ type Egress struct {
 	// BindAddress is the address egress ports are bound on (default: all).
 	BindAddress string
 
-	// DialTimeout bounds the dial, handshake and CONNECT answer together
-	// (default 5 s).
+	// DialTimeout bounds the dial and TLS handshake of the peer's ingress
+	// together (default 5 s).
 	DialTimeout time.Duration
+	// AnswerTimeout bounds the wait for the answer to the CONNECT request
+	// (default DialTimeout + 2 s). It must exceed the peer ingress's own
+	// DialTimeout, which its answer may wait for: then a target the peer
+	// cannot reach is told by the peer (dial_failed, 502), rather than
+	// taken for a peer that does not answer.
+	AnswerTimeout time.Duration
 	// IdleTimeout: see Ingress.IdleTimeout.
 	IdleTimeout time.Duration
 	// MaxConns bounds concurrent connections (default 16384).
 	MaxConns int
+	// Trust is which claims on egress ports are believed (routes.go).
+	Trust RouteTrust
 	// ListenFunc and DialContext replace net.Listen and a net.Dialer in
 	// tests.
 	ListenFunc  func(network, addr string) (net.Listener, error)
@@ -72,6 +81,11 @@ type Egress struct {
 	conflict map[int32]string // ports recorded twice, as logged
 	synced   atomic.Bool
 	kick     chan struct{}
+	// dead are the ports whose accept loop ended on an error, until they
+	// are listened on again; Ready is false while there are any.
+	dead  map[int32]string
+	deadN atomic.Int32
+	conns connSet
 }
 
 // MirrorSelector selects the mirror Services the egress reads: the
@@ -86,6 +100,7 @@ func (e *Egress) Run(ctx context.Context, client kubernetes.Interface) error {
 	e.ln = map[int32]net.Listener{}
 	e.failed = map[int32]string{}
 	e.conflict = map[int32]string{}
+	e.dead = map[int32]string{}
 	e.kick = make(chan struct{}, 1)
 	empty := map[int32]Route{}
 	e.routes.Store(&empty)
@@ -102,8 +117,9 @@ func (e *Egress) Run(ctx context.Context, client kubernetes.Interface) error {
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: kick, DeleteFunc: kick,
 		UpdateFunc: func(_, o any) { kick(o) }})
 	lister := f.Core().V1().Services().Lister()
+	claimsSynced := e.Trust.watch(f, logger, kick)
 	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, claimsSynced) {
 		return fmt.Errorf("mirror Services: informer did not sync: %w", ctx.Err())
 	}
 	// A port that could not be listened on (taken by another process) is
@@ -142,18 +158,33 @@ func (e *Egress) init() {
 }
 
 // Ready reports whether the egress has read the mirrors once and listens
-// on every port it could.
-func (e *Egress) Ready() bool { return e.synced.Load() }
+// on every port it could, and no port's accept loop has ended (until the
+// port is listened on again).
+func (e *Egress) Ready() bool { return e.synced.Load() && e.deadN.Load() == 0 }
+
+// Abort resets every client connection the egress holds, streams and
+// those still being set up, and every one it accepts from now on, and
+// returns how many it reset: the end of a shutdown's grace. The stream's
+// connection to the peer's ingress is reset with it.
+func (e *Egress) Abort() int {
+	return e.conns.abortAll()
+}
+
+// done gives back the place of a client connection that ended.
+func (e *Egress) done(c net.Conn) {
+	e.conns.remove(c)
+	e.limit.release()
+}
 
 // apply makes the listeners and the route table what the mirrors say.
 func (e *Egress) apply(ctx context.Context, logger klog.Logger, svcs []*corev1.Service) {
-	routes, conflicts := Routes(svcs)
+	routes, conflicts := e.Trust.Routes(svcs)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for p, owners := range conflicts {
 		msg := fmt.Sprint(owners)
 		if e.conflict[p] != msg {
-			logger.Error(nil, "Egress port recorded by more than one mirror Service; not serving it", "port", p, "mirrors", owners)
+			logger.Error(nil, "Egress port claimed by more than one mirror Service; serving the first", "port", p, "mirrors", owners)
 			e.conflict[p] = msg
 		}
 	}
@@ -186,6 +217,7 @@ func (e *Egress) apply(ctx context.Context, logger klog.Logger, svcs []*corev1.S
 			continue
 		}
 		delete(e.failed, p)
+		delete(e.dead, p)
 		e.ln[p] = ln
 		logger.V(1).Info("Listening", "port", p, "cluster", r.Cluster, "destination", r.Dest.String())
 		go e.serve(ctx, logger, p, ln)
@@ -195,6 +227,12 @@ func (e *Egress) apply(ctx context.Context, logger klog.Logger, svcs []*corev1.S
 			delete(e.failed, p)
 		}
 	}
+	for p := range e.dead {
+		if _, want := routes[p]; !want {
+			delete(e.dead, p)
+		}
+	}
+	e.deadN.Store(int32(len(e.dead)))
 	egressListeners.Set(float64(len(e.ln)))
 }
 
@@ -215,29 +253,50 @@ func (e *Egress) closeAll() {
 	egressListeners.Set(0)
 }
 
-// serve accepts on one egress port until its listener is closed.
+// serve accepts on one egress port until its listener is closed. A
+// temporary failure of Accept (out of file descriptors) is waited out
+// (acceptLoop). Any other ends the loop: the port is closed, so that
+// clients are refused rather than left in its backlog, Ready is false, and
+// the port is listened on again a second later.
 func (e *Egress) serve(ctx context.Context, logger klog.Logger, port int32, ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			return // closed
-		}
+	// A connection accepted goes on after ctx ends: the listeners close,
+	// the connections drain.
+	connCtx := context.WithoutCancel(ctx)
+	err := acceptLoop(ctx, logger.WithValues("port", port), DirectionEgress, ln, func(c net.Conn) {
 		if !e.limit.acquire() {
 			refusalsTotal.WithLabelValues("", DirectionEgress, string(ReasonTooMany)).Inc()
 			abort(c)
-			continue
+			return
+		}
+		if !e.conns.add(c) {
+			e.limit.release()
+			return
 		}
 		go func() {
-			if !e.handle(ctx, logger, port, c) {
-				e.limit.release()
+			if !e.handle(connCtx, logger, port, c) {
+				e.done(c)
 			}
 		}()
+	})
+	if err == nil {
+		return // closed
 	}
+	ln.Close()
+	e.mu.Lock()
+	if e.ln[port] == ln {
+		delete(e.ln, port)
+		e.dead[port] = err.Error()
+		e.deadN.Store(int32(len(e.dead)))
+		egressListeners.Set(float64(len(e.ln)))
+	}
+	e.mu.Unlock()
+	logger.Error(err, "Egress port stopped accepting connections; listening on it again in a second", "port", port)
+	time.AfterFunc(time.Second, func() {
+		select {
+		case e.kick <- struct{}{}:
+		default:
+		}
+	})
 }
 
 // handle carries one client connection to its route's peer. It reports
@@ -254,7 +313,7 @@ func (e *Egress) handle(ctx context.Context, logger klog.Logger, port int32, cli
 		e.reset(logger, client, r.Cluster, port, ReasonUnknownPeer, nil)
 		return false
 	}
-	peer, early, reason, err := e.connect(ctx, r, addr)
+	peer, early, reason, err := e.connect(ctx, logger, r, addr)
 	if reason != "" {
 		e.reset(logger, client, r.Cluster, port, reason, err)
 		return false
@@ -267,43 +326,91 @@ func (e *Egress) handle(ctx context.Context, logger klog.Logger, port int32, cli
 		}
 		bytesTotal.WithLabelValues(r.Cluster, DirectionEgress, "received").Add(float64(len(early)))
 	}
-	carry(r.Cluster, DirectionEgress, client, peer, idleOrDefault(e.IdleTimeout), e.limit.release)
+	carry(r.Cluster, DirectionEgress, client, peer, idleOrDefault(e.IdleTimeout), func() { e.done(client) })
 	return true
 }
 
 // connect opens a tunnel to r through the ingress at addr: TCP, TLS with
 // the peer's identity checked, CONNECT, 200. It returns the tunnel and any
 // bytes of the target that arrived with the answer.
-func (e *Egress) connect(ctx context.Context, r Route, addr string) (*tls.Conn, []byte, Reason, error) {
-	ctx, cancel := context.WithTimeout(ctx, orDefault(e.DialTimeout, 5*time.Second))
+//
+// A connection that the peer refuses, resets or closes before it answers
+// is tried once more: what an ingress that is shutting down does (its pod
+// still behind the load balancer, a connection left in its backlog), and
+// another pod of it likely takes the second. Nothing of the client's has
+// been sent yet. A refusal of the destination (an answer) and a timeout
+// are not tried again.
+func (e *Egress) connect(ctx context.Context, logger klog.Logger, r Route, addr string) (*tls.Conn, []byte, Reason, error) {
+	conn, early, f := e.tryConnect(ctx, r, addr)
+	if f != nil && retryable(f.err) {
+		dialRetries.WithLabelValues(r.Cluster).Inc()
+		logger.V(1).Info("Peer's ingress did not take the connection; trying once more", "peer", r.Cluster, "address", addr, "err", f.err)
+		conn, early, f = e.tryConnect(ctx, r, addr)
+	}
+	if f != nil {
+		switch {
+		case f.dial:
+			dialErrorsTotal.WithLabelValues(r.Cluster, DirectionEgress).Inc()
+		case f.reason == ReasonHandshake:
+			handshakeFailures.WithLabelValues(DirectionEgress).Inc()
+		}
+		return nil, nil, f.reason, f.err
+	}
+	return conn, early, "", nil
+}
+
+// connectFailure is why one try of connect failed.
+type connectFailure struct {
+	reason Reason
+	err    error
+	dial   bool // the TCP connection itself failed
+}
+
+// retryable tells whether a try that failed so may be made once more: the
+// peer refused the connection, reset it, or closed it before it answered.
+func retryable(err error) bool {
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE, io.EOF, io.ErrUnexpectedEOF} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// tryConnect is one try of connect: the dial and handshake within
+// DialTimeout, the answer within AnswerTimeout.
+func (e *Egress) tryConnect(ctx context.Context, r Route, addr string) (*tls.Conn, []byte, *connectFailure) {
+	dialTimeout := orDefault(e.DialTimeout, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	raw, err := e.dial(ctx, addr)
 	if err != nil {
-		dialErrorsTotal.WithLabelValues(r.Cluster, DirectionEgress).Inc()
-		return nil, nil, ReasonDialFailed, err
+		return nil, nil, &connectFailure{reason: ReasonDialFailed, err: err, dial: true}
 	}
 	deadline, _ := ctx.Deadline()
 	_ = raw.SetDeadline(deadline)
 	conn := tls.Client(newRawConn(raw), e.Certs.PeerConfig(r.Cluster))
 	if err := conn.HandshakeContext(ctx); err != nil {
-		handshakeFailures.WithLabelValues(DirectionEgress).Inc()
 		raw.Close()
-		return nil, nil, ReasonHandshake, err
+		return nil, nil, &connectFailure{reason: ReasonHandshake, err: err}
 	}
+	// The answer may wait for the peer's dial of the target, which its
+	// own DialTimeout bounds: this wait is longer.
+	_ = raw.SetDeadline(time.Now().Add(orDefault(e.AnswerTimeout, dialTimeout+2*time.Second)))
 	auth := r.Dest.String()
 	if _, err := io.WriteString(conn, "CONNECT "+auth+" HTTP/1.1\r\nHost: "+auth+"\r\n\r\n"); err != nil {
 		abort(conn)
-		return nil, nil, ReasonDialFailed, err
+		return nil, nil, &connectFailure{reason: ReasonDialFailed, err: err}
 	}
 	br := bufio.NewReaderSize(conn, 1024)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
 		abort(conn)
-		return nil, nil, ReasonDialFailed, err
+		return nil, nil, &connectFailure{reason: ReasonDialFailed, err: err}
 	}
 	if resp.StatusCode != http.StatusOK {
 		abort(conn)
-		return nil, nil, ReasonPeerRefused, fmt.Errorf("%s: %s", resp.Status, resp.Header.Get("X-Mcmirror-Reason"))
+		return nil, nil, &connectFailure{reason: ReasonPeerRefused, err: fmt.Errorf("%s: %s", resp.Status, resp.Header.Get("X-Mcmirror-Reason"))}
 	}
 	_ = raw.SetDeadline(time.Time{})
 	var early []byte
@@ -311,7 +418,7 @@ func (e *Egress) connect(ctx context.Context, r Route, addr string) (*tls.Conn, 
 		b, _ := br.Peek(n)
 		early = append([]byte(nil), b...)
 	}
-	return conn, early, "", nil
+	return conn, early, nil
 }
 
 func (e *Egress) dial(ctx context.Context, addr string) (net.Conn, error) {

@@ -15,15 +15,24 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Exports is the ingress's live view of what its own cluster exports:
 // informers on the exported Services and on EndpointSlices. It answers
-// which address a destination may be dialled at, never from DNS.
+// which address a destination may be dialled at, never from DNS, by its
+// EndpointPolicy; and it ends the established streams that a change no
+// longer allows (trust_streams.go).
 type Exports struct {
 	services cache.SharedIndexInformer
 	slices   cache.SharedIndexInformer
 	factory  []informers.SharedInformerFactory
+	policy   EndpointPolicy
+	guard    *streamGuard
+	// selector is the export selector, checked again on every object: a
+	// watch that does not filter (a fake, in tests) must not keep an
+	// object that stopped matching.
+	selector k8slabels.Selector
 }
 
 const bySvc = "service"
@@ -41,6 +50,7 @@ func NewExports(client kubernetes.Interface, selector k8slabels.Selector) *Expor
 		services: svcF.Core().V1().Services().Informer(),
 		slices:   esF.Discovery().V1().EndpointSlices().Informer(),
 		factory:  []informers.SharedInformerFactory{svcF, esF},
+		selector: selector,
 	}
 	trim := func(obj any) (any, error) {
 		if m, ok := obj.(metav1.Object); ok {
@@ -59,8 +69,13 @@ func NewExports(client kubernetes.Interface, selector k8slabels.Selector) *Expor
 	_, _ = e.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { count() }, DeleteFunc: func(any) { count() },
 	})
+	e.guard = newStreamGuard(e.stillAllowed)
+	e.guard.follow(e.services, e.slices)
 	return e
 }
+
+// SetPolicy sets which endpoints may be dialled; call it before Run.
+func (e *Exports) SetPolicy(p EndpointPolicy) { e.policy = p }
 
 // Run starts the informers and waits until they have synced.
 func (e *Exports) Run(ctx context.Context) error {
@@ -70,6 +85,10 @@ func (e *Exports) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), e.services.HasSynced, e.slices.HasSynced) {
 		return fmt.Errorf("exported Services: informers did not sync: %w", ctx.Err())
 	}
+	logger := klog.FromContext(ctx).WithName("ingress")
+	logger.Info("Endpoints dialled: Pods of the Service's namespace, from the EndpointSlice controller's slices; selector-less Services only when opted in",
+		"selectorless", e.policy.Selectorless, "denyCIDRs", e.policy.Deny)
+	go e.guard.run(ctx, logger, streamSweepInterval)
 	return nil
 }
 
@@ -79,24 +98,63 @@ func (e *Exports) HasSynced() bool { return e.services.HasSynced() && e.slices.H
 // Resolve returns the address to dial for d, or why it may not be dialled.
 func (e *Exports) Resolve(d Destination) (netip.AddrPort, Reason) {
 	obj, ok, _ := e.services.GetStore().GetByKey(d.Namespace + "/" + d.Service)
-	if !ok {
+	if !ok || !e.selector.Matches(k8slabels.Set(obj.(*corev1.Service).Labels)) {
 		return netip.AddrPort{}, ReasonNotExported
 	}
+	return resolve(obj.(*corev1.Service), e.slicesOf(d), d, rand.IntN, &e.policy)
+}
+
+// slicesOf returns the EndpointSlices of d's Service.
+func (e *Exports) slicesOf(d Destination) []*discoveryv1.EndpointSlice {
 	objs, _ := e.slices.GetIndexer().ByIndex(bySvc, d.Namespace+"/"+d.Service)
-	slices := make([]*discoveryv1.EndpointSlice, len(objs))
+	out := make([]*discoveryv1.EndpointSlice, len(objs))
 	for i, o := range objs {
-		slices[i] = o.(*discoveryv1.EndpointSlice)
+		out[i] = o.(*discoveryv1.EndpointSlice)
 	}
-	return resolve(obj.(*corev1.Service), slices, d, rand.IntN)
+	return out
+}
+
+// stillAllowed returns the targets an established stream for d may still
+// be carried to, whatever their readiness, or why d is no longer a
+// destination (streamNotExported).
+func (e *Exports) stillAllowed(d Destination) (map[netip.AddrPort]bool, string) {
+	obj, ok, _ := e.services.GetStore().GetByKey(d.Namespace + "/" + d.Service)
+	if !ok || !e.selector.Matches(k8slabels.Set(obj.(*corev1.Service).Labels)) {
+		return nil, streamNotExported
+	}
+	all, _, reason := endpoints(obj.(*corev1.Service), e.slicesOf(d), d, &e.policy, nil)
+	if reason != "" {
+		return nil, streamNotExported
+	}
+	out := make(map[netip.AddrPort]bool, len(all))
+	for _, t := range all {
+		out[t] = true
+	}
+	return out, ""
 }
 
 // resolve decides, from a Service and its EndpointSlices, where d goes: a
-// ready endpoint, chosen by pick among all of them for a Service, or the
-// endpoint with d's hostname for a pod. It is pure, for tests without a
-// client.
-func resolve(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, d Destination, pick func(int) int) (netip.AddrPort, Reason) {
+// ready endpoint that policy allows, chosen by pick among all of them for a
+// Service, or the endpoint with d's hostname for a pod. It is pure, for
+// tests without a client.
+func resolve(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, d Destination, pick func(int) int, policy *EndpointPolicy) (netip.AddrPort, Reason) {
+	_, candidates, reason := endpoints(svc, slices, d, policy, func(why string) { endpointsRefused.WithLabelValues(why).Inc() })
+	if reason != "" {
+		return netip.AddrPort{}, reason
+	}
+	if len(candidates) == 0 {
+		return netip.AddrPort{}, ReasonNoEndpoint
+	}
+	return candidates[pick(len(candidates))], ""
+}
+
+// endpoints returns the endpoints of d that policy allows: all of them,
+// whatever their readiness, and the ready ones (or all, when the Service
+// publishes not-ready addresses); or why d is not a destination at all.
+// refused, when set, is told of each endpoint policy refuses.
+func endpoints(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, d Destination, policy *EndpointPolicy, refused func(string)) (all, ready []netip.AddrPort, _ Reason) {
 	if svc == nil || labels.ExportMode(svc.Labels) != labels.Gateway || svc.Labels[labels.MirroredService] != "" {
-		return netip.AddrPort{}, ReasonNotExported
+		return nil, nil, ReasonNotExported
 	}
 	var sp *corev1.ServicePort
 	for i, p := range svc.Spec.Ports {
@@ -106,43 +164,49 @@ func resolve(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, d Destina
 		}
 	}
 	if sp == nil {
-		return netip.AddrPort{}, ReasonPortNotExposed
+		return nil, nil, ReasonPortNotExposed
 	}
 	if d.Host != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
-		return netip.AddrPort{}, ReasonPodNotExported
+		return nil, nil, ReasonPodNotExported
 	}
-	var candidates []netip.AddrPort
 	hostSeen := false
 	for _, es := range slices {
 		port, ok := slicePort(es, sp.Name)
 		if !ok {
 			continue
 		}
-		for _, ep := range es.Endpoints {
+		for i := range es.Endpoints {
+			ep := &es.Endpoints[i]
 			if d.Host != "" {
 				if ep.Hostname == nil || *ep.Hostname != d.Host {
 					continue
 				}
 				hostSeen = true
 			}
-			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready || svc.Spec.PublishNotReadyAddresses
-			if !ready || len(ep.Addresses) == 0 {
+			if len(ep.Addresses) == 0 {
 				continue
 			}
 			addr, err := netip.ParseAddr(ep.Addresses[0])
 			if err != nil {
 				continue
 			}
-			candidates = append(candidates, netip.AddrPortFrom(addr, uint16(port)))
+			if why := policy.refusal(svc, es, ep, addr); why != "" {
+				if refused != nil {
+					refused(why)
+				}
+				continue
+			}
+			ap := netip.AddrPortFrom(addr.Unmap(), uint16(port))
+			all = append(all, ap)
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready || svc.Spec.PublishNotReadyAddresses {
+				ready = append(ready, ap)
+			}
 		}
 	}
 	if d.Host != "" && !hostSeen {
-		return netip.AddrPort{}, ReasonPodNotExported
+		return nil, nil, ReasonPodNotExported
 	}
-	if len(candidates) == 0 {
-		return netip.AddrPort{}, ReasonNoEndpoint
-	}
-	return candidates[pick(len(candidates))], ""
+	return all, ready, ""
 }
 
 // slicePort returns the port of an EndpointSlice named like the Service

@@ -106,7 +106,10 @@ func TestResolve(t *testing.T) {
 			if pick == nil {
 				pick = first
 			}
-			got, reason := resolve(tc.svc, tc.slices, tc.dest, pick)
+			// Selector-less Services opted in: what is tested here is
+			// the choice among endpoints (trust_endpoints_test.go: which
+			// endpoints may be chosen).
+			got, reason := resolve(tc.svc, tc.slices, tc.dest, pick, &EndpointPolicy{Selectorless: []string{"*"}})
 			assert.Equal(t, tc.reason, reason)
 			if tc.want != "" {
 				assert.Equal(t, netip.MustParseAddrPort(tc.want), got)
@@ -130,6 +133,7 @@ func TestExportsFollowsCluster(t *testing.T) {
 	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
 	require.NoError(t, err)
 	exports := NewExports(client, sel)
+	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"*"}})
 	assert.False(t, exports.HasSynced())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -62,6 +62,9 @@ type Ingress struct {
 	once  sync.Once
 	admit *admission
 	tls   *tls.Config
+	conns connSet
+	// accepting is true while Serve's accept loop runs.
+	accepting atomic.Bool
 }
 
 // Active returns the number of connections being set up or carried.
@@ -103,7 +106,9 @@ func (in *Ingress) init() {
 
 // Serve accepts connections on ln until ctx ends, then closes ln and
 // returns; connections already accepted are left to finish (streams bounded
-// by the idle timeout).
+// by the idle timeout) or to Abort. A temporary failure of Accept (out of
+// file descriptors) is waited out (acceptLoop); any other closes ln and is
+// returned.
 func (in *Ingress) Serve(ctx context.Context, ln net.Listener) error {
 	in.init()
 	logger := klog.FromContext(ctx)
@@ -111,37 +116,59 @@ func (in *Ingress) Serve(ctx context.Context, ln net.Listener) error {
 		<-ctx.Done()
 		ln.Close()
 	}()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			return err
-		}
+	// A connection accepted goes on, handshake and dial included, after
+	// ctx ends: the listener closes, the connections drain.
+	connCtx := context.WithoutCancel(ctx)
+	in.accepting.Store(true)
+	defer in.accepting.Store(false)
+	err := acceptLoop(ctx, logger, DirectionIngress, ln, func(c net.Conn) {
 		p, evicted := in.admit.admit(c)
 		if p == nil {
 			refusalsTotal.WithLabelValues("", DirectionIngress, string(ReasonTooMany)).Inc()
 			logger.V(1).Info("Refused", "remote", c.RemoteAddr().String(), "reason", ReasonTooMany)
 			abort(c)
-			continue
+			return
 		}
 		if evicted != nil {
 			refusalsTotal.WithLabelValues(evicted.peer, DirectionIngress, string(ReasonEvicted)).Inc()
 			logger.V(1).Info("Refused", "remote", evicted.conn.RemoteAddr().String(), "peer", evicted.peer, "reason", ReasonEvicted)
 			abort(evicted.conn)
+			in.conns.remove(evicted.conn)
+		}
+		if !in.conns.add(c) {
+			in.admit.release(p)
+			return
 		}
 		go func() {
-			if !in.handle(ctx, logger, p) {
-				in.admit.release(p)
+			if !in.handle(connCtx, logger, p) {
+				in.done(p)
 			}
 		}()
+	})
+	if err != nil {
+		ln.Close()
+		logger.Error(err, "Ingress stopped accepting connections", "address", ln.Addr().String())
 	}
+	return err
+}
+
+// Accepting reports whether Serve accepts connections: not before it
+// starts, nor once its listener is closed or Accept has failed for good.
+func (in *Ingress) Accepting() bool { return in.accepting.Load() }
+
+// Abort resets every connection the ingress holds, streams and handshakes,
+// and every one it accepts from now on, and returns how many it reset: the
+// end of a shutdown's grace. A stream cut so ends with a reset at both of
+// its ends, never with the orderly close of a complete one.
+func (in *Ingress) Abort() int {
+	in.init()
+	return in.conns.abortAll()
+}
+
+// done gives back the place of a connection that ended.
+func (in *Ingress) done(p *pendingConn) {
+	in.conns.remove(p.conn)
+	in.admit.release(p)
 }
 
 // handle runs one connection: handshake, request, then the tunnel or the
@@ -177,9 +204,7 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, p *pendingCon
 	}
 	in.admit.identified(p, peer)
 
-	lr := &io.LimitedReader{R: conn, N: int64(in.maxHeaderBytes())}
-	br := bufio.NewReaderSize(lr, 1024)
-	req, err := http.ReadRequest(br)
+	req, br, tooLarge, err := readRequest(conn, in.maxHeaderBytes())
 	if err == nil && !in.admit.establish(p) {
 		// Evicted as the request arrived: the place is another's.
 		abort(conn)
@@ -192,7 +217,7 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, p *pendingCon
 		reason := ReasonBadRequest
 		var ne net.Error
 		switch {
-		case lr.N == 0:
+		case tooLarge:
 			reason = ReasonHeaderTooLarge
 		case errors.As(err, &ne) && ne.Timeout(), !time.Now().Before(deadline):
 			// A request cut by the deadline may also read as a
@@ -205,21 +230,20 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, p *pendingCon
 	// HandshakeTimeout bounds the handshake and the request; the dial has
 	// DialTimeout, and the answer must not find the deadline passed.
 	_ = raw.SetDeadline(time.Time{})
-	if req.Method == http.MethodGet && req.URL.Path == ProbePath {
+	asked, reason, err := parseRequest(req)
+	if reason != "" {
+		in.refuse(logger, conn, peer, req.Host, reason, err)
+		return false
+	}
+	if asked.probe {
 		in.probe(conn)
 		return false
 	}
-	if req.Method != http.MethodConnect {
-		in.refuse(logger, conn, peer, req.Host, ReasonBadRequest, fmt.Errorf("method %s %s: want CONNECT", req.Method, req.URL.Path))
-		return false
-	}
-	dest, err := ParseDestination(req.Host)
-	if err != nil {
-		reason := ReasonBadRequest
-		if errors.Is(err, errAddressLiteral) {
-			reason = ReasonAddressLiteral
-		}
-		in.refuse(logger, conn, peer, req.Host, reason, err)
+	dest := asked.dest
+	if !in.Resolver.HasSynced() {
+		// Until the informers have synced, nothing can be told apart:
+		// an exported Service would read as not_exported.
+		in.refuse(logger, conn, peer, req.Host, ReasonNotSynced, nil)
 		return false
 	}
 	target, reason := in.Resolver.Resolve(dest)
@@ -251,7 +275,8 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, p *pendingCon
 		bytesTotal.WithLabelValues(peer, DirectionIngress, "sent").Add(float64(n))
 	}
 	logger.V(3).Info("Tunnel", "peer", peer, "destination", req.Host, "target", target.String())
-	carry(peer, DirectionIngress, conn, tc, in.idleTimeout(), func() { in.admit.release(p) })
+	release := in.guardStream(peer, dest, target, conn, tc)
+	carry(peer, DirectionIngress, conn, tc, in.idleTimeout(), func() { release(); in.done(p) })
 	return true
 }
 

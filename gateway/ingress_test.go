@@ -81,6 +81,9 @@ func exportsPair(t *testing.T, configure ...func(*Ingress, *Egress)) (*pair, *se
 	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
 	require.NoError(t, err)
 	exports := NewExports(client, sel)
+	// westObjects are selector-less Services with slices written by hand,
+	// every endpoint on loopback: opted in, loopback let in for tests.
+	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"*"}, loopback: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	require.NoError(t, exports.Run(ctx))

@@ -63,6 +63,22 @@ var (
 		Help: "Failed TLS handshakes, by direction (ingress: a client; egress: a peer's ingress).",
 	}, []string{"direction"})
 
+	// acceptErrors counts failed accepts: temporary ones (out of file
+	// descriptors) are retried, others end the listener.
+	acceptErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name: "accept_errors_total",
+		Help: "Failed accepts of a listener, by direction (ingress: the mTLS port; egress: an egress port); temporary ones (out of file descriptors) are retried.",
+	}, []string{"direction"})
+
+	// dialRetries counts the egress's second tries of a peer's ingress
+	// that refused or reset its first connection.
+	dialRetries = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name: "dial_retries_total",
+		Help: "Connections to a peer's ingress tried a second time after the first was refused or reset before it answered, by peer cluster.",
+	}, []string{"peer"})
+
 	// certExpiry is when the gateway's own certificate expires.
 	certExpiry = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: namespace, Subsystem: subsystem,
@@ -85,11 +101,11 @@ var (
 	})
 
 	// egressConflicts is the number of egress ports recorded by more than
-	// one mirror, which are not served.
+	// one mirror; the first claim is served.
 	egressConflicts = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: namespace, Subsystem: subsystem,
 		Name: "egress_port_conflicts",
-		Help: "Egress ports recorded by more than one mirror Service; they are not served.",
+		Help: "Egress ports claimed by more than one mirror Service; the first claim is served (gateway/routes.go).",
 	})
 
 	// exportedServices is the number of exported Services the ingress

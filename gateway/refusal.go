@@ -18,8 +18,11 @@ const (
 	ReasonPortNotExposed Reason = "port_not_exported"
 	ReasonPodNotExported Reason = "pod_not_exported" // the Service is not headless, or has no such pod
 	ReasonNoEndpoint     Reason = "no_ready_endpoint"
-	ReasonDialFailed     Reason = "dial_failed"
-	ReasonTooMany        Reason = "too_many_connections"
+	// ReasonNotSynced: the ingress has not read its cluster's exported
+	// Services yet (it has just started), and cannot tell.
+	ReasonNotSynced  Reason = "not_synced"
+	ReasonDialFailed Reason = "dial_failed"
+	ReasonTooMany    Reason = "too_many_connections"
 	// ReasonEvicted: still in its handshake or request when every place
 	// was taken, and the oldest such; closed for a newer connection.
 	ReasonEvicted Reason = "handshake_evicted"
@@ -45,7 +48,7 @@ func (r Reason) status() int {
 		return http.StatusRequestTimeout
 	case ReasonNotExported, ReasonPortNotExposed, ReasonPodNotExported, ReasonClusterNotAllowed:
 		return http.StatusForbidden
-	case ReasonNoEndpoint, ReasonTooMany:
+	case ReasonNoEndpoint, ReasonTooMany, ReasonNotSynced:
 		return http.StatusServiceUnavailable
 	case ReasonDialFailed:
 		return http.StatusBadGateway

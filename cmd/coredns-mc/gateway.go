@@ -124,9 +124,11 @@ func runGateway(args []string) int {
 		probeFailures  = fs.Int("probe-failure-threshold", 2, "failed probes in a row that mark a peer's gateway down")
 		podName        = fs.String("pod-name", os.Getenv("POD_NAME"), "this gateway's Pod, which Events about peers are recorded on (default $POD_NAME; empty: no Events)")
 		podNamespace   = fs.String("pod-namespace", os.Getenv("POD_NAMESPACE"), "namespace of --pod-name (default $POD_NAMESPACE)")
-		drain          = fs.Duration("shutdown-grace", 25*time.Second, "on SIGTERM, how long open streams may go on after the listeners close (keep it under the Pod's terminationGracePeriodSeconds)")
+		drainDelay     = fs.Duration("drain-delay", 5*time.Second, "on SIGTERM, how long the listeners still accept, /readyz failing, while endpoints and load balancers take the pod out")
+		drain          = fs.Duration("shutdown-grace", 20*time.Second, "on SIGTERM, how long open streams may go on after the listeners close; those left are then reset (keep --drain-delay plus this under the Pod's terminationGracePeriodSeconds)")
 	)
 	fs.Var(peers, "peer", "NAME=HOST:PORT: the ingress address of a linked cluster's gateway (repeatable)")
+	trust := gateway.RegisterTrustFlags(fs)
 	allow := clusterFlags{}
 	fs.Var(allow, "allow-cluster", "NAME: a cluster whose gateway may connect to the ingress (repeatable); once given, only these and the --peer clusters may, others are refused (cluster_not_allowed). Without it, any cluster whose certificate chains to --tls-ca may")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -155,7 +157,7 @@ func runGateway(args []string) int {
 		return fail("--cluster is required")
 	case *ingressAddr == "" && !*egress:
 		return fail("neither ingress (--ingress-address) nor egress (--egress): nothing to do")
-	case *idleTimeout < 0, *drain < 0, *dialTimeout <= 0, *handshakeTO <= 0, *probeInterval <= 0, *probeTimeout <= 0:
+	case *idleTimeout < 0, *drain < 0, *drainDelay < 0, *dialTimeout <= 0, *handshakeTO <= 0, *probeInterval <= 0, *probeTimeout <= 0:
 		return fail("timeouts and intervals must be positive")
 	case *maxConns < 1, *maxHeader < 512, *probeFailures < 1:
 		return fail("--max-connections and --probe-failure-threshold must be at least 1, --max-header-bytes at least 512")
@@ -192,7 +194,7 @@ func runGateway(args []string) int {
 	if err != nil {
 		return fail("local cluster: %v", err)
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := newGatewayClient(cfg)
 	if err != nil {
 		return fail("local cluster: %v", err)
 	}
@@ -218,10 +220,13 @@ func runGateway(args []string) int {
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// The signal starts the shutdown; ctx, which everything runs under,
+	// ends after the drain delay (the listeners close with it).
+	signalled, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := klog.Background().WithName("gateway")
-	ctx = klog.NewContext(ctx, logger)
+	ctx, stopServing := context.WithCancel(klog.NewContext(context.Background(), logger))
+	defer stopServing()
 	go certs.Watch(ctx, *certReload)
 
 	prober := &gateway.Prober{
@@ -234,9 +239,10 @@ func runGateway(args []string) int {
 	var exports *gateway.Exports
 	var in *gateway.Ingress
 	var eg *gateway.Egress
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	if ingressLn != nil {
 		exports = gateway.NewExports(client, sel)
+		trust.ConfigureIngress(exports)
 		in = &gateway.Ingress{Certs: certs, Resolver: exports, DialTimeout: *dialTimeout,
 			HandshakeTimeout: *handshakeTO, IdleTimeout: idle, MaxConns: *maxConns, MaxHeaderBytes: *maxHeader,
 			AllowClusters: allowedClusters(allow, peers)}
@@ -256,6 +262,7 @@ func runGateway(args []string) int {
 	if *egress {
 		eg = &gateway.Egress{Certs: certs, Peers: gateway.StaticPeers(peers), BindAddress: *egressBind,
 			DialTimeout: *dialTimeout, IdleTimeout: idle, MaxConns: *maxConns}
+		trust.ConfigureEgress(eg)
 		go func() { errc <- eg.Run(ctx, client) }()
 	}
 	var draining atomic.Bool
@@ -270,8 +277,10 @@ func runGateway(args []string) int {
 				http.Error(w, "shutting down", http.StatusServiceUnavailable)
 			case exports != nil && !exports.HasSynced():
 				http.Error(w, "ingress: exported Services not synced", http.StatusServiceUnavailable)
+			case in != nil && !in.Accepting():
+				http.Error(w, "ingress: not accepting connections", http.StatusServiceUnavailable)
 			case eg != nil && !eg.Ready():
-				http.Error(w, "egress: mirror Services not read yet", http.StatusServiceUnavailable)
+				http.Error(w, "egress: mirror Services not read yet, or an egress port not accepting connections", http.StatusServiceUnavailable)
 			default:
 				_, _ = w.Write([]byte("ok"))
 			}
@@ -283,35 +292,9 @@ func runGateway(args []string) int {
 	}
 	logger.Info("Starting", "cluster", *cluster, "peers", len(peers), "ingress", *ingressAddr != "", "egress", *egress)
 	select {
-	case <-ctx.Done():
-		// The listeners close with ctx: no new connection comes in, and
-		// /readyz fails. Streams already open may finish.
-		draining.Store(true)
-		active := func() int {
-			n := 0
-			if in != nil {
-				n += in.Active()
-			}
-			if eg != nil {
-				n += eg.Active()
-			}
-			return n
-		}
-		if n := active(); n > 0 {
-			logger.Info("Draining", "connections", n, "grace", *drain)
-		}
-		deadline := time.Now().Add(*drain)
-		for active() > 0 && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if n := active(); n > 0 {
-			logger.Info("Shutdown grace over; closing the streams left", "connections", n)
-		}
-		return 0
+	case <-signalled.Done():
+		return shutdown(logger, *drainDelay, *drain, &draining, stopServing, errc, in, eg)
 	case err := <-errc:
-		if ctx.Err() != nil {
-			return 0
-		}
 		if err == nil {
 			err = errors.New("stopped")
 		}
@@ -319,6 +302,62 @@ func runGateway(args []string) int {
 		return 1
 	}
 }
+
+// shutdown ends the gateway on SIGTERM, losing no stream and cutting none
+// silently:
+//
+//  1. /readyz fails at once, and for the drain delay the listeners still
+//     accept, while the endpoints of the egress Service and the
+//     LoadBalancer's backends are updated: a connection that still comes
+//     in is served;
+//  2. then the listeners close (stopServing), and the streams open may
+//     finish within the grace;
+//  3. those left are reset, at both ends: a stream cut so must not look
+//     complete to its client, as one closed in order would.
+func shutdown(logger klog.Logger, drainDelay, grace time.Duration, draining *atomic.Bool, stopServing func(),
+	errc <-chan error, in *gateway.Ingress, eg *gateway.Egress) int {
+	draining.Store(true)
+	logger.Info("Shutting down: /readyz fails; still accepting connections for the drain delay", "drainDelay", drainDelay, "grace", grace)
+	select {
+	case <-time.After(drainDelay):
+	case err := <-errc:
+		if err != nil {
+			logger.Error(err, "Gateway failed while draining")
+		}
+	}
+	stopServing()
+	active := func() int {
+		n := 0
+		if in != nil {
+			n += in.Active()
+		}
+		if eg != nil {
+			n += eg.Active()
+		}
+		return n
+	}
+	if n := active(); n > 0 {
+		logger.Info("Draining", "connections", n, "grace", grace)
+	}
+	deadline := time.Now().Add(grace)
+	for active() > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	n := 0
+	if in != nil {
+		n += in.Abort()
+	}
+	if eg != nil {
+		n += eg.Abort()
+	}
+	if n > 0 {
+		logger.Info("Shutdown grace over; reset the connections left", "connections", n)
+	}
+	return 0
+}
+
+// newGatewayClient makes the local cluster's client (a fake one in tests).
+var newGatewayClient = func(cfg *rest.Config) (kubernetes.Interface, error) { return kubernetes.NewForConfig(cfg) }
 
 // peerEvents returns the prober's callback: an Event on this gateway's Pod
 // when a peer's gateway goes down or comes back. Without a Pod name there

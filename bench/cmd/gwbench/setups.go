@@ -105,7 +105,7 @@ func startGatewayPairWith(cfg *config, w *world, tag, bin string, env []string, 
 	ingress := "127.0.0.1:" + strconv.Itoa(ports[0])
 	base := []string{"taskset", "-c", cfg.proxyCPU, bin, "gateway"}
 	west := append(append(base[:len(base):len(base)], "--cluster", "west", "--kubeconfig", w.env.Cluster("west").Kubeconfig,
-		"--ingress-address", ingress, "--egress=false", "--metrics-addr", "127.0.0.1:"+strconv.Itoa(ports[1])), w.tls["west"].Args()...)
+		"--allow-selectorless", "bench/*", "--ingress-address", ingress, "--egress=false", "--metrics-addr", "127.0.0.1:"+strconv.Itoa(ports[1])), w.tls["west"].Args()...)
 	east := append(append(base[:len(base):len(base)], "--cluster", "east", "--kubeconfig", w.env.Cluster("east").Kubeconfig,
 		"--ingress-address", "", "--egress=true", "--egress-bind-address", egressAddr, "--peer", "west="+ingress,
 		"--metrics-addr", "127.0.0.1:"+strconv.Itoa(ports[2])), w.tls["east"].Args()...)

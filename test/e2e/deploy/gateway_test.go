@@ -446,14 +446,15 @@ apiVersion: v1
 kind: Service
 metadata: {name: web, namespace: %[1]s, labels: {%[2]s: %[3]q}}
 spec:
+  selector: {app: web}
   ports: [{name: http, port: 80, targetPort: 8080}]
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
-metadata: {name: web-gw, namespace: %[1]s, labels: {%[4]s: web}}
+metadata: {name: web-gw, namespace: %[1]s, labels: {%[4]s: web, endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io}}
 addressType: IPv4
 ports: [{name: http, port: 8080, protocol: TCP}]
-endpoints: [{addresses: [%[5]q], conditions: {ready: true}}]
+endpoints: [{addresses: [%[5]q], conditions: {ready: true}, targetRef: {kind: Pod, namespace: %[1]s, name: web-0}}]
 `, ns, labels.Exported, labels.ExportGateway, discoveryv1.LabelServiceName, pod.IP)
 	status, _, _, err := connect(west, gw.ingress, "web."+ns+":80")
 	require.NoError(t, err)
@@ -470,7 +471,7 @@ endpoints: [{addresses: [%[5]q], conditions: {ready: true}}]
 
 	// A mirror Service, as the controller writes it, recording an egress
 	// port: the egress listens on it.
-	egressPort := harness.FreePort(t)
+	egressPort := freePortInRange(t, 30000, 32767) // the Deployment's --egress-ports
 	egressAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(egressPort))
 	if c, err := net.Dial("tcp", egressAddr); err == nil {
 		c.Close()
@@ -724,4 +725,22 @@ func ptrs[T any](items []T) []*T {
 		out[i] = &items[i]
 	}
 	return out
+}
+
+// freePortInRange returns a TCP port of [lo, hi] free on 127.0.0.1 a
+// moment ago: the gateway ignores a mirror's claim of a port outside its
+// --egress-ports.
+func freePortInRange(t *testing.T, lo, hi int) int {
+	t.Helper()
+	start := lo + int(time.Now().UnixNano()%int64(hi-lo+1))
+	for i := 0; i <= hi-lo; i++ {
+		port := lo + (start-lo+i)%(hi-lo+1)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			l.Close()
+			return port
+		}
+	}
+	t.Fatalf("no free port in %d-%d", lo, hi)
+	return 0
 }

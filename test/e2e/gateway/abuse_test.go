@@ -365,6 +365,7 @@ func TestIngressUnderAbuse(t *testing.T) {
 	require.NoError(t, err)
 
 	west := env.StartGateway(t, westC, harness.GatewayOptions{TLS: tlsFiles["west"], Ingress: true, Args: []string{
+		"--allow-selectorless", "*",
 		"--allow-cluster", "east",
 		"--max-connections", strconv.Itoa(abuseMaxConns),
 		"--handshake-timeout", abuseHandshakeTimeout.String(),

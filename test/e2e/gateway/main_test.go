@@ -63,12 +63,15 @@ type fleet struct {
 // startFleet starts the gateways and the controller for the test t. The
 // controller gets a range of egress ports of its own, so that no two tests
 // (or a mirror a previous test left in east) share a port.
-func startFleet(t *testing.T) *fleet {
+func startFleet(t *testing.T, westArgs ...string) *fleet {
 	t.Helper()
 	east, west := env.Cluster("east"), env.Cluster("west")
 	tls := gatewayTLS(t)
 	f := &fleet{}
-	f.west = env.StartGateway(t, west, harness.GatewayOptions{TLS: tls["west"], Ingress: true})
+	// West's Services are selector-less, their slices written by the tests
+	// (no kube-controller-manager runs here): opted in, as an operator does.
+	f.west = env.StartGateway(t, west, harness.GatewayOptions{TLS: tls["west"], Ingress: true,
+		Args: append([]string{"--allow-selectorless", "*"}, westArgs...)})
 	f.east = env.StartGateway(t, east, harness.GatewayOptions{TLS: tls["east"], Egress: true,
 		Peers: map[string]string{"west": f.west.IngressAddr}})
 	f.controller = startController(t)

@@ -14,14 +14,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// On SIGTERM (a rolling update) the ingress stops taking connections and
-// fails its readiness, while the streams already open go on; the process
-// exits, cleanly, once the last one ends.
+// On SIGTERM (a rolling update) the ingress fails its readiness and, after
+// its drain delay (none here: cmd/coredns-mc's TestGatewaySIGTERMDrainsThenResets
+// covers the delay), stops taking connections, while the streams already
+// open go on; the process exits, cleanly, once the last one ends.
 func TestShutdownDrainsStreams(t *testing.T) {
 	env.LogOnFailure(t)
 	ns := namespace(t, "gw-drain")
 	pods := runPods(t, env.Cluster("west"), "web-a")
-	f := startFleet(t)
+	f := startFleet(t, "--drain-delay", "0s")
 	exportService(t, ns, "web", false, pods)
 	addr := egressAddr(waitMirror(t, ns, "web-west").EgressPort)
 	waitGreet(t, addr, wait, "the path works before the shutdown")

@@ -1,0 +1,179 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// failingListener is a real listener whose Accept fails with err, without
+// taking a connection, the first fails times; then it accepts.
+type failingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	fails int
+	err   error
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if l.fails > 0 {
+		l.fails--
+		l.mu.Unlock()
+		return nil, l.err
+	}
+	l.mu.Unlock()
+	return l.Listener.Accept()
+}
+
+// emfile is the error Accept returns when the process is out of file
+// descriptors.
+var emfile = &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+
+// An egress port whose Accept fails for a while (the process out of file
+// descriptors) goes on accepting once it can: a client that connects then
+// is carried, not left in the backlog of a listener nobody accepts on. The
+// failures are counted, and the egress stays ready.
+func TestEgressAcceptRetriesTemporaryErrors(t *testing.T) {
+	const fails = 4
+	p := newPair(t, func(_ *Ingress, eg *Egress) {
+		eg.ListenFunc = func(network, addr string) (net.Listener, error) {
+			ln, err := net.Listen(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &failingListener{Listener: ln, fails: fails, err: emfile}, nil
+		}
+	})
+	echo := startEcho(t, "hi\n")
+	p.resolver.set(web, echo.addr)
+	before := value(acceptErrors.WithLabelValues(DirectionEgress))
+	port := p.mirror(t, "web", "", 80)
+	roundTrip(t, port, "hi\n")
+	assert.Equal(t, before+fails, value(acceptErrors.WithLabelValues(DirectionEgress)))
+	assert.True(t, p.egress.Ready())
+}
+
+// An egress port whose Accept fails for good is closed, so that clients
+// are refused rather than left hanging; the egress is not ready while it
+// is, and listens on the port again by itself.
+func TestEgressAcceptFatalErrorIsNotSilent(t *testing.T) {
+	var mu sync.Mutex
+	broken := true
+	p := newPair(t, func(_ *Ingress, eg *Egress) {
+		eg.ListenFunc = func(network, addr string) (net.Listener, error) {
+			ln, err := net.Listen(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !broken {
+				return ln, nil
+			}
+			broken = false // the next listener works
+			return &failingListener{Listener: ln, fails: 1, err: errors.New("accept: the listener broke")}, nil
+		}
+	})
+	echo := startEcho(t, "hi\n")
+	p.resolver.set(web, echo.addr)
+	egressPort := freePort(t)
+	_, err := p.client.CoreV1().Services("default").Create(context.Background(),
+		mirrorService("web-west", "web", "", map[int32]int32{80: egressPort}), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return !p.egress.Ready() }, 5*time.Second, time.Millisecond,
+		"the egress stays ready with a port whose accept loop has ended")
+	// Listened on again within a second or so: ready, and carrying.
+	require.Eventually(t, p.egress.Ready, 10*time.Second, 10*time.Millisecond, "the port is not listened on again")
+	p.waitListening(t, egressPort, true)
+	roundTrip(t, egressPort, "hi\n")
+}
+
+// The ingress's Accept failing for a while does not end Serve: a client
+// that connects afterwards is served, and the failures are counted.
+func TestIngressAcceptRetriesTemporaryErrors(t *testing.T) {
+	p, target := exportsPairForAccept(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	const fails = 5
+	in := &Ingress{Certs: p.west, Resolver: p.resolver, HandshakeTimeout: 10 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	t.Cleanup(func() {
+		cancel()
+		<-served
+	})
+	before := value(acceptErrors.WithLabelValues(DirectionIngress))
+	go func() { served <- in.Serve(ctx, &failingListener{Listener: ln, fails: fails, err: emfile}) }()
+
+	c := dialIngress(t, ln.Addr().String(), p.east.ClientConfig("west", nil))
+	resp, br := connect(t, c, connectRequest(web.String()))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "hi\n", line)
+	assert.Equal(t, 1, target.count())
+	assert.Equal(t, before+fails, value(acceptErrors.WithLabelValues(DirectionIngress)))
+	assert.True(t, in.Accepting())
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned: %v", err)
+	default:
+	}
+}
+
+// An Accept that fails for good ends Serve with the error, closes the
+// listener (clients are refused, not left hanging) and says so: the
+// ingress is no longer accepting, which /readyz tells.
+func TestIngressAcceptFatalError(t *testing.T) {
+	p, _ := exportsPairForAccept(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	in := &Ingress{Certs: p.west, Resolver: p.resolver}
+	broke := errors.New("accept: the listener broke")
+	err = in.Serve(context.Background(), &failingListener{Listener: ln, fails: 1, err: broke})
+	require.ErrorIs(t, err, broke)
+	assert.False(t, in.Accepting())
+	_, err = net.Dial("tcp", ln.Addr().String())
+	assert.True(t, errors.Is(err, syscall.ECONNREFUSED), "want connection refused, got %v", err)
+}
+
+// exportsPairForAccept is a pair whose resolver sends web to an echo
+// server greeting "hi".
+func exportsPairForAccept(t *testing.T) (*pair, *server) {
+	t.Helper()
+	p := newPair(t)
+	echo := startEcho(t, "hi\n")
+	p.resolver.set(web, echo.addr)
+	return p, echo
+}
+
+func TestTemporaryAcceptError(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{emfile, true},
+		{&net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", syscall.ENFILE)}, true},
+		{&net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", syscall.ENOBUFS)}, true},
+		{&net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", syscall.EPROTO)}, true},
+		{&net.OpError{Op: "accept", Err: os.ErrDeadlineExceeded}, true},
+		{&net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", syscall.EBADF)}, false},
+		{&net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", syscall.EINVAL)}, false},
+		{errors.New("something else"), false},
+	} {
+		assert.Equal(t, tc.want, temporaryAcceptError(tc.err), "%v", tc.err)
+	}
+}

@@ -1,0 +1,167 @@
+package trust_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+)
+
+// policyName is the ValidatingAdmissionPolicy of deploy/admission-policy.yaml.
+const policyName = "mcmirror-mirror-metadata"
+
+// requirePolicyRefusal fails t unless err is the policy's refusal.
+func requirePolicyRefusal(t *testing.T, err error, what string) {
+	t.Helper()
+	require.Error(t, err, "%s: admitted", what)
+	require.True(t, apierrors.IsForbidden(err), "%s: want 403 Forbidden, got %v", what, err)
+	require.Contains(t, err.Error(), "ValidatingAdmissionPolicy '"+policyName+"'", what)
+	t.Logf("%s: %v", what, err)
+}
+
+// With deploy/admission-policy.yaml applied, the controller, run as the
+// ServiceAccount of deploy/controller.yaml, mirrors as before; nobody else
+// may set, change or remove the mirror labels and the egress-ports
+// annotation: not a user bound to the edit ClusterRole in another
+// namespace (creating a forged mirror), not one of the mirror's own
+// namespace (relabelling the real mirror), not the cluster admin. Their
+// ordinary writes still go through, and so do Linkerd's service mirror's
+// writes of its own mirrors.
+func TestAdmissionPolicy(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	g, west := env.Cluster("guarded"), env.Cluster("west")
+	require.NoError(t, g.Apply(ctx, manifest(t, "controller.yaml")))
+	require.NoError(t, g.Apply(ctx, manifest(t, "admission-policy.yaml")))
+	shop := namespace(t, "shop", g, west)
+	tenant := namespace(t, "tenant", g)
+
+	forged := func(name string) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: mirrorLabels("evil"),
+				Annotations: map[string]string{labels.EgressPorts: "80/TCP=30000"}},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+		}
+	}
+	// The policy is in force once the API server has read it and its
+	// binding: a dry run of a forged mirror is refused.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := g.Client.CoreV1().Services(tenant).Create(ctx, forged("probe-west"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		assert.True(c, apierrors.IsForbidden(err), "dry run: %v", err)
+	}, wait, tick, "the admission policy is in force")
+
+	// The controller, as its ServiceAccount, mirrors west's export.
+	kc, err := g.ServiceAccountKubeconfig(ctx, "mcmirror", "mcmirror-controller")
+	require.NoError(t, err)
+	kcPath := filepath.Join(t.TempDir(), "controller.kubeconfig")
+	require.NoError(t, os.WriteFile(kcPath, kc, 0o600))
+	exportService(t, shop, "web", map[string]string{"web-0": "192.0.2.33"})
+	ctl := startController(t, g, kcPath, egressPorts())
+	mirror, port := waitMirror(t, g, shop, "web-west")
+	assert.Equal(t, labels.ManagedByValue, mirror.Labels[labels.ManagedBy])
+	t.Logf("the controller, as %s, made %s/%s with egress port %d", labels.ControllerServiceAccount, shop, mirror.Name, port)
+
+	// A user bound to edit in another namespace: a forged mirror is
+	// refused; the same Service without the mirror metadata is not.
+	dev := editor(t, g, tenant, "dev")
+	_, err = dev.CoreV1().Services(tenant).Create(ctx, forged("evil-west"), metav1.CreateOptions{})
+	requirePolicyRefusal(t, err, "edit in "+tenant+": create a Service labelled as a mirror")
+	plain := forged("plain")
+	plain.Labels, plain.Annotations = map[string]string{"app": "plain"}, nil
+	plain, err = dev.CoreV1().Services(tenant).Create(ctx, plain, metav1.CreateOptions{})
+	require.NoError(t, err, "an ordinary Service")
+	for _, tc := range []struct {
+		what string
+		edit func(*corev1.Service)
+	}{
+		{"add the egress-ports annotation", func(s *corev1.Service) {
+			s.Annotations = map[string]string{labels.EgressPorts: "80/TCP=" + strconv.Itoa(port)}
+		}},
+		{"add mirror.linkerd.io/mirrored-service", func(s *corev1.Service) { s.Labels[labels.MirroredService] = "true" }},
+		{"add mcmirror.dev/managed-by", func(s *corev1.Service) { s.Labels[labels.ManagedBy] = labels.ManagedByValue }},
+	} {
+		s := plain.DeepCopy()
+		tc.edit(s)
+		_, err := dev.CoreV1().Services(tenant).Update(ctx, s, metav1.UpdateOptions{})
+		requirePolicyRefusal(t, err, "edit in "+tenant+": "+tc.what)
+	}
+	// The edit role writes no EndpointSlice at all (RBAC, before the
+	// policy).
+	_, err = dev.DiscoveryV1().EndpointSlices(tenant).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "evil-west", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "evil-west", discoveryv1.LabelManagedBy: labels.EndpointSliceManagedBy}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}, metav1.CreateOptions{})
+	require.True(t, apierrors.IsForbidden(err), "edit creates no EndpointSlice: %v", err)
+	require.NotContains(t, err.Error(), policyName, "refused by RBAC")
+
+	// A user bound to edit in the mirror's own namespace: the real
+	// mirror's route metadata cannot be changed; another label can.
+	owner := editor(t, g, shop, "owner")
+	for _, tc := range []struct {
+		what string
+		edit func(*corev1.Service)
+	}{
+		{"point the egress port elsewhere", func(s *corev1.Service) { s.Annotations[labels.EgressPorts] = "80/TCP=" + strconv.Itoa(port+1) }},
+		{"remove the egress-ports annotation", func(s *corev1.Service) { delete(s.Annotations, labels.EgressPorts) }},
+		{"point the mirror at another remote Service", func(s *corev1.Service) { s.Labels[labels.RemoteService] = "db" }},
+		{"point the mirror at another cluster", func(s *corev1.Service) { s.Labels[labels.ClusterName] = "paris" }},
+		{"remove mcmirror.dev/managed-by", func(s *corev1.Service) { delete(s.Labels, labels.ManagedBy) }},
+	} {
+		s, err := owner.CoreV1().Services(shop).Get(ctx, "web-west", metav1.GetOptions{})
+		require.NoError(t, err)
+		tc.edit(s)
+		_, err = owner.CoreV1().Services(shop).Update(ctx, s, metav1.UpdateOptions{})
+		requirePolicyRefusal(t, err, "edit in "+shop+": "+tc.what)
+	}
+	s, err := owner.CoreV1().Services(shop).Get(ctx, "web-west", metav1.GetOptions{})
+	require.NoError(t, err)
+	s.Labels["team"] = "shop"
+	_, err = owner.CoreV1().Services(shop).Update(ctx, s, metav1.UpdateOptions{})
+	require.NoError(t, err, "a label of the namespace's own")
+
+	// The cluster admin is held to it too.
+	_, err = g.Client.CoreV1().Services(tenant).Create(ctx, forged("admin-west"), metav1.CreateOptions{})
+	requirePolicyRefusal(t, err, "admin: create a Service labelled as a mirror")
+	_, err = g.Client.DiscoveryV1().EndpointSlices(tenant).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "admin-west", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "admin-west", discoveryv1.LabelManagedBy: labels.EndpointSliceManagedBy}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}, metav1.CreateOptions{})
+	requirePolicyRefusal(t, err, "admin: create an EndpointSlice marked as the controller's")
+
+	// Linkerd's service mirror writes the Linkerd keys on its own mirrors,
+	// never mcmirror's.
+	lmc := "linkerd-multicluster"
+	require.NoError(t, g.Apply(ctx, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+lmc+"}\n"))
+	linkerd := editor(t, g, lmc, "linkerd-service-mirror-west-"+strconv.Itoa(int(nsSeq.Add(1))))
+	lm := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-west-" + strconv.Itoa(int(nsSeq.Add(1))), Labels: map[string]string{
+		labels.MirroredService: "true", labels.ClusterName: "west"}}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+	_, err = linkerd.CoreV1().Services(lmc).Create(ctx, lm, metav1.CreateOptions{})
+	require.NoError(t, err, "Linkerd's service mirror makes its own mirror")
+	lm.Name += "-x"
+	lm.Labels[labels.ManagedBy] = labels.ManagedByValue
+	_, err = linkerd.CoreV1().Services(lmc).Create(ctx, lm, metav1.CreateOptions{})
+	requirePolicyRefusal(t, err, "Linkerd's service mirror: a Service labelled as mcmirror's")
+
+	// The controller was refused nothing, and its mirror is as it made it.
+	for _, refusal := range []string{"denied request", "forbidden"} {
+		assert.NotContains(t, strings.ToLower(logOf(t, ctl)), refusal, "the controller's writes were all admitted")
+	}
+	after, err := g.Client.CoreV1().Services(shop).Get(ctx, "web-west", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, mirror.Annotations[labels.EgressPorts], after.Annotations[labels.EgressPorts])
+	assert.Equal(t, mirror.Labels[labels.RemoteService], after.Labels[labels.RemoteService])
+	env.RequireAlive(t, ctl)
+}

@@ -1,0 +1,286 @@
+// Package trust_test proves, against real API servers and real processes,
+// what the gateway and the controller believe: the egress route table comes
+// only from what the controller wrote (deploy/admission-policy.yaml refuses
+// everyone else's mirror labels; without it, a forged Service changes no
+// route of a real mirror), and the ingress dials only the pods of the
+// exported Service, ending the streams an export no longer allows.
+//
+// Clusters: west exports Services whose endpoints are real servers in
+// network namespaces (harness.RunPod); east mirrors them with the real
+// controller, as the cluster admin, and no admission policy; guarded has
+// deploy/admission-policy.yaml applied and its controller runs as the
+// ServiceAccount of deploy/controller.yaml. No cluster has a data plane:
+// clients connect to the egress ports on 127.0.0.1.
+package trust_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
+	{Name: "east"}, {Name: "west"}, {Name: "guarded"},
+}})
+
+func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
+
+const (
+	wait = 60 * time.Second
+	tick = 50 * time.Millisecond
+
+	// egressAddress is what the controllers write into the mirrors'
+	// EndpointSlices; clients connect to 127.0.0.1 instead.
+	egressAddress = "192.0.2.10"
+
+	podPort     = 8080
+	servicePort = 80
+	portName    = "http"
+)
+
+// manifest returns the text of deploy/<name>.
+func manifest(t *testing.T, name string) string {
+	t.Helper()
+	_, self, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "..", "deploy", name))
+	require.NoError(t, err)
+	return string(b)
+}
+
+var nsSeq atomic.Int32
+
+// namespace returns a namespace name unique in this run and creates it in
+// the clusters given.
+func namespace(t *testing.T, base string, clusters ...*harness.Cluster) string {
+	t.Helper()
+	ns := fmt.Sprintf("%s-%d", base, nsSeq.Add(1))
+	for _, c := range clusters {
+		require.NoError(t, c.Apply(context.Background(), harness.Namespace(ns)))
+	}
+	return ns
+}
+
+// Egress port windows: 100 ports each, below the kernel's ephemeral range,
+// at a random offset per run.
+var (
+	portBase   = 20000 + 100*rand.IntN(100)
+	portWindow atomic.Int32
+)
+
+type portRange struct{ lo, hi int }
+
+func (r portRange) String() string { return fmt.Sprintf("%d-%d", r.lo, r.hi) }
+
+func egressPorts() portRange {
+	i := int(portWindow.Add(1) - 1)
+	lo := 20000 + (portBase-20000+100*i)%10000
+	return portRange{lo, lo + 99}
+}
+
+var (
+	linkOnce sync.Once
+	linkPath string
+	linkErr  error
+)
+
+// linkKubeconfig returns the path of a kubeconfig for west with the
+// credentials a link uses.
+func linkKubeconfig(t *testing.T) string {
+	t.Helper()
+	linkOnce.Do(func() {
+		var kc []byte
+		if kc, linkErr = env.Cluster("west").LinkKubeconfig(context.Background()); linkErr != nil {
+			return
+		}
+		linkPath = filepath.Join(env.Dir, "west-link.kubeconfig")
+		linkErr = os.WriteFile(linkPath, kc, 0o600)
+	})
+	require.NoError(t, linkErr)
+	return linkPath
+}
+
+// startController starts `coredns-mc controller` for cluster c, linked to
+// west, with the kubeconfig given (c's admin's when empty).
+func startController(t *testing.T, c *harness.Cluster, kubeconfig string, ports portRange) *harness.Process {
+	t.Helper()
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	if kubeconfig == "" {
+		kubeconfig = c.Kubeconfig
+	}
+	return env.StartProcess(t, c.Name+"/controller", nil, bin, "controller",
+		"--kubeconfig", kubeconfig,
+		"--cluster", c.Name,
+		"--link", "west="+linkKubeconfig(t),
+		"--egress-address", egressAddress,
+		"--egress-ports", ports.String(),
+		"--metrics-addr", "",
+		"--v", "2",
+	)
+}
+
+var (
+	caOnce sync.Once
+	ca     *gatewaytest.CA
+	caErr  error
+)
+
+// gatewayTLS issues east's and west's gateway certificates.
+func gatewayTLS(t *testing.T) map[string]gatewaytest.Files {
+	t.Helper()
+	caOnce.Do(func() { ca, caErr = gatewaytest.NewCA("mcmirror e2e trust") })
+	require.NoError(t, caErr)
+	dir := t.TempDir()
+	out := map[string]gatewaytest.Files{}
+	for _, c := range []string{"east", "west"} {
+		f, err := ca.IssueFiles(dir, c, gatewaytest.Options{})
+		require.NoError(t, err)
+		out[c] = f
+	}
+	return out
+}
+
+// fleet is east's controller, west's gateway (ingress) and east's gateway
+// (egress).
+type fleet struct {
+	controller *harness.Process
+	west, east *harness.Gateway
+	ports      portRange
+}
+
+// startFleet starts west's ingress with westArgs, east's egress with the
+// controller's port range, and east's controller.
+func startFleet(t *testing.T, westArgs ...string) *fleet {
+	t.Helper()
+	tls := gatewayTLS(t)
+	f := &fleet{ports: egressPorts()}
+	f.west = env.StartGateway(t, env.Cluster("west"), harness.GatewayOptions{TLS: tls["west"], Ingress: true,
+		Args: append([]string{"--allow-cluster", "east"}, westArgs...)})
+	f.east = env.StartGateway(t, env.Cluster("east"), harness.GatewayOptions{TLS: tls["east"], Egress: true,
+		Peers: map[string]string{"west": f.west.IngressAddr}, Args: []string{"--egress-ports", f.ports.String()}})
+	f.controller = startController(t, env.Cluster("east"), "", f.ports)
+	return f
+}
+
+// aggregateEdit gives c's edit ClusterRole (and view, which edit
+// aggregates) its rules, as kube-controller-manager's
+// clusterrole-aggregation controller does (these clusters run none): the
+// union of the rules of the ClusterRoles its aggregationRule selects, the
+// API server's bootstrap roles system:aggregate-to-edit and, through view,
+// system:aggregate-to-view.
+func aggregateEdit(t *testing.T, c *harness.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	all, err := c.Client.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	byName := map[string]*rbacv1.ClusterRole{}
+	for i := range all.Items {
+		byName[all.Items[i].Name] = &all.Items[i]
+	}
+	var rulesOf func(r *rbacv1.ClusterRole, depth int) []rbacv1.PolicyRule
+	rulesOf = func(r *rbacv1.ClusterRole, depth int) []rbacv1.PolicyRule {
+		if r.AggregationRule == nil || depth > 3 {
+			return r.Rules
+		}
+		var rules []rbacv1.PolicyRule
+		for _, sel := range r.AggregationRule.ClusterRoleSelectors {
+			s, err := metav1.LabelSelectorAsSelector(&sel)
+			require.NoError(t, err)
+			for _, o := range all.Items {
+				if o.Name != r.Name && s.Matches(k8slabels.Set(o.Labels)) {
+					rules = append(rules, rulesOf(byName[o.Name], depth+1)...)
+				}
+			}
+		}
+		return rules
+	}
+	for _, name := range []string{"view", "edit"} {
+		role := byName[name]
+		require.NotNil(t, role, name)
+		rules := rulesOf(role, 0)
+		require.NotEmpty(t, rules, name)
+		if apiequality.Semantic.DeepEqual(rules, role.Rules) {
+			continue
+		}
+		role.Rules = rules
+		_, err := c.Client.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+}
+
+// editor makes a ServiceAccount in ns of cluster c, bound to the edit
+// ClusterRole in ns only (what a namespace's developers get), and returns
+// a client that authenticates as it.
+func editor(t *testing.T, c *harness.Cluster, ns, name string) kubernetes.Interface {
+	t.Helper()
+	ctx := context.Background()
+	aggregateEdit(t, c)
+	_, err := c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-edit"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cfg, err := c.ServiceAccountConfig(ctx, ns, name)
+	require.NoError(t, err)
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	// The authorizer reads the binding from its own cache: wait for it.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: ns, Verb: "update", Resource: "services"}}}, metav1.CreateOptions{})
+		require.NoError(ct, err)
+		assert.True(ct, r.Status.Allowed)
+		_, err = client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		assert.NoError(ct, err)
+	}, wait, tick, "%s/%s may edit %s", ns, name, ns)
+	return client
+}
+
+// logOf returns what p has logged so far.
+func logOf(t require.TestingT, p *harness.Process) string {
+	b, err := os.ReadFile(p.LogPath)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// logLines returns the lines of p's log that contain every one of parts.
+func logLines(t require.TestingT, p *harness.Process, parts ...string) []string {
+	var out []string
+	for line := range strings.SplitSeq(logOf(t, p), "\n") {
+		ok := true
+		for _, s := range parts {
+			ok = ok && strings.Contains(line, s)
+		}
+		if ok {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }

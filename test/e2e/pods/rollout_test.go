@@ -11,25 +11,23 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
-// clientLoop is a shell loop for east's client pod: it fetches URL until
+// fetchLoop is a shell loop for east's client pod: it fetches URL until
 // /tmp/stop-NAME exists, one connection (and one DNS lookup) each, and
 // classifies every try: the whole answer (ok), a lookup that failed
 // (lost: an answer the cluster DNS did not give), a connection that failed
 // with an error (failed: seen by the client), or an answer that is not the
 // expected one although the transfer reported success (bad: a stream cut
 // or redirected silently). A try may take as long as the pod's resolver
-// needs to give up (resolv.conf's defaults: 5 s, 2 attempts): a UDP query
-// lost on the way and answered by the resolver's second attempt is what a
-// client of any cluster DNS sees under load, and is counted apart (slow:
-// 4 s or more), not as a failure. Formatted with NAME, URL and the
-// expected body.
-const clientLoop = `rm -f /tmp/stop-%[1]s; n=0; ok=0; lost=0; failed=0; bad=0; slow=0
+// needs to give up (resolv.conf's defaults: 5 s, 2 attempts). Formatted
+// with NAME, URL and the expected body.
+const fetchLoop = `rm -f /tmp/stop-%[1]s; n=0; ok=0; lost=0; failed=0; bad=0; slow=0
 while [ ! -e /tmp/stop-%[1]s ]; do
-  n=$((n+1)); t0=$(date +%%s)
+  n=$((n+1))
   out=$(timeout 25 wget -qO- %[2]s 2>&1); rc=$?
-  [ $(( $(date +%%s) - t0 )) -ge 4 ] && slow=$((slow+1))
   if [ $rc -eq 0 ] && [ "$out" = %[3]q ]; then ok=$((ok+1))
   elif [ $rc -eq 0 ]; then bad=$((bad+1)); echo "bad: $out"
   else case $out in *"bad address"*) lost=$((lost+1)); echo "lost: $out";; *) failed=$((failed+1)); echo "failed: $out";; esac
@@ -37,14 +35,34 @@ while [ ! -e /tmp/stop-%[1]s ]; do
 done
 echo "tries=$n ok=$ok lost=$lost failed=$failed bad=$bad slow=$slow"`
 
+// lookupLoop is a shell loop for east's client pod that asks the cluster
+// DNS for NAME until /tmp/stop-NAME exists, as a resolver does: one
+// attempt of 5 s and, when it goes unanswered, a second. An answer that is
+// the expected address is ok; one answered only by the second attempt is
+// also counted slow (a UDP query lost on the way, which every client's
+// resolver retries); an other answer is bad; no answer after both attempts
+// is lost. Formatted with NAME, the name and the expected "Address: IP"
+// line.
+const lookupLoop = `rm -f /tmp/stop-%[1]s; n=0; ok=0; lost=0; bad=0; slow=0
+while [ ! -e /tmp/stop-%[1]s ]; do
+  n=$((n+1))
+  a=$(timeout 5 nslookup %[2]s 2>&1 | grep '^Address: ' | head -1)
+  if [ -z "$a" ]; then slow=$((slow+1)); a=$(timeout 5 nslookup %[2]s 2>&1 | grep '^Address: ' | head -1); fi
+  if [ "$a" = %[3]q ]; then ok=$((ok+1))
+  elif [ -n "$a" ]; then bad=$((bad+1)); echo "bad: $a"
+  else lost=$((lost+1)); echo "lost"; fi
+done
+echo "tries=$n ok=$ok lost=$lost failed=0 bad=$bad slow=$slow"`
+
 var tallyRE = regexp.MustCompile(`tries=(\d+) ok=(\d+) lost=(\d+) failed=(\d+) bad=(\d+) slow=(\d+)`)
 
 // tally is what a client loop counted.
 type tally struct{ tries, ok, lost, failed, bad, slow int }
 
-// startClientLoop starts clientLoop in east's client pod and returns a
-// function that stops it and returns its tally and output.
-func startClientLoop(t *testing.T, name, url, want string) func() (tally, string) {
+// startLoop starts script, a fetchLoop or lookupLoop called name, in
+// east's client pod and returns a function that stops it and returns its
+// tally and output.
+func startLoop(t *testing.T, name, script string) func() (tally, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	type result struct {
@@ -53,13 +71,11 @@ func startClientLoop(t *testing.T, name, url, want string) func() (tally, string
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := inClient(ctx, fmt.Sprintf(clientLoop, name, url, want))
+		out, err := inClient(ctx, script)
 		done <- result{out, err}
 	}()
 	return func() (tally, string) {
 		defer cancel()
-		// Positive evidence first: the loop has answered at least once more
-		// after whatever the test did, then it is stopped.
 		_, err := inClient(ctx, "touch /tmp/stop-"+name)
 		require.NoError(t, err)
 		r := <-done
@@ -72,13 +88,37 @@ func startClientLoop(t *testing.T, name, url, want string) func() (tally, string
 	}
 }
 
-// TestRolloutsLoseNothing restarts east's and west's gateways and east's
-// cluster DNS (kubectl rollout restart, one after the other) while a
-// client in east keeps fetching a pod of west by name. No DNS answer may be
-// lost (the DNS rollout keeps a serving pod at every moment), no stream may
-// end short without an error, and the client must be served again after
-// each rollout. Connections refused while a gateway pod goes away are
-// errors the client sees; they are counted and logged.
+// startLookups starts a lookupLoop of the name nginx-set-0 of west has in
+// east, with the address it has now.
+func startLookups(t *testing.T, ctx context.Context, name string) func() (tally, string) {
+	t.Helper()
+	const host = "nginx-set-0.nginx-svc-west.default.svc.cluster.local"
+	out, err := inClient(ctx, "nslookup "+host+" | grep '^Address: ' | head -1")
+	require.NoError(t, err)
+	want := strings.TrimSpace(out)
+	require.True(t, strings.HasPrefix(want, "Address: "), "%s: %q", host, out)
+	return startLoop(t, name, fmt.Sprintf(lookupLoop, name, host, want))
+}
+
+// requireLookups asserts the promise of a DNS rollout on a lookup loop's
+// tally: no lookup went unanswered or was answered wrong, at most 1 %% of
+// them needed the resolver's second attempt, and the loop ran.
+func requireLookups(t *testing.T, what string, tl tally, out string) {
+	t.Helper()
+	t.Logf("lookups during %s: %+v", what, tl)
+	require.Zero(t, tl.lost, "lookups no attempt answered:\n%s", out)
+	require.Zero(t, tl.bad, "lookups answered wrong:\n%s", out)
+	require.Positive(t, tl.ok, out)
+	require.LessOrEqual(t, tl.slow*100, tl.tries, "more than 1%% of lookups needed a second attempt:\n%s", out)
+}
+
+// TestRolloutsLoseNothing restarts east's and west's gateways while a
+// client in east keeps fetching a pod of west by name, and then east's
+// cluster DNS while it keeps looking the name up. A gateway rollout may
+// refuse connections (errors the client sees; counted and logged) but
+// ends no transfer short or wrong without an error, and the client is
+// served through the new pods once the old ones are gone. The DNS rollout
+// keeps a serving pod at every moment: no lookup goes unanswered.
 func TestRolloutsLoseNothing(t *testing.T) {
 	env.LogOnFailure(t)
 	workloads(t)
@@ -87,45 +127,42 @@ func TestRolloutsLoseNothing(t *testing.T) {
 	url, want := "http://nginx-set-0.nginx-svc-west/", "hello from west/default/nginx-set-0"
 	eventually(t, ctx, "timeout 10 wget -qO- "+url, want)
 
-	for _, r := range []struct{ cluster, ns, deploy string }{
-		{"east", "mcmirror", "mcmirror-gateway"},
-		{"west", "mcmirror", "mcmirror-gateway"},
-		{"east", "kube-system", "coredns"},
-	} {
-		stop := startClientLoop(t, r.cluster+"-"+r.deploy, url, want)
+	for _, cluster := range []string{"east", "west"} {
+		name := cluster + "-gateway"
+		stop := startLoop(t, name, fmt.Sprintf(fetchLoop, name, url, want))
 		// Evidence that the loop runs before the rollout starts.
 		eventually(t, ctx, "timeout 10 wget -qO- "+url, want)
-		c := env.Cluster(r.cluster)
-		_, err := c.Kubectl(ctx, "-n", r.ns, "rollout", "restart", "deployment/"+r.deploy)
-		require.NoError(t, err)
-		_, err = c.Kubectl(ctx, "-n", r.ns, "rollout", "status", "deployment/"+r.deploy, "--timeout=5m")
-		require.NoError(t, err)
+		rollout(t, ctx, env.Cluster(cluster), "mcmirror", "mcmirror-gateway", "app.kubernetes.io/name=mcmirror-gateway")
 		// Served again through the new pods before the loop stops.
 		eventually(t, ctx, "timeout 10 wget -qO- "+url, want)
-		tl, out := stopAfterServed(t, ctx, stop, url, want)
-		t.Logf("rollout of %s/%s/%s: %+v", r.cluster, r.ns, r.deploy, tl)
+		tl, out := stop()
+		t.Logf("rollout of %s's gateway: %+v", cluster, tl)
 		require.Zero(t, tl.bad, "answers that were not %q although the transfer succeeded:\n%s", want, out)
 		require.Zero(t, tl.lost, "DNS lookups that failed:\n%s", out)
 		require.Positive(t, tl.ok, out)
-		if r.deploy == "coredns" {
-			require.Zero(t, tl.failed, "connections that failed while only the DNS rolled:\n%s", out)
-			require.LessOrEqual(t, tl.slow*100, tl.tries, "more than 1%% of lookups needed the resolver's second attempt")
-		}
 	}
+
+	stop := startLookups(t, ctx, "east-dns")
+	rollout(t, ctx, env.Cluster("east"), "kube-system", "coredns", "k8s-app=kube-dns")
+	tl, out := stop()
+	requireLookups(t, "the rollout of east's cluster DNS", tl, out)
 }
 
-// stopAfterServed stops a client loop once it has been served after the
-// rollout: the last try of the loop must be a success.
-func stopAfterServed(t *testing.T, ctx context.Context, stop func() (tally, string), url, want string) (tally, string) {
+// rollout restarts Deployment ns/name of c and returns once the rollout
+// is complete and its old pods are gone (kubectl rollout status returns
+// while they still terminate).
+func rollout(t *testing.T, ctx context.Context, c *harness.Cluster, ns, name, selector string) {
 	t.Helper()
-	tl, out := stop()
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) >= 2 && strings.HasPrefix(lines[len(lines)-2], "failed:") {
-		// The loop's last try failed: that is a client that is not served
-		// after the rollout, unless a later try in the same pod succeeds.
-		eventually(t, ctx, "timeout 10 wget -qO- "+url, want)
-	}
-	return tl, out
+	_, err := c.Kubectl(ctx, "-n", ns, "rollout", "restart", "deployment/"+name)
+	require.NoError(t, err)
+	_, err = c.Kubectl(ctx, "-n", ns, "rollout", "status", "deployment/"+name, "--timeout=5m")
+	require.NoError(t, err)
+	d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NoError(t, wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		return err == nil && len(pods.Items) == int(*d.Spec.Replicas), nil
+	}), "old pods of %s/%s never went", ns, name)
 }
 
 // TestNotReadyPodLeavesTheAnswers makes one pod of west unready (its
@@ -237,7 +274,7 @@ func TestDNSRolloutWithLoopKeepsOldPods(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, before.Status.AvailableReplicas)
 
-	stop := startClientLoop(t, "dns-loop", url, want)
+	stop := startLookups(t, ctx, "dns-loop")
 	_, err = east.Kubectl(ctx, "-n", "kube-system", "patch", "deployment", "coredns", "--type=json", "-p",
 		`[{"op":"replace","path":"/spec/template/spec/volumes/0/configMap/name","value":"coredns-loop"}]`)
 	require.NoError(t, err)
@@ -272,9 +309,5 @@ func TestDNSRolloutWithLoopKeepsOldPods(t *testing.T) {
 	require.EqualValues(t, 2, d.Status.AvailableReplicas, "available DNS pods during the failed rollout: %+v", d.Status)
 	eventually(t, ctx, "timeout 10 wget -qO- "+url, want)
 	tl, out := stop()
-	t.Logf("lookups during the failed rollout: %+v", tl)
-	require.Zero(t, tl.lost, "DNS lookups that failed:\n%s", out)
-	require.Zero(t, tl.failed, out)
-	require.Zero(t, tl.bad, out)
-	require.Positive(t, tl.ok, out)
+	requireLookups(t, "the failed rollout", tl, out)
 }

@@ -266,8 +266,9 @@ func TestDNSRolloutWithLoopKeepsOldPods(t *testing.T) {
 	cm, err := east.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, "coredns-mcmirror", metav1.GetOptions{})
 	require.NoError(t, err)
 	corefile := cm.Data["Corefile"]
-	require.Contains(t, corefile, "        loop\n")
-	broken := strings.Replace(corefile, "        loop\n", "        loop\n        no-such-plugin\n", 1)
+	loopLine := regexp.MustCompile(`(?m)^(\s*)loop$`)
+	require.Regexp(t, loopLine, corefile)
+	broken := loopLine.ReplaceAllString(corefile, "${1}loop\n${1}no-such-plugin")
 	cm.ObjectMeta = metav1.ObjectMeta{Name: "coredns-loop", Namespace: "kube-system"}
 	cm.Data = map[string]string{"Corefile": broken}
 	_, err = east.Client.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{})

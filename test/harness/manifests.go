@@ -151,6 +151,11 @@ kind: Pod
 metadata: {name: client, namespace: default}
 spec:
   terminationGracePeriodSeconds: 0
+  # The pod's processes share one PID namespace whose PID 1 is the pause
+  # process, which reaps orphans. Without it PID 1 is sleep, which reaps
+  # none: every busybox timeout leaves its watchdog as a zombie, and a
+  # long loop of commands exhausts the machine's PIDs.
+  shareProcessNamespace: true
   containers:
   - name: client
     image: %s

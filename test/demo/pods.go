@@ -29,7 +29,9 @@ func runPods(ctx context.Context, w io.Writer, ready func(printed string) error)
 	defer env.Stop()
 	start := time.Now()
 	step(w, "starting clusters east and west: API servers, controller manager, scheduler, and a real node each (containerd, runc, kubelet, CNI bridge, kube-proxy)")
-	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	// Real nodes may first wait for the host lock while another
+	// environment's run (a test package's) ends.
+	startCtx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
 	if err := env.Start(startCtx); err != nil {
 		return err

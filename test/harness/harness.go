@@ -78,7 +78,9 @@ import (
 type Options struct {
 	// Clusters to start, in order. Names must be unique DNS labels.
 	Clusters []ClusterOptions
-	// StartTimeout bounds the start of the whole environment (default 3m).
+	// StartTimeout bounds the start of the whole environment (default 3m;
+	// 15m with a real node, whose start may first wait for the host lock
+	// while another package's real nodes run).
 	StartTimeout time.Duration
 }
 
@@ -137,6 +139,11 @@ type Env struct {
 func New(opts Options) *Env {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 3 * time.Minute
+		for _, c := range opts.Clusters {
+			if c.RealNode {
+				opts.StartTimeout = 15 * time.Minute
+			}
+		}
 	}
 	return &Env{opts: opts, byName: map[string]*Cluster{}, starts: map[string]int{}}
 }

@@ -23,6 +23,8 @@ import (
 type admission struct {
 	// limit is the number of places.
 	limit int
+	// perPeer bounds the places of one peer's requests (claim).
+	perPeer sourceLimit[string]
 
 	mu sync.Mutex
 	// taken is the number of places held, pending and established.
@@ -40,9 +42,13 @@ type pendingConn struct {
 	evicted bool
 	// peer is the cluster of its client certificate, once verified.
 	peer string
+	// claimed: its request counts against its peer's bound.
+	claimed bool
 }
 
-func newAdmission(limit int) *admission { return &admission{limit: limit} }
+func newAdmission(limit, perPeer int) *admission {
+	return &admission{limit: limit, perPeer: sourceLimit[string]{max: perPeer}}
+}
 
 // admit takes a place for c. With none free it takes the oldest pending
 // connection's, and returns that one, for the caller to close and count.
@@ -88,6 +94,19 @@ func (a *admission) establish(p *pendingConn) bool {
 	return true
 }
 
+// claim counts p, established, against its peer's bound, and reports
+// false when the peer has no place left. Only requests for a stream
+// claim: a peer at its bound still answers probes.
+func (a *admission) claim(p *pendingConn) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.perPeer.acquire(p.peer) {
+		return false
+	}
+	p.claimed = true
+	return true
+}
+
 // wasEvicted reports whether a newer connection took p's place.
 func (a *admission) wasEvicted(p *pendingConn) bool {
 	a.mu.Lock()
@@ -106,6 +125,9 @@ func (a *admission) release(p *pendingConn) {
 	if p.elem != nil {
 		a.pending.Remove(p.elem)
 		p.elem = nil
+	}
+	if p.claimed {
+		a.perPeer.release(p.peer)
 	}
 	a.taken--
 }

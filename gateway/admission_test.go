@@ -12,7 +12,7 @@ import (
 // oldest first; established ones never do; a released place is free again,
 // and an evicted one is not released twice.
 func TestAdmission(t *testing.T) {
-	a := newAdmission(3)
+	a := newAdmission(3, 0)
 	conn := func() net.Conn { c, _ := net.Pipe(); return c }
 	p1, ev := a.admit(conn())
 	require.NotNil(t, p1)

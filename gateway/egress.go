@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,10 @@ type Egress struct {
 	IdleTimeout time.Duration
 	// MaxConns bounds concurrent connections (default 16384).
 	MaxConns int
+	// MaxConnsPerSource bounds the concurrent connections of one client
+	// address (default 1024; negative: none): one more is reset
+	// (too_many_from_source).
+	MaxConnsPerSource int
 	// Trust is which claims on egress ports are believed (routes.go).
 	Trust RouteTrust
 	// ListenFunc and DialContext replace net.Listen and a net.Dialer in
@@ -72,15 +77,16 @@ type Egress struct {
 	ListenFunc  func(network, addr string) (net.Listener, error)
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	once     sync.Once
-	limit    limiter
-	routes   atomic.Pointer[map[int32]Route]
-	mu       sync.Mutex
-	ln       map[int32]net.Listener
-	failed   map[int32]string // ports that could not be listened on, and why
-	conflict map[int32]string // ports recorded twice, as logged
-	synced   atomic.Bool
-	kick     chan struct{}
+	once      sync.Once
+	limit     limiter
+	perSource sourceLimit[netip.Addr]
+	routes    atomic.Pointer[map[int32]Route]
+	mu        sync.Mutex
+	ln        map[int32]net.Listener
+	failed    map[int32]string // ports that could not be listened on, and why
+	conflict  map[int32]string // ports recorded twice, as logged
+	synced    atomic.Bool
+	kick      chan struct{}
 	// dead are the ports whose accept loop ended on an error, until they
 	// are listened on again; Ready is false while there are any.
 	dead  map[int32]string
@@ -154,6 +160,10 @@ func (e *Egress) init() {
 			n = 16384
 		}
 		e.limit = newLimiter(n)
+		e.perSource.max = e.MaxConnsPerSource
+		if e.perSource.max == 0 {
+			e.perSource.max = 1024
+		}
 	})
 }
 
@@ -173,6 +183,7 @@ func (e *Egress) Abort() int {
 // done gives back the place of a client connection that ended.
 func (e *Egress) done(c net.Conn) {
 	e.conns.remove(c)
+	e.perSource.release(sourceIP(c))
 	e.limit.release()
 }
 
@@ -268,7 +279,13 @@ func (e *Egress) serve(ctx context.Context, logger klog.Logger, port int32, ln n
 			abort(c)
 			return
 		}
+		if !e.perSource.acquire(sourceIP(c)) {
+			e.limit.release()
+			e.reset(logger, c, "", port, ReasonTooManyFromSource, nil)
+			return
+		}
 		if !e.conns.add(c) {
+			e.perSource.release(sourceIP(c))
 			e.limit.release()
 			return
 		}
@@ -432,6 +449,6 @@ func (e *Egress) dial(ctx context.Context, addr string) (net.Conn, error) {
 // reset refuses a client connection with a reset, and counts it.
 func (e *Egress) reset(logger klog.Logger, client net.Conn, peer string, port int32, reason Reason, err error) {
 	refusalsTotal.WithLabelValues(peer, DirectionEgress, string(reason)).Inc()
-	logger.V(1).Info("Reset a client connection", "port", port, "peer", peer, "reason", reason, "err", err)
+	logger.V(1).Info("Reset a client connection", "port", port, "remote", client.RemoteAddr().String(), "peer", peer, "reason", reason, "err", err)
 	abort(client)
 }

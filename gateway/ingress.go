@@ -51,6 +51,10 @@ type Ingress struct {
 	// which is closed (handshake_evicted); when every place is an
 	// established stream, the new one is reset (too_many_connections).
 	MaxConns int
+	// MaxConnsPerPeer bounds the streams of one peer cluster, and the
+	// dials made for it (default: none but MaxConns): one more is
+	// answered 503 (too_many_from_peer). Its probes are answered still.
+	MaxConnsPerPeer int
 	// AllowClusters are the clusters whose gateways may connect: a
 	// client certificate naming any other is refused
 	// (cluster_not_allowed). Nil allows every cluster whose certificate
@@ -99,7 +103,7 @@ func (in *Ingress) init() {
 		if n <= 0 {
 			n = 16384
 		}
-		in.admit = newAdmission(n)
+		in.admit = newAdmission(n, in.MaxConnsPerPeer)
 		in.tls = in.Certs.ServerConfig()
 	})
 }
@@ -237,6 +241,10 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, p *pendingCon
 	}
 	if asked.probe {
 		in.probe(conn)
+		return false
+	}
+	if !in.admit.claim(p) {
+		in.refuse(logger, conn, peer, req.Host, ReasonTooManyFromPeer, nil)
 		return false
 	}
 	dest := asked.dest

@@ -138,3 +138,27 @@ var (
 		Help: "Probes of linked clusters' gateways, by cluster and result (success, failure).",
 	}, []string{"cluster", "result"})
 )
+
+var (
+	// bufReserved is what grown copy buffers hold now (budget.go).
+	bufReserved = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name: "copy_buffer_bytes_reserved",
+		Help: "Bytes of grown copy buffers (16 KB and 256 KB) held by streams now, ingress and egress together; at most copy_buffer_budget_bytes.",
+	})
+
+	// bufBudgetBytes is the bound on bufReserved (--buffer-budget).
+	bufBudgetBytes = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name: "copy_buffer_budget_bytes",
+		Help: "Budget of grown copy buffers (--buffer-budget; default half the container's memory limit).",
+	})
+
+	// bufGrowsRefused counts grows refused for want of budget: the
+	// direction went on with the buffer it had.
+	bufGrowsRefused = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name: "copy_buffer_grows_refused_total",
+		Help: "Copy buffers not grown because the budget was spent; the stream went on with its smaller buffer.",
+	})
+)

@@ -61,6 +61,9 @@ func TestProberFollowsPeer(t *testing.T) {
 	p := newPair(t)
 	north := &probed{t: t, certs: p.certs(t, "north", gatewaytest.Options{}), addr: "127.0.0.1:0"}
 	north.start()
+	// The address is read here once: start writes north.addr again when it
+	// comes back, while the prober reads its peers.
+	northAddr := north.addr
 
 	var mu sync.Mutex
 	var changes []change
@@ -71,7 +74,7 @@ func TestProberFollowsPeer(t *testing.T) {
 			if gone.Load() {
 				return nil
 			}
-			return map[string]string{"north": north.addr}
+			return map[string]string{"north": northAddr}
 		},
 		// A long interval first: the first probe must not wait for it.
 		Interval: time.Hour, Timeout: time.Second, FailureThreshold: 2,

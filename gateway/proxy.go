@@ -20,7 +20,8 @@ import (
 // each time a read fills its buffer, as ztunnel does, and back to the
 // smallest when traffic slows (a short read) or stops (no read for
 // shrinkAfter), so that an idle connection holds 1 KB a direction and a
-// bulk stream does few large reads.
+// bulk stream does few large reads. The larger sizes are taken only within
+// the process's budget (budget.go).
 var bufSizes = [...]int{1 << 10, 16 << 10, 256 << 10}
 
 var bufPools [len(bufSizes)]sync.Pool
@@ -47,8 +48,9 @@ func putBuf(class int, b *[]byte) {
 // side we dialled.
 type stream struct {
 	idle time.Duration
-	// last is the time of the last read in either direction (UnixNano):
-	// a stream is idle only when both directions are.
+	// last is the time of the last read in either direction, or of a
+	// write's progress (UnixNano): a stream is idle only when both
+	// directions are.
 	last atomic.Int64
 	// sent and received count the bytes copied towards the target and back.
 	sent, received func(int64)
@@ -73,6 +75,9 @@ type readCloser interface {
 func (s *stream) start(client, target net.Conn, done func()) {
 	client, target = carried(client), carried(target)
 	s.last.Store(time.Now().UnixNano())
+	// A direction whose reader stopped reading waits in Write: the idle
+	// timeout bounds that wait too, counted from the last byte written.
+	toClient, toTarget := s.boundWrites(client), s.boundWrites(target)
 	var left atomic.Int32
 	left.Store(2)
 	finish := func() {
@@ -84,22 +89,26 @@ func (s *stream) start(client, target net.Conn, done func()) {
 	}
 	go func() {
 		defer finish()
-		s.copyToTarget(target, client)
+		s.copyToTarget(target, client, toTarget)
 	}()
 	go func() {
 		defer finish()
-		s.copyToClient(client, target)
+		s.copyToClient(client, target, toClient)
 	}()
 }
 
 // copyToTarget carries what the client sends.
-func (s *stream) copyToTarget(target, client net.Conn) { s.copy(target, client, s.sent) }
+func (s *stream) copyToTarget(target, client net.Conn, bounded bool) {
+	s.copy(target, client, s.sent, bounded)
+}
 
 // copyToClient carries what the target answers.
-func (s *stream) copyToClient(client, target net.Conn) { s.copy(client, target, s.received) }
+func (s *stream) copyToClient(client, target net.Conn, bounded bool) {
+	s.copy(client, target, s.received, bounded)
+}
 
-func (s *stream) copy(dst, src net.Conn, count func(int64)) {
-	err := s.pump(dst, src, count)
+func (s *stream) copy(dst, src net.Conn, count func(int64), bounded bool) {
+	err := s.pump(dst, src, count, bounded)
 	if err != nil {
 		// A broken or idle stream: abort both ways, so the other copy
 		// does not wait for its own timeout.
@@ -124,34 +133,68 @@ func (s *stream) copy(dst, src net.Conn, count func(int64)) {
 // the clock.
 const shrinkAfter = time.Second
 
-// pump copies src to dst until EOF (nil) or an error.
-func (s *stream) pump(dst, src net.Conn, count func(int64)) error {
-	class := 0
-	buf := getBuf(class)
-	defer func() { putBuf(class, buf) }()
+// copyBuf is a direction's buffer; a larger one than the smallest holds
+// its size reserved from the budget (budget.go).
+type copyBuf struct {
+	class int
+	b     *[]byte
+}
+
+func newCopyBuf() copyBuf { return copyBuf{b: getBuf(0)} }
+
+// grow moves up one size if the budget has the bytes, else keeps the
+// buffer: the stream goes on, slower.
+func (c *copyBuf) grow() {
+	next := c.class + 1
+	if !bufBudget.reserve(int64(bufSizes[next])) {
+		return
+	}
+	c.put()
+	c.class, c.b = next, getBuf(next)
+}
+
+// shrink goes back to the smallest size.
+func (c *copyBuf) shrink() {
+	c.put()
+	c.class, c.b = 0, getBuf(0)
+}
+
+// put gives the buffer and its reservation back.
+func (c *copyBuf) put() {
+	putBuf(c.class, c.b)
+	if c.class > 0 {
+		bufBudget.release(int64(bufSizes[c.class]))
+	}
+}
+
+// pump copies src to dst until EOF (nil) or an error. bounded tells that
+// dst's writes end themselves after the idle timeout without progress
+// (boundWrites); otherwise each write gets a deadline here.
+func (s *stream) pump(dst, src net.Conn, count func(int64), bounded bool) error {
+	buf := newCopyBuf()
+	defer func() { buf.put() }()
 	lastRead := time.Now()
-	s.arm(src, class, lastRead)
+	s.arm(src, buf.class, lastRead)
 	for {
-		n, err := src.Read(*buf)
+		n, err := src.Read(*buf.b)
 		if n > 0 {
 			lastRead = time.Now()
 			s.last.Store(lastRead.UnixNano())
-			if _, werr := dst.Write((*buf)[:n]); werr != nil {
+			if s.idle > 0 && !bounded {
+				_ = dst.SetWriteDeadline(lastRead.Add(s.idle))
+			}
+			if _, werr := dst.Write((*buf.b)[:n]); werr != nil {
 				return werr
 			}
 			count(int64(n))
 			switch {
-			case n == len(*buf) && class < len(bufSizes)-1:
-				putBuf(class, buf)
-				class++
-				buf = getBuf(class)
-				if class == 1 {
-					s.arm(src, class, lastRead)
+			case n == len(*buf.b) && buf.class < len(bufSizes)-1:
+				buf.grow()
+				if buf.class == 1 {
+					s.arm(src, buf.class, lastRead)
 				}
-			case n < bufSizes[0] && class > 0:
-				putBuf(class, buf)
-				class = 0
-				buf = getBuf(class)
+			case n < bufSizes[0] && buf.class > 0:
+				buf.shrink()
 			}
 		}
 		if err == nil {
@@ -166,12 +209,10 @@ func (s *stream) pump(dst, src net.Conn, count func(int64)) error {
 			if s.idle > 0 && now.Sub(time.Unix(0, s.last.Load())) >= s.idle {
 				return err
 			}
-			if class > 0 && now.Sub(lastRead) >= shrinkAfter {
-				putBuf(class, buf)
-				class = 0
-				buf = getBuf(class)
+			if buf.class > 0 && now.Sub(lastRead) >= shrinkAfter {
+				buf.shrink()
 			}
-			s.arm(src, class, lastRead)
+			s.arm(src, buf.class, lastRead)
 			continue
 		}
 		return err

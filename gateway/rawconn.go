@@ -53,6 +53,18 @@ type rawConn struct {
 	wn      int
 	werr    syscall.Errno
 	writeFn func(fd uintptr) bool
+
+	// stall, once the stream is carried, is how long a write may go
+	// without moving a byte before it fails (ns; 0: no bound): the idle
+	// timeout, for a direction whose reader stopped reading (stall.go).
+	stall atomic.Int64
+	// clock is the stream's time of last activity, moved on as a
+	// stalled write progresses.
+	clock *atomic.Int64
+	// userWD is the write deadline set through SetDeadline or
+	// SetWriteDeadline, and armedWD the one the socket has (UnixNano; 0:
+	// none).
+	userWD, armedWD atomic.Int64
 }
 
 // rawMax is the largest write made with a raw call; a read that fills a
@@ -145,7 +157,8 @@ func (c *rawConn) readRaw(fd uintptr) bool {
 	}
 }
 
-func (c *rawConn) Write(p []byte) (int, error) {
+// write is one Write, without the stall bound.
+func (c *rawConn) write(p []byte) (int, error) {
 	if len(p) > rawMax || !c.raw.Load() {
 		return c.TCPConn.Write(p)
 	}

@@ -23,6 +23,9 @@ const (
 	ReasonNotSynced  Reason = "not_synced"
 	ReasonDialFailed Reason = "dial_failed"
 	ReasonTooMany    Reason = "too_many_connections"
+	// ReasonTooManyFromPeer: the peer cluster holds
+	// Ingress.MaxConnsPerPeer streams already.
+	ReasonTooManyFromPeer Reason = "too_many_from_peer"
 	// ReasonEvicted: still in its handshake or request when every place
 	// was taken, and the oldest such; closed for a newer connection.
 	ReasonEvicted Reason = "handshake_evicted"
@@ -35,6 +38,9 @@ const (
 	ReasonUnknownPeer Reason = "unknown_peer" // no ingress address for the mirror's cluster
 	ReasonPeerRefused Reason = "peer_refused" // the peer's ingress answered with an error status
 	ReasonHandshake   Reason = "handshake_failed"
+	// ReasonTooManyFromSource: the client's address holds
+	// Egress.MaxConnsPerSource connections already.
+	ReasonTooManyFromSource Reason = "too_many_from_source"
 )
 
 // status is the HTTP status the ingress answers a refusal with.
@@ -48,7 +54,7 @@ func (r Reason) status() int {
 		return http.StatusRequestTimeout
 	case ReasonNotExported, ReasonPortNotExposed, ReasonPodNotExported, ReasonClusterNotAllowed:
 		return http.StatusForbidden
-	case ReasonNoEndpoint, ReasonTooMany, ReasonNotSynced:
+	case ReasonNoEndpoint, ReasonTooMany, ReasonTooManyFromPeer, ReasonNotSynced:
 		return http.StatusServiceUnavailable
 	case ReasonDialFailed:
 		return http.StatusBadGateway

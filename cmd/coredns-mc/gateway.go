@@ -129,6 +129,7 @@ func runGateway(args []string) int {
 	)
 	fs.Var(peers, "peer", "NAME=HOST:PORT: the ingress address of a linked cluster's gateway (repeatable)")
 	trust := gateway.RegisterTrustFlags(fs)
+	limits := gateway.RegisterLimitFlags(fs)
 	allow := clusterFlags{}
 	fs.Var(allow, "allow-cluster", "NAME: a cluster whose gateway may connect to the ingress (repeatable); once given, only these and the --peer clusters may, others are refused (cluster_not_allowed). Without it, any cluster whose certificate chains to --tls-ca may")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -246,6 +247,7 @@ func runGateway(args []string) int {
 		in = &gateway.Ingress{Certs: certs, Resolver: exports, DialTimeout: *dialTimeout,
 			HandshakeTimeout: *handshakeTO, IdleTimeout: idle, MaxConns: *maxConns, MaxHeaderBytes: *maxHeader,
 			AllowClusters: allowedClusters(allow, peers)}
+		limits.ConfigureIngress(in)
 		go func() {
 			if err := exports.Run(ctx); err != nil {
 				errc <- err
@@ -263,6 +265,7 @@ func runGateway(args []string) int {
 		eg = &gateway.Egress{Certs: certs, Peers: gateway.StaticPeers(peers), BindAddress: *egressBind,
 			DialTimeout: *dialTimeout, IdleTimeout: idle, MaxConns: *maxConns}
 		trust.ConfigureEgress(eg)
+		limits.ConfigureEgress(eg)
 		go func() { errc <- eg.Run(ctx, client) }()
 	}
 	var draining atomic.Bool

@@ -147,8 +147,14 @@ func readyz(metrics string) (int, string) {
 // --drain-delay while endpoints catch up, then stops listening and lets
 // open streams go on for --shutdown-grace; a stream still open then is
 // reset, never ended as if it were complete. The process exits 0.
-func TestGatewaySIGTERMDrainsThenResets(t *testing.T) {
-	const drainDelay, grace = 3 * time.Second, 2 * time.Second
+// eastEgress runs runGateway, in this process, as east's egress (no
+// ingress) with args added: one mirror, web-west, on a free port, and
+// west's ingress in this process in front of an echo target. It returns
+// the egress's address, the metrics address, runGateway's exit code and
+// whether the test has seen it exit; at the end of the test it is stopped
+// with SIGTERM and given stopWithin plus 10 s.
+func eastEgress(t *testing.T, stopWithin time.Duration, args ...string) (egressAddr, metrics string, code <-chan int, exited *atomic.Bool) {
+	t.Helper()
 	// SIGTERM is sent to this process: while the test runs, one that
 	// arrives when runGateway does not listen (not yet, or no more) must
 	// not end it.
@@ -163,7 +169,7 @@ func TestGatewaySIGTERMDrainsThenResets(t *testing.T) {
 	_, westAddr := westIngress(t, ca, dir, echoTarget(t))
 
 	egressPort := int32(netip.MustParseAddrPort(freeAddr(t)).Port())
-	egressAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(egressPort)))
+	egressAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(egressPort)))
 	mirror := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-west", Namespace: "default",
 		Labels: map[string]string{
 			labels.MirroredService: labels.MirroredServiceValue, labels.ClusterName: "west",
@@ -176,28 +182,37 @@ func TestGatewaySIGTERMDrainsThenResets(t *testing.T) {
 	t.Cleanup(func() { newGatewayClient = old })
 
 	kc, _ := testKubeconfigs(t, dir)
-	metrics := freeAddr(t)
-	args := append([]string{"--cluster", "east", "--kubeconfig", kc}, east.Args()...)
-	args = append(args, "--ingress-address", "", "--egress-bind-address", "127.0.0.1", "--metrics-addr", metrics,
-		"--peer", "west="+westAddr, "--drain-delay", drainDelay.String(), "--shutdown-grace", grace.String())
-	code := make(chan int, 1)
-	go func() { code <- runGateway(args) }()
-	var exited atomic.Bool
+	metrics = freeAddr(t)
+	all := append([]string{"--cluster", "east", "--kubeconfig", kc}, east.Args()...)
+	all = append(all, "--ingress-address", "", "--egress-bind-address", "127.0.0.1", "--metrics-addr", metrics,
+		"--peer", "west="+westAddr)
+	all = append(all, args...)
+	c := make(chan int, 1)
+	go func() { c <- runGateway(all) }()
+	exited = new(atomic.Bool)
 	t.Cleanup(func() {
 		if !exited.Load() {
 			// Stop it, whatever the test's outcome.
 			_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
 			select {
-			case <-code:
-			case <-time.After(drainDelay + grace + 10*time.Second):
+			case <-c:
+			case <-time.After(stopWithin + 10*time.Second):
 			}
 		}
 		klog.Flush()
 	})
+	return egressAddr, metrics, c, exited
+}
+
+func TestGatewaySIGTERMDrainsThenResets(t *testing.T) {
+	const drainDelay, grace = 3 * time.Second, 2 * time.Second
+	egressAddr, metrics, code, exited := eastEgress(t, drainDelay+grace,
+		"--drain-delay", drainDelay.String(), "--shutdown-grace", grace.String())
 	require.Eventually(t, func() bool { st, _ := readyz(metrics); return st == http.StatusOK }, 20*time.Second, 20*time.Millisecond,
 		"the gateway never became ready")
 	var long *net.TCPConn
 	var longR *bufio.Reader
+	var err error
 	require.Eventually(t, func() bool {
 		long, longR, err = greeted(egressAddr)
 		return err == nil

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// --max-connections-per-source reaches the egress: with 2, a client
+// address holding two streams has a third connection reset and counted.
+func TestGatewayMaxConnectionsPerSourceFlag(t *testing.T) {
+	egressAddr, metrics, _, _ := eastEgress(t, 0, "--max-connections-per-source", "2", "--drain-delay", "0s", "--shutdown-grace", "0s")
+	require.Eventually(t, func() bool { st, _ := readyz(metrics); return st == http.StatusOK }, 20*time.Second, 20*time.Millisecond,
+		"the gateway never became ready")
+	for i := range 2 {
+		var c *net.TCPConn
+		var err error
+		require.Eventually(t, func() bool {
+			c, _, err = greeted(egressAddr)
+			return err == nil
+		}, 20*time.Second, 50*time.Millisecond, "stream %d of 2: %v", i+1, err)
+		t.Cleanup(func() { c.Close() })
+	}
+
+	const series = "coredns_mcmirror_gateway_refusals_total"
+	labels := map[string]string{"direction": "egress", "reason": "too_many_from_source"}
+	url := "http://" + metrics + "/metrics"
+	before, _, err := harness.ScrapeMetric(url, series, labels)
+	require.NoError(t, err)
+	_, _, err = greeted(egressAddr)
+	require.Error(t, err, "a third stream from one address with --max-connections-per-source 2")
+	got, found, err := harness.ScrapeMetric(url, series, labels)
+	require.NoError(t, err)
+	require.True(t, found, "%s%v absent", series, labels)
+	require.Equal(t, before+1, got, "%s%v", series, labels)
+}

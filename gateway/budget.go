@@ -1,0 +1,96 @@
+package gateway
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// The budget of grown copy buffers. A direction holds the smallest buffer
+// (1 KB) whatever happens; a larger one (16 KB, 256 KB) only while it can
+// reserve the bytes from one process-wide budget. A stream over budget
+// keeps copying with the small buffer, slower but correct, so that the
+// memory the copy buffers pin is bounded even when every reader stops
+// reading (a buffer waiting for a Write to finish cannot be given back).
+// The reservation is the size of the buffer a direction holds, from the
+// grow until the shrink or the end of the stream.
+
+// DefaultBufferBudget is the budget without --buffer-budget: half the
+// container's memory limit (cgroup v2 memory.max) when there is one, else
+// 256 MiB.
+func DefaultBufferBudget() int64 {
+	if limit, ok := cgroupMemoryLimit("/sys/fs/cgroup/memory.max"); ok {
+		return limit / 2
+	}
+	return 256 << 20
+}
+
+// cgroupMemoryLimit reads a cgroup v2 memory.max: a number of bytes, or
+// "max" (no limit).
+func cgroupMemoryLimit(path string) (int64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// budget bounds the bytes reserved by grown buffers.
+type budget struct {
+	// limit is the bound in bytes set by SetBufferBudget; 0: def.
+	limit atomic.Int64
+	// def is DefaultBufferBudget, read once, when first needed.
+	once sync.Once
+	def  int64
+	used atomic.Int64
+}
+
+// bufBudget is the process's budget, shared by the ingress and the egress:
+// they share the memory.
+var bufBudget budget
+
+// SetBufferBudget sets the budget of grown copy buffers, in bytes; 0
+// restores the default. A budget under 16 KB grows no buffer.
+func SetBufferBudget(n int64) {
+	bufBudget.limit.Store(n)
+	bufBudgetBytes.Set(float64(bufBudget.max()))
+}
+
+func (b *budget) max() int64 {
+	if n := b.limit.Load(); n > 0 {
+		return n
+	}
+	b.once.Do(func() { b.def = DefaultBufferBudget() })
+	return b.def
+}
+
+// reserve takes n bytes from the budget if they are all there, and reports
+// whether it did; a refusal is counted.
+func (b *budget) reserve(n int64) bool {
+	limit := b.max()
+	bufBudgetBytes.Set(float64(limit))
+	for {
+		used := b.used.Load()
+		if used+n > limit {
+			bufGrowsRefused.Inc()
+			return false
+		}
+		if b.used.CompareAndSwap(used, used+n) {
+			bufReserved.Add(float64(n))
+			return true
+		}
+	}
+}
+
+// release gives back n bytes reserved. The gauge goes down first, so that
+// it never reads more than the budget.
+func (b *budget) release(n int64) {
+	bufReserved.Sub(float64(n))
+	b.used.Add(-n)
+}

@@ -1,0 +1,125 @@
+package gateway
+
+import (
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// dialEgressFrom connects to an egress port from a given loopback address.
+func dialEgressFrom(t *testing.T, from string, port int32) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", egressAddr(port))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// One client address holds at most MaxConnsPerSource egress connections:
+// one more is reset and counted (too_many_from_source), while another
+// address is served, and a place given back is taken again.
+func TestEgressBoundsConnectionsPerSource(t *testing.T) {
+	const perSource = 3
+	p := newPair(t, func(_ *Ingress, eg *Egress) { eg.MaxConnsPerSource = perSource })
+	echo := startEcho(t, "hi")
+	p.resolver.set(web, echo.addr)
+	port := p.mirror(t, "web", "", 80)
+
+	var held []net.Conn
+	for range perSource {
+		c := dialEgressFrom(t, "127.0.0.1", port)
+		readGreeting(t, c, "hi")
+		held = append(held, c)
+	}
+	before := refusals("", DirectionEgress, ReasonTooManyFromSource)
+	requireDialReset(t, egressAddr(port))
+	assert.Equal(t, before+1, refusals("", DirectionEgress, ReasonTooManyFromSource), "refusals_total{direction=egress,reason=too_many_from_source}")
+
+	other := dialEgressFrom(t, "127.0.0.2", port)
+	readGreeting(t, other, "hi")
+
+	held[0].Close()
+	require.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", egressAddr(port))
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 2)
+		_, err = io.ReadFull(c, b)
+		return err == nil && string(b) == "hi"
+	}, eventBound, 50*time.Millisecond, "the place given back was not taken again")
+}
+
+// One peer cluster holds at most MaxConnsPerPeer streams of the ingress:
+// one more is answered 503 too_many_from_peer and counted with its
+// cluster, its probes are still answered, and another cluster is served.
+func TestIngressBoundsStreamsPerPeer(t *testing.T) {
+	const perPeer = 2
+	p, _ := exportsPair(t, func(in *Ingress, _ *Egress) { in.MaxConnsPerPeer = perPeer })
+	for range perPeer {
+		openStream(t, p)
+	}
+	before := refusals("east", DirectionIngress, ReasonTooManyFromPeer)
+	c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
+	resp, _ := connect(t, c, connectRequest("web.default:80"))
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, string(ReasonTooManyFromPeer), resp.Header.Get("X-Mcmirror-Reason"))
+	assert.Equal(t, before+1, refusals("east", DirectionIngress, ReasonTooManyFromPeer), "refusals_total{peer=east,reason=too_many_from_peer}")
+
+	probe := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
+	resp, _ = connect(t, probe, "GET "+ProbePath+" HTTP/1.1\r\nHost: west\r\n\r\n")
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "a peer at its bound is probed as alive")
+
+	paris, err := p.ca.Issue("paris", gatewaytest.Options{})
+	require.NoError(t, err)
+	c = dialIngress(t, p.ingressAddr, clientTLS(t, paris))
+	resp, _ = connect(t, c, connectRequest("web.default:80"))
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "another cluster is served")
+}
+
+func TestLimitFlags(t *testing.T) {
+	t.Cleanup(func() { SetBufferBudget(0) })
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	lf := RegisterLimitFlags(fs)
+	require.NoError(t, fs.Parse([]string{"--buffer-budget", "8388608", "--max-connections-per-source", "0", "--max-connections-per-peer", "7"}))
+	assert.EqualValues(t, 8<<20, bufBudget.max())
+	var in Ingress
+	var e Egress
+	lf.ConfigureIngress(&in)
+	lf.ConfigureEgress(&e)
+	assert.Equal(t, 7, in.MaxConnsPerPeer)
+	assert.Equal(t, -1, e.MaxConnsPerSource, "0 on the command line: no bound")
+
+	fs = flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	lf = RegisterLimitFlags(fs)
+	require.NoError(t, fs.Parse(nil))
+	lf.ConfigureEgress(&e)
+	assert.Equal(t, 1024, e.MaxConnsPerSource)
+	assert.Error(t, fs.Parse([]string{"--buffer-budget", "1k"}))
+}
+
+func TestCgroupMemoryLimit(t *testing.T) {
+	dir := t.TempDir()
+	for content, want := range map[string]int64{"1073741824\n": 1 << 30, "max\n": 0, "": 0} {
+		path := dir + "/memory.max"
+		writeFile(t, path, []byte(content))
+		n, ok := cgroupMemoryLimit(path)
+		assert.Equal(t, want != 0, ok, "%q", content)
+		assert.Equal(t, want, n, "%q", content)
+	}
+	_, ok := cgroupMemoryLimit(dir + "/absent")
+	assert.False(t, ok)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -37,7 +38,14 @@ func (c *Cluster) InstallKubeadmDNS(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: tag %s: %v: %s", c.Name, KubeadmCoreDNSImage, err, out)
 	}
-	if err := c.Apply(ctx, fmt.Sprintf(kubeadmDNS, c.DNSServiceIP(), KubeadmCoreDNSImage)); err != nil {
+	// The sysctl that stands in for the file capability, in the pod's
+	// securityContext (kubeadm sets none).
+	deployment := strings.Replace(KubeadmCoreDNSDeployment("kube-system", KubeadmCoreDNSImage),
+		"      serviceAccountName: coredns\n",
+		"      serviceAccountName: coredns\n"+
+			"      securityContext:\n"+
+			"        sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: \"53\"}]\n", 1)
+	if err := c.Apply(ctx, fmt.Sprintf(kubeadmDNS, c.DNSServiceIP())+"---\n"+deployment); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -59,9 +67,9 @@ func deploymentAvailable(d *appsv1.Deployment) bool {
 	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
 }
 
-// kubeadmDNS is kubeadm v1.32's CoreDNS (cmd/kubeadm/app/phases/addons/dns),
-// with the sysctl that stands in for the image's file capability. Formatted
-// with the DNS Service's ClusterIP and the image.
+// kubeadmDNS is kubeadm v1.32's CoreDNS (cmd/kubeadm/app/phases/addons/dns)
+// but its Deployment (kubeadmDeployment): ServiceAccount, RBAC, ConfigMap
+// and Service. Formatted with the DNS Service's ClusterIP.
 const kubeadmDNS = `
 apiVersion: v1
 kind: ServiceAccount
@@ -123,12 +131,22 @@ spec:
   - {name: dns, port: 53, protocol: UDP, targetPort: 53}
   - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}
   - {name: metrics, port: 9153, protocol: TCP, targetPort: 9153}
----
+`
+
+// KubeadmCoreDNSDeployment is kubeadm v1.32's CoreDNS Deployment, object
+// for object, in namespace ns with image.
+func KubeadmCoreDNSDeployment(ns, image string) string {
+	return fmt.Sprintf(kubeadmDeployment, ns, image)
+}
+
+// kubeadmDeployment is kubeadm v1.32's CoreDNS Deployment. Formatted with
+// the namespace and the image.
+const kubeadmDeployment = `
 apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: coredns
-  namespace: kube-system
+  namespace: %[1]s
   labels: {k8s-app: kube-dns}
 spec:
   replicas: 2
@@ -143,8 +161,6 @@ spec:
     spec:
       priorityClassName: system-cluster-critical
       serviceAccountName: coredns
-      securityContext:
-        sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: "53"}]
       affinity:
         podAntiAffinity:
           preferredDuringSchedulingIgnoredDuringExecution:

@@ -236,66 +236,7 @@ func TestRenderScript(t *testing.T) {
 // kubeadmCoreDNS is kube-system/coredns as kubeadm (v1.32) makes it, in
 // namespace ns.
 func kubeadmCoreDNS(ns string) string {
-	return `
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: coredns, namespace: ` + ns + `, labels: {k8s-app: kube-dns}}
-spec:
-  replicas: 2
-  strategy:
-    type: RollingUpdate
-    rollingUpdate: {maxUnavailable: 1}
-  selector: {matchLabels: {k8s-app: kube-dns}}
-  template:
-    metadata: {labels: {k8s-app: kube-dns}}
-    spec:
-      priorityClassName: system-cluster-critical
-      serviceAccountName: coredns
-      affinity:
-        podAntiAffinity:
-          preferredDuringSchedulingIgnoredDuringExecution:
-          - weight: 100
-            podAffinityTerm:
-              labelSelector:
-                matchExpressions: [{key: k8s-app, operator: In, values: [kube-dns]}]
-              topologyKey: kubernetes.io/hostname
-      tolerations:
-      - {key: CriticalAddonsOnly, operator: Exists}
-      - {key: node-role.kubernetes.io/control-plane, effect: NoSchedule}
-      nodeSelector: {kubernetes.io/os: linux}
-      containers:
-      - name: coredns
-        image: registry.k8s.io/coredns/coredns:v1.11.3
-        imagePullPolicy: IfNotPresent
-        resources:
-          limits: {memory: 170Mi}
-          requests: {cpu: 100m, memory: 70Mi}
-        args: [-conf, /etc/coredns/Corefile]
-        volumeMounts:
-        - {name: config-volume, mountPath: /etc/coredns, readOnly: true}
-        ports:
-        - {name: dns, containerPort: 53, protocol: UDP}
-        - {name: dns-tcp, containerPort: 53, protocol: TCP}
-        - {name: metrics, containerPort: 9153, protocol: TCP}
-        securityContext:
-          allowPrivilegeEscalation: false
-          capabilities: {add: [NET_BIND_SERVICE], drop: [ALL]}
-          readOnlyRootFilesystem: true
-        livenessProbe:
-          httpGet: {path: /health, port: 8080, scheme: HTTP}
-          initialDelaySeconds: 60
-          timeoutSeconds: 5
-          successThreshold: 1
-          failureThreshold: 5
-        readinessProbe:
-          httpGet: {path: /ready, port: 8181, scheme: HTTP}
-      dnsPolicy: Default
-      volumes:
-      - name: config-volume
-        configMap:
-          name: coredns
-          items: [{key: Corefile, path: Corefile}]
-`
+	return harness.KubeadmCoreDNSDeployment(ns, harness.KubeadmCoreDNSImage)
 }
 
 // patchCommands are the README's command that patches the cluster DNS and
@@ -398,7 +339,12 @@ func TestCoreDNSPatch(t *testing.T) {
 	assert.Equal(t, []string{"-conf", "/etc/coredns/Corefile"}, ctr.Args, "coredns-mc takes CoreDNS's flags")
 	assert.Equal(t, kept.Containers[0].Ports, ctr.Ports)
 	assert.Equal(t, kept.Containers[0].LivenessProbe, ctr.LivenessProbe)
-	assert.Equal(t, kept.Containers[0].ReadinessProbe, ctr.ReadinessProbe)
+	// The readiness probe is kubeadm's, probed every second and unready
+	// after two failures: a terminating pod stops serving well inside its
+	// lameduck.
+	readiness := kept.Containers[0].ReadinessProbe.DeepCopy()
+	readiness.PeriodSeconds, readiness.FailureThreshold = 1, 2
+	assert.Equal(t, readiness, ctr.ReadinessProbe)
 	assert.Equal(t, kept.Containers[0].VolumeMounts, ctr.VolumeMounts)
 	assert.Equal(t, kept.PriorityClassName, spec.PriorityClassName)
 	assert.Equal(t, kept.Tolerations, spec.Tolerations)

@@ -17,25 +17,36 @@ import (
 // The reservation is the size of the buffer a direction holds, from the
 // grow until the shrink or the end of the stream.
 
-// DefaultBufferBudget is the budget without --buffer-budget: half the
-// container's memory limit (cgroup v2 memory.max) when there is one, else
-// 256 MiB.
+// DefaultBufferBudget is the budget without --buffer-budget: a quarter of
+// the container's memory limit when there is one (cgroup v2 memory.max, or
+// cgroup v1 memory.limit_in_bytes), else 256 MiB. A quarter, because the
+// streams themselves need the rest: each holds about 29 KiB idle (TLS
+// state, goroutines, 1 KB buffers), and under many stalled readers about
+// 45 KiB was measured (9,000 streams through one gateway, deploy/README.md,
+// Sizing).
 func DefaultBufferBudget() int64 {
-	if limit, ok := cgroupMemoryLimit("/sys/fs/cgroup/memory.max"); ok {
-		return limit / 2
+	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		if limit, ok := cgroupMemoryLimit(f); ok {
+			return limit / 4
+		}
 	}
 	return 256 << 20
 }
 
-// cgroupMemoryLimit reads a cgroup v2 memory.max: a number of bytes, or
-// "max" (no limit).
+// noLimit is where a cgroup v1 memory.limit_in_bytes reads as no limit
+// (the largest page count times the page size, just under 1<<63).
+const noLimit = 1 << 62
+
+// cgroupMemoryLimit reads a cgroup memory limit: v2's memory.max (a number
+// of bytes, or "max": no limit) or v1's memory.limit_in_bytes (a number;
+// no limit is a number near 1<<63).
 func cgroupMemoryLimit(path string) (int64, bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || n <= 0 {
+	if err != nil || n <= 0 || n >= noLimit {
 		return 0, false
 	}
 	return n, true

@@ -18,7 +18,7 @@ type LimitFlags struct {
 // parsed: the budget is the process's.
 func RegisterLimitFlags(fs *flag.FlagSet) *LimitFlags {
 	l := &LimitFlags{perSource: 1024}
-	fs.Func("buffer-budget", "bytes of grown copy buffers (16 KB, 256 KB) all streams may hold; over it a stream copies with 1 KB buffers (default: half the container's memory limit, cgroup memory.max, else 256 MiB)", func(s string) error {
+	fs.Func("buffer-budget", "bytes of grown copy buffers (16 KB, 256 KB) all streams may hold; over it a stream copies with 1 KB buffers (default: a quarter of the container's memory limit, cgroup v2 memory.max or v1 memory.limit_in_bytes, else 256 MiB)", func(s string) error {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 1<<20 {
 			return fmt.Errorf("want a number of bytes, at least 1048576")

@@ -151,7 +151,7 @@ var (
 	bufBudgetBytes = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: namespace, Subsystem: subsystem,
 		Name: "copy_buffer_budget_bytes",
-		Help: "Budget of grown copy buffers (--buffer-budget; default half the container's memory limit).",
+		Help: "Budget of grown copy buffers (--buffer-budget; default a quarter of the container's memory limit).",
 	})
 
 	// bufGrowsRefused counts grows refused for want of budget: the

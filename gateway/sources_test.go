@@ -113,7 +113,10 @@ func TestLimitFlags(t *testing.T) {
 
 func TestCgroupMemoryLimit(t *testing.T) {
 	dir := t.TempDir()
-	for content, want := range map[string]int64{"1073741824\n": 1 << 30, "max\n": 0, "": 0} {
+	// cgroup v2 memory.max, and v1 memory.limit_in_bytes with and without
+	// a limit.
+	for content, want := range map[string]int64{"1073741824\n": 1 << 30, "max\n": 0, "": 0,
+		"536870912\n": 512 << 20, "9223372036854771712\n": 0} {
 		path := dir + "/memory.max"
 		writeFile(t, path, []byte(content))
 		n, ok := cgroupMemoryLimit(path)

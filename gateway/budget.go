@@ -77,7 +77,10 @@ func (b *budget) max() int64 {
 	if n := b.limit.Load(); n > 0 {
 		return n
 	}
-	b.once.Do(func() { b.def = DefaultBufferBudget() })
+	b.once.Do(func() {
+		b.def = DefaultBufferBudget()
+		bufBudgetBytes.Set(float64(b.def))
+	})
 	return b.def
 }
 
@@ -85,7 +88,6 @@ func (b *budget) max() int64 {
 // whether it did; a refusal is counted.
 func (b *budget) reserve(n int64) bool {
 	limit := b.max()
-	bufBudgetBytes.Set(float64(limit))
 	for {
 		used := b.used.Load()
 		if used+n > limit {

@@ -81,6 +81,10 @@ type Cluster struct {
 	mapperOnce sync.Once
 	mapper     *restmapper.DeferredDiscoveryRESTMapper
 	dynamic    dynamic.Interface
+
+	// linkMu guards linkFile, the path LinkKubeconfigFile wrote.
+	linkMu   sync.Mutex
+	linkFile string
 }
 
 // startAPIServer starts kube-apiserver with RBAC, ServiceAccount tokens, its

@@ -20,3 +20,24 @@ func (c *Cluster) LinkKubeconfig(ctx context.Context) ([]byte, error) {
 	}
 	return c.ServiceAccountKubeconfig(ctx, "mcmirror", "mcmirror-link")
 }
+
+// LinkKubeconfigFile writes LinkKubeconfig's kubeconfig, once per cluster,
+// to <env dir>/<cluster>-link.kubeconfig and returns the path: what a
+// coredns-mc process started by a test links c with.
+func (c *Cluster) LinkKubeconfigFile(ctx context.Context) (string, error) {
+	c.linkMu.Lock()
+	defer c.linkMu.Unlock()
+	if c.linkFile != "" {
+		return c.linkFile, nil
+	}
+	kc, err := c.LinkKubeconfig(ctx)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(c.env.Dir, c.Name+"-link.kubeconfig")
+	if err := os.WriteFile(p, kc, 0o600); err != nil {
+		return "", fmt.Errorf("harness: %w", err)
+	}
+	c.linkFile = p
+	return p, nil
+}

@@ -20,7 +20,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,25 +51,12 @@ const (
 	staleOption = "stale_max_age"
 )
 
-var (
-	linkMu sync.Mutex
-	links  = map[string]string{}
-)
-
 // linkFile returns the path of a kubeconfig with the read-only link
 // credentials of deploy/remote-link.yaml for remote.
 func linkFile(t *testing.T, remote *harness.Cluster) string {
 	t.Helper()
-	linkMu.Lock()
-	defer linkMu.Unlock()
-	if p, ok := links[remote.Name]; ok {
-		return p
-	}
-	kc, err := remote.LinkKubeconfig(context.Background())
+	p, err := remote.LinkKubeconfigFile(context.Background())
 	require.NoError(t, err)
-	p := filepath.Join(env.Dir, remote.Name+"-link.kubeconfig")
-	require.NoError(t, os.WriteFile(p, kc, 0o600))
-	links[remote.Name] = p
 	return p
 }
 

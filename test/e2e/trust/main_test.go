@@ -98,26 +98,13 @@ func egressPorts() portRange {
 	return portRange{lo, lo + 99}
 }
 
-var (
-	linkOnce sync.Once
-	linkPath string
-	linkErr  error
-)
-
 // linkKubeconfig returns the path of a kubeconfig for west with the
 // credentials a link uses.
 func linkKubeconfig(t *testing.T) string {
 	t.Helper()
-	linkOnce.Do(func() {
-		var kc []byte
-		if kc, linkErr = env.Cluster("west").LinkKubeconfig(context.Background()); linkErr != nil {
-			return
-		}
-		linkPath = filepath.Join(env.Dir, "west-link.kubeconfig")
-		linkErr = os.WriteFile(linkPath, kc, 0o600)
-	})
-	require.NoError(t, linkErr)
-	return linkPath
+	p, err := env.Cluster("west").LinkKubeconfigFile(context.Background())
+	require.NoError(t, err)
+	return p
 }
 
 // startController starts `coredns-mc controller` for cluster c, linked to

@@ -40,11 +40,14 @@ func (c *Cluster) InstallKubeadmDNS(ctx context.Context) error {
 	}
 	// The sysctl that stands in for the file capability, in the pod's
 	// securityContext (kubeadm sets none).
-	deployment := strings.Replace(KubeadmCoreDNSDeployment("kube-system", KubeadmCoreDNSImage),
-		"      serviceAccountName: coredns\n",
-		"      serviceAccountName: coredns\n"+
-			"      securityContext:\n"+
-			"        sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: \"53\"}]\n", 1)
+	const anchor = "      serviceAccountName: coredns\n"
+	kubeadm := KubeadmCoreDNSDeployment("kube-system", KubeadmCoreDNSImage)
+	if !strings.Contains(kubeadm, anchor) {
+		return fmt.Errorf("harness: kubeadm's CoreDNS Deployment has no %q to set the sysctl after", anchor)
+	}
+	deployment := strings.Replace(kubeadm, anchor, anchor+
+		"      securityContext:\n"+
+		"        sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: \"53\"}]\n", 1)
 	if err := c.Apply(ctx, fmt.Sprintf(kubeadmDNS, c.DNSServiceIP())+"---\n"+deployment); err != nil {
 		return err
 	}

@@ -94,20 +94,3 @@ func TestDNSRolloutReadyThenDyingKeepsOldPods(t *testing.T) {
 	tl, out := stop()
 	requireLookups(t, "a rollout whose new pods die after Ready", tl, out)
 }
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func restarts(p *corev1.Pod) int32 {
-	var n int32
-	for _, cs := range p.Status.ContainerStatuses {
-		n += cs.RestartCount
-	}
-	return n
-}

@@ -59,15 +59,7 @@ spec:
 	var pod *corev1.Pod
 	require.NoError(t, wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		pod, err = west.Client.CoreV1().Pods("default").Get(ctx, "node-check", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range pod.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
+		return err == nil && podReady(pod), nil
 	}), "pod never Ready: %+v", pod)
 	require.True(t, west.PodCIDR.Contains(mustAddr(t, pod.Status.PodIP)), "pod IP %s outside %s", pod.Status.PodIP, west.PodCIDR)
 

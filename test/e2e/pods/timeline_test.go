@@ -77,16 +77,10 @@ func (tl *timeline) record(ev watch.Event) {
 	case *corev1.Pod:
 		key = "pod " + o.Name
 		ready := "unready"
-		for _, c := range o.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ready = "ready"
-			}
+		if podReady(o) {
+			ready = "ready"
 		}
-		restarts := int32(0)
-		for _, cs := range o.Status.ContainerStatuses {
-			restarts += cs.RestartCount
-		}
-		state = fmt.Sprintf("%s %s %s restarts=%d", o.Status.PodIP, o.Status.Phase, ready, restarts)
+		state = fmt.Sprintf("%s %s %s restarts=%d", o.Status.PodIP, o.Status.Phase, ready, restarts(o))
 		if o.DeletionTimestamp != nil {
 			state += " terminating"
 		}

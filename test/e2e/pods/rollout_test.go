@@ -100,10 +100,18 @@ func startLoop(t *testing.T, name, script string) func() (tally, string) {
 func startLookups(t *testing.T, ctx context.Context, name string) func() (tally, string) {
 	t.Helper()
 	const host = "nginx-set-0.nginx-svc-west.default.svc.cluster.local"
-	out, err := inClient(ctx, "nslookup "+host+" | grep '^Address: ' | head -1")
-	require.NoError(t, err)
-	want := strings.TrimSpace(out)
-	require.True(t, strings.HasPrefix(want, "Address: "), "%s: %q", host, out)
+	// The first test to run may come right after west's StatefulSet is
+	// Ready, before east's controller and DNS have seen it: wait for the
+	// name to resolve rather than read it once.
+	var out, want string
+	var err error
+	if werr := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		out, err = inClient(ctx, "nslookup "+host+" | grep '^Address: ' | head -1")
+		want = strings.TrimSpace(out)
+		return err == nil && strings.HasPrefix(want, "Address: "), nil
+	}); werr != nil {
+		t.Fatalf("%s never resolved in east: last output %q, error %v", host, out, err)
+	}
 	timeline, err := watchTimeline(ctx, env.Cluster("east"))
 	require.NoError(t, err)
 	stop := startLoop(t, name, fmt.Sprintf(lookupLoop, name, host, want))

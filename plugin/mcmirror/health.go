@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"sync/atomic"
@@ -96,6 +97,25 @@ func newGatewayHealth(url string, interval time.Duration, local string, changed 
 		changed:  changed,
 		reported: map[string]bool{},
 	}
+}
+
+// healthClient is the HTTP client of gateway_health: with resolver
+// (host:port of a DNS server) it looks host names up there, over UDP and
+// TCP as a stub resolver does; without, with the system's resolver.
+func healthClient(resolver string) *http.Client {
+	if resolver == "" {
+		return &http.Client{}
+	}
+	d := &net.Dialer{Resolver: &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, resolver)
+		},
+	}}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = d.DialContext
+	return &http.Client{Transport: t}
 }
 
 // load returns the current state; nil (every gateway alive) when h is nil

@@ -74,6 +74,11 @@ type Options struct {
 	// /peers), read every GatewayHealthInterval (zero means 2s).
 	GatewayHealthURL      string
 	GatewayHealthInterval time.Duration
+	// GatewayHealthResolver, when set, is the DNS server (host:port) that
+	// resolves the URL's host: this server itself, for a Service name in
+	// its zone, since the DNS pods resolve with their node's resolver,
+	// which knows no Service names. Empty: the system's resolver.
+	GatewayHealthResolver string
 	// AllowedCIDRs bounds, per linked cluster, the flat-mode endpoint
 	// addresses answered (allowed_cidrs): a cluster without a list is not
 	// bounded, one with an empty list has none answered.
@@ -153,6 +158,7 @@ func newWithSource(src source, o Options) (*MCMirror, error) {
 	m.requeue = m.syncNow
 	if o.GatewayHealthURL != "" {
 		m.health = newGatewayHealth(o.GatewayHealthURL, o.GatewayHealthInterval, o.Cluster, m.gatewaysChanged)
+		m.health.client = healthClient(o.GatewayHealthResolver)
 		m.index.health = m.health
 	}
 	return m, nil

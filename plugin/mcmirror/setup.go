@@ -3,6 +3,8 @@ package mcmirror
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -41,6 +43,7 @@ func setup(c *caddy.Controller) error {
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
+	cfg.healthResolver = healthResolver(cfg, dnsserver.GetConfig(c))
 	m, err := cfg.build()
 	if err != nil {
 		return plugin.Error(pluginName, err)
@@ -76,6 +79,7 @@ type config struct {
 	staleMaxAge    time.Duration // stale_max_age; 0: forever
 	fall           fall.F
 	healthURL      string // gateway_health; empty without it
+	healthResolver string // where gateway_health's host is looked up; empty: the system
 	healthInterval time.Duration
 	allowed        allowedCIDRs // allowed_cidrs, by linked cluster
 }
@@ -314,6 +318,32 @@ func checkZones(zones []string) error {
 }
 
 // parseGatewayHealth parses gateway_health URL [INTERVAL].
+// healthResolver returns where gateway_health's host is looked up: this
+// server itself (on loopback, at its port, or at its first bind address)
+// when the host is a name in one of the plugin's zones, such as
+// mcmirror-gateway-metrics.mcmirror.svc.cluster.local, which the node's
+// resolver a DNS pod uses does not know; otherwise the system's resolver.
+func healthResolver(cfg *config, server *dnsserver.Config) string {
+	if cfg.healthURL == "" {
+		return ""
+	}
+	u, err := url.Parse(cfg.healthURL)
+	if err != nil {
+		return ""
+	}
+	host := u.Hostname()
+	if _, err := netip.ParseAddr(host); err == nil || plugin.Zones(cfg.zones).Matches(dns.Fqdn(host)) == "" {
+		return ""
+	}
+	addr := "127.0.0.1"
+	if len(server.ListenHosts) > 0 && server.ListenHosts[0] != "" {
+		if a, err := netip.ParseAddr(server.ListenHosts[0]); err == nil && !a.IsUnspecified() {
+			addr = a.String()
+		}
+	}
+	return net.JoinHostPort(addr, server.Port)
+}
+
 func parseGatewayHealth(c *caddy.Controller, cfg *config) error {
 	args := c.RemainingArgs()
 	if len(args) != 1 && len(args) != 2 {
@@ -366,6 +396,7 @@ func (cfg *config) build() (*MCMirror, error) {
 
 		GatewayHealthURL:      cfg.healthURL,
 		GatewayHealthInterval: cfg.healthInterval,
+		GatewayHealthResolver: cfg.healthResolver,
 		AllowedCIDRs:          cfg.allowed.lists,
 	})
 	if err != nil {

@@ -17,10 +17,12 @@ import (
 )
 
 // CertFiles names the files of a gateway's TLS material: its certificate
-// chain and key, and the trust root shared by every cluster. They are read
-// again when they change, so that a rotated certificate (a Secret volume
-// updated by cert-manager, say) is used for new handshakes without a restart,
-// while established connections carry on.
+// chain (the certificate, then its cluster's intermediate) and key, and the
+// trust root shared by every cluster (old and new during a rotation of the
+// root). They are read again when they change, so that a rotated
+// certificate (a Secret volume updated by cert-manager, say) is used for
+// new handshakes without a restart, while established connections carry
+// on.
 type CertFiles struct {
 	Cert, Key, CA string
 	// TrustDomain is the trust domain of identities (DefaultTrustDomain
@@ -32,9 +34,12 @@ type CertFiles struct {
 type material struct {
 	cert    tls.Certificate
 	roots   *x509.CertPool
-	cluster string    // the cluster the certificate names
-	expiry  time.Time // the certificate's NotAfter
-	raw     []byte    // the three files, to tell a change
+	cluster string // the cluster the certificate names
+	// expiry is the earliest NotAfter of the certificate and of the
+	// intermediate that issued it: a certificate valid for longer than
+	// its intermediate is not.
+	expiry time.Time
+	raw    []byte // the three files, to tell a change
 }
 
 // Certs holds the current TLS material and builds TLS configurations that
@@ -101,35 +106,71 @@ func (c *Certs) read() (*material, error) {
 		}
 		raw = append(raw, b)
 	}
-	cert, err := tls.X509KeyPair(raw[0], raw[1])
+	m, err := parseMaterial(raw[0], raw[1], raw[2], c.files)
 	if err != nil {
-		return nil, fmt.Errorf("%s, %s: %w", c.files.Cert, c.files.Key, err)
+		return nil, err
+	}
+	m.raw = bytes.Join(raw, nil)
+	return m, nil
+}
+
+// CheckCertificates puts a certificate chain, its key and a trust root
+// bundle (PEM) through the checks a gateway's own files pass at start-up
+// and at every reload, and returns the cluster the certificate names and
+// when the chain expires (its certificate's or its intermediate's
+// NotAfter, whichever comes first): what coredns-mc certs checks before it
+// writes a set.
+func CheckCertificates(certPEM, keyPEM, caPEM []byte, trustDomain string) (cluster string, expiry time.Time, err error) {
+	if trustDomain == "" {
+		trustDomain = DefaultTrustDomain
+	}
+	m, err := parseMaterial(certPEM, keyPEM, caPEM, CertFiles{Cert: "certificate", Key: "key", CA: "trust root", TrustDomain: trustDomain})
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return m.cluster, m.expiry, nil
+}
+
+// parseMaterial checks the contents of files; errors name them.
+func parseMaterial(certPEM, keyPEM, caPEM []byte, files CertFiles) (*material, error) {
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("%s, %s: %w", files.Cert, files.Key, err)
 	}
 	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(raw[2]) {
-		return nil, fmt.Errorf("%s: no PEM certificate", c.files.CA)
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%s: no PEM certificate", files.CA)
 	}
 	leaf := cert.Leaf
 	if leaf == nil {
 		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return nil, fmt.Errorf("%s: %w", c.files.Cert, err)
+			return nil, fmt.Errorf("%s: %w", files.Cert, err)
 		}
 	}
 	// The gateway's own certificate must pass the checks it puts peers
 	// through: a mistake shows at start-up, not at the first connection.
 	inter := intermediates(cert)
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		return nil, fmt.Errorf("%s does not chain to %s: %w", c.files.Cert, c.files.CA, err)
+	chains, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	if err != nil {
+		hint := ""
+		if len(cert.Certificate) == 1 {
+			hint = " (it holds the certificate alone: its cluster's intermediate must follow it)"
+		}
+		return nil, fmt.Errorf("%s does not chain to %s%s: %w", files.Cert, files.CA, hint, err)
 	}
 	if err := checkUsages(leaf, roots, inter); err != nil {
-		return nil, fmt.Errorf("%s: %w", c.files.Cert, err)
+		return nil, fmt.Errorf("%s: %w", files.Cert, err)
 	}
-	cluster, err := ClusterOf(leaf, c.files.TrustDomain)
+	cluster, err := ClusterOf(leaf, files.TrustDomain)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.files.Cert, err)
+		return nil, fmt.Errorf("%s: %w", files.Cert, err)
 	}
-	return &material{cert: cert, roots: roots, cluster: cluster, expiry: leaf.NotAfter, raw: bytes.Join(raw, nil)}, nil
+	chain, err := acceptedChain(chains, cluster, files.TrustDomain)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", files.Cert, err)
+	}
+	return &material{cert: cert, roots: roots, cluster: cluster, expiry: chainExpiry(chain)}, nil
 }
 
 // checkUsages verifies that the gateway's own certificate, which chains to
@@ -209,8 +250,9 @@ func (c *Certs) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// verify checks a peer's chain against the current root and returns the
-// cluster it names.
+// verify checks a peer's chain against the current root, and that the
+// intermediate of the cluster it names issued it (issuer.go), and returns
+// that cluster.
 func (c *Certs) verify(rawCerts [][]byte, usage x509.ExtKeyUsage) (string, error) {
 	if len(rawCerts) == 0 {
 		return "", errors.New("no certificate")
@@ -223,20 +265,42 @@ func (c *Certs) verify(rawCerts [][]byte, usage x509.ExtKeyUsage) (string, error
 		}
 		certs[i] = cert
 	}
+	return VerifyPeer(certs, c.cur.Load().roots, c.files.TrustDomain, time.Time{}, usage)
+}
+
+// VerifyPeer checks a peer gateway's chain (its certificate first, then
+// the certificates sent with it) against roots at time now (zero: the
+// current time), for usage, by the gateway's rules: it chains to a root,
+// names one cluster of trustDomain, and was issued by that cluster's
+// intermediate (issuer.go). It returns that cluster. What the ingress and
+// the egress do with every peer, for tools that judge a peer as they would.
+func VerifyPeer(chain []*x509.Certificate, roots *x509.CertPool, trustDomain string, now time.Time, usage x509.ExtKeyUsage) (string, error) {
+	if len(chain) == 0 {
+		return "", errors.New("no certificate")
+	}
 	inter := x509.NewCertPool()
-	for _, cert := range certs[1:] {
+	for _, cert := range chain[1:] {
 		inter.AddCert(cert)
 	}
-	m := c.cur.Load()
-	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: m.roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+	chains, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}})
+	if err != nil {
 		return "", err
 	}
-	return ClusterOf(certs[0], c.files.TrustDomain)
+	cluster, err := ClusterOf(chain[0], trustDomain)
+	if err != nil {
+		return "", err
+	}
+	if _, err := acceptedChain(chains, cluster, trustDomain); err != nil {
+		return "", err
+	}
+	return cluster, nil
 }
 
 // ServerConfig is the ingress's TLS configuration: TLS 1.3 only, a client
-// certificate that chains to the current root required. The verified peer
-// cluster is read back with PeerCluster.
+// certificate that chains to the current root through its own cluster's
+// intermediate required (one issued otherwise is counted as
+// issuer_mismatch). The verified peer cluster is read back with
+// PeerCluster.
 func (c *Certs) ServerConfig() *tls.Config {
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -246,6 +310,14 @@ func (c *Certs) ServerConfig() *tls.Config {
 		},
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			_, err := c.verify(raw, x509.ExtKeyUsageClientAuth)
+			var ie *IssuerError
+			if errors.As(err, &ie) {
+				// Labelled with the cluster whose credentials made
+				// it, which the root vouches for; not with the
+				// cluster it claims, which they could make up.
+				refusalsTotal.WithLabelValues(ie.Issuer, DirectionIngress, string(ReasonIssuerMismatch)).Inc()
+				klog.Background().V(1).Info("Refused", "peer", ie.Issuer, "claimed", ie.Cluster, "reason", ReasonIssuerMismatch, "err", err)
+			}
 			return err
 		},
 		NextProtos: []string{"http/1.1"},
@@ -276,10 +348,11 @@ func (c *Certs) PeerConfig(peer string) *tls.Config {
 
 // ClientConfig is the egress's (and the prober's) TLS configuration towards
 // the ingress of cluster peer: TLS 1.3 only, the server's chain verified
-// against the current root, and its identity required to be peer's. The
-// address it is reached at plays no part: gateways are known by identity,
-// not by name. Sessions are resumed from cache, which saves the certificate
-// exchange on every connection after the first.
+// against the current root through peer's intermediate, and its identity
+// required to be peer's. The address it is reached at plays no part:
+// gateways are known by identity, not by name. Sessions are resumed from
+// cache, which saves the certificate exchange on every connection after the
+// first.
 func (c *Certs) ClientConfig(peer string, sessions tls.ClientSessionCache) *tls.Config {
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS13,

@@ -6,19 +6,22 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/mcmirror/mcmirror/gateway/issuer"
 	"github.com/mcmirror/mcmirror/internal/labels"
 )
 
 // DefaultTrustDomain is the trust domain of gateway identities unless
 // configured otherwise.
-const DefaultTrustDomain = "mcmirror.dev"
+const DefaultTrustDomain = issuer.DefaultTrustDomain
 
 // Identity names a cluster's gateway in its certificate: a SPIFFE ID,
 // spiffe://<trust domain>/cluster/<cluster>, as a URI SAN. Both sides of a
 // connection carry one: the ingress learns from it which cluster a connection
 // comes from, and the egress checks that it reached the cluster it dialled.
+// The cluster's intermediate CA, which issues the certificate, carries the
+// same ID (see issuer.go).
 func Identity(trustDomain, cluster string) *url.URL {
-	return &url.URL{Scheme: "spiffe", Host: trustDomain, Path: "/cluster/" + cluster}
+	return issuer.Identity(trustDomain, cluster)
 }
 
 // ClusterOf returns the cluster a verified certificate belongs to: the one

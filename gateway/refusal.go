@@ -32,6 +32,12 @@ const (
 	// ReasonClusterNotAllowed: the client certificate names a cluster that
 	// is not allowed to connect (Ingress.AllowClusters).
 	ReasonClusterNotAllowed Reason = "cluster_not_allowed"
+	// ReasonIssuerMismatch: the client certificate chains to the root,
+	// but not through the intermediate of the cluster it names (another
+	// cluster's, none, or more than one; issuer.go). Refused in the
+	// handshake, so answered with no status; the peer label is the
+	// cluster whose intermediate issued it.
+	ReasonIssuerMismatch Reason = "issuer_mismatch"
 
 	// Egress: why a client's connection was reset.
 	ReasonNoRoute     Reason = "no_route"     // the port is not (or no longer) a mirror's, or recorded twice

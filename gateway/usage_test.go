@@ -20,11 +20,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// issueWithUsages writes into dir a certificate of cluster from ca with
-// these extended key usages, its key and the root, and returns their
-// files.
+// issueWithUsages writes into dir a certificate of cluster from the root
+// ca's intermediate of cluster with these extended key usages, its key and
+// the root, and returns their files.
 func issueWithUsages(t *testing.T, ca *gatewaytest.CA, dir, cluster string, usages ...x509.ExtKeyUsage) CertFiles {
 	t.Helper()
+	inter, err := ca.Intermediate(cluster, gatewaytest.Options{})
+	require.NoError(t, err)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
@@ -38,12 +40,12 @@ func issueWithUsages(t *testing.T, ca *gatewaytest.CA, dir, cluster string, usag
 		ExtKeyUsage:  usages,
 		URIs:         []*url.URL{Identity(DefaultTrustDomain, cluster)},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, inter.Cert, &key.PublicKey, inter.Key)
 	require.NoError(t, err)
 	kder, err := x509.MarshalECPrivateKey(key)
 	require.NoError(t, err)
 	files := CertFiles{Cert: filepath.Join(dir, cluster+".crt"), Key: filepath.Join(dir, cluster+".key"), CA: filepath.Join(dir, "ca.crt")}
-	require.NoError(t, os.WriteFile(files.Cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(files.Cert, append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), inter.CertPEM...), 0o600))
 	require.NoError(t, os.WriteFile(files.Key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
 	require.NoError(t, os.WriteFile(files.CA, ca.CertPEM, 0o600))
 	return files

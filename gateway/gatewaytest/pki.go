@@ -1,105 +1,191 @@
 // Package gatewaytest issues gateway certificates for tests, benchmarks and
-// the demo: a trust root, and one certificate per cluster with the identity
-// the gateway wants (spiffe://<trust domain>/cluster/<name>).
+// the demo, the way deploy/certificates.md has a fleet do it (and with the
+// same code, gateway/issuer): a trust root, one intermediate CA per cluster
+// that names it, and every cluster's certificate issued by its own
+// cluster's intermediate, the certificate file holding the chain (the
+// certificate, then the intermediate). Options make what the gateway
+// refuses: a certificate issued by another cluster's intermediate (the
+// forgery a cluster's credentials must not be able to make) or by the root
+// itself.
 package gatewaytest
 
 import (
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net/url"
+	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
+
+	"github.com/mcmirror/mcmirror/gateway/issuer"
 )
 
-// CA is a trust root.
+// CA is a trust root, or a cluster's intermediate made by one.
 type CA struct {
 	Cert    *x509.Certificate
 	Key     *ecdsa.PrivateKey
 	CertPEM []byte
+	// Cluster is the cluster an intermediate names; empty for a root.
+	Cluster string
+
+	// root is the root that signed an intermediate; nil for a root.
+	root *CA
+	mu   sync.Mutex
+	// intermediates are the root's intermediates that Issue uses, made
+	// at the first certificate of each cluster and trust domain.
+	intermediates map[[2]string]*CA
 }
 
-// NewCA makes a self-signed root valid for a day.
+// NewCA makes a self-signed root, valid for a year from an hour ago.
 func NewCA(name string) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := issuer.NewKey()
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	tmpl := issuer.RootTemplate(issuer.DefaultTrustDomain, time.Now().Add(-time.Hour), time.Now().Add(365*24*time.Hour))
+	tmpl.Subject.CommonName = name
+	cert, err := issuer.SelfSign(tmpl, key)
 	if err != nil {
 		return nil, err
 	}
-	cert, _ := x509.ParseCertificate(der)
-	return &CA{Cert: cert, Key: key, CertPEM: pemBlock("CERTIFICATE", der)}, nil
+	return &CA{Cert: cert, Key: key, CertPEM: issuer.CertPEM(cert)}, nil
 }
 
-// Options shape an issued certificate.
+// Options shape an issued certificate, or an intermediate.
 type Options struct {
 	// TrustDomain defaults to mcmirror.dev, the gateway's default.
 	TrustDomain string
-	// NotBefore and NotAfter default to an hour ago and a day from now.
+	// NotBefore and NotAfter default to an hour ago and a day from now
+	// (90 days for an intermediate).
 	NotBefore, NotAfter time.Time
 	// NoIdentity leaves the spiffe URI SAN out.
 	NoIdentity bool
+	// Issuer is the cluster whose intermediate issues the certificate:
+	// the certificate's own when empty. Another cluster's makes the
+	// forgery that every gateway refuses.
+	Issuer string
+	// FromRoot issues the certificate with the root itself, without an
+	// intermediate: refused too.
+	FromRoot bool
 }
 
-// Issued is a certificate and its key, PEM-encoded.
-type Issued struct {
-	CertPEM, KeyPEM []byte
-}
-
-// Issue makes the gateway certificate of cluster, for both server and client
-// use.
-func (ca *CA) Issue(cluster string, o Options) (*Issued, error) {
+func (o Options) withDefaults(valid time.Duration) Options {
 	if o.TrustDomain == "" {
-		o.TrustDomain = "mcmirror.dev"
+		o.TrustDomain = issuer.DefaultTrustDomain
 	}
 	if o.NotBefore.IsZero() {
 		o.NotBefore = time.Now().Add(-time.Hour)
 	}
 	if o.NotAfter.IsZero() {
-		o.NotAfter = time.Now().Add(24 * time.Hour)
+		o.NotAfter = time.Now().Add(valid)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	return o
+}
+
+// Intermediate makes a new intermediate of cluster, signed by the root ca,
+// valid for 90 days unless o says otherwise (Issuer and FromRoot play no
+// part). Issue uses one of its own; this one is for tests that want
+// another (one that expires sooner, say).
+func (ca *CA) Intermediate(cluster string, o Options) (*CA, error) {
+	if ca.root != nil {
+		return nil, errors.New("gatewaytest: an intermediate is made by the root")
+	}
+	o = o.withDefaults(90 * 24 * time.Hour)
+	key, err := issuer.NewKey()
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "gateway." + cluster},
-		NotBefore:    o.NotBefore,
-		NotAfter:     o.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	tmpl := issuer.IntermediateTemplate(o.TrustDomain, cluster, o.NotBefore, o.NotAfter)
+	if o.NoIdentity {
+		tmpl.URIs = nil
 	}
-	if !o.NoIdentity {
-		// The package does not import gateway (whose tests use it), so
-		// the identity's form is written out: gateway.Identity.
-		tmpl.URIs = append(tmpl.URIs, &url.URL{Scheme: "spiffe", Host: o.TrustDomain, Path: "/cluster/" + cluster})
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	cert, err := issuer.Sign(tmpl, key.Public(), &issuer.CA{Cert: ca.Cert, Key: ca.Key})
 	if err != nil {
 		return nil, err
 	}
-	kder, err := x509.MarshalECPrivateKey(key)
+	return &CA{Cert: cert, Key: key, CertPEM: issuer.CertPEM(cert), Cluster: cluster, root: ca}, nil
+}
+
+// intermediate returns the root's intermediate of cluster in trustDomain
+// that Issue uses, made once.
+func (ca *CA) intermediate(trustDomain, cluster string) (*CA, error) {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	k := [2]string{trustDomain, cluster}
+	if in, ok := ca.intermediates[k]; ok {
+		return in, nil
+	}
+	in, err := ca.Intermediate(cluster, Options{TrustDomain: trustDomain})
 	if err != nil {
 		return nil, err
 	}
-	return &Issued{CertPEM: pemBlock("CERTIFICATE", der), KeyPEM: pemBlock("EC PRIVATE KEY", kder)}, nil
+	if ca.intermediates == nil {
+		ca.intermediates = map[[2]string]*CA{}
+	}
+	ca.intermediates[k] = in
+	return in, nil
+}
+
+// Issued is a certificate chain and its key, PEM-encoded.
+type Issued struct {
+	// CertPEM is the certificate, followed by the intermediate that
+	// issued it (nothing follows one issued by the root).
+	CertPEM, KeyPEM []byte
+}
+
+// Issue makes the gateway certificate of cluster, for both server and
+// client use. From a root it is issued by the root's intermediate of
+// cluster (of o.Issuer when set; by the root itself with o.FromRoot);
+// from an intermediate, by that intermediate.
+func (ca *CA) Issue(cluster string, o Options) (*Issued, error) {
+	o = o.withDefaults(24 * time.Hour)
+	signer := ca
+	switch {
+	case ca.root != nil:
+		if o.Issuer != "" || o.FromRoot {
+			return nil, errors.New("gatewaytest: Issuer and FromRoot are options of a root's Issue")
+		}
+	case !o.FromRoot:
+		from := o.Issuer
+		if from == "" {
+			from = cluster
+		}
+		var err error
+		if signer, err = ca.intermediate(o.TrustDomain, from); err != nil {
+			return nil, err
+		}
+	}
+	key, err := issuer.NewKey()
+	if err != nil {
+		return nil, err
+	}
+	tmpl := issuer.GatewayTemplate(o.TrustDomain, cluster, o.NotBefore, o.NotAfter)
+	if o.NoIdentity {
+		tmpl.URIs = nil
+	}
+	cert, err := issuer.Sign(tmpl, key.Public(), &issuer.CA{Cert: signer.Cert, Key: signer.Key})
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := issuer.KeyPEM(key)
+	if err != nil {
+		return nil, err
+	}
+	chain := issuer.CertPEM(cert)
+	if signer.root != nil {
+		chain = append(chain, signer.CertPEM...)
+	}
+	return &Issued{CertPEM: chain, KeyPEM: keyPEM}, nil
+}
+
+// Root returns the root: ca itself, or the one that made the intermediate
+// ca.
+func (ca *CA) Root() *CA {
+	if ca.root != nil {
+		return ca.root
+	}
+	return ca
 }
 
 // Files are the paths of a gateway's certificate, key and trust root.
@@ -112,12 +198,12 @@ func (f Files) Args() []string {
 	return []string{"--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA}
 }
 
-// Write writes the certificate, its key and the root into dir as
+// Write writes the certificate chain, its key and the root into dir as
 // <cluster>.crt, <cluster>.key and ca.crt, each by rename so that a reader
 // never sees half a file.
 func (ca *CA) Write(dir, cluster string, is *Issued) (Files, error) {
 	f := Files{Cert: filepath.Join(dir, cluster+".crt"), Key: filepath.Join(dir, cluster+".key"), CA: filepath.Join(dir, "ca.crt")}
-	for path, data := range map[string][]byte{f.Cert: is.CertPEM, f.Key: is.KeyPEM, f.CA: ca.CertPEM} {
+	for path, data := range map[string][]byte{f.Cert: is.CertPEM, f.Key: is.KeyPEM, f.CA: ca.Root().CertPEM} {
 		if err := writeAtomic(path, data); err != nil {
 			return Files{}, err
 		}
@@ -140,13 +226,4 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-func pemBlock(typ string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-}
-
-func serial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	return n
 }

@@ -1,0 +1,442 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/gateway/issuer"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The chain rule on its own, on chains as x509 Verify returns them: the
+// certificate first, the root last.
+func TestIssuerChainRule(t *testing.T) {
+	cert := func(cn string, uris ...string) *x509.Certificate {
+		c := &x509.Certificate{Subject: pkix.Name{CommonName: cn}, NotAfter: time.Unix(1000, 0)}
+		for _, s := range uris {
+			u, err := url.Parse(s)
+			require.NoError(t, err)
+			c.URIs = append(c.URIs, u)
+		}
+		return c
+	}
+	root := cert("root", "spiffe://mcmirror.dev")
+	west, east := cert("west ca", "spiffe://mcmirror.dev/cluster/west"), cert("east ca", "spiffe://mcmirror.dev/cluster/east")
+	leaf := cert("gateway.west", "spiffe://mcmirror.dev/cluster/west")
+	for _, tc := range []struct {
+		name   string
+		chains [][]*x509.Certificate
+		want   string // empty: accepted
+		issuer string // the metric's peer label
+	}{
+		{"root, west's intermediate, west", [][]*x509.Certificate{{leaf, west, root}}, "", ""},
+		{"issued by east's intermediate", [][]*x509.Certificate{{leaf, east, root}},
+			`certificate for west issued by east's intermediate "east ca": a cluster's gateway certificate must be issued by its own cluster's intermediate`, "east"},
+		{"issued by the root", [][]*x509.Certificate{{leaf, root}}, `certificate for west issued by the root "root" itself`, ""},
+		{"through two intermediates", [][]*x509.Certificate{{leaf, west, east, root}},
+			`certificate for west chains to the root through 2 intermediates ("west ca", "east ca"), not one`, "east"},
+		{"intermediate without identity", [][]*x509.Certificate{{leaf, cert("anonymous ca"), root}},
+			`certificate for west issued by intermediate "anonymous ca", which names no cluster`, ""},
+		{"intermediate of another trust domain", [][]*x509.Certificate{{leaf, cert("x", "spiffe://example.org/cluster/west"), root}},
+			"which names no cluster", ""},
+		{"intermediate in the trust root file", [][]*x509.Certificate{{leaf, west}},
+			`chains to west's intermediate "west ca", which the trust root file holds as a root`, "west"},
+		{"an intermediate in the trust root file, above west's", [][]*x509.Certificate{{leaf, west, east}},
+			`chains to east's intermediate "east ca", which the trust root file holds as a root`, "east"},
+		{"the certificate in the trust root file", [][]*x509.Certificate{{leaf}}, "is itself in the trust root file", ""},
+		{"one good chain of several", [][]*x509.Certificate{{leaf, root}, {leaf, west, root}}, "", ""},
+		{"no chain", nil, "no verified chain", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chain, err := acceptedChain(tc.chains, "west", DefaultTrustDomain)
+			if tc.want == "" {
+				require.NoError(t, err)
+				assert.Len(t, chain, 3)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+			var ie *IssuerError
+			require.ErrorAs(t, err, &ie)
+			assert.Equal(t, "west", ie.Cluster)
+			assert.Equal(t, tc.issuer, ie.Issuer)
+		})
+	}
+}
+
+// deeperChain makes a certificate of cluster issued through two
+// intermediates that both name it, under a root without path length limits
+// (so that x509 verifies the chain and only the chain rule refuses it), and
+// returns its chain, its key and the root, PEM-encoded.
+func deeperChain(t *testing.T, cluster string) (certPEM, keyPEM, rootPEM []byte) {
+	t.Helper()
+	now := time.Now().Add(-time.Hour)
+	key, err := issuer.NewKey()
+	require.NoError(t, err)
+	tmpl := issuer.RootTemplate(DefaultTrustDomain, now, now.Add(48*time.Hour))
+	tmpl.MaxPathLen = -1
+	rootCert, err := issuer.SelfSign(tmpl, key)
+	require.NoError(t, err)
+	parent := &issuer.CA{Cert: rootCert, Key: key}
+	var inters []*x509.Certificate
+	for range 2 {
+		k, err := issuer.NewKey()
+		require.NoError(t, err)
+		it := issuer.IntermediateTemplate(DefaultTrustDomain, cluster, now, now.Add(48*time.Hour))
+		it.MaxPathLen, it.MaxPathLenZero = -1, false
+		c, err := issuer.Sign(it, k.Public(), parent)
+		require.NoError(t, err)
+		inters = append([]*x509.Certificate{c}, inters...)
+		parent = &issuer.CA{Cert: c, Key: k}
+	}
+	leaf, leafKey, err := parent.NewGateway(DefaultTrustDomain, cluster, now, now.Add(24*time.Hour))
+	require.NoError(t, err)
+	keyPEM, err = issuer.KeyPEM(leafKey)
+	require.NoError(t, err)
+	return issuer.CertPEM(append([]*x509.Certificate{leaf}, inters...)...), keyPEM, issuer.CertPEM(rootCert)
+}
+
+// ingressRefuses presents cfg's certificate to the ingress at addr and
+// returns the error the connection ends with; nil if the ingress took the
+// request.
+func ingressRefuses(t *testing.T, addr string, cfg *tls.Config) error {
+	t.Helper()
+	raw, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer raw.Close()
+	c := tls.Client(raw, cfg)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	// In TLS 1.3 the client's handshake ends before the server has
+	// checked its certificate: the refusal arrives on the first read.
+	if err := c.Handshake(); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(c, connectRequest("web.default:80")); err != nil {
+		return err
+	}
+	_, err = c.Read(make([]byte, 1))
+	return err
+}
+
+// West's ingress takes east's certificate, issued by east's intermediate,
+// and refuses every other one that names east though it chains to the
+// same root: issued by west's intermediate (what west's credentials could
+// forge), by paris's, by the root itself, or through two intermediates.
+// Each is counted as issuer_mismatch under the cluster whose intermediate
+// made it.
+func TestIngressRefusesCertificatesNotFromTheirClustersIntermediate(t *testing.T) {
+	p := newPair(t)
+	fromWest, err := p.ca.Issue("east", gatewaytest.Options{Issuer: "west"})
+	require.NoError(t, err)
+	fromParis, err := p.ca.Issue("east", gatewaytest.Options{Issuer: "paris"})
+	require.NoError(t, err)
+	fromRoot, err := p.ca.Issue("east", gatewaytest.Options{FromRoot: true})
+	require.NoError(t, err)
+	legit, err := p.ca.Issue("east", gatewaytest.Options{})
+	require.NoError(t, err)
+
+	// The legitimate one, as positive evidence: the request is read and
+	// answered.
+	c := dialIngress(t, p.ingressAddr, clientTLS(t, legit))
+	resp, _ := connect(t, c, connectRequest("nothing.default:80"))
+	assert.Equal(t, 403, resp.StatusCode)
+	assert.Equal(t, string(ReasonNotExported), resp.Header.Get("X-Mcmirror-Reason"))
+
+	for _, tc := range []struct {
+		name   string
+		is     *gatewaytest.Issued
+		issuer string
+	}{
+		{"issued by west's intermediate", fromWest, "west"},
+		{"issued by paris's intermediate", fromParis, "paris"},
+		{"issued by the root", fromRoot, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := refusals(tc.issuer, DirectionIngress, ReasonIssuerMismatch)
+			failures := value(handshakeFailures.WithLabelValues(DirectionIngress))
+			err := ingressRefuses(t, p.ingressAddr, clientTLS(t, tc.is))
+			require.ErrorContains(t, err, "bad certificate")
+			assert.Equal(t, before+1, refusals(tc.issuer, DirectionIngress, ReasonIssuerMismatch))
+			require.Eventually(t, func() bool { return value(handshakeFailures.WithLabelValues(DirectionIngress)) == failures+1 },
+				5*time.Second, 5*time.Millisecond)
+		})
+	}
+
+	// A chain through two intermediates, each naming east, under a root
+	// of the ingress's bundle that sets no path length.
+	t.Run("through two intermediates", func(t *testing.T) {
+		certPEM, keyPEM, rootPEM := deeperChain(t, "east")
+		writeFile(t, filepath.Join(p.dir, "ca.crt"), append(append([]byte{}, p.ca.CertPEM...), rootPEM...))
+		changed, err := p.west.Reload()
+		require.NoError(t, err)
+		require.True(t, changed)
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		require.NoError(t, err)
+		before := refusals("east", DirectionIngress, ReasonIssuerMismatch)
+		err = ingressRefuses(t, p.ingressAddr, &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+		require.ErrorContains(t, err, "bad certificate")
+		assert.Equal(t, before+1, refusals("east", DirectionIngress, ReasonIssuerMismatch))
+	})
+}
+
+// The egress (and the prober) verify the ingress they dial by the same
+// rule: a server certificate naming west but issued by east's
+// intermediate, which east's credentials can make, is not west's ingress.
+// The client is reset and the handshake failure counted.
+func TestEgressRefusesIngressNotFromItsClustersIntermediate(t *testing.T) {
+	// The fake ingress presents whatever forged holds.
+	var forged atomic.Pointer[tls.Certificate]
+	p := newPair(t, func(_ *Ingress, e *Egress) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { ln.Close() })
+		e.Peers = StaticPeers{"west": ln.Addr().String()}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					srv := tls.Server(c, &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+						return forged.Load(), nil
+					}})
+					_ = srv.SetDeadline(time.Now().Add(10 * time.Second))
+					_, _ = io.Copy(io.Discard, srv)
+				}()
+			}
+		}()
+	})
+	is, err := p.ca.Issue("west", gatewaytest.Options{Issuer: "east"})
+	require.NoError(t, err)
+	cert, err := tls.X509KeyPair(is.CertPEM, is.KeyPEM)
+	require.NoError(t, err)
+	forged.Store(&cert)
+
+	// The rule itself, as the egress's configuration applies it.
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go func() {
+		_ = tls.Server(b, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}).Handshake()
+	}()
+	cli := tls.Client(a, p.east.ClientConfig("west", nil))
+	_ = cli.SetDeadline(time.Now().Add(10 * time.Second))
+	err = cli.Handshake()
+	require.ErrorContains(t, err, "certificate for west issued by east's intermediate")
+	var ie *IssuerError
+	require.True(t, errors.As(err, &ie), "%v", err)
+
+	// Through the egress: the client is reset, the handshake counted.
+	port := p.mirror(t, "web", "", 80)
+	before := refusals("west", DirectionEgress, ReasonHandshake)
+	c, err := net.Dial("tcp", egressAddr(port))
+	require.NoError(t, err)
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := c.Read(make([]byte, 1))
+	assert.Zero(t, n)
+	require.Error(t, err)
+	require.Eventually(t, func() bool { return refusals("west", DirectionEgress, ReasonHandshake) == before+1 }, 5*time.Second, 5*time.Millisecond)
+}
+
+// A gateway's own files pass the rule too, at start-up and at every
+// reload: a mistake shows at once, with what is wrong and how to fix it,
+// and a reload to such files keeps the previous ones.
+func TestLoadCertsRefusesCertificateNotFromItsClustersIntermediate(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := gatewaytest.NewCA("root")
+	require.NoError(t, err)
+	good, err := ca.IssueFiles(dir, "west", gatewaytest.Options{})
+	require.NoError(t, err)
+	files := CertFiles{Cert: good.Cert, Key: good.Key, CA: good.CA}
+	c, err := LoadCerts(files)
+	require.NoError(t, err)
+	assert.Equal(t, "west", c.Cluster())
+
+	writeSet := func(t *testing.T, sub string, certPEM, keyPEM, caPEM []byte) CertFiles {
+		t.Helper()
+		d := filepath.Join(t.TempDir(), sub)
+		require.NoError(t, os.MkdirAll(d, 0o700))
+		f := CertFiles{Cert: filepath.Join(d, "tls.crt"), Key: filepath.Join(d, "tls.key"), CA: filepath.Join(d, "ca.crt")}
+		writeFile(t, f.Cert, certPEM)
+		writeFile(t, f.Key, keyPEM)
+		writeFile(t, f.CA, caPEM)
+		return f
+	}
+	forged, err := ca.Issue("west", gatewaytest.Options{Issuer: "east"})
+	require.NoError(t, err)
+	fromRoot, err := ca.Issue("west", gatewaytest.Options{FromRoot: true})
+	require.NoError(t, err)
+	deepCert, deepKey, deepRoot := deeperChain(t, "west")
+	westCA, err := ca.Intermediate("west", gatewaytest.Options{})
+	require.NoError(t, err)
+	inBundle, err := westCA.Issue("west", gatewaytest.Options{})
+	require.NoError(t, err)
+	alone, err := westCA.Issue("west", gatewaytest.Options{})
+	require.NoError(t, err)
+	// The certificate without the intermediate that follows it.
+	aloneFiles := writeSet(t, "alone", alone.CertPEM[:len(alone.CertPEM)-len(westCA.CertPEM)], alone.KeyPEM, ca.CertPEM)
+	for _, tc := range []struct {
+		name  string
+		files CertFiles
+		want  string
+	}{
+		{"issued by east's intermediate", writeSet(t, "forged", forged.CertPEM, forged.KeyPEM, ca.CertPEM),
+			"tls.crt: certificate for west issued by east's intermediate"},
+		{"issued by the root", writeSet(t, "root", fromRoot.CertPEM, fromRoot.KeyPEM, ca.CertPEM),
+			"tls.crt: certificate for west issued by the root \"root\" itself"},
+		{"through two intermediates", writeSet(t, "deep", deepCert, deepKey, deepRoot),
+			"chains to the root through 2 intermediates"},
+		// What a cert-manager CA Issuer whose Secret lacks the root
+		// would write: the intermediate as ca.crt.
+		{"intermediate as the trust root", writeSet(t, "bundle", inBundle.CertPEM, inBundle.KeyPEM, westCA.CertPEM),
+			"which the trust root file holds as a root"},
+		{"intermediate missing from the chain", aloneFiles,
+			"does not chain to " + aloneFiles.CA + " (it holds the certificate alone: its cluster's intermediate must follow it)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadCerts(tc.files)
+			require.ErrorContains(t, err, tc.want)
+
+			// And as a reload: refused, counted, the old set kept.
+			failed := value(certReloads.WithLabelValues("error"))
+			for src, dst := range map[string]string{tc.files.Cert: files.Cert, tc.files.Key: files.Key, tc.files.CA: files.CA} {
+				b, err := os.ReadFile(src)
+				require.NoError(t, err)
+				writeFile(t, dst, b)
+			}
+			changed, err := c.Reload()
+			require.Error(t, err)
+			assert.False(t, changed)
+			assert.Equal(t, failed+1, value(certReloads.WithLabelValues("error")))
+			assert.Equal(t, "west", c.Cluster())
+		})
+	}
+}
+
+// The expiry gauge, and CheckCertificates, give the earliest NotAfter of
+// the certificate and its intermediate: a certificate valid for longer
+// than the intermediate that issued it stops verifying with it.
+func TestCertExpiryIsTheChains(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := gatewaytest.NewCA("root")
+	require.NoError(t, err)
+	interEnd := time.Now().Add(48 * time.Hour).Truncate(time.Second)
+	leafEnd := time.Now().Add(72 * time.Hour).Truncate(time.Second)
+	westCA, err := ca.Intermediate("west", gatewaytest.Options{NotAfter: interEnd})
+	require.NoError(t, err)
+	files, err := westCA.IssueFiles(dir, "west", gatewaytest.Options{NotAfter: leafEnd})
+	require.NoError(t, err)
+	c, err := LoadCerts(CertFiles{Cert: files.Cert, Key: files.Key, CA: files.CA})
+	require.NoError(t, err)
+	assert.Equal(t, float64(interEnd.Unix()), value(certExpiry), "the intermediate's end, not the certificate's")
+
+	// A certificate that ends first: its own end.
+	shortEnd := time.Now().Add(24 * time.Hour).Truncate(time.Second)
+	_, err = westCA.IssueFiles(dir, "west", gatewaytest.Options{NotAfter: shortEnd})
+	require.NoError(t, err)
+	changed, err := c.Reload()
+	require.NoError(t, err)
+	require.True(t, changed)
+	assert.Equal(t, float64(shortEnd.Unix()), value(certExpiry))
+
+	raw := func(path string) []byte {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return b
+	}
+	_, err = westCA.IssueFiles(dir, "west", gatewaytest.Options{NotAfter: leafEnd})
+	require.NoError(t, err)
+	cluster, expiry, err := CheckCertificates(raw(files.Cert), raw(files.Key), raw(files.CA), "")
+	require.NoError(t, err)
+	assert.Equal(t, "west", cluster)
+	assert.True(t, interEnd.Equal(expiry), "expiry %s, want %s", expiry, interEnd)
+}
+
+// A rotation of the root: with both roots in every gateway's trust file,
+// a gateway whose certificate comes through the new root's intermediate
+// and one still on the old root's talk both ways, and each reloads its
+// files without a restart.
+func TestRootRotationWithBundle(t *testing.T) {
+	dir := t.TempDir()
+	oldRoot, err := gatewaytest.NewCA("old root")
+	require.NoError(t, err)
+	newRoot, err := gatewaytest.NewCA("new root")
+	require.NoError(t, err)
+	eastFiles, err := oldRoot.IssueFiles(dir, "east", gatewaytest.Options{})
+	require.NoError(t, err)
+	westFiles, err := oldRoot.IssueFiles(dir, "west", gatewaytest.Options{})
+	require.NoError(t, err)
+	load := func(f gatewaytest.Files) *Certs {
+		c, err := LoadCerts(CertFiles{Cert: f.Cert, Key: f.Key, CA: f.CA})
+		require.NoError(t, err)
+		return c
+	}
+	east, west := load(eastFiles), load(westFiles)
+	require.NotNil(t, clientSerial(t, east, west))
+
+	// 1. The bundle, everywhere (both read the one ca.crt here).
+	writeFile(t, eastFiles.CA, append(append([]byte{}, oldRoot.CertPEM...), newRoot.CertPEM...))
+	for _, c := range []*Certs{east, west} {
+		changed, err := c.Reload()
+		require.NoError(t, err)
+		require.True(t, changed)
+	}
+	// 2. West moves to the new root's intermediate; east has not yet.
+	is, err := newRoot.Issue("west", gatewaytest.Options{})
+	require.NoError(t, err)
+	writeFile(t, westFiles.Cert, is.CertPEM)
+	writeFile(t, westFiles.Key, is.KeyPEM)
+	changed, err := west.Reload()
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.NotNil(t, clientSerial(t, east, west), "east (old root) to west (new root)")
+	assert.Equal(t, parseCert(t, is.CertPEM).SerialNumber, clientSerial(t, west, east), "west (new root) to east (old root)")
+	// A forgery under the new root is still one.
+	forged, err := newRoot.Issue("west", gatewaytest.Options{Issuer: "east"})
+	require.NoError(t, err)
+	_, _, err = CheckCertificates(forged.CertPEM, forged.KeyPEM, append(append([]byte{}, oldRoot.CertPEM...), newRoot.CertPEM...), "")
+	require.ErrorContains(t, err, "certificate for west issued by east's intermediate")
+}
+
+// VerifyPeer judges a chain as the ingress and the egress do.
+func TestVerifyPeer(t *testing.T) {
+	ca, err := gatewaytest.NewCA("root")
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	chainOf := func(o gatewaytest.Options) []*x509.Certificate {
+		is, err := ca.Issue("west", o)
+		require.NoError(t, err)
+		certs, err := issuer.ParseCertificates(is.CertPEM)
+		require.NoError(t, err)
+		return certs
+	}
+	legit := chainOf(gatewaytest.Options{})
+	require.Len(t, legit, 2, "the certificate, then its intermediate")
+	cluster, err := VerifyPeer(legit, roots, DefaultTrustDomain, time.Time{}, x509.ExtKeyUsageServerAuth)
+	require.NoError(t, err)
+	assert.Equal(t, "west", cluster)
+	_, err = VerifyPeer(legit, roots, DefaultTrustDomain, time.Now().Add(48*time.Hour), x509.ExtKeyUsageServerAuth)
+	assert.ErrorContains(t, err, "expired")
+	_, err = VerifyPeer(chainOf(gatewaytest.Options{Issuer: "east"}), roots, DefaultTrustDomain, time.Time{}, x509.ExtKeyUsageClientAuth)
+	assert.ErrorContains(t, err, "certificate for west issued by east's intermediate")
+	_, err = VerifyPeer(chainOf(gatewaytest.Options{FromRoot: true}), roots, DefaultTrustDomain, time.Time{}, x509.ExtKeyUsageClientAuth)
+	assert.ErrorContains(t, err, "issued by the root")
+	_, err = VerifyPeer(nil, roots, DefaultTrustDomain, time.Time{}, x509.ExtKeyUsageClientAuth)
+	assert.Error(t, err)
+}

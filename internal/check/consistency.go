@@ -1,0 +1,101 @@
+package check
+
+import (
+	"fmt"
+	"strings"
+)
+
+// evalClusterName checks that the parts call this cluster by one name: the
+// controller's and the gateway's --cluster and the Corefile's cluster.
+func evalClusterName(in Install) Result {
+	r := Result{ID: "cluster-name"}
+	type named struct{ who, name string }
+	var names []named
+	if in.Controller.Found {
+		names = append(names, named{"the controller's --cluster", ParseController(in.Controller.Args).Cluster})
+	}
+	if in.Gateway.Found {
+		names = append(names, named{"the gateway's --cluster", ParseGateway(in.Gateway.Args).Cluster})
+	}
+	if d := ParseCorefile(in.Corefile); d.Mcmirror {
+		names = append(names, named{"the Corefile's cluster (" + in.CorefileFrom + ")", d.Cluster})
+	}
+	if len(names) == 0 {
+		r.Status, r.Message = OK, "no mcmirror part installed here names this cluster"
+		return r
+	}
+	for _, n := range names {
+		if n.name == "" {
+			r.Status, r.Message = Fail, n.who+" is not set"
+			r.Fix = "set the cluster's name: the chart's value cluster, or --cluster and the Corefile's cluster in your copy of deploy/*.yaml; apply"
+			return r
+		}
+	}
+	for _, n := range names[1:] {
+		if n.name != names[0].name {
+			r.Status = Fail
+			r.Message = fmt.Sprintf("%s is %q, but %s is %q: mirrors, certificates and DNS names disagree", names[0].who, names[0].name, n.who, n.name)
+			r.Fix = "one name everywhere: the chart's value cluster, or --cluster of controller.yaml and gateway.yaml and cluster in coredns.yaml's Corefile; apply"
+			return r
+		}
+	}
+	var who []string
+	for _, n := range names {
+		who = append(who, strings.TrimPrefix(n.who, "the "))
+	}
+	r.Status, r.Message = OK, fmt.Sprintf("%q, as %s say", names[0].name, strings.Join(who, ", "))
+	return r
+}
+
+// evalVersions compares the images of the parts that run coredns-mc.
+// The parts expose no version of their own (no build_info metric), so the
+// image reference is what tells them apart.
+func evalVersions(in Install) Result {
+	r := Result{ID: "versions"}
+	type part struct{ who, image string }
+	var parts []part
+	if in.Controller.Found {
+		parts = append(parts, part{"controller", in.Controller.Image})
+	}
+	if in.Gateway.Found {
+		parts = append(parts, part{"gateway", in.Gateway.Image})
+	}
+	dnsNote := ""
+	if in.DNS.Found {
+		if ParseCorefile(in.Corefile).Mcmirror {
+			parts = append(parts, part{"cluster DNS", in.DNS.Image})
+		} else {
+			dnsNote = fmt.Sprintf("; the cluster DNS runs %s without mcmirror, not compared", in.DNS.Image)
+		}
+	}
+	switch len(parts) {
+	case 0:
+		r.Status, r.Message = OK, "no coredns-mc part installed here"+dnsNote
+		return r
+	case 1:
+		r.Status, r.Message = OK, fmt.Sprintf("only the %s runs coredns-mc: %s%s", parts[0].who, parts[0].image, dnsNote)
+		return r
+	}
+	var differ []string
+	for _, p := range parts[1:] {
+		if p.image != parts[0].image {
+			differ = append(differ, fmt.Sprintf("%s %s", p.who, p.image))
+		}
+	}
+	if len(differ) > 0 {
+		var all []string
+		for _, p := range parts {
+			all = append(all, p.who+" "+p.image)
+		}
+		r.Status = Warn
+		r.Message = "the parts run different images: " + strings.Join(all, ", ")
+		r.Fix = "one image everywhere: the chart's value image, or the image of controller.yaml, gateway.yaml and patches/coredns.yaml; apply and patch"
+		return r
+	}
+	var who []string
+	for _, p := range parts {
+		who = append(who, p.who)
+	}
+	r.Status, r.Message = OK, fmt.Sprintf("%s run %s%s", strings.Join(who, ", "), parts[0].image, dnsNote)
+	return r
+}

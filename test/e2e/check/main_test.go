@@ -1,0 +1,643 @@
+// Package check_test runs `coredns-mc check` against real clusters: east
+// links west in gateway mode, installed from deploy/*.yaml (east: the
+// controller, the cluster DNS and the gateway; west: the link's
+// ServiceAccount and its gateway), with every part a real coredns-mc
+// process run as its Deployment's arguments and ServiceAccount say, as
+// test/e2e/deploy runs them. The healthy fleet passes every check; each
+// fault the tests make is named by the check it breaks, with a non-zero
+// exit code.
+//
+// The Deployments have no pods here (no kubelet): the API server's proxy
+// to the gateway's metrics Service reaches the real gateway process through
+// an Endpoints object the test writes, at an address of this machine that
+// is not loopback (Endpoints refuse loopback). The cluster DNS is asked at
+// the process's address with --dns-server; the port-forward to a kube-dns
+// pod, check's way without --dns-server, needs real nodes and is not
+// exercised here.
+package check_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
+	{Name: "east"}, {Name: "west", Workloads: true},
+}})
+
+func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
+
+const (
+	wait = 90 * time.Second
+	tick = 250 * time.Millisecond
+	// ns holds west's export and east's mirrors of it.
+	ns = "checked"
+	// gatewayPod is the Pod the gateway's metrics Endpoints name, and the
+	// $POD_NAME of east's gateway process.
+	gatewayPod = "mcmirror-gateway-e2e"
+)
+
+// fleet is the installed and running east and west.
+type fleet struct {
+	dir string
+	ca  *gatewaytest.CA
+	// westIngress is west's gateway's ingress, east's --peer west.
+	westIngress string
+	// dnsAddr is east's cluster DNS, for check's --dns-server.
+	dnsAddr string
+	// eastGW and westGW are the gateways' processes.
+	eastGW, westGW *proc
+}
+
+var (
+	fleetOnce sync.Once
+	theFleet  *fleet
+	fleetErr  error
+)
+
+// setup installs and starts the fleet, once for the package.
+func setup(t *testing.T) *fleet {
+	t.Helper()
+	fleetOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		theFleet, fleetErr = start(ctx)
+	})
+	require.NoError(t, fleetErr)
+	return theFleet
+}
+
+// proc is a process of the fleet that a test may stop and start again with
+// the same arguments, as a pod that dies and comes back.
+type proc struct {
+	name  string
+	argv  []string
+	env   []string
+	ready func() error
+
+	mu sync.Mutex
+	p  *harness.Process
+}
+
+func (p *proc) start(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var err error
+	if p.p, err = env.Launch(p.name, p.env, p.argv...); err != nil {
+		return err
+	}
+	for {
+		if done, err := p.p.Exited(); done {
+			return fmt.Errorf("%s exited: %v\n%s", p.name, err, p.p.Tail(30))
+		}
+		err := p.ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready: %v\n%s", p.name, err, p.p.Tail(30))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (p *proc) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.p.Stop()
+}
+
+// httpOK is a readiness test: url answers 200.
+func httpOK(url string) func() error {
+	return func() error {
+		resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		return nil
+	}
+}
+
+func repoFile(parts ...string) string {
+	_, self, _, _ := runtime.Caller(0)
+	return filepath.Join(append([]string{filepath.Dir(self), "..", "..", ".."}, parts...)...)
+}
+
+func readFile(parts ...string) (string, error) {
+	b, err := os.ReadFile(repoFile(parts...))
+	return string(b), err
+}
+
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start installs deploy/*.yaml as deploy/README.md has it (east links west
+// in gateway mode; each cluster is linked to by the other) and runs the
+// parts.
+func start(ctx context.Context) (*fleet, error) {
+	east, west := env.Cluster("east"), env.Cluster("west")
+	f := &fleet{dir: filepath.Join(env.Dir, "check-fleet")}
+	if err := os.MkdirAll(f.dir, 0o755); err != nil {
+		return nil, err
+	}
+	bin, err := harness.CorednsMC()
+	if err != nil {
+		return nil, err
+	}
+	// Certificates valid for 30 days: more than the 14 that check warns at.
+	if f.ca, err = gatewaytest.NewCA("mcmirror e2e root"); err != nil {
+		return nil, err
+	}
+	valid := gatewaytest.Options{NotAfter: time.Now().Add(30 * 24 * time.Hour)}
+	for _, c := range []string{"east", "west"} {
+		if err := os.MkdirAll(filepath.Join(f.dir, c), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	eastTLS, err := f.ca.IssueFiles(filepath.Join(f.dir, "east"), "east", valid)
+	if err != nil {
+		return nil, err
+	}
+	westTLS, err := f.ca.IssueFiles(filepath.Join(f.dir, "west"), "west", valid)
+	if err != nil {
+		return nil, err
+	}
+
+	// West: linked to (remote-link.yaml), exports a StatefulSet, runs its
+	// gateway's ingress.
+	westLink, err := west.LinkKubeconfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range []*harness.Cluster{east, west} {
+		if err := c.Apply(ctx, harness.Namespace(ns)); err != nil {
+			return nil, err
+		}
+	}
+	if err := west.Apply(ctx, harness.StatefulSet(ns, "nginx-svc", "nginx-set", 1, map[string]string{labels.Exported: labels.ExportGateway})); err != nil {
+		return nil, err
+	}
+	ingressPort, err := freePort("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	westMetrics, err := freePort("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	f.westIngress = "127.0.0.1:" + strconv.Itoa(ingressPort)
+	f.westGW = &proc{name: "west/gateway", argv: append([]string{bin, "gateway", "--cluster=west", "--kubeconfig=" + west.Kubeconfig,
+		"--ingress-address=" + f.westIngress, "--metrics-addr=127.0.0.1:" + strconv.Itoa(westMetrics), "--egress=false",
+		"--allow-cluster=east", "--drain-delay=0s"}, westTLS.Args()...),
+		ready: httpOK("http://127.0.0.1:" + strconv.Itoa(westMetrics) + "/readyz")}
+	if err := f.westGW.start(ctx); err != nil {
+		return nil, err
+	}
+
+	// East: every file of deploy/, the DNS patched as kubeadm's CoreDNS
+	// is, the gateway's certificate Secret, the link Secret, and the
+	// gateway's --peer west.
+	for _, file := range []string{"remote-link.yaml", "controller.yaml", "coredns.yaml", "gateway.yaml"} {
+		text, err := readFile("deploy", file)
+		if err != nil {
+			return nil, err
+		}
+		if err := east.Apply(ctx, text); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := east.Client.CoreV1().ServiceAccounts("kube-system").Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: "kube-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if err := east.Apply(ctx, harness.KubeadmCoreDNSDeployment("kube-system", "registry.k8s.io/coredns/coredns:v1.11.3")); err != nil {
+		return nil, err
+	}
+	patch, err := readFile("deploy", "patches", "coredns.yaml")
+	if err != nil {
+		return nil, err
+	}
+	patchJSON, err := utilyaml.ToJSON([]byte(patch))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := east.Client.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", types.JSONPatchType, patchJSON, metav1.PatchOptions{}); err != nil {
+		return nil, fmt.Errorf("the DNS patch: %w", err)
+	}
+	tlsData := map[string][]byte{}
+	for key, file := range map[string]string{"tls.crt": eastTLS.Cert, "tls.key": eastTLS.Key, "ca.crt": eastTLS.CA} {
+		if tlsData[key], err = os.ReadFile(file); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := east.Client.CoreV1().Secrets("mcmirror").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "mcmirror-gateway-tls", Namespace: "mcmirror"}, Data: tlsData}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	if err := createLinkSecret(ctx, westLink); err != nil {
+		return nil, err
+	}
+	if err := setPeer(ctx, "west", f.westIngress); err != nil {
+		return nil, err
+	}
+
+	// What a gateway pod would be: a Pod at a non-loopback address of
+	// this machine, behind the metrics Service's Endpoints, where east's
+	// gateway process serves its metrics.
+	host, err := env.HostAddress()
+	if err != nil {
+		return nil, err
+	}
+	metricsPort, err := freePort(host.String())
+	if err != nil {
+		return nil, err
+	}
+	if err := gatewayEndpoints(ctx, host, metricsPort); err != nil {
+		return nil, err
+	}
+
+	// The parts, as their Deployments run them.
+	d, err := east.Client.AppsV1().Deployments("mcmirror").Get(ctx, "mcmirror-gateway", metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	kc, err := saKubeconfig(ctx, f.dir, "mcmirror", d.Spec.Template.Spec.ServiceAccountName)
+	if err != nil {
+		return nil, err
+	}
+	eastIngress, err := freePort("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	metrics := net.JoinHostPort(host.String(), strconv.Itoa(metricsPort))
+	argv := []string{bin}
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		switch flag, _, _ := strings.Cut(a, "="); flag {
+		case "--tls-cert", "--tls-key", "--tls-ca":
+			continue // the files of eastTLS, below
+		case "--ingress-address":
+			a = flag + "=127.0.0.1:" + strconv.Itoa(eastIngress)
+		case "--metrics-addr":
+			a = flag + "=" + metrics
+		}
+		argv = append(argv, a)
+	}
+	// The egress ports on the host address too: loopback's 30000 and up
+	// may be another package's gateway's, run beside this one.
+	argv = append(append(argv, eastTLS.Args()...), "--kubeconfig="+kc, "--egress-bind-address="+host.String(),
+		"--probe-interval=200ms", "--probe-timeout=1s",
+		// A test stops it: no load balancer to drain from here.
+		"--drain-delay=0s")
+	f.eastGW = &proc{name: "east/gateway", argv: argv, env: []string{"POD_NAME=" + gatewayPod, "POD_NAMESPACE=mcmirror"},
+		ready: httpOK("http://" + metrics + "/readyz")}
+	if err := f.eastGW.start(ctx); err != nil {
+		return nil, err
+	}
+
+	if err := startController(ctx, f.dir, bin); err != nil {
+		return nil, err
+	}
+	if f.dnsAddr, err = startDNS(ctx, f.dir, bin); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// createLinkSecret writes east's link Secret for west, in the Linkerd
+// format, as coredns-mc link and deploy/README.md make it.
+func createLinkSecret(ctx context.Context, kubeconfig []byte) error {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: labels.LinkSecretNamePrefix + "west", Namespace: "mcmirror-links",
+			Labels: map[string]string{labels.LinkClusterName: "west"}},
+		Type: corev1.SecretType(labels.LinkSecretType),
+		Data: map[string][]byte{labels.LinkSecretKey: kubeconfig},
+	}
+	_, err := env.Cluster("east").Client.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+	return err
+}
+
+// setPeer sets east's gateway Deployment's --peer for cluster to addr, as
+// an operator's edit of the Deployment (or of the chart's values) does.
+func setPeer(ctx context.Context, cluster, addr string) error {
+	return editGatewayArgs(ctx, func(args []string) []string {
+		var out []string
+		for _, a := range args {
+			if strings.HasPrefix(a, "--peer="+cluster+"=") {
+				a = "--peer=" + cluster + "=" + addr
+			}
+			out = append(out, a)
+		}
+		return out
+	})
+}
+
+func editGatewayArgs(ctx context.Context, edit func([]string) []string) error {
+	c := env.Cluster("east").Client.AppsV1().Deployments("mcmirror")
+	for {
+		d, err := c.Get(ctx, "mcmirror-gateway", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Template.Spec.Containers[0].Args = edit(d.Spec.Template.Spec.Containers[0].Args)
+		_, err = c.Update(ctx, d, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
+// gatewayEndpoints makes the API server's proxy to Service
+// mcmirror/mcmirror-gateway-metrics reach host:port: a Pod whose status
+// holds the address, and the Endpoints that the endpoints controller would
+// write for it (east runs no kube-controller-manager, so nothing rewrites
+// them).
+func gatewayEndpoints(ctx context.Context, host netip.Addr, port int) error {
+	c := env.Cluster("east").Client.CoreV1()
+	pod, err := c.Pods("mcmirror").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: gatewayPod, Namespace: "mcmirror"},
+		Spec: corev1.PodSpec{NodeName: "no-node", ServiceAccountName: "mcmirror-gateway",
+			Containers: []corev1.Container{{Name: "gateway", Image: "ghcr.io/mcmirror/coredns-mc:latest"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: host.String(), PodIPs: []corev1.PodIP{{IP: host.String()}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if pod, err = c.Pods("mcmirror").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	_, err = c.Endpoints("mcmirror").Create(ctx, &corev1.Endpoints{ //nolint:staticcheck // the API server's Service proxy reads Endpoints
+		ObjectMeta: metav1.ObjectMeta{Name: "mcmirror-gateway-metrics", Namespace: "mcmirror"},
+		Subsets: []corev1.EndpointSubset{{
+			Addresses: []corev1.EndpointAddress{{IP: host.String(),
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "mcmirror", Name: pod.Name, UID: pod.UID}}},
+			Ports: []corev1.EndpointPort{{Name: "metrics", Port: int32(port), Protocol: corev1.ProtocolTCP}},
+		}},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+// saKubeconfig writes a kubeconfig of east's ServiceAccount ns/name.
+func saKubeconfig(ctx context.Context, dir, ns, name string) (string, error) {
+	kc, err := env.Cluster("east").ServiceAccountKubeconfig(ctx, ns, name)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, ns+"-"+name+".kubeconfig")
+	return path, os.WriteFile(path, kc, 0o600)
+}
+
+// startController runs the controller as its Deployment does.
+func startController(ctx context.Context, dir, bin string) error {
+	east := env.Cluster("east")
+	d, err := east.Client.AppsV1().Deployments("mcmirror").Get(ctx, "mcmirror-controller", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	kc, err := saKubeconfig(ctx, dir, d.Namespace, d.Spec.Template.Spec.ServiceAccountName)
+	if err != nil {
+		return err
+	}
+	port, err := freePort("127.0.0.1")
+	if err != nil {
+		return err
+	}
+	metrics := "127.0.0.1:" + strconv.Itoa(port)
+	argv := []string{bin}
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--metrics-addr=") {
+			a = "--metrics-addr=" + metrics
+		}
+		argv = append(argv, a)
+	}
+	// The mirrors of a link that goes go after 1 s rather than 10: a test
+	// that relabels or deletes the link Secret leaves the next one less
+	// to wait for.
+	p := &proc{name: "east/controller", argv: append(argv, "--kubeconfig="+kc, "--link-removal-grace=1s"),
+		ready: httpOK("http://" + metrics + "/healthz")}
+	return p.start(ctx)
+}
+
+// startDNS runs coredns-mc with the Corefile of the ConfigMap the patched
+// DNS Deployment mounts, adapted to a process on this host (loopback and
+// free ports, the ServiceAccount's kubeconfig), and returns its address.
+func startDNS(ctx context.Context, dir, bin string) (string, error) {
+	east := env.Cluster("east")
+	d, err := east.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	var cmName string
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.ConfigMap != nil {
+			cmName = v.ConfigMap.Name
+		}
+	}
+	cm, err := east.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, cmName, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	kc, err := saKubeconfig(ctx, dir, "kube-system", d.Spec.Template.Spec.ServiceAccountName)
+	if err != nil {
+		return "", err
+	}
+	var ports [4]int
+	for i := range ports {
+		if ports[i], err = freePort("127.0.0.1"); err != nil {
+			return "", err
+		}
+	}
+	cf := cm.Data["Corefile"]
+	for _, r := range []struct{ old, new string }{
+		{".:53 {\n", ". {\n    bind 127.0.0.1\n"},
+		{"    health {\n", fmt.Sprintf("    health 127.0.0.1:%d {\n", ports[1])},
+		{"    ready\n", fmt.Sprintf("    ready 127.0.0.1:%d\n", ports[2])},
+		{"    prometheus :9153\n", fmt.Sprintf("    prometheus 127.0.0.1:%d\n", ports[3])},
+		{"        link_secrets ", "        kubeconfig " + kc + "\n        link_secrets "},
+		{"        pods insecure\n", "        kubeconfig " + kc + "\n        pods insecure\n"},
+	} {
+		if strings.Count(cf, r.old) != 1 {
+			return "", fmt.Errorf("the Corefile of ConfigMap kube-system/%s has %q %d times, not once", cmName, r.old, strings.Count(cf, r.old))
+		}
+		cf = strings.Replace(cf, r.old, r.new, 1)
+	}
+	path := filepath.Join(dir, "Corefile")
+	if err := os.WriteFile(path, []byte(cf), 0o644); err != nil {
+		return "", err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	p := &proc{name: "east/coredns", argv: []string{bin, "-conf", path, "-dns.port", strconv.Itoa(ports[0])},
+		ready: func() error {
+			if err := httpOK(fmt.Sprintf("http://127.0.0.1:%d/ready", ports[2]))(); err != nil {
+				return err
+			}
+			m := new(dns.Msg)
+			m.SetQuestion("kubernetes.default.svc.cluster.local.", dns.TypeA)
+			r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, addr)
+			if err == nil && r.Rcode != dns.RcodeSuccess {
+				err = errors.New(dns.RcodeToString[r.Rcode])
+			}
+			return err
+		}}
+	return addr, p.start(ctx)
+}
+
+// ---- running check ----
+
+// report is `coredns-mc check -o json`, as deploy/check.md documents it.
+type report struct {
+	FormatVersion int      `json:"formatVersion"`
+	Cluster       string   `json:"cluster"`
+	Server        string   `json:"server"`
+	Results       []result `json:"results"`
+	Summary       struct {
+		OK   int `json:"ok"`
+		Warn int `json:"warn"`
+		Fail int `json:"fail"`
+	} `json:"summary"`
+}
+
+type result struct {
+	ID      string `json:"id"`
+	Subject string `json:"subject"`
+	Status  string `json:"status"`
+	Message string `json:"message"`
+	Fix     string `json:"fix"`
+}
+
+// find returns the result of check id about subject.
+func (r report) find(id, subject string) (result, bool) {
+	for _, res := range r.Results {
+		if res.ID == id && res.Subject == subject {
+			return res, true
+		}
+	}
+	return result{}, false
+}
+
+// notOK lists the results that are not ok, one a line.
+func (r report) notOK() string {
+	var b strings.Builder
+	for _, res := range r.Results {
+		if res.Status != "ok" {
+			fmt.Fprintf(&b, "%s %s %s: %s (fix: %s)\n", res.Status, res.ID, res.Subject, res.Message, res.Fix)
+		}
+	}
+	return b.String()
+}
+
+// check runs `coredns-mc check` against c, a real process, with the
+// fleet's DNS address, and returns its exit code and its report (-o json)
+// or its output (-o text).
+func check(t testing.TB, c *harness.Cluster, f *fleet, args ...string) (int, report, string) {
+	t.Helper()
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	argv := []string{"check", "--kubeconfig", c.Kubeconfig, "--timeout", "10s"}
+	if f != nil {
+		argv = append(argv, "--dns-server", f.dnsAddr)
+	}
+	argv = append(argv, args...)
+	cmd := exec.CommandContext(ctx, bin, argv...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	began := time.Now()
+	out, err := cmd.Output()
+	t.Logf("coredns-mc check of %s: %s (%.1fs)", c.Name, cmd.ProcessState, time.Since(began).Seconds())
+	code := 0
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("coredns-mc %s: %v\n%s", strings.Join(argv, " "), err, stderr.String())
+	}
+	if stderr.Len() > 0 {
+		t.Logf("coredns-mc check's stderr:\n%s", stderr.String())
+	}
+	var rep report
+	if !slicesContain(args, "text") {
+		require.NoError(t, json.Unmarshal(out, &rep), "the JSON report:\n%s", out)
+	}
+	return code, rep, string(out)
+}
+
+func slicesContain(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// healthy waits until check passes every check of east (exit 0, nothing
+// but ok) and returns that report.
+func healthy(t *testing.T, f *fleet) report {
+	t.Helper()
+	var last report
+	var lastCode int
+	deadline := time.Now().Add(wait)
+	for {
+		lastCode, last, _ = check(t, env.Cluster("east"), f, "-o", "json")
+		if lastCode == 0 && last.Summary.Warn == 0 && last.Summary.Fail == 0 {
+			return last
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("check of east not all ok within %s (exit %d):\n%s", wait, lastCode, last.notOK())
+		}
+		time.Sleep(tick)
+	}
+}
+
+// lines splits text output into its lines.
+func lines(s string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		out = append(out, sc.Text())
+	}
+	return out
+}

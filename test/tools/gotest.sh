@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gotest.sh runs `go test` with what the end-to-end tests need (Debian
 # packages, the cached control-plane binaries, the images real nodes run, a
-# coredns-mc binary) and then
+# coredns-mc binary, a stock CoreDNS built with mcmirror) and then
 # proves that no process the test harness started is still running.
 # Arguments go to `go test`.
 set -euo pipefail
@@ -19,6 +19,10 @@ export MCMIRROR_PID_FILE=$pidfile
 # One coredns-mc for every end-to-end test, with the race detector on.
 go build -race -o "$work/coredns-mc" ./cmd/coredns-mc
 export MCMIRROR_COREDNS_MC=$work/coredns-mc
+# A stock CoreDNS with mcmirror added by its plugin.cfg (test/e2e/stockcoredns),
+# built here rather than inside a test that shares the CPU with others.
+MCMIRROR_COREDNS_STOCK=$(test/tools/coredns-stock.sh)
+export MCMIRROR_COREDNS_STOCK
 
 status=0
 go test -timeout 45m "$@" || status=$?

@@ -3,7 +3,7 @@ GO  ?= go
 BIN ?= bin
 FUZZTIME ?= 10s
 
-.PHONY: help build test e2e fuzz bench lint demo demo-pods image
+.PHONY: help build test e2e fuzz bench lint demo demo-pods image manifests
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -26,6 +26,9 @@ bench: ## side-by-side benchmarks on real clusters: DNS (bench/out/results.md) a
 
 image: ## the coredns-mc image from the Dockerfile, and the real-node tests' pause and busybox images, as OCI archives built with buildah (no Docker); prints their directory
 	test/tools/image.sh
+
+manifests: ## write deploy/'s plain manifests from the Helm chart charts/mcmirror (deploy/generate.sh, with the helm test/tools/build.sh builds)
+	deploy/generate.sh --helm "$$(test/tools/build.sh)/helm"
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l . | tee /dev/stderr)"

@@ -7,6 +7,9 @@
 //	coredns-mc gateway [flags]        the gateway: egress and ingress
 //	coredns-mc link [flags]           grant a cluster's read access and make the link Secret
 //	coredns-mc unlink [flags]         remove a link from both clusters
+//	coredns-mc dns ACTION [flags]     patch the cluster's CoreDNS into coredns-mc (apply), or put it back (revert)
+//	coredns-mc check [flags]          say what is wrong with mcmirror in a cluster, and how to fix it
+//	coredns-mc certs STEP [flags]     make the gateways' root, a cluster's intermediate, a gateway certificate
 package main
 
 import (

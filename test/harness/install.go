@@ -20,19 +20,17 @@ func repoRoot() string {
 
 // InstallFromREADME runs the section "Install, step by step" of
 // deploy/README.md on the clusters of e, as a user runs it: its shell
-// blocks, in order, in one bash, with a kubeconfig whose contexts are named
-// as the clusters, the project's kubectl first on PATH, in a directory that
-// holds deploy/ and bin/coredns-mc as a checkout does. It returns the
-// script and what it printed. Where this machine differs from a user's,
-// the difference is the smallest that works:
+// blocks, in order, in one bash, in the directory of InstallShell. It
+// returns the script and what it printed. Where this machine differs from
+// a user's, the difference is the smallest that works:
 //   - step 1 (build and push the image) is `make image`, whose archive every
-//     real node's containerd has imported: IMAGE names it;
+//     real node's containerd has imported: REPO and TAG name it;
 //   - step 4 runs its second block, the node-port one: nothing here hands
 //     out load-balancer addresses;
-//   - `make build` (step 7) is the coredns-mc binary of CorednsMC.
+//   - `make build` is the coredns-mc binary of CorednsMC.
 //
 // The clusters must have real nodes and kubeadm's CoreDNS
-// (InstallKubeadmDNS), which step 6 patches.
+// (InstallKubeadmDNS), which the chart's hook patches.
 func (e *Env) InstallFromREADME(ctx context.Context) (string, error) {
 	readme, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "README.md"))
 	if err != nil {
@@ -42,54 +40,10 @@ func (e *Env) InstallFromREADME(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	certs, err := blocksAfter(string(readme), "### The certificate", "**With openssl.**", 2)
-	if err != nil {
-		return "", err
-	}
-	imgs, err := LocalImages()
-	if err != nil {
-		return "", err
-	}
-	work, err := os.MkdirTemp("", "mcmirror-install-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(work)
-	kubeconfig := filepath.Join(work, "kubeconfig")
-	if err := e.WriteKubeconfig(kubeconfig); err != nil {
-		return "", err
-	}
-	kubectl, err := Binary("kubectl")
-	if err != nil {
-		return "", err
-	}
-	mc, err := CorednsMC()
-	if err != nil {
-		return "", err
-	}
-	// The user's checkout: deploy/ of this repository, bin/coredns-mc.
-	// kubectl first on PATH is the project's.
-	for _, l := range [][2]string{
-		{filepath.Join(repoRoot(), "deploy"), filepath.Join(work, "deploy")},
-		{mc, filepath.Join(work, "bin", "coredns-mc")},
-		{kubectl, filepath.Join(work, "path", "kubectl")},
-	} {
-		if err := os.MkdirAll(filepath.Dir(l[1]), 0o755); err != nil {
-			return "", err
-		}
-		if err := os.Symlink(l[0], l[1]); err != nil {
-			return "", err
-		}
-	}
-
 	var script strings.Builder
-	fmt.Fprintf(&script, "set -euo pipefail\nIMAGE=%s\nmake() { [ \"$*\" = build ]; }\n", imgs.CorednsMC)
-	for _, n := range []int{2, 3, 4, 5, 6, 7, 8} {
+	for n := 2; n <= 8; n++ {
 		blocks := steps[n]
-		switch n {
-		case 3:
-			blocks = certs
-		case 4:
+		if n == 4 {
 			if len(blocks) != 2 {
 				return "", fmt.Errorf("step 4: want its load-balancer block and its node-port block, have %d blocks", len(blocks))
 			}
@@ -102,15 +56,101 @@ func (e *Env) InstallFromREADME(ctx context.Context) (string, error) {
 			fmt.Fprintf(&script, "echo '### step %d' >&2\n%s\n", n, b)
 		}
 	}
-	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
+	return e.InstallShell(ctx, script.String())
+}
+
+// READMEBlocks returns the sh blocks of the section heading (say
+// "## Uninstalling") of deploy/README.md.
+func READMEBlocks(heading string) ([]string, error) {
+	readme, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "README.md"))
+	if err != nil {
+		return nil, err
+	}
+	sec, err := section(string(readme), heading)
+	if err != nil {
+		return nil, err
+	}
+	b := shBlocks(sec)
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%q has no sh block", heading)
+	}
+	return b, nil
+}
+
+// InstallShell runs script with bash -euo pipefail as a user of the README
+// does, in one directory kept for the environment's life (the values files
+// the install writes are there for a later upgrade or uninstall): it holds
+// charts/, deploy/ and bin/coredns-mc as a checkout does, KUBECONFIG has a
+// context per cluster named as the cluster, the project's kubectl and helm
+// are first on PATH, REPO and TAG name the project's image (LocalImages),
+// and `make build` does nothing (the binary is there). It returns the
+// script and what it printed.
+func (e *Env) InstallShell(ctx context.Context, script string) (string, error) {
+	work, err := e.installDir()
+	if err != nil {
+		return "", err
+	}
+	imgs, err := LocalImages()
+	if err != nil {
+		return "", err
+	}
+	i := strings.LastIndex(imgs.CorednsMC, ":")
+	if i < 0 || strings.Contains(imgs.CorednsMC[i:], "/") {
+		return "", fmt.Errorf("image %q has no tag", imgs.CorednsMC)
+	}
+	full := fmt.Sprintf("set -euo pipefail\nREPO=%s\nTAG=%s\nmake() { [ \"$*\" = build ]; }\n%s",
+		imgs.CorednsMC[:i], imgs.CorednsMC[i+1:], script)
+	cmd := exec.CommandContext(ctx, "bash", "-c", full)
 	cmd.Dir = work
 	cmd.Env = append(os.Environ(),
-		"KUBECONFIG="+kubeconfig,
+		"KUBECONFIG="+filepath.Join(work, "kubeconfig"),
+		"HELM_CACHE_HOME="+filepath.Join(work, ".helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(work, ".helm", "config"),
+		"HELM_DATA_HOME="+filepath.Join(work, ".helm", "data"),
 		"PATH="+filepath.Join(work, "path")+":"+os.Getenv("PATH"))
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
-	log := fmt.Sprintf("--- script:\n%s\n--- output (%.1fs):\n%s", script.String(), time.Since(start).Seconds(), out)
+	log := fmt.Sprintf("--- script:\n%s\n--- output (%.1fs):\n%s", full, time.Since(start).Seconds(), out)
 	return log, err
+}
+
+// installDir makes, once, the directory InstallShell runs in.
+func (e *Env) installDir() (string, error) {
+	work := filepath.Join(e.Dir, "install")
+	if _, err := os.Stat(filepath.Join(work, "kubeconfig")); err == nil {
+		return work, nil
+	}
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return "", err
+	}
+	kubectl, err := Binary("kubectl")
+	if err != nil {
+		return "", err
+	}
+	helm, err := Binary("helm")
+	if err != nil {
+		return "", err
+	}
+	mc, err := CorednsMC()
+	if err != nil {
+		return "", err
+	}
+	for _, l := range [][2]string{
+		{filepath.Join(repoRoot(), "charts"), filepath.Join(work, "charts")},
+		{filepath.Join(repoRoot(), "deploy"), filepath.Join(work, "deploy")},
+		{mc, filepath.Join(work, "bin", "coredns-mc")},
+		{kubectl, filepath.Join(work, "path", "kubectl")},
+		{helm, filepath.Join(work, "path", "helm")},
+	} {
+		if err := os.MkdirAll(filepath.Dir(l[1]), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.Symlink(l[0], l[1]); err != nil && !os.IsExist(err) {
+			return "", err
+		}
+	}
+	// The kubeconfig last: its presence says the directory is complete.
+	return work, e.WriteKubeconfig(filepath.Join(work, "kubeconfig"))
 }
 
 var stepRE = regexp.MustCompile(`(?m)^\*\*(\d+)\. `)
@@ -137,24 +177,6 @@ func installSteps(readme string) (map[int][]string, error) {
 		return nil, fmt.Errorf("no numbered steps in the Install section")
 	}
 	return steps, nil
-}
-
-// blocksAfter returns the first n sh blocks after marker within section
-// heading.
-func blocksAfter(readme, heading, marker string, n int) ([]string, error) {
-	sec, err := section(readme, heading)
-	if err != nil {
-		return nil, err
-	}
-	i := strings.Index(sec, marker)
-	if i < 0 {
-		return nil, fmt.Errorf("%q: no %q", heading, marker)
-	}
-	b := shBlocks(sec[i:])
-	if len(b) < n {
-		return nil, fmt.Errorf("%q after %q: want %d sh blocks, have %d", heading, marker, n, len(b))
-	}
-	return b[:n], nil
 }
 
 // section returns the text from heading to the next heading of the same or

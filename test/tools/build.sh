@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build.sh builds the control-plane binaries the e2e tests run (kube-apiserver,
-# kube-controller-manager, kube-proxy, kubectl, etcd, kwok) and the kubelet and
-# kube-scheduler of their real nodes from their Go modules, once per version,
+# kube-controller-manager, kube-proxy, kubectl, etcd, kwok), the kubelet and
+# kube-scheduler of their real nodes, and helm (the chart's tests and
+# installs) from their Go modules, once per version,
 # and caches them outside the work tree. It prints the directory that holds
 # them. A second run with nothing changed only checks the cache.
 #
@@ -15,6 +16,7 @@ mkdir -p "$cache"
 kube_version=v1.32.3
 etcd_version=v3.5.21
 kwok_version=v0.7.0
+helm_version=v3.22.0
 
 log() { echo "build.sh: $*" >&2; }
 
@@ -53,6 +55,7 @@ kube_ldflags() {
 build_kube() { go build -trimpath -ldflags "$(kube_ldflags)" -o "$1/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-proxy; }
 build_etcd() { go build -trimpath -ldflags "-s -w" -o "$1/etcd" .; }
 build_node() { go build -trimpath -ldflags "$(kube_ldflags)" -o "$1/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler; }
+build_helm() { go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean" -o "$1/helm" helm.sh/helm/v3/cmd/helm; }
 build_kwok() { go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$kwok_version" -o "$1/kwok" sigs.k8s.io/kwok/cmd/kwok; }
 
 # One lock per cache: concurrent runs wait for the first build instead of
@@ -66,4 +69,5 @@ build etcd "$etcd_version" build_etcd
 build kwok "$kwok_version" build_kwok
 build kube "$kube_version" build_kube
 build node "$kube_version" build_node
+build helm "$helm_version" build_helm
 echo "$bin"

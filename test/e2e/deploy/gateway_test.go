@@ -592,19 +592,20 @@ func TestGatewayRBACRefuses(t *testing.T) {
 	assert.NoError(t, err, "list Services")
 }
 
-// The certificate recipe of deploy/README.md, run as written with openssl
-// and kubectl: a root, then east's and west's certificates and their
-// Secrets. Each Secret is the one the Deployment mounts, with the file names
-// its flags give, and its certificate is one the gateway takes for
-// --cluster: it loads, names its cluster (east's Deployment, as it is, and
-// west's, as render.sh writes it), and completes a mutual handshake with
-// itself.
+// The certificates of deploy/README.md (step 3 of "Install, step by
+// step"), run as written with the real coredns-mc and kubectl: a root,
+// then for east and west an intermediate and the gateway's certificate,
+// as the Secret the Deployment mounts. Each Secret has the file names its
+// flags give, and its certificate is one the gateway takes for --cluster:
+// it loads, names its cluster (east's Deployment, as deploy/ has it, and
+// west's, as the chart renders it), and completes a mutual handshake with
+// itself. The root's key stays in the working directory: no cluster
+// receives it.
 func TestREADMEGatewayCertRecipe(t *testing.T) {
 	env.LogOnFailure(t)
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Fatalf("openssl is needed to run deploy/README.md's certificate recipe: %v", err)
-	}
 	kubectl, err := harness.Binary("kubectl")
+	require.NoError(t, err)
+	mc, err := harness.CorednsMC()
 	require.NoError(t, err)
 	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
@@ -615,33 +616,47 @@ func TestREADMEGatewayCertRecipe(t *testing.T) {
 
 	var steps []string
 	for _, b := range shellBlocks(t) {
-		if strings.Contains(b, "openssl") {
+		if strings.Contains(b, "coredns-mc certs") {
 			steps = append(steps, b)
 		}
 	}
-	require.Len(t, steps, 2, "the README's certificate recipe: the root, then a cluster's certificate and Secret")
-	require.Contains(t, steps[0], "ca.crt")
-	require.Contains(t, steps[1], "spiffe://mcmirror.dev/cluster/")
+	require.Len(t, steps, 1, "the README's certificates: one block")
+	require.Contains(t, steps[0], "certs root")
 
 	// A kubeconfig whose contexts "east" and "west" are those clusters,
-	// as --context expects.
+	// as --context expects; bin/coredns-mc, as `make build` leaves it.
 	dir := t.TempDir()
 	kubeconfig := contextsKubeconfig(t, dir)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
+	require.NoError(t, os.Symlink(mc, filepath.Join(dir, "bin", "coredns-mc")))
 
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", steps[0]+steps[1])
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", "make() { [ \"$*\" = build ]; }\n"+steps[0])
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig,
 		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s%s\n%s", steps[0], steps[1], out)
+	require.NoError(t, err, "%s\n%s", steps[0], out)
 
-	westCopy := render(t, "--cluster", "west", "--allow-cluster", "east", "--peer", "east=192.0.2.1:4143")
+	// No Secret in either cluster holds the root's key.
+	for _, c := range []*harness.Cluster{east, west} {
+		secrets, err := c.Client.CoreV1().Secrets(gatewayNS).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		root, err := os.ReadFile(filepath.Join(dir, "fleet-root", "root.key"))
+		require.NoError(t, err)
+		for _, sec := range secrets.Items {
+			for k, v := range sec.Data {
+				assert.NotEqual(t, string(root), string(v), "%s: Secret %s key %s is the root's key", c.Name, sec.Name, k)
+			}
+		}
+	}
+
 	for _, c := range []struct {
 		cluster *harness.Cluster
 		d       *appsv1.Deployment
 	}{
 		{east, gatewayDeployment(t)},
-		{west, renderedGatewayDeployment(t, westCopy)},
+		{west, chartGatewayDeployment(t, "--set", "cluster=west", "--set", "gateway.allowClusters={east}",
+			"--set", "gateway.peers.east=192.0.2.1:4143")},
 	} {
 		// The Secret is the Deployment's, with the files its flags name.
 		ctr := c.d.Spec.Template.Spec.Containers[0]

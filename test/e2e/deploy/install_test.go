@@ -1,12 +1,11 @@
 package deploy_test
 
-// The installation as deploy/README.md writes it, against real API servers
-// with the real kubectl: `kubectl apply -f deploy/` applies (and does not
-// read the patch), deploy/render.sh writes a cluster's copy that differs
-// from deploy/ in that cluster's values only and that the API server
-// accepts, and the cluster DNS's JSON patch takes effect on a CoreDNS laid
-// out as kubeadm lays it out and fails, changing nothing, on one laid out
-// otherwise. Whether the pods then run is for a real node to tell.
+// The plain manifests as deploy/README.md uses them, against real API
+// servers with the real kubectl: `kubectl apply -f deploy/` applies (and
+// does not read the patch), and the cluster DNS's JSON patch takes effect
+// on a CoreDNS laid out as kubeadm lays it out and fails, changing nothing,
+// on one laid out otherwise. Whether the pods then run is for a real node
+// to tell; what the chart renders for other values is test/e2e/chart's.
 
 import (
 	"context"
@@ -73,43 +72,23 @@ func shell(t *testing.T, kubeconfig, script string) (string, error) {
 	return string(out), err
 }
 
-// render runs deploy/render.sh with args and an --out of its own, and
-// returns that directory.
-func render(t *testing.T, args ...string) string {
+// chartGatewayDeployment is the gateway's Deployment of the chart
+// charts/mcmirror rendered by the project's helm with the values of args
+// (helm template's --set and -f).
+func chartGatewayDeployment(t *testing.T, args ...string) *appsv1.Deployment {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "copy")
-	cmd := exec.Command(filepath.Join(deployDir(t), "render.sh"), append([]string{"--out", out}, args...)...)
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "render.sh %q\n%s", args, b)
-	return out
-}
-
-// renderedManifest is the text of name in a copy render wrote.
-func renderedManifest(t *testing.T, dir, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, name))
+	helm, err := harness.Binary("helm")
 	require.NoError(t, err)
-	return string(b)
-}
-
-// renderedGatewayDeployment is the gateway's Deployment of a copy render
-// wrote.
-func renderedGatewayDeployment(t *testing.T, dir string) *appsv1.Deployment {
-	t.Helper()
+	chart := filepath.Join(filepath.Dir(deployDir(t)), "charts", "mcmirror")
+	cmd := exec.Command(helm, append([]string{"template", "mcmirror", chart, "--namespace", gatewayNS,
+		"--show-only", "templates/gateway.yaml"}, args...)...)
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
+	out, err := cmd.Output()
+	require.NoError(t, err, "helm template %q", args)
 	d := &appsv1.Deployment{}
-	object(t, renderedManifest(t, dir, "gateway.yaml"), "Deployment", gatewayNS, gatewayName, d)
+	object(t, string(out), "Deployment", gatewayNS, gatewayName, d)
 	return d
-}
-
-// flagValues returns every value of --name=value in args.
-func flagValues(args []string, name string) []string {
-	var out []string
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 // `kubectl apply -f deploy/`, as the README says, applies every object
@@ -143,93 +122,6 @@ func TestApplyDeployDirectory(t *testing.T) {
 		if !e.IsDir() && strings.HasSuffix(e.Name(), ".yaml") {
 			assert.NotContains(t, e.Name(), "patch", "a patch among the object files")
 		}
-	}
-}
-
-// deploy/render.sh writes a cluster's copy of deploy/: with the files'
-// own values it writes deploy/ back byte for byte (so it touches nothing
-// but the value lines); with another cluster's, every value line says that
-// cluster's, a --peer and an --allow-cluster per cluster, and the API
-// server accepts the result. Bad values stop it before it writes.
-func TestRenderScript(t *testing.T) {
-	env.LogOnFailure(t)
-	applyManifests(t)
-	files := []string{"controller.yaml", "coredns.yaml", "gateway.yaml", "remote-link.yaml", "patches/coredns.yaml"}
-	originals := map[string]string{}
-	for _, f := range files {
-		originals[f] = manifest(t, f)
-	}
-
-	same := render(t, "--cluster", "east", "--peer", "west=203.0.113.10:4143", "--allow-cluster", "west")
-	for _, f := range files {
-		assert.Equal(t, manifest(t, f), renderedManifest(t, same, f), "%s: the files' own values give the files back", f)
-	}
-
-	const image = "registry.example.com/mcmirror/coredns-mc@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	const health = "http://10.96.7.8:9155/peers"
-	west := render(t, "--cluster", "west", "--image", image, "--egress-ports", "31000-31999",
-		"--peer", "east=198.51.100.7:4143", "--peer=paris=[2001:db8::7]:4143",
-		"--allow-cluster", "east", "--allow-cluster=paris", "--gateway-health", health)
-	ctrl := &appsv1.Deployment{}
-	object(t, renderedManifest(t, west, "controller.yaml"), "Deployment", "mcmirror", "mcmirror-controller", ctrl)
-	cargs := ctrl.Spec.Template.Spec.Containers[0].Args
-	assert.Equal(t, image, ctrl.Spec.Template.Spec.Containers[0].Image)
-	assert.Equal(t, []string{"west"}, flagValues(cargs, "cluster"))
-	assert.Equal(t, []string{"31000-31999"}, flagValues(cargs, "egress-ports"))
-	gw := renderedGatewayDeployment(t, west)
-	gargs := gw.Spec.Template.Spec.Containers[0].Args
-	assert.Equal(t, image, gw.Spec.Template.Spec.Containers[0].Image)
-	assert.Equal(t, []string{"west"}, flagValues(gargs, "cluster"))
-	assert.Equal(t, []string{"east=198.51.100.7:4143", "paris=[2001:db8::7]:4143"}, flagValues(gargs, "peer"))
-	assert.Equal(t, []string{"east", "paris"}, flagValues(gargs, "allow-cluster"))
-	cm := &corev1.ConfigMap{}
-	object(t, renderedManifest(t, west, "coredns.yaml"), "ConfigMap", "kube-system", "coredns-mcmirror", cm)
-	assert.Contains(t, cm.Data["Corefile"], "\n        cluster west\n")
-	assert.Contains(t, cm.Data["Corefile"], "\n        gateway_health "+health+"\n")
-	assert.NotContains(t, cm.Data["Corefile"], "cluster east")
-	assert.Contains(t, renderedManifest(t, west, "patches/coredns.yaml"), "\n  value: "+image+"\n")
-	for _, f := range files {
-		assert.NotContains(t, renderedManifest(t, west, f), "coredns-mc:latest", f)
-	}
-	// The copy is what the API server takes (east has the namespaces).
-	out, err := shell(t, contextsKubeconfig(t, t.TempDir()), "kubectl --context east apply --dry-run=server -f "+west+"/")
-	require.NoError(t, err, "%s", out)
-
-	// Without a peer: the gateway has none.
-	nopeer := renderedGatewayDeployment(t, render(t, "--cluster", "west", "--allow-cluster", "east"))
-	assert.Empty(t, flagValues(nopeer.Spec.Template.Spec.Containers[0].Args, "peer"))
-
-	for _, bad := range [][]string{
-		{"--allow-cluster", "east"},                        // no --cluster
-		{"--cluster", "west"},                              // no --allow-cluster
-		{"--cluster", "global", "--allow-cluster", "east"}, // a reserved name
-		{"--cluster", "West", "--allow-cluster", "east"},   // not a DNS label
-		{"--cluster", "west", "--allow-cluster", "west"},   // itself
-		{"--cluster", "west", "--allow-cluster", "east", "--peer", "east"},
-		{"--cluster", "west", "--allow-cluster", "east", "--peer", "west=192.0.2.1:4143"},
-		{"--cluster", "west", "--allow-cluster", "east", "--peer", "east=192.0.2.1:4143", "--peer", "east=192.0.2.2:4143"},
-		{"--cluster", "west", "--allow-cluster", "east", "--image", "a b"},
-		{"--cluster", "west", "--allow-cluster", "east", "--egress-ports", "32767-30000"},
-		{"--cluster", "west", "--allow-cluster", "east", "--gateway-health", "10.96.7.8:9155"},
-		{"--cluster", "west", "--allow-cluster", "east", "--bogus"},
-	} {
-		out := filepath.Join(t.TempDir(), "copy")
-		cmd := exec.Command(filepath.Join(deployDir(t), "render.sh"), append([]string{"--out", out}, bad...)...)
-		b, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if assert.ErrorAs(t, err, &exit, "render.sh %q: %s", bad, b) {
-			assert.Equal(t, 2, exit.ExitCode(), "render.sh %q", bad)
-		}
-		assert.Contains(t, string(b), "render.sh: ", "render.sh %q says why", bad)
-		_, err = os.Stat(out)
-		assert.True(t, os.IsNotExist(err), "render.sh %q wrote nothing", bad)
-	}
-	// Never over deploy/ itself.
-	b, err := exec.Command(filepath.Join(deployDir(t), "render.sh"), "--out", deployDir(t),
-		"--cluster", "west", "--allow-cluster", "east").CombinedOutput()
-	assert.Error(t, err, "%s", b)
-	for _, f := range files {
-		assert.Equal(t, originals[f], manifest(t, f), "%s untouched", f)
 	}
 }
 

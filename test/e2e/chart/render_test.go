@@ -1,0 +1,344 @@
+// Package chart_test proves the Helm chart charts/mcmirror with the real
+// helm (built from its Go module by test/tools/build.sh): it lints clean,
+// renders what each combination of values asks for, refuses bad values
+// with a message naming the value, is the source of the plain manifests of
+// deploy/, and installs, upgrades and uninstalls on real API servers
+// (without nodes: the chart's pods on real nodes are test/e2e/pods's).
+package chart_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// root is the repository's root.
+func root() string {
+	_, self, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(self), "..", "..", "..")
+}
+
+// chartDir is charts/mcmirror.
+func chartDir() string { return filepath.Join(root(), "charts", "mcmirror") }
+
+// helmBin returns the project's helm.
+func helmBin(t *testing.T) string {
+	t.Helper()
+	h, err := harness.Binary("helm")
+	require.NoError(t, err)
+	return h
+}
+
+// helm runs the project's helm with args, with its own cache, config and
+// data directories (nothing of the user's), and kubeconfig when not empty.
+func helm(t *testing.T, kubeconfig string, args ...string) (string, error) {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.Command(helmBin(t), args...)
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"))
+	if kubeconfig != "" {
+		cmd.Env = append(cmd.Env, "KUBECONFIG="+kubeconfig)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
+}
+
+// eastValues are the values of the example cluster of deploy/.
+var eastValues = []string{"-f", filepath.Join(chartDir(), "ci", "east-values.yaml")}
+
+// template renders the chart as release mcmirror in namespace mcmirror with
+// the values of args.
+func template(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	return helm(t, "", append([]string{"template", "mcmirror", chartDir(), "--namespace", "mcmirror"}, args...)...)
+}
+
+// rendered is a chart's output, by kind/namespace/name.
+type rendered map[string]*unstructured.Unstructured
+
+func key(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
+
+// render renders the chart with args and decodes every object.
+func render(t *testing.T, args ...string) rendered {
+	t.Helper()
+	out, err := template(t, args...)
+	require.NoError(t, err, out)
+	objs := rendered{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err, out)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		k := key(u.GetKind(), u.GetNamespace(), u.GetName())
+		require.NotContains(t, objs, k, "rendered twice")
+		objs[k] = u
+	}
+	return objs
+}
+
+// has reports whether r holds the object.
+func (r rendered) has(kind, ns, name string) bool { _, ok := r[key(kind, ns, name)]; return ok }
+
+// deployment returns a rendered Deployment, typed.
+func (r rendered) deployment(t *testing.T, name string) *appsv1.Deployment {
+	t.Helper()
+	u, ok := r[key("Deployment", "mcmirror", name)]
+	require.True(t, ok, "Deployment mcmirror/%s not rendered", name)
+	d := &appsv1.Deployment{}
+	require.NoError(t, k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, d))
+	return d
+}
+
+// corefile returns the Corefile of the rendered ConfigMap.
+func (r rendered) corefile(t *testing.T) string {
+	t.Helper()
+	u, ok := r[key("ConfigMap", "kube-system", "coredns-mcmirror")]
+	require.True(t, ok, "ConfigMap kube-system/coredns-mcmirror not rendered")
+	s, _, _ := unstructured.NestedString(u.Object, "data", "Corefile")
+	return s
+}
+
+// kinds lists what r holds, for messages.
+func (r rendered) kinds() []string {
+	var out []string
+	for k := range r {
+		out = append(out, k)
+	}
+	return out
+}
+
+// The chart lints clean, strictly, with the values of deploy/'s example
+// cluster, and its defaults alone fail: cluster is required.
+func TestLint(t *testing.T) {
+	out, err := helm(t, "", append([]string{"lint", "--strict", chartDir()}, eastValues...)...)
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "1 chart(s) linted, 0 chart(s) failed")
+	out, err = helm(t, "", "lint", "--strict", chartDir())
+	require.Error(t, err, "lint with the defaults, which name no cluster:\n%s", out)
+	assert.Contains(t, out, "cluster")
+}
+
+// deploy/'s plain manifests are the chart's output: generate.sh --check
+// renders the chart again and compares every file.
+func TestDeployIsGenerated(t *testing.T) {
+	cmd := exec.Command(filepath.Join(root(), "deploy", "generate.sh"), "--check", "--helm", helmBin(t))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "deploy/ is not what the chart renders:\n%s", out)
+}
+
+// Gateway mode, the default: every part, each with this cluster's values.
+func TestRenderGatewayMode(t *testing.T) {
+	r := render(t, "--set", "cluster=paris", "--set", "gateway.allowClusters={east,west}",
+		"--set", "gateway.peers.east=198.51.100.7:4143", "--set", "gateway.peers.west=[2001:db8::1]:31443",
+		"--set", "image.repository=registry.example.com/mc/coredns-mc", "--set", "image.tag=v9")
+	const image = "registry.example.com/mc/coredns-mc:v9"
+
+	c := r.deployment(t, "mcmirror-controller")
+	args := c.Spec.Template.Spec.Containers[0].Args
+	assert.Contains(t, args, "--cluster=paris")
+	assert.Contains(t, args, "--egress-service=mcmirror/mcmirror-gateway-egress")
+	assert.Contains(t, args, "--link-secrets=mcmirror-links")
+	assert.Equal(t, image, c.Spec.Template.Spec.Containers[0].Image)
+	assert.EqualValues(t, 2, *c.Spec.Replicas)
+
+	g := r.deployment(t, "mcmirror-gateway")
+	args = g.Spec.Template.Spec.Containers[0].Args
+	assert.Contains(t, args, "--cluster=paris")
+	// Peers in name order, one flag each; an IPv6 address keeps its brackets.
+	assert.Equal(t, []string{"--peer=east=198.51.100.7:4143", "--peer=west=[2001:db8::1]:31443"}, flagsOf(args, "--peer="))
+	assert.Equal(t, []string{"--allow-cluster=east", "--allow-cluster=west"}, flagsOf(args, "--allow-cluster="))
+	assert.Equal(t, image, g.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, "mcmirror-gateway-tls", g.Spec.Template.Spec.Volumes[0].Secret.SecretName)
+
+	cf := r.corefile(t)
+	assert.Contains(t, cf, "\n        cluster paris\n")
+	assert.Contains(t, cf, "link_secrets mcmirror-links")
+	// The gateway's /peers by its Service's name, which the plugin looks
+	// up through its own server.
+	assert.Contains(t, cf, "\n        gateway_health http://mcmirror-gateway-metrics.mcmirror.svc.cluster.local:9155/peers\n")
+
+	for _, k := range []string{
+		key("Namespace", "", "mcmirror-links"),
+		key("ServiceAccount", "mcmirror", "mcmirror-link"),
+		key("Service", "mcmirror", "mcmirror-gateway"),
+		key("Service", "mcmirror", "mcmirror-gateway-egress"),
+		key("Service", "mcmirror", "mcmirror-gateway-metrics"),
+		key("Service", "mcmirror", "mcmirror-controller-metrics"),
+		key("PodDisruptionBudget", "mcmirror", "mcmirror-gateway"),
+		key("PodDisruptionBudget", "mcmirror", "mcmirror-controller"),
+		key("PodDisruptionBudget", "kube-system", "coredns"),
+		key("ValidatingAdmissionPolicy", "", "mcmirror-mirror-metadata"),
+		key("ValidatingAdmissionPolicyBinding", "", "mcmirror-mirror-metadata"),
+		key("Role", "kube-system", "mcmirror-dns-patch"),
+		key("ConfigMap", "mcmirror", "mcmirror-dns-patch"),
+		key("Job", "mcmirror", "mcmirror-dns-apply"),
+		key("Job", "mcmirror", "mcmirror-dns-revert"),
+	} {
+		assert.Contains(t, r, k, "rendered: %v", r.kinds())
+	}
+	// The release's namespace is helm's (--create-namespace), not the chart's.
+	assert.NotContains(t, r, key("Namespace", "", "mcmirror"))
+	// Scrape annotations on both metrics Services.
+	for _, name := range []string{"mcmirror-gateway-metrics", "mcmirror-controller-metrics"} {
+		assert.Equal(t, "true", r[key("Service", "mcmirror", name)].GetAnnotations()["prometheus.io/scrape"], name)
+	}
+	// The hooks: apply after install and upgrade, revert before uninstall.
+	assert.Equal(t, "post-install,post-upgrade", r[key("Job", "mcmirror", "mcmirror-dns-apply")].GetAnnotations()["helm.sh/hook"])
+	assert.Equal(t, "pre-delete", r[key("Job", "mcmirror", "mcmirror-dns-revert")].GetAnnotations()["helm.sh/hook"])
+	// The patch the apply Job mounts sets this image.
+	patch, _, _ := unstructured.NestedString(r[key("ConfigMap", "mcmirror", "mcmirror-dns-patch")].Object, "data", "coredns.yaml")
+	assert.Contains(t, patch, "value: "+image+"\n")
+	assert.Contains(t, patch, "{op: test, path: /spec/template/spec/serviceAccountName, value: coredns}")
+}
+
+// flagsOf returns the args that start with prefix.
+func flagsOf(args []string, prefix string) []string {
+	var out []string
+	for _, a := range args {
+		if strings.HasPrefix(a, prefix) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Flat mode alone: no gateway, and nothing that needs one.
+func TestRenderFlatMode(t *testing.T) {
+	r := render(t, "--set", "cluster=east", "--set", "gateway.enabled=false")
+	assert.False(t, r.has("Deployment", "mcmirror", "mcmirror-gateway"), "%v", r.kinds())
+	assert.False(t, r.has("Service", "mcmirror", "mcmirror-gateway"))
+	assert.True(t, r.has("Deployment", "mcmirror", "mcmirror-controller"))
+	assert.NotContains(t, r.corefile(t), "gateway_health", "flat mode has no gateway to ask")
+}
+
+// A cluster that is only linked to (it mirrors nothing itself): the link
+// ServiceAccount and the gateway, no controller, no DNS change, and no
+// link namespace.
+func TestRenderLinkedToOnly(t *testing.T) {
+	r := render(t, "--set", "cluster=west", "--set", "gateway.allowClusters={east}",
+		"--set", "controller.enabled=false", "--set", "dns.enabled=false", "--set", "admissionPolicy.enabled=false")
+	assert.True(t, r.has("ServiceAccount", "mcmirror", "mcmirror-link"))
+	assert.True(t, r.has("Deployment", "mcmirror", "mcmirror-gateway"))
+	for k := range r {
+		assert.NotContains(t, k, "controller", "%s rendered without the controller", k)
+		assert.NotContains(t, k, "kube-system", "%s rendered without the DNS", k)
+		assert.NotContains(t, k, "mcmirror-links", "%s rendered without the controller and DNS", k)
+	}
+}
+
+// The DNS part alone (no controller) makes the link namespace; flat mode
+// with the DNS only and no patch Job.
+func TestRenderDNSOnly(t *testing.T) {
+	r := render(t, "--set", "cluster=east", "--set", "controller.enabled=false", "--set", "admissionPolicy.enabled=false",
+		"--set", "gateway.enabled=false", "--set", "dns.patchDeployment=false", "--set", "link.enabled=false")
+	assert.True(t, r.has("Namespace", "", "mcmirror-links"), "%v", r.kinds())
+	assert.True(t, r.has("ConfigMap", "kube-system", "coredns-mcmirror"))
+	assert.False(t, r.has("Job", "mcmirror", "mcmirror-dns-apply"))
+}
+
+// A digest wins over the tag, in every part and in the DNS patch; resources,
+// replicas, Service type and annotations, extra args and labels come from
+// values; the PrometheusRule renders when asked for.
+func TestRenderValues(t *testing.T) {
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	r := render(t, append(eastValues,
+		"--set", "image.digest="+digest,
+		"--set", "gateway.replicas=3", "--set", "controller.replicas=1",
+		"--set", "gateway.resources.limits.memory=2Gi",
+		"--set", "gateway.service.type=NodePort", "--set", "gateway.service.nodePort=31443",
+		"--set-string", "gateway.service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-internal=true",
+		"--set", "gateway.extraArgs={--idle-timeout=2h}",
+		"--set", "commonLabels.team=net",
+		"--set", "metrics.prometheusRule.enabled=true",
+		"--set", "namespace.create=false", "--set", "dns.patchDeployment=true")...)
+	image := "ghcr.io/mcmirror/coredns-mc@" + digest
+	g := r.deployment(t, "mcmirror-gateway")
+	assert.Equal(t, image, g.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, image, r.deployment(t, "mcmirror-controller").Spec.Template.Spec.Containers[0].Image)
+	patch, _, _ := unstructured.NestedString(r[key("ConfigMap", "mcmirror", "mcmirror-dns-patch")].Object, "data", "coredns.yaml")
+	assert.Contains(t, patch, "value: "+image+"\n")
+	assert.EqualValues(t, 3, *g.Spec.Replicas)
+	assert.EqualValues(t, 1, *r.deployment(t, "mcmirror-controller").Spec.Replicas)
+	assert.Equal(t, "2Gi", g.Spec.Template.Spec.Containers[0].Resources.Limits.Memory().String())
+	assert.Contains(t, g.Spec.Template.Spec.Containers[0].Args, "--idle-timeout=2h")
+	assert.Equal(t, "net", g.Labels["team"])
+	assert.Equal(t, "net", g.Spec.Template.Labels["team"])
+	svc := r[key("Service", "mcmirror", "mcmirror-gateway")]
+	typ, _, _ := unstructured.NestedString(svc.Object, "spec", "type")
+	assert.Equal(t, "NodePort", typ)
+	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	require.Len(t, ports, 1)
+	assert.EqualValues(t, 31443, ports[0].(map[string]any)["nodePort"])
+	assert.Equal(t, "true", svc.GetAnnotations()["service.beta.kubernetes.io/aws-load-balancer-internal"])
+	rule, ok := r[key("PrometheusRule", "mcmirror", "mcmirror")]
+	require.True(t, ok, "%v", r.kinds())
+	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	require.Len(t, groups, 1)
+	var exprs []string
+	for _, rl := range groups[0].(map[string]any)["rules"].([]any) {
+		exprs = append(exprs, rl.(map[string]any)["expr"].(string))
+	}
+	assert.Contains(t, exprs, "coredns_mcmirror_gateway_certificate_expiry_timestamp_seconds - time() < 336 * 3600")
+}
+
+// Bad values fail at install with a message that names the value.
+func TestBadValuesRefused(t *testing.T) {
+	for _, c := range []struct {
+		set  []string
+		want string
+	}{
+		{nil, "cluster"},
+		{[]string{"cluster=global"}, "cluster"},
+		{[]string{"cluster=East"}, "cluster"},
+		{[]string{"cluster=east"}, "gateway.allowClusters"},
+		{[]string{"cluster=east", "gateway.allowClusters={east}"}, "this cluster's own name"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "gateway.peers.east=1.2.3.4:4143"}, "this cluster's own name"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "gateway.peers.west=1.2.3.4"}, "peers"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "egressPorts=32000-31000"}, "egressPorts"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "egressPorts=30000-70000"}, "egressPorts"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "image.digest=abc"}, "digest"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "gatewy.enabled=false"}, "gatewy"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "gateway.service.type=External"}, "type"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "controller.enabled=false"}, "admissionPolicy.enabled needs controller.enabled"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "dns.gatewayHealth=ftp://x"}, "gatewayHealth"},
+	} {
+		var args []string
+		for _, s := range c.set {
+			args = append(args, "--set", s)
+		}
+		out, err := template(t, args...)
+		if assert.Error(t, err, "%v rendered:\n%s", c.set, out) {
+			assert.Contains(t, out, c.want, "%v", c.set)
+		}
+	}
+}

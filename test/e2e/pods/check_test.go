@@ -42,7 +42,9 @@ func check(t *testing.T, ctx context.Context, cluster string) (checkReport, erro
 
 // TestCheckOnPods runs `coredns-mc check` against east as installed on real
 // nodes, once mirrors exist: every check is ok, the cluster DNS's among
-// them, asked for a mirror's name through a port-forward to a DNS pod.
+// them, asked for a mirror's name through a port-forward to a DNS pod
+// (but for the gateway's /readyz through the API server's service proxy,
+// which cannot reach pods here: a warning, see allOK).
 // Then west's gateway is stopped, and check fails, naming west's
 // unreachable gateway; with west's gateway back, it is all ok again.
 func TestCheckOnPods(t *testing.T) {
@@ -67,6 +69,16 @@ func TestCheckOnPods(t *testing.T) {
 		ids := map[string]bool{}
 		for _, res := range r.Results {
 			ids[res.ID] = true
+			if res.ID == "gateway" && res.Status == "warn" && strings.Contains(res.Message, "through the API server") {
+				// The one thing this machine cannot give check: the API
+				// servers here run outside the nodes' pod network, so the
+				// API server's service proxy cannot reach a pod (a
+				// cluster's usually can). check says so, with a fix, and
+				// does not call it a failure; the gateway's state still
+				// comes through peer-reachable (its /peers, by the
+				// gateway pods' own probes).
+				continue
+			}
 			assert.Equal(t, "ok", res.Status, "%s %s: %s (fix: %s)", res.ID, res.Subject, res.Message, res.Fix)
 		}
 		for _, id := range []string{"rbac-controller", "rbac-gateway", "rbac-dns", "dns", "link", "peer-reachable", "peer-certificate", "egress-ports", "controller-leader", "versions"} {

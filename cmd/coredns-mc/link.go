@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -273,7 +272,7 @@ func (c *linkCmd) unlink(ctx context.Context) error {
 	}
 	list, err := target.client.CoreV1().Secrets(o.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(corev1.SecretTypeServiceAccountToken)})
 	if err != nil {
-		return fmt.Errorf("%s: list token Secrets in %s: %s", target, o.Namespace, describe(err))
+		return fmt.Errorf("%s: list token Secrets in %s: %s", target, o.Namespace, grant.Describe(err))
 	}
 	if others := grant.OtherTokens(o, list.Items); len(others) > 0 {
 		c.progress("%s: deleted token Secret %s/%s; kept ServiceAccount %s/%s and its role: token Secrets %s still use them",
@@ -308,7 +307,7 @@ func (c *linkCmd) unlinkSource(ctx context.Context, source *cluster) error {
 	for _, name := range names {
 		err := source.client.CoreV1().Secrets(o.LinkNamespace).Delete(ctx, name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("%s: delete link Secret %s/%s: %s", source, o.LinkNamespace, name, describe(err))
+			return fmt.Errorf("%s: delete link Secret %s/%s: %s", source, o.LinkNamespace, name, grant.Describe(err))
 		}
 	}
 	if len(names) == 0 {
@@ -389,31 +388,13 @@ func loadCluster(what, path, context, pathFlag, contextFlag string) (*cluster, e
 	return &cluster{what: what, config: cfg, client: client}, nil
 }
 
-// describe says what an error of an API call means, on one line.
-func describe(err error) string {
-	var status apierrors.APIStatus
-	switch {
-	case apierrors.IsUnauthorized(err):
-		return "the credentials are refused (401 Unauthorized)"
-	case apierrors.IsForbidden(err):
-		return "forbidden: " + err.Error()
-	case errors.As(err, &status):
-		return err.Error()
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	return "unreachable: " + err.Error()
-}
-
 // reach checks that the API server answers and takes the credentials.
 func (c *cluster) reach(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	// /api needs an authenticated user, where /version may not.
 	if _, err := c.client.Discovery().RESTClient().Get().AbsPath("/api").Do(ctx).Raw(); err != nil {
-		return fmt.Errorf("%s: %s", c, describe(err))
+		return fmt.Errorf("%s: %s", c, grant.Describe(err))
 	}
 	return nil
 }
@@ -430,7 +411,7 @@ func (c *cluster) may(ctx context.Context, why string, what ...grant.Access) err
 			}},
 		}, metav1.CreateOptions{})
 		if err != nil {
-			return fmt.Errorf("%s: access review: %s", c, describe(err))
+			return fmt.Errorf("%s: access review: %s", c, grant.Describe(err))
 		}
 		if !r.Status.Allowed {
 			denied = append(denied, a.String())
@@ -492,7 +473,7 @@ func (c *cluster) apply(ctx context.Context, obj runtime.Object) error {
 		return fmt.Errorf("cannot apply a %T", obj)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: apply %s %s: %s", c, u.GetKind(), strings.TrimPrefix(ns+"/"+name, "/"), describe(err))
+		return fmt.Errorf("%s: apply %s %s: %s", c, u.GetKind(), strings.TrimPrefix(ns+"/"+name, "/"), grant.Describe(err))
 	}
 	return nil
 }
@@ -517,7 +498,7 @@ func (c *cluster) remove(ctx context.Context, obj runtime.Object) error {
 		return fmt.Errorf("cannot delete a %T", obj)
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s: delete %s %s: %s", c, u.GetKind(), strings.TrimPrefix(ns+"/"+name, "/"), describe(err))
+		return fmt.Errorf("%s: delete %s %s: %s", c, u.GetKind(), strings.TrimPrefix(ns+"/"+name, "/"), grant.Describe(err))
 	}
 	return nil
 }
@@ -547,7 +528,7 @@ func (c *cluster) waitToken(ctx context.Context, ns, name string, timeout time.D
 		return nil, ctx.Err()
 	}
 	if last != nil {
-		return nil, fmt.Errorf("%s: token Secret %s/%s: %s", c, ns, name, describe(last))
+		return nil, fmt.Errorf("%s: token Secret %s/%s: %s", c, ns, name, grant.Describe(last))
 	}
 	return nil, fmt.Errorf("%s: no token in Secret %s/%s after %s: the token controller of kube-controller-manager writes it; is it running, with --service-account-private-key-file? (--token-timeout waits longer)",
 		c, ns, name, timeout)
@@ -566,7 +547,7 @@ func (c *cluster) checkToken(ctx context.Context, token []byte) error {
 		_, err = client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{Limit: 1})
 	}
 	if err != nil {
-		return fmt.Errorf("%s: the link's token cannot list Services and EndpointSlices: %s", c, describe(err))
+		return fmt.Errorf("%s: the link's token cannot list Services and EndpointSlices: %s", c, grant.Describe(err))
 	}
 	return nil
 }
@@ -579,7 +560,7 @@ func (c *cluster) checkLinkNamespace(ctx context.Context, ns string) error {
 	case apierrors.IsNotFound(err):
 		return fmt.Errorf("%s: no namespace %s: apply deploy/controller.yaml there first, or give --link-namespace", c, ns)
 	case err != nil && !apierrors.IsForbidden(err):
-		return fmt.Errorf("%s: namespace %s: %s", c, ns, describe(err))
+		return fmt.Errorf("%s: namespace %s: %s", c, ns, grant.Describe(err))
 	}
 	return nil
 }
@@ -588,7 +569,7 @@ func (c *cluster) checkLinkNamespace(ctx context.Context, ns string) error {
 func (c *cluster) linkSecrets(ctx context.Context, ns string) ([]corev1.Secret, error) {
 	list, err := c.client.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{FieldSelector: "type=" + labels.LinkSecretType})
 	if err != nil {
-		return nil, fmt.Errorf("%s: list link Secrets in %s: %s", c, ns, describe(err))
+		return nil, fmt.Errorf("%s: list link Secrets in %s: %s", c, ns, grant.Describe(err))
 	}
 	return list.Items, nil
 }

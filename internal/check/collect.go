@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/grant"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
 
@@ -166,24 +166,13 @@ type collector struct {
 	secrets []corev1.Secret
 }
 
-// describe says what an error of an API call means, on one line.
+// describe says what an error of an API call means, on one line:
+// grant.Describe's, or that the call ran out of check's --timeout.
 func describe(err error) string {
-	var status apierrors.APIStatus
-	switch {
-	case apierrors.IsUnauthorized(err):
-		return "the credentials are refused (401 Unauthorized)"
-	case apierrors.IsForbidden(err):
-		return "forbidden: " + err.Error()
-	case errors.As(err, &status):
-		return err.Error()
-	case errors.Is(err, context.DeadlineExceeded):
+	if errors.Is(err, context.DeadlineExceeded) {
 		return "no answer within the timeout (--timeout)"
 	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	return "unreachable: " + err.Error()
+	return grant.Describe(err)
 }
 
 func (c *collector) serverVersion(ctx context.Context) (string, error) {

@@ -1,9 +1,12 @@
 package grant
 
 import (
+	"errors"
 	"fmt"
+	"net/url"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // Access is one thing the caller of link or unlink must be allowed to do:
@@ -57,4 +60,25 @@ func SourceAccess(o Options, verbs ...string) []Access {
 		out[i] = Access{v, "", "secrets", o.LinkNamespace}
 	}
 	return out
+}
+
+// Describe says what an error of a call to an API server means, on one
+// line: credentials refused, forbidden (with the server's message), another
+// answer of the server, or the server unreachable (with the network error,
+// not the URL it wraps).
+func Describe(err error) string {
+	var status apierrors.APIStatus
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return "the credentials are refused (401 Unauthorized)"
+	case apierrors.IsForbidden(err):
+		return "forbidden: " + err.Error()
+	case errors.As(err, &status):
+		return err.Error()
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return "unreachable: " + err.Error()
 }

@@ -428,7 +428,9 @@ func (e *Env) launch(name string, critical bool, env []string, argv ...string) (
 	e.mu.Lock()
 	e.procs = append(e.procs, p)
 	e.mu.Unlock()
-	line := fmt.Sprintf("%d %s\n", p.PID, name)
+	// "PID STARTTIME NAME": a PID alone may name another process by the
+	// time the pids are checked, since PIDs are reused.
+	line := fmt.Sprintf("%d %d %s\n", p.PID, p.StartTime, name)
 	appendFile(filepath.Join(e.Dir, "pids"), line)
 	if f := os.Getenv("MCMIRROR_PID_FILE"); f != "" {
 		appendFile(f, line)
@@ -475,7 +477,8 @@ func (e *Env) Leftovers() []string {
 	defer e.mu.Unlock()
 	var left []string
 	for _, p := range e.procs {
-		if alive(p.PID) {
+		// A process that was waited for is gone, whatever now holds its PID.
+		if done, _ := p.Exited(); !done && alive(p.PID) {
 			left = append(left, fmt.Sprintf("%s (pid %d)", p.Name, p.PID))
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,10 @@ type Process struct {
 	LogPath string
 	// PID of the process.
 	PID int
+	// StartTime is the process's start time in clock ticks since boot
+	// (field 22 of /proc/PID/stat): with PID it names this process alone,
+	// even after its PID is reused.
+	StartTime uint64
 
 	cmd      *exec.Cmd
 	done     chan struct{} // closed once the process has exited
@@ -83,6 +88,12 @@ func startProcess(name, logPath string, env []string, argv ...string) (*Process,
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	p := &Process{Name: name, LogPath: logPath, PID: cmd.Process.Pid, cmd: cmd, done: make(chan struct{})}
+	// Not reaped until Wait below, so /proc still has it, zombie or not.
+	if p.StartTime, err = startTime(p.PID); err != nil {
+		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -129,6 +140,26 @@ func (p *Process) Signal(sig syscall.Signal) error { return syscall.Kill(p.PID, 
 
 // Tail returns at most n last lines of the process's log.
 func (p *Process) Tail(n int) string { return tailFile(p.LogPath, 0, n) }
+
+// startTime reads the start time of pid, in clock ticks since boot.
+func startTime(pid int) (uint64, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
+	// fields are counted after the last ')'; starttime is field 22, the 20th
+	// after it.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command name", pid, len(fields))
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
 
 // alive reports whether pid is a running (not zombie) process.
 func alive(pid int) bool {

@@ -27,16 +27,5 @@ export MCMIRROR_COREDNS_STOCK
 status=0
 go test -timeout 45m "$@" || status=$?
 
-# Each line of the pid file is "PID NAME" for a process a harness started.
-left=0
-while read -r pid name; do
-	state=$(ps -o stat= -p "$pid" 2>/dev/null || true)
-	if [[ -n $state && $state != Z* ]]; then
-		echo "gotest.sh: $name (pid $pid) still running after the tests; killing it" >&2
-		kill -9 "$pid" 2>/dev/null || true
-		left=1
-	fi
-done <"$pidfile"
-echo "gotest.sh: $(wc -l <"$pidfile") processes started by the test harness, $( ((left)) && echo some || echo none) left running" >&2
-((left == 0)) || status=1
+test/tools/leftovers.sh "$pidfile" || status=1
 exit "$status"

@@ -247,7 +247,7 @@ func (c *Cluster) waitWorkloads(ctx context.Context) error {
 	// will not.
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return c.env.poll(ctx, c.Name+"/kwok node", func(ctx context.Context) (bool, error) {
+	if err := c.env.poll(ctx, c.Name+"/kwok node", func(ctx context.Context) (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -258,7 +258,41 @@ func (c *Cluster) waitWorkloads(ctx context.Context) error {
 			}
 		}
 		return false, nil
-	})
+	}); err != nil {
+		return err
+	}
+	return c.warmIPPool(ctx)
+}
+
+// warmIPPool has KWOK give one pod an IP before any test makes pods. KWOK
+// v0.7.0 makes a CIDR's address pool on the first pod that needs one, with
+// a load and then a store that are not one step (PodController.ipPool): two
+// pods that come at once, such as a StatefulSet's with the Parallel policy,
+// each make a pool and both get its first address. A pool made here, by one
+// pod, is the one every later pod shares. The pod is deleted again.
+func (c *Cluster) warmIPPool(ctx context.Context) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kwok-ip-pool", Namespace: metav1.NamespaceSystem},
+		Spec: corev1.PodSpec{
+			NodeName:   NodeName,
+			Containers: []corev1.Container{{Name: "pause", Image: "pause"}},
+		},
+	}
+	pods := c.Client.CoreV1().Pods(metav1.NamespaceSystem)
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%s: create pod %s: %w", c.Name, pod.Name, err)
+	}
+	if err := c.env.poll(ctx, c.Name+"/kwok pod IP", func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		return err == nil && p.Status.PodIP != "", nil
+	}); err != nil {
+		return err
+	}
+	zero := int64(0)
+	if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("%s: delete pod %s: %w", c.Name, pod.Name, err)
+	}
+	return nil
 }
 
 // writeKubeconfig writes a kubeconfig for this cluster with the CA embedded

@@ -141,20 +141,28 @@ func (p *Process) Signal(sig syscall.Signal) error { return syscall.Kill(p.PID, 
 // Tail returns at most n last lines of the process's log.
 func (p *Process) Tail(n int) string { return tailFile(p.LogPath, 0, n) }
 
-// startTime reads the start time of pid, in clock ticks since boot.
-func startTime(pid int) (uint64, error) {
+// statFields returns the fields of /proc/PID/stat from the state on (field
+// 3, then 4, ...). The command name before them may hold spaces and
+// parentheses, so they are counted after its last ')'.
+func statFields(pid int) ([]string, error) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	return strings.Fields(string(stat[i+1:])), nil
+}
+
+// startTime reads the start time of pid, in clock ticks since boot: field
+// 22 of /proc/PID/stat.
+func startTime(pid int) (uint64, error) {
+	fields, err := statFields(pid)
 	if err != nil {
 		return 0, err
 	}
-	// "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
-	// fields are counted after the last ')'; starttime is field 22, the 20th
-	// after it.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	fields := strings.Fields(string(stat[i+1:]))
 	if len(fields) < 20 {
 		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command name", pid, len(fields))
 	}
@@ -166,15 +174,11 @@ func alive(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil {
 		return !errors.Is(err, syscall.ESRCH)
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	fields, err := statFields(pid)
 	if err != nil {
 		return false
 	}
-	// The state follows the command name in parentheses: "pid (comm) S ...".
-	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
-		return stat[i+2] != 'Z'
-	}
-	return true
+	return len(fields) == 0 || fields[0] != "Z"
 }
 
 // tailFile returns the last n lines of path from byte offset from on.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 )
 
@@ -73,11 +74,7 @@ func Merge(exports []Export) Merged {
 	m.Spec.InternalTrafficPolicy = first.Service.Spec.InternalTrafficPolicy
 	m.Spec.TrafficDistribution = first.Service.Spec.TrafficDistribution
 
-	var ports portMerge
-	for _, e := range ordered {
-		ports.add(e)
-	}
-	m.Spec.Ports = ports.merged
+	m.Spec.Ports = ports(ordered)
 	m.Spec.IPFamilies = families(ordered)
 
 	add := func(reason mcsv1alpha1.ServiceExportConditionReason, what string, value func(*corev1.Service) string) {
@@ -86,9 +83,7 @@ func Merge(exports []Export) Merged {
 		}
 	}
 	add(mcsv1alpha1.ServiceExportReasonTypeConflict, "type", func(s *corev1.Service) string { return string(importType(s)) })
-	if ports.conflict {
-		add(mcsv1alpha1.ServiceExportReasonPortConflict, "ports", func(s *corev1.Service) string { return portsString(s) })
-	}
+	add(mcsv1alpha1.ServiceExportReasonPortConflict, "ports", portsString)
 	add(mcsv1alpha1.ServiceExportReasonSessionAffinityConflict, "session affinity", func(s *corev1.Service) string { return string(affinity(s)) })
 	add(mcsv1alpha1.ServiceExportReasonSessionAffinityConfigConflict, "session affinity timeout", func(s *corev1.Service) string {
 		if c := affinityConfig(s); c != nil {
@@ -97,10 +92,10 @@ func Merge(exports []Export) Merged {
 		return "none"
 	})
 	add(mcsv1alpha1.ServiceExportReasonInternalTrafficPolicyConflict, "internal traffic policy", func(s *corev1.Service) string {
-		return string(ptrOr(s.Spec.InternalTrafficPolicy, corev1.ServiceInternalTrafficPolicyCluster))
+		return string(ptr.Deref(s.Spec.InternalTrafficPolicy, corev1.ServiceInternalTrafficPolicyCluster))
 	})
 	add(mcsv1alpha1.ServiceExportReasonTrafficDistributionConflict, "traffic distribution", func(s *corev1.Service) string {
-		return ptrOr(s.Spec.TrafficDistribution, "none")
+		return ptr.Deref(s.Spec.TrafficDistribution, "none")
 	})
 	add(mcsv1alpha1.ServiceExportReasonIPFamilyConflict, "IP families", func(s *corev1.Service) string {
 		return fmt.Sprint(s.Spec.IPFamilies)
@@ -134,37 +129,28 @@ func affinityConfig(s *corev1.Service) *corev1.SessionAffinityConfig {
 	return &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &timeout}}
 }
 
-// portMerge builds the union of the exports' ports in order of precedence.
-type portMerge struct {
-	merged   []mcsv1alpha1.ServicePort
-	conflict bool // some export's ports differ from another's
-	seen     bool
-	first    string
-}
-
-func (p *portMerge) add(e Export) {
-	if s := portsString(e.Service); !p.seen {
-		p.seen, p.first = true, s
-	} else if s != p.first {
-		p.conflict = true
-	}
-	for _, sp := range e.Service.Spec.Ports {
-		port := mcsv1alpha1.ServicePort{
-			Name:        sp.Name,
-			Protocol:    cmp.Or(sp.Protocol, corev1.ProtocolTCP),
-			AppProtocol: sp.AppProtocol,
-			Port:        sp.Port,
+// ports is the union of the exports' ports, in order of precedence.
+func ports(ordered []Export) []mcsv1alpha1.ServicePort {
+	var merged []mcsv1alpha1.ServicePort
+	for _, e := range ordered {
+		for _, sp := range e.Service.Spec.Ports {
+			port := mcsv1alpha1.ServicePort{
+				Name:        sp.Name,
+				Protocol:    cmp.Or(sp.Protocol, corev1.ProtocolTCP),
+				AppProtocol: sp.AppProtocol,
+				Port:        sp.Port,
+			}
+			// By name first, then by protocol and port: a port that names or
+			// numbers one already taken is the same port or a clash, which
+			// the export with precedence, added first, wins.
+			if !slices.ContainsFunc(merged, func(q mcsv1alpha1.ServicePort) bool {
+				return q.Name == port.Name || (q.Protocol == port.Protocol && q.Port == port.Port)
+			}) {
+				merged = append(merged, port)
+			}
 		}
-		// By name first, then by protocol and port: a port that names or
-		// numbers one already taken is the same port or a clash, which the
-		// export with precedence, added first, wins.
-		if slices.ContainsFunc(p.merged, func(q mcsv1alpha1.ServicePort) bool {
-			return q.Name == port.Name || (q.Protocol == port.Protocol && q.Port == port.Port)
-		}) {
-			continue
-		}
-		p.merged = append(p.merged, port)
 	}
+	return merged
 }
 
 // portsString is a Service's ports as a comparable, readable string.
@@ -219,11 +205,4 @@ func differ(ordered []Export, what string, value func(*corev1.Service) string) (
 	}
 	return fmt.Sprintf("the exports disagree on %s: %s; %s applies, the oldest export's (%s)",
 		what, strings.Join(parts, "; "), values[0], ordered[0].Cluster), true
-}
-
-func ptrOr[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
 }

@@ -30,7 +30,7 @@ func BenchmarkSyncUnchanged(b *testing.B) {
 // writes) against a fake clientset: the controller's own share of the
 // export-to-ClusterIP time.
 func BenchmarkSyncExport(b *testing.B) {
-	f := newFixture(b, fixtureOptions{ports: PortRange{1, 65535}}, map[string][]runtime.Object{"west": nil})
+	f := newFixture(b, fixtureOptions{ports: PortRange{First: 1, Last: 65535}}, map[string][]runtime.Object{"west": nil})
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {

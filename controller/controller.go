@@ -221,7 +221,9 @@ func New(opts Options) (*Controller, error) {
 	if err := validateEgressOptions(opts); err != nil {
 		return nil, err
 	}
-	if opts.EgressPorts.First == 0 {
+	// The zero range is unset (and contains every port); a range from port
+	// 0 is none ParsePortRange makes.
+	if opts.EgressPorts.IsZero() || opts.EgressPorts.First == 0 {
 		return nil, errors.New("controller: no egress port range")
 	}
 	if opts.ExportSelector == nil {

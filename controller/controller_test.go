@@ -83,19 +83,19 @@ func TestFailedWriteKeepsEgressPorts(t *testing.T) {
 		// verb is the Service write that fails; svc records the port.
 		verb, svc string
 	}{{
-		name: "unexported, delete fails", ports: PortRange{40000, 40000},
+		name: "unexported, delete fails", ports: PortRange{First: 40000, Last: 40000},
 		remote: []runtime.Object{web}, key: "west/default/web",
 		change: []runtime.Object{unexported}, verb: "delete", svc: "web-west",
 	}, {
-		name: "port changed, update fails", ports: PortRange{40000, 40001},
+		name: "port changed, update fails", ports: PortRange{First: 40000, Last: 40001},
 		remote: []runtime.Object{web}, key: "west/default/web",
 		change: []runtime.Object{exported("default", "web", "true", false, tcp("http", 8080))}, verb: "update", svc: "web-west",
 	}, {
-		name: "pod gone, delete fails", ports: PortRange{40000, 40001},
+		name: "pod gone, delete fails", ports: PortRange{First: 40000, Last: 40001},
 		remote: []runtime.Object{exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1")},
 		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", svc: "db-1-west",
 	}, {
-		name: "became headless, delete before recreate fails", ports: PortRange{40000, 40001},
+		name: "became headless, delete before recreate fails", ports: PortRange{First: 40000, Last: 40001},
 		remote: []runtime.Object{exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "")},
 		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", svc: "db-west",
 	}} {
@@ -234,7 +234,7 @@ func testFailedSliceWriteKeepsEgressPorts(t *testing.T, o fixtureOptions, addrs 
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			remote := append([]runtime.Object{exported("default", "api", "true", false, tcp("http", 80))}, tc.remote...)
-			o.ports = PortRange{40000, 40001}
+			o.ports = PortRange{First: 40000, Last: 40001}
 			f := newFixture(t, o, map[string][]runtime.Object{"west": remote})
 			f.converge(tc.key)
 			require.Len(t, f.slice("default", tc.slice).Endpoints, addrs)

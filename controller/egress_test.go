@@ -363,11 +363,11 @@ func TestNewEgressOptions(t *testing.T) {
 		{EgressService: types.NamespacedName{Namespace: "Bad", Name: "x"}},
 		{EgressAddress: netipMust("ff02::1")},
 	} {
-		o.Cluster, o.Client, o.EgressPorts = "east", newFixtureClient(), PortRange{1, 2}
+		o.Cluster, o.Client, o.EgressPorts = "east", newFixtureClient(), PortRange{First: 1, Last: 2}
 		_, err := New(o)
 		assert.Error(t, err, "%+v", o)
 	}
-	c, err := New(Options{Cluster: "east", Client: newFixtureClient(), EgressPorts: PortRange{1, 2}, EgressService: gatewayEgress})
+	c, err := New(Options{Cluster: "east", Client: newFixtureClient(), EgressPorts: PortRange{First: 1, Last: 2}, EgressService: gatewayEgress})
 	require.NoError(t, err)
 	assert.NotNil(t, c.egressSlices)
 }

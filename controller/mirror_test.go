@@ -304,7 +304,7 @@ func TestSyncNamespace(t *testing.T) {
 // A full port range is an Event and a retry when a port is freed, not a
 // crash.
 func TestSyncPortsExhausted(t *testing.T) {
-	f := newFixture(t, fixtureOptions{ports: PortRange{40000, 40000}}, map[string][]runtime.Object{
+	f := newFixture(t, fixtureOptions{ports: PortRange{First: 40000, Last: 40000}}, map[string][]runtime.Object{
 		"west": {exported("default", "one", "true", false, tcp("http", 80)), exported("default", "two", "true", false, tcp("http", 80))},
 	})
 	f.converge("west/default/one")
@@ -383,11 +383,15 @@ func TestSweepKeys(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1", "::1", "0.0.0.0", "169.254.1.1"} {
-		_, err := New(Options{Cluster: "east", Client: newFixtureClient(), EgressAddress: netipMust(addr), EgressPorts: PortRange{1, 2}})
+		_, err := New(Options{Cluster: "east", Client: newFixtureClient(), EgressAddress: netipMust(addr), EgressPorts: PortRange{First: 1, Last: 2}})
 		assert.Error(t, err, addr)
 	}
-	_, err := New(Options{Cluster: "global", Client: newFixtureClient(), EgressAddress: egressIP, EgressPorts: PortRange{1, 2}})
+	_, err := New(Options{Cluster: "global", Client: newFixtureClient(), EgressAddress: egressIP, EgressPorts: PortRange{First: 1, Last: 2}})
 	assert.Error(t, err)
+	for _, r := range []PortRange{{}, {First: 0, Last: 10}} {
+		_, err := New(Options{Cluster: "east", Client: newFixtureClient(), EgressAddress: egressIP, EgressPorts: r})
+		assert.EqualError(t, err, "controller: no egress port range", "%#v: the zero range would contain every port", r)
+	}
 }
 
 // A headless mirror stays headless when its pods are all gone for a while

@@ -4,39 +4,16 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"errors"
-	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 )
 
-// PortRange is an inclusive range of egress ports.
-type PortRange struct {
-	First, Last int32
-}
+// PortRange is an inclusive range of egress ports. Its zero value is unset,
+// and contains every port: New refuses it.
+type PortRange = labels.PortRange
 
 // ParsePortRange parses FROM-TO (or a single port).
-func ParsePortRange(s string) (PortRange, error) {
-	from, to, found := strings.Cut(s, "-")
-	if !found {
-		to = from
-	}
-	f, err1 := strconv.ParseInt(strings.TrimSpace(from), 10, 32)
-	t, err2 := strconv.ParseInt(strings.TrimSpace(to), 10, 32)
-	if err1 != nil || err2 != nil || f < 1 || t > 65535 || f > t {
-		return PortRange{}, fmt.Errorf("bad port range %q: want FROM-TO with 1 <= FROM <= TO <= 65535", s)
-	}
-	return PortRange{First: int32(f), Last: int32(t)}, nil
-}
-
-// Size is the number of ports in the range.
-func (r PortRange) Size() int { return int(r.Last-r.First) + 1 }
-
-// Contains reports whether p is in the range.
-func (r PortRange) Contains(p int32) bool { return p >= r.First && p <= r.Last }
-
-func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
+func ParsePortRange(s string) (PortRange, error) { return labels.ParsePortRange(s) }
 
 // errPortsExhausted is returned when every port of the range is taken.
 var errPortsExhausted = errors.New("egress port range exhausted")
@@ -60,6 +37,7 @@ type portAllocator struct {
 	next int32
 }
 
+// newPortAllocator allocates from r, which New has checked is set.
 func newPortAllocator(r PortRange) *portAllocator {
 	portsCapacity.Set(float64(r.Size()))
 	return &portAllocator{r: r, byPort: map[int32]string{}, byOwner: map[string]int32{}, groups: map[string]map[string]bool{}, next: r.First}

@@ -8,36 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestParsePortRange(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		want    PortRange
-		wantErr bool
-	}{
-		{in: "30000-30999", want: PortRange{30000, 30999}},
-		{in: "4000", want: PortRange{4000, 4000}},
-		{in: " 1 - 2 ", want: PortRange{1, 2}},
-		{in: "0-10", wantErr: true},
-		{in: "10-5", wantErr: true},
-		{in: "1-65536", wantErr: true},
-		{in: "a-b", wantErr: true},
-		{in: "", wantErr: true},
-	} {
-		got, err := ParsePortRange(tc.in)
-		if tc.wantErr {
-			assert.Error(t, err, tc.in)
-			continue
-		}
-		require.NoError(t, err, tc.in)
-		assert.Equal(t, tc.want, got, tc.in)
-	}
-}
-
 // Every owner gets its own port, never two owners one port; the range is
 // handed out next-fit; a full range is an error, not a panic; released
 // ports come back.
 func TestPortAllocatorProperties(t *testing.T) {
-	a := newPortAllocator(PortRange{100, 109})
+	a := newPortAllocator(PortRange{First: 100, Last: 109})
 	seen := map[int32]string{}
 	for i := range 10 {
 		owner := fmt.Sprintf("ns/svc-%d/80/TCP", i)
@@ -76,7 +51,7 @@ func TestPortAllocatorProperties(t *testing.T) {
 
 // Next-fit: a released port is not the next one handed out.
 func TestPortAllocatorDelaysReuse(t *testing.T) {
-	a := newPortAllocator(PortRange{100, 103})
+	a := newPortAllocator(PortRange{First: 100, Last: 103})
 	p1, _ := a.Allocate("g", "a", 0)
 	a.ReleaseExcept("g", nil)
 	p2, _ := a.Allocate("g", "b", 0)
@@ -84,7 +59,7 @@ func TestPortAllocatorDelaysReuse(t *testing.T) {
 }
 
 func TestPortAllocatorClaim(t *testing.T) {
-	a := newPortAllocator(PortRange{100, 109})
+	a := newPortAllocator(PortRange{First: 100, Last: 109})
 	assert.True(t, a.Claim("g", "a", 103))
 	assert.True(t, a.Claim("g", "a", 103), "claiming one's own port again")
 	assert.False(t, a.Claim("g", "b", 103), "taken")

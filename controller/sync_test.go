@@ -53,8 +53,8 @@ type fixtureOptions struct {
 
 func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Object) *fixture {
 	t.Helper()
-	if o.ports.First == 0 {
-		o.ports = PortRange{30000, 30099}
+	if o.ports.IsZero() {
+		o.ports = PortRange{First: 30000, Last: 30099}
 	}
 	local := fake.NewClientset(append([]runtime.Object{namespace("default")}, o.local...)...)
 	// The API server allocates ClusterIPs; the fake does not.

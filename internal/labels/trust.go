@@ -45,7 +45,9 @@ func MirrorNameMatches(name string, l map[string]string) bool {
 }
 
 // PortRange is an inclusive range of ports: the controller's
-// --egress-ports, which the gateway is given too.
+// --egress-ports, which it allocates egress ports from and the gateway is
+// given too. The zero range is unset: Contains takes it for every port, as
+// the gateway without --egress-ports wants; the controller refuses it.
 type PortRange struct {
 	First, Last int32
 }
@@ -66,6 +68,9 @@ func ParsePortRange(s string) (PortRange, error) {
 
 // IsZero reports whether the range is unset.
 func (r PortRange) IsZero() bool { return r.First == 0 && r.Last == 0 }
+
+// Size is the number of ports in a set range.
+func (r PortRange) Size() int { return int(r.Last-r.First) + 1 }
 
 // Contains reports whether p is in the range; the zero range contains
 // every port.

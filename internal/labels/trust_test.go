@@ -24,22 +24,34 @@ func TestMirrorNameMatches(t *testing.T) {
 	}
 }
 
-func TestPortRange(t *testing.T) {
-	r, err := ParsePortRange("30000-32767")
-	if err != nil || r != (PortRange{30000, 32767}) || r.String() != "30000-32767" {
-		t.Fatalf("ParsePortRange = %v, %v", r, err)
-	}
-	for p, want := range map[int32]bool{29999: false, 30000: true, 32767: true, 32768: false} {
-		if r.Contains(p) != want {
-			t.Errorf("Contains(%d) = %t", p, !want)
+func TestParsePortRange(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want PortRange
+	}{
+		{in: "30000-32767", want: PortRange{First: 30000, Last: 32767}},
+		{in: "8080", want: PortRange{First: 8080, Last: 8080}},
+		{in: " 1 - 2 ", want: PortRange{First: 1, Last: 2}},
+	} {
+		if got, err := ParsePortRange(tc.in); err != nil || got != tc.want {
+			t.Errorf("ParsePortRange(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
-	}
-	if one, err := ParsePortRange("8080"); err != nil || one != (PortRange{8080, 8080}) {
-		t.Errorf("single port: %v, %v", one, err)
 	}
 	for _, bad := range []string{"", "x", "0-10", "10-5", "1-65536", "a-b"} {
 		if _, err := ParsePortRange(bad); err == nil {
 			t.Errorf("ParsePortRange(%q): no error", bad)
+		}
+	}
+}
+
+func TestPortRange(t *testing.T) {
+	r := PortRange{First: 30000, Last: 32767}
+	if r.String() != "30000-32767" || r.Size() != 2768 || r.IsZero() {
+		t.Errorf("%v: String %q, Size %d, IsZero %t", r, r.String(), r.Size(), r.IsZero())
+	}
+	for p, want := range map[int32]bool{29999: false, 30000: true, 32767: true, 32768: false} {
+		if r.Contains(p) != want {
+			t.Errorf("Contains(%d) = %t", p, !want)
 		}
 	}
 	var zero PortRange

@@ -41,13 +41,12 @@ func (c *Cluster) InstallKubeadmDNS(ctx context.Context) error {
 	// The sysctl that stands in for the file capability, in the pod's
 	// securityContext (kubeadm sets none).
 	const anchor = "      serviceAccountName: coredns\n"
-	kubeadm := KubeadmCoreDNSDeployment("kube-system", KubeadmCoreDNSImage)
-	if !strings.Contains(kubeadm, anchor) {
-		return fmt.Errorf("harness: kubeadm's CoreDNS Deployment has no %q to set the sysctl after", anchor)
-	}
-	deployment := strings.Replace(kubeadm, anchor, anchor+
+	deployment, err := ReplaceOnce(KubeadmCoreDNSDeployment("kube-system", KubeadmCoreDNSImage), anchor, anchor+
 		"      securityContext:\n"+
-		"        sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: \"53\"}]\n", 1)
+		"        sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: \"53\"}]\n")
+	if err != nil {
+		return fmt.Errorf("harness: the sysctl in kubeadm's CoreDNS Deployment: %w", err)
+	}
 	if err := c.Apply(ctx, fmt.Sprintf(kubeadmDNS, c.DNSServiceIP())+"---\n"+deployment); err != nil {
 		return err
 	}
@@ -140,6 +139,24 @@ spec:
 // for object, in namespace ns with image.
 func KubeadmCoreDNSDeployment(ns, image string) string {
 	return fmt.Sprintf(kubeadmDeployment, ns, image)
+}
+
+// ReplaceOnce returns manifest with, for each old, new pair of edits in
+// turn, old replaced by new; an old that does not stand exactly once in the
+// manifest as edited so far is an error, so that an edit of kubeadm's
+// Deployment that no longer finds its place fails instead of leaving the
+// manifest as it was.
+func ReplaceOnce(manifest string, edits ...string) (string, error) {
+	if len(edits)%2 != 0 {
+		return "", fmt.Errorf("harness: ReplaceOnce wants old, new pairs, not %d strings", len(edits))
+	}
+	for i := 0; i < len(edits); i += 2 {
+		if n := strings.Count(manifest, edits[i]); n != 1 {
+			return "", fmt.Errorf("harness: %q stands %d times in the manifest, not once", edits[i], n)
+		}
+		manifest = strings.Replace(manifest, edits[i], edits[i+1], 1)
+	}
+	return manifest, nil
 }
 
 // kubeadmDeployment is kubeadm v1.32's CoreDNS Deployment. Formatted with

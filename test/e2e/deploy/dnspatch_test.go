@@ -358,14 +358,10 @@ func TestDNSHookRefuses(t *testing.T) {
 	}
 
 	// The config volume under another name (as in TestCoreDNSPatch).
-	m := kubeadmDeployment(ns)
-	for _, r := range []struct{ old, new string }{
-		{"- name: config-volume\n        configMap:", "- name: coredns-config\n        configMap:"},
-		{"{name: config-volume, mountPath", "{name: coredns-config, mountPath"},
-	} {
-		require.Equal(t, 1, strings.Count(m, r.old))
-		m = strings.Replace(m, r.old, r.new, 1)
-	}
+	m, err := harness.ReplaceOnce(kubeadmDeployment(ns),
+		"- name: config-volume\n        configMap:", "- name: coredns-config\n        configMap:",
+		"{name: config-volume, mountPath", "{name: coredns-config, mountPath")
+	require.NoError(t, err)
 	before := recreateCoreDNS(t, east, ns, m)
 	code, out := dnsHook(t, kubeconfig, apply...)
 	assert.Equal(t, 1, code, out)
@@ -453,11 +449,8 @@ func TestDNSHookRollout(t *testing.T) {
 	// kubeadm returns kubeadm's Deployment in ns with each old replaced by
 	// its new, in pairs.
 	kubeadm := func(pairs ...string) string {
-		m := kubeadmDeployment(ns)
-		for i := 0; i+1 < len(pairs); i += 2 {
-			require.Equal(t, 1, strings.Count(m, pairs[i]), "%q", pairs[i])
-			m = strings.Replace(m, pairs[i], pairs[i+1], 1)
-		}
+		m, err := harness.ReplaceOnce(kubeadmDeployment(ns), pairs...)
+		require.NoError(t, err)
 		return m
 	}
 	// There is no scheduler: pods are bound to KWOK's node by name, or

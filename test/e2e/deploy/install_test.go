@@ -125,12 +125,6 @@ func TestApplyDeployDirectory(t *testing.T) {
 	}
 }
 
-// kubeadmCoreDNS is kube-system/coredns as kubeadm (v1.32) makes it, in
-// namespace ns.
-func kubeadmCoreDNS(ns string) string {
-	return harness.KubeadmCoreDNSDeployment(ns, harness.KubeadmCoreDNSImage)
-}
-
 // patchCommands are the README's command that patches the cluster DNS and
 // its block that tells which of the patch's tests fails, as written there.
 func patchCommands(t *testing.T) (patch, diagnose string) {
@@ -191,7 +185,7 @@ func TestCoreDNSPatch(t *testing.T) {
 	}
 
 	// As kubeadm makes it: the patch takes effect.
-	before := fresh("kube-system", kubeadmCoreDNS("kube-system"))
+	before := fresh("kube-system", kubeadmDeployment("kube-system"))
 	out, err := shell(t, kubeconfig, command)
 	require.NoError(t, err, "%s\n%s", command, out)
 	d, err := deployments.Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
@@ -256,22 +250,24 @@ func TestCoreDNSPatch(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, d.Generation, again.Generation, "a second patch changes nothing")
 
-	// Laid out otherwise: the patch fails and changes nothing.
-	for _, c := range []struct{ name, ns, old, new, failed string }{
-		{"config volume named otherwise", "deploy-dns-volume",
+	// Laid out otherwise, kubeadm's Deployment with edits (old, new
+	// pairs): the patch fails and changes nothing.
+	for _, c := range []struct {
+		name, ns string
+		edits    []string
+		failed   string
+	}{
+		{"config volume named otherwise", "deploy-dns-volume", []string{
 			"- name: config-volume\n        configMap:", "- name: coredns-config\n        configMap:",
-			"/spec/template/spec/containers/0/volumeMounts/0/name"},
-		{"another container first", "deploy-dns-sidecar",
+			"{name: config-volume, mountPath", "{name: coredns-config, mountPath",
+		}, "/spec/template/spec/containers/0/volumeMounts/0/name"},
+		{"another container first", "deploy-dns-sidecar", []string{
 			"      containers:\n", "      containers:\n      - {name: sidecar, image: registry.k8s.io/pause:3.10}\n",
-			"/spec/template/spec/containers/0/name"},
+		}, "/spec/template/spec/containers/0/name"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := kubeadmCoreDNS(c.ns)
-			require.Equal(t, 1, strings.Count(m, c.old))
-			m = strings.Replace(m, c.old, c.new, 1)
-			if c.name == "config volume named otherwise" {
-				m = strings.Replace(m, "{name: config-volume, mountPath", "{name: coredns-config, mountPath", 1)
-			}
+			m, err := harness.ReplaceOnce(kubeadmDeployment(c.ns), c.edits...)
+			require.NoError(t, err)
 			before := fresh(c.ns, m)
 			cmd := strings.Replace(command, "-n kube-system ", "-n "+c.ns+" ", 1)
 			out, err := shell(t, kubeconfig, cmd)

@@ -12,6 +12,10 @@ var (
 	cmcOnce sync.Once
 	cmcPath string
 	cmcErr  error
+
+	relOnce sync.Once
+	relPath string
+	relErr  error
 )
 
 // CorednsMC returns the path of a coredns-mc binary for end-to-end tests:
@@ -37,4 +41,31 @@ func CorednsMC() (string, error) {
 		}
 	})
 	return cmcPath, cmcErr
+}
+
+// CorednsMCRelease returns the path of a coredns-mc built as the image
+// builds it (CGO_ENABLED=0, -trimpath, no race detector), for tests of what
+// the shipped binary holds in memory: $MCMIRROR_COREDNS_MC_RELEASE when set
+// (make test builds it beside the race-detector one, whose shadow memory
+// is several times the program's), otherwise one built into the user cache.
+func CorednsMCRelease() (string, error) {
+	relOnce.Do(func() {
+		if p := os.Getenv("MCMIRROR_COREDNS_MC_RELEASE"); p != "" {
+			relPath = p
+			return
+		}
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			relErr = err
+			return
+		}
+		relPath = filepath.Join(cache, "mcmirror", "coredns-mc-release")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", relPath, "./cmd/coredns-mc")
+		cmd.Dir, cmd.Stdout, cmd.Stderr = repoRoot(), os.Stderr, os.Stderr
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if err := cmd.Run(); err != nil {
+			relErr = fmt.Errorf("harness: build coredns-mc: %w", err)
+		}
+	})
+	return relPath, relErr
 }

@@ -35,6 +35,12 @@ type GatewayOptions struct {
 	// node, as a hostNetwork pod: ingress (port 4143), egress ports and
 	// metrics on the node's address. The cluster needs a data plane.
 	InNode bool
+	// MemoryLimit, when set, runs the gateway in a memory cgroup of its own
+	// with this limit in bytes, and with GOMEMLIMIT set to it, as the
+	// Deployment's limits.memory and env do (Gateway.Memory). The gateway is
+	// then the binary as the image builds it (CorednsMCRelease), without the
+	// race detector.
+	MemoryLimit int64
 }
 
 // Gateway is a `coredns-mc gateway` run for a test. It can be stopped and
@@ -51,6 +57,10 @@ type Gateway struct {
 	env  *Env
 	name string
 	argv []string
+	// memLimit is GatewayOptions.MemoryLimit; mem its cgroup, made by
+	// StartGateway.
+	memLimit int64
+	mem      *MemoryCgroup
 
 	mu   sync.Mutex
 	proc *Process
@@ -64,6 +74,17 @@ func (e *Env) StartGateway(t testing.TB, c *Cluster, o GatewayOptions) *Gateway 
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.MemoryLimit > 0 {
+		if g.mem, err = newMemoryCgroup(g.name, o.MemoryLimit); err != nil {
+			t.Fatal(err)
+		}
+		// Registered before the process's own cleanup, so it runs after.
+		t.Cleanup(func() {
+			if err := g.mem.Remove(); err != nil {
+				t.Errorf("%s: %v", g.name, err)
+			}
+		})
+	}
 	g.Start(t)
 	return g
 }
@@ -71,6 +92,9 @@ func (e *Env) StartGateway(t testing.TB, c *Cluster, o GatewayOptions) *Gateway 
 // LaunchGateway is StartGateway outside tests (the demo): the gateway runs
 // until the environment stops.
 func (e *Env) LaunchGateway(c *Cluster, o GatewayOptions) (*Gateway, error) {
+	if o.MemoryLimit > 0 {
+		return nil, fmt.Errorf("%s: a memory limit is for tests (StartGateway)", c.Name)
+	}
 	g, err := e.newGateway(c, o)
 	if err != nil {
 		return nil, err
@@ -86,6 +110,10 @@ func (e *Env) LaunchGateway(c *Cluster, o GatewayOptions) (*Gateway, error) {
 // newGateway works out a gateway's flags and addresses.
 func (e *Env) newGateway(c *Cluster, o GatewayOptions) (*Gateway, error) {
 	bin, err := CorednsMC()
+	if o.MemoryLimit > 0 {
+		// The limit is the Deployment's, for the binary the image holds.
+		bin, err = CorednsMCRelease()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +131,7 @@ func (e *Env) newGateway(c *Cluster, o GatewayOptions) (*Gateway, error) {
 		return nil, err
 	}
 	metrics := net.JoinHostPort(host, strconv.Itoa(metricsPort))
-	g := &Gateway{Cluster: c, MetricsURL: "http://" + metrics, env: e, name: c.Name + "/gateway"}
+	g := &Gateway{Cluster: c, MetricsURL: "http://" + metrics, env: e, name: c.Name + "/gateway", memLimit: o.MemoryLimit}
 	argv = append(argv, bin, "gateway",
 		"--cluster", c.Name,
 		"--kubeconfig", c.Kubeconfig,
@@ -145,7 +173,12 @@ func (g *Gateway) Start(t testing.TB) {
 			t.Fatalf("%s: started while running", g.name)
 		}
 	}
-	p := g.env.StartProcess(t, g.name, nil, g.argv...)
+	argv, env := g.argv, []string(nil)
+	if g.mem != nil {
+		argv = g.mem.Wrap(argv)
+		env = []string{"GOMEMLIMIT=" + strconv.FormatInt(g.memLimit, 10)}
+	}
+	p := g.env.StartProcess(t, g.name, env, argv...)
 	g.proc = p
 	g.mu.Unlock()
 	if err := g.waitReady(p); err != nil {
@@ -184,6 +217,15 @@ func (g *Gateway) Stop() {
 	if p != nil {
 		p.Stop()
 	}
+}
+
+// Memory is what the gateway's memory cgroup recorded (GatewayOptions.
+// MemoryLimit): its peak and OOM kills since StartGateway.
+func (g *Gateway) Memory() (MemoryStats, error) {
+	if g.mem == nil {
+		return MemoryStats{}, fmt.Errorf("%s has no memory limit", g.name)
+	}
+	return g.mem.Stats()
 }
 
 // Process is the gateway's current process.

@@ -359,9 +359,7 @@ func sweepDeadRealNodes() {
 	if hs, err := cgroupHierarchies(); err == nil && len(hs) > 0 {
 		if entries, err := os.ReadDir(hs[0]); err == nil {
 			for _, e := range entries {
-				rest, ok := strings.CutPrefix(e.Name(), "mcm")
-				pidStr, _, ok2 := strings.Cut(rest, "-")
-				if pid, err := strconv.Atoi(pidStr); ok && ok2 && err == nil && !alive(pid) {
+				if deadRun(e.Name()) {
 					_ = removeCgroup("/" + e.Name())
 				}
 			}

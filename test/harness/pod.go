@@ -188,13 +188,7 @@ func sweepStaleNames(dir string) {
 		return
 	}
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), "mcm")
-		if !ok {
-			continue
-		}
-		pidStr, _, ok := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if !ok || err != nil || alive(pid) {
+		if !deadRun(e.Name()) {
 			continue
 		}
 		if dir == "/run/netns" {
@@ -203,6 +197,18 @@ func sweepStaleNames(dir string) {
 			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
+}
+
+// deadRun reports whether name is one the harness gives what a run makes
+// on the host, mcm<pid>-..., and that run's process is gone.
+func deadRun(name string) bool {
+	rest, ok := strings.CutPrefix(name, "mcm")
+	if !ok {
+		return false
+	}
+	pidStr, _, ok := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidStr)
+	return ok && err == nil && !alive(pid)
 }
 
 // podRange holds every block the harness picks pod addresses from.

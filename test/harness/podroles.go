@@ -63,19 +63,12 @@ func servePod() error {
 }
 
 func serveGreeting(l net.Listener, id string) error {
-	for {
-		conn, err := l.Accept()
-		if err != nil {
-			return err
+	return acceptEach(l, func(conn net.Conn) {
+		if _, err := io.WriteString(conn, id+"\n"); err != nil {
+			return
 		}
-		go func() {
-			defer conn.Close()
-			if _, err := io.WriteString(conn, id+"\n"); err != nil {
-				return
-			}
-			_, _ = io.Copy(conn, conn)
-		}()
-	}
+		_, _ = io.Copy(conn, conn)
+	})
 }
 
 // GoFetch runs, in pod ns/name of c, a Go client that resolves target with

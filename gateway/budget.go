@@ -20,10 +20,10 @@ import (
 // DefaultBufferBudget is the budget without --buffer-budget: a quarter of
 // the container's memory limit when there is one (cgroup v2 memory.max, or
 // cgroup v1 memory.limit_in_bytes), else 256 MiB. A quarter, because the
-// streams themselves need the rest: each holds about 29 KiB idle (TLS
-// state, goroutines, 1 KB buffers), and under many stalled readers about
-// 45 KiB was measured (9,000 streams through one gateway, deploy/README.md,
-// Sizing).
+// streams themselves need the rest: each held about 29 KiB idle (TLS
+// state, goroutines, 1 KB buffers, which idle directions now give back),
+// and under many stalled readers about 45 KiB was measured (9,000 streams
+// through one gateway, deploy/README.md, Sizing).
 func DefaultBufferBudget() int64 {
 	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
 		if limit, ok := cgroupMemoryLimit(f); ok {

@@ -18,10 +18,13 @@ import (
 
 // Buffer sizes: a direction starts with the smallest and moves up one size
 // each time a read fills its buffer, as ztunnel does, and back to the
-// smallest when traffic slows (a short read) or stops (no read for
-// shrinkAfter), so that an idle connection holds 1 KB a direction and a
-// bulk stream does few large reads. The larger sizes are taken only within
-// the process's budget (budget.go).
+// smallest when traffic slows (a short read). When it stops (no read for
+// shrinkAfter) the direction gives its buffer back and waits for the next
+// byte without one (rawConn.waitReadable), as HAProxy does, so that an
+// idle connection holds no copy buffer; where it cannot wait so (not a TCP
+// connection, or a system without the raw calls) it keeps the smallest, 1
+// KB. A bulk stream does few large reads. The larger sizes are taken only
+// within the process's budget (budget.go).
 var bufSizes = [...]int{1 << 10, 16 << 10, 256 << 10}
 
 var bufPools [len(bufSizes)]sync.Pool
@@ -127,14 +130,14 @@ func (s *stream) copy(dst, src net.Conn, count func(int64), bounded bool) {
 	}
 }
 
-// shrinkAfter is how long a direction holding a larger buffer waits for
-// data before it gives the buffer back for the smallest: a read cannot tell
-// that it will be the last for a while, so an idle direction is found by
-// the clock.
+// shrinkAfter is how long a direction waits for data before it gives its
+// buffer back (for none, or for the smallest): a read cannot tell that it
+// will be the last for a while, so an idle direction is found by the clock.
 const shrinkAfter = time.Second
 
-// copyBuf is a direction's buffer; a larger one than the smallest holds
-// its size reserved from the budget (budget.go).
+// copyBuf is a direction's buffer, nil while the direction waits without
+// one; a larger one than the smallest holds its size reserved from the
+// budget (budget.go).
 type copyBuf struct {
 	class int
 	b     *[]byte
@@ -161,21 +164,44 @@ func (c *copyBuf) shrink() {
 
 // put gives the buffer and its reservation back.
 func (c *copyBuf) put() {
+	if c.b == nil {
+		return
+	}
 	putBuf(c.class, c.b)
 	if c.class > 0 {
 		bufBudget.release(int64(bufSizes[c.class]))
 	}
+	c.class, c.b = 0, nil
 }
 
 // pump copies src to dst until EOF (nil) or an error. bounded tells that
 // dst's writes end themselves after the idle timeout without progress
 // (boundWrites); otherwise each write gets a deadline here.
 func (s *stream) pump(dst, src net.Conn, count func(int64), bounded bool) error {
+	waiter := readWaiter(src)
 	buf := newCopyBuf()
 	defer func() { buf.put() }()
 	lastRead := time.Now()
-	s.arm(src, buf.class, lastRead)
+	s.arm(src, buf, waiter != nil, lastRead)
 	for {
+		if buf.b == nil {
+			// Idle, without a buffer: take one when there is something
+			// to read (or its end, or an error, which Read returns).
+			err := waiter.waitReadable()
+			if err == nil {
+				buf = newCopyBuf()
+				s.arm(src, buf, true, time.Now())
+				continue
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				return err
+			}
+			if s.idle > 0 && time.Since(time.Unix(0, s.last.Load())) >= s.idle {
+				return err
+			}
+			s.arm(src, buf, true, lastRead)
+			continue
+		}
 		n, err := src.Read(*buf.b)
 		if n > 0 {
 			lastRead = time.Now()
@@ -190,8 +216,8 @@ func (s *stream) pump(dst, src net.Conn, count func(int64), bounded bool) error 
 			switch {
 			case n == len(*buf.b) && buf.class < len(bufSizes)-1:
 				buf.grow()
-				if buf.class == 1 {
-					s.arm(src, buf.class, lastRead)
+				if buf.class == 1 && waiter == nil {
+					s.arm(src, buf, false, lastRead)
 				}
 			case n < bufSizes[0] && buf.class > 0:
 				buf.shrink()
@@ -209,10 +235,18 @@ func (s *stream) pump(dst, src net.Conn, count func(int64), bounded bool) error 
 			if s.idle > 0 && now.Sub(time.Unix(0, s.last.Load())) >= s.idle {
 				return err
 			}
-			if buf.class > 0 && now.Sub(lastRead) >= shrinkAfter {
-				buf.shrink()
+			if now.Sub(lastRead) >= shrinkAfter {
+				if waiter != nil {
+					// Nothing is buffered in src now (a Read that
+					// timed out returned no data): the next byte
+					// must come from the socket, which can be
+					// waited on without a buffer.
+					buf.put()
+				} else if buf.class > 0 {
+					buf.shrink()
+				}
 			}
-			s.arm(src, buf.class, lastRead)
+			s.arm(src, buf, waiter != nil, lastRead)
 			continue
 		}
 		return err
@@ -220,14 +254,17 @@ func (s *stream) pump(dst, src net.Conn, count func(int64), bounded bool) error 
 }
 
 // arm sets src's read deadline to the sooner of the idle timeout (counted
-// from the last read either way) and, while a direction holds a larger
-// buffer, the time to give it back.
-func (s *stream) arm(src net.Conn, class int, lastRead time.Time) {
+// from the last read either way) and, while the direction holds a buffer it
+// would give back when idle (a larger one, or any when it can wait without
+// one), the time to give it back: shrinkAfter after the last read. The
+// deadline is not moved by each read: when it passes, pump looks at the
+// time of the last read and sets the next one.
+func (s *stream) arm(src net.Conn, buf copyBuf, canWait bool, lastRead time.Time) {
 	var d time.Time
 	if s.idle > 0 {
 		d = time.Unix(0, s.last.Load()).Add(s.idle)
 	}
-	if class > 0 {
+	if buf.b != nil && (buf.class > 0 || canWait) {
 		if shrink := lastRead.Add(shrinkAfter); d.IsZero() || shrink.Before(d) {
 			d = shrink
 		}

@@ -201,6 +201,29 @@ func (c *rawConn) writeRaw(fd uintptr) bool {
 	return true
 }
 
+// readWaiter returns the rawConn under src, whose next byte can be waited
+// for without a buffer: src itself, or the TCP connection of a TLS one. Nil
+// for any other connection.
+func readWaiter(src net.Conn) *rawConn {
+	if tc, ok := src.(*tls.Conn); ok {
+		src = tc.NetConn()
+	}
+	r, _ := src.(*rawConn)
+	return r
+}
+
+// waitReadable waits, without a buffer, until c has something to read:
+// data, its end or an error, which the next Read returns. Its read deadline
+// bounds the wait. Under TLS it is called only after a Read timed out: the
+// TLS connection then holds no plaintext, nor a whole record, and its next
+// byte must come from the socket.
+func (c *rawConn) waitReadable() error {
+	if err := c.rc.Read(peekReady); err != nil {
+		return c.opError("read", err)
+	}
+	return nil
+}
+
 // opError wraps err as net.TCPConn does, so that callers that look for a
 // timeout (net.Error) or a closed connection (net.ErrClosed) find it.
 func (c *rawConn) opError(op string, err error) error {

@@ -21,3 +21,21 @@ func rawWrite(fd uintptr, p []byte) (int, syscall.Errno) {
 	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	return int(n), e
 }
+
+// peekReady reports whether the socket fd has something to read (data, its
+// end, or an error), reading nothing (recv with MSG_PEEK): false makes
+// syscall.RawConn.Read wait for it. A raw call, as rawRead.
+func peekReady(fd uintptr) bool {
+	var b [1]byte
+	for {
+		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		return true
+	}
+}

@@ -26,9 +26,9 @@ func held() (h [len(bufSizes)]int64) {
 	return h
 }
 
-// A stream's buffers grow with bulk traffic and, once it goes idle, shrink
-// back to the smallest size: an idle open connection holds 1 KB a
-// direction, whatever it carried before.
+// A stream's buffers grow with bulk traffic and, once it goes idle, are
+// given back: an idle open connection holds no copy buffer (its directions
+// wait for the next byte without one), whatever it carried before.
 func TestIdleStreamHoldsSmallBuffers(t *testing.T) {
 	p := newPair(t)
 	echo := startEcho(t, "hi")
@@ -52,9 +52,8 @@ func TestIdleStreamHoldsSmallBuffers(t *testing.T) {
 	require.Greater(t, bufTaken[len(bufSizes)-1].Load(), largeBefore, "bulk traffic never grew a buffer to the largest size")
 
 	// Idle now, and open: four directions (two in the egress, two in the
-	// ingress), each with the smallest buffer.
+	// ingress), none with a buffer.
 	want := base
-	want[0] += 4
 	require.Eventually(t, func() bool { return held() == want }, 10*time.Second, 10*time.Millisecond,
 		"buffers held by an idle stream: want %v, have %v (sizes %v)", want, held(), bufSizes)
 
@@ -62,6 +61,37 @@ func TestIdleStreamHoldsSmallBuffers(t *testing.T) {
 	_, err = c.Write([]byte("again"))
 	require.NoError(t, err)
 	readGreeting(t, c, "again")
+}
+
+// A stream whose directions have given their buffers back and wait
+// without them is still ended by the idle timeout, at both ends.
+func TestIdleTimeoutEndsStreamWithoutBuffers(t *testing.T) {
+	const idle = 2 * shrinkAfter
+	p := newPair(t, func(in *Ingress, eg *Egress) { in.IdleTimeout = idle; eg.IdleTimeout = idle })
+	ended := make(chan error, 1)
+	target := startServer(t, func(c net.Conn) {
+		_, _ = io.WriteString(c, "hi")
+		_, err := io.Copy(io.Discard, c)
+		ended <- err
+	})
+	p.resolver.set(web, target.addr)
+	port := p.mirror(t, "web", "", 80)
+	noStreams(t)
+	base := held()
+
+	c := dialEgress(t, port)
+	readGreeting(t, c, "hi")
+	require.Eventually(t, func() bool { return held() == base }, idle, 10*time.Millisecond,
+		"the idle stream's directions never gave their buffers back")
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := c.Read(make([]byte, 1))
+	require.Error(t, err)
+	require.NotErrorIs(t, err, os.ErrDeadlineExceeded, "the client's stream was never ended")
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the target's connection was never ended")
+	}
 }
 
 func countFDs(t *testing.T) int {

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/internal/labels"
 
@@ -55,6 +56,12 @@ type memStats struct {
 	RSS                                   int64 // VmRSS, bytes
 }
 
+// selfRSS is this process's VmRSS in bytes, 0 if /proc cannot say.
+func selfRSS() int64 {
+	n, _ := proc.RSS(os.Getpid())
+	return n
+}
+
 func runInproc(args []string) int {
 	fs := flag.NewFlagSet("gwbench inproc", flag.ContinueOnError)
 	certDir := fs.String("certs", "", "directory with east.crt, east.key, west.crt, west.key, ca.crt")
@@ -62,12 +69,6 @@ func runInproc(args []string) int {
 	egress := fs.String("egress", "", "Service port=egress port, comma-separated")
 	pprofAddr := fs.String("pprof", "127.0.0.1:0", "address of /debug/pprof and /memstats")
 	memRate := fs.Int("memprofilerate", runtime.MemProfileRate, "runtime.MemProfileRate (1: every allocation)")
-	proto := fs.String("proto", "h1", "h1: the gateway's HTTP/1.1 CONNECT per connection; h2: the HTTP/2 experiment (h2exp.go)")
-	t := h2Tuning{maxFrame: 16 << 10} // x/net's default, 1 MiB, makes the egress hold 512 KiB per stream
-	fs.Func("h2-max-frame", "h2: SETTINGS_MAX_FRAME_SIZE", func(v string) error { n, err := strconv.ParseUint(v, 10, 32); t.maxFrame = uint32(n); return err })
-	fs.Func("h2-stream-window", "h2: ingress's initial stream window", func(v string) error { n, err := strconv.ParseInt(v, 10, 32); t.streamWin = int32(n); return err })
-	fs.Func("h2-conn-window", "h2: ingress's connection window", func(v string) error { n, err := strconv.ParseInt(v, 10, 32); t.connWin = int32(n); return err })
-	fs.Func("h2-max-streams", "h2: streams per connection", func(v string) error { n, err := strconv.ParseUint(v, 10, 32); t.maxStreams = uint32(n); return err })
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -95,12 +96,8 @@ func runInproc(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	if *proto == "h2" {
-		go h2Ingress(ctx, ln, west, staticResolver{ip}, t)
-	} else {
-		in := &gateway.Ingress{Certs: west, Resolver: staticResolver{ip}}
-		go func() { _ = in.Serve(ctx, ln) }()
-	}
+	in := &gateway.Ingress{Certs: west, Resolver: staticResolver{ip}}
+	go func() { _ = in.Serve(ctx, ln) }()
 
 	ports := map[string]int32{}
 	var listen []string
@@ -120,19 +117,10 @@ func runInproc(args []string) int {
 			labels.ClusterName: "west", labels.RemoteService: benchSvc},
 		Annotations: map[string]string{labels.EgressPorts: labels.FormatEgressPorts(ports)},
 	}})
-	if *proto == "h2" {
-		eg := newH2Egress(east, "west", ln.Addr().String(), t)
-		for sp, a := range h2Dests(*egress) {
-			l, err := net.Listen("tcp", a)
-			if err != nil {
-				return fail(err)
-			}
-			go eg.serve(l, benchSvc+"."+benchNS+":"+sp)
-		}
-	} else {
-		eg := &gateway.Egress{Certs: east, Peers: gateway.StaticPeers{"west": ln.Addr().String()}, BindAddress: "127.0.0.1"}
-		go func() { _ = eg.Run(ctx, client) }()
-	}
+	// No per-source bound: the memory run opens its 2,000 connections
+	// from one address.
+	eg := &gateway.Egress{Certs: east, Peers: gateway.StaticPeers{"west": ln.Addr().String()}, BindAddress: "127.0.0.1", MaxConnsPerSource: -1}
+	go func() { _ = eg.Run(ctx, client) }()
 	for _, a := range listen {
 		if err := waitDial(a, 10*time.Second); err != nil {
 			return fail(fmt.Errorf("egress never listened on %s: %w", a, err))

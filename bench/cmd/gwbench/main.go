@@ -20,10 +20,6 @@
 //	gwbench client     the load generator
 //	gwbench inproc     the gateway pair in one process, with pprof
 //	gwbench handshake  the cost of the gateway's TLS handshakes
-//	gwbench h2cmp      the gateway's HTTP/1.1 CONNECT per connection against
-//	                   HTTP/2 streams over a pooled connection (h2exp.go), in
-//	                   process, on loopback: the measurement behind
-//	                   bench/README.md's "Why HTTP/1.1 CONNECT per connection"
 //
 // bench/run.sh builds and runs it after the DNS benchmark; alone:
 //
@@ -66,7 +62,7 @@ type config struct {
 
 func main() {
 	if len(os.Args) > 1 {
-		sub := map[string]func([]string) int{"target": runTarget, "client": runClientCmd, "inproc": runInproc, "handshake": runHandshake, "h2cmp": runH2Cmp}
+		sub := map[string]func([]string) int{"target": runTarget, "client": runClientCmd, "inproc": runInproc, "handshake": runHandshake}
 		if f, ok := sub[os.Args[1]]; ok {
 			os.Exit(f(os.Args[2:]))
 		}
@@ -88,7 +84,7 @@ func main() {
 	flag.BoolVar(&cfg.rr.on, "rr-only", false, "measure only round trips (and, with -rr-count, what the proxies do per round trip), then stop: see rronly.go")
 	flag.StringVar(&cfg.rr.bin, "rr-b", "", "with -rr-only: a second gateway pair from this coredns-mc binary, measured in the same runs")
 	flag.StringVar(&cfg.rr.env, "rr-b-env", "", "with -rr-only: comma-separated KEY=VALUE added to the environment of the second gateway pair (its binary is -coredns-mc unless -rr-b)")
-	flag.StringVar(&cfg.rr.measures, "rr-measures", "rr", "with -rr-only: the measures to run (comma-separated: rr, bulk1, bulk16, connrate)")
+	flag.StringVar(&cfg.rr.measures, "rr-measures", "rr", "with -rr-only: the measures to run (comma-separated: rr, bulk1, bulk16, connrate; or mem alone: memory per idle connection on fresh proxies)")
 	flag.BoolVar(&cfg.rr.count, "rr-count", false, "with -rr-only: also count context switches (/proc) and system calls (strace) per round trip of every pair")
 	flag.Parse()
 	if flag.NArg() > 0 || cfg.runs < 1 || cfg.streams < 1 || cfg.conc < 1 || cfg.size < 1 || cfg.idle < 1 {

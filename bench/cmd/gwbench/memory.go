@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,4 +149,81 @@ func holdIdle(cfg *config, addr string, during func(clientResult) error) error {
 		return fmt.Errorf("%d connections failed, the first: %s", final.Errors, final.FirstErr)
 	}
 	return nil
+}
+
+// memoryAB is -rr-only's memory measure (-rr-measures mem): the memory
+// runs of the full benchmark, on fresh proxies each time, for the gateway
+// pair, the second gateway pair (-rr-b, -rr-b-env) when there is one, and
+// the HAProxy pair, in an order that rotates from run to run; each pair
+// against HAProxy's within each run. The long-lived pairs must be stopped:
+// the fresh ones take their ports.
+func memoryAB(cfg *config, w *world, b *abPair, out *strings.Builder) {
+	type pair struct {
+		key, name string
+		start     func(*config, *world, string) (*setup, error)
+	}
+	pairs := []pair{{"gateway", "gateway pair", startGatewayPair}}
+	if b != nil {
+		pairs = append(pairs, pair{"gateway-b", b.name, func(cfg *config, w *world, tag string) (*setup, error) {
+			return startGatewayPairWith(cfg, w, tag+"b", b.bin, b.env, "127.0.0.2")
+		}})
+	}
+	pairs = append(pairs, pair{"haproxy", "HAProxy pair", startHAProxyPair})
+	perConn := map[string][]float64{} // KiB, NaN for an invalid run
+	for r := range cfg.runs {
+		for i := range pairs {
+			p := pairs[(i+r)%len(pairs)]
+			m := memRun(cfg, w, p.start, fmt.Sprintf("mem%d", r+1))
+			v := math.NaN()
+			if m.ok {
+				v = m.perConn() / 1024
+				logf("  run %d/%d mem      %-9s RSS %.1f -> %.1f MiB, %.1f KiB per connection", r+1, cfg.runs, p.key,
+					float64(m.before)/(1<<20), float64(m.after)/(1<<20), v)
+			} else {
+				logf("  run %d/%d mem      %-9s INVALID: %s", r+1, cfg.runs, p.key, m.why)
+			}
+			perConn[p.key] = append(perConn[p.key], v)
+		}
+	}
+	fmt.Fprintf(out, "Memory per idle connection, RSS of both proxies (KiB, %d connections):\n\n| run |", cfg.idle)
+	for _, p := range pairs {
+		fmt.Fprintf(out, " %s |", p.key)
+	}
+	for _, p := range pairs[:len(pairs)-1] {
+		fmt.Fprintf(out, " %s ÷ HAProxy |", p.key)
+	}
+	out.WriteString("\n|---|" + strings.Repeat("---:|", 2*len(pairs)-1) + "\n")
+	ratios := map[string][]float64{}
+	for r := range cfg.runs {
+		fmt.Fprintf(out, "| %d |", r+1)
+		for _, p := range pairs {
+			fmt.Fprintf(out, " %.1f |", perConn[p.key][r])
+		}
+		h := perConn["haproxy"][r]
+		for _, p := range pairs[:len(pairs)-1] {
+			x := perConn[p.key][r] / h
+			fmt.Fprintf(out, " %.3f |", x)
+			if !math.IsNaN(x) {
+				ratios[p.key] = append(ratios[p.key], x)
+			}
+		}
+		out.WriteString("\n")
+	}
+	out.WriteString("\n")
+	for _, p := range pairs {
+		var v []float64
+		for _, x := range perConn[p.key] {
+			if !math.IsNaN(x) {
+				v = append(v, x)
+			}
+		}
+		st := summarize(v)
+		fmt.Fprintf(out, "- mem, %s: median %.1f KiB (%.1f–%.1f) over %d runs", p.name, st.med, st.min, st.max, len(v))
+		if p.key != "haproxy" {
+			st := summarize(ratios[p.key])
+			fmt.Fprintf(out, "; ÷ HAProxy: median %.3f (%.3f–%.3f)", st.med, st.min, st.max)
+		}
+		out.WriteString("\n")
+	}
+	out.WriteString("\n")
 }

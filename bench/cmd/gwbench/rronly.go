@@ -18,7 +18,9 @@ import (
 // -rr-b-env, a second gateway pair from another binary or environment) in
 // interleaved runs, reports each gateway pair against HAProxy's within each
 // run, and with -rr-count what the proxies do per round trip: context
-// switches, threads, CPU, and system calls. It writes <out>/rr.md.
+// switches, threads, CPU, and system calls. -rr-measures mem, alone, runs
+// the memory measure instead, on fresh proxies each run (memoryAB). It
+// writes <out>/rr.md.
 
 // rrOnlyConfig holds the flags of the mode.
 type rrOnlyConfig struct {
@@ -42,30 +44,50 @@ func abValue(key string, s sample) float64 {
 	return s.mbps()
 }
 
+// abPair is the second gateway pair of -rr-only: its coredns-mc binary,
+// environment and name.
+type abPair struct {
+	bin, name string
+	env       []string
+}
+
 func rrOnly(cfg *config, w *world, dir, gw, hap *setup) int {
 	defer gw.stop()
 	defer hap.stop()
-	pairs := []*setup{gw, hap}
+	var ab *abPair
 	if cfg.rr.bin != "" || cfg.rr.env != "" {
-		bin := cfg.cmc
+		ab = &abPair{bin: cfg.cmc}
 		if cfg.rr.bin != "" {
 			var err error
-			if bin, err = filepath.Abs(cfg.rr.bin); err != nil {
+			if ab.bin, err = filepath.Abs(cfg.rr.bin); err != nil {
 				logf("%v", err)
 				return 1
 			}
 		}
-		var env []string
 		if cfg.rr.env != "" {
-			env = strings.Split(cfg.rr.env, ",")
+			ab.env = strings.Split(cfg.rr.env, ",")
 		}
-		b, err := startGatewayPairWith(cfg, w, "b", bin, env, "127.0.0.2")
+		ab.name = fmt.Sprintf("gateway pair B (%s %s)", filepath.Base(ab.bin), cfg.rr.env)
+	}
+	if cfg.rr.measures == "mem" {
+		// Fresh proxies for every run, on the ports of the long-lived
+		// ones.
+		gw.stop()
+		hap.stop()
+		var b strings.Builder
+		fmt.Fprintf(&b, "## Measures mem only (`bin/gwbench %s`), load %s\n\n", strings.Join(cfg.argv, " "), loadavg())
+		memoryAB(cfg, w, ab, &b)
+		return writeRR(cfg, b.String())
+	}
+	pairs := []*setup{gw, hap}
+	if ab != nil {
+		b, err := startGatewayPairWith(cfg, w, "b", ab.bin, ab.env, "127.0.0.2")
 		if err != nil {
 			logf("second gateway pair: %v", err)
 			return 1
 		}
 		defer b.stop()
-		b.key, b.name = "gateway-b", fmt.Sprintf("gateway pair B (%s %s)", filepath.Base(bin), cfg.rr.env)
+		b.key, b.name = "gateway-b", ab.name
 		pairs = []*setup{gw, b, hap}
 	}
 	var ms []measure
@@ -126,8 +148,13 @@ func rrOnly(cfg *config, w *world, dir, gw, hap *setup) int {
 			}
 		}
 	}
-	fmt.Println(b.String())
-	if err := os.WriteFile(filepath.Join(cfg.out, "rr.md"), []byte(b.String()), 0o644); err != nil {
+	return writeRR(cfg, b.String())
+}
+
+// writeRR prints the report of -rr-only and writes it to <out>/rr.md.
+func writeRR(cfg *config, text string) int {
+	fmt.Println(text)
+	if err := os.WriteFile(filepath.Join(cfg.out, "rr.md"), []byte(text), 0o644); err != nil {
 		logf("%v", err)
 		return 1
 	}

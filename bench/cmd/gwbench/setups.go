@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,24 +97,34 @@ func startGatewayPair(cfg *config, w *world, tag string) (*setup, error) {
 func startGatewayPairWith(cfg *config, w *world, tag, bin string, env []string, egressAddr string) (*setup, error) {
 	s := &setup{key: "gateway", name: "gateway pair"}
 	ports := make([]int, 3)
-	for i := range ports {
+	for i := 0; i < len(ports); {
 		p, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		ports[i] = p
+		// Not one of the egress ports, free too while no egress
+		// listens (a metrics address once took the echo port's).
+		if !slices.Contains(slices.Collect(maps.Values(w.egress)), p) {
+			ports[i] = p
+			i++
+		}
 	}
 	ingress := "127.0.0.1:" + strconv.Itoa(ports[0])
 	base := []string{"taskset", "-c", cfg.proxyCPU, bin, "gateway"}
 	west := append(append(base[:len(base):len(base)], "--cluster", "west", "--kubeconfig", w.env.Cluster("west").Kubeconfig,
-		"--allow-selectorless", "bench/*", "--ingress-address", ingress, "--egress=false", "--metrics-addr", "127.0.0.1:"+strconv.Itoa(ports[1])), w.tls["west"].Args()...)
+		"--ingress-address", ingress, "--egress=false", "--metrics-addr", "127.0.0.1:"+strconv.Itoa(ports[1])), w.tls["west"].Args()...)
+	if hasFlag(bin, "allow-selectorless") {
+		west = append(west, "--allow-selectorless", "bench/*")
+	}
 	east := append(append(base[:len(base):len(base)], "--cluster", "east", "--kubeconfig", w.env.Cluster("east").Kubeconfig,
 		"--ingress-address", "", "--egress=true", "--egress-bind-address", egressAddr, "--peer", "west="+ingress,
+		"--metrics-addr", "127.0.0.1:"+strconv.Itoa(ports[2])), w.tls["east"].Args()...)
+	if hasFlag(bin, "max-connections-per-source") {
 		// The memory run opens 2,000 connections from one client
 		// address: the data path is measured here, not the per-source
 		// bound (1,024 by default).
-		"--max-connections-per-source", "0",
-		"--metrics-addr", "127.0.0.1:"+strconv.Itoa(ports[2])), w.tls["east"].Args()...)
+		east = append(east, "--max-connections-per-source", "0")
+	}
 	for i, argv := range [][]string{west, east} {
 		name := []string{"west", "east"}[i]
 		p, err := proc.Start("gateway-"+name, filepath.Join(cfg.out, "logs", "gw-gateway-"+name+"."+tag+".log"), append([]string{"GOMAXPROCS=1"}, env...), argv...)
@@ -136,6 +148,14 @@ func startGatewayPairWith(cfg *config, w *world, tag, bin string, env []string, 
 		w.cipherGW = negotiated(w, ingress, true)
 	}
 	return s, nil
+}
+
+// hasFlag reports whether the gateway command of bin has the flag name
+// (without dashes): a build from before the flag, as -rr-b may be, is
+// started without it.
+func hasFlag(bin, name string) bool {
+	out, _ := exec.Command(bin, "gateway", "-h").CombinedOutput()
+	return bytes.Contains(out, []byte("-"+name+" "))
 }
 
 // waitHTTP waits until url answers 200.

@@ -3,6 +3,8 @@ package main
 import (
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -38,4 +40,20 @@ func TestGatewayMaxConnectionsPerSourceFlag(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, found, "%s%v absent", series, labels)
 	require.Equal(t, before+1, got, "%s%v", series, labels)
+}
+
+// The gateway collects garbage at 50 % heap growth unless GOGC says
+// otherwise.
+func TestGatewayGCPercent(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+
+	t.Setenv("GOGC", "")
+	os.Unsetenv("GOGC")
+	gatewayGC()
+	require.Equal(t, gatewayGCPercent, debug.SetGCPercent(100), "GOGC unset")
+
+	t.Setenv("GOGC", "100")
+	gatewayGC()
+	require.Equal(t, 100, debug.SetGCPercent(100), "GOGC=100 is the operator's")
 }

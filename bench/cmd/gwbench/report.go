@@ -29,9 +29,6 @@ type report struct {
 	prof               *profiles
 }
 
-// kib16 is the memory target per idle connection.
-const kib16 = 16 * 1024
-
 // target is one goal of the issue and how the runs fared against it.
 type target struct {
 	what    string
@@ -87,10 +84,14 @@ func (r *report) targets() []target {
 		}
 		return (gw.res.P50 - dir.res.P50) / (hap.res.P50 - dir.res.P50), true
 	})
+	// Memory per idle connection, gateway pair ÷ HAProxy pair, per run:
+	// the target issue 22 restated (issue 8's 16 KiB was below what
+	// crypto/tls alone holds for a connection).
 	var mem []float64
-	for _, m := range res.mem["gateway"] {
-		if m.ok {
-			mem = append(mem, m.perConn())
+	gws, haps := res.mem["gateway"], res.mem["haproxy"]
+	for i := range min(len(gws), len(haps)) {
+		if gws[i].ok && haps[i].ok && haps[i].perConn() > 0 {
+			mem = append(mem, gws[i].perConn()/haps[i].perConn())
 		}
 	}
 	return []target{
@@ -98,7 +99,7 @@ func (r *report) targets() []target {
 		{what: "bulk throughput ≥ HAProxy pair's, 16 streams", key: "bulk16", values: ratio("bulk16", sample.mbps), bound: 1, atLeast: true, unit: "×"},
 		{what: "added round trip p50 ≤ HAProxy pair's", key: "rr", values: added, bound: 1, unit: "×"},
 		{what: "connection rate ≥ HAProxy pair's", key: "connrate", values: ratio("connrate", sample.connsPerSec), bound: 1, atLeast: true, unit: "×"},
-		{what: "≤ 16 KiB per idle connection (gateway pair, RSS)", key: "memory", values: mem, bound: kib16, unit: "KiB"},
+		{what: "memory per idle connection ≤ HAProxy pair's (RSS of both proxies)", key: "memory", values: mem, bound: 1, unit: "×"},
 	}
 }
 
@@ -188,15 +189,13 @@ func (r *report) String() string {
 	row(fmt.Sprintf("proxies' use of their CPU during the %d-stream bulk (%%)", cfg.streams), "bulk16", coreUse, "%.0f", false)
 	b.WriteString("\nEach cell: median (min–max) over the valid runs, and how many were valid when not all. Ratios are computed within each run, then summarized; for added latency the ratio is (gateway − direct) ÷ (HAProxy − direct).\n\n")
 
-	b.WriteString("#### Targets (issue 8)\n\n| target | measured, per run: median (min–max) | |\n| --- | --- | --- |\n")
+	b.WriteString("#### Targets (issues 8 and 22)\n\n| target | measured, per run: median (min–max) | |\n| --- | --- | --- |\n")
 	for _, t := range r.targets() {
 		st := summarize(t.values)
 		var m string
 		switch {
 		case st.n == 0:
 			m = "no valid run"
-		case t.unit == "KiB":
-			m = fmt.Sprintf("%.1f KiB (%.1f–%.1f)", st.med/1024, st.min/1024, st.max/1024)
 		default:
 			m = fmt.Sprintf("gateway ÷ HAProxy %.2f× (%.2f–%.2f)", st.med, st.min, st.max)
 		}

@@ -16,13 +16,16 @@ trap 'rm -rf "$work"' EXIT
 pidfile=$work/pids
 touch "$pidfile"
 export MCMIRROR_PID_FILE=$pidfile
-# One coredns-mc for every end-to-end test, with the race detector on.
+# One coredns-mc for every end-to-end test, with the race detector on; and
+# one as the image builds it, for tests of the memory it holds under a limit
+# (the race detector's shadow memory is several times the program's). The
+# second reuses the image build's compiled packages: only its link runs,
+# beside the first build.
+CGO_ENABLED=0 go build -trimpath -o "$work/coredns-mc-release" ./cmd/coredns-mc &
+release=$!
 go build -race -o "$work/coredns-mc" ./cmd/coredns-mc
-export MCMIRROR_COREDNS_MC=$work/coredns-mc
-# And one as the image builds it, for tests of the memory it holds under a
-# limit (the race detector's shadow memory is several times the program's).
-CGO_ENABLED=0 go build -trimpath -o "$work/coredns-mc-release" ./cmd/coredns-mc
-export MCMIRROR_COREDNS_MC_RELEASE=$work/coredns-mc-release
+wait "$release"
+export MCMIRROR_COREDNS_MC=$work/coredns-mc MCMIRROR_COREDNS_MC_RELEASE=$work/coredns-mc-release
 # A stock CoreDNS with mcmirror added by its plugin.cfg (test/e2e/stockcoredns),
 # built here rather than inside a test that shares the CPU with others.
 MCMIRROR_COREDNS_STOCK=$(test/tools/coredns-stock.sh)

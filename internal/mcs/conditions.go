@@ -30,6 +30,30 @@ func Valid(svc *corev1.Service) metav1.Condition {
 	return c
 }
 
+// Ready is the Ready condition of a ServiceExport, from its Valid condition
+// and whether its Service is published. mcmirror is pull-model: once the
+// controller has marked the Service, the linked clusters see it and pull
+// it, so published means the export is visible to them, and Ready is True
+// with the module's pull-model reason, Ready. Before that it is Unknown and
+// Pending; an export that is not valid is False and Failed, whatever
+// published says, and the message carries the Valid condition's.
+func Ready(valid metav1.Condition, published bool) metav1.Condition {
+	c := metav1.Condition{Type: string(mcsv1alpha1.ServiceExportConditionReady)}
+	switch {
+	case valid.Status == metav1.ConditionFalse:
+		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1alpha1.ServiceExportReasonFailed)
+		c.Message = fmt.Sprintf("the Service is not exported: %s (condition Valid, reason %s)", valid.Message, valid.Reason)
+	case valid.Status != metav1.ConditionTrue || !published:
+		c.Status, c.Reason = metav1.ConditionUnknown, string(mcsv1alpha1.ServiceExportReasonPending)
+		c.Message = "waiting for the mcmirror controller to publish the Service to the linked clusters; " +
+			"if this lasts, see the controller's Events and log"
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, string(mcsv1alpha1.ServiceExportReasonReady)
+		c.Message = "the Service is published: the linked clusters can import it"
+	}
+	return c
+}
+
 // ConflictCondition is the Conflict condition of every export that m
 // merged: the specification sets it on all of them alike. With more than one
 // conflict its reason is the first's and its message names them all.

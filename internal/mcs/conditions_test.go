@@ -81,3 +81,74 @@ func TestApply(t *testing.T) {
 	assert.Len(t, conds, 2, "the input is not modified")
 	assert.Equal(t, metav1.ConditionTrue, conds[0].Status)
 }
+
+func TestReady(t *testing.T) {
+	external := Valid(svc(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeExternalName }))
+	for _, tc := range []struct {
+		name      string
+		valid     metav1.Condition
+		published bool
+		status    metav1.ConditionStatus
+		reason    mcsv1alpha1.ServiceExportConditionReason
+		// message are substrings of the condition's message.
+		message []string
+	}{
+		{
+			name: "published", valid: Valid(svc(nil)), published: true,
+			status: metav1.ConditionTrue, reason: mcsv1alpha1.ServiceExportReasonReady,
+			message: []string{"published", "linked clusters"},
+		},
+		{
+			name: "pending", valid: Valid(svc(nil)), published: false,
+			status: metav1.ConditionUnknown, reason: mcsv1alpha1.ServiceExportReasonPending,
+			message: []string{"waiting for the mcmirror controller", "Events"},
+		},
+		{
+			name: "validity unknown", valid: metav1.Condition{Type: string(mcsv1alpha1.ServiceExportConditionValid), Status: metav1.ConditionUnknown}, published: true,
+			status: metav1.ConditionUnknown, reason: mcsv1alpha1.ServiceExportReasonPending,
+		},
+		{
+			name: "no Service", valid: Valid(nil), published: false,
+			status: metav1.ConditionFalse, reason: mcsv1alpha1.ServiceExportReasonFailed,
+			message: []string{"not exported", Valid(nil).Message, string(mcsv1alpha1.ServiceExportReasonNoService)},
+		},
+		{
+			// Still marked from before the Service changed type: not Ready.
+			name: "ExternalName, still published", valid: external, published: true,
+			status: metav1.ConditionFalse, reason: mcsv1alpha1.ServiceExportReasonFailed,
+			message: []string{external.Message, string(mcsv1alpha1.ServiceExportReasonInvalidServiceType)},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Ready(tc.valid, tc.published)
+			assert.Equal(t, string(mcsv1alpha1.ServiceExportConditionReady), c.Type)
+			assert.Equal(t, tc.status, c.Status)
+			assert.Equal(t, string(tc.reason), c.Reason)
+			assert.NotEmpty(t, c.Message)
+			for _, s := range tc.message {
+				assert.Contains(t, c.Message, s)
+			}
+		})
+	}
+}
+
+// Applying Ready again changes nothing, so a sync that recomputes it needs
+// no status write; publishing moves it from Unknown to True.
+func TestApplyReady(t *testing.T) {
+	valid := Valid(svc(nil))
+	conds, changed := Apply(nil, 3, valid, Ready(valid, false))
+	require.True(t, changed)
+	again, changed := Apply(conds, 3, valid, Ready(valid, false))
+	assert.False(t, changed)
+	assert.Equal(t, conds, again)
+
+	ready, changed := Apply(conds, 3, valid, Ready(valid, true))
+	require.True(t, changed)
+	c := meta.FindStatusCondition(ready, string(mcsv1alpha1.ServiceExportConditionReady))
+	require.NotNil(t, c)
+	assert.Equal(t, metav1.ConditionTrue, c.Status)
+	assert.Equal(t, int64(3), c.ObservedGeneration)
+	again, changed = Apply(ready, 3, valid, Ready(valid, true))
+	assert.False(t, changed)
+	assert.Equal(t, ready, again)
+}

@@ -303,6 +303,19 @@ func TestIdleTimeoutEndsIdleStream(t *testing.T) {
 		in.IdleTimeout = 300 * time.Millisecond
 		eg.IdleTimeout = 300 * time.Millisecond
 	})
+	ended := greetThenRead(t, p)
+	port := p.mirror(t, "web", "", 80)
+
+	c := dialEgress(t, port)
+	readGreeting(t, c, "hi")
+	// Nothing more is sent either way: the gateway must end the stream.
+	requireEndedBothEnds(t, c, ended)
+}
+
+// greetThenRead makes web's target a server that says "hi" and then reads
+// until its connection ends, and returns where that end is reported.
+func greetThenRead(t *testing.T, p *pair) <-chan error {
+	t.Helper()
 	ended := make(chan error, 1)
 	target := startServer(t, func(c net.Conn) {
 		_, _ = io.WriteString(c, "hi")
@@ -310,11 +323,14 @@ func TestIdleTimeoutEndsIdleStream(t *testing.T) {
 		ended <- err
 	})
 	p.resolver.set(web, target.addr)
-	port := p.mirror(t, "web", "", 80)
+	return ended
+}
 
-	c := dialEgress(t, port)
-	readGreeting(t, c, "hi")
-	// Nothing more is sent either way: the gateway must end the stream.
+// requireEndedBothEnds requires that the gateway ends the stream the client
+// c holds, and the target's connection (ended, from greetThenRead), within
+// 10 s each.
+func requireEndedBothEnds(t *testing.T, c net.Conn, ended <-chan error) {
+	t.Helper()
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, err := c.Read(make([]byte, 1))
 	require.Error(t, err)

@@ -68,13 +68,7 @@ func TestIdleStreamHoldsSmallBuffers(t *testing.T) {
 func TestIdleTimeoutEndsStreamWithoutBuffers(t *testing.T) {
 	const idle = 2 * shrinkAfter
 	p := newPair(t, func(in *Ingress, eg *Egress) { in.IdleTimeout = idle; eg.IdleTimeout = idle })
-	ended := make(chan error, 1)
-	target := startServer(t, func(c net.Conn) {
-		_, _ = io.WriteString(c, "hi")
-		_, err := io.Copy(io.Discard, c)
-		ended <- err
-	})
-	p.resolver.set(web, target.addr)
+	ended := greetThenRead(t, p)
 	port := p.mirror(t, "web", "", 80)
 	noStreams(t)
 	base := held()
@@ -83,15 +77,7 @@ func TestIdleTimeoutEndsStreamWithoutBuffers(t *testing.T) {
 	readGreeting(t, c, "hi")
 	require.Eventually(t, func() bool { return held() == base }, idle, 10*time.Millisecond,
 		"the idle stream's directions never gave their buffers back")
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	_, err := c.Read(make([]byte, 1))
-	require.Error(t, err)
-	require.NotErrorIs(t, err, os.ErrDeadlineExceeded, "the client's stream was never ended")
-	select {
-	case <-ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the target's connection was never ended")
-	}
+	requireEndedBothEnds(t, c, ended)
 }
 
 func countFDs(t *testing.T) int {

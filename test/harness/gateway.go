@@ -57,10 +57,9 @@ type Gateway struct {
 	env  *Env
 	name string
 	argv []string
-	// memLimit is GatewayOptions.MemoryLimit; mem its cgroup, made by
+	// mem is the memory cgroup of GatewayOptions.MemoryLimit, made by
 	// StartGateway.
-	memLimit int64
-	mem      *MemoryCgroup
+	mem *MemoryCgroup
 
 	mu   sync.Mutex
 	proc *Process
@@ -131,7 +130,7 @@ func (e *Env) newGateway(c *Cluster, o GatewayOptions) (*Gateway, error) {
 		return nil, err
 	}
 	metrics := net.JoinHostPort(host, strconv.Itoa(metricsPort))
-	g := &Gateway{Cluster: c, MetricsURL: "http://" + metrics, env: e, name: c.Name + "/gateway", memLimit: o.MemoryLimit}
+	g := &Gateway{Cluster: c, MetricsURL: "http://" + metrics, env: e, name: c.Name + "/gateway"}
 	argv = append(argv, bin, "gateway",
 		"--cluster", c.Name,
 		"--kubeconfig", c.Kubeconfig,
@@ -176,7 +175,7 @@ func (g *Gateway) Start(t testing.TB) {
 	argv, env := g.argv, []string(nil)
 	if g.mem != nil {
 		argv = g.mem.Wrap(argv)
-		env = []string{"GOMEMLIMIT=" + strconv.FormatInt(g.memLimit, 10)}
+		env = []string{"GOMEMLIMIT=" + strconv.FormatInt(g.mem.Limit, 10)}
 	}
 	p := g.env.StartProcess(t, g.name, env, argv...)
 	g.proc = p

@@ -185,31 +185,11 @@ func memoryAB(cfg *config, w *world, b *abPair, out *strings.Builder) {
 			perConn[p.key] = append(perConn[p.key], v)
 		}
 	}
-	fmt.Fprintf(out, "Memory per idle connection, RSS of both proxies (KiB, %d connections):\n\n| run |", cfg.idle)
-	for _, p := range pairs {
-		fmt.Fprintf(out, " %s |", p.key)
+	sides := make([]abSide, len(pairs))
+	for i, p := range pairs {
+		sides[i] = abSide{p.key, p.name}
 	}
-	for _, p := range pairs[:len(pairs)-1] {
-		fmt.Fprintf(out, " %s ÷ HAProxy |", p.key)
-	}
-	out.WriteString("\n|---|" + strings.Repeat("---:|", 2*len(pairs)-1) + "\n")
-	ratios := map[string][]float64{}
-	for r := range cfg.runs {
-		fmt.Fprintf(out, "| %d |", r+1)
-		for _, p := range pairs {
-			fmt.Fprintf(out, " %.1f |", perConn[p.key][r])
-		}
-		h := perConn["haproxy"][r]
-		for _, p := range pairs[:len(pairs)-1] {
-			x := perConn[p.key][r] / h
-			fmt.Fprintf(out, " %.3f |", x)
-			if !math.IsNaN(x) {
-				ratios[p.key] = append(ratios[p.key], x)
-			}
-		}
-		out.WriteString("\n")
-	}
-	out.WriteString("\n")
+	abTable(out, "mem", fmt.Sprintf("Memory per idle connection, RSS of both proxies, %d connections", cfg.idle), "KiB", perConn, sides, cfg.runs)
 	for _, p := range pairs {
 		var v []float64
 		for _, x := range perConn[p.key] {
@@ -218,12 +198,7 @@ func memoryAB(cfg *config, w *world, b *abPair, out *strings.Builder) {
 			}
 		}
 		st := summarize(v)
-		fmt.Fprintf(out, "- mem, %s: median %.1f KiB (%.1f–%.1f) over %d runs", p.name, st.med, st.min, st.max, len(v))
-		if p.key != "haproxy" {
-			st := summarize(ratios[p.key])
-			fmt.Fprintf(out, "; ÷ HAProxy: median %.3f (%.3f–%.3f)", st.med, st.min, st.max)
-		}
-		out.WriteString("\n")
+		fmt.Fprintf(out, "- mem, %s: median %.1f KiB (%.1f–%.1f) over %d runs\n", p.name, st.med, st.min, st.max, len(v))
 	}
 	out.WriteString("\n")
 }

@@ -129,7 +129,14 @@ func rrOnly(cfg *config, w *world, dir, gw, hap *setup) int {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Measures %s only (`bin/gwbench %s`), load %s\n\n", cfg.rr.measures, strings.Join(cfg.argv, " "), loadavg())
 	for _, m := range ms {
-		abTable(&b, m, values[m.key], pairs, cfg.runs)
+		unit := "MB/s"
+		switch m.key {
+		case "rr":
+			unit = "p50 µs"
+		case "connrate":
+			unit = "conn/s"
+		}
+		abTable(&b, m.key, m.title, unit, values[m.key], sidesOf(pairs), cfg.runs)
 	}
 	if cfg.rr.count {
 		b.WriteString("\nPer round trip, both proxies of a pair, in one more round-trip run each (not counted above):\n\n")
@@ -161,40 +168,57 @@ func writeRR(cfg *config, text string) int {
 	return 0
 }
 
-// abTable writes one measure's values per run and each gateway pair's
-// ratio to HAProxy's within the run.
-func abTable(b *strings.Builder, m measure, v map[string][]float64, pairs []*setup, runs int) {
-	what := "MB/s"
-	switch m.key {
-	case "rr":
-		what = "p50 µs"
-	case "connrate":
-		what = "conn/s"
+// abSide is one column of an A/B table: a setup's key and name.
+type abSide struct{ key, name string }
+
+// sidesOf lists the setups' keys and names.
+func sidesOf(setups []*setup) []abSide {
+	out := make([]abSide, len(setups))
+	for i, s := range setups {
+		out[i] = abSide{s.key, s.name}
 	}
-	fmt.Fprintf(b, "%s (%s):\n\n| run | direct |", m.title, what)
+	return out
+}
+
+// abTable writes one measure's values per run (direct's first, when v
+// has them) and each gateway pair's ratio to HAProxy's within the run, the
+// last of pairs; for round trips the ratio is of the time added to
+// direct's.
+func abTable(b *strings.Builder, key, title, unit string, v map[string][]float64, pairs []abSide, runs int) {
+	d, direct := v["direct"]
+	fmt.Fprintf(b, "%s (%s):\n\n| run |", title, unit)
+	if direct {
+		b.WriteString(" direct |")
+	}
 	for _, s := range pairs {
 		fmt.Fprintf(b, " %s |", s.key)
 	}
 	for _, s := range pairs[:len(pairs)-1] {
-		if m.key == "rr" {
+		if key == "rr" {
 			fmt.Fprintf(b, " added %s ÷ HAProxy |", s.key)
 		} else {
 			fmt.Fprintf(b, " %s ÷ HAProxy |", s.key)
 		}
 	}
-	b.WriteString("\n|---|---:|" + strings.Repeat("---:|", 2*len(pairs)-1) + "\n")
+	b.WriteString("\n|---|")
+	if direct {
+		b.WriteString("---:|")
+	}
+	b.WriteString(strings.Repeat("---:|", 2*len(pairs)-1) + "\n")
 	ratios := map[string][]float64{}
 	for r := range runs {
-		d := v["direct"][r]
-		fmt.Fprintf(b, "| %d | %.1f |", r+1, d)
+		fmt.Fprintf(b, "| %d |", r+1)
+		if direct {
+			fmt.Fprintf(b, " %.1f |", d[r])
+		}
 		for _, s := range pairs {
 			fmt.Fprintf(b, " %.1f |", v[s.key][r])
 		}
 		h := v["haproxy"][r]
 		for _, s := range pairs[:len(pairs)-1] {
 			x := v[s.key][r] / h
-			if m.key == "rr" {
-				x = (v[s.key][r] - d) / (h - d)
+			if key == "rr" {
+				x = (v[s.key][r] - d[r]) / (h - d[r])
 			}
 			fmt.Fprintf(b, " %.3f |", x)
 			if !math.IsNaN(x) {
@@ -206,7 +230,7 @@ func abTable(b *strings.Builder, m measure, v map[string][]float64, pairs []*set
 	b.WriteString("\n")
 	for _, s := range pairs[:len(pairs)-1] {
 		st := summarize(ratios[s.key])
-		fmt.Fprintf(b, "- %s, %s ÷ HAProxy: median %.3f (%.3f–%.3f) over %d runs\n", m.key, s.name, st.med, st.min, st.max, len(ratios[s.key]))
+		fmt.Fprintf(b, "- %s, %s ÷ HAProxy: median %.3f (%.3f–%.3f) over %d runs\n", key, s.name, st.med, st.min, st.max, len(ratios[s.key]))
 	}
 	b.WriteString("\n")
 }

@@ -27,7 +27,7 @@ bench: ## side-by-side benchmarks on real clusters: DNS (bench/out/results.md) a
 image: ## the coredns-mc image from the Dockerfile, and the real-node tests' pause and busybox images, as OCI archives built with buildah (no Docker); prints their directory
 	test/tools/image.sh
 
-manifests: ## write deploy/'s plain manifests from the Helm chart charts/mcmirror (deploy/generate.sh, with the helm test/tools/build.sh builds)
+manifests: ## write deploy/'s plain manifests from the Helm chart charts/mcmirror, and the chart's crds/ from the mcs-api module (deploy/generate.sh, with the helm test/tools/build.sh builds)
 	deploy/generate.sh --helm "$$(test/tools/build.sh)/helm"
 
 lint: ## gofmt and go vet

@@ -109,6 +109,9 @@ type ClusterOptions struct {
 	// kubernetes Service's endpoints, so pods reach it in-cluster. There is
 	// no cluster DNS until a test installs one.
 	RealNode bool
+	// MCS installs the ServiceExport and ServiceImport CRDs of
+	// sigs.k8s.io/mcs-api (InstallMCSCRDs) once the API server is up.
+	MCS bool
 }
 
 // Env is a set of running clusters.
@@ -250,6 +253,11 @@ func (e *Env) Start(ctx context.Context) error {
 		}
 		if err := c.waitAPIServer(ctx); err != nil {
 			return err
+		}
+		if e.opts.Clusters[c.index].MCS {
+			if err := c.InstallMCSCRDs(ctx); err != nil {
+				return err
+			}
 		}
 		if c.real != nil {
 			return c.startRealNode(ctx)

@@ -26,7 +26,7 @@ import (
 var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
 	{Name: "east"},
 	{Name: "west", Workloads: true},
-	{Name: "paris"},
+	{Name: "paris", MCS: true},
 }})
 
 func TestMain(m *testing.M) { os.Exit(env.Run(m)) }

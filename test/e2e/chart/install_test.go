@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -96,13 +97,31 @@ func decode(t *testing.T, manifest string) []*unstructured.Unstructured {
 	return out
 }
 
+// crdResource is the resource of CustomResourceDefinitions.
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// crds returns the CRDs the cluster holds: name to resourceVersion.
+func crds(t *testing.T, ctx context.Context, c *harness.Cluster) map[string]string {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(c.Config)
+	require.NoError(t, err)
+	l, err := dyn.Resource(crdResource).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, u := range l.Items {
+		out[u.GetName()] = u.GetResourceVersion()
+	}
+	return out
+}
+
 // The chart's life on a real API server, as the README's commands run it:
-// install, an upgrade with the same values changes no object, an upgrade
-// with a changed value changes the objects that carry it and no other,
-// and uninstall leaves no object of the release behind, the link
-// namespace included. (dns.patchDeployment is off: there is no CoreDNS
-// Deployment here, and no node to roll it on; test/e2e/pods runs the hook
-// Jobs on real nodes.)
+// install (the CRDs of crds/ first), an upgrade with the same values
+// changes no object, an upgrade with a changed value changes the objects
+// that carry it and no other, and uninstall leaves no object of the
+// release behind, the link namespace included, and only the two MCS CRDs,
+// which Helm never deletes. (dns.patchDeployment is off: there is no
+// CoreDNS Deployment here, and no node to roll it on; test/e2e/pods runs
+// the hook Jobs on real nodes.)
 func TestInstallUpgradeUninstall(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -121,10 +140,19 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	before := snapshot(t, ctx, east, manifest)
 	require.Contains(t, before, key("Deployment", "mcmirror", "mcmirror-gateway"))
 	require.Contains(t, before, key("Namespace", "", "mcmirror-links"))
+	// Helm installed the chart's crds/, which `helm get manifest` does not
+	// list; the cluster had no CRD before.
+	crdsBefore := crds(t, ctx, east)
+	names := make([]string, 0, len(crdsBefore))
+	for n := range crdsBefore {
+		names = append(names, n)
+	}
+	require.ElementsMatch(t, harness.MCSCRDNames, names, "the CRDs after install")
 
 	// The same values again: nothing changes.
 	run(append([]string{"upgrade", "mcmirror", chartDir(), "-n", "mcmirror"}, values...)...)
 	assert.Equal(t, before, snapshot(t, ctx, east, manifest), "an upgrade with the same values changed objects")
+	assert.Equal(t, crdsBefore, crds(t, ctx, east), "an upgrade changed the CRDs")
 
 	// A new peer: the gateway's Deployment (a new generation: its pods
 	// roll), and nothing else.
@@ -151,6 +179,16 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	}), "objects of the release left after uninstall")
 	_, err := east.Client.CoreV1().Namespaces().Get(ctx, "mcmirror-links", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "namespace mcmirror-links: %v", err)
+	// The CRDs stay, untouched: Helm never deletes what crds/ installed
+	// (deleting a CRD deletes every object of its kind, which another MCS
+	// implementation may own), as the chart's README says. Nothing else is
+	// left; then the test deletes them, as the README says to.
+	assert.Equal(t, crdsBefore, crds(t, ctx, east), "the CRDs after uninstall")
+	out, err := east.Kubectl(ctx, append([]string{"delete", "crd"}, harness.MCSCRDNames...)...)
+	require.NoError(t, err, "%s", out)
+	require.NoError(t, wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		return len(crds(t, ctx, east)) == 0, nil
+	}), "CRDs left after kubectl delete crd")
 }
 
 // What the chart renders for a cluster other than deploy/'s example, with

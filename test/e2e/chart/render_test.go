@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/mcs-api/config/crd"
 
 	"github.com/mcmirror/mcmirror/test/harness"
 )
@@ -154,6 +155,37 @@ func TestDeployIsGenerated(t *testing.T) {
 	cmd := exec.Command(filepath.Join(root(), "deploy", "generate.sh"), "--check", "--helm", helmBin(t))
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "deploy/ is not what the chart renders:\n%s", out)
+}
+
+// The chart's crds/ holds the ServiceExport and ServiceImport CRDs of
+// sigs.k8s.io/mcs-api exactly as the module embeds them, and nothing else;
+// `helm template` leaves them out (so do deploy/'s templates' files) and
+// renders both with --include-crds.
+func TestCRDsAreMCSAPIs(t *testing.T) {
+	want := map[string][]byte{
+		"multicluster.x-k8s.io_serviceexports.yaml": crd.ServiceExportCRD,
+		"multicluster.x-k8s.io_serviceimports.yaml": crd.ServiceImportCRD,
+	}
+	entries, err := os.ReadDir(filepath.Join(chartDir(), "crds"))
+	require.NoError(t, err)
+	var files []string
+	for _, e := range entries {
+		files = append(files, e.Name())
+	}
+	assert.Len(t, files, len(want), "charts/mcmirror/crds/: %v", files)
+	for name, def := range want {
+		got, err := os.ReadFile(filepath.Join(chartDir(), "crds", name))
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(def, got), "charts/mcmirror/crds/%s is not the module's: run deploy/generate.sh", name)
+	}
+	args := append([]string{"--set", "namespace.create=false"}, eastValues...)
+	for k := range render(t, args...) {
+		assert.NotContains(t, k, "CustomResourceDefinition/")
+	}
+	r := render(t, append(args, "--include-crds")...)
+	for _, name := range harness.MCSCRDNames {
+		assert.True(t, r.has("CustomResourceDefinition", "", name), "%v", r.kinds())
+	}
 }
 
 // Gateway mode, the default: every part, each with this cluster's values.

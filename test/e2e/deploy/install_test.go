@@ -107,6 +107,9 @@ func TestApplyDeployDirectory(t *testing.T) {
 		"service/mcmirror-gateway-metrics",
 		"poddisruptionbudget.policy/coredns",
 		"serviceaccount/mcmirror-link",
+		// mcs-crds.yaml, the chart's crds/.
+		"customresourcedefinition.apiextensions.k8s.io/serviceexports.multicluster.x-k8s.io",
+		"customresourcedefinition.apiextensions.k8s.io/serviceimports.multicluster.x-k8s.io",
 	} {
 		assert.Contains(t, out, want)
 	}

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/mcmirror/mcmirror/test/harness"
 )
@@ -23,7 +25,9 @@ import (
 // mcmirror is left in either cluster: no object labelled part-of
 // mcmirror, no mirror, no link Secret, neither namespace, and
 // kube-system/coredns is kubeadm's again (its image, and no annotation of
-// ours), with its pods serving.
+// ours), with its pods serving. The only CRDs are the two MCS CRDs of the
+// chart's crds/, which Helm never deletes (the README says so, and how to
+// delete them); the test then deletes them with the README's command.
 func TestHelmUninstallLeavesNothing(t *testing.T) {
 	env.LogOnFailure(t)
 	installed(t)
@@ -97,6 +101,15 @@ func TestHelmUninstallLeavesNothing(t *testing.T) {
 		assert.NotContains(t, d.Annotations, "mcmirror.dev/dns-original", c.Name)
 		assert.Equal(t, original[c.Name], d.Spec.Template.Spec.Containers[0].Image, "%s: the DNS runs kubeadm's image again", c.Name)
 		assert.EqualValues(t, 2, d.Status.AvailableReplicas, "%s: DNS pods serving after the revert", c.Name)
+
+		// Helm leaves the CRDs its crds/ installed (deleting one would
+		// delete every object of its kind, another MCS implementation's
+		// too): exactly those two are left, and go with the README's
+		// command.
+		assert.ElementsMatch(t, harness.MCSCRDNames, crdNames(t, ctx, c), "%s: CRDs left after uninstall", c.Name)
+		out, err := c.Kubectl(ctx, append([]string{"delete", "crd"}, harness.MCSCRDNames...)...)
+		require.NoError(t, err, out)
+		assert.Empty(t, crdNames(t, ctx, c), "%s: CRDs left after kubectl delete crd", c.Name)
 	}
 }
 
@@ -117,4 +130,19 @@ func recordedImage(t *testing.T, ctx context.Context, c *harness.Cluster) string
 	img := orig.Template.Spec.Containers[0].Image
 	require.NotEqual(t, d.Spec.Template.Spec.Containers[0].Image, img, "%s: the recorded image is the patched one", c.Name)
 	return img
+}
+
+// crdNames returns the names of the CRDs c holds.
+func crdNames(t *testing.T, ctx context.Context, c *harness.Cluster) []string {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(c.Config)
+	require.NoError(t, err)
+	l, err := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).
+		List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	var names []string
+	for _, u := range l.Items {
+		names = append(names, u.GetName())
+	}
+	return names
 }

@@ -1,0 +1,61 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/mcs-api/config/crd"
+	"sigs.k8s.io/yaml"
+)
+
+// MCSCRDNames are the names of the CRDs of sigs.k8s.io/mcs-api that
+// InstallMCSCRDs installs and the chart's crds/ holds: ServiceExport's and
+// ServiceImport's.
+var MCSCRDNames = []string{"serviceexports.multicluster.x-k8s.io", "serviceimports.multicluster.x-k8s.io"}
+
+// crdResource is the resource of CustomResourceDefinitions, read through the
+// dynamic client: the module has no apiextensions clientset.
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// InstallMCSCRDs applies the ServiceExport and ServiceImport CRDs as the
+// mcs-api module embeds them (the bytes of the chart's crds/) and waits
+// until the API server has established both, so that their objects can be
+// written as soon as it returns.
+func (c *Cluster) InstallMCSCRDs(ctx context.Context) error {
+	for _, def := range [][]byte{crd.ServiceExportCRD, crd.ServiceImportCRD} {
+		var obj struct {
+			Metadata struct{ Name string } `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(def, &obj); err != nil {
+			return fmt.Errorf("%s: mcs-api CRD: %w", c.Name, err)
+		}
+		if err := c.Apply(ctx, string(def)); err != nil {
+			return err
+		}
+		name := obj.Metadata.Name
+		if err := c.env.poll(ctx, fmt.Sprintf("%s: CRD %s Established", c.Name, name), func(ctx context.Context) (bool, error) {
+			u, err := c.dynamic.Resource(crdResource).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err // just applied: even NotFound is an error
+			}
+			return established(u), nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// established reports whether a CRD's condition Established is True.
+func established(u *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, v := range conds {
+		if m, ok := v.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}

@@ -116,11 +116,18 @@ func (m Mode) String() string {
 	return ""
 }
 
-// ExportMode returns the export mode that labels ask for. A value other than
-// ExportFlat counts as gateway mode, so that a custom export selector (say
-// `example.com/export=yes`) still exports through the gateway.
+// ExportMode returns the export mode that labels ask for. Linkerd's label
+// decides when present; else the ServiceExport stamp (ServiceExportMode).
+// Any other value counts as gateway mode, so that a custom export selector
+// (say `example.com/export=yes`) still exports through the gateway.
 func ExportMode(labels map[string]string) Mode {
-	if labels[Exported] == ExportFlat {
+	if v, ok := labels[Exported]; ok {
+		if v == ExportFlat {
+			return Flat
+		}
+		return Gateway
+	}
+	if labels[ServiceExportMode] == ModeFlat {
 		return Flat
 	}
 	return Gateway

@@ -45,6 +45,27 @@ func TestDefaultExportSelector(t *testing.T) {
 	}
 }
 
+func TestServiceExportSelector(t *testing.T) {
+	sel, err := k8slabels.Parse(ServiceExportSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		set  map[string]string
+		want bool
+	}{
+		{map[string]string{ServiceExportMode: ModeGateway}, true},
+		{map[string]string{ServiceExportMode: ModeFlat}, true},
+		{map[string]string{ServiceExportMode: "yes"}, false},
+		{map[string]string{ServiceExportMode: ModeGateway, MirroredService: MirroredServiceValue}, false},
+		{map[string]string{Exported: ExportGateway}, false},
+	} {
+		if got := sel.Matches(k8slabels.Set(tc.set)); got != tc.want {
+			t.Errorf("ServiceExportSelector matches %v: got %t, want %t", tc.set, got, tc.want)
+		}
+	}
+}
+
 func TestExportMode(t *testing.T) {
 	tests := []struct {
 		labels map[string]string
@@ -54,6 +75,11 @@ func TestExportMode(t *testing.T) {
 		{map[string]string{Exported: "remote-discovery"}, Flat},
 		{map[string]string{"example.com/export": "yes"}, Gateway},
 		{nil, Gateway},
+		{map[string]string{ServiceExportMode: ModeFlat}, Flat},
+		{map[string]string{ServiceExportMode: ModeGateway}, Gateway},
+		// Linkerd's label decides when both are there.
+		{map[string]string{Exported: "true", ServiceExportMode: ModeFlat}, Gateway},
+		{map[string]string{Exported: "remote-discovery", ServiceExportMode: ModeGateway}, Flat},
 	}
 	for _, tc := range tests {
 		if got := ExportMode(tc.labels); got != tc.want {

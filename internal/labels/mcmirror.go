@@ -52,6 +52,26 @@ const (
 	// label value cannot hold a "/", so it is written the way Kubernetes
 	// writes its own (endpointslice-controller.k8s.io).
 	EndpointSliceManagedBy = "controller." + Domain
+
+	// ServiceExportMode is the label the controller stamps on a local
+	// Service that a ServiceExport (multicluster.x-k8s.io) exports, by
+	// server-side apply; its value is ModeGateway or ModeFlat. Readers in
+	// every cluster select it beside the Linkerd export label, so a
+	// ServiceExport needs no CRD, and no extra RBAC, in the clusters that
+	// read it. Its key is outside Domain on purpose: the EndpointSlice
+	// controller copies a Service's labels onto its slices, and the
+	// admission policy lets only the controller write Domain keys there.
+	ServiceExportMode = "serviceexport." + Domain + "/mode"
+
+	// ServiceExportSelector selects the Services stamped by a ServiceExport
+	// (never a mirror).
+	ServiceExportSelector = ServiceExportMode + " in (" + ModeGateway + "," + ModeFlat + "),!" + MirroredService
+
+	// ServiceExportCreated is the annotation beside ServiceExportMode that
+	// keeps the ServiceExport's creation time (RFC 3339), so that every
+	// cluster can apply the specification's conflict precedence (oldest
+	// export wins) without reading ServiceExports.
+	ServiceExportCreated = "serviceexport." + Domain + "/created"
 )
 
 // EgressPortKey names one port of a Service in the EgressPorts annotation:

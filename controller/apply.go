@@ -267,22 +267,31 @@ func sliceNeedsUpdate(existing, desired *discoveryv1.EndpointSlice) bool {
 // server will repeat (an invalid object, a refusal) is also a warning
 // Event on the mirror, so that it does not go unseen.
 func (s *syncer) wrote(verb, resource, name string, err error) {
-	writesTotal.WithLabelValues(verb, resource).Inc()
 	s.writes++
-	if err == nil {
+	if countWrite(verb, resource, err) == nil {
 		return
 	}
-	reason := string(apierrors.ReasonForError(err))
-	if reason == "" {
-		reason = "Unknown"
-	}
-	writeErrorsTotal.WithLabelValues(verb, resource, reason).Inc()
 	err = fmt.Errorf("%s %s %s/%s: %w", verb, resource, s.ns, name, err)
 	s.errs = append(s.errs, err)
 	if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err) {
 		ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: s.ns, Name: s.mirrorName()}
 		s.c.recorder.Event(ref, corev1.EventTypeWarning, ReasonWriteFailed, err.Error())
 	}
+}
+
+// countWrite counts one write, and its error by the API's reason when it
+// failed; it returns err.
+func countWrite(verb, resource string, err error) error {
+	writesTotal.WithLabelValues(verb, resource).Inc()
+	if err == nil {
+		return nil
+	}
+	reason := string(apierrors.ReasonForError(err))
+	if reason == "" {
+		reason = "Unknown"
+	}
+	writeErrorsTotal.WithLabelValues(verb, resource, reason).Inc()
+	return err
 }
 
 // mirrorName is the name of the key's Service mirror, or the remote

@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
 const (
@@ -103,6 +104,15 @@ type Options struct {
 	LinksSynced func() bool
 	// Recorder records Events; nil records them through Client.
 	Recorder record.EventRecorder
+	// ServiceExports is the local cluster's client of the Multi-Cluster
+	// Services API. When set, a ServiceExport exports its Service
+	// (exports.go); nil leaves ServiceExports alone (the CRD is not
+	// installed).
+	ServiceExports mcsclient.Interface
+	// ServiceExportMode is the mode, labels.ModeGateway or ModeFlat, of a
+	// ServiceExport without the mcmirror.dev/mode annotation (default
+	// gateway).
+	ServiceExportMode string
 }
 
 // Controller keeps the local mirrors of the exported Services of linked
@@ -130,6 +140,9 @@ type Controller struct {
 	// egressSlices sees the EndpointSlices of Options.EgressService; nil
 	// with a fixed EgressAddress.
 	egressSlices cache.SharedIndexInformer
+	// exports keeps the ServiceExports' stamps and conditions; nil
+	// without Options.ServiceExports.
+	exports *exporter
 	// localSynced report whether the local informers' handlers, not only
 	// their stores, have seen the first lists.
 	localSynced []cache.InformerSynced
@@ -236,6 +249,13 @@ func New(opts Options) (*Controller, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = 4
 	}
+	switch opts.ServiceExportMode {
+	case "":
+		opts.ServiceExportMode = labels.ModeGateway
+	case labels.ModeGateway, labels.ModeFlat:
+	default:
+		return nil, fmt.Errorf("controller: ServiceExport mode %q: want %s or %s", opts.ServiceExportMode, labels.ModeGateway, labels.ModeFlat)
+	}
 	c := &Controller{
 		opts:   opts,
 		client: opts.Client,
@@ -268,7 +288,10 @@ func New(opts Options) (*Controller, error) {
 			o.LabelSelector = discoveryv1.LabelManagedBy + "=" + EndpointSliceManagedBy
 		})
 	c.namespaces = coreinformers.NewNamespaceInformer(opts.Client, resyncPeriod, cache.Indexers{})
-	for _, inf := range []cache.SharedIndexInformer{c.services, c.slices, c.namespaces} {
+	// The Services keep the controller's own managed fields: the stamp
+	// it owns is what an unexport takes away (exportapply.go).
+	_ = c.services.SetTransform(trimKeeping(ExportFieldManager))
+	for _, inf := range []cache.SharedIndexInformer{c.slices, c.namespaces} {
 		_ = inf.SetTransform(trim)
 	}
 	for _, h := range []struct {
@@ -297,6 +320,9 @@ func New(opts Options) (*Controller, error) {
 		c.localSynced = append(c.localSynced, reg.HasSynced)
 	}
 	if err := c.newEgressInformer(); err != nil {
+		return nil, err
+	}
+	if err := c.newExporter(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -339,6 +365,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger.Info("Start-up sweep", "keys", n, "egressPorts", c.ports.Len(), "egressAddresses", c.egressAddresses())
 
 	var wg sync.WaitGroup
+	if c.exports != nil {
+		wg.Go(func() { c.runExports(ctx, 2) })
+	}
 	for range c.opts.Workers {
 		wg.Go(func() {
 			for c.processNextWorkItem(ctx) {

@@ -211,6 +211,9 @@ func (c *Controller) localInformers() []cache.SharedIndexInformer {
 	if c.egressSlices != nil {
 		out = append(out, c.egressSlices)
 	}
+	if c.exports != nil {
+		out = append(out, c.exports.informer)
+	}
 	return out
 }
 

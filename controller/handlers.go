@@ -59,6 +59,7 @@ func (c *Controller) onLocalService(obj any) {
 	if k, owned := ownedKey(m); owned {
 		c.queue.Add(k)
 	}
+	c.exportChanged(m)
 	// The keys that want its name: a foreign Service's, or another
 	// key's mirror's (the loser of a name conflict between clusters).
 	c.mu.Lock()
@@ -227,4 +228,24 @@ func trim(obj any) (any, error) {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// trimKeeping is trim but for the managed fields of manager.
+func trimKeeping(manager string) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			mf := m.GetManagedFields()
+			kept := mf[:0]
+			for _, f := range mf {
+				if f.Manager == manager {
+					kept = append(kept, f)
+				}
+			}
+			if len(kept) == 0 {
+				kept = nil
+			}
+			m.SetManagedFields(kept)
+		}
+		return obj, nil
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/mcs"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,7 @@ import (
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -34,7 +36,20 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
+
+// serviceExportsState says in the start-up log whether ServiceExports are
+// acted on, and if not, why.
+func serviceExportsState(enabled, served bool) string {
+	switch {
+	case !enabled:
+		return "off (--service-exports=false)"
+	case !served:
+		return "off (the ServiceExport CRD is not installed; restart after installing it)"
+	}
+	return "on"
+}
 
 func init() {
 	subcommands["controller"] = func(args []string) int { return runController(args) }
@@ -96,6 +111,8 @@ func runController(args []string) int {
 		metricsAddr     = fs.String("metrics-addr", ":9154", "address of /metrics and /healthz (empty: off)")
 		apiQPS          = fs.Float64("kube-api-qps", 50, "queries per second to the local API server (client-side limit)")
 		apiBurst        = fs.Int("kube-api-burst", 100, "burst of queries to the local API server")
+		serviceExports  = fs.Bool("service-exports", true, "export the Services that a ServiceExport (multicluster.x-k8s.io) names, when its CRD is installed")
+		seMode          = fs.String("service-export-mode", labels.ModeGateway, "mode of a ServiceExport without the "+labels.ModeLabel+" annotation: gateway or flat")
 	)
 	fs.Var(&links, "link", "NAME=KUBECONFIG[:CONTEXT]: link a cluster (repeatable)")
 	var allow link.Allow
@@ -143,6 +160,8 @@ func runController(args []string) int {
 		return fail("--pod-grace, --link-removal-grace and --headless-grace must not be negative")
 	case *apiQPS <= 0, *apiBurst < 1:
 		return fail("--kube-api-qps must be positive and --kube-api-burst at least 1")
+	case *seMode != labels.ModeGateway && *seMode != labels.ModeFlat:
+		return fail("--service-export-mode %q: want %s or %s", *seMode, labels.ModeGateway, labels.ModeFlat)
 	case *leaderElect && (len(validation.IsDNS1123Label(*leaderNamespace)) > 0 || len(validation.IsDNS1123Subdomain(*leaderName)) > 0):
 		return fail("--leader-elect-namespace %q or --leader-elect-name %q is not a valid name", *leaderNamespace, *leaderName)
 	case *leaderElect && (*retryPeriod <= 0 || *leaseDuration <= *renewDeadline ||
@@ -253,6 +272,35 @@ func runController(args []string) int {
 		logger.Info("Serving metrics", "address", ln.Addr().String())
 	}
 
+	// The cluster's ID in the clusterset, when the About API names one,
+	// must be --cluster: both name it to the linked clusters.
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fail("local cluster: %v", err)
+	}
+	idCtx, cancelID := context.WithTimeout(ctx, 30*time.Second)
+	_, err = mcs.ClusterID(idCtx, dyn, *cluster)
+	cancelID()
+	if errors.Is(err, mcs.ErrClusterID) {
+		return fail("--cluster: %v", err)
+	} else if err != nil {
+		fmt.Fprintf(os.Stderr, "coredns-mc controller: %v\n", err)
+		return 1
+	}
+	var exportsClient mcsclient.Interface
+	if *serviceExports {
+		served, err := mcs.ServiceExportsServed(client.Discovery())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "coredns-mc controller: %v\n", err)
+			return 1
+		}
+		if served {
+			if exportsClient, err = mcsclient.NewForConfig(cfg); err != nil {
+				return fail("local cluster: %v", err)
+			}
+		}
+	}
+
 	// run is the controller proper: links, then the sync loop.
 	run := func(ctx context.Context) error {
 		// Events go out from the start, before the link Secrets are
@@ -275,6 +323,9 @@ func runController(args []string) int {
 			LinkRemovalGrace: *linkGrace,
 			HeadlessGrace:    *headlessGrace,
 			Workers:          *workers,
+
+			ServiceExports:    exportsClient,
+			ServiceExportMode: *seMode,
 		}
 		if secretsNS != "" {
 			opts.LinksSynced = func() bool { return watcher != nil && watcher.HasSynced() }
@@ -308,7 +359,8 @@ func runController(args []string) int {
 			egressFrom = "service " + egressSvc.String()
 		}
 		logger.Info("Starting", "cluster", *cluster, "links", len(links), "linkSecrets", *linkSecrets, "allowInsecureKubeconfig", allow.String(),
-			"egress", egressFrom, "egressPorts", ports.String(), "exportSelector", sel.String())
+			"egress", egressFrom, "egressPorts", ports.String(), "exportSelector", sel.String(),
+			"serviceExports", serviceExportsState(*serviceExports, exportsClient != nil), "serviceExportMode", *seMode)
 		return ctrl.Run(ctx)
 	}
 

@@ -91,6 +91,7 @@ func TestControllerFlags(t *testing.T) {
 		{with("--pod-grace", "30"), `invalid value "30" for flag -pod-grace`},
 		{with("--kube-api-qps", "0"), "--kube-api-qps must be positive"},
 		{with("--kube-api-burst", "0"), "--kube-api-burst at least 1"},
+		{with("--service-export-mode", "mesh"), `--service-export-mode "mesh": want gateway or flat`},
 		{with("--leader-elect", "--leader-elect-renew-deadline", "20s"), "--leader-elect-lease-duration must exceed --leader-elect-renew-deadline"},
 		{with("--leader-elect", "--leader-elect-retry-period", "0s"), "must be positive"},
 		{with("--leader-elect", "--leader-elect-name", "Bad_Name"), `--leader-elect-name "Bad_Name" is not a valid name`},

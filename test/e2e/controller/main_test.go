@@ -28,7 +28,7 @@ import (
 )
 
 var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
-	{Name: "east"}, {Name: "west", Workloads: true}, {Name: "paris", Workloads: true},
+	{Name: "east", MCS: true}, {Name: "west", Workloads: true, MCS: true}, {Name: "paris", Workloads: true, MCS: true},
 }})
 
 func TestMain(m *testing.M) { os.Exit(env.Run(m)) }

@@ -254,9 +254,11 @@ func accounts() []account {
 	// cluster, through informers.
 	link := read("list watch", "services", disc+"/endpointslices")
 	gw := read("list watch", "services", disc+"/endpointslices")
-	ctrl := slices.Concat(read("list watch create update delete", "services"),
+	ctrl := slices.Concat(read("list watch create update patch delete", "services"),
 		read("get list watch create update delete", disc+"/endpointslices"),
-		read("list watch", "namespaces"), read("create patch", "events"))
+		read("list watch", "namespaces"), read("create patch", "events"),
+		read("list watch", "multicluster.x-k8s.io/serviceexports"), read("update", "multicluster.x-k8s.io/serviceexports/status"),
+		[]string{"get about.k8s.io/clusterproperties/cluster.clusterset.k8s.io"})
 	dns := read("list watch", "services", "namespaces", disc+"/endpointslices")
 	return []account{{
 		cluster: "west", manifests: []string{"remote-link.yaml"}, ns: "mcmirror", name: "mcmirror-link",
@@ -283,7 +285,7 @@ func accounts() []account {
 		// deploy/README.md, "What each role can do"). The rest is refused.
 		refused: concat(secretReads(""), secretReads("kube-system"), secretReads("mcmirror"),
 			otherReads("default"), escalations("mcmirror-controller", "mcmirror"),
-			only(serviceWrites("default"), "patch a Service", "update a Service's status", "patch an EndpointSlice", "delete every EndpointSlice"),
+			only(serviceWrites("default"), "update a Service's status", "patch an EndpointSlice", "delete every EndpointSlice"),
 			[]action{serviceGet("default"), getLinkSecret,
 				{"update another Lease", func(ctx context.Context, c kubernetes.Interface) error {
 					_, err := c.CoordinationV1().Leases("kube-system").Update(ctx, &coordinationv1.Lease{

@@ -96,6 +96,14 @@ func TestAdmissionPolicy(t *testing.T) {
 		_, err := dev.CoreV1().Services(tenant).Update(ctx, s, metav1.UpdateOptions{})
 		requirePolicyRefusal(t, err, "edit in "+tenant+": "+tc.what)
 	}
+	// The ServiceExport stamp is outside mcmirror.dev/: a user may set it
+	// by hand, as Linkerd's export label (and the EndpointSlice
+	// controller may copy it onto the Service's slices).
+	stamped := plain.DeepCopy()
+	stamped.Labels[labels.ServiceExportMode] = labels.ModeGateway
+	stamped.Annotations = map[string]string{labels.ServiceExportCreated: "2026-11-26T10:00:00Z"}
+	_, err = dev.CoreV1().Services(tenant).Update(ctx, stamped, metav1.UpdateOptions{})
+	require.NoError(t, err, "edit in "+tenant+": the ServiceExport stamp")
 	// The edit role writes no EndpointSlice at all (RBAC, before the
 	// policy).
 	_, err = dev.DiscoveryV1().EndpointSlices(tenant).Create(ctx, &discoveryv1.EndpointSlice{

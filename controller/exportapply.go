@@ -1,0 +1,107 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/mcs"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+)
+
+// ExportFieldManager is the field manager of the stamp: the controller
+// writes it by server-side apply, and removes it by applying nothing,
+// which takes away only the fields it owns.
+const ExportFieldManager = "mcmirror-controller"
+
+// syncExport brings one namespace/name to its plan: the stamp on the
+// Service, then the ServiceExport's conditions. Each is written only when
+// it differs, so a second sync of the same state writes nothing.
+func (c *Controller) syncExport(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	in := exportInput{cluster: c.opts.Cluster, defaultMode: c.opts.ServiceExportMode}
+	if obj, ok, _ := c.exports.informer.GetIndexer().GetByKey(key); ok {
+		in.export, _ = obj.(*mcsv1alpha1.ServiceExport)
+	}
+	if obj, ok, _ := c.services.GetIndexer().GetByKey(key); ok {
+		in.service, _ = obj.(*corev1.Service)
+	}
+	if in.service != nil {
+		if in.owned, err = ownedStamp(in.service); err != nil {
+			return err
+		}
+	}
+	if in.export != nil {
+		in.peers = c.peerExports(ns, name)
+	}
+	p := planExport(in)
+	if p.writeStamp {
+		if err := c.applyStamp(ctx, in.service, p.stamp); err != nil {
+			return err
+		}
+		klog.FromContext(ctx).V(2).Info("Stamped exported Service", "service", klog.KObj(in.service), "mode", p.stamp.mode)
+		in.owned = p.stamp
+		p = planExport(in)
+	}
+	if in.export == nil {
+		return nil
+	}
+	conds, changed := mcs.Apply(in.export.Status.Conditions, in.export.Generation, p.conditions...)
+	if !changed {
+		return nil
+	}
+	se := in.export.DeepCopy()
+	se.Status.Conditions = conds
+	_, err = c.exports.client.MulticlusterV1alpha1().ServiceExports(ns).UpdateStatus(ctx, se, metav1.UpdateOptions{})
+	return countWrite("update", "serviceexports/status", err)
+}
+
+// ownedStamp reads the stamp the controller owns on svc, from its managed
+// fields (the local Services informer keeps the controller's own entry).
+func ownedStamp(svc *corev1.Service) (stamp, error) {
+	ac, err := corev1ac.ExtractService(svc, ExportFieldManager)
+	if err != nil {
+		return stamp{}, fmt.Errorf("reading the fields %s owns on Service %s/%s: %w", ExportFieldManager, svc.Namespace, svc.Name, err)
+	}
+	var s stamp
+	if ac.ObjectMetaApplyConfiguration != nil {
+		s.mode = ac.Labels[labels.ServiceExportMode]
+		s.created = ac.Annotations[labels.ServiceExportCreated]
+	}
+	return s, nil
+}
+
+// applyStamp makes the fields the controller owns on svc exactly s. The
+// UID is a precondition: a Service deleted and made again is read again
+// before it is stamped.
+func (c *Controller) applyStamp(ctx context.Context, svc *corev1.Service, s stamp) error {
+	ac := corev1ac.Service(svc.Name, svc.Namespace).WithUID(svc.UID)
+	if s != (stamp{}) {
+		ac.WithLabels(map[string]string{labels.ServiceExportMode: s.mode}).
+			WithAnnotations(map[string]string{labels.ServiceExportCreated: s.created})
+	}
+	_, err := c.client.CoreV1().Services(svc.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: ExportFieldManager, Force: true})
+	return countWrite("apply", "services", err)
+}
+
+// peerExports are the linked clusters' exports of namespace/name.
+func (c *Controller) peerExports(ns, name string) []mcs.Export {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []mcs.Export
+	for _, r := range c.links {
+		if svc := r.exportedService(ns, name); svc != nil {
+			out = append(out, peerExport(r.name, svc))
+		}
+	}
+	return out
+}

@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/mcs"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+)
+
+// The export side of the Multi-Cluster Services API: a ServiceExport in
+// this cluster makes its Service exported. The controller marks the Service
+// with the stamp (labels.ServiceExportMode and labels.ServiceExportCreated),
+// which every linked cluster's readers select beside Linkerd's label, and
+// writes the conditions the specification defines on the ServiceExport.
+// This file is the computation; exportapply.go does the writes.
+
+// stamp is the mark an export puts on its Service. The zero stamp is none.
+type stamp struct {
+	mode    string // labels.ModeGateway or labels.ModeFlat
+	created string // the ServiceExport's creation time, RFC 3339
+}
+
+// Reasons of the Valid condition beyond the specification's.
+const (
+	// reasonInvalidMode: the ServiceExport's mcmirror.dev/mode annotation
+	// is neither gateway nor flat.
+	reasonInvalidMode = "InvalidMode"
+	// reasonMirrorService: the Service is itself a mirror of a remote
+	// one, which would be exported back to where it came from.
+	reasonMirrorService = "MirrorService"
+)
+
+// exportInput is what the sync of one namespace/name reads.
+type exportInput struct {
+	// cluster is this cluster's ID.
+	cluster string
+	// export is the ServiceExport; nil when there is none.
+	export *mcsv1alpha1.ServiceExport
+	// service is the local Service of the same name; nil when none.
+	service *corev1.Service
+	// owned is the stamp the controller owns on the Service now (from
+	// its managed fields): what an unexport removes.
+	owned stamp
+	// defaultMode is the mode of an export whose ServiceExport does not
+	// name one (--service-export-mode).
+	defaultMode string
+	// peers are the exports of the same namespace/name by the linked
+	// clusters, for the Conflict condition.
+	peers []mcs.Export
+}
+
+// exportPlan is what should be.
+type exportPlan struct {
+	// stamp is the stamp the Service should carry; zero to carry none.
+	stamp stamp
+	// writeStamp is set when the Service exists and stamp differs from
+	// what the controller owns on it.
+	writeStamp bool
+	// conditions are the ServiceExport's conditions; nil without one.
+	conditions []metav1.Condition
+}
+
+// planExport computes what one namespace/name should look like. The Ready
+// condition counts the Service as published once the controller owns the
+// wanted stamp on it: exportapply.go plans again after writing the stamp.
+func planExport(in exportInput) exportPlan {
+	var p exportPlan
+	if in.export == nil {
+		if in.service != nil && in.owned != (stamp{}) {
+			p.writeStamp = true
+		}
+		return p
+	}
+	valid := mcs.Valid(in.service)
+	mode := in.defaultMode
+	if v, ok := in.export.Annotations[labels.ModeLabel]; ok {
+		mode = v
+	}
+	switch {
+	case valid.Status != metav1.ConditionTrue:
+	case in.service.Labels[labels.MirroredService] != "":
+		valid.Status, valid.Reason = metav1.ConditionFalse, reasonMirrorService
+		valid.Message = "the Service is a mirror of a remote Service; export it in its own cluster"
+	case mode != labels.ModeGateway && mode != labels.ModeFlat:
+		valid.Status, valid.Reason = metav1.ConditionFalse, reasonInvalidMode
+		valid.Message = fmt.Sprintf("annotation %s is %q; want %q or %q", labels.ModeLabel, mode, labels.ModeGateway, labels.ModeFlat)
+	}
+	if valid.Status == metav1.ConditionTrue {
+		p.stamp = stamp{mode: mode, created: in.export.CreationTimestamp.UTC().Format(time.RFC3339)}
+	}
+	p.writeStamp = in.service != nil && p.stamp != in.owned
+	p.conditions = []metav1.Condition{valid, mcs.Ready(valid, p.stamp != stamp{} && p.stamp == in.owned)}
+	if valid.Status == metav1.ConditionTrue {
+		exports := append([]mcs.Export{{Cluster: in.cluster, Created: in.export.CreationTimestamp.Time, Service: in.service}}, in.peers...)
+		p.conditions = append(p.conditions, mcs.ConflictCondition(mcs.Merge(exports)))
+	}
+	return p
+}
+
+// peerExport is a linked cluster's export of a Service as this cluster
+// reads it: its ServiceExport's creation time from the stamp, or the
+// Service's own when it is exported by Linkerd's label alone.
+func peerExport(cluster string, svc *corev1.Service) mcs.Export {
+	created := svc.CreationTimestamp.Time
+	if t, err := time.Parse(time.RFC3339, svc.Annotations[labels.ServiceExportCreated]); err == nil {
+		created = t
+	}
+	return mcs.Export{Cluster: cluster, Created: created, Service: svc}
+}

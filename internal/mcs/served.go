@@ -1,0 +1,29 @@
+package mcs
+
+import (
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/discovery"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+)
+
+// ServiceExportsServed reports whether the cluster serves the
+// ServiceExport resource of the version mcmirror uses: whether the CRD is
+// installed.
+func ServiceExportsServed(dc discovery.ServerResourcesInterface) (bool, error) {
+	gv := mcsv1alpha1.SchemeGroupVersion.String()
+	list, err := dc.ServerResourcesForGroupVersion(gv)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("discovering %s: %w", gv, err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "serviceexports" {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,265 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+)
+
+// startExporter starts `coredns-mc controller` in cluster name (west or
+// paris), linked to the other of the two, serving metrics at the returned
+// address.
+func startExporter(t *testing.T, name, other string, extra ...string) (*harness.Process, string) {
+	t.Helper()
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+	egressAddr := map[string]string{"west": "192.0.2.20", "paris": "192.0.2.30"}[name]
+	args := append([]string{bin, "controller",
+		"--kubeconfig", env.Cluster(name).Kubeconfig,
+		"--cluster", name,
+		"--egress-address", egressAddr,
+		"--egress-ports", "31000-31999",
+		"--link", other + "=" + env.Cluster(other).Kubeconfig,
+		"--metrics-addr", metrics,
+		"--v", "2",
+	}, extra...)
+	return env.StartProcess(t, name+"/controller", nil, args...), metrics
+}
+
+func mcsClient(t *testing.T, cluster string) mcsclient.Interface {
+	t.Helper()
+	c, err := mcsclient.NewForConfig(env.Cluster(cluster).Config)
+	require.NoError(t, err)
+	return c
+}
+
+func createServiceExport(t *testing.T, cluster, ns, name string) *mcsv1alpha1.ServiceExport {
+	t.Helper()
+	se, err := mcsClient(t, cluster).MulticlusterV1alpha1().ServiceExports(ns).Create(context.Background(),
+		&mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return se
+}
+
+// requireConditions waits until the ServiceExport's conditions have the
+// given status and reason, by type ("Conflict": "True/PortConflict"), each
+// observed at its current generation.
+func requireConditions(t *testing.T, cluster, ns, name string, want map[string]string) {
+	t.Helper()
+	client := mcsClient(t, cluster)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		se, err := client.MulticlusterV1alpha1().ServiceExports(ns).Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(c, err)
+		for typ, w := range want {
+			cond := meta.FindStatusCondition(se.Status.Conditions, typ)
+			if !assert.NotNil(c, cond, "%s/%s in %s has no %s condition", ns, name, cluster, typ) {
+				continue
+			}
+			assert.Equal(c, w, string(cond.Status)+"/"+cond.Reason, "%s in %s: %s: %s", name, cluster, typ, cond.Message)
+			assert.Equal(c, se.Generation, cond.ObservedGeneration)
+		}
+	}, wait, tick)
+}
+
+// requireStamp waits until the Service carries the stamp of mode (none
+// when mode is "") and still carries its owner's team label.
+func requireStamp(t *testing.T, cluster, ns, name, mode string, created time.Time) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		svc, err := env.Cluster(cluster).Client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(c, err)
+		assert.Equal(c, mode, svc.Labels[labels.ServiceExportMode], "stamp of %s/%s in %s", ns, name, cluster)
+		if mode == "" {
+			assert.NotContains(c, svc.Annotations, labels.ServiceExportCreated)
+		} else {
+			assert.Equal(c, created.UTC().Format(time.RFC3339), svc.Annotations[labels.ServiceExportCreated])
+		}
+		assert.Equal(c, "a", svc.Labels["team"], "the owner's labels are kept")
+	}, wait, tick)
+}
+
+// requireMirror waits until east has the mirror, or has it no more.
+func requireMirror(t *testing.T, ns, name string, present bool) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(context.Background(), ns)
+		require.NoError(c, err)
+		_, ok := m[name]
+		assert.Equal(c, present, ok, "mirror %s/%s in east: %v", ns, name, names(m))
+	}, wait, tick)
+}
+
+// metric reads a series that must exist.
+func metric(t require.TestingT, addr, name string, lbl map[string]string) float64 {
+	v, ok, err := harness.ScrapeMetric("http://"+addr+"/metrics", name, lbl)
+	require.NoError(t, err)
+	require.True(t, ok, "no series %s%v at %s", name, lbl, addr)
+	return v
+}
+
+func annotateExport(t *testing.T, cluster, ns, name, value string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, labels.ModeLabel, value)
+	if value == "" {
+		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, labels.ModeLabel)
+	}
+	_, err := mcsClient(t, cluster).MulticlusterV1alpha1().ServiceExports(ns).Patch(context.Background(), name,
+		types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	require.NoError(t, err)
+}
+
+// A ServiceExport in west exports its Service: west's controller stamps
+// the Service and sets the conditions, and east's controller mirrors it.
+// A mode annotation picks the mode; a bad one, or deleting the
+// ServiceExport, takes the stamp away, and the mirror goes. The owner's
+// own labels are never touched, and a sync of unchanged state writes
+// nothing.
+func TestServiceExportExports(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-mcs-export"
+	namespace(t, ns, "east", "west")
+	west := env.Cluster("west")
+	require.NoError(t, west.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: %s, labels: {team: a}}
+spec:
+  selector: {app: api}
+  ports: [{name: http, port: 80}]
+`, ns)))
+	p, metrics := startExporter(t, "west", "paris")
+	startController(t, "controller")
+
+	se := createServiceExport(t, "west", ns, "api")
+	requireStamp(t, "west", ns, "api", labels.ModeGateway, se.CreationTimestamp.Time)
+	requireConditions(t, "west", ns, "api", map[string]string{
+		"Valid": "True/Valid", "Ready": "True/Ready", "Conflict": "False/NoConflicts"})
+	requireMirror(t, ns, "api-west", true)
+
+	// Unchanged state writes nothing: a change to the Service that does
+	// not concern the export is synced (syncs_total moves) without a
+	// write (writes_total stays).
+	applied := map[string]string{"verb": "apply", "resource": "services"}
+	status := map[string]string{"verb": "update", "resource": "serviceexports/status"}
+	success := map[string]string{"result": "success"}
+	before := [3]float64{metric(t, metrics, "coredns_mcmirror_controller_writes_total", applied),
+		metric(t, metrics, "coredns_mcmirror_controller_writes_total", status),
+		metric(t, metrics, "coredns_mcmirror_controller_syncs_total", success)}
+	require.Positive(t, before[0])
+	require.Positive(t, before[1])
+	_, err := west.Client.CoreV1().Services(ns).Patch(ctx, "api", types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"touched":"yes"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Greater(c, metric(c, metrics, "coredns_mcmirror_controller_syncs_total", success), before[2])
+	}, wait, tick)
+	requireAlive(t, p)
+	assert.Equal(t, before[0], metric(t, metrics, "coredns_mcmirror_controller_writes_total", applied))
+	assert.Equal(t, before[1], metric(t, metrics, "coredns_mcmirror_controller_writes_total", status))
+
+	annotateExport(t, "west", ns, "api", labels.ModeFlat)
+	requireStamp(t, "west", ns, "api", labels.ModeFlat, se.CreationTimestamp.Time)
+
+	annotateExport(t, "west", ns, "api", "mesh")
+	requireConditions(t, "west", ns, "api", map[string]string{"Valid": "False/InvalidMode", "Ready": "False/Failed"})
+	requireStamp(t, "west", ns, "api", "", time.Time{})
+	requireMirror(t, ns, "api-west", false)
+
+	annotateExport(t, "west", ns, "api", "")
+	requireStamp(t, "west", ns, "api", labels.ModeGateway, se.CreationTimestamp.Time)
+	requireConditions(t, "west", ns, "api", map[string]string{"Valid": "True/Valid", "Ready": "True/Ready"})
+	requireMirror(t, ns, "api-west", true)
+
+	require.NoError(t, mcsClient(t, "west").MulticlusterV1alpha1().ServiceExports(ns).Delete(ctx, "api", metav1.DeleteOptions{}))
+	requireStamp(t, "west", ns, "api", "", time.Time{})
+	requireMirror(t, ns, "api-west", false)
+
+	// A ServiceExport before its Service: not valid until the Service
+	// comes, then stamped.
+	ghost := createServiceExport(t, "west", ns, "late")
+	requireConditions(t, "west", ns, "late", map[string]string{"Valid": "False/NoService", "Ready": "False/Failed"})
+	require.NoError(t, west.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: late, namespace: %s, labels: {team: a}}
+spec: {clusterIP: None, selector: {app: late}, ports: [{port: 5432}]}
+`, ns)))
+	requireStamp(t, "west", ns, "late", labels.ModeGateway, ghost.CreationTimestamp.Time)
+	requireConditions(t, "west", ns, "late", map[string]string{"Valid": "True/Valid", "Ready": "True/Ready"})
+	requireAlive(t, p)
+}
+
+// Two clusters export one Service with different ports: both
+// ServiceExports say Conflict, with the specification's reason, until the
+// ports agree.
+func TestServiceExportConflict(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-mcs-conflict"
+	namespace(t, ns, "west", "paris")
+	svc := func(port int) string {
+		return fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: %s}
+spec: {selector: {app: db}, ports: [{name: sql, port: %d}]}
+`, ns, port)
+	}
+	require.NoError(t, env.Cluster("west").Apply(ctx, svc(5432)))
+	require.NoError(t, env.Cluster("paris").Apply(ctx, svc(5433)))
+	startExporter(t, "west", "paris")
+	startExporter(t, "paris", "west")
+	createServiceExport(t, "west", ns, "db")
+	requireConditions(t, "west", ns, "db", map[string]string{"Ready": "True/Ready", "Conflict": "False/NoConflicts"})
+	createServiceExport(t, "paris", ns, "db")
+	conflict := map[string]string{"Valid": "True/Valid", "Conflict": "True/" + string(mcsv1alpha1.ServiceExportReasonPortConflict)}
+	requireConditions(t, "west", ns, "db", conflict)
+	requireConditions(t, "paris", ns, "db", conflict)
+
+	require.NoError(t, env.Cluster("paris").Apply(ctx, svc(5432)))
+	agree := map[string]string{"Conflict": "False/NoConflicts"}
+	requireConditions(t, "west", ns, "db", agree)
+	requireConditions(t, "paris", ns, "db", agree)
+}
+
+// The cluster's ID from the About API must be --cluster: another value is
+// refused at start with exit status 2, naming both; the same value starts.
+func TestClusterIDMustMatch(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	paris := env.Cluster("paris")
+	require.NoError(t, paris.SetClusterProperty(ctx, "cluster.clusterset.k8s.io", "lyon"))
+	p, _ := startExporter(t, "paris", "west")
+	select {
+	case <-p.Done():
+	case <-time.After(wait):
+		t.Fatalf("the controller did not exit:\n%s", p.Tail(20))
+	}
+	_, err := p.Exited()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 2, exit.ExitCode())
+	assert.Contains(t, p.Tail(5), `has the value "lyon" but the configured cluster name is "paris"`)
+
+	require.NoError(t, paris.SetClusterProperty(ctx, "cluster.clusterset.k8s.io", "paris"))
+	p, _ = startExporter(t, "paris", "west")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, p.Tail(50), `"Start-up sweep"`)
+	}, wait, tick)
+	requireAlive(t, p)
+}

@@ -210,7 +210,7 @@ type remoteCluster struct {
 	// health is whether the link's lists and watches are answered, for
 	// link_up, link_errors_total and the log.
 	health *linkHealth
-	// synced is set when both informers' handlers have seen the first
+	// synced is set when all three informers' handlers have seen the first
 	// lists: only then may a sync delete a mirror because its remote
 	// Service is missing. Every key of the cluster is enqueued right
 	// after, and enqueued is set.
@@ -221,6 +221,11 @@ type remoteCluster struct {
 	// handlersSynced report whether the handlers have seen the first
 	// lists, not only the informers' stores.
 	handlersSynced []cache.InformerSynced
+
+	// mcsServices are the Services a ServiceExport stamped
+	// (labels.ServiceExportSelector), exported beside those of services:
+	// an informer of their own, since a label selector cannot OR two keys.
+	mcsServices cache.SharedIndexInformer
 }
 
 // New returns a controller; Run starts it.
@@ -424,10 +429,8 @@ func (c *Controller) sweep() int {
 	c.mu.Lock()
 	for _, r := range c.links {
 		if r.synced.Load() {
-			for _, obj := range r.services.GetStore().List() {
-				if s, ok := obj.(*corev1.Service); ok {
-					keys[makeKey(r.name, s.Namespace, s.Name)] = true
-				}
+			for _, k := range r.exportedKeys() {
+				keys[makeKey(r.name, k.Namespace, k.Name)] = true
 			}
 		}
 	}

@@ -35,9 +35,10 @@ func (c *Controller) onRemoteSlice(r *remoteCluster, obj any) {
 	if svc == "" {
 		return
 	}
-	// Only the slices of exported Services matter; a Service exported
-	// after its slices is enqueued by its own event.
-	if _, exists, _ := r.services.GetStore().GetByKey(m.GetNamespace() + "/" + svc); !exists {
+	// Only the slices of exported Services matter (by the selector or by
+	// a ServiceExport); a Service exported after its slices is enqueued by
+	// its own event.
+	if !r.holds(m.GetNamespace(), svc) {
 		return
 	}
 	c.queue.Add(makeKey(r.name, m.GetNamespace(), svc))
@@ -82,9 +83,9 @@ func (c *Controller) onNamespace(obj any) {
 	}
 	c.mu.Unlock()
 	for _, r := range links {
-		for _, k := range r.services.GetStore().ListKeys() {
-			if ns, name, _ := strings.Cut(k, "/"); ns == m.GetName() {
-				c.queue.Add(makeKey(r.name, ns, name))
+		for _, k := range r.exportedKeys() {
+			if k.Namespace == m.GetName() {
+				c.queue.Add(makeKey(r.name, k.Namespace, k.Name))
 			}
 		}
 	}

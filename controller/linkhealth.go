@@ -17,10 +17,13 @@ import (
 const (
 	watchServices = iota
 	watchSlices
+	// watchServiceExports is the Services a ServiceExport stamped
+	// (labels.ServiceExportSelector).
+	watchServiceExports
 	numWatches
 )
 
-var watchNames = [numWatches]string{"Services", "EndpointSlices"}
+var watchNames = [numWatches]string{"Services", "EndpointSlices", "ServiceExport Services"}
 
 // linkHealth is the state of one link's watches. A replaced link's
 // health stops writing once its successor runs; a removed link's series

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -45,21 +46,27 @@ func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 	_, replacement := c.links[name]
 	c.mu.Unlock()
 	r := &remoteCluster{name: name, client: client, health: newLinkHealth(name, replacement)}
-	r.services, r.slices = linkInformers(r, c.opts.ExportSelector.String())
+	r.services, r.mcsServices, r.slices = linkInformers(r, c.opts.ExportSelector.String())
 	_ = r.services.SetTransform(trim)
+	_ = r.mcsServices.SetTransform(trim)
 	_ = r.slices.SetTransform(trim)
-	// Fresh informers that have not run take handlers without error.
-	regS, _ := r.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// Fresh informers that have not run take handlers without error. Both
+	// Service informers enqueue alike: a Service leaving one (Linkerd's
+	// label or the ServiceExport stamp removed) is synced, and is still
+	// exported while the other holds it.
+	onService := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onRemoteService(name, obj) },
 		UpdateFunc: func(_, obj any) { c.onRemoteService(name, obj) },
 		DeleteFunc: func(obj any) { c.onRemoteService(name, obj) },
-	})
+	}
+	regS, _ := r.services.AddEventHandler(onService)
+	regM, _ := r.mcsServices.AddEventHandler(onService)
 	regE, _ := r.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onRemoteSlice(r, obj) },
 		UpdateFunc: func(_, obj any) { c.onRemoteSlice(r, obj) },
 		DeleteFunc: func(obj any) { c.onRemoteSlice(r, obj) },
 	})
-	r.handlersSynced = []cache.InformerSynced{regS.HasSynced, regE.HasSynced}
+	r.handlersSynced = []cache.InformerSynced{regS.HasSynced, regM.HasSynced, regE.HasSynced}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -87,13 +94,14 @@ func (c *Controller) startLink(ctx context.Context, r *remoteCluster) {
 	r.started = true
 	ctx, r.cancel = context.WithCancel(ctx)
 	go r.services.Run(ctx.Done())
+	go r.mcsServices.Run(ctx.Done())
 	go r.slices.Run(ctx.Done())
 	go func() {
 		if !cache.WaitForCacheSync(ctx.Done(), r.handlersSynced...) {
 			return
 		}
 		r.synced.Store(true)
-		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.services.GetStore().ListKeys()))
+		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.exportedKeys()))
 		c.enqueueCluster(r)
 		r.enqueued.Store(true)
 	}()
@@ -126,10 +134,8 @@ func (c *Controller) Remove(name string) {
 // enqueueCluster enqueues every exported Service of r and every local key
 // of r's mirrors.
 func (c *Controller) enqueueCluster(r *remoteCluster) {
-	for _, obj := range r.services.GetStore().List() {
-		if s, ok := obj.(*corev1.Service); ok {
-			c.queue.Add(makeKey(r.name, s.Namespace, s.Name))
-		}
+	for _, k := range r.exportedKeys() {
+		c.queue.Add(makeKey(r.name, k.Namespace, k.Name))
 	}
 	for _, k := range c.localKeysOfCluster(r.name) {
 		c.queue.Add(k)
@@ -169,4 +175,53 @@ func (c *Controller) link(name string) (*remoteCluster, time.Duration) {
 		}
 	}
 	return nil, 0
+}
+
+// exportedKeys returns the Services that r's Service informers hold, by
+// the export selector or by the ServiceExport stamp, each once.
+func (r *remoteCluster) exportedKeys() []cache.ObjectName {
+	seen := map[cache.ObjectName]bool{}
+	var out []cache.ObjectName
+	for _, inf := range []cache.SharedIndexInformer{r.services, r.mcsServices} {
+		for _, k := range inf.GetStore().ListKeys() {
+			n, err := cache.ParseObjectName(k)
+			if err != nil || seen[n] {
+				continue
+			}
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// holds reports whether one of r's Service informers holds Service
+// ns/name, exported or not (a watch that does not filter).
+func (r *remoteCluster) holds(ns, name string) bool {
+	for _, inf := range []cache.SharedIndexInformer{r.services, r.mcsServices} {
+		if _, ok, _ := inf.GetStore().GetByKey(ns + "/" + name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// exportedService returns the remote Service ns/name when it is exported:
+// held by the selector's informer and matching exportSelector, or else held
+// by the ServiceExport informer and stamped. Each informer filters by its
+// selector already; the check guards against a watch that does not.
+func (r *remoteCluster) exportedService(ns, name string, exportSelector k8slabels.Selector) *corev1.Service {
+	for _, src := range []struct {
+		inf cache.SharedIndexInformer
+		sel k8slabels.Selector
+	}{{r.services, exportSelector}, {r.mcsServices, serviceExportSelector}} {
+		obj, ok, _ := src.inf.GetStore().GetByKey(ns + "/" + name)
+		if !ok {
+			continue
+		}
+		if s, isSvc := obj.(*corev1.Service); isSvc && src.sel.Matches(k8slabels.Set(s.Labels)) {
+			return s
+		}
+	}
+	return nil
 }

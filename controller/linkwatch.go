@@ -18,11 +18,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -50,20 +52,36 @@ func retriedReason(reason string) bool {
 	return reason != link.FailureError
 }
 
+// serviceExportSelector selects the Services a ServiceExport stamped
+// (labels.ServiceExportMode), mirrors never.
+var serviceExportSelector = func() k8slabels.Selector {
+	sel, err := k8slabels.Parse(labels.ServiceExportSelector)
+	if err != nil {
+		panic(err)
+	}
+	return sel
+}()
+
 // linkInformers returns the Service and EndpointSlice informers of link r:
-// the exported Services, and every EndpointSlice of a Service.
-func linkInformers(r *remoteCluster, exportSelector string) (services, slices cache.SharedIndexInformer) {
+// the Services exported by exportSelector, those a ServiceExport stamped
+// (serviceExportSelector: a label selector cannot OR two keys, so they
+// are watched apart), and every EndpointSlice of a Service.
+func linkInformers(r *remoteCluster, exportSelector string) (services, mcsServices, slices cache.SharedIndexInformer) {
 	client := r.client
-	services = cache.NewSharedIndexInformerWithOptions(
-		linkListWatch(r, watchServices, exportSelector,
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
-			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
-			}, client),
-		&corev1.Service{},
-		cache.SharedIndexInformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{}, ObjectDescription: "mcmirror/" + r.name + "/Services"})
+	servicesOf := func(w int, selector, what string) cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformerWithOptions(
+			linkListWatch(r, w, selector,
+				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
+				},
+				func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					return client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
+				}, client),
+			&corev1.Service{},
+			cache.SharedIndexInformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{}, ObjectDescription: "mcmirror/" + r.name + "/" + what})
+	}
+	services = servicesOf(watchServices, exportSelector, "Services")
+	mcsServices = servicesOf(watchServiceExports, serviceExportSelector.String(), "ServiceExportServices")
 	slices = cache.NewSharedIndexInformerWithOptions(
 		linkListWatch(r, watchSlices, discoveryv1.LabelServiceName,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -75,7 +93,7 @@ func linkInformers(r *remoteCluster, exportSelector string) (services, slices ca
 		&discoveryv1.EndpointSlice{},
 		cache.SharedIndexInformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{byService: indexSliceByService},
 			ObjectDescription: "mcmirror/" + r.name + "/EndpointSlices"})
-	return services, slices
+	return services, mcsServices, slices
 }
 
 // linkListWatch lists and watches what selector selects through list and

@@ -13,7 +13,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 )
 
@@ -73,14 +72,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.queue.AddAfter(key, refusedRecheck)
 		return nil
 	case r != nil:
-		if obj, ok, _ := r.services.GetStore().GetByKey(ns + "/" + name); ok {
-			remote = obj.(*corev1.Service)
-			// The informer is filtered by the selector already; this
-			// guards against a watch that does not filter.
-			if !c.opts.ExportSelector.Matches(k8slabels.Set(remote.Labels)) {
-				remote = nil
-			}
-		}
+		// Exported by the export selector, or else by a ServiceExport's
+		// stamp; neither (a label removed), it is unexported.
+		remote = r.exportedService(ns, name, c.opts.ExportSelector)
 		objs, _ := r.slices.GetIndexer().ByIndex(byService, ns+"/"+name)
 		for _, o := range objs {
 			remoteSlices = append(remoteSlices, o.(*discoveryv1.EndpointSlice))

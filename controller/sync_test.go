@@ -17,10 +17,12 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
@@ -250,15 +252,32 @@ func (f *fixture) waitRemote(cluster string) {
 	cs := f.remotes[cluster]
 	require.Eventually(f.t, func() bool {
 		svcs, _ := cs.Tracker().List(corev1.SchemeGroupVersion.WithResource("services"), corev1.SchemeGroupVersion.WithKind("Service"), "")
-		for _, s := range svcs.(*corev1.ServiceList).Items {
-			got, ok, _ := r.services.GetStore().Get(&s)
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*corev1.Service).Labels, s.Labels) || !apiequality.Semantic.DeepEqual(got.(*corev1.Service).Spec, s.Spec) {
-				return false
+		// The fake lists by label selector but watches everything: each
+		// Service informer holds every Service its selector matches, and
+		// any other it heard of, all as the fake holds them.
+		for _, inf := range []struct {
+			store cache.Store
+			sel   k8slabels.Selector
+		}{{r.services.GetStore(), f.c.opts.ExportSelector}, {r.mcsServices.GetStore(), serviceExportSelector}} {
+			for _, s := range svcs.(*corev1.ServiceList).Items {
+				got, ok, _ := inf.store.Get(&s)
+				if !ok && inf.sel.Matches(k8slabels.Set(s.Labels)) {
+					return false
+				}
+				if ok && (!apiequality.Semantic.DeepEqual(got.(*corev1.Service).Labels, s.Labels) || !apiequality.Semantic.DeepEqual(got.(*corev1.Service).Spec, s.Spec)) {
+					return false
+				}
+			}
+			for _, k := range inf.store.ListKeys() {
+				ns, name, _ := strings.Cut(k, "/")
+				if _, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("services"), ns, name); err != nil {
+					return false
+				}
 			}
 		}
 		es, _ := cs.Tracker().List(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
 		items := es.(*discoveryv1.EndpointSliceList).Items
-		if len(items) != len(r.slices.GetStore().List()) || len(svcs.(*corev1.ServiceList).Items) != len(r.services.GetStore().List()) {
+		if len(items) != len(r.slices.GetStore().List()) {
 			return false
 		}
 		for _, s := range items {

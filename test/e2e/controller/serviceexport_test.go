@@ -1,0 +1,116 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// labelledService is a ClusterIP Service (no pods needed) with the given
+// labels.
+func labelledService(ns, svc string, port int, lbl map[string]string) string {
+	l := ""
+	for k, v := range lbl {
+		l += fmt.Sprintf("%q: %q, ", k, v)
+	}
+	return fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: %[2]s, namespace: %[1]s, labels: {%[4]s}}
+spec:
+  selector: {app: %[2]s}
+  ports: [{name: http, port: %[3]d}]
+`, ns, svc, port, l)
+}
+
+// Export by ServiceExport: a Service of west stamped with
+// serviceexport.mcmirror.dev/mode, without Linkerd's label, gets its mirror
+// in east (gateway: an EndpointSlice to the egress; flat: a headless
+// mirror only); a Service exported both ways keeps its mirror when
+// Linkerd's label goes (the export selector's watch deletes it, the
+// stamp's keeps it); removing the stamp deletes the mirror.
+func TestServiceExportStamp(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-svcexport"
+	namespace(t, ns, "east", "west")
+	west := env.Cluster("west")
+	p := startController(t, "controller")
+
+	require.NoError(t, west.Apply(ctx, labelledService(ns, "web", 80, map[string]string{labels.ServiceExportMode: labels.ModeGateway})))
+	require.NoError(t, west.Apply(ctx, labelledService(ns, "flat", 80, map[string]string{labels.ServiceExportMode: labels.ModeFlat})))
+	require.NoError(t, west.Apply(ctx, labelledService(ns, "both", 80,
+		map[string]string{labels.ServiceExportMode: labels.ModeGateway, labels.Exported: labels.ExportGateway})))
+	// Neither gateway nor flat: not exported.
+	require.NoError(t, west.Apply(ctx, labelledService(ns, "odd", 80, map[string]string{labels.ServiceExportMode: "yes"})))
+
+	var before map[string]corev1.Service
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, []string{"both-west", "flat-west", "web-west"}, names(m))
+		web := m["web-west"]
+		assert.Equal(c, controller.ModeGateway, web.Labels[controller.Mode])
+		assert.Equal(c, "west", web.Labels[labels.ClusterName])
+		assert.Equal(c, "web", web.Labels[controller.RemoteService])
+		assert.NotEqual(c, corev1.ClusterIPNone, web.Spec.ClusterIP)
+		assert.Contains(c, web.Annotations[controller.EgressPorts], "80/TCP=")
+		assert.Equal(c, controller.ModeFlat, m["flat-west"].Labels[controller.Mode])
+		assert.Equal(c, corev1.ClusterIPNone, m["flat-west"].Spec.ClusterIP)
+		// The flat mirror has no EndpointSlice: check the others.
+		delete(m, "flat-west")
+		assertConsistent(c, ctx, ns, m)
+		assertPortsUnique(c, ctx)
+		before = m
+	}, wait, tick)
+	es, err := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-west", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, es.Endpoints, 1)
+	assert.Equal(t, []string{egress}, es.Endpoints[0].Addresses, "web-west's EndpointSlice points at the egress")
+	_, err = env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, "flat-west", metav1.GetOptions{})
+	assert.True(t, isNotFound(err), "a flat mirror has no EndpointSlice: %v", err)
+
+	// Linkerd's label removed, the stamp kept: the mirror stays, the same
+	// object; it records the remote Service's new resourceVersion, so the
+	// change was seen.
+	require.NoError(t, west.LabelService(ctx, ns, "both", labels.Exported, ""))
+	remote, err := west.Client.CoreV1().Services(ns).Get(ctx, "both", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		b, ok := m["both-west"]
+		require.True(c, ok, "still exported by its stamp")
+		assert.Equal(c, remote.ResourceVersion, b.Annotations[labels.RemoteResourceVersion])
+		assert.Equal(c, before["both-west"].UID, b.UID, "both-west was not recreated")
+		assert.Equal(c, before["both-west"].Spec.ClusterIP, b.Spec.ClusterIP)
+		assert.Equal(c, before["both-west"].Annotations[controller.EgressPorts], b.Annotations[controller.EgressPorts])
+		delete(m, "flat-west")
+		assertConsistent(c, ctx, ns, m)
+	}, wait, tick)
+	requireAlive(t, p)
+
+	// The stamps removed: unexported, the mirrors go.
+	require.NoError(t, west.LabelService(ctx, ns, "web", labels.ServiceExportMode, ""))
+	require.NoError(t, west.LabelService(ctx, ns, "both", labels.ServiceExportMode, ""))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Equal(c, []string{"flat-west"}, names(m))
+		_, err = env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-west", metav1.GetOptions{})
+		assert.True(c, isNotFound(err), "web-west's EndpointSlice is deleted: %v", err)
+		ports, err := egressPorts(ctx)
+		require.NoError(c, err)
+		assert.NotContains(c, ports, ns+"/web-west")
+		assert.NotContains(c, ports, ns+"/both-west")
+	}, wait, tick)
+	requireAlive(t, p)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"sync"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 
@@ -23,35 +24,49 @@ import (
 // which address a destination may be dialled at, never from DNS, by its
 // EndpointPolicy; and it ends the established streams that a change no
 // longer allows (trust_streams.go).
+//
+// A Service is exported two ways, each watched by an informer of its own
+// (a label selector cannot say "this label or that one"): by the export
+// selector (Linkerd's label, by default), and by the label the controller
+// stamps on a Service a ServiceExport exports (labels.ServiceExportMode),
+// whatever the export selector.
 type Exports struct {
+	// routes are the two ways, the export selector's first.
+	routes  []exportRoute
+	slices  cache.SharedIndexInformer
+	factory []informers.SharedInformerFactory
+	policy  EndpointPolicy
+	guard   *streamGuard
+
+	mu       sync.Mutex
+	exported map[string]bool // the keys of the exported Services, for the gauge
+}
+
+// exportRoute is one way a Service is exported: the informer on the
+// Services it selects, and its selector, checked again on every object: a
+// watch that does not filter (a fake, in tests) must not keep an object
+// that stopped matching.
+type exportRoute struct {
 	services cache.SharedIndexInformer
-	slices   cache.SharedIndexInformer
-	factory  []informers.SharedInformerFactory
-	policy   EndpointPolicy
-	guard    *streamGuard
-	// selector is the export selector, checked again on every object: a
-	// watch that does not filter (a fake, in tests) must not keep an
-	// object that stopped matching.
 	selector k8slabels.Selector
 }
 
 const bySvc = "service"
 
-// NewExports watches, through client, the Services selected by selector and
-// the EndpointSlices of every Service.
-func NewExports(client kubernetes.Interface, selector k8slabels.Selector) *Exports {
-	// Mirrors are never exported again, whatever the selector says.
-	sel := selector.String() + "," + "!" + labels.MirroredService
-	svcF := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
-	esF := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName }))
-	e := &Exports{
-		services: svcF.Core().V1().Services().Informer(),
-		slices:   esF.Discovery().V1().EndpointSlices().Informer(),
-		factory:  []informers.SharedInformerFactory{svcF, esF},
-		selector: selector,
+// serviceExportSelector selects the Services a ServiceExport exports: the
+// controller stamped them.
+var serviceExportSelector = func() k8slabels.Selector {
+	sel, err := k8slabels.Parse(labels.ServiceExportSelector)
+	if err != nil {
+		panic(err)
 	}
+	return sel
+}()
+
+// NewExports watches, through client, the Services selected by selector,
+// those stamped by a ServiceExport, and the EndpointSlices of every
+// Service.
+func NewExports(client kubernetes.Interface, selector k8slabels.Selector) *Exports {
 	trim := func(obj any) (any, error) {
 		if m, ok := obj.(metav1.Object); ok {
 			m.SetManagedFields(nil)
@@ -59,18 +74,43 @@ func NewExports(client kubernetes.Interface, selector k8slabels.Selector) *Expor
 		}
 		return obj, nil
 	}
-	_ = e.services.SetTransform(trim)
+	e := &Exports{exported: map[string]bool{}}
+	// Mirrors are never exported again, whatever the selector says
+	// (ServiceExportSelector says so itself).
+	for _, r := range []struct {
+		list  string
+		check k8slabels.Selector
+	}{
+		{selector.String() + "," + "!" + labels.MirroredService, selector},
+		{labels.ServiceExportSelector, serviceExportSelector},
+	} {
+		f := informers.NewSharedInformerFactoryWithOptions(client, 0,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = r.list }))
+		inf := f.Core().V1().Services().Informer()
+		_ = inf.SetTransform(trim)
+		e.routes = append(e.routes, exportRoute{services: inf, selector: r.check})
+		e.factory = append(e.factory, f)
+	}
+	esF := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName }))
+	e.slices = esF.Discovery().V1().EndpointSlices().Informer()
+	e.factory = append(e.factory, esF)
 	_ = e.slices.SetTransform(trim)
 	_ = e.slices.AddIndexers(cache.Indexers{bySvc: func(obj any) ([]string, error) {
 		es := obj.(*discoveryv1.EndpointSlice)
 		return []string{es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]}, nil
 	}})
-	count := func() { exportedServices.Set(float64(len(e.services.GetStore().ListKeys()))) }
-	_, _ = e.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { count() }, DeleteFunc: func(any) { count() },
-	})
+	services := make([]cache.SharedIndexInformer, len(e.routes))
+	for i, r := range e.routes {
+		services[i] = r.services
+		_, _ = r.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { e.count(objectKey(o)) },
+			UpdateFunc: func(_, o any) { e.count(objectKey(o)) },
+			DeleteFunc: func(o any) { e.count(objectKey(o)) },
+		})
+	}
 	e.guard = newStreamGuard(e.stillAllowed)
-	e.guard.follow(e.services, e.slices)
+	e.guard.follow(e.slices, services...)
 	return e
 }
 
@@ -82,7 +122,7 @@ func (e *Exports) Run(ctx context.Context) error {
 	for _, f := range e.factory {
 		f.Start(ctx.Done())
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), e.services.HasSynced, e.slices.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), e.HasSynced) {
 		return fmt.Errorf("exported Services: informers did not sync: %w", ctx.Err())
 	}
 	logger := klog.FromContext(ctx).WithName("ingress")
@@ -92,16 +132,55 @@ func (e *Exports) Run(ctx context.Context) error {
 	return nil
 }
 
-// HasSynced reports whether the informers have synced.
-func (e *Exports) HasSynced() bool { return e.services.HasSynced() && e.slices.HasSynced() }
+// HasSynced reports whether the informers, of both ways of export and of
+// the EndpointSlices, have synced.
+func (e *Exports) HasSynced() bool {
+	for _, r := range e.routes {
+		if !r.services.HasSynced() {
+			return false
+		}
+	}
+	return e.slices.HasSynced()
+}
+
+// service returns the exported Service of key (namespace/name): from the
+// export selector's informer, or else from the ServiceExport's; nil when
+// neither exports it.
+func (e *Exports) service(key string) *corev1.Service {
+	for _, r := range e.routes {
+		obj, ok, _ := r.services.GetStore().GetByKey(key)
+		if !ok {
+			continue
+		}
+		if svc := obj.(*corev1.Service); r.selector.Matches(k8slabels.Set(svc.Labels)) {
+			return svc
+		}
+	}
+	return nil
+}
+
+// count sets the gauge of exported Services after an event on the Service
+// key, from either informer. Each informer's store holds the change before
+// its event is delivered, so the last event on a key counts it from both
+// stores as they stand.
+func (e *Exports) count(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.service(key) != nil {
+		e.exported[key] = true
+	} else {
+		delete(e.exported, key)
+	}
+	exportedServices.Set(float64(len(e.exported)))
+}
 
 // Resolve returns the address to dial for d, or why it may not be dialled.
 func (e *Exports) Resolve(d Destination) (netip.AddrPort, Reason) {
-	obj, ok, _ := e.services.GetStore().GetByKey(d.Namespace + "/" + d.Service)
-	if !ok || !e.selector.Matches(k8slabels.Set(obj.(*corev1.Service).Labels)) {
+	svc := e.service(serviceKey(d))
+	if svc == nil {
 		return netip.AddrPort{}, ReasonNotExported
 	}
-	return resolve(obj.(*corev1.Service), e.slicesOf(d), d, rand.IntN, &e.policy)
+	return resolve(svc, e.slicesOf(d), d, rand.IntN, &e.policy)
 }
 
 // slicesOf returns the EndpointSlices of d's Service.
@@ -118,11 +197,11 @@ func (e *Exports) slicesOf(d Destination) []*discoveryv1.EndpointSlice {
 // be carried to, whatever their readiness, or why d is no longer a
 // destination (streamNotExported).
 func (e *Exports) stillAllowed(d Destination) (map[netip.AddrPort]bool, string) {
-	obj, ok, _ := e.services.GetStore().GetByKey(d.Namespace + "/" + d.Service)
-	if !ok || !e.selector.Matches(k8slabels.Set(obj.(*corev1.Service).Labels)) {
+	svc := e.service(serviceKey(d))
+	if svc == nil {
 		return nil, streamNotExported
 	}
-	all, _, reason := endpoints(obj.(*corev1.Service), e.slicesOf(d), d, &e.policy, nil)
+	all, _, reason := endpoints(svc, e.slicesOf(d), d, &e.policy, nil)
 	if reason != "" {
 		return nil, streamNotExported
 	}

@@ -2,7 +2,11 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +18,10 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -174,4 +181,240 @@ func TestExportsFollowsCluster(t *testing.T) {
 	require.NoError(t, client.CoreV1().Services("default").Delete(ctx, "late", metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool { _, r := exports.Resolve(lateDest); return r == ReasonNotExported }, 5*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool { return value(exportedServices) == 1 }, 5*time.Second, 5*time.Millisecond)
+}
+
+// selectingWatches makes client's watches of Services keep to their label
+// selector as an API server's do, which the fake's do not (they send every
+// object): a Service that comes to match is added, one that stops matching
+// is deleted, the others are not sent. A Service that only the
+// ServiceExport stamp exports is then never seen by the selector's
+// informer, which must not be what ends its streams.
+func selectingWatches(client *fake.Clientset) {
+	client.PrependWatchReactor("services", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		opts := action.(k8stesting.WatchActionImpl).ListOptions
+		sel, err := k8slabels.Parse(opts.LabelSelector)
+		if err != nil {
+			return true, nil, err
+		}
+		// What the watch's list held: those that match (nothing writes
+		// between the informer's list and its watch here).
+		matched := map[string]bool{} // by key; the filter runs on one goroutine
+		list, err := client.Tracker().List(action.GetResource(), corev1.SchemeGroupVersion.WithKind("Service"), action.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		for _, svc := range list.(*corev1.ServiceList).Items {
+			matched[svc.Namespace+"/"+svc.Name] = sel.Matches(k8slabels.Set(svc.Labels))
+		}
+		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return true, nil, err
+		}
+		return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+			svc, ok := ev.Object.(*corev1.Service)
+			if !ok {
+				return ev, true
+			}
+			key := svc.Namespace + "/" + svc.Name
+			was, is := matched[key], ev.Type != watch.Deleted && sel.Matches(k8slabels.Set(svc.Labels))
+			matched[key] = is
+			switch {
+			case ev.Type == watch.Deleted:
+				return ev, was
+			case is && !was:
+				ev.Type = watch.Added
+			case !is && was:
+				ev.Type = watch.Deleted
+			case !is:
+				return ev, false
+			}
+			return ev, true
+		}), nil
+	})
+}
+
+// relabel sets (or, with value "", removes) the label key of the Service
+// default/name through client, and returns when it wrote it.
+func relabel(t *testing.T, client *fake.Clientset, name, key, value string) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	svc, err := client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	if value == "" {
+		delete(svc.Labels, key)
+	} else {
+		svc.Labels[key] = value
+	}
+	at := time.Now()
+	_, err = client.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	return at
+}
+
+// seen waits until the informer of route i holds the Service default/name
+// with label key set to value, or, for value "", without it or not at all
+// (a watch that selects deletes it): proof that a change relabel made to a
+// Service the informer held was delivered, before a test asserts that it
+// changed nothing.
+func seen(t *testing.T, e *Exports, i int, name, key, value string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		obj, ok, _ := e.routes[i].services.GetStore().GetByKey("default/" + name)
+		return (!ok && value == "") || (ok && obj.(*corev1.Service).Labels[key] == value)
+	}, 5*time.Second, time.Millisecond, "route %d sees %s=%q on %s", i, key, value, name)
+}
+
+// A Service is exported by the export selector or by the ServiceExport
+// stamp, whichever: a Service only stamped resolves, whatever the selector,
+// in gateway mode only (a mirror never); the stamp taken off, or turned to
+// flat, withdraws it unless the selector still exports it, and taking the
+// selector's label off one that is also stamped withdraws nothing. So
+// with watches that send every object (the fake's: each informer checks
+// its selector again) and with watches that select.
+func TestExportsServiceExportStamp(t *testing.T) {
+	for _, selecting := range []bool{false, true} {
+		t.Run(fmt.Sprintf("selecting watches %v", selecting), func(t *testing.T) {
+			testExportsServiceExportStamp(t, selecting)
+		})
+	}
+}
+
+func testExportsServiceExportStamp(t *testing.T, selecting bool) {
+	http := corev1.ServicePort{Name: "http", Port: 80}
+	objs := []runtime.Object{}
+	for i, s := range []struct {
+		name string
+		lbls map[string]string
+	}{
+		{"web", map[string]string{labels.ServiceExportMode: labels.ModeGateway}},
+		{"toflat", map[string]string{labels.ServiceExportMode: labels.ModeGateway}},
+		{"gone", map[string]string{labels.ServiceExportMode: labels.ModeGateway}},
+		{"flat", map[string]string{labels.ServiceExportMode: labels.ModeFlat}},
+		{"both", map[string]string{labels.Exported: labels.ExportGateway, labels.ServiceExportMode: labels.ModeGateway}},
+		{"both2", map[string]string{labels.Exported: labels.ExportGateway, labels.ServiceExportMode: labels.ModeGateway}},
+		{"web-paris", map[string]string{labels.ServiceExportMode: labels.ModeGateway, labels.MirroredService: labels.MirroredServiceValue}},
+	} {
+		svc := exportedService(s.name, "10.96.1.1", http)
+		svc.Labels = s.lbls
+		objs = append(objs, svc, endpointSlice(s.name, s.name+"-a", "http", 8080, ep{addr: fmt.Sprintf("10.0.%d.1", i)}))
+	}
+	client := fake.NewClientset(objs...)
+	if selecting {
+		selectingWatches(client)
+	}
+	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
+	require.NoError(t, err)
+	exports := NewExports(client, sel)
+	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"*"}})
+	assert.False(t, exports.HasSynced())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	require.NoError(t, exports.Run(ctx))
+	assert.True(t, exports.HasSynced())
+
+	resolves := func(name string) Reason {
+		_, r := exports.Resolve(Destination{Namespace: "default", Service: name, Port: 80})
+		return r
+	}
+	got, reason := exports.Resolve(Destination{Namespace: "default", Service: "web", Port: 80})
+	require.Empty(t, reason, "a Service only stamped, gateway mode")
+	assert.Equal(t, "10.0.0.1:8080", got.String())
+	assert.Empty(t, resolves("both"), "stamped and selected")
+	assert.Equal(t, ReasonNotExported, resolves("flat"), "stamped flat")
+	assert.Equal(t, ReasonNotExported, resolves("web-paris"), "a mirror, stamped")
+	// Every Service exported either way, once, flat ones too (as the
+	// selector's remote-discovery ones), mirrors never.
+	require.Eventually(t, func() bool { return value(exportedServices) == 6 }, 5*time.Second, 5*time.Millisecond)
+
+	relabel(t, client, "toflat", labels.ServiceExportMode, labels.ModeFlat)
+	require.Eventually(t, func() bool { return resolves("toflat") == ReasonNotExported }, 5*time.Second, time.Millisecond, "stamp turned flat")
+	relabel(t, client, "gone", labels.ServiceExportMode, "")
+	require.Eventually(t, func() bool { return resolves("gone") == ReasonNotExported }, 5*time.Second, time.Millisecond, "stamp removed")
+	require.Eventually(t, func() bool { return value(exportedServices) == 5 }, 5*time.Second, 5*time.Millisecond)
+
+	relabel(t, client, "both", labels.ServiceExportMode, "")
+	seen(t, exports, 1, "both", labels.ServiceExportMode, "")
+	assert.Empty(t, resolves("both"), "the stamp removed, the selector's label stays")
+	relabel(t, client, "both2", labels.Exported, "")
+	seen(t, exports, 0, "both2", labels.Exported, "")
+	assert.Empty(t, resolves("both2"), "the selector's label removed, the stamp stays")
+	assert.Equal(t, 5.0, value(exportedServices))
+	assert.Empty(t, resolves("web"))
+}
+
+// The streams of a Service exported by the ServiceExport stamp are guarded
+// as those of one the selector exports: the stamp taken off, or turned to
+// flat, ends them within the bound (from the stamp's informer's event: a
+// watch that selects sends the selector's informer nothing); a Service
+// exported both ways keeps them while either way still exports it.
+func TestServiceExportStampGuardsStreams(t *testing.T) {
+	stamp := func(mode string) map[string]string { return map[string]string{labels.ServiceExportMode: mode} }
+	both := func() map[string]string {
+		return map[string]string{labels.Exported: labels.ExportGateway, labels.ServiceExportMode: labels.ModeGateway}
+	}
+	for _, tc := range []struct {
+		name       string
+		lbls       map[string]string
+		key, value string // the change
+		route      int    // whose informer sees it
+		ends       bool
+	}{
+		{"stamp removed", stamp(labels.ModeGateway), labels.ServiceExportMode, "", 1, true},
+		{"stamp turned flat", stamp(labels.ModeGateway), labels.ServiceExportMode, labels.ModeFlat, 1, true},
+		{"both, the selector's label removed", both(), labels.Exported, "", 0, false},
+		{"both, the stamp removed", both(), labels.ServiceExportMode, "", 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, client, _ := guardedPairLabelled(t, tc.lbls, selectingWatches)
+			exports := p.ingress.Resolver.(*Exports)
+			c, br, _ := p.stream(t)
+			before := value(streamsEnded.WithLabelValues("east", streamNotExported))
+			start := relabel(t, client, "web", tc.key, tc.value)
+			if tc.ends {
+				requireEnded(t, c, start, tc.name)
+				require.Eventually(t, func() bool { return value(streamsEnded.WithLabelValues("east", streamNotExported)) == before+1 }, time.Second, time.Millisecond)
+				c2 := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
+				resp, _ := connect(t, c2, connectRequest("web.default:80"))
+				assert.Equal(t, http.StatusForbidden, resp.StatusCode, "a new stream")
+				return
+			}
+			seen(t, exports, tc.route, "web", tc.key, tc.value)
+			_, why := exports.stillAllowed(Destination{Namespace: "default", Service: "web", Port: 80})
+			require.Empty(t, why)
+			time.Sleep(300 * time.Millisecond) // the event and a sweep
+			requireOpen(t, c, br, tc.name)
+			assert.Equal(t, before, value(streamsEnded.WithLabelValues("east", streamNotExported)))
+		})
+	}
+}
+
+// The ingress answers not_synced until it has listed the Services of both
+// ways of export: the ServiceExport's informer synced last keeps it so.
+func TestExportsNotSyncedUntilServiceExportsListed(t *testing.T) {
+	client := fake.NewClientset()
+	var failing atomic.Bool
+	failing.Store(true)
+	client.PrependReactor("list", "services", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.(k8stesting.ListActionImpl).ListOptions.LabelSelector == labels.ServiceExportSelector && failing.Load() {
+			return true, nil, errors.New("not yet")
+		}
+		return false, nil, nil
+	})
+	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
+	require.NoError(t, err)
+	exports := NewExports(client, sel)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- exports.Run(ctx) }()
+	require.Eventually(t, func() bool { return exports.routes[0].services.HasSynced() && exports.slices.HasSynced() }, 5*time.Second, time.Millisecond)
+	assert.False(t, exports.HasSynced(), "the ServiceExport's Services not listed yet")
+	failing.Store(false)
+	select {
+	case err := <-ran:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return once every informer could sync")
+	}
+	assert.True(t, exports.HasSynced())
 }

@@ -70,16 +70,19 @@ func newStreamGuard(allowed func(Destination) (map[netip.AddrPort]bool, string))
 
 func serviceKey(d Destination) string { return d.Namespace + "/" + d.Service }
 
-// follow marks the Service of every event of the Services and
-// EndpointSlices informers.
-func (g *streamGuard) follow(services, slices cache.SharedIndexInformer) {
-	svcKey := func(obj any) string {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			return t.Key
-		}
-		k, _ := cache.MetaNamespaceKeyFunc(obj)
-		return k
+// objectKey returns the namespace/name of an informer's object, deleted
+// or not.
+func objectKey(obj any) string {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Key
 	}
+	k, _ := cache.MetaNamespaceKeyFunc(obj)
+	return k
+}
+
+// follow marks the Service of every event of the EndpointSlices informer
+// and of each Services informer (one per way of export).
+func (g *streamGuard) follow(slices cache.SharedIndexInformer, services ...cache.SharedIndexInformer) {
 	sliceKey := func(obj any) string {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = t.Obj
@@ -89,11 +92,13 @@ func (g *streamGuard) follow(services, slices cache.SharedIndexInformer) {
 		}
 		return ""
 	}
-	_, _ = services.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { g.touch(svcKey(o)) },
-		UpdateFunc: func(_, o any) { g.touch(svcKey(o)) },
-		DeleteFunc: func(o any) { g.touch(svcKey(o)) },
-	})
+	for _, inf := range services {
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { g.touch(objectKey(o)) },
+			UpdateFunc: func(_, o any) { g.touch(objectKey(o)) },
+			DeleteFunc: func(o any) { g.touch(objectKey(o)) },
+		})
+	}
 	_, _ = slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(o any) { g.touch(sliceKey(o)) },
 		UpdateFunc: func(old, o any) {

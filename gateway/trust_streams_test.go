@@ -36,11 +36,22 @@ const streamEndBound = 2 * time.Second
 // on loopback, one port each. It returns the two targets.
 func guardedPair(t *testing.T) (*pair, *fake.Clientset, [2]netip.AddrPort) {
 	t.Helper()
+	return guardedPairLabelled(t, map[string]string{labels.Exported: labels.ExportGateway})
+}
+
+// guardedPairLabelled is guardedPair with web's labels lbls, its client
+// set up by setup before the informers start.
+func guardedPairLabelled(t *testing.T, lbls map[string]string, setup ...func(*fake.Clientset)) (*pair, *fake.Clientset, [2]netip.AddrPort) {
+	t.Helper()
 	a, b := startEcho(t, "west a\n"), startEcho(t, "west b\n")
 	svc := exportedService("web", "10.96.0.10", corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	svc.Labels = lbls
 	esA := endpointSlice("web", "web-a", "http", int32(a.addr.Port()), ep{addr: "127.0.0.1", ready: ptr(true)})
 	esB := endpointSlice("web", "web-b", "http", int32(b.addr.Port()), ep{addr: "127.0.0.1", ready: ptr(true)})
 	client := fake.NewClientset(svc, esA, esB)
+	for _, f := range setup {
+		f(client)
+	}
 	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
 	require.NoError(t, err)
 	exports := NewExports(client, sel)

@@ -52,10 +52,17 @@ func runPods(t *testing.T, c *harness.Cluster, names ...string) []*harness.Pod {
 // hostnames when headless. Both are deleted when t ends.
 func exportService(t *testing.T, ns, name string, headless bool, pods []*harness.Pod) {
 	t.Helper()
+	exportServiceLabelled(t, ns, name, headless, pods, map[string]string{labels.Exported: labels.ExportGateway})
+}
+
+// exportServiceLabelled is exportService with the Service's labels lbls,
+// which say how it is exported.
+func exportServiceLabelled(t *testing.T, ns, name string, headless bool, pods []*harness.Pod, lbls map[string]string) {
+	t.Helper()
 	ctx := context.Background()
 	west := env.Cluster("west")
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{labels.Exported: labels.ExportGateway}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: lbls},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
 			Name: portName, Port: servicePort, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(podPort),
 		}}},

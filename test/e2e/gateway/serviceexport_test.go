@@ -1,0 +1,111 @@
+package gateway_test
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+)
+
+// streamEndBound bounds the time from the API write that withdraws an
+// export to the client's stream ending: the API server's watch event, one
+// sweep of the ingress, and the reset passed on by the egress;
+// milliseconds, with room for a loaded machine, and below the ingress's
+// 10 s sweep of every stream, so that only the event can have ended it.
+const streamEndBound = 5 * time.Second
+
+// A Service of west that only a ServiceExport exports: it carries the
+// controller's stamp (serviceexport.mcmirror.dev/mode=gateway) and no
+// Linkerd label, so west's ingress, on its default --export-selector,
+// knows it by the stamp alone. East's controller is told to mirror by the
+// stamp (--export-selector), which stands for its reading of
+// ServiceExports. Bytes flow both ways through east's egress and west's
+// ingress. Then, the controller stopped (east keeps its mirror, as while a
+// controller lags), the stamp taken off ends the open stream and new
+// streams are refused by west's ingress.
+func TestServiceExportStampThroughGateway(t *testing.T) {
+	env.LogOnFailure(t)
+	ns := namespace(t, "gw-mcs")
+	west := env.Cluster("west")
+	pods := runPods(t, west, "web-a", "web-b")
+	f := startFleetWith(t, []string{"--export-selector", labels.ServiceExportSelector})
+	exportServiceLabelled(t, ns, "web", false, pods, map[string]string{labels.ServiceExportMode: labels.ModeGateway})
+
+	m := waitMirror(t, ns, "web-west")
+	addr := egressAddr(m.EgressPort)
+	const gw = "coredns_mcmirror_gateway_"
+	ingress := map[string]string{"peer": "east", "direction": "ingress"}
+	ingressBefore := metric(t, f.west, gw+"connections_total", ingress)
+
+	first := waitGreet(t, addr, wait, "a connection through the egress port of web-west reaches a pod of west exported by its stamp")
+	seen := map[string]int{first: 1}
+	for range connections - 1 {
+		pod, err := greet(addr)
+		require.NoError(t, err)
+		seen[pod]++
+	}
+	t.Logf("%d connections through %s: %v", connections, addr, seen)
+	for pod := range seen {
+		assert.Contains(t, []string{"west/web-a", "west/web-b"}, pod)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.GreaterOrEqual(c, metric(c, f.west, gw+"connections_total", ingress)-ingressBefore, float64(connections), "west: ingress streams from east")
+	}, 10*time.Second, tick)
+
+	// East keeps its mirror from now on, whatever west exports.
+	f.controller.Stop()
+
+	// A stream through both gateways, open, bytes both ways.
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	line, err := r.ReadString('\n')
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(line, "hello from west/"), "greeting %q", line)
+	const ping = "still open\n"
+	_, err = io.WriteString(conn, ping)
+	require.NoError(t, err)
+	echo, err := r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, ping, echo)
+
+	ended := map[string]string{"peer": "east", "reason": "not_exported"}
+	refusals := map[string]string{"peer": "east", "direction": "ingress", "reason": "not_exported"}
+	endedBefore := metric(t, f.west, gw+"ingress_streams_ended_total", ended)
+	refusedBefore := metric(t, f.west, gw+"refusals_total", refusals)
+	exportedBefore := metric(t, f.west, gw+"ingress_exported_services", nil)
+
+	// The stamp taken off: the stream ends, by west's ingress.
+	start := time.Now()
+	require.NoError(t, west.LabelService(t.Context(), ns, "web", labels.ServiceExportMode, ""))
+	_ = conn.SetDeadline(start.Add(streamEndBound))
+	_, err = io.Copy(io.Discard, r)
+	took := time.Since(start)
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the stream is still open %v after the stamp was taken off", took)
+	t.Logf("the stream ended %v after the stamp was taken off (%v)", took, err)
+	// Positive evidence that west's ingress has seen the change, and that
+	// it ended the stream: it accepts one Service fewer, and counted it.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, endedBefore+1, metric(c, f.west, gw+"ingress_streams_ended_total", ended), "west: ingress_streams_ended_total %v", ended)
+		assert.Equal(c, exportedBefore-1, metric(c, f.west, gw+"ingress_exported_services", nil), "west: exported Services")
+	}, 10*time.Second, tick)
+
+	// New streams: refused by west's ingress, a reset to the client.
+	t.Logf("the stamp taken off: a new connection is reset after %v", expectReset(t, addr, 2*time.Second))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Greater(c, metric(c, f.west, gw+"refusals_total", refusals), refusedBefore, "west: refusals_total %v", refusals)
+	}, 5*time.Second, tick)
+	requireRunning(t, f.west.Process())
+	requireRunning(t, f.east.Process())
+}

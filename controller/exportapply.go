@@ -99,7 +99,7 @@ func (c *Controller) peerExports(ns, name string) []mcs.Export {
 	defer c.mu.Unlock()
 	var out []mcs.Export
 	for _, r := range c.links {
-		if svc := r.exportedService(ns, name); svc != nil {
+		if svc := r.exportedService(ns, name, c.opts.ExportSelector); svc != nil {
 			out = append(out, peerExport(r.name, svc))
 		}
 	}

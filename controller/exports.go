@@ -136,14 +136,3 @@ func (c *Controller) processNextExport(ctx context.Context) bool {
 	}
 	return true
 }
-
-// exportedService is the linked cluster's exported Service of
-// namespace/name, or nil.
-func (r *remoteCluster) exportedService(ns, name string) *corev1.Service {
-	obj, ok, _ := r.services.GetIndexer().GetByKey(ns + "/" + name)
-	if !ok {
-		return nil
-	}
-	svc, _ := obj.(*corev1.Service)
-	return svc
-}

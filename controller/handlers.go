@@ -23,6 +23,7 @@ func (c *Controller) onRemoteService(cluster string, obj any) {
 	if m, ok := metaOf(obj); ok {
 		klog.V(5).InfoS("Remote Service changed", "cluster", cluster, "service", klog.KObj(m))
 		c.queue.Add(makeKey(cluster, m.GetNamespace(), m.GetName()))
+		c.peerChanged(m.GetNamespace(), m.GetName())
 	}
 }
 

@@ -104,6 +104,7 @@ func (c *Controller) startLink(ctx context.Context, r *remoteCluster) {
 		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.exportedKeys()))
 		c.enqueueCluster(r)
 		r.enqueued.Store(true)
+		c.enqueueExports()
 	}()
 }
 
@@ -129,6 +130,8 @@ func (c *Controller) Remove(name string) {
 	for _, k := range c.localKeysOfCluster(name) {
 		c.queue.AddAfter(k, c.opts.LinkRemovalGrace)
 	}
+	// Its exports no longer conflict with ours.
+	c.enqueueExports()
 }
 
 // enqueueCluster enqueues every exported Service of r and every local key

@@ -113,7 +113,7 @@ var (
 	exportedServices = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: namespace, Subsystem: subsystem,
 		Name: "ingress_exported_services",
-		Help: "Exported Services (gateway mode) the ingress accepts destinations of.",
+		Help: "Exported Services the ingress knows (by --export-selector or a ServiceExport), each once; only those in gateway mode are dialed.",
 	})
 
 	// peerAlive is 1 while the last probes of a peer's ingress succeed.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -281,9 +282,14 @@ func runController(args []string) int {
 	idCtx, cancelID := context.WithTimeout(ctx, 30*time.Second)
 	_, err = mcs.ClusterID(idCtx, dyn, *cluster)
 	cancelID()
-	if errors.Is(err, mcs.ErrClusterID) {
+	switch {
+	case errors.Is(err, mcs.ErrClusterID):
 		return fail("--cluster: %v", err)
-	} else if err != nil {
+	case apierrors.IsForbidden(err):
+		// A role narrower than the chart's: the check is skipped, not
+		// the controller.
+		logger.Info("Cannot read the cluster ID; not checking it against --cluster", "err", err)
+	case err != nil:
 		fmt.Fprintf(os.Stderr, "coredns-mc controller: %v\n", err)
 		return 1
 	}

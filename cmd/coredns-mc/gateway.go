@@ -128,7 +128,7 @@ func runGateway(args []string) int {
 		trustDomain    = fs.String("trust-domain", gateway.DefaultTrustDomain, "trust domain of gateway identities")
 		certReload     = fs.Duration("cert-reload-interval", 10*time.Second, "how often the certificate, key and root files are checked for changes")
 		ingressAddr    = fs.String("ingress-address", ":4143", "listen address of the ingress, the mTLS port peers connect to (empty: no ingress)")
-		exportSelector = fs.String("export-selector", labels.DefaultExportSelector, "label selector of the Services this cluster exports (gateway mode ones are reachable)")
+		exportSelector = fs.String("export-selector", labels.DefaultExportSelector, "label selector of the Services this cluster exports, beside those a ServiceExport stamped (gateway mode ones are reachable)")
 		egress         = fs.Bool("egress", true, "serve the egress ports recorded on the local mirror Services")
 		egressBind     = fs.String("egress-bind-address", "", "address the egress ports are bound on (default: all)")
 		metricsAddr    = fs.String("metrics-addr", ":9155", "address of /metrics, /healthz, /readyz and /peers (empty: off)")

@@ -64,13 +64,6 @@ type fleet struct {
 // (or a mirror a previous test left in east) share a port.
 func startFleet(t *testing.T, westArgs ...string) *fleet {
 	t.Helper()
-	return startFleetWith(t, nil, westArgs...)
-}
-
-// startFleetWith is startFleet with controllerArgs added to the
-// controller's.
-func startFleetWith(t *testing.T, controllerArgs []string, westArgs ...string) *fleet {
-	t.Helper()
 	east, west := env.Cluster("east"), env.Cluster("west")
 	tls := gatewayTLS(t)
 	f := &fleet{}
@@ -80,26 +73,25 @@ func startFleetWith(t *testing.T, controllerArgs []string, westArgs ...string) *
 		Args: append([]string{"--allow-selectorless", "*"}, westArgs...)})
 	f.east = env.StartGateway(t, east, harness.GatewayOptions{TLS: tls["east"], Egress: true,
 		Peers: map[string]string{"west": f.west.IngressAddr}})
-	f.controller = startController(t, controllerArgs...)
+	f.controller = startController(t)
 	return f
 }
 
 // startController starts `coredns-mc controller` for east, linked to west
-// with the read-only credentials of deploy/remote-link.yaml, with args
-// added.
-func startController(t *testing.T, args ...string) *harness.Process {
+// with the read-only credentials of deploy/remote-link.yaml.
+func startController(t *testing.T) *harness.Process {
 	t.Helper()
 	bin, err := harness.CorednsMC()
 	require.NoError(t, err)
-	return env.StartProcess(t, "east/controller", nil, append([]string{bin, "controller",
+	return env.StartProcess(t, "east/controller", nil, bin, "controller",
 		"--kubeconfig", env.Cluster("east").Kubeconfig,
 		"--cluster", "east",
-		"--link", "west=" + linkKubeconfig(t),
+		"--link", "west="+linkKubeconfig(t),
 		"--egress-address", egressAddress,
 		"--egress-ports", egressPortRange(),
 		"--metrics-addr", "",
 		"--v", "2",
-	}, args...)...)
+	)
 }
 
 // linkKubeconfig returns the path of a kubeconfig for west with the

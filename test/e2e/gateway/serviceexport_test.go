@@ -25,9 +25,8 @@ const streamEndBound = 5 * time.Second
 // A Service of west that only a ServiceExport exports: it carries the
 // controller's stamp (serviceexport.mcmirror.dev/mode=gateway) and no
 // Linkerd label, so west's ingress, on its default --export-selector,
-// knows it by the stamp alone. East's controller is told to mirror by the
-// stamp (--export-selector), which stands for its reading of
-// ServiceExports. Bytes flow both ways through east's egress and west's
+// knows it by the stamp alone, and so does east's controller, which
+// mirrors it. Bytes flow both ways through east's egress and west's
 // ingress. Then, the controller stopped (east keeps its mirror, as while a
 // controller lags), the stamp taken off ends the open stream and new
 // streams are refused by west's ingress.
@@ -36,7 +35,7 @@ func TestServiceExportStampThroughGateway(t *testing.T) {
 	ns := namespace(t, "gw-mcs")
 	west := env.Cluster("west")
 	pods := runPods(t, west, "web-a", "web-b")
-	f := startFleetWith(t, []string{"--export-selector", labels.ServiceExportSelector})
+	f := startFleet(t)
 	exportServiceLabelled(t, ns, "web", false, pods, map[string]string{labels.ServiceExportMode: labels.ModeGateway})
 
 	m := waitMirror(t, ns, "web-west")

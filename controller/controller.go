@@ -140,9 +140,9 @@ type Controller struct {
 	// egressSlices sees the EndpointSlices of Options.EgressService; nil
 	// with a fixed EgressAddress.
 	egressSlices cache.SharedIndexInformer
-	// exports keeps the ServiceExports' stamps and conditions; nil
+	// mcs is the Multi-Cluster Services API side (mcsapi.go); nil
 	// without Options.ServiceExports.
-	exports *exporter
+	mcs *mcsAPI
 	// localSynced report whether the local informers' handlers, not only
 	// their stores, have seen the first lists.
 	localSynced []cache.InformerSynced
@@ -327,7 +327,7 @@ func New(opts Options) (*Controller, error) {
 	if err := c.newEgressInformer(); err != nil {
 		return nil, err
 	}
-	if err := c.newExporter(); err != nil {
+	if err := c.newMCSAPI(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -370,8 +370,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger.Info("Start-up sweep", "keys", n, "egressPorts", c.ports.Len(), "egressAddresses", c.egressAddresses())
 
 	var wg sync.WaitGroup
-	if c.exports != nil {
-		wg.Go(func() { c.runExports(ctx, 2) })
+	if c.mcs != nil {
+		wg.Go(func() { c.runMCS(ctx, 2) })
 	}
 	for range c.opts.Workers {
 		wg.Go(func() {

@@ -211,8 +211,8 @@ func (c *Controller) localInformers() []cache.SharedIndexInformer {
 	if c.egressSlices != nil {
 		out = append(out, c.egressSlices)
 	}
-	if c.exports != nil {
-		out = append(out, c.exports.informer)
+	if c.mcs != nil {
+		out = append(out, c.mcs.informers()...)
 	}
 	return out
 }

@@ -29,7 +29,7 @@ func (c *Controller) syncExport(ctx context.Context, key string) error {
 		return nil
 	}
 	in := exportInput{cluster: c.opts.Cluster, defaultMode: c.opts.ServiceExportMode}
-	if obj, ok, _ := c.exports.informer.GetIndexer().GetByKey(key); ok {
+	if obj, ok, _ := c.mcs.exports.GetIndexer().GetByKey(key); ok {
 		in.export, _ = obj.(*mcsv1alpha1.ServiceExport)
 	}
 	if obj, ok, _ := c.services.GetIndexer().GetByKey(key); ok {
@@ -61,7 +61,7 @@ func (c *Controller) syncExport(ctx context.Context, key string) error {
 	}
 	se := in.export.DeepCopy()
 	se.Status.Conditions = conds
-	_, err = c.exports.client.MulticlusterV1alpha1().ServiceExports(ns).UpdateStatus(ctx, se, metav1.UpdateOptions{})
+	_, err = c.mcs.client.MulticlusterV1alpha1().ServiceExports(ns).UpdateStatus(ctx, se, metav1.UpdateOptions{})
 	return countWrite("update", "serviceexports/status", err)
 }
 

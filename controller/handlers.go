@@ -23,7 +23,7 @@ func (c *Controller) onRemoteService(cluster string, obj any) {
 	if m, ok := metaOf(obj); ok {
 		klog.V(5).InfoS("Remote Service changed", "cluster", cluster, "service", klog.KObj(m))
 		c.queue.Add(makeKey(cluster, m.GetNamespace(), m.GetName()))
-		c.peerChanged(m.GetNamespace(), m.GetName())
+		c.mcsChanged(m.GetNamespace(), m.GetName())
 	}
 }
 
@@ -43,6 +43,7 @@ func (c *Controller) onRemoteSlice(r *remoteCluster, obj any) {
 		return
 	}
 	c.queue.Add(makeKey(r.name, m.GetNamespace(), svc))
+	c.mcsChanged(m.GetNamespace(), svc)
 }
 
 func (c *Controller) onOwned(obj any) {
@@ -50,6 +51,7 @@ func (c *Controller) onOwned(obj any) {
 		if k, owned := ownedKey(m); owned {
 			c.queue.Add(k)
 		}
+		c.ownedSliceChanged(m)
 	}
 }
 
@@ -61,7 +63,7 @@ func (c *Controller) onLocalService(obj any) {
 	if k, owned := ownedKey(m); owned {
 		c.queue.Add(k)
 	}
-	c.exportChanged(m)
+	c.localServiceChanged(m)
 	// The keys that want its name: a foreign Service's, or another
 	// key's mirror's (the loser of a name conflict between clusters).
 	c.mu.Lock()

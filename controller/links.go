@@ -104,7 +104,7 @@ func (c *Controller) startLink(ctx context.Context, r *remoteCluster) {
 		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.exportedKeys()))
 		c.enqueueCluster(r)
 		r.enqueued.Store(true)
-		c.enqueueExports()
+		c.enqueueMCS()
 	}()
 }
 
@@ -131,7 +131,7 @@ func (c *Controller) Remove(name string) {
 		c.queue.AddAfter(k, c.opts.LinkRemovalGrace)
 	}
 	// Its exports no longer conflict with ours.
-	c.enqueueExports()
+	c.enqueueMCS()
 }
 
 // enqueueCluster enqueues every exported Service of r and every local key

@@ -1,0 +1,280 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+)
+
+// syncImport brings the import of one namespace/name to its plan: the
+// ServiceImport, then the derived Service, then its EndpointSlices, each
+// written only when it differs.
+func (c *Controller) syncImport(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	if !c.linksSynced() {
+		return errLinksNotSynced
+	}
+	in := importInput{ns: ns, name: name, sources: c.importSources(ns, name)}
+	var si *mcsv1alpha1.ServiceImport
+	if obj, ok, _ := c.mcs.imports.GetIndexer().GetByKey(key); ok {
+		si, _ = obj.(*mcsv1alpha1.ServiceImport)
+	}
+	if si != nil && si.Labels[ManagedBy] != ManagedByValue {
+		// Another MCS implementation's: mcmirror stays out of its way.
+		return nil
+	}
+	derivedName := DerivedName(ns, name)
+	if obj, ok, _ := c.services.GetIndexer().GetByKey(ns + "/" + derivedName); ok {
+		in.derived, _ = obj.(*corev1.Service)
+	}
+	if in.derived != nil && in.derived.Labels[ManagedBy] != ManagedByValue {
+		c.recorder.Eventf(in.derived, corev1.EventTypeWarning, ReasonNameTaken,
+			"Service %s/%s holds the name of the derived Service of ServiceImport %s; it is left alone and %s is not imported", ns, derivedName, name, name)
+		conflictsTotal.WithLabelValues("services").Inc()
+		return nil
+	}
+	if in.sources != nil && !c.namespaceExists(ns) {
+		return nil
+	}
+	if si != nil {
+		in.importUID = si.UID
+	}
+	p := planImport(in)
+	if !p.exists() {
+		return c.deleteImport(ctx, ns, name, si, in.derived)
+	}
+	if si == nil {
+		si, err = c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, &mcsv1alpha1.ServiceImport{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{ManagedBy: ManagedByValue}},
+			Spec:       p.spec,
+		}, metav1.CreateOptions{})
+		if err := countWrite("create", "serviceimports", err); err != nil {
+			return err
+		}
+		in.importUID = si.UID
+		p = planImport(in)
+	}
+	if in.derived, err = c.applyDerived(ctx, in.derived, p); err != nil {
+		return err
+	}
+	p = planImport(in)
+	if err := c.applyImportSlices(ctx, ns, name, p.slices); err != nil {
+		return err
+	}
+	if !apiequality.Semantic.DeepEqual(si.Spec, p.spec) {
+		next := si.DeepCopy()
+		next.Spec = p.spec
+		si, err = c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).Update(ctx, next, metav1.UpdateOptions{})
+		if err := countWrite("update", "serviceimports", err); err != nil {
+			return err
+		}
+	}
+	if !apiequality.Semantic.DeepEqual(si.Status.Clusters, p.clusters) {
+		next := si.DeepCopy()
+		next.Status.Clusters = p.clusters
+		_, err = c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		if err := countWrite("update", "serviceimports/status", err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// importSources are the exports of namespace/name that this cluster can
+// reach: its own, and every linked cluster's.
+func (c *Controller) importSources(ns, name string) []importSource {
+	var out []importSource
+	if obj, ok, _ := c.services.GetIndexer().GetByKey(ns + "/" + name); ok {
+		if svc, _ := obj.(*corev1.Service); svc != nil && c.exportedLocally(svc) {
+			s := peerExport(c.opts.Cluster, svc)
+			src := importSource{cluster: c.opts.Cluster, created: s.Created, service: svc}
+			for _, inf := range c.mcs.exportSlices {
+				src.slices = appendSlices(src.slices, inf, ns+"/"+name)
+			}
+			out = append(out, src)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.links {
+		svc := r.exportedService(ns, name, c.opts.ExportSelector)
+		if svc == nil {
+			continue
+		}
+		s := peerExport(r.name, svc)
+		src := importSource{cluster: r.name, created: s.Created, service: svc}
+		if labels.ExportMode(svc.Labels) == labels.Flat {
+			src.slices = appendSlices(nil, r.slices, ns+"/"+name)
+		} else if mirror, err := labels.MirrorName(name, r.name); err == nil {
+			// The mirror's own slices: the egress, or the per-pod
+			// mirrors of a headless Service.
+			for _, obj := range c.slices.GetIndexer().List() {
+				if es, ok := obj.(*discoveryv1.EndpointSlice); ok && es.Namespace == ns && es.Labels[discoveryv1.LabelServiceName] == mirror {
+					src.slices = append(src.slices, es)
+				}
+			}
+		}
+		out = append(out, src)
+	}
+	return out
+}
+
+// exportedLocally reports whether the local Service svc is exported: by
+// the export selector, or stamped by a ServiceExport; never a mirror.
+func (c *Controller) exportedLocally(svc *corev1.Service) bool {
+	set := k8slabels.Set(svc.Labels)
+	return svc.Labels[labels.MirroredService] == "" &&
+		(c.opts.ExportSelector.Matches(set) || serviceExportSelector.Matches(set))
+}
+
+// appendSlices appends the EndpointSlices of Service key that inf holds
+// (indexed byService), once each.
+func appendSlices(out []*discoveryv1.EndpointSlice, inf cache.SharedIndexInformer, key string) []*discoveryv1.EndpointSlice {
+	objs, _ := inf.GetIndexer().ByIndex(byService, key)
+	for _, obj := range objs {
+		es, ok := obj.(*discoveryv1.EndpointSlice)
+		if ok && !slices.ContainsFunc(out, func(o *discoveryv1.EndpointSlice) bool { return o.UID == es.UID }) {
+			out = append(out, es)
+		}
+	}
+	return out
+}
+
+// namespaceExists reports whether the local cluster has namespace ns.
+func (c *Controller) namespaceExists(ns string) bool {
+	_, ok, _ := c.namespaces.GetIndexer().GetByKey(ns)
+	return ok
+}
+
+// applyDerived makes the derived Service as p wants it and returns it as
+// the API server has it (with its ClusterIPs and UID).
+func (c *Controller) applyDerived(ctx context.Context, live *corev1.Service, p importPlan) (*corev1.Service, error) {
+	services := c.client.CoreV1().Services(p.derived.Namespace)
+	if live != nil && p.replace {
+		err := services.Delete(ctx, live.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &live.UID}})
+		if err := countWrite("delete", "services", err); err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		live = nil
+	}
+	if live == nil {
+		created, err := services.Create(ctx, p.derived, metav1.CreateOptions{})
+		return created, countWrite("create", "services", err)
+	}
+	next := live.DeepCopy()
+	next.Labels = p.derived.Labels
+	next.OwnerReferences = p.derived.OwnerReferences
+	next.Spec.Ports = p.derived.Spec.Ports
+	next.Spec.SessionAffinity = p.derived.Spec.SessionAffinity
+	next.Spec.SessionAffinityConfig = p.derived.Spec.SessionAffinityConfig
+	next.Spec.InternalTrafficPolicy = p.derived.Spec.InternalTrafficPolicy
+	next.Spec.TrafficDistribution = p.derived.Spec.TrafficDistribution
+	if derivedEqual(live, next) {
+		return live, nil
+	}
+	updated, err := services.Update(ctx, next, metav1.UpdateOptions{})
+	return updated, countWrite("update", "services", err)
+}
+
+// derivedEqual reports whether two derived Services agree on what the
+// controller sets. Defaults the API server fills in (a port's TargetPort,
+// an affinity's timeout, the traffic policy) count as agreeing.
+func derivedEqual(live, next *corev1.Service) bool {
+	if !maps.Equal(live.Labels, next.Labels) || !apiequality.Semantic.DeepEqual(live.OwnerReferences, next.OwnerReferences) {
+		return false
+	}
+	if len(live.Spec.Ports) != len(next.Spec.Ports) {
+		return false
+	}
+	for i, a := range live.Spec.Ports {
+		b := next.Spec.Ports[i]
+		if a.Name != b.Name || a.Protocol != b.Protocol || a.Port != b.Port || !apiequality.Semantic.DeepEqual(a.AppProtocol, b.AppProtocol) {
+			return false
+		}
+	}
+	return live.Spec.SessionAffinity == next.Spec.SessionAffinity
+}
+
+// applyImportSlices makes the derived Service's EndpointSlices exactly
+// desired.
+func (c *Controller) applyImportSlices(ctx context.Context, ns, name string, desired map[string]*discoveryv1.EndpointSlice) error {
+	api := c.client.DiscoveryV1().EndpointSlices(ns)
+	var errs []error
+	existing := c.importSlices(ns, name)
+	for _, es := range existing {
+		if _, ok := desired[es.Name]; !ok {
+			err := api.Delete(ctx, es.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &es.UID}})
+			if err := countWrite("delete", "endpointslices", err); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, want := range desired {
+		have := existing[want.Name]
+		switch {
+		case have == nil:
+			_, err := api.Create(ctx, want, metav1.CreateOptions{})
+			errs = append(errs, countWrite("create", "endpointslices", err))
+		case sliceNeedsUpdate(have, want):
+			next := have.DeepCopy()
+			next.Labels, next.OwnerReferences = want.Labels, want.OwnerReferences
+			next.AddressType, next.Endpoints, next.Ports = want.AddressType, want.Endpoints, want.Ports
+			_, err := api.Update(ctx, next, metav1.UpdateOptions{})
+			errs = append(errs, countWrite("update", "endpointslices", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// importSlices are the existing EndpointSlices of the derived Service of
+// namespace/name, by name.
+func (c *Controller) importSlices(ns, name string) map[string]*discoveryv1.EndpointSlice {
+	out := map[string]*discoveryv1.EndpointSlice{}
+	derived := DerivedName(ns, name)
+	for _, obj := range c.slices.GetIndexer().List() {
+		if es, ok := obj.(*discoveryv1.EndpointSlice); ok && es.Namespace == ns &&
+			es.Labels[discoveryv1.LabelServiceName] == derived && es.Labels[ManagedBy] == ManagedByValue {
+			out[es.Name] = es
+		}
+	}
+	return out
+}
+
+// deleteImport deletes what the import of namespace/name left: its
+// EndpointSlices, the derived Service and the ServiceImport, those the
+// controller made.
+func (c *Controller) deleteImport(ctx context.Context, ns, name string, si *mcsv1alpha1.ServiceImport, derived *corev1.Service) error {
+	if err := c.applyImportSlices(ctx, ns, name, nil); err != nil {
+		return err
+	}
+	if derived != nil {
+		err := c.client.CoreV1().Services(ns).Delete(ctx, derived.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &derived.UID}})
+		if err := countWrite("delete", "services", err); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	if si != nil {
+		err := c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &si.UID}})
+		if err := countWrite("delete", "serviceimports", err); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		klog.FromContext(ctx).V(2).Info("Deleted ServiceImport", "serviceImport", klog.KRef(ns, name))
+	}
+	return nil
+}

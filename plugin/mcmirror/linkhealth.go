@@ -13,10 +13,11 @@ const (
 	watchServices = iota
 	watchSlices
 	watchMirrors
+	watchMCSServices // the Services a ServiceExport stamped
 	numWatches
 )
 
-var watchNames = [numWatches]string{"Services", "EndpointSlices", "mirror Services"}
+var watchNames = [numWatches]string{"Services", "EndpointSlices", "mirror Services", "ServiceExport Services"}
 
 // linkHealth is the state of one generation of a cluster's watches (a
 // replaced link has two while the new one syncs): whether they work, since
@@ -41,11 +42,11 @@ type linkHealth struct {
 	// stopped; it writes nothing.
 	gone    bool
 	synced  bool
-	failing [numWatches]string // the reason each watch fails; "" when it works
-	since   time.Time          // when the first watch began to fail
-	last    time.Time          // last list, watch start, event or bookmark
-	objects [3]int64           // objects held, by kind
-	timer   *time.Timer        // the stale_max_age timer of a failure
+	failing [numWatches]string   // the reason each watch fails; "" when it works
+	since   time.Time            // when the first watch began to fail
+	last    time.Time            // last list, watch start, event or bookmark
+	objects [len(objKinds)]int64 // objects held, by kind
+	timer   *time.Timer          // the stale_max_age timer of a failure
 	// withdrawn: stale for longer than maxAge; read without mu by the
 	// source methods.
 	withdrawn atomic.Bool

@@ -63,12 +63,12 @@ var (
 	})
 
 	// linkObjects is the number of objects watched in a cluster, by kind
-	// (service, endpointslice, mirror).
+	// (service, endpointslice, mirror, mcs-service).
 	linkObjects = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "mcmirror",
 		Name:      "link_objects",
-		Help:      "Number of objects held from a cluster, by kind: exported Services, their EndpointSlices, local mirror Services.",
+		Help:      "Number of objects held from a cluster, by kind: Services exported by the export selector (service) and by a ServiceExport (mcs-service), their EndpointSlices, local mirror Services.",
 	}, []string{"cluster", "kind"})
 
 	// indexNames is the number of names in the index.

@@ -56,9 +56,10 @@ type Port struct {
 // Service is an exported Service, trimmed to what DNS needs.
 type Service struct {
 	objMeta
-	// Exported is whether the Service matches the export selector. The API
-	// server only sends those, but a watch that does not filter (a fake
-	// clientset's) must not export everything.
+	// Exported is whether the Service matches the selector of the watch
+	// that holds it: the export selector, or the ServiceExport stamp's.
+	// The API server only sends those, but a watch that does not filter
+	// (a fake clientset's) must not export everything.
 	Exported   bool
 	Mode       labels.Mode
 	Headless   bool
@@ -135,7 +136,7 @@ func (s *Slice) DeepCopyObject() runtime.Object {
 }
 
 // serviceTransform returns the informer transform for the Services that
-// export selects.
+// export selects: the export selector's, or the ServiceExport stamp's.
 func serviceTransform(export k8slabels.Selector) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		t, err := toService(obj)

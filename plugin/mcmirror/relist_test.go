@@ -19,17 +19,18 @@ import (
 )
 
 // relistProxy fronts a fakeAPI the way a restarted API server looks to a
-// reflector: expire ends every watch, and a watch that resumes from a
-// resourceVersion the proxy has expired is refused as too old (410), so
-// the reflectors list again, by watch-list. hold keeps those watch-lists
-// waiting, before any object is sent, until let.
+// reflector: expire ends every watch (expireWhere those it selects), and a
+// watch that resumes from a resourceVersion the proxy has expired is
+// refused as too old (410), so the reflectors list again, by watch-list.
+// hold keeps those watch-lists waiting, before any object is sent, until
+// let.
 type relistProxy struct {
 	api *fakeAPI
 	srv *httptest.Server
 
 	mu        sync.Mutex
-	expiredTo int // resumed watches from this resourceVersion or older are refused
-	cancels   []context.CancelFunc
+	expiredTo int          // resumed watches from this resourceVersion or older are refused
+	watches   []proxyWatch // the watches served, to end
 	hold      chan struct{}
 	held      int // watch-lists waiting for let
 	lists     int // watch-lists (sendInitialEvents=true) served
@@ -77,7 +78,7 @@ func (p *relistProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	p.cancels = append(p.cancels, cancel)
+	p.watches = append(p.watches, proxyWatch{cancel: cancel, selector: q.Get("labelSelector")})
 	var hold chan struct{}
 	if initial {
 		p.lists++
@@ -107,19 +108,35 @@ func parseRV(s string) (int, error) {
 	return rv, err
 }
 
+// proxyWatch is a watch the proxy serves.
+type proxyWatch struct {
+	cancel   context.CancelFunc
+	selector string // its label selector
+}
+
 // expire ends every open watch and refuses to resume one from what has
 // been sent so far.
-func (p *relistProxy) expire() {
+func (p *relistProxy) expire() { p.expireWhere(func(string) bool { return true }) }
+
+// expireWhere ends the open watches whose label selector match selects,
+// and refuses to resume any watch from what has been sent so far: only
+// those it ended ask.
+func (p *relistProxy) expireWhere(match func(selector string) bool) {
 	p.api.mu.Lock()
 	rv := p.api.rv
 	p.api.mu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.expiredTo = rv
-	for _, c := range p.cancels {
-		c()
+	kept := p.watches[:0]
+	for _, w := range p.watches {
+		if match(w.selector) {
+			w.cancel()
+		} else {
+			kept = append(kept, w)
+		}
 	}
-	p.cancels = nil
+	p.watches = kept
 }
 
 // holdLists has the next watch-lists wait for let.
@@ -186,6 +203,10 @@ func startCounting(t *testing.T, links ...any) (*MCMirror, func(groupKey) int) {
 	}
 }
 
+// linkWatches is the number of watches of a linked cluster, each of which
+// relists: exported Services, ServiceExport Services, EndpointSlices.
+const linkWatches = 3
+
 // idle reports whether no group is queued or being built.
 func idle(m *MCMirror) func() bool {
 	return func() bool { return m.watch.queue.Len() == 0 && m.watch.inflight.Load() == 0 }
@@ -233,7 +254,7 @@ func TestRelistsOneAtATime(t *testing.T) {
 	// Paris relists too, and a slice changes while it waits.
 	parisLists, _ := paris.counts()
 	paris.expire()
-	waitFor(t, 5*time.Second, "all four relists at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 4 })
+	waitFor(t, 5*time.Second, "every watch's relist at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 2*linkWatches })
 	paris.api.put(flatSlice("web-1", "web", "10.2.0.9"))
 	if !m.Ready() {
 		t.Fatal("not ready while relisting")
@@ -241,8 +262,8 @@ func TestRelistsOneAtATime(t *testing.T) {
 	if n, _ := paris.counts(); n != parisLists {
 		t.Errorf("paris was asked %d watch-lists while west held the turn", n-parisLists)
 	}
-	if n, _ := west.counts(); n != 2+1 { // the two first lists and the held relist
-		t.Errorf("west was asked %d watch-lists, want 3", n)
+	if n, _ := west.counts(); n != linkWatches+1 { // the first lists and the held relist
+		t.Errorf("west was asked %d watch-lists, want %d", n, linkWatches+1)
 	}
 	// The last known state is answered meanwhile.
 	if !answersA(t, m, "web-paris"+z, "10.2.0.1")() {
@@ -252,7 +273,7 @@ func TestRelistsOneAtATime(t *testing.T) {
 	west.let()
 	waitFor(t, 10*time.Second, "every relist done", func() bool {
 		active, held := m.watch.relists.stats()
-		return active == 0 && held == 4
+		return active == 0 && held == 2*linkWatches
 	})
 	waitFor(t, 5*time.Second, "paris's change answered", answersA(t, m, "web-paris"+z, "10.2.0.9"))
 	waitFor(t, 5*time.Second, "the groups built", idle(m))
@@ -260,8 +281,8 @@ func TestRelistsOneAtATime(t *testing.T) {
 		t.Errorf("GC target %d after the relists, want %d back", p, gc)
 	}
 	for name, p := range map[string]*relistProxy{"west": west, "paris": paris} {
-		if n, _ := p.counts(); n != 4 {
-			t.Errorf("%s served %d watch-lists, want 4 (2 first lists, 2 relists)", name, n)
+		if n, _ := p.counts(); n != 2*linkWatches {
+			t.Errorf("%s served %d watch-lists, want %d (%[3]d first lists, %[3]d relists)", name, n, 2*linkWatches, linkWatches)
 		}
 	}
 	if got, _, _ := pc.services.idx.GetByKey("default/db"); got != dbSvc {
@@ -393,7 +414,7 @@ func TestRelistRetryWaitsItsTurn(t *testing.T) {
 	parisLists, _ := paris.counts()
 	paris.holdLists()
 	paris.expire()
-	waitFor(t, 5*time.Second, "all four relists at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 4 })
+	waitFor(t, 5*time.Second, "every watch's relist at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 2*linkWatches })
 
 	// West's held list fails (its stream ends before any object): the turn
 	// goes to the next relist, and the failed one's retry (a watch-list or
@@ -406,7 +427,7 @@ func TestRelistRetryWaitsItsTurn(t *testing.T) {
 	west.expire()
 	waitFor(t, 10*time.Second, "the turn handed on, the failed relist back at the gate", func() bool {
 		active, held := m.watch.relists.stats()
-		return held == 2 && active == 4
+		return held == 2 && active == 2*linkWatches
 	})
 	waitFor(t, 5*time.Second, "the next relist in its list", func() bool {
 		_, w := west.counts()
@@ -415,8 +436,8 @@ func TestRelistRetryWaitsItsTurn(t *testing.T) {
 	})
 	_, w := west.counts()
 	_, p := paris.counts()
-	if active, held := m.watch.relists.stats(); active != 4 || held != 2 || w+p != 1 {
-		t.Errorf("%d relists active, %d given the turn, %d in their lists (west %d, paris %d); want 4, 2, 1", active, held, w+p, w, p)
+	if active, held := m.watch.relists.stats(); active != 2*linkWatches || held != 2 || w+p != 1 {
+		t.Errorf("%d relists active, %d given the turn, %d in their lists (west %d, paris %d); want %d, 2, 1", active, held, w+p, w, p, 2*linkWatches)
 	}
 	wl, _ := west.counts()
 	pl, _ := paris.counts()
@@ -430,7 +451,7 @@ func TestRelistRetryWaitsItsTurn(t *testing.T) {
 	west.let()
 	waitFor(t, 10*time.Second, "every relist done", func() bool { active, _ := m.watch.relists.stats(); return active == 0 })
 	waitFor(t, 5*time.Second, "west answered", answersA(t, m, "api-west"+z, "10.1.0.1"))
-	if n, _ := paris.counts(); n != parisLists+2 {
-		t.Errorf("paris served %d relists, want 2", n-parisLists)
+	if n, _ := paris.counts(); n != parisLists+linkWatches {
+		t.Errorf("paris served %d relists, want %d", n-parisLists, linkWatches)
 	}
 }

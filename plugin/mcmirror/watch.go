@@ -32,6 +32,10 @@ type watcher struct {
 	// exported selects the exported Services of every cluster; it leaves
 	// out mirrors, which are never exported again.
 	exported k8slabels.Selector
+	// stamped selects the Services a ServiceExport exports, by the stamp
+	// its cluster's controller writes (labels.ServiceExportSelector; no
+	// mirror either). A selector cannot OR two keys: it is a second watch.
+	stamped k8slabels.Selector
 	// startupTimeout is how long a link that cannot sync holds up
 	// readiness.
 	startupTimeout time.Duration
@@ -87,9 +91,10 @@ type cluster struct {
 	local  bool
 	client kubernetes.Interface
 
-	services *objectStore // exported Services
-	slices   *objectStore // EndpointSlices of exported Services
-	mirrors  *objectStore // mirror Services; local cluster only
+	services    *objectStore // Services the export selector exports
+	mcsServices *objectStore // Services a ServiceExport exports (the stamp)
+	slices      *objectStore // EndpointSlices of exported Services
+	mirrors     *objectStore // mirror Services; local cluster only
 
 	// health is whether the watches work, and owns the cluster's metric
 	// series while this generation serves it.
@@ -108,9 +113,10 @@ const (
 	objService = iota
 	objSlice
 	objMirror
+	objMCSService
 )
 
-var objKinds = [...]string{"service", "endpointslice", "mirror"}
+var objKinds = [...]string{"service", "endpointslice", "mirror", "mcs-service"}
 
 const sliceServiceIndex = "service"
 
@@ -123,9 +129,14 @@ var linkBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitt
 
 func newWatcher(local string, export k8slabels.Selector, startupTimeout time.Duration) *watcher {
 	notMirror, _ := k8slabels.NewRequirement(labels.MirroredService, selection.DoesNotExist, nil)
+	stamped, err := k8slabels.Parse(labels.ServiceExportSelector)
+	if err != nil {
+		panic(err) // a constant
+	}
 	return &watcher{
 		local:          local,
 		exported:       export.Add(*notMirror),
+		stamped:        stamped,
 		startupTimeout: startupTimeout,
 		backoff:        linkBackoff,
 		queue:          workqueue.NewTyped[groupKey](),
@@ -206,11 +217,13 @@ func (c *watcher) replaceCluster(name string, client kubernetes.Interface) error
 	return nil
 }
 
-// enqueueAll queues every group a cluster exports.
+// enqueueAll queues every group a cluster exports, either way.
 func (c *watcher) enqueueAll(cl *cluster) {
-	for _, obj := range cl.services.idx.List() {
-		if s, ok := obj.(*Service); ok {
-			c.enqueue(groupKey{s.Namespace, s.Name})
+	for _, st := range cl.serviceStores() {
+		for _, obj := range st.idx.List() {
+			if s, ok := obj.(*Service); ok {
+				c.enqueue(groupKey{s.Namespace, s.Name})
+			}
 		}
 	}
 }
@@ -280,9 +293,9 @@ func (c *watcher) stop() {
 	c.queue.ShutDown()
 }
 
-// startCluster runs the watches of cl: Services (and mirrors) at once,
-// EndpointSlices once the Services have listed, so that the slices of
-// every exported Service are kept from the first list on.
+// startCluster runs the watches of cl: both Service watches (and mirrors)
+// at once, EndpointSlices once both Service watches have listed, so that
+// the slices of every exported Service are kept from the first list on.
 func (c *watcher) startCluster(cl *cluster) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	cl.ctx, cl.cancel = ctx, cancel
@@ -291,14 +304,17 @@ func (c *watcher) startCluster(cl *cluster) {
 	// health logs each change once.
 	quiet := klog.NewContext(ctx, klog.Logger{})
 	go c.reflector(cl, watchServices, &corev1.Service{}, c.exported.String(), cl.services).RunWithContext(quiet)
+	go c.reflector(cl, watchMCSServices, &corev1.Service{}, c.stamped.String(), cl.mcsServices).RunWithContext(quiet)
 	if cl.mirrors != nil {
 		go c.reflector(cl, watchMirrors, &corev1.Service{}, labels.MirrorSelector, cl.mirrors).RunWithContext(quiet)
 	}
 	go func() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-cl.services.done:
+		for _, st := range cl.serviceStores() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-st.done:
+			}
 		}
 		hasService, _ := k8slabels.NewRequirement(labels.ServiceName, selection.Exists, nil)
 		c.reflector(cl, watchSlices, &discovery.EndpointSlice{}, k8slabels.NewSelector().Add(*hasService).String(), cl.slices).RunWithContext(quiet)
@@ -308,7 +324,7 @@ func (c *watcher) startCluster(cl *cluster) {
 
 // watchSync records when the cluster has synced.
 func (cl *cluster) watchSync(ctx context.Context) {
-	synced := []cache.InformerSynced{cl.services.HasSynced, cl.slices.HasSynced}
+	synced := []cache.InformerSynced{cl.services.HasSynced, cl.mcsServices.HasSynced, cl.slices.HasSynced}
 	if cl.mirrors != nil {
 		synced = append(synced, cl.mirrors.HasSynced)
 	}
@@ -429,20 +445,14 @@ func (c *watcher) cluster(name string) *cluster {
 	return c.clusters[name]
 }
 
-// Service implements source.
+// Service implements source: the Service as the export selector's watch
+// holds it, else as the ServiceExport stamp's does.
 func (c *watcher) Service(cluster, ns, name string) *Service {
 	cl := c.cluster(cluster)
 	if cl == nil || cl.health.withdrawn.Load() {
 		return nil
 	}
-	obj, ok, _ := cl.services.idx.GetByKey(ns + "/" + name)
-	if !ok {
-		return nil
-	}
-	if s, _ := obj.(*Service); s != nil && s.Exported {
-		return s
-	}
-	return nil
+	return cl.service(ns + "/" + name)
 }
 
 // Slices implements source.
@@ -481,18 +491,21 @@ func (c *watcher) Mirror(ns, name string) *Mirror {
 }
 
 // newCluster makes the stores of one generation of a cluster's watches:
-// its exported Services and their EndpointSlices, and, in the local
-// cluster, the mirror Services. Only what can be answered is held: a
-// Service the export selector does not select, and the slices of one, are
-// dropped as they come.
+// its exported Services (one store per way of exporting) and their
+// EndpointSlices, and, in the local cluster, the mirror Services. Only
+// what can be answered is held: a Service neither the export selector nor
+// the ServiceExport stamp selects, and the slices of one, are dropped as
+// they come.
 func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster {
 	cl := &cluster{name: name, local: name == c.local, client: client}
 	cl.health = newLinkHealth(name, cl.local, c.staleMaxAge, func(bool) { c.enqueueAll(cl) })
 
-	cl.services = newObjectStore(serviceTransform(c.exported), func(obj any) bool {
+	exported := func(obj any) bool {
 		s, ok := obj.(*Service)
 		return ok && s.Exported
-	}, nil, c.serviceHandler(cl))
+	}
+	cl.services = newObjectStore(serviceTransform(c.exported), exported, nil, c.serviceHandler(cl, objService))
+	cl.mcsServices = newObjectStore(serviceTransform(c.stamped), exported, nil, c.serviceHandler(cl, objMCSService))
 	cl.slices = newObjectStore(toSlice, func(obj any) bool {
 		s, ok := obj.(*Slice)
 		return ok && cl.exports(s.Namespace, s.Service)
@@ -509,7 +522,7 @@ func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 			return ok && m.IsMirror
 		}, nil, c.mirrorHandler(cl))
 	}
-	for _, s := range []*objectStore{cl.services, cl.slices, cl.mirrors} {
+	for _, s := range []*objectStore{cl.services, cl.mcsServices, cl.slices, cl.mirrors} {
 		if s != nil {
 			s.bookmark = cl.health.contact
 		}
@@ -517,10 +530,45 @@ func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 	return cl
 }
 
-// exports reports whether the cluster's Service ns/name is exported, as
-// its Service watch last said.
+// serviceStores are the stores of the cluster's exported Services, the
+// export selector's first.
+func (cl *cluster) serviceStores() [2]*objectStore {
+	return [2]*objectStore{cl.services, cl.mcsServices}
+}
+
+// service returns the cluster's exported Service key (ns/name), as the
+// export selector's watch last said, else as the ServiceExport stamp's
+// did; nil when neither exports it. A Service can be in both.
+func (cl *cluster) service(key string) *Service {
+	for _, st := range cl.serviceStores() {
+		if s := exportedIn(st, key); s != nil {
+			return s
+		}
+	}
+	return nil
+}
+
+// exportedByOther reports whether the store of exported Services other
+// than the one whose objects count as kind holds Service key.
+func (cl *cluster) exportedByOther(kind int, key string) bool {
+	other := cl.mcsServices
+	if kind == objMCSService {
+		other = cl.services
+	}
+	return exportedIn(other, key) != nil
+}
+
+// exportedIn returns the exported Service key that st holds, or nil.
+func exportedIn(st *objectStore, key string) *Service {
+	obj, ok, _ := st.idx.GetByKey(key)
+	if s, _ := obj.(*Service); ok && s != nil && s.Exported {
+		return s
+	}
+	return nil
+}
+
+// exports reports whether the cluster's Service ns/name is exported,
+// either way, as its Service watches last said.
 func (cl *cluster) exports(ns, name string) bool {
-	obj, ok, _ := cl.services.idx.GetByKey(ns + "/" + name)
-	s, _ := obj.(*Service)
-	return ok && s != nil && s.Exported
+	return cl.service(ns+"/"+name) != nil
 }

@@ -30,26 +30,39 @@ func handler[T any](add func(T, bool), update func(T, T), del func(T)) storeHand
 	}
 }
 
-func (c *watcher) serviceHandler(cl *cluster) storeHandler {
+// serviceHandler handles the changes of one of the cluster's two stores of
+// exported Services, whose objects count as kind. A Service is exported
+// while either store holds it: its slices are fetched when the first one
+// takes it, and dropped when neither holds it any longer. A store writes
+// an object before it tells its handler, which then looks at the other
+// store: of two stores that change one Service at once, the one told last
+// sees both changes, and decides.
+func (c *watcher) serviceHandler(cl *cluster, kind int) storeHandler {
 	return handler(
 		func(s *Service, _ bool) {
-			cl.touched(objService, 1)
+			cl.touched(kind, 1)
 			c.enqueue(groupKey{s.Namespace, s.Name})
 			// Exported now: its slices, dropped until now, are fetched
-			// (before the first list of slices, that list holds them).
-			c.fetchSlices(cl, s.Namespace, s.Name)
+			// (before the first list of slices, that list holds them),
+			// unless the other store holds it, and so its slices.
+			if !cl.exportedByOther(kind, s.Namespace+"/"+s.Name) {
+				c.fetchSlices(cl, s.Namespace, s.Name)
+			}
 		},
 		func(_, s *Service) {
-			cl.touched(objService, 0)
+			cl.touched(kind, 0)
 			c.enqueue(groupKey{s.Namespace, s.Name})
 		},
 		func(s *Service) {
-			cl.touched(objService, -1)
+			cl.touched(kind, -1)
 			c.enqueue(groupKey{s.Namespace, s.Name})
-			// No longer exported: its slices are not held.
-			key := s.Namespace + "/" + s.Name
-			cl.slices.cancelFetch(key)
-			cl.slices.dropIndexed(sliceServiceIndex, key)
+			// No longer exported, unless the other store holds it: its
+			// slices are not held. Asked under the slice store's lock,
+			// so that no slice kept meanwhile for the other store's
+			// export is dropped.
+			cl.slices.dropUnless(sliceServiceIndex, s.Namespace+"/"+s.Name, func() bool {
+				return cl.exports(s.Namespace, s.Name)
+			})
 		},
 	)
 }

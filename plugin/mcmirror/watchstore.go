@@ -307,16 +307,6 @@ func (s *objectStore) beginFetch(key string, cancel context.CancelFunc) *fetch {
 	return f
 }
 
-// cancelFetch stops the fetch of key, if one is in flight.
-func (s *objectStore) cancelFetch(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f := s.fetches[key]; f != nil {
-		f.cancel()
-		delete(s.fetches, key)
-	}
-}
-
 // endFetch stores what fetch f of key listed: each object the store does
 // not hold, was not deleted since the fetch began, and is kept. It is
 // dropped whole when the fetch was replaced or cancelled, or a relist
@@ -354,10 +344,20 @@ func (s *objectStore) endFetch(key string, f *fetch, list []any) int {
 	return n
 }
 
-// dropIndexed removes every object that index holds under value.
-func (s *objectStore) dropIndexed(index, value string) {
+// dropUnless stops the fetch of value and removes every object that
+// index holds under value, unless held says they are still held. held is
+// asked under the store's lock, under which every write asks keep: no
+// write comes between what held says and the drop.
+func (s *objectStore) dropUnless(index, value string, held func() bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if held() {
+		return
+	}
+	if f := s.fetches[value]; f != nil {
+		f.cancel()
+		delete(s.fetches, value)
+	}
 	objs, _ := s.idx.ByIndex(index, value)
 	for _, o := range objs {
 		_ = s.idx.Delete(o)

@@ -95,7 +95,7 @@ func TestObjectStoreFetch(t *testing.T) {
 
 	// Unexported: its slices go; a later event of one is not held.
 	exported["db"] = false
-	s.dropIndexed("", "") // an unknown index drops nothing
+	s.dropUnless("", "", func() bool { return false }) // an unknown index drops nothing
 	_ = s.Update(rawSlice("db-1", "db", "10"))
 	if got := keys(s); !slices.Equal(got, []string{"default/web-1"}) {
 		t.Errorf("held %v after unexport", got)

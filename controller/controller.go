@@ -104,11 +104,11 @@ type Options struct {
 	LinksSynced func() bool
 	// Recorder records Events; nil records them through Client.
 	Recorder record.EventRecorder
-	// ServiceExports is the local cluster's client of the Multi-Cluster
-	// Services API. When set, a ServiceExport exports its Service
-	// (exports.go); nil leaves ServiceExports alone (the CRD is not
-	// installed).
-	ServiceExports mcsclient.Interface
+	// MCS is the local cluster's client of the Multi-Cluster Services
+	// API. When set, a ServiceExport exports its Service, and every
+	// Service the clusterset exports gets its ServiceImport here
+	// (mcsapi.go); nil leaves the API alone (its CRDs are not installed).
+	MCS mcsclient.Interface
 	// ServiceExportMode is the mode, labels.ModeGateway or ModeFlat, of a
 	// ServiceExport without the mcmirror.dev/mode annotation (default
 	// gateway).
@@ -141,7 +141,7 @@ type Controller struct {
 	// with a fixed EgressAddress.
 	egressSlices cache.SharedIndexInformer
 	// mcs is the Multi-Cluster Services API side (mcsapi.go); nil
-	// without Options.ServiceExports.
+	// without Options.MCS.
 	mcs *mcsAPI
 	// localSynced report whether the local informers' handlers, not only
 	// their stores, have seen the first lists.

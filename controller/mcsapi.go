@@ -45,15 +45,15 @@ func (m *mcsAPI) informers() []cache.SharedIndexInformer {
 	return append([]cache.SharedIndexInformer{m.exports, m.imports}, m.exportSlices...)
 }
 
-// newMCSAPI makes the MCS side when Options.ServiceExports is set.
+// newMCSAPI makes the MCS side when Options.MCS is set.
 func (c *Controller) newMCSAPI() error {
-	if c.opts.ServiceExports == nil {
+	if c.opts.MCS == nil {
 		return nil
 	}
 	m := &mcsAPI{
-		client:  c.opts.ServiceExports,
-		exports: mcsinformers.NewServiceExportInformer(c.opts.ServiceExports, metav1.NamespaceAll, resyncPeriod, cache.Indexers{}),
-		imports: mcsinformers.NewServiceImportInformer(c.opts.ServiceExports, metav1.NamespaceAll, resyncPeriod, cache.Indexers{}),
+		client:  c.opts.MCS,
+		exports: mcsinformers.NewServiceExportInformer(c.opts.MCS, metav1.NamespaceAll, resyncPeriod, cache.Indexers{}),
+		imports: mcsinformers.NewServiceImportInformer(c.opts.MCS, metav1.NamespaceAll, resyncPeriod, cache.Indexers{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseBackoff, maxBackoff),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcmirror-mcs"}),

@@ -40,14 +40,14 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
-// serviceExportsState says in the start-up log whether ServiceExports are
-// acted on, and if not, why.
-func serviceExportsState(enabled, served bool) string {
+// mcsState says in the start-up log whether the Multi-Cluster Services
+// API is acted on, and if not, why.
+func mcsState(enabled, served bool) string {
 	switch {
 	case !enabled:
-		return "off (--service-exports=false)"
+		return "off (--mcs-api=false)"
 	case !served:
-		return "off (the ServiceExport CRD is not installed; restart after installing it)"
+		return "off (the ServiceExport and ServiceImport CRDs are not installed; restart after installing them)"
 	}
 	return "on"
 }
@@ -112,7 +112,7 @@ func runController(args []string) int {
 		metricsAddr     = fs.String("metrics-addr", ":9154", "address of /metrics and /healthz (empty: off)")
 		apiQPS          = fs.Float64("kube-api-qps", 50, "queries per second to the local API server (client-side limit)")
 		apiBurst        = fs.Int("kube-api-burst", 100, "burst of queries to the local API server")
-		serviceExports  = fs.Bool("service-exports", true, "export the Services that a ServiceExport (multicluster.x-k8s.io) names, when its CRD is installed")
+		mcsAPI          = fs.Bool("mcs-api", true, "act on the Multi-Cluster Services API (multicluster.x-k8s.io: export by ServiceExport, import as ServiceImport) when its CRDs are installed")
 		seMode          = fs.String("service-export-mode", labels.ModeGateway, "mode of a ServiceExport without the "+labels.ModeLabel+" annotation: gateway or flat")
 	)
 	fs.Var(&links, "link", "NAME=KUBECONFIG[:CONTEXT]: link a cluster (repeatable)")
@@ -294,8 +294,8 @@ func runController(args []string) int {
 		return 1
 	}
 	var exportsClient mcsclient.Interface
-	if *serviceExports {
-		served, err := mcs.ServiceExportsServed(client.Discovery())
+	if *mcsAPI {
+		served, err := mcs.Served(client.Discovery())
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "coredns-mc controller: %v\n", err)
 			return 1
@@ -330,7 +330,7 @@ func runController(args []string) int {
 			HeadlessGrace:    *headlessGrace,
 			Workers:          *workers,
 
-			ServiceExports:    exportsClient,
+			MCS:               exportsClient,
 			ServiceExportMode: *seMode,
 		}
 		if secretsNS != "" {
@@ -366,7 +366,7 @@ func runController(args []string) int {
 		}
 		logger.Info("Starting", "cluster", *cluster, "links", len(links), "linkSecrets", *linkSecrets, "allowInsecureKubeconfig", allow.String(),
 			"egress", egressFrom, "egressPorts", ports.String(), "exportSelector", sel.String(),
-			"serviceExports", serviceExportsState(*serviceExports, exportsClient != nil), "serviceExportMode", *seMode)
+			"mcsAPI", mcsState(*mcsAPI, exportsClient != nil), "serviceExportMode", *seMode)
 		return ctrl.Run(ctx)
 	}
 

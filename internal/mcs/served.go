@@ -8,10 +8,10 @@ import (
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 )
 
-// ServiceExportsServed reports whether the cluster serves the
-// ServiceExport resource of the version mcmirror uses: whether the CRD is
-// installed.
-func ServiceExportsServed(dc discovery.ServerResourcesInterface) (bool, error) {
+// Served reports whether the cluster serves the ServiceExport and
+// ServiceImport resources of the version mcmirror uses: whether the CRDs
+// are installed.
+func Served(dc discovery.ServerResourcesInterface) (bool, error) {
 	gv := mcsv1alpha1.SchemeGroupVersion.String()
 	list, err := dc.ServerResourcesForGroupVersion(gv)
 	switch {
@@ -20,10 +20,11 @@ func ServiceExportsServed(dc discovery.ServerResourcesInterface) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("discovering %s: %w", gv, err)
 	}
+	found := 0
 	for _, r := range list.APIResources {
-		if r.Name == "serviceexports" {
-			return true, nil
+		if r.Name == "serviceexports" || r.Name == "serviceimports" {
+			found++
 		}
 	}
-	return false, nil
+	return found == 2, nil
 }

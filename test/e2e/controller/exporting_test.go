@@ -40,8 +40,7 @@ func startExporter(t *testing.T, name, other string, extra ...string) (*harness.
 	return env.StartProcess(t, name+"/controller", nil, args...), metrics
 }
 
-func mcsClient(t *testing.T, cluster string) mcsclient.Interface {
-	t.Helper()
+func mcsClient(t require.TestingT, cluster string) mcsclient.Interface {
 	c, err := mcsclient.NewForConfig(env.Cluster(cluster).Config)
 	require.NoError(t, err)
 	return c

@@ -53,8 +53,18 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 		assert.Equal(c, want, names(m))
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)
-	// Converged: each key has had a sync that wrote nothing.
+	// Converged: each key has had a sync that wrote nothing, and each
+	// export has its ServiceImport, derived Service and west's slice,
+	// with an endpoint for each pod or the egress.
 	waitSynced(t, p, 0, keys...)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for name, eps := range map[string]int{"db": 2, "dns": 1, "plain": 1} {
+			imp, ok := readImport(c, ns, name)
+			if assert.True(c, ok, "import of %s", name) {
+				assert.Len(c, imp.slices["west"].Endpoints, eps, "import slice of %s", name)
+			}
+		}
+	}, wait, tick)
 
 	// From here on, watch every change to the namespace's Services and
 	// EndpointSlices in east.

@@ -1,0 +1,200 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+)
+
+// imported is what east has of the import of ns/name: the ServiceImport,
+// its derived Service and the derived Service's slices by source cluster.
+type imported struct {
+	si      *mcsv1alpha1.ServiceImport
+	derived *corev1.Service
+	slices  map[string]discoveryv1.EndpointSlice
+}
+
+func readImport(c *assert.CollectT, ns, name string) (imported, bool) {
+	ctx := context.Background()
+	east := env.Cluster("east")
+	var out imported
+	si, err := mcsClient(c, "east").MulticlusterV1alpha1().ServiceImports(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return out, false
+	}
+	require.NoError(c, err)
+	out.si = si
+	out.derived, err = east.Client.CoreV1().Services(ns).Get(ctx, controller.DerivedName(ns, name), metav1.GetOptions{})
+	require.NoError(c, err)
+	list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: mcsv1alpha1.LabelServiceName + "=" + name})
+	require.NoError(c, err)
+	out.slices = map[string]discoveryv1.EndpointSlice{}
+	for _, es := range list.Items {
+		out.slices[es.Labels[mcsv1alpha1.LabelSourceCluster]] = es
+	}
+	return out, true
+}
+
+// endpointsOf renders a slice as "addr:port" for each ready endpoint and
+// port name, sorted.
+func endpointsOf(es discoveryv1.EndpointSlice) []string {
+	var out []string
+	for _, ep := range es.Endpoints {
+		for _, p := range es.Ports {
+			out = append(out, fmt.Sprintf("%s %s:%d", ptr.Deref(p.Name, ""), ep.Addresses[0], ptr.Deref(p.Port, 0)))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Every Service the clusterset exports gets, in east, a ServiceImport, a
+// derived Service whose ClusterIP is the ClusterSetIP, and an
+// EndpointSlice per exporting cluster: west's through its mirror (the
+// gateway egress), east's own endpoints directly. Port changes, and
+// unexports, follow; the last unexport deletes it all.
+func TestServiceImportLifecycle(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-mcs-import"
+	namespace(t, ns, "east", "west")
+	east, west := env.Cluster("east"), env.Cluster("west")
+	p := startController(t, "controller")
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		m, err := mirrors(ctx, ns)
+		require.NoError(c, err)
+		mirror, ok := m["api-west"]
+		require.True(c, ok, "mirror api-west")
+		port, ok := labels.ParseEgressPorts(mirror.Annotations[controller.EgressPorts])["80/TCP"]
+		require.True(c, ok)
+		imp, ok := readImport(c, ns, "api")
+		require.True(c, ok, "ServiceImport api")
+		assert.Equal(c, mcsv1alpha1.ClusterSetIP, imp.si.Spec.Type)
+		assert.Equal(c, []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, imp.si.Spec.Ports)
+		assert.NotEmpty(c, imp.derived.Spec.ClusterIPs)
+		assert.Equal(c, imp.derived.Spec.ClusterIPs, imp.si.Spec.IPs, "the ClusterSetIP is the derived Service's ClusterIP")
+		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}}, imp.si.Status.Clusters)
+		assert.Equal(c, "api", imp.derived.Labels[controller.ServiceImportLabel])
+		assert.Equal(c, "api", imp.derived.Labels[mcsv1alpha1.LabelServiceName])
+		assert.Nil(c, imp.derived.Spec.Selector)
+		require.Contains(c, imp.slices, "west")
+		assert.Equal(c, []string{fmt.Sprintf("http %s:%d", egress, port)}, endpointsOf(imp.slices["west"]), "west through the egress")
+		assert.Equal(c, controller.EndpointSliceManagedBy, imp.slices["west"].Labels[discoveryv1.LabelManagedBy])
+		assert.Equal(c, imp.derived.Name, imp.slices["west"].Labels[discoveryv1.LabelServiceName])
+	}, wait, tick)
+
+	// East exports its own api: its endpoints join, directly. East runs no
+	// EndpointSlice controller, so the test writes the slice it would,
+	// with the Service's labels copied.
+	require.NoError(t, east.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
+	_, err := east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "api-local", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "api", labels.Exported: labels.ExportGateway,
+			discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.200.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(8080))}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		imp, ok := readImport(c, ns, "api")
+		require.True(c, ok)
+		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}, imp.si.Status.Clusters, "the oldest export first")
+		assert.Equal(c, []string{"http 10.200.0.1:8080"}, endpointsOf(imp.slices["east"]), "east's own endpoints")
+		assert.Len(c, imp.slices, 2)
+	}, wait, tick)
+	derivedUID := func() types.UID {
+		d, err := east.Client.CoreV1().Services(ns).Get(ctx, controller.DerivedName(ns, "api"), metav1.GetOptions{})
+		require.NoError(t, err)
+		return d.UID
+	}
+	uid := derivedUID()
+
+	// West adds a port: the import has the union, west's slice both.
+	_, err = west.Client.CoreV1().Services(ns).Patch(ctx, "api", types.StrategicMergePatchType,
+		[]byte(`{"spec":{"ports":[{"name":"http","port":80},{"name":"grpc","port":9090}]}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		imp, ok := readImport(c, ns, "api")
+		require.True(c, ok)
+		assert.ElementsMatch(c, []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}, {Name: "grpc", Protocol: corev1.ProtocolTCP, Port: 9090}}, imp.si.Spec.Ports)
+		assert.Len(c, imp.derived.Spec.Ports, 2)
+		assert.Len(c, endpointsOf(imp.slices["west"]), 2)
+		assert.Equal(c, []string{"http 10.200.0.1:8080"}, endpointsOf(imp.slices["east"]))
+	}, wait, tick)
+	assert.Equal(t, uid, derivedUID(), "the derived Service is updated in place: its ClusterSetIP stays")
+
+	// West unexports: its slice goes, east's stays.
+	require.NoError(t, west.LabelService(ctx, ns, "api", labels.Exported, ""))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		imp, ok := readImport(c, ns, "api")
+		require.True(c, ok)
+		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "east"}}, imp.si.Status.Clusters)
+		assert.NotContains(c, imp.slices, "west")
+		assert.Contains(c, imp.slices, "east")
+	}, wait, tick)
+
+	// The last export goes: so does everything.
+	require.NoError(t, east.LabelService(ctx, ns, "api", labels.Exported, ""))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, ok := readImport(c, ns, "api")
+		assert.False(c, ok, "ServiceImport deleted")
+		_, err := east.Client.CoreV1().Services(ns).Get(ctx, controller.DerivedName(ns, "api"), metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(err), "derived Service deleted: %v", err)
+		list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: mcsv1alpha1.LabelServiceName})
+		require.NoError(c, err)
+		assert.Empty(c, list.Items, "slices deleted")
+	}, wait, tick)
+	requireAlive(t, p)
+}
+
+// A headless Service exported in flat mode by paris is imported as
+// Headless: the derived Service has no ClusterIP, and paris's slice holds
+// its pods' addresses under their hostnames.
+func TestServiceImportHeadlessFlat(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-mcs-headless"
+	namespace(t, ns, "east", "paris")
+	paris := env.Cluster("paris")
+	startController(t, "controller")
+	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "db", 2, labels.ExportFlat)))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pods, err := paris.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(c, err)
+		want := map[string]string{}
+		for _, p := range pods.Items {
+			if p.Status.PodIP != "" {
+				want[p.Name] = p.Status.PodIP
+			}
+		}
+		require.Len(c, want, 2)
+		imp, ok := readImport(c, ns, "db")
+		require.True(c, ok)
+		assert.Equal(c, mcsv1alpha1.Headless, imp.si.Spec.Type)
+		assert.Empty(c, imp.si.Spec.IPs)
+		assert.Equal(c, corev1.ClusterIPNone, imp.derived.Spec.ClusterIP)
+		got := map[string]string{}
+		for _, ep := range imp.slices["paris"].Endpoints {
+			got[ptr.Deref(ep.Hostname, "")] = ep.Addresses[0]
+		}
+		assert.Equal(c, want, got, "paris's pods by hostname")
+	}, wait, tick)
+}

@@ -2,6 +2,7 @@ package walkthrough_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,13 +37,28 @@ func startFleet(t *testing.T) *harness.Fleet {
 	east := env.Cluster("east")
 	for _, c := range env.Clusters() {
 		for _, m := range []mode{gatewayMode, flatMode} {
-			require.NoError(t, c.Apply(ctx, harness.Namespace(m.ns)+nginx(m, replicas)))
+			require.NoError(t, c.Apply(ctx, harness.Namespace(m.ns)+nginx(m, replicas)+web(m)))
 		}
 	}
 	require.NoError(t, east.Apply(ctx, harness.ClientPod("default", "client")))
 	f, err := env.LaunchFleet(ctx, harness.FleetOptions{Local: "east", Remotes: remotes})
 	require.NoError(t, err)
 	return f
+}
+
+// web is a ClusterIP Service in front of nginx-set's pods, exported in
+// mode m: every cluster's web makes one ServiceImport, whose ClusterSetIP
+// reaches them all.
+func web(m mode) string {
+	return fmt.Sprintf(`
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: %s, labels: {%s: %q}}
+spec:
+  selector: {app: nginx-svc}
+  ports: [{name: http, port: 80}]
+`, m.ns, labels.Exported, m.export)
 }
 
 // nginx is the walkthrough's StatefulSet for mode m: nginx-set behind

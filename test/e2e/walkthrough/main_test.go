@@ -18,9 +18,9 @@ import (
 )
 
 var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
-	{Name: "east", DataPlane: true},
-	{Name: "west", DataPlane: true},
-	{Name: "paris", DataPlane: true},
+	{Name: "east", DataPlane: true, MCS: true},
+	{Name: "west", DataPlane: true, MCS: true},
+	{Name: "paris", DataPlane: true, MCS: true},
 }})
 
 func TestMain(m *testing.M) { os.Exit(env.Run(m)) }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -67,6 +68,18 @@ func TestWalkthrough(t *testing.T) {
 					want = append(want, harness.Identity("west", m.ns, fmt.Sprintf("nginx-set-%d", i)))
 				}
 				assert.ElementsMatch(t, want, keys(seen), "30 requests to nginx-svc-west reach every west pod, and only them: %v", seen)
+			})
+			t.Run("the ClusterSetIP reaches the pods of every cluster, the local one included", func(t *testing.T) {
+				ip := clusterSetIP(t, m.ns, "web")
+				seen := map[string]int{}
+				for i := 0; i < 300 && len(seen) < 3; i++ {
+					out, err := curl(t.Context(), "http://"+ip+"/")
+					require.NoError(t, err)
+					c, _, ok := strings.Cut(strings.TrimPrefix(out, "hello from "), "/")
+					require.True(t, ok, "answer %q", out)
+					seen[c]++
+				}
+				assert.ElementsMatch(t, []string{"east", "west", "paris"}, keys(seen), "requests to the ClusterSetIP %s of web reach every cluster: %v", ip, seen)
 			})
 			t.Run("the peer finder connects to all nine peers", func(t *testing.T) {
 				peers := findPeers(t, m)
@@ -143,6 +156,23 @@ func TestWalkthrough(t *testing.T) {
 			})
 		})
 	}
+}
+
+// clusterSetIP waits for east's ServiceImport of ns/name and returns its
+// ClusterSetIP.
+func clusterSetIP(t *testing.T, ns, name string) string {
+	t.Helper()
+	client, err := mcsclient.NewForConfig(env.Cluster("east").Config)
+	require.NoError(t, err)
+	var ip string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		si, err := client.MulticlusterV1alpha1().ServiceImports(ns).Get(t.Context(), name, metav1.GetOptions{})
+		require.NoError(c, err)
+		require.NotEmpty(c, si.Spec.IPs)
+		assert.Len(c, si.Status.Clusters, 3, "every cluster exports %s", name)
+		ip = si.Spec.IPs[0]
+	}, wait, tick, "east's ServiceImport %s/%s", ns, name)
+	return ip
 }
 
 // alive fails t unless every process of the fleet and of the environment

@@ -224,4 +224,17 @@ func TestServerAcceptsRendering(t *testing.T) {
 		"job.batch/mcmirror-dns-apply", "validatingadmissionpolicy.admissionregistration.k8s.io/mcmirror-mirror-metadata"} {
 		assert.Contains(t, applied, want+" created (server dry run)")
 	}
+
+	// Forward mode: its own DNS Deployment and Service.
+	out, err = helm(t, "", "template", "mcmirror", chartDir(), "--namespace", "accept",
+		"--set", "cluster=west", "--set", "linkNamespace=accept-links", "--set", "gateway.allowClusters={east}",
+		"--set", "dns.mode=forward")
+	require.NoError(t, err, out)
+	require.NoError(t, os.WriteFile(f, []byte(out), 0o644))
+	applied, err = east.Kubectl(ctx, "apply", "--dry-run=server", "-f", f)
+	require.NoError(t, err, "%s", applied)
+	for _, want := range []string{"deployment.apps/mcmirror-dns", "service/mcmirror-dns", "configmap/mcmirror-dns"} {
+		assert.Contains(t, applied, want+" created (server dry run)")
+	}
+	assert.NotContains(t, applied, "mcmirror-dns-apply")
 }

@@ -273,6 +273,32 @@ func TestRenderFlatMode(t *testing.T) {
 	assert.NotContains(t, r.corefile(t), "gateway_health", "flat mode has no gateway to ask")
 }
 
+// Forward mode leaves the cluster DNS alone (nothing in kube-system, no
+// patch Job) and runs mcmirror-dns, unprivileged, serving clusterset.local
+// behind a Service on port 53, at the fixed ClusterIP when one is given.
+func TestRenderForwardMode(t *testing.T) {
+	r := render(t, "--set", "cluster=east", "--set", "gateway.allowClusters={west}",
+		"--set", "dns.mode=forward", "--set", "dns.forward.clusterIP=10.96.0.53")
+	for k := range r {
+		assert.NotContains(t, k, "kube-system", "%s rendered in forward mode", k)
+	}
+	assert.False(t, r.has("Job", "mcmirror", "mcmirror-dns-apply"))
+	d := r.deployment(t, "mcmirror-dns")
+	assert.Equal(t, "mcmirror-dns", d.Spec.Template.Spec.ServiceAccountName)
+	assert.True(t, *d.Spec.Template.Spec.SecurityContext.RunAsNonRoot)
+	u, ok := r[key("ConfigMap", "mcmirror", "mcmirror-dns")]
+	require.True(t, ok, "%v", r.kinds())
+	corefile, _, _ := unstructured.NestedString(u.Object, "data", "Corefile")
+	assert.Contains(t, corefile, "clusterset.local:1053 {")
+	assert.Contains(t, corefile, "clusterset\n")
+	svc, ok := r[key("Service", "mcmirror", "mcmirror-dns")]
+	require.True(t, ok)
+	ip, _, _ := unstructured.NestedString(svc.Object, "spec", "clusterIP")
+	assert.Equal(t, "10.96.0.53", ip)
+	assert.True(t, r.has("ClusterRoleBinding", "", "mcmirror-dns"))
+	assert.True(t, r.has("RoleBinding", "mcmirror-links", "mcmirror-dns-link-secrets"))
+}
+
 // A cluster that is only linked to (it mirrors nothing itself): the link
 // ServiceAccount and the gateway, no controller, no DNS change, and no
 // link namespace.
@@ -363,6 +389,8 @@ func TestBadValuesRefused(t *testing.T) {
 		{[]string{"cluster=east", "gateway.allowClusters={west}", "gateway.service.type=External"}, "type"},
 		{[]string{"cluster=east", "gateway.allowClusters={west}", "controller.enabled=false"}, "admissionPolicy.enabled needs controller.enabled"},
 		{[]string{"cluster=east", "gateway.allowClusters={west}", "dns.gatewayHealth=ftp://x"}, "gatewayHealth"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "dns.mode=proxy"}, "dns/mode"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "dns.forward.clusterIP=dns.example"}, "clusterIP"},
 	} {
 		var args []string
 		for _, s := range c.set {

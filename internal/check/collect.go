@@ -416,10 +416,11 @@ func (c *collector) review(ctx context.Context, f *RBACFacts) {
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + f.Namespace, "system:authenticated"}
 	for i := range f.Access {
 		n := f.Access[i].Need
+		resource, sub, _ := strings.Cut(n.Resource, "/")
 		r, err := c.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups,
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Verb: n.Verb, Group: n.Group, Resource: n.Resource, Namespace: n.Namespace, Name: n.Name}},
+					Verb: n.Verb, Group: n.Group, Resource: resource, Subresource: sub, Namespace: n.Namespace, Name: n.Name}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			f.Access[i].Err = describe(err)

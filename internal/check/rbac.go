@@ -44,9 +44,16 @@ func needs(group, resource, ns string, verbs ...string) []Need {
 // namespace ns.
 func ControllerNeeds(c ControllerConfig) []Need {
 	var out []Need
-	out = append(out, needs("", "services", "", "list", "watch", "create", "update", "delete")...)
+	out = append(out, needs("", "services", "", "list", "watch", "create", "update", "patch", "delete")...)
 	out = append(out, needs("discovery.k8s.io", "endpointslices", "", "get", "list", "watch", "create", "update", "delete")...)
 	out = append(out, needs("", "namespaces", "", "list", "watch")...)
+	// The Multi-Cluster Services API (controller/mcsapi.go), and the
+	// cluster ID read at start.
+	out = append(out, needs("multicluster.x-k8s.io", "serviceexports", "", "list", "watch")...)
+	out = append(out, needs("multicluster.x-k8s.io", "serviceexports/status", "", "update")...)
+	out = append(out, needs("multicluster.x-k8s.io", "serviceimports", "", "list", "watch", "create", "update", "delete")...)
+	out = append(out, needs("multicluster.x-k8s.io", "serviceimports/status", "", "update")...)
+	out = append(out, Need{Verb: "get", Group: "about.k8s.io", Resource: "clusterproperties", Name: "cluster.clusterset.k8s.io"})
 	if c.CreateNamespaces {
 		out = append(out, Need{Verb: "create", Resource: "namespaces"})
 	}

@@ -7,8 +7,19 @@
 # what it is built from, and the script prints its path. A second run with
 # nothing changed only computes the key. test/e2e/stockcoredns runs it.
 #
+# With --plain it builds CoreDNS as its own release is, without mcmirror:
+# the stand-in for the upstream image that forwards clusterset.local to
+# coredns-mc in the chart's forward mode.
+#
+#   coredns-stock.sh [--plain]
 #   MCMIRROR_CACHE   cache root (default: ${XDG_CACHE_HOME:-~/.cache}/mcmirror)
 set -euo pipefail
+plain=false
+case ${1:-} in
+--plain) plain=true ;;
+"") ;;
+*) echo "coredns-stock.sh: unknown argument $1" >&2; exit 2 ;;
+esac
 
 self=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)/$(basename "${BASH_SOURCE[0]}")
 root=$(cd "$(dirname "$self")/../.." && pwd -P)
@@ -57,7 +68,11 @@ key() {
 {{end}}{{end}}{{end}}' ./plugin/mcmirror | sed "s|^$root/||" | LC_ALL=C sort | xargs -r sha256sum --
 	} | sha256sum | cut -c1-12
 }
-out=$cache/coredns-stock-$version-$(key)
+if $plain; then
+	out=$cache/coredns-plain-$version-$(go version | sha256sum | cut -c1-12)
+else
+	out=$cache/coredns-stock-$version-$(key)
+fi
 
 # One lock for these builds: concurrent runs wait for the first instead of
 # repeating it, and the source directory below is theirs one at a time.
@@ -65,7 +80,7 @@ exec 9>"$cache/.coredns-stock.lock"
 flock 9
 
 if [[ ! -x $out/coredns ]]; then
-	log "building CoreDNS $version with mcmirror into $out (once per change of the plugin; minutes)"
+	log "building CoreDNS $version $($plain && echo without || echo with) mcmirror into $out (once per change of the plugin; minutes)"
 	start=$SECONDS
 	# The copy is made at the same path every time: the Go build cache keys
 	# a package of the main module by its directory, so CoreDNS's packages
@@ -77,6 +92,19 @@ if [[ ! -x $out/coredns ]]; then
 	cp -R "$src" "$work"
 	chmod -R u+w "$work"
 	cd "$work"
+
+	if $plain; then
+		tmp=$(mktemp -d "$cache/.coredns-stock.XXXXXX")
+		go build -buildvcs=false "${buildflags[@]}" -o "$tmp/coredns" . >&2 || {
+			rm -rf "$tmp"
+			exit 1
+		}
+		rm -rf "$out"
+		mv -T "$tmp" "$out"
+		log "built plain CoreDNS in $((SECONDS - start)) s"
+		echo "$out/coredns"
+		exit 0
+	fi
 
 	if [[ $(grep -cx "$before" plugin.cfg) != 1 ]]; then
 		log "plugin.cfg of CoreDNS $version has no line '$before' (or several): mcmirror goes right before it; see where kubernetes went"

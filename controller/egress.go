@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -74,11 +75,12 @@ func endpointAddressAllowed(a netip.Addr) bool {
 // EgressAddresses computes, from the EndpointSlices of the egress Service
 // ns/svc, the addresses the mirrors' egress EndpointSlices list: every
 // ready address (Ready unset counts as ready, as the API says),
-// deduplicated and sorted, of one family: IPv4 when any ready address is
-// IPv4 (a dual-stack Service included), else IPv6. Slices of other
-// Services, FQDN slices and addresses the API server refuses as endpoints
-// are skipped; at most 1000 addresses (one EndpointSlice) are returned.
-// None means the Service has no ready address.
+// deduplicated and sorted (IPv4 before IPv6), of both families: a
+// dual-stack gateway gives each mirror an EndpointSlice per family
+// (slices.go). Slices of other Services, FQDN slices and addresses the API
+// server refuses as endpoints are skipped; at most 1000 addresses of each
+// family (one EndpointSlice) are returned. None means the Service has no
+// ready address.
 func EgressAddresses(ns, svc string, eps []*discoveryv1.EndpointSlice) []netip.Addr {
 	var cands []netip.Addr
 	for _, es := range eps {
@@ -122,21 +124,41 @@ func appendAddresses(out []netip.Addr, addrs []string) []netip.Addr {
 	return out
 }
 
-// pickAddresses keeps the allowed addresses of one family (IPv4 if any),
-// sorted, without duplicates, at most maxEgressAddresses.
+// pickAddresses keeps the allowed addresses, sorted (IPv4 first), without
+// duplicates, at most maxEgressAddresses of each family.
 func pickAddresses(cands []netip.Addr) []netip.Addr {
 	cands = slices.DeleteFunc(cands, func(a netip.Addr) bool { return !endpointAddressAllowed(a) || a.Zone() != "" })
-	v4 := slices.ContainsFunc(cands, netip.Addr.Is4)
-	cands = slices.DeleteFunc(cands, func(a netip.Addr) bool { return a.Is4() != v4 })
 	slices.SortFunc(cands, netip.Addr.Compare)
 	cands = slices.Compact(cands)
-	if len(cands) > maxEgressAddresses {
-		cands = cands[:maxEgressAddresses]
+	var out []netip.Addr
+	for _, at := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
+		of := addressesOf(cands, at)
+		out = append(out, of[:min(len(of), maxEgressAddresses)]...)
 	}
-	if len(cands) == 0 {
-		return nil
+	return out
+}
+
+// addressesOf returns the addresses of addrs of address type at, in order.
+func addressesOf(addrs []netip.Addr, at discoveryv1.AddressType) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if addressType(a) == at {
+			out = append(out, a)
+		}
 	}
-	return cands
+	return out
+}
+
+// egressFamilies lists the IP families of the egress addresses, IPv4
+// first: the families an egress mirror may have (plan.go).
+func egressFamilies(addrs []netip.Addr) []corev1.IPFamily {
+	var out []corev1.IPFamily
+	for _, at := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
+		if slices.ContainsFunc(addrs, func(a netip.Addr) bool { return addressType(a) == at }) {
+			out = append(out, ipFamily(at))
+		}
+	}
+	return out
 }
 
 // isEgressSlice tells an egress EndpointSlice (endpoints at the gateway,
@@ -167,8 +189,9 @@ func egressEndpoints(addrs []netip.Addr, ready bool) []discoveryv1.Endpoint {
 	return eps
 }
 
-// egressAddressType is the address type of an egress EndpointSlice listing
-// addrs (IPv4 when it lists none).
+// egressAddressType is the address type of the egress EndpointSlice of a
+// mirror whose IP family is not known: that of the first of addrs (IPv4
+// first, and when there are none).
 func egressAddressType(addrs []netip.Addr) discoveryv1.AddressType {
 	if len(addrs) == 0 {
 		return discoveryv1.AddressTypeIPv4

@@ -52,7 +52,7 @@ func addrs(s ...string) []netip.Addr {
 	return out
 }
 
-// The pure rule: every ready address of the Service's slices, one family,
+// The pure rule: every ready address of the Service's slices, both families,
 // sorted, once each.
 func TestEgressAddresses(t *testing.T) {
 	v4, v6 := discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6
@@ -78,9 +78,9 @@ func TestEgressAddresses(t *testing.T) {
 			gatewaySlice("a", v4, "10.0.0.1"), other, elsewhere,
 		}, addrs("10.0.0.1")},
 		{"no ready address", []*discoveryv1.EndpointSlice{gatewaySlice("a", v4, "10.0.0.1!")}, nil},
-		{"dual-stack: IPv4", []*discoveryv1.EndpointSlice{
+		{"dual-stack: both families, IPv4 first", []*discoveryv1.EndpointSlice{
 			gatewaySlice("v6", v6, "fd00::2", "fd00::1"), gatewaySlice("v4", v4, "10.0.0.1"),
-		}, addrs("10.0.0.1")},
+		}, addrs("10.0.0.1", "fd00::1", "fd00::2")},
 		{"IPv6 only", []*discoveryv1.EndpointSlice{gatewaySlice("v6", v6, "fd00::2", "fd00::1", "fd00::3!")}, addrs("fd00::1", "fd00::2")},
 		{"refused and unparseable addresses skipped", []*discoveryv1.EndpointSlice{
 			gatewaySlice("a", v4, "127.0.0.1", "169.254.0.1", "0.0.0.0", "224.0.0.1", "nonsense", "10.0.0.1"),

@@ -157,8 +157,8 @@ func splitKey(key string) (cluster, ns, name string, err error) {
 // Service <remote-service>-<cluster>, or <remote-hostname>-<cluster> for a
 // per-pod mirror; an EndpointSlice of the controller's
 // endpointslice.kubernetes.io/managed-by, for a Service of that cluster,
-// named as that Service or <service>.<n>. Anything else is foreign, and
-// left alone.
+// named as that Service, <service>.<n> or <service>.ipv4/.ipv6. Anything
+// else is foreign, and left alone.
 func ownedKey(m metav1.Object) (string, bool) {
 	l := m.GetLabels()
 	if l[ManagedBy] != ManagedByValue || l[labels.ClusterName] == "" || l[RemoteService] == "" {
@@ -182,9 +182,11 @@ func ownedKey(m metav1.Object) (string, bool) {
 }
 
 // ownSliceName reports whether name is one the controller gives an
-// EndpointSlice of Service svc: svc itself, or svc.<n>.
+// EndpointSlice of Service svc: svc itself, svc.<n> (a headless mirror's
+// further slices), or svc.ipv4 or svc.ipv6 (a dual-stack mirror's slice
+// of its secondary family, familySliceName).
 func ownSliceName(name, svc string) bool {
-	if name == svc {
+	if name == svc || name == familySliceName(svc, discoveryv1.AddressTypeIPv4) || name == familySliceName(svc, discoveryv1.AddressTypeIPv6) {
 		return true
 	}
 	n, ok := strings.CutPrefix(name, svc+".")

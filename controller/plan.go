@@ -60,10 +60,10 @@ type planInput struct {
 	// taken returns the Service of namespace ns called name when it is
 	// not one of this key's (a foreign Service, or another key's mirror).
 	taken func(name string) *corev1.Service
-	// egressFamily is the IP family of the egress addresses: the family
-	// the ClusterIPs of egress mirrors must have for kube-proxy to use
-	// their EndpointSlices.
-	egressFamily corev1.IPFamily
+	// egressFamilies are the IP families of the egress addresses, IPv4
+	// first: the families the ClusterIPs of egress mirrors may have for
+	// kube-proxy to use their EndpointSlices (mirrorFamilies).
+	egressFamilies []corev1.IPFamily
 
 	now time.Time
 	// podGrace and missing: how long, and since when, a per-pod mirror
@@ -260,7 +260,8 @@ func (in planInput) remoteHosts() map[string]bool {
 
 // mirrorService returns a mirror Service named name with the remote
 // Service's ports; the EgressPorts annotation is added when ports are
-// allocated. An egress mirror's ClusterIP is of the egress family.
+// allocated. An egress mirror's ClusterIPs are of the families
+// mirrorFamilies gives.
 func (in planInput) mirrorService(name string, headless, egress bool) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
@@ -279,9 +280,14 @@ func (in planInput) mirrorService(name string, headless, egress bool) *corev1.Se
 	if headless {
 		svc.Spec.ClusterIP = corev1.ClusterIPNone
 	}
-	if egress && in.egressFamily != "" {
-		svc.Spec.IPFamilies = []corev1.IPFamily{in.egressFamily}
-		svc.Spec.IPFamilyPolicy = new(corev1.IPFamilyPolicySingleStack)
+	if egress {
+		if primary, dual := in.mirrorFamilies(in.owned[name]); primary != "" {
+			svc.Spec.IPFamilies = []corev1.IPFamily{primary}
+			svc.Spec.IPFamilyPolicy = new(corev1.IPFamilyPolicySingleStack)
+			if dual {
+				svc.Spec.IPFamilyPolicy = new(corev1.IPFamilyPolicyPreferDualStack)
+			}
+		}
 	}
 	for _, p := range in.remote.Spec.Ports {
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
@@ -293,6 +299,42 @@ func (in planInput) mirrorService(name string, headless, egress bool) *corev1.Se
 		})
 	}
 	return svc
+}
+
+// mirrorFamilies decides the IP families of an egress mirror (existing is
+// the mirror as it is, nil when there is none): its primary family, and
+// whether it is dual-stack. kube-proxy uses only the EndpointSlices of a
+// Service's own families, so every family of the mirror must be one the
+// egress has addresses in.
+//
+// The mirror is dual-stack when the remote Service has two families and
+// the egress addresses are of both: PreferDualStack, with the remote's
+// first family as primary. Only the primary is written (ipFamilies lists
+// it alone): the API server adds the other family in a dual-stack
+// cluster, in place on an update (SingleStack to PreferDualStack), and a
+// single-stack cluster keeps a single-stack mirror rather than refusing
+// it. Otherwise the mirror is SingleStack in the egress family, IPv4 when
+// the egress has both.
+//
+// The primary family of a Service is immutable: an existing mirror keeps
+// its own whenever the egress still has it, so that adding or dropping
+// the second family is an update, never a replacement (which would give
+// the name new addresses for the order alone). "" when the egress
+// addresses are not known yet: the cluster's default.
+func (in planInput) mirrorFamilies(existing *corev1.Service) (primary corev1.IPFamily, dual bool) {
+	eg := in.egressFamilies
+	if len(eg) == 0 {
+		return "", false
+	}
+	primary = eg[0]
+	dual = len(eg) == 2 && len(in.remote.Spec.IPFamilies) == 2
+	if dual && slices.Contains(eg, in.remote.Spec.IPFamilies[0]) {
+		primary = in.remote.Spec.IPFamilies[0]
+	}
+	if existing != nil && len(existing.Spec.IPFamilies) > 0 && slices.Contains(eg, existing.Spec.IPFamilies[0]) {
+		primary = existing.Spec.IPFamilies[0]
+	}
+	return primary, dual
 }
 
 // replaceReason says why an existing mirror cannot be updated into the

@@ -109,7 +109,7 @@ func TestPlanTakenNames(t *testing.T) {
 // ClusterIP to choose.
 func TestPlanEgressFamily(t *testing.T) {
 	in := planIn(exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0"))
-	in.egressFamily = corev1.IPv6Protocol
+	in.egressFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
 	p := planServices(in)
 	assert.Empty(t, p.wants[0].svc.Spec.IPFamilies)
 	assert.Equal(t, []corev1.IPFamily{corev1.IPv6Protocol}, p.wants[1].svc.Spec.IPFamilies)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 
@@ -50,7 +51,7 @@ func planSlices(in sliceInput) (map[string]*discoveryv1.EndpointSlice, map[strin
 		known[w.svc.Name] = true
 		switch {
 		case w.egress:
-			if es := in.egressSlice(live, w); es != nil {
+			for _, es := range in.egressSlices(live, w) {
 				desired[es.Name] = es
 			}
 		case in.plan.shape == shapeHeadless && w.svc.Name == in.plan.mirrorName:
@@ -95,25 +96,71 @@ func egressComplete(svc *corev1.Service) bool {
 	return len(svc.Spec.Ports) > 0
 }
 
-// egressSlice points svc's ports at their egress ports, on every egress
-// address (one endpoint each; none before any address is known).
-func (in sliceInput) egressSlice(svc *corev1.Service, w want) *discoveryv1.EndpointSlice {
+// egressSlices points svc's ports at their egress ports, on every egress
+// address of each IP family of svc as it is (kube-proxy uses a Service's
+// slices of its own families only): one EndpointSlice per family, one
+// endpoint per address. The primary family's slice is named as svc and
+// exists whatever the addresses (none before any is known); the
+// secondary's, <svc>.ipv6 or <svc>.ipv4 (familySliceName), only while the
+// egress has addresses of that family.
+func (in sliceInput) egressSlices(svc *corev1.Service, w want) []*discoveryv1.EndpointSlice {
 	allocated := parseEgressPorts(svc.Annotations[EgressPorts])
-	es := in.sliceFor(svc.Name, svc, egressAddressType(in.egress))
-	es.Endpoints = egressEndpoints(in.egress, w.host == "" || w.ready)
+	var ports []discoveryv1.EndpointPort
 	for _, p := range svc.Spec.Ports {
 		ep, ok := allocated[portKey(p.Port, string(p.Protocol))]
 		if !ok {
 			continue
 		}
-		es.Ports = append(es.Ports, discoveryv1.EndpointPort{
+		ports = append(ports, discoveryv1.EndpointPort{
 			Name: new(p.Name), Protocol: new(p.Protocol), Port: new(ep), AppProtocol: p.AppProtocol,
 		})
 	}
-	if len(es.Ports) == 0 {
+	if len(ports) == 0 {
 		return nil
 	}
-	return es
+	var out []*discoveryv1.EndpointSlice
+	for i, at := range in.sliceTypes(svc, w) {
+		addrs := addressesOf(in.egress, at)
+		name := svc.Name
+		if i > 0 {
+			if len(addrs) == 0 {
+				continue
+			}
+			name = familySliceName(svc.Name, at)
+		}
+		es := in.sliceFor(name, svc, at)
+		es.Endpoints = egressEndpoints(addrs, w.host == "" || w.ready)
+		es.Ports = slices.Clone(ports)
+		out = append(out, es)
+	}
+	return out
+}
+
+// sliceTypes are the address types of the egress slices of svc, primary
+// first: those of its IP families as the API server has them, else as
+// planned, else (the egress family not known when it was made) the
+// egress addresses' first.
+func (in sliceInput) sliceTypes(svc *corev1.Service, w want) []discoveryv1.AddressType {
+	fams := svc.Spec.IPFamilies
+	if len(fams) == 0 {
+		fams = w.svc.Spec.IPFamilies
+	}
+	if len(fams) == 0 {
+		return []discoveryv1.AddressType{egressAddressType(in.egress)}
+	}
+	var out []discoveryv1.AddressType
+	for _, f := range fams[:min(len(fams), 2)] {
+		out = append(out, addressTypeOf(f))
+	}
+	return out
+}
+
+// familySliceName is the name of the egress EndpointSlice of a dual-stack
+// mirror svc for its secondary family: <svc>.ipv4 or <svc>.ipv6, a name
+// neither a Service's (no dots) nor a headless mirror's second slice
+// (<svc>.<n>, digits) can have.
+func familySliceName(svc string, at discoveryv1.AddressType) string {
+	return svc + "." + strings.ToLower(string(at))
 }
 
 // headlessSlices lists, for the headless mirror svc, one endpoint per
@@ -257,6 +304,14 @@ func addressType(a netip.Addr) discoveryv1.AddressType {
 		return discoveryv1.AddressTypeIPv4
 	}
 	return discoveryv1.AddressTypeIPv6
+}
+
+// addressTypeOf is the address type of a Service IP family.
+func addressTypeOf(f corev1.IPFamily) discoveryv1.AddressType {
+	if f == corev1.IPv6Protocol {
+		return discoveryv1.AddressTypeIPv6
+	}
+	return discoveryv1.AddressTypeIPv4
 }
 
 // ipFamily is the Service IP family of an address type.

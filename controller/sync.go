@@ -147,9 +147,7 @@ func (s *syncer) run() error {
 		headlessGrace: c.opts.HeadlessGrace, hostlessSince: c.hostless[s.key],
 	}
 	c.mu.Unlock()
-	if len(s.egress) > 0 {
-		in.egressFamily = ipFamily(addressType(s.egress[0]))
-	}
+	in.egressFamilies = egressFamilies(s.egress)
 	p := planServices(in)
 	s.remember(p)
 	defer s.requeueIfAsked()
@@ -164,6 +162,7 @@ func (s *syncer) run() error {
 
 	// Step 2: writes. Services first: the headless mirror's
 	// EndpointSlices need the per-pod ClusterIPs.
+	s.applyFamilies(p.wants)
 	live := s.applyServices(p.wants)
 	desired, known := planSlices(sliceInput{cluster: s.cluster, ns: s.ns, name: s.name, plan: p, live: live,
 		owned: s.ownedSlices, egress: s.egress, maxEndpoints: c.maxEndpoints})
@@ -175,6 +174,34 @@ func (s *syncer) run() error {
 	s.collect(garbage(p, s.ownedServices, s.ownedSlices, desired, known))
 	s.releasePorts()
 	return errors.Join(s.errs...)
+}
+
+// applyFamilies updates, in place, the IP family policy of the existing
+// egress mirrors the plan gives another: SingleStack to PreferDualStack
+// (the API server adds the second family and its ClusterIP) or back (it
+// releases them). The primary family is never changed here: a mirror
+// whose primary family must change is replaced (replaceReason). It runs
+// before applyServices, which then sees the updated mirror; a failed
+// update leaves the mirror as it was, with the slices of its families.
+func (s *syncer) applyFamilies(wants []want) {
+	for _, w := range wants {
+		existing, desired := s.ownedServices[w.svc.Name], w.svc
+		if existing == nil || !w.egress || desired.Spec.IPFamilyPolicy == nil || replaceReason(existing, desired) != "" ||
+			existing.Spec.IPFamilyPolicy != nil && *existing.Spec.IPFamilyPolicy == *desired.Spec.IPFamilyPolicy {
+			continue
+		}
+		updated := existing.DeepCopy()
+		updated.Spec.IPFamilyPolicy = desired.Spec.IPFamilyPolicy
+		u, err := s.c.client.CoreV1().Services(s.ns).Update(s.ctx, updated, metav1.UpdateOptions{})
+		s.wrote("update", "services", desired.Name, err)
+		if err != nil {
+			continue
+		}
+		s.logger.V(2).Info("Changed the IP families of mirror", "service", klog.KObj(u),
+			"ipFamilyPolicy", *desired.Spec.IPFamilyPolicy, "ipFamilies", u.Spec.IPFamilies, "clusterIPs", u.Spec.ClusterIPs)
+		s.ownedServices[u.Name] = u
+		s.final.services[u.Name] = u
+	}
 }
 
 // taken returns the local Service called name in the key's namespace when

@@ -56,6 +56,9 @@ type Cluster struct {
 	Client kubernetes.Interface
 	// ServiceCIDR is the range ClusterIPs of this cluster come from.
 	ServiceCIDR netip.Prefix
+	// ServiceCIDRv6 is, in a cluster started with DualStack, the range
+	// its IPv6 ClusterIPs come from; the zero Prefix otherwise.
+	ServiceCIDRv6 netip.Prefix
 	// PodCIDR is the range KWOK gives this cluster's pods their IPs from.
 	PodCIDR netip.Prefix
 	// Workloads says whether kube-controller-manager and KWOK run here.
@@ -144,7 +147,7 @@ func (c *Cluster) startAPIServer(etcdURL string) error {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + e.saPub,
 		"--service-account-signing-key-file=" + e.saKey,
-		"--service-cluster-ip-range=" + c.ServiceCIDR.String(),
+		"--service-cluster-ip-range=" + c.serviceClusterIPRange(),
 		"--profiling=false",
 	}
 	if c.real == nil {

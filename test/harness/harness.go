@@ -112,6 +112,12 @@ type ClusterOptions struct {
 	// MCS installs the ServiceExport and ServiceImport CRDs of
 	// sigs.k8s.io/mcs-api (InstallMCSCRDs) once the API server is up.
 	MCS bool
+	// DualStack gives the API server an IPv6 service range beside the
+	// IPv4 one (Cluster.ServiceCIDRv6; IPv4 stays the primary family), so
+	// that Services may be dual-stack (dualstack.go). Pods stay IPv4
+	// (KWOK gives each one address); not with DataPlane or RealNode,
+	// whose networks are IPv4 only.
+	DualStack bool
 }
 
 // Env is a set of running clusters.
@@ -232,6 +238,9 @@ func (e *Env) Start(ctx context.Context) error {
 			ServiceCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(96 + i), 0, 0}), 16),
 			PodCIDR:     netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(200 + i), 0, 0}), 16),
 		}
+		if co.DualStack {
+			c.ServiceCIDRv6 = serviceCIDRv6(i)
+		}
 		c.Kubeconfig = filepath.Join(c.dir, "kubeconfig")
 		if err := os.MkdirAll(c.dir, 0o755); err != nil {
 			return err
@@ -291,6 +300,9 @@ func (e *Env) validate() error {
 			return fmt.Errorf("harness: cluster names must be unique and not empty: %q", c.Name)
 		}
 		seen[c.Name] = true
+		if c.DualStack && (c.DataPlane || c.RealNode) {
+			return fmt.Errorf("harness: cluster %s: DualStack is for API servers only, not with DataPlane or RealNode", c.Name)
+		}
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 // Package controller_test runs `coredns-mc controller` against real API
 // servers: east is the local cluster; west and paris run StatefulSets
-// (kube-controller-manager and KWOK) and export them.
+// (kube-controller-manager and KWOK) and export them. East and west are
+// dual-stack API servers (IPv4 primary), for dualstack_test.go: a Service
+// that asks for nothing stays single-stack IPv4, so the other tests see
+// what a single-stack cluster gives them.
 package controller_test
 
 import (
@@ -28,7 +31,8 @@ import (
 )
 
 var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
-	{Name: "east", MCS: true}, {Name: "west", Workloads: true, MCS: true}, {Name: "paris", Workloads: true, MCS: true},
+	{Name: "east", MCS: true, DualStack: true}, {Name: "west", Workloads: true, MCS: true, DualStack: true},
+	{Name: "paris", Workloads: true, MCS: true},
 }})
 
 func TestMain(m *testing.M) { os.Exit(env.Run(m)) }

@@ -16,6 +16,7 @@ import (
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 )
 
@@ -185,6 +186,9 @@ func (c *Controller) applyDerived(ctx context.Context, live *corev1.Service, p i
 	next.Spec.SessionAffinityConfig = p.derived.Spec.SessionAffinityConfig
 	next.Spec.InternalTrafficPolicy = p.derived.Spec.InternalTrafficPolicy
 	next.Spec.TrafficDistribution = p.derived.Spec.TrafficDistribution
+	if p.derived.Spec.IPFamilyPolicy != nil {
+		next.Spec.IPFamilyPolicy = p.derived.Spec.IPFamilyPolicy
+	}
 	if derivedEqual(live, next) {
 		return live, nil
 	}
@@ -208,7 +212,8 @@ func derivedEqual(live, next *corev1.Service) bool {
 			return false
 		}
 	}
-	return live.Spec.SessionAffinity == next.Spec.SessionAffinity
+	return live.Spec.SessionAffinity == next.Spec.SessionAffinity &&
+		ptr.Deref(live.Spec.IPFamilyPolicy, "") == ptr.Deref(next.Spec.IPFamilyPolicy, "")
 }
 
 // applyImportSlices makes the derived Service's EndpointSlices exactly

@@ -136,6 +136,10 @@ func planImport(in importInput) importPlan {
 	}
 	if headless {
 		p.derived.Spec.ClusterIP = corev1.ClusterIPNone
+	} else if len(p.spec.IPFamilies) > 1 {
+		// Both families where the cluster has both; one where it has
+		// one (the mirrors decide the same way).
+		p.derived.Spec.IPFamilyPolicy = new(corev1.IPFamilyPolicyPreferDualStack)
 	}
 	for _, port := range p.spec.Ports {
 		p.derived.Spec.Ports = append(p.derived.Spec.Ports, corev1.ServicePort{

@@ -113,10 +113,20 @@ func TestServiceImportLifecycle(t *testing.T) {
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(8080))}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	// The oldest export first, by the Services' creation (a second's
+	// resolution), then the lowest cluster ID.
+	order := []mcsv1alpha1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}
+	eastAPI, err := east.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
+	require.NoError(t, err)
+	westAPI, err := west.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
+	require.NoError(t, err)
+	if westAPI.CreationTimestamp.Before(&eastAPI.CreationTimestamp) {
+		order = []mcsv1alpha1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}
+	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		imp, ok := readImport(c, ns, "api")
 		require.True(c, ok)
-		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}, imp.si.Status.Clusters, "the oldest export first")
+		assert.Equal(c, order, imp.si.Status.Clusters, "the oldest export first")
 		assert.Equal(c, []string{"http 10.200.0.1:8080"}, endpointsOf(imp.slices["east"]), "east's own endpoints")
 		assert.Len(c, imp.slices, 2)
 	}, wait, tick)

@@ -589,9 +589,14 @@ func TestRBACRefuses(t *testing.T) {
 	const coord = "coordination.k8s.io"
 
 	var allowed []access
-	for _, v := range []string{"list", "watch", "create", "update", "delete"} {
+	for _, v := range []string{"list", "watch", "create", "update", "patch", "delete"} {
 		allowed = append(allowed, access{v, "", "services", "any-ns", ""})
 	}
+	const mcs = "multicluster.x-k8s.io"
+	allowed = append(allowed,
+		access{"list", mcs, "serviceexports", "any-ns", ""}, access{"watch", mcs, "serviceexports", "any-ns", ""},
+		access{"list", mcs, "serviceimports", "any-ns", ""}, access{"create", mcs, "serviceimports", "any-ns", ""},
+		access{"delete", mcs, "serviceimports", "any-ns", ""})
 	for _, v := range []string{"get", "list", "watch", "create", "update", "delete"} {
 		allowed = append(allowed, access{v, disc, "endpointslices", "any-ns", ""})
 	}
@@ -614,8 +619,9 @@ func TestRBACRefuses(t *testing.T) {
 		{"create", "", "secrets", links, ""},
 		{"create", "", "namespaces", "", ""},
 		{"delete", "", "namespaces", "", "default"},
-		{"patch", "", "services", "default", ""},
 		{"deletecollection", "", "services", "default", ""},
+		{"create", "multicluster.x-k8s.io", "serviceexports", "default", ""},
+		{"update", "multicluster.x-k8s.io", "serviceexports", "default", ""},
 		{"update", coord, "leases", "kube-system", "kube-controller-manager"},
 		{"update", coord, "leases", "mcmirror", "someone-else"},
 		{"delete", coord, "leases", "mcmirror", "mcmirror-controller"},

@@ -72,6 +72,17 @@ const (
 	// cluster can apply the specification's conflict precedence (oldest
 	// export wins) without reading ServiceExports.
 	ServiceExportCreated = "serviceexport." + Domain + "/created"
+
+	// ServiceImport names, on a derived Service (the local Service the
+	// controller keeps for a ServiceImport: its ClusterSetIPs, or
+	// headless), the ServiceImport and the exported Service it stands for,
+	// in the same namespace. The DNS plugin reads it for the
+	// clusterset.local names.
+	ServiceImport = Domain + "/service-import"
+
+	// DerivedSelector selects the derived Services: those the controller
+	// made (ManagedBy) for a ServiceImport.
+	DerivedSelector = ServiceImport + "," + ManagedBy + "=" + ManagedByValue
 )
 
 // EgressPortKey names one port of a Service in the EgressPorts annotation:

@@ -115,6 +115,13 @@ func (h *hit) addresses(v6 bool) []byte {
 	}
 	var v []byte
 	switch {
+	case h.r.kind == kindCS && !g.imp.headless:
+		v = g.imp.v4 // the ClusterSetIPs
+		if v6 {
+			v = g.imp.v6
+		}
+	case h.r.kind == kindCSPod && h.r.p < 0:
+		return nil // <cluster>.<svc>: no records of its own
 	case h.r.m < 0:
 		v = g.v4
 		if v6 {
@@ -274,6 +281,13 @@ type target struct {
 func (h *hit) eachTarget(f func(t target) bool) {
 	g := h.g
 	zi := int(h.r.zi)
+	switch {
+	case h.r.kind == kindCS && !g.imp.headless:
+		h.importTargets(f)
+		return
+	case h.r.kind == kindCSPod && h.r.p < 0:
+		return
+	}
 	lo, hi := 0, len(g.members)
 	if h.r.m >= 0 {
 		lo, hi = int(h.r.m), int(h.r.m)+1
@@ -285,6 +299,12 @@ func (h *hit) eachTarget(f func(t target) bool) {
 		}
 		m := g.members[i]
 		if len(m.pods) == 0 {
+			if h.r.kind == kindCS {
+				// A clusterset zone names pods only: a member without
+				// any (a ClusterIP export of a Headless import) has no
+				// name to be a target.
+				continue
+			}
 			t = target{name: m.names[zi], v4: m.v4, v6: m.v6, first: true}
 			for j := range m.ports {
 				if h.match(&m.ports[j], m.ports[:j]) {
@@ -435,10 +455,14 @@ func oneSRVReply(r *dns.Msg, name string, t target, ttl uint32, extra int) *dns.
 
 // ptrRR returns the PTR record of h, owned by name.
 func (h *hit) ptrRR(name string, ttl uint32, extra int) []dns.RR {
-	m := h.g.members[h.r.m]
-	target := m.names[0]
-	if h.r.p >= 0 {
-		target = m.podName(int(h.r.p), 0)
+	var target string
+	switch {
+	case h.r.m < 0: // a ClusterSetIP
+		target = h.g.imp.names[h.r.zi]
+	case h.r.p >= 0:
+		target = h.g.members[h.r.m].podName(int(h.r.p), 0)
+	default:
+		target = h.g.members[h.r.m].names[0]
 	}
 	rp := &struct {
 		ptr dns.PTR

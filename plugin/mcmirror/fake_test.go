@@ -14,6 +14,7 @@ type fakeSource struct {
 	services map[[3]string]*Service // cluster, ns, name
 	slices   map[[3]string][]*Slice // cluster, ns, service
 	mirrors  map[[2]string]*Mirror  // ns, name
+	derived  map[[2]string]*Derived // ns, import
 	synced   bool
 }
 
@@ -23,6 +24,7 @@ func newFakeSource(links ...string) *fakeSource {
 		services: map[[3]string]*Service{},
 		slices:   map[[3]string][]*Slice{},
 		mirrors:  map[[2]string]*Mirror{},
+		derived:  map[[2]string]*Derived{},
 		synced:   true,
 	}
 }
@@ -34,6 +36,9 @@ func (f *fakeSource) Service(c, ns, name string) *Service {
 func (f *fakeSource) Slices(c, ns, name string) []*Slice { return f.slices[[3]string{c, ns, name}] }
 func (f *fakeSource) Mirror(ns, name string) *Mirror     { return f.mirrors[[2]string{ns, name}] }
 func (f *fakeSource) HasSynced() bool                    { return f.synced }
+func (f *fakeSource) Derived(ns, name string) *Derived {
+	return f.derived[[2]string{ns, name}]
+}
 
 // keys returns every group the source holds objects of.
 func (f *fakeSource) keys() []groupKey {
@@ -53,6 +58,9 @@ func (f *fakeSource) keys() []groupKey {
 		if k, ok := mirrorGroup(m); ok {
 			add(k)
 		}
+	}
+	for k := range f.derived {
+		add(groupKey{k[0], k[1]})
 	}
 	return ks
 }
@@ -91,6 +99,21 @@ func (f *fakeSource) mirror(ns, name, cluster, headlessOf string, ips []string, 
 		ClusterIPs: ips,
 		Ports:      ports,
 	}
+}
+
+// imports adds the derived Service of import ns/name: ClusterSetIP with
+// ips, Headless without.
+func (f *fakeSource) imports(ns, name string, ips []string, ports ...Port) *Derived {
+	d := &Derived{
+		objMeta:    objMeta{Name: "derived-" + name, Namespace: ns},
+		Import:     name,
+		Managed:    true,
+		Headless:   len(ips) == 0,
+		ClusterIPs: ips,
+		Ports:      ports,
+	}
+	f.derived[[2]string{ns, name}] = d
+	return d
 }
 
 func ep(host, ip string, ready bool) Endpoint {

@@ -35,6 +35,9 @@ type group struct {
 	// first, then each member's: changed only under the index's lock,
 	// and read only under it.
 	lost []bool
+	// imp is what the clusterset zones answer of the Service: its
+	// derived Service's; nil without one (clusterset.go).
+	imp *imported
 }
 
 // member is one cluster's share of a group.
@@ -49,7 +52,9 @@ type member struct {
 	ptr bool
 	// names is the service-level name per forward zone:
 	// <svc>-<cluster>.<ns>.svc.<zone>, or <svc>.<ns>.svc.<zone> for the
-	// local cluster (the kubernetes plugin's name, a -global SRV target).
+	// local cluster (the kubernetes plugin's name, a -global SRV target);
+	// in a clusterset zone, <cluster>.<svc>.<ns>.svc.<zone>, for every
+	// cluster.
 	names []string
 	// v4 and v6 are every address, 4 and 16 octets each: the pods' in
 	// pod order when there are pods. A query sub-slices them, so an
@@ -338,6 +343,11 @@ func (x *index) buildMember(k groupKey, cluster string, s *Service, old *member)
 	m := &member{cluster: cluster, local: local, gateway: gateway, names: make([]string, len(x.zones))}
 	for zi, z := range x.zones {
 		m.names[zi] = rel + "." + z
+		if zi >= x.nMirror {
+			// A clusterset zone: <cluster>.<svc>.<ns>.svc.<zone>, the
+			// parent of the cluster's pods there (clusterset.go).
+			m.names[zi] = cluster + "." + k.svc + "." + k.ns + ".svc." + z
+		}
 		if !validName(m.names[zi]) {
 			m.bad++
 			noteInvalid(cluster, m.names[zi])

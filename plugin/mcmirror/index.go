@@ -24,6 +24,9 @@ type source interface {
 	Slices(cluster, ns, name string) []*Slice
 	// Mirror returns the local mirror Service ns/name, or nil.
 	Mirror(ns, name string) *Mirror
+	// Derived returns the local derived Service of the ServiceImport
+	// ns/name, or nil (always nil without clusterset zones).
+	Derived(ns, name string) *Derived
 	// HasSynced reports whether the first sync is done: the clusters were
 	// listed (or, for a linked one, had startup_timeout to be) and the
 	// index caught up with them. It stays true from then on.
@@ -38,11 +41,17 @@ const (
 	kindPod                     // <host>.<svc>-<cluster>.<ns>.svc.<zone>
 	kindGlobal                  // <svc>-global.<ns>.svc.<zone>
 	kindSRV                     // _<port>._<proto>.<any of the above>
-	kindPTR                     // reverse name of a mirror ClusterIP
+	kindPTR                     // reverse name of a mirror ClusterIP or of a ClusterSetIP
+	kindCS                      // <svc>.<ns>.svc.<clusterset zone>
+	// kindCSPod is <host>.<cluster>.<svc>.<ns>.svc.<clusterset zone> of a
+	// Headless import, and, as a ref without a pod (p < 0), the empty
+	// non-terminal <cluster>.<svc>.<ns>.svc.<clusterset zone> above it.
+	kindCSPod
+	kindCSZone // any other name of a clusterset zone: its apex, dns-version, svc, <ns>.svc
 	numKinds
 )
 
-var kindNames = [numKinds]string{"cluster", "pod", "global", "srv", "ptr"}
+var kindNames = [numKinds]string{"cluster", "pod", "global", "srv", "ptr", "clusterset", "clusterset-pod", "clusterset-zone"}
 
 func (k nameKind) String() string { return kindNames[k] }
 
@@ -75,10 +84,14 @@ type ref struct {
 // made from the group's compact data (answer.go).
 type index struct {
 	src   source
-	local string   // this cluster's name
-	zones []string // forward zones, lowercased; the first names PTR targets
-	ttl   uint32
-	ptr   bool // a reverse zone is served, so build PTR names
+	local string // this cluster's name
+	// zones are the forward zones, lowercased: mcmirror's (the first
+	// nMirror; the first of them names PTR targets), then the clusterset
+	// zones (clusterset.go), where mcmirror's names do not exist.
+	zones   []string
+	nMirror int
+	ttl     uint32
+	ptr     bool // a reverse zone is served, so build PTR names
 
 	mu    sync.RWMutex
 	names map[string]ref
@@ -88,6 +101,13 @@ type index struct {
 	// "a-b-c"); they are rebuilt when the owner lets go of it. A name is
 	// owned with everything below it: its pods and its SRV names.
 	losers map[string][]groupKey
+	// cs holds the names of the clusterset zones, and the PTR names of
+	// the ClusterSetIPs: no two groups make the same one (each name holds
+	// its namespace and Service as labels of their own), so none is
+	// contested. csNS counts the imports of each namespace, for the empty
+	// non-terminals <ns>.svc and svc of the clusterset zones.
+	cs   map[string]ref
+	csNS map[string]int
 	// counts of addresses and names, for the records metric.
 	counts recordCounts
 
@@ -124,14 +144,17 @@ func (c *recordCounts) add(g *group, sign int) {
 
 func newIndex(src source, local string, zones []string, ttl uint32, ptr bool) *index {
 	return &index{
-		src:    src,
-		local:  local,
-		zones:  zones,
-		ttl:    ttl,
-		ptr:    ptr,
-		names:  map[string]ref{},
-		slots:  map[groupKey]*slot{},
-		losers: map[string][]groupKey{},
+		src:     src,
+		local:   local,
+		zones:   zones,
+		nMirror: len(zones),
+		ttl:     ttl,
+		ptr:     ptr,
+		names:   map[string]ref{},
+		slots:   map[groupKey]*slot{},
+		losers:  map[string][]groupKey{},
+		cs:      map[string]ref{},
+		csNS:    map[string]int{},
 	}
 }
 
@@ -162,6 +185,9 @@ func (x *index) find(name string) (hit, bool) {
 	defer x.mu.RUnlock()
 	if len(name) == 0 || name[0] != '_' {
 		if r, ok := x.resolve(name); ok {
+			return hit{g: r.s.g, r: r}, true
+		}
+		if r, ok := x.cs[name]; ok && r.kind == kindPTR { // a ClusterSetIP's
 			return hit{g: r.s.g, r: r}, true
 		}
 		return hit{}, false
@@ -305,20 +331,34 @@ func (x *index) build(k groupKey, old *group, health *healthState) *group {
 		add(c, x.src.Service(c, k.ns, k.svc))
 	}
 	x.drops.note(k, dropped)
-	if len(g.members) == 0 {
-		return nil // nobody exports it: nothing is claimed
+	var d *Derived
+	if x.nMirror < len(x.zones) {
+		d = x.src.Derived(k.ns, k.svc)
+	}
+	if len(g.members) == 0 && d == nil {
+		return nil // nobody exports it, nor imports it: nothing is claimed
 	}
 	g.hidden = make([]bool, len(g.members))
 	for i, m := range g.members {
 		g.hidden[i] = health.hides(m)
 	}
 	g.global = make([]string, len(x.zones))
-	for zi, z := range x.zones {
+	for zi, z := range x.zones[:x.nMirror] {
+		if len(g.members) == 0 {
+			break // imported only: no -global name
+		}
 		if name := k.svc + "-" + labels.Global + "." + k.ns + ".svc." + z; validName(name) {
 			g.global[zi] = name
 		}
 	}
 	g.v4, g.v6 = globalAddrs(g)
+	if d != nil {
+		var was *imported
+		if old != nil {
+			was = old.imp
+		}
+		g.imp = x.buildImport(k, d, was)
+	}
 	return g
 }
 

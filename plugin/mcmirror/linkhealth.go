@@ -14,10 +14,11 @@ const (
 	watchSlices
 	watchMirrors
 	watchMCSServices // the Services a ServiceExport stamped
+	watchDerived     // the derived Services of ServiceImports; local, with clusterset
 	numWatches
 )
 
-var watchNames = [numWatches]string{"Services", "EndpointSlices", "mirror Services", "ServiceExport Services"}
+var watchNames = [numWatches]string{"Services", "EndpointSlices", "mirror Services", "ServiceExport Services", "derived Services"}
 
 // linkHealth is the state of one generation of a cluster's watches (a
 // replaced link has two while the new one syncs): whether they work, since
@@ -28,6 +29,9 @@ var watchNames = [numWatches]string{"Services", "EndpointSlices", "mirror Servic
 type linkHealth struct {
 	name  string
 	local bool
+	// derived: the cluster's derived Services are watched (the local
+	// cluster, with clusterset), and counted.
+	derived bool
 	// maxAge is stale_max_age: how long the names of a linked cluster
 	// whose watches fail keep being answered; 0 is forever.
 	maxAge time.Duration
@@ -84,7 +88,7 @@ func (h *linkHealth) publish() {
 		linkLastSync.WithLabelValues(h.name).Set(float64(h.last.UnixNano()) / 1e9)
 	}
 	for i, k := range objKinds {
-		if i == objMirror && !h.local {
+		if i == objMirror && !h.local || i == objDerived && !h.derived {
 			continue
 		}
 		linkObjects.WithLabelValues(h.name, k).Set(float64(h.objects[i]))

@@ -6,13 +6,17 @@
 //	<svc>-global.<ns>.svc.<zone>             every cluster exporting <svc>
 //	_<port>._<proto>.<any of those>          SRV, with glue
 //
-// and PTR for the mirror ClusterIPs. See README.md.
+// and PTR for the mirror ClusterIPs; in the clusterset zones, the names of
+// the Multi-Cluster Services DNS specification (clusterset.go). See
+// README.md.
 package mcmirror
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +38,8 @@ type MCMirror struct {
 	// Zones are the zones answered, forward and reverse, lowercased.
 	Zones []string
 	Fall  fall.F
+	// clusterset marks the clusterset zones of Zones.
+	clusterset []bool
 
 	// src tells whether the watches have synced; it is the watcher,
 	// or a fake in tests.
@@ -55,9 +61,14 @@ type MCMirror struct {
 
 // Options are the settings of an MCMirror.
 type Options struct {
-	// Zones are the zones to answer in; the first forward zone names the
-	// targets of PTR records. Reverse zones enable PTR answers.
+	// Zones are the zones to answer in; the first forward zone that is
+	// not a clusterset zone names the targets of PTR records. Reverse
+	// zones enable PTR answers.
 	Zones []string
+	// ClusterSet are the zones of Zones that answer the names of the
+	// Multi-Cluster Services DNS specification, such as clusterset.local,
+	// instead of mcmirror's; the local derived Services are watched then.
+	ClusterSet []string
 	// Cluster is this cluster's name.
 	Cluster string
 	// TTL of every record; 0 is a valid TTL.
@@ -105,6 +116,7 @@ func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
 		o.StartupTimeout = defaultStartupTimeout
 	}
 	w := newWatcher(o.Cluster, sel, o.StartupTimeout)
+	w.clusterset = len(o.ClusterSet) > 0
 	m, err := newWithSource(w, o)
 	if err != nil {
 		return nil, err
@@ -121,18 +133,34 @@ func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
 // newWithSource returns an MCMirror over src, which tests fake.
 func newWithSource(src source, o Options) (*MCMirror, error) {
 	m := &MCMirror{Fall: o.Fall, src: src, startupTimeout: o.StartupTimeout}
-	var forward []string
+	cs := map[string]bool{}
+	for _, z := range o.ClusterSet {
+		cs[dns.Fqdn(strings.ToLower(z))] = true
+	}
+	var forward, csZones []string
 	reverse := false
 	for _, z := range o.Zones {
 		z = dns.Fqdn(strings.ToLower(z))
 		m.Zones = append(m.Zones, z)
-		if isReverse(z) {
+		m.clusterset = append(m.clusterset, cs[z])
+		switch {
+		case isReverse(z):
+			if cs[z] {
+				return nil, fmt.Errorf("clusterset zone %s is a reverse zone", z)
+			}
 			reverse = true
-			continue
+		case cs[z]:
+			csZones = append(csZones, z)
+		default:
+			forward = append(forward, z)
 		}
-		forward = append(forward, z)
 	}
-	if len(forward) == 0 {
+	for z := range cs {
+		if !slices.Contains(m.Zones, z) {
+			return nil, fmt.Errorf("clusterset zone %s is not one of the zones", z)
+		}
+	}
+	if len(forward)+len(csZones) == 0 {
 		return nil, errors.New("non-reverse zone name must be used")
 	}
 	serial := uint32(time.Now().Unix())
@@ -148,7 +176,8 @@ func newWithSource(src source, o Options) (*MCMirror, error) {
 			Minttl:  o.TTL,
 		}})
 	}
-	m.index = newIndex(src, o.Cluster, forward, o.TTL, reverse)
+	m.index = newIndex(src, o.Cluster, append(forward, csZones...), o.TTL, reverse)
+	m.index.nMirror = len(forward)
 	for c, l := range o.AllowedCIDRs {
 		if m.index.allowed == nil {
 			m.index.allowed = map[string]cidrs{}
@@ -224,6 +253,9 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	zi := m.zone(qname)
 	if zi < 0 {
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
+	}
+	if m.clusterset[zi] {
+		return m.serveClusterset(w, r, qname, zi)
 	}
 
 	// Only class IN is held: another class of a claimed name is refused,

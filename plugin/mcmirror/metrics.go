@@ -63,12 +63,12 @@ var (
 	})
 
 	// linkObjects is the number of objects watched in a cluster, by kind
-	// (service, endpointslice, mirror, mcs-service).
+	// (service, endpointslice, mirror, mcs-service, derived).
 	linkObjects = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "mcmirror",
 		Name:      "link_objects",
-		Help:      "Number of objects held from a cluster, by kind: Services exported by the export selector (service) and by a ServiceExport (mcs-service), their EndpointSlices, local mirror Services.",
+		Help:      "Number of objects held from a cluster, by kind: Services exported by the export selector (service) and by a ServiceExport (mcs-service), their EndpointSlices, local mirror Services, local derived Services of ServiceImports (derived).",
 	}, []string{"cluster", "kind"})
 
 	// indexNames is the number of names in the index.
@@ -92,7 +92,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: "mcmirror",
 		Name:      "answers_total",
-		Help:      "Number of answers given, by name kind (cluster, pod, global, srv, ptr) and rcode.",
+		Help:      "Number of answers given, by name kind (cluster, pod, global, srv, ptr; clusterset, clusterset-pod, clusterset-zone in the clusterset zones) and rcode.",
 	}, []string{"kind", "rcode"})
 
 	// gatewayAlive is whether a linked cluster's gateway is alive as the

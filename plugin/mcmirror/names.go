@@ -66,6 +66,7 @@ func (x *index) install(k groupKey, g *group) []groupKey {
 		}
 	}
 	s.g = g
+	x.installCS(s, old, g)
 	if g == nil {
 		delete(x.slots, k)
 		x.publish()
@@ -86,7 +87,7 @@ func (x *index) install(k groupKey, g *group) []groupKey {
 
 // publish sets the index gauges.
 func (x *index) publish() {
-	indexNames.Set(float64(len(x.names)))
+	indexNames.Set(float64(len(x.names) + len(x.cs)))
 	indexRecords.WithLabelValues("A").Set(float64(x.counts.a))
 	indexRecords.WithLabelValues("AAAA").Set(float64(x.counts.aaaa))
 	indexRecords.WithLabelValues("SRV").Set(float64(x.counts.srv))
@@ -130,13 +131,13 @@ func (x *index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
 		return
 	}
 	m := g.members[u]
-	for zi, name := range m.names {
+	for zi, name := range m.names[:x.nMirror] { // not the clusterset zones'
 		if !f(name, ref{s: s, m: int16(u), p: -1, zi: uint8(zi), kind: kindCluster}) {
 			return
 		}
 	}
-	if !m.ptr || !x.ptr {
-		return
+	if !m.ptr || !x.ptr || x.nMirror == 0 {
+		return // PTR records point into the first of mcmirror's zones
 	}
 	if len(m.pods) == 0 {
 		eachAddr(m.v4, m.v6, func(ip net.IP) {

@@ -82,7 +82,12 @@ type config struct {
 	healthResolver string // where gateway_health's host is looked up; empty: the system
 	healthInterval time.Duration
 	allowed        allowedCIDRs // allowed_cidrs, by linked cluster
+	clusterset     []string     // clusterset: the zones of the MCS names; none without it
 }
+
+// defaultClusterSetZone is the zone of clusterset without one: the
+// Multi-Cluster Services API's, which its DNS specification requires.
+const defaultClusterSetZone = "clusterset.local."
 
 func parse(c *caddy.Controller) (*config, error) {
 	var (
@@ -279,6 +284,11 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 				return nil, err
 			}
 
+		case "clusterset":
+			if err := parseClusterSet(c, cfg); err != nil {
+				return nil, err
+			}
+
 		default:
 			return nil, c.Errf("unknown property '%s'", prop)
 		}
@@ -373,6 +383,37 @@ func parseGatewayHealth(c *caddy.Controller, cfg *config) error {
 	return nil
 }
 
+// parseClusterSet parses clusterset [ZONE...]: zones of the stanza, not
+// reverse ones, that answer the names of the Multi-Cluster Services DNS
+// specification; clusterset.local without any.
+func parseClusterSet(c *caddy.Controller, cfg *config) error {
+	if cfg.clusterset != nil {
+		return c.Errf("clusterset given twice")
+	}
+	args := c.RemainingArgs()
+	if len(args) == 0 {
+		args = []string{defaultClusterSetZone}
+	}
+	cfg.clusterset = []string{}
+	for _, a := range args {
+		zs := plugin.Host(a).NormalizeExact()
+		if len(zs) != 1 {
+			return c.Errf("clusterset: %q is not a zone", a)
+		}
+		z := zs[0]
+		switch {
+		case isReverse(z):
+			return c.Errf("clusterset: %s is a reverse zone", z)
+		case !slices.Contains(cfg.zones, z):
+			return c.Errf("clusterset: %s is not one of mcmirror's zones (%s): name it on the mcmirror line or in the server block", z, strings.Join(cfg.zones, " "))
+		case slices.Contains(cfg.clusterset, z):
+			return c.Errf("clusterset: %s given twice", z)
+		}
+		cfg.clusterset = append(cfg.clusterset, z)
+	}
+	return nil
+}
+
 // where returns the file and line the dispenser is at.
 func where(c *caddy.Controller) string { return fmt.Sprintf("%s:%d", c.File(), c.Line()) }
 
@@ -398,6 +439,7 @@ func (cfg *config) build() (*MCMirror, error) {
 		GatewayHealthInterval: cfg.healthInterval,
 		GatewayHealthResolver: cfg.healthResolver,
 		AllowedCIDRs:          cfg.allowed.lists,
+		ClusterSet:            cfg.clusterset,
 	})
 	if err != nil {
 		return nil, err

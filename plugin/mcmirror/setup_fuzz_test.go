@@ -62,6 +62,8 @@ func parseSeeds(f *testing.F) []string {
 		"mcmirror in-addr.arpa {\ncluster east\n}",
 		"mcmirror {\ncluster east\n}\nmcmirror {\ncluster east\n}",
 		"mcmirror {\ncluster east\nexport_selector in in in\n}",
+		"mcmirror cluster.local clusterset.local in-addr.arpa {\ncluster east\nclusterset\n}",
+		"mcmirror {\ncluster east\nclusterset cluster.local example.org\n}",
 		"mcmirror {\ncluster east\n{\n}\n}",
 		"mcmirror",
 	}
@@ -218,6 +220,11 @@ func checkConfig(t *testing.T, cfg *config) {
 			if !p.IsValid() || p.Masked() != p || p.Addr().Zone() != "" {
 				t.Fatalf("allowed_cidrs for %q: prefix %v accepted", name, p)
 			}
+		}
+	}
+	for i, z := range cfg.clusterset {
+		if !slices.Contains(cfg.zones, z) || isReverse(z) || slices.Contains(cfg.clusterset[:i], z) {
+			t.Fatalf("clusterset zone %q accepted, zones %q", z, cfg.zones)
 		}
 	}
 	for _, z := range cfg.fall.Zones {

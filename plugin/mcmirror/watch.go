@@ -39,6 +39,9 @@ type watcher struct {
 	// startupTimeout is how long a link that cannot sync holds up
 	// readiness.
 	startupTimeout time.Duration
+	// clusterset has the local cluster's derived Services watched, for
+	// the clusterset zones; set before the local cluster is added.
+	clusterset bool
 	// staleMaxAge is stale_max_age: how long the last known state of a
 	// linked cluster whose watches fail is answered; 0 is forever.
 	staleMaxAge time.Duration
@@ -95,6 +98,7 @@ type cluster struct {
 	mcsServices *objectStore // Services a ServiceExport exports (the stamp)
 	slices      *objectStore // EndpointSlices of exported Services
 	mirrors     *objectStore // mirror Services; local cluster only
+	derived     *objectStore // derived Services; local cluster, with clusterset
 
 	// health is whether the watches work, and owns the cluster's metric
 	// series while this generation serves it.
@@ -114,9 +118,10 @@ const (
 	objSlice
 	objMirror
 	objMCSService
+	objDerived
 )
 
-var objKinds = [...]string{"service", "endpointslice", "mirror", "mcs-service"}
+var objKinds = [...]string{"service", "endpointslice", "mirror", "mcs-service", "derived"}
 
 const sliceServiceIndex = "service"
 
@@ -308,6 +313,9 @@ func (c *watcher) startCluster(cl *cluster) {
 	if cl.mirrors != nil {
 		go c.reflector(cl, watchMirrors, &corev1.Service{}, labels.MirrorSelector, cl.mirrors).RunWithContext(quiet)
 	}
+	if cl.derived != nil {
+		go c.reflector(cl, watchDerived, &corev1.Service{}, labels.DerivedSelector, cl.derived).RunWithContext(quiet)
+	}
 	go func() {
 		for _, st := range cl.serviceStores() {
 			select {
@@ -327,6 +335,9 @@ func (cl *cluster) watchSync(ctx context.Context) {
 	synced := []cache.InformerSynced{cl.services.HasSynced, cl.mcsServices.HasSynced, cl.slices.HasSynced}
 	if cl.mirrors != nil {
 		synced = append(synced, cl.mirrors.HasSynced)
+	}
+	if cl.derived != nil {
+		synced = append(synced, cl.derived.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
@@ -522,7 +533,11 @@ func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 			return ok && m.IsMirror
 		}, nil, c.mirrorHandler(cl))
 	}
-	for _, s := range []*objectStore{cl.services, cl.mcsServices, cl.slices, cl.mirrors} {
+	if cl.local && c.clusterset {
+		cl.derived = c.newDerivedStore(cl)
+		cl.health.derived = true
+	}
+	for _, s := range []*objectStore{cl.services, cl.mcsServices, cl.slices, cl.mirrors, cl.derived} {
 		if s != nil {
 			s.bookmark = cl.health.contact
 		}

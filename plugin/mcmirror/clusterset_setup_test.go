@@ -1,0 +1,78 @@
+package mcmirror
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+)
+
+func TestParseClusterSet(t *testing.T) {
+	tests := []struct {
+		input string
+		keys  []string // server block keys
+		want  []string // the clusterset zones
+		err   string   // a part of the error; empty: no error
+	}{
+		// Replace mode: one stanza, both zones.
+		{"mcmirror cluster.local clusterset.local in-addr.arpa ip6.arpa {\ncluster east\nclusterset\n}", nil, []string{"clusterset.local."}, ""},
+		// Forward mode: a server block of clusterset.local alone.
+		{"mcmirror {\ncluster east\nclusterset\n}", []string{"clusterset.local.:53"}, []string{"clusterset.local."}, ""},
+		{"mcmirror {\ncluster east\nclusterset clusterset.local\n}", []string{"clusterset.local.:53"}, []string{"clusterset.local."}, ""},
+		{"mcmirror cluster.local Example.ORG {\ncluster east\nclusterset example.org.\n}", nil, []string{"example.org."}, ""},
+		{"mcmirror cluster.local clusterset.local example.org {\ncluster east\nclusterset example.org clusterset.local\n}", nil, []string{"example.org.", "clusterset.local."}, ""},
+		// Without it, none.
+		{"mcmirror cluster.local clusterset.local {\ncluster east\n}", nil, nil, ""},
+
+		{"mcmirror {\ncluster east\nclusterset\n}", nil, nil, "Testfile:3 - Error during parsing: clusterset: clusterset.local. is not one of mcmirror's zones (cluster.local.)"},
+		{"mcmirror cluster.local clusterset.local {\ncluster east\nclusterset example.org\n}", nil, nil, "clusterset: example.org. is not one of mcmirror's zones"},
+		{"mcmirror cluster.local in-addr.arpa {\ncluster east\nclusterset in-addr.arpa\n}", nil, nil, "clusterset: in-addr.arpa. is a reverse zone"},
+		{"mcmirror cluster.local clusterset.local {\ncluster east\nclusterset\nclusterset\n}", nil, nil, "Testfile:4 - Error during parsing: clusterset given twice"},
+		{"mcmirror cluster.local clusterset.local {\ncluster east\nclusterset clusterset.local clusterset.local.\n}", nil, nil, "clusterset: clusterset.local. given twice"},
+		{"mcmirror clusterset.local in-addr.arpa {\ncluster east\nclusterset 10.0.0.0/8\n}", nil, nil, "clusterset"},
+	}
+	for i, tc := range tests {
+		c := caddy.NewTestController("dns", tc.input)
+		c.ServerBlockKeys = tc.keys
+		if c.ServerBlockKeys == nil {
+			c.ServerBlockKeys = []string{"cluster.local.:53"}
+		}
+		cfg, err := parse(c)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("test %d: error %v, want one containing %q", i, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("test %d: %v", i, err)
+			continue
+		}
+		if !slices.Equal(cfg.clusterset, tc.want) {
+			t.Errorf("test %d: clusterset %q, want %q", i, cfg.clusterset, tc.want)
+		}
+	}
+}
+
+// The Corefile's clusterset reaches the plugin: its zone answers the
+// specification's names, and the local derived Services are watched.
+func TestSetupClusterSet(t *testing.T) {
+	kc := writeKubeconfig(t, "east")
+	c := caddy.NewTestController("dns", "mcmirror cluster.local clusterset.local in-addr.arpa {\ncluster east\nkubeconfig "+kc+"\nclusterset\n}")
+	c.ServerBlockKeys = []string{".:53"}
+	if err := setup(c); err != nil {
+		t.Fatal(err)
+	}
+	m := dnsserver.GetConfig(c).Plugin[0](nil).(*MCMirror)
+	if !slices.Equal(m.clusterset, []bool{false, true, false}) {
+		t.Errorf("clusterset zones %v of %v", m.clusterset, m.Zones)
+	}
+	if !slices.Equal(m.index.zones, []string{"cluster.local.", "clusterset.local."}) || m.index.nMirror != 1 {
+		t.Errorf("index zones %v, %d of mcmirror's", m.index.zones, m.index.nMirror)
+	}
+	if m.watch.cluster("east").derived == nil {
+		t.Error("the derived Services are not watched")
+	}
+}

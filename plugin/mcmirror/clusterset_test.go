@@ -1,0 +1,491 @@
+package mcmirror
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The clusterset zone: the names of the Multi-Cluster Services DNS
+// specification, answered from the derived Services and the index.
+
+const (
+	cs    = ".default.svc.clusterset.local."
+	csSOA = "clusterset.local.	5	IN	SOA	ns.dns.clusterset.local. hostmaster.clusterset.local. 1 7200 1800 86400 5"
+)
+
+// csFixture is the fixture (see there) with the derived Services of east's
+// controller:
+//
+//	web        ClusterSetIP 10.97.0.1, fd00:97::1 (west exports it)
+//	nginx-svc  Headless (west, paris, east export it)
+//	db         Headless: paris exports it in flat mode, a pod without hostname
+//	idle       Headless: west exports it, no ready endpoint
+//	orphan     ClusterSetIP 10.97.0.9, no cluster exports it (any more)
+//	anon       Headless: west's export is mirrored as a ClusterIP
+//
+// flat (west) is exported and not imported: no derived Service.
+func csFixture() *fakeSource {
+	f := fixture()
+	f.imports("default", "web", []string{"10.97.0.1", "fd00:97::1"}, httpPort, dnsPort)
+	f.imports("default", "nginx-svc", nil, httpPort)
+
+	f.svc("paris", "default", "db", labels.Flat, nil, httpPort)
+	f.slice("paris", "default", "db", []Port{httpPort}, ep("", "10.2.0.5", true))
+	f.imports("default", "db", nil, httpPort)
+
+	f.svc("west", "default", "idle", labels.Flat, nil, httpPort)
+	f.slice("west", "default", "idle", []Port{httpPort}, ep("idle-0", "10.1.0.60", false))
+	f.imports("default", "idle", nil, httpPort)
+
+	f.imports("default", "orphan", []string{"10.97.0.9"}, httpPort)
+	f.imports("default", "anon", nil, httpPort)
+	return f
+}
+
+// newCSPlugin returns a plugin over src answering cluster.local as ever
+// and clusterset.local as the MCS specification has it.
+func newCSPlugin(t testing.TB, src *fakeSource, fl fall.F) *MCMirror {
+	t.Helper()
+	m, err := newWithSource(src, Options{
+		Zones:      []string{"cluster.local.", "clusterset.local.", "in-addr.arpa.", "ip6.arpa."},
+		ClusterSet: []string{"clusterset.local."},
+		Cluster:    "east",
+		TTL:        5,
+		Fall:       fl,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncAll(m, src)
+	m.Next = fromNext
+	return m
+}
+
+func csNXDOMAIN(name string, qtype uint16) test.Case {
+	return test.Case{Qname: name, Qtype: qtype, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(csSOA)}}
+}
+
+func csNODATA(name string, qtype uint16) test.Case {
+	return test.Case{Qname: name, Qtype: qtype, Ns: []dns.RR{test.SOA(csSOA)}}
+}
+
+func txt(name, s string) dns.RR { return test.TXT(fmt.Sprintf("%s 5 IN TXT %q", name, s)) }
+
+var csTestCases = []test.Case{
+	// ClusterSetIP: the derived Service's ClusterIPs, dual-stack.
+	testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.1")),
+	testCase("web"+cs, dns.TypeAAAA, aaaa("web"+cs, "fd00:97::1")),
+	// SRV: the name itself, per port; without a prefix, every port.
+	{Qname: "web" + cs, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{srv("web"+cs, 50, 53, "web"+cs), srv("web"+cs, 50, 80, "web"+cs)},
+		Extra:  []dns.RR{a("web"+cs, "10.97.0.1"), aaaa("web"+cs, "fd00:97::1")}},
+	{Qname: "_http._tcp.web" + cs, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{srv("_http._tcp.web"+cs, 100, 80, "web"+cs)},
+		Extra:  []dns.RR{a("web"+cs, "10.97.0.1"), aaaa("web"+cs, "fd00:97::1")}},
+	{Qname: "_dns._udp.web" + cs, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{srv("_dns._udp.web"+cs, 100, 53, "web"+cs)},
+		Extra:  []dns.RR{a("web"+cs, "10.97.0.1"), aaaa("web"+cs, "fd00:97::1")}},
+	csNODATA("_tcp.web"+cs, dns.TypeSRV), // empty non-terminal
+	csNODATA("_http._tcp.web"+cs, dns.TypeA),
+	csNXDOMAIN("_http._udp.web"+cs, dns.TypeSRV),
+	csNXDOMAIN("_https._tcp.web"+cs, dns.TypeSRV),
+	csNODATA("web"+cs, dns.TypeTXT),
+	csNODATA("web"+cs, dns.TypePTR),
+	// No name for one cluster's backends of a ClusterSetIP import.
+	csNXDOMAIN("west.web"+cs, dns.TypeA),
+	csNXDOMAIN("x.west.web"+cs, dns.TypeA),
+	// PTR of a ClusterSetIP: the clusterset name.
+	testCase("1.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("1.0.97.10.in-addr.arpa.", "web"+cs)),
+	testCase("1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.7.9.0.0.0.0.d.f.ip6.arpa.", dns.TypePTR,
+		ptrRR("1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.7.9.0.0.0.0.d.f.ip6.arpa.", "web"+cs)),
+	// Imported, exported by nobody: the derived Service answers.
+	testCase("orphan"+cs, dns.TypeA, a("orphan"+cs, "10.97.0.9")),
+
+	// Headless: every ready address of every exporting cluster, the local
+	// one first, as -global; per-pod mirrors in gateway mode.
+	testCase("nginx-svc"+cs, dns.TypeA,
+		a("nginx-svc"+cs, "10.0.0.10"), a("nginx-svc"+cs, "10.96.0.10"), a("nginx-svc"+cs, "10.96.0.11"), a("nginx-svc"+cs, "10.96.1.10")),
+	csNODATA("nginx-svc"+cs, dns.TypeAAAA),
+	{Qname: "_http._tcp.nginx-svc" + cs, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{
+			srv("_http._tcp.nginx-svc"+cs, 25, 80, "nginx-set-0.east.nginx-svc"+cs),
+			srv("_http._tcp.nginx-svc"+cs, 25, 80, "nginx-set-0.paris.nginx-svc"+cs),
+			srv("_http._tcp.nginx-svc"+cs, 25, 80, "nginx-set-0.west.nginx-svc"+cs),
+			srv("_http._tcp.nginx-svc"+cs, 25, 80, "nginx-set-1.west.nginx-svc"+cs)},
+		Extra: []dns.RR{
+			a("nginx-set-0.east.nginx-svc"+cs, "10.0.0.10"),
+			a("nginx-set-0.paris.nginx-svc"+cs, "10.96.1.10"),
+			a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10"),
+			a("nginx-set-1.west.nginx-svc"+cs, "10.96.0.11")}},
+	// <hostname>.<clusterid>: what <host>.<svc>-<cluster> answers; the
+	// local pod's own address.
+	testCase("nginx-set-0.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10")),
+	testCase("nginx-set-1.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-1.west.nginx-svc"+cs, "10.96.0.11")),
+	testCase("nginx-set-0.paris.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.paris.nginx-svc"+cs, "10.96.1.10")),
+	testCase("nginx-set-0.east.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.east.nginx-svc"+cs, "10.0.0.10")),
+	{Qname: "_http._tcp.nginx-set-0.west.nginx-svc" + cs, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{srv("_http._tcp.nginx-set-0.west.nginx-svc"+cs, 100, 80, "nginx-set-0.west.nginx-svc"+cs)},
+		Extra:  []dns.RR{a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10")}},
+	csNODATA("nginx-set-0.west.nginx-svc"+cs, dns.TypeAAAA),
+	csNXDOMAIN("nginx-set-1.paris.nginx-svc"+cs, dns.TypeA), // its mirror does not exist yet
+	csNXDOMAIN("nginx-set-2.west.nginx-svc"+cs, dns.TypeA),  // not ready
+	csNXDOMAIN("nginx-set-9.west.nginx-svc"+cs, dns.TypeA),
+	csNXDOMAIN("a.nginx-set-0.west.nginx-svc"+cs, dns.TypeA),
+	// <clusterid>.<svc>: an empty non-terminal for a cluster with pods.
+	csNODATA("west.nginx-svc"+cs, dns.TypeA),
+	csNODATA("east.nginx-svc"+cs, dns.TypeSRV),
+	csNXDOMAIN("_http._tcp.west.nginx-svc"+cs, dns.TypeSRV),
+	csNXDOMAIN("tokyo.nginx-svc"+cs, dns.TypeA),
+	// Flat mode, no hostname: the pod named by its address with dashes.
+	testCase("db"+cs, dns.TypeA, a("db"+cs, "10.2.0.5")),
+	testCase("10-2-0-5.paris.db"+cs, dns.TypeA, a("10-2-0-5.paris.db"+cs, "10.2.0.5")),
+	{Qname: "db" + cs, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{srv("db"+cs, 100, 80, "10-2-0-5.paris.db"+cs)},
+		Extra:  []dns.RR{a("10-2-0-5.paris.db"+cs, "10.2.0.5")}},
+	// Headless, no ready endpoint anywhere: NXDOMAIN, as the
+	// specification says.
+	csNXDOMAIN("idle"+cs, dns.TypeA),
+	csNXDOMAIN("_http._tcp.idle"+cs, dns.TypeSRV),
+	csNXDOMAIN("idle-0.west.idle"+cs, dns.TypeA),
+	// Headless import, ClusterIP mirror (no hostnames): its address, no
+	// per-pod name, no SRV target.
+	testCase("anon"+cs, dns.TypeA, a("anon"+cs, "10.96.0.30")),
+	csNODATA("anon"+cs, dns.TypeSRV),
+	csNXDOMAIN("west.anon"+cs, dns.TypeA),
+
+	// Exported but not imported, and mcmirror's own names: none here, and
+	// nothing goes on down the chain.
+	csNXDOMAIN("flat"+cs, dns.TypeA),
+	csNXDOMAIN("web-west"+cs, dns.TypeA),
+	csNXDOMAIN("nginx-svc-global"+cs, dns.TypeA),
+	csNXDOMAIN("nginx-set-0.nginx-svc-west"+cs, dns.TypeA),
+	csNXDOMAIN("nope.other.svc.clusterset.local.", dns.TypeA),
+	csNXDOMAIN("foo.clusterset.local.", dns.TypeA),
+
+	// The schema version, the apex, the empty non-terminals.
+	testCase("dns-version.clusterset.local.", dns.TypeTXT, txt("dns-version.clusterset.local.", "1.0.0")),
+	csNODATA("dns-version.clusterset.local.", dns.TypeA),
+	testCase("clusterset.local.", dns.TypeSOA, test.SOA(csSOA)),
+	csNODATA("clusterset.local.", dns.TypeA),
+	csNODATA("clusterset.local.", dns.TypeNS),
+	csNODATA("svc.clusterset.local.", dns.TypeA),
+	csNODATA("default.svc.clusterset.local.", dns.TypeSRV),
+	csNXDOMAIN("other.svc.clusterset.local.", dns.TypeA),
+	csNXDOMAIN("a.default.svc.clusterset.local.", dns.TypeA),
+
+	// cluster.local is unchanged.
+	testCase("web-west"+z, dns.TypeA, a("web-west"+z, "10.96.0.20")),
+	testCase("nginx-set-0.nginx-svc-west"+z, dns.TypeA, a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10")),
+	testCase("flat-west"+z, dns.TypeA, a("flat-west"+z, "10.1.0.30")),
+	testCase("db-paris"+z, dns.TypeA, a("db-paris"+z, "10.2.0.5")),
+	testCase("20.0.96.10.in-addr.arpa.", dns.TypePTR, ptrRR("20.0.96.10.in-addr.arpa.", "web-west"+z)),
+	next("web" + z),         // the kubernetes plugin's
+	next("orphan-west" + z), // nobody exports orphan
+	next("orphan-global" + z),
+	next("west.web" + z),
+	next("8.0.97.10.in-addr.arpa."), // no ClusterSetIP: the kubernetes plugin's
+	testCase("9.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("9.0.97.10.in-addr.arpa.", "orphan"+cs)),
+}
+
+func TestClusterSetServeDNS(t *testing.T) {
+	m := newCSPlugin(t, csFixture(), fall.Zero)
+	for _, tc := range csTestCases {
+		t.Run(fmt.Sprintf("%s/%s", dns.TypeToString[tc.Qtype], tc.Qname), func(t *testing.T) {
+			runCase(t, m, tc, false)
+		})
+	}
+}
+
+// Nothing goes on down the chain from a clusterset zone, fallthrough or
+// not; before the first sync, what would be NXDOMAIN is SERVFAIL.
+func TestClusterSetNegative(t *testing.T) {
+	src := csFixture()
+	m := newCSPlugin(t, src, fall.Root)
+	runCase(t, m, csNXDOMAIN("nope"+cs, dns.TypeA), false)
+	runCase(t, m, csNXDOMAIN("nginx-set-9.west.nginx-svc"+cs, dns.TypeA), false)
+	runCase(t, m, next("nginx-set-9.nginx-svc-west"+z), false) // cluster.local falls through
+	src.synced = false
+	runCase(t, m, test.Case{Qname: "nope" + cs, Qtype: dns.TypeA, Rcode: dns.RcodeServerFailure, Ns: []dns.RR{test.SOA(csSOA)}}, false)
+	runCase(t, m, testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.1")), false)
+}
+
+// Another class, and a zone transfer, are refused for any name of a
+// clusterset zone; names are matched whatever their case.
+func TestClusterSetClassAndCase(t *testing.T) {
+	m := newCSPlugin(t, csFixture(), fall.Zero)
+	for _, tc := range []struct {
+		name         string
+		qtype, class uint16
+	}{
+		{"web" + cs, dns.TypeA, dns.ClassCHAOS},
+		{"nope" + cs, dns.TypeA, dns.ClassANY},
+		{"clusterset.local.", dns.TypeAXFR, dns.ClassINET},
+	} {
+		r := new(dns.Msg)
+		r.SetQuestion(tc.name, tc.qtype)
+		r.Question[0].Qclass = tc.class
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		rcode, err := m.ServeDNS(context.Background(), rec, r)
+		if err != nil || rcode != dns.RcodeRefused || rec.Msg != nil {
+			t.Errorf("%s %s class %d: rcode %d, err %v, written %v; want REFUSED left to the server", tc.name, dns.TypeToString[tc.qtype], tc.class, rcode, err, rec.Msg)
+		}
+	}
+	q := "NGINX-Set-0.West.Nginx-Svc.Default.svc.ClusterSet.Local."
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	if _, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: q, Qtype: dns.TypeA}.Msg()); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Msg.Question[0].Name != q || len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != "10.96.0.10" || !rec.Msg.Authoritative {
+		t.Errorf("mixed case: %v", rec.Msg)
+	}
+}
+
+// A derived Service appearing, changing type and going: the names follow
+// at the group's next build, the namespace's empty non-terminal with them.
+func TestClusterSetDerivedChanges(t *testing.T) {
+	src := fixture()
+	m := newCSPlugin(t, src, fall.Zero)
+	web := groupKey{"default", "web"}
+	runCase(t, m, csNXDOMAIN("web"+cs, dns.TypeA), false)
+	runCase(t, m, csNXDOMAIN("default.svc.clusterset.local.", dns.TypeA), false)
+	runCase(t, m, csNXDOMAIN("svc.clusterset.local.", dns.TypeA), false)
+	runCase(t, m, next("10.0.97.10.in-addr.arpa."), false)
+
+	src.imports("default", "web", []string{"10.97.0.10"}, httpPort)
+	m.syncNow(web)
+	runCase(t, m, testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.10")), false)
+	runCase(t, m, test.Case{Qname: "web" + cs, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{srv("web"+cs, 100, 80, "web"+cs)}, Extra: []dns.RR{a("web"+cs, "10.97.0.10")}}, false)
+	runCase(t, m, csNODATA("default.svc.clusterset.local.", dns.TypeA), false)
+	runCase(t, m, csNODATA("svc.clusterset.local.", dns.TypeA), false)
+	runCase(t, m, testCase("10.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("10.0.97.10.in-addr.arpa.", "web"+cs)), false)
+	runCase(t, m, testCase("web-west"+z, dns.TypeA, a("web-west"+z, "10.96.0.20")), false)
+
+	// Its ClusterSetIP changes: the old PTR goes.
+	src.imports("default", "web", []string{"10.97.0.11"}, httpPort)
+	m.syncNow(web)
+	runCase(t, m, testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.11")), false)
+	runCase(t, m, next("10.0.97.10.in-addr.arpa."), false)
+	runCase(t, m, testCase("11.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("11.0.97.10.in-addr.arpa.", "web"+cs)), false)
+
+	// The import becomes Headless (west's Service is ClusterIP): its
+	// address is the mirror's, and no ClusterSetIP has a PTR any more.
+	src.imports("default", "web", nil, httpPort)
+	m.syncNow(web)
+	runCase(t, m, testCase("web"+cs, dns.TypeA, a("web"+cs, "10.96.0.20")), false)
+	runCase(t, m, testCase("web"+cs, dns.TypeAAAA, aaaa("web"+cs, "fd00::20")), false)
+	runCase(t, m, next("11.0.97.10.in-addr.arpa."), false)
+
+	// A pod appears in a Headless import's cluster: its names come.
+	nginx := groupKey{"default", "nginx-svc"}
+	src.imports("default", "nginx-svc", nil, httpPort)
+	m.syncNow(nginx)
+	runCase(t, m, testCase("nginx-set-0.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10")), false)
+	runCase(t, m, csNXDOMAIN("nginx-set-1.paris.nginx-svc"+cs, dns.TypeA), false)
+	src.mirror("default", "nginx-set-1-paris", "paris", "nginx-svc-paris", []string{"10.96.1.11"}, httpPort)
+	m.syncNow(nginx)
+	runCase(t, m, testCase("nginx-set-1.paris.nginx-svc"+cs, dns.TypeA, a("nginx-set-1.paris.nginx-svc"+cs, "10.96.1.11")), false)
+
+	// The derived Services go: so do the names, and the namespace.
+	delete(src.derived, [2]string{"default", "web"})
+	m.syncNow(web)
+	runCase(t, m, csNXDOMAIN("web"+cs, dns.TypeA), false)
+	runCase(t, m, csNODATA("default.svc.clusterset.local.", dns.TypeA), false) // nginx-svc is still imported
+	delete(src.derived, [2]string{"default", "nginx-svc"})
+	m.syncNow(nginx)
+	runCase(t, m, csNXDOMAIN("nginx-set-0.west.nginx-svc"+cs, dns.TypeA), false)
+	runCase(t, m, csNXDOMAIN("west.nginx-svc"+cs, dns.TypeA), false)
+	runCase(t, m, csNXDOMAIN("default.svc.clusterset.local.", dns.TypeA), false)
+	runCase(t, m, csNXDOMAIN("svc.clusterset.local.", dns.TypeA), false)
+	if n := len(m.index.cs); n != 0 {
+		t.Errorf("%d clusterset names left: %v", n, m.index.cs)
+	}
+	// The mcmirror names never moved.
+	runCase(t, m, testCase("web-west"+z, dns.TypeA, a("web-west"+z, "10.96.0.20")), false)
+	runCase(t, m, testCase("nginx-set-1.nginx-svc-paris"+z, dns.TypeA, a("nginx-set-1.nginx-svc-paris"+z, "10.96.1.11")), false)
+
+	// A Service imported only (nobody exports it) then gone: no group left.
+	src.imports("default", "solo", []string{"10.97.0.12"}, httpPort)
+	solo := groupKey{"default", "solo"}
+	m.syncNow(solo)
+	runCase(t, m, testCase("solo"+cs, dns.TypeA, a("solo"+cs, "10.97.0.12")), false)
+	delete(src.derived, [2]string{"default", "solo"})
+	m.syncNow(solo)
+	runCase(t, m, csNXDOMAIN("solo"+cs, dns.TypeA), false)
+	if _, ok := m.index.slots[solo]; ok {
+		t.Error("the slot of a group nobody exports or imports is kept")
+	}
+}
+
+// A gateway whose health hides a cluster hides it from the Service name of
+// a Headless import, as from -global; its pods keep their own names.
+func TestClusterSetHidden(t *testing.T) {
+	src := csFixture()
+	m := newCSPlugin(t, src, fall.Zero)
+	k := groupKey{"default", "nginx-svc"}
+	g := m.index.slots[k].g
+	hidden := *g
+	hidden.hidden = make([]bool, len(g.members))
+	for i, mb := range g.members {
+		hidden.hidden[i] = mb.cluster == "west"
+	}
+	hidden.v4, hidden.v6 = globalAddrs(&hidden)
+	m.index.install(k, &hidden)
+	runCase(t, m, testCase("nginx-svc"+cs, dns.TypeA, a("nginx-svc"+cs, "10.0.0.10"), a("nginx-svc"+cs, "10.96.1.10")), false)
+	runCase(t, m, test.Case{Qname: "_http._tcp.nginx-svc" + cs, Qtype: dns.TypeSRV,
+		Answer: []dns.RR{
+			srv("_http._tcp.nginx-svc"+cs, 50, 80, "nginx-set-0.east.nginx-svc"+cs),
+			srv("_http._tcp.nginx-svc"+cs, 50, 80, "nginx-set-0.paris.nginx-svc"+cs)},
+		Extra: []dns.RR{
+			a("nginx-set-0.east.nginx-svc"+cs, "10.0.0.10"),
+			a("nginx-set-0.paris.nginx-svc"+cs, "10.96.1.10")}}, false)
+	runCase(t, m, testCase("nginx-set-1.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-1.west.nginx-svc"+cs, "10.96.0.11")), false)
+}
+
+// Without clusterset, a clusterset.local zone of the stanza is one of
+// mcmirror's like any other, as before.
+func TestClusterSetOff(t *testing.T) {
+	src := csFixture()
+	m, err := newWithSource(src, Options{Zones: []string{"cluster.local.", "clusterset.local."}, Cluster: "east", TTL: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncAll(m, src)
+	m.Next = fromNext
+	const c = ".default.svc.clusterset.local."
+	runCase(t, m, testCase("web-west"+c, dns.TypeA, a("web-west"+c, "10.96.0.20")), false)
+	runCase(t, m, next("web"+c), false)
+	runCase(t, m, next("dns-version.clusterset.local."), false)
+	if m.watch != nil || len(m.index.cs) != 0 {
+		t.Errorf("clusterset names without clusterset: %v", m.index.cs)
+	}
+}
+
+// A server block of clusterset.local alone (CoreDNS forwarding it there):
+// every name is the specification's, no name of mcmirror's exists.
+func TestClusterSetOnly(t *testing.T) {
+	src := csFixture()
+	m, err := newWithSource(src, Options{Zones: []string{"clusterset.local.", "in-addr.arpa."}, ClusterSet: []string{"clusterset.local."}, Cluster: "east", TTL: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncAll(m, src)
+	m.Next = fromNext
+	runCase(t, m, testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.1")), false)
+	runCase(t, m, testCase("nginx-set-0.east.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.east.nginx-svc"+cs, "10.0.0.10")), false)
+	runCase(t, m, testCase("1.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("1.0.97.10.in-addr.arpa.", "web"+cs)), false)
+	runCase(t, m, next("20.0.96.10.in-addr.arpa."), false) // a mirror's: no zone of mcmirror's to name it in
+	runCase(t, m, next("web-west"+z), false)
+	if n := m.index.len(); n != 0 {
+		t.Errorf("%d names of mcmirror's zones without one", n)
+	}
+}
+
+func TestClusterSetOptions(t *testing.T) {
+	for _, o := range []Options{
+		{Zones: []string{"cluster.local."}, ClusterSet: []string{"clusterset.local."}},
+		{Zones: []string{"cluster.local.", "in-addr.arpa."}, ClusterSet: []string{"in-addr.arpa."}},
+	} {
+		o.Cluster = "east"
+		if _, err := newWithSource(newFakeSource(), o); err == nil {
+			t.Errorf("%v: no error", o.ClusterSet)
+		}
+	}
+}
+
+func TestClusterSetMetrics(t *testing.T) {
+	m := newCSPlugin(t, csFixture(), fall.Zero)
+	count := func(k nameKind, rcode string) float64 {
+		return testutil.ToFloat64(answers.WithLabelValues(k.String(), rcode))
+	}
+	for _, tt := range []struct {
+		tc    test.Case
+		kind  nameKind
+		rcode string
+	}{
+		{testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.1")), kindCS, "NOERROR"},
+		{csNXDOMAIN("idle"+cs, dns.TypeA), kindCS, "NXDOMAIN"},
+		{testCase("nginx-set-0.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10")), kindCSPod, "NOERROR"},
+		{csNODATA("west.nginx-svc"+cs, dns.TypeA), kindCSPod, "NOERROR"},
+		{csNXDOMAIN("nginx-set-9.west.nginx-svc"+cs, dns.TypeA), kindCSPod, "NXDOMAIN"},
+		{csNXDOMAIN("_x._tcp.web"+cs, dns.TypeSRV), kindSRV, "NXDOMAIN"},
+		{testCase("dns-version.clusterset.local.", dns.TypeTXT, txt("dns-version.clusterset.local.", "1.0.0")), kindCSZone, "NOERROR"},
+		{csNXDOMAIN("nope.clusterset.local.", dns.TypeA), kindCSZone, "NXDOMAIN"},
+		{testCase("1.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("1.0.97.10.in-addr.arpa.", "web"+cs)), kindPTR, "NOERROR"},
+	} {
+		before := count(tt.kind, tt.rcode)
+		runCase(t, m, tt.tc, false)
+		if got := count(tt.kind, tt.rcode) - before; got != 1 {
+			t.Errorf("%s: answers_total{kind=%s,rcode=%s} grew by %v, want 1", tt.tc.Qname, tt.kind, tt.rcode, got)
+		}
+	}
+}
+
+// FuzzClusterSetName: any name of a clusterset zone is answered by
+// mcmirror, never handed on, whatever its case; the records are the name's,
+// a negative answer carries the zone's SOA.
+func FuzzClusterSetName(f *testing.F) {
+	m := newCSPlugin(f, csFixture(), fall.Root)
+	m.Next = nextMarker
+	for _, tc := range csTestCases {
+		f.Add(tc.Qname, tc.Qtype)
+		f.Add("x."+tc.Qname, dns.TypeA)
+		f.Add("x\\."+tc.Qname, dns.TypeSRV)
+	}
+	f.Add("a\\.default.svc.clusterset.local.", dns.TypeA)
+	f.Add("_a._b._c.web"+cs, dns.TypeSRV)
+	f.Add("clusterset.local.", dns.TypeAXFR)
+	f.Fuzz(func(t *testing.T, name string, qtype uint16) {
+		r := wireQuestion(name, qtype)
+		if r == nil {
+			return
+		}
+		qname := r.Question[0].Name
+		lower := strings.ToLower(qname)
+		zi := m.zone(lower)
+		if zi < 0 || !m.clusterset[zi] {
+			return
+		}
+		got := serveName(t, m, r)
+		upper := r.Copy()
+		upper.Question[0].Name = strings.ToUpper(qname)
+		if other := serveName(t, m, upper); other.String() != got.String() {
+			t.Fatalf("%s and %s differ:\n%s\n%s", qname, upper.Question[0].Name, got, other)
+		}
+		switch {
+		case got.passed:
+			t.Fatalf("%s %s: passed on from a clusterset zone", qname, dns.TypeToString[qtype])
+		case qtype == dns.TypeAXFR || qtype == dns.TypeIXFR:
+			if got.code != dns.RcodeRefused || got.msg != nil {
+				t.Fatalf("%s: transfer not refused: %s", qname, got)
+			}
+			return
+		case got.msg == nil || got.code != dns.RcodeSuccess || got.err != nil:
+			t.Fatalf("%s %s: no answer written: %s", qname, dns.TypeToString[qtype], got)
+		}
+		if _, err := got.msg.Pack(); err != nil {
+			t.Fatalf("%s: reply does not pack: %v", qname, err)
+		}
+		for _, rr := range got.msg.Answer {
+			if rr.Header().Name != lower {
+				t.Fatalf("%s: answer for another name: %s", qname, rr)
+			}
+		}
+		if len(got.msg.Answer) == 0 && (len(got.msg.Ns) != 1 || got.msg.Ns[0].Header().Name != m.Zones[zi]) {
+			t.Fatalf("%s: negative answer without the zone's SOA: %s", qname, got.msg)
+		}
+		if got.msg.Rcode == dns.RcodeNameError && len(got.msg.Answer) > 0 {
+			t.Fatalf("%s: NXDOMAIN with records", qname)
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/mcs"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,11 +36,6 @@ import (
 //     mirrors of a headless Service); a flat remote's pod addresses.
 //
 // This file is the computation; importapply.go does the writes.
-
-// ServiceImportLabel is, on a derived Service, the name of the
-// ServiceImport (and of the exported Service) it stands for. The DNS
-// plugin reads it for the clusterset.local names.
-const ServiceImportLabel = "mcmirror.dev/service-import"
 
 // derivedPrefix begins the name of every derived Service.
 const derivedPrefix = "derived-"
@@ -117,7 +113,7 @@ func planImport(in importInput) importPlan {
 			Namespace: in.ns,
 			Labels: map[string]string{
 				ManagedBy:                    ManagedByValue,
-				ServiceImportLabel:           in.name,
+				labels.ServiceImport:         in.name,
 				mcsv1alpha1.LabelServiceName: in.name,
 			},
 		},

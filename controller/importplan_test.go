@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -77,7 +79,7 @@ func TestPlanImport(t *testing.T) {
 		assert.Equal(t, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}, p.clusters, "in order of precedence")
 		d := p.derived
 		assert.Equal(t, DerivedName("shop", "web"), d.Name)
-		assert.Equal(t, map[string]string{ManagedBy: ManagedByValue, ServiceImportLabel: "web", mcsv1alpha1.LabelServiceName: "web"}, d.Labels)
+		assert.Equal(t, map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1alpha1.LabelServiceName: "web"}, d.Labels)
 		assert.Empty(t, d.Spec.ClusterIP, "allocated")
 		assert.Nil(t, d.Spec.Selector)
 		assert.Equal(t, []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, d.Spec.Ports)
@@ -146,7 +148,9 @@ func TestPlanImport(t *testing.T) {
 
 	t.Run("dual-stack exports: a dual-stack ClusterSetIP where the cluster has both", func(t *testing.T) {
 		src := west
-		src.service = importService(func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} })
+		src.service = importService(func(s *corev1.Service) {
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+		})
 		p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{src}})
 		assert.Equal(t, ptr.To(corev1.IPFamilyPolicyPreferDualStack), p.derived.Spec.IPFamilyPolicy)
 		assert.Empty(t, p.derived.Spec.IPFamilies, "the API server picks the cluster's families")

@@ -108,7 +108,7 @@ func (c *Controller) localServiceChanged(svc metav1.Object) {
 		return
 	}
 	l := svc.GetLabels()
-	if name := l[ServiceImportLabel]; name != "" && l[ManagedBy] == ManagedByValue {
+	if name := l[labels.ServiceImport]; name != "" && l[ManagedBy] == ManagedByValue {
 		c.mcsChanged(svc.GetNamespace(), name)
 		return
 	}

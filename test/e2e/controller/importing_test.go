@@ -91,7 +91,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 		assert.NotEmpty(c, imp.derived.Spec.ClusterIPs)
 		assert.Equal(c, imp.derived.Spec.ClusterIPs, imp.si.Spec.IPs, "the ClusterSetIP is the derived Service's ClusterIP")
 		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}}, imp.si.Status.Clusters)
-		assert.Equal(c, "api", imp.derived.Labels[controller.ServiceImportLabel])
+		assert.Equal(c, "api", imp.derived.Labels[labels.ServiceImport])
 		assert.Equal(c, "api", imp.derived.Labels[mcsv1alpha1.LabelServiceName])
 		assert.Nil(c, imp.derived.Spec.Selector)
 		require.Contains(c, imp.slices, "west")

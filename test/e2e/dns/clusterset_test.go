@@ -43,7 +43,7 @@ metadata:
   labels: {%s: %s, %s: %s, %s: %s}
 spec:%s
   ports: [{name: http, port: 80}]
-`, controller.DerivedName(ns, svc), ns, labels.ManagedBy, labels.ManagedByValue, controller.ServiceImportLabel, svc,
+`, controller.DerivedName(ns, svc), ns, labels.ManagedBy, labels.ManagedByValue, labels.ServiceImport, svc,
 		mcsv1alpha1.LabelServiceName, svc, ip)
 }
 

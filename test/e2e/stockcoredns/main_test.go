@@ -22,7 +22,7 @@ import (
 )
 
 var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
-	{Name: "east"}, {Name: "west", Workloads: true},
+	{Name: "east", MCS: true}, {Name: "west", Workloads: true},
 }})
 
 func TestMain(m *testing.M) { os.Exit(env.Run(m)) }

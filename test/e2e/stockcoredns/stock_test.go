@@ -161,13 +161,21 @@ spec:
 // once it is ready and answers.
 func startStock(t *testing.T, bin, corefile string) (string, *harness.Process) {
 	t.Helper()
+	return startServer(t, "east/coredns-stock", bin, corefile, "kubernetes.default."+zone)
+}
+
+// startServer runs a CoreDNS binary as startStock does, under the name
+// name, and waits until the ready plugin says 200 and probe (a name that
+// is there) is answered NOERROR.
+func startServer(t *testing.T, name, bin, corefile, probe string) (string, *harness.Process) {
+	t.Helper()
 	dnsPort, readyPort := harness.FreePort(t), harness.FreePort(t)
 	for readyPort == dnsPort {
 		readyPort = harness.FreePort(t)
 	}
 	path := filepath.Join(t.TempDir(), "Corefile")
 	require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(corefile, "{READY}", strconv.Itoa(readyPort))), 0o644))
-	p := env.StartProcess(t, "east/coredns-stock", nil, bin, "-conf", path, "-dns.port", strconv.Itoa(dnsPort))
+	p := env.StartProcess(t, name, nil, bin, "-conf", path, "-dns.port", strconv.Itoa(dnsPort))
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsPort))
 	readyURL := fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort)
 
@@ -176,7 +184,7 @@ func startStock(t *testing.T, bin, corefile string) (string, *harness.Process) {
 		if done, err := p.Exited(); done {
 			t.Fatalf("%s exited: %v\n%s", p.Name, err, p.Tail(20))
 		}
-		err := serving(readyURL, addr)
+		err := serving(readyURL, addr, probe)
 		if err == nil {
 			return addr, p
 		}
@@ -190,7 +198,7 @@ func startStock(t *testing.T, bin, corefile string) (string, *harness.Process) {
 // serving reports why the server does not serve yet, or nil: the ready
 // plugin must say 200 (every plugin has synced), and a query must be
 // answered, since the DNS listeners open after the ready plugin's.
-func serving(readyURL, addr string) error {
+func serving(readyURL, addr, probe string) error {
 	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(readyURL)
 	if err != nil {
 		return err
@@ -199,13 +207,13 @@ func serving(readyURL, addr string) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: %s", readyURL, resp.Status)
 	}
-	m := new(dns.Msg).SetQuestion("kubernetes.default."+zone, dns.TypeA)
+	m := new(dns.Msg).SetQuestion(dns.Fqdn(probe), dns.TypeA)
 	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, addr)
 	if err != nil {
 		return err
 	}
 	if r.Rcode != dns.RcodeSuccess {
-		return fmt.Errorf("kubernetes.default: %s", dns.RcodeToString[r.Rcode])
+		return fmt.Errorf("%s: %s", probe, dns.RcodeToString[r.Rcode])
 	}
 	return nil
 }

@@ -208,3 +208,33 @@ func TestServiceImportHeadlessFlat(t *testing.T) {
 		assert.Equal(c, want, got, "paris's pods by hostname")
 	}, wait, tick)
 }
+
+// A cluster unlinked (its link Secret deleted) leaves the import: its
+// EndpointSlice goes, and with it the last export, the ServiceImport.
+func TestServiceImportClusterUnlinked(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns, secretNS = "e2e-mcs-unlink", "e2e-mcs-unlink-links"
+	namespace(t, ns, "east", "paris")
+	namespace(t, secretNS, "east")
+	east, paris := env.Cluster("east"), env.Cluster("paris")
+	secret := linkSecret(t, paris, secretNS)
+	p := startController(t, "controller", "--no-static-links", "--link-secrets", secretNS)
+	require.NoError(t, paris.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		imp, ok := readImport(c, ns, "api")
+		require.True(c, ok)
+		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "paris"}}, imp.si.Status.Clusters)
+		assert.Contains(c, imp.slices, "paris")
+	}, wait, tick)
+
+	require.NoError(t, east.Client.CoreV1().Secrets(secretNS).Delete(ctx, secret.Name, metav1.DeleteOptions{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, ok := readImport(c, ns, "api")
+		assert.False(c, ok, "ServiceImport deleted with paris unlinked")
+		list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: mcsv1alpha1.LabelSourceCluster + "=paris"})
+		require.NoError(c, err)
+		assert.Empty(c, list.Items)
+	}, wait, tick)
+	requireAlive(t, p)
+}

@@ -1,0 +1,55 @@
+package pods
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+)
+
+// TestServiceExportOnPods is the Multi-Cluster Services API on real pods,
+// as the chart installs it: a ServiceExport in west makes west's controller
+// pod mark the Service and say Ready; east's controller pod imports it; from
+// east's client pod the name web.default.svc.clusterset.local, answered by
+// east's cluster DNS pods, is the ClusterSetIP, and wget through it reaches
+// a pod of west (kube-proxy, then both clusters' gateway pods).
+func TestServiceExportOnPods(t *testing.T) {
+	env.LogOnFailure(t)
+	workloads(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	west := env.Cluster("west")
+	require.NoError(t, west.Apply(ctx, `
+apiVersion: v1
+kind: Service
+metadata: {name: mcs-web, namespace: default}
+spec:
+  selector: {app: nginx}
+  ports: [{name: http, port: 80}]
+---
+apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: mcs-web, namespace: default}
+`))
+	t.Cleanup(func() {
+		_, _ = west.Kubectl(context.Background(), "delete", "serviceexport,service", "mcs-web")
+	})
+	client, err := mcsclient.NewForConfig(west.Config)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		se, err := client.MulticlusterV1alpha1().ServiceExports("default").Get(ctx, "mcs-web", metav1.GetOptions{})
+		require.NoError(c, err)
+		ready := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1alpha1.ServiceExportConditionReady))
+		require.NotNil(c, ready, "conditions %v", se.Status.Conditions)
+		assert.Equal(c, metav1.ConditionTrue, ready.Status, ready.Message)
+	}, 2*time.Minute, time.Second, "west's ServiceExport mcs-web is Ready")
+
+	eventually(t, ctx, "timeout 10 wget -qO- http://mcs-web.default.svc.clusterset.local/ | cut -c1-34", "hello from west/default/nginx-set-")
+	eventually(t, ctx, "nslookup -type=TXT dns-version.clusterset.local | grep -o '\"1.0.0\"'", `"1.0.0"`)
+}

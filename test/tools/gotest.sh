@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gotest.sh runs `go test` with what the end-to-end tests need (Debian
 # packages, the cached control-plane binaries, the images real nodes run, a
-# coredns-mc binary, a stock CoreDNS built with mcmirror) and then
+# coredns-mc binary, a stock CoreDNS built with mcmirror and one without) and then
 # proves that no process the test harness started is still running.
 # Arguments go to `go test`.
 set -euo pipefail
@@ -29,7 +29,9 @@ export MCMIRROR_COREDNS_MC=$work/coredns-mc MCMIRROR_COREDNS_MC_RELEASE=$work/co
 # A stock CoreDNS with mcmirror added by its plugin.cfg (test/e2e/stockcoredns),
 # built here rather than inside a test that shares the CPU with others.
 MCMIRROR_COREDNS_STOCK=$(test/tools/coredns-stock.sh)
-export MCMIRROR_COREDNS_STOCK
+# And one without it, the cluster DNS that forwards clusterset.local.
+MCMIRROR_COREDNS_PLAIN=$(test/tools/coredns-stock.sh --plain)
+export MCMIRROR_COREDNS_STOCK MCMIRROR_COREDNS_PLAIN
 
 status=0
 go test -timeout 45m "$@" || status=$?

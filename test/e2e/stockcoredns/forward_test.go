@@ -22,9 +22,14 @@ import (
 )
 
 // plainCoreDNS returns the path of CoreDNS as its release builds it,
-// without mcmirror (test/tools/coredns-stock.sh --plain, cached).
+// without mcmirror: $MCMIRROR_COREDNS_PLAIN when set (test/tools/gotest.sh
+// builds it), otherwise what test/tools/coredns-stock.sh --plain builds or
+// finds in its cache.
 func plainCoreDNS(t *testing.T) string {
 	t.Helper()
+	if p := os.Getenv("MCMIRROR_COREDNS_PLAIN"); p != "" {
+		return p
+	}
 	var out bytes.Buffer
 	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "test", "tools", "coredns-stock.sh"), "--plain")
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr

@@ -288,7 +288,10 @@ func New(opts Options) (*Controller, error) {
 
 	ownedIndexers := cache.Indexers{byKey: indexByKey, byCluster: indexByCluster}
 	c.services = coreinformers.NewServiceInformer(opts.Client, metav1.NamespaceAll, resyncPeriod, ownedIndexers)
-	c.slices = discoveryinformers.NewFilteredEndpointSliceInformer(opts.Client, metav1.NamespaceAll, resyncPeriod, ownedIndexers,
+	// The controller's slices also by their Service (namespace/name): a
+	// mirror's, whose endpoints an import copies, and a derived Service's.
+	c.slices = discoveryinformers.NewFilteredEndpointSliceInformer(opts.Client, metav1.NamespaceAll, resyncPeriod,
+		cache.Indexers{byKey: indexByKey, byCluster: indexByCluster, byService: indexSliceByService},
 		func(o *metav1.ListOptions) {
 			o.LabelSelector = discoveryv1.LabelManagedBy + "=" + EndpointSliceManagedBy
 		})

@@ -89,6 +89,7 @@ func (c *Controller) onNamespace(obj any) {
 		for _, k := range r.exportedKeys() {
 			if k.Namespace == m.GetName() {
 				c.queue.Add(makeKey(r.name, k.Namespace, k.Name))
+				c.mcsChanged(k.Namespace, k.Name) // an import waits for its namespace too
 			}
 		}
 	}

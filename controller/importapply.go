@@ -125,11 +125,7 @@ func (c *Controller) importSources(ns, name string) []importSource {
 		} else if mirror, err := labels.MirrorName(name, r.name); err == nil {
 			// The mirror's own slices: the egress, or the per-pod
 			// mirrors of a headless Service.
-			for _, obj := range c.slices.GetIndexer().List() {
-				if es, ok := obj.(*discoveryv1.EndpointSlice); ok && es.Namespace == ns && es.Labels[discoveryv1.LabelServiceName] == mirror {
-					src.slices = append(src.slices, es)
-				}
-			}
+			src.slices = appendSlices(nil, c.slices, ns+"/"+mirror)
 		}
 		out = append(out, src)
 	}
@@ -251,10 +247,9 @@ func (c *Controller) applyImportSlices(ctx context.Context, ns, name string, des
 // namespace/name, by name.
 func (c *Controller) importSlices(ns, name string) map[string]*discoveryv1.EndpointSlice {
 	out := map[string]*discoveryv1.EndpointSlice{}
-	derived := DerivedName(ns, name)
-	for _, obj := range c.slices.GetIndexer().List() {
-		if es, ok := obj.(*discoveryv1.EndpointSlice); ok && es.Namespace == ns &&
-			es.Labels[discoveryv1.LabelServiceName] == derived && es.Labels[ManagedBy] == ManagedByValue {
+	objs, _ := c.slices.GetIndexer().ByIndex(byService, ns+"/"+DerivedName(ns, name))
+	for _, obj := range objs {
+		if es, ok := obj.(*discoveryv1.EndpointSlice); ok && es.Labels[ManagedBy] == ManagedByValue {
 			out[es.Name] = es
 		}
 	}

@@ -91,6 +91,34 @@ const (
 	// Global is the suffix of the names that aggregate every cluster
 	// exporting a Service: <svc>-global. No cluster may be named so.
 	Global = "global"
+
+	// Federated is the label that makes a Service a member of a federated
+	// Service, with the value FederatedMember: what Linkerd's default
+	// federated service selector selects (a Link's
+	// federatedServiceSelector, the local service mirror's
+	// -federated-service-selector).
+	Federated = Prefix + "/federated"
+
+	// FederatedMember is the value of Federated.
+	FederatedMember = "member"
+
+	// FederatedSelector selects the federated members of a cluster (never
+	// a mirror).
+	FederatedSelector = Federated + "=" + FederatedMember + ",!" + MirroredService
+
+	// FederatedSuffix ends the name of the local federated Service that
+	// Linkerd's service mirror makes for members named <svc>:
+	// <svc>-federated, labelled MirroredService and without ClusterName.
+	FederatedSuffix = "federated"
+
+	// RemoteDiscoveryAnnotation lists, on a federated Service, its members
+	// in linked clusters: comma-separated <svc>@<cluster>, each a Service
+	// <svc> of the federated Service's namespace in that cluster.
+	RemoteDiscoveryAnnotation = "multicluster.linkerd.io/remote-discovery"
+
+	// LocalDiscoveryAnnotation names, on a federated Service, its member in
+	// the local cluster: a Service of the same namespace.
+	LocalDiscoveryAnnotation = "multicluster.linkerd.io/local-discovery"
 )
 
 // Mode is how a Service is exported.

@@ -15,6 +15,7 @@ type fakeSource struct {
 	slices   map[[3]string][]*Slice // cluster, ns, service
 	mirrors  map[[2]string]*Mirror  // ns, name
 	derived  map[[2]string]*Derived // ns, import
+	members  map[[3]string]*Service // federated members: cluster, ns, name
 	synced   bool
 }
 
@@ -25,6 +26,7 @@ func newFakeSource(links ...string) *fakeSource {
 		slices:   map[[3]string][]*Slice{},
 		mirrors:  map[[2]string]*Mirror{},
 		derived:  map[[2]string]*Derived{},
+		members:  map[[3]string]*Service{},
 		synced:   true,
 	}
 }
@@ -39,6 +41,22 @@ func (f *fakeSource) HasSynced() bool                    { return f.synced }
 func (f *fakeSource) Derived(ns, name string) *Derived {
 	return f.derived[[2]string{ns, name}]
 }
+func (f *fakeSource) Member(c, ns, name string) *Service {
+	if s := f.members[[3]string{c, ns, name}]; s != nil {
+		return s
+	}
+	return f.Service(c, ns, name)
+}
+func (f *fakeSource) Federations(ns, member string) []string {
+	var out []string
+	for _, m := range f.mirrors {
+		if m.Fed != nil && m.Namespace == ns && slices.Contains(m.Fed.memberNames(), member) {
+			out = append(out, m.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // keys returns every group the source holds objects of.
 func (f *fakeSource) keys() []groupKey {
@@ -51,11 +69,17 @@ func (f *fakeSource) keys() []groupKey {
 	for k := range f.services {
 		add(groupKey{k[1], k[2]})
 	}
+	for k := range f.members {
+		add(groupKey{k[1], k[2]})
+	}
 	for k := range f.slices {
 		add(groupKey{k[1], k[2]})
 	}
 	for _, m := range f.mirrors {
 		if k, ok := mirrorGroup(m); ok {
+			add(k)
+		}
+		if k, ok := federatedGroup(m); ok {
 			add(k)
 		}
 	}

@@ -318,11 +318,21 @@ func (b *builder) portSet(ps []Port) uint32 {
 // it has nothing to give. old, the cluster's member at the last build, is
 // returned as it is when it was built from the same objects.
 func (x *index) buildMember(k groupKey, cluster string, s *Service, old *member) *member {
+	return x.makeMember(k, cluster, s, old, "")
+}
+
+// makeMember is buildMember; with fed, a federated Service's name, the
+// member of a linked cluster is named <cluster>.<fed>.<ns>.svc.<zone> in
+// every zone (federated.go), and must be flat.
+func (x *index) makeMember(k groupKey, cluster string, s *Service, old *member, fed string) *member {
 	local := cluster == x.local
 	var rel string
-	if local {
+	switch {
+	case local:
 		rel = k.svc + "." + k.ns + ".svc"
-	} else {
+	case fed != "":
+		rel = cluster + "." + fed + "." + k.ns + ".svc"
+	default:
 		mname, err := labels.MirrorName(s.Name, cluster)
 		if err != nil {
 			log.Debugf("%s: not exported from %s: %v", k, cluster, err)
@@ -336,6 +346,9 @@ func (x *index) buildMember(k groupKey, cluster string, s *Service, old *member)
 	}
 	from := sources(s, sls)
 	gateway := !local && s.Mode != labels.Flat
+	if gateway && fed != "" {
+		return nil
+	}
 	if old != nil && !gateway && reusable(old.from, from) {
 		return old // nothing it was built from changed
 	}
@@ -343,7 +356,7 @@ func (x *index) buildMember(k groupKey, cluster string, s *Service, old *member)
 	m := &member{cluster: cluster, local: local, gateway: gateway, names: make([]string, len(x.zones))}
 	for zi, z := range x.zones {
 		m.names[zi] = rel + "." + z
-		if zi >= x.nMirror {
+		if zi >= x.nMirror && fed == "" {
 			// A clusterset zone: <cluster>.<svc>.<ns>.svc.<zone>, the
 			// parent of the cluster's pods there (clusterset.go).
 			m.names[zi] = cluster + "." + k.svc + "." + k.ns + ".svc." + z

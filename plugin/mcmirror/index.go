@@ -27,6 +27,13 @@ type source interface {
 	// Derived returns the local derived Service of the ServiceImport
 	// ns/name, or nil (always nil without clusterset zones).
 	Derived(ns, name string) *Derived
+	// Member returns Service ns/name of cluster as a federated member: as
+	// the federated members' watch holds it, else as an export; nil when
+	// neither holds it.
+	Member(cluster, ns, name string) *Service
+	// Federations returns the names of the local federated Services of
+	// namespace ns that list a member named member, in any cluster.
+	Federations(ns, member string) []string
 	// HasSynced reports whether the first sync is done: the clusters were
 	// listed (or, for a linked one, had startup_timeout to be) and the
 	// index caught up with them. It stays true from then on.
@@ -47,11 +54,12 @@ const (
 	// Headless import, and, as a ref without a pod (p < 0), the empty
 	// non-terminal <cluster>.<svc>.<ns>.svc.<clusterset zone> above it.
 	kindCSPod
-	kindCSZone // any other name of a clusterset zone: its apex, dns-version, svc, <ns>.svc
+	kindCSZone    // any other name of a clusterset zone: its apex, dns-version, svc, <ns>.svc
+	kindFederated // <svc>-federated.<ns>.svc.<zone> (federated.go)
 	numKinds
 )
 
-var kindNames = [numKinds]string{"cluster", "pod", "global", "srv", "ptr", "clusterset", "clusterset-pod", "clusterset-zone"}
+var kindNames = [numKinds]string{"cluster", "pod", "global", "srv", "ptr", "clusterset", "clusterset-pod", "clusterset-zone", "federated"}
 
 func (k nameKind) String() string { return kindNames[k] }
 
@@ -60,7 +68,12 @@ func (k nameKind) String() string { return kindNames[k] }
 // group rebuilds the group, reusing the members that did not change.
 type groupKey struct{ ns, svc string }
 
-func (k groupKey) String() string { return k.ns + "/" + k.svc }
+func (k groupKey) String() string {
+	if name, ok := k.federated(); ok {
+		return k.ns + "/" + name + " (federated)"
+	}
+	return k.ns + "/" + k.svc
+}
 
 // slot is where a group's names find its current data: a rebuild swaps
 // the group in the slot, and names whose meaning did not change are not
@@ -291,7 +304,7 @@ func (x *index) sync(k groupKey) []groupKey {
 	}
 	x.mu.RUnlock()
 	g := x.build(k, old, health)
-	again := x.install(k, g)
+	again := append(x.install(k, g), x.federations(k)...)
 	if x.health.load() != health { // changed before install recorded k
 		again = append(again, k)
 	}
@@ -301,6 +314,9 @@ func (x *index) sync(k groupKey) []groupKey {
 // build computes group k, reusing old's members that did not change; nil
 // when nobody exports the Service.
 func (x *index) build(k groupKey, old *group, health *healthState) *group {
+	if name, ok := k.federated(); ok {
+		return x.buildFederated(k, name, old)
+	}
 	if !validLabel(k.ns) || !validLabel(k.svc) {
 		// A name a remote API server should not have let through:
 		// it could add a label and shadow another name.

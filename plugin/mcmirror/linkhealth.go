@@ -15,10 +15,11 @@ const (
 	watchMirrors
 	watchMCSServices // the Services a ServiceExport stamped
 	watchDerived     // the derived Services of ServiceImports; local, with clusterset
+	watchFedServices // the members of federated Services
 	numWatches
 )
 
-var watchNames = [numWatches]string{"Services", "EndpointSlices", "mirror Services", "ServiceExport Services", "derived Services"}
+var watchNames = [numWatches]string{"Services", "EndpointSlices", "mirror Services", "ServiceExport Services", "derived Services", "federated Services"}
 
 // linkHealth is the state of one generation of a cluster's watches (a
 // replaced link has two while the new one syncs): whether they work, since

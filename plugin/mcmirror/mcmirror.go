@@ -4,6 +4,7 @@
 //	<svc>-<cluster>.<ns>.svc.<zone>          a Service exported by a linked cluster
 //	<host>.<svc>-<cluster>.<ns>.svc.<zone>   one pod of a headless one
 //	<svc>-global.<ns>.svc.<zone>             every cluster exporting <svc>
+//	<svc>-federated.<ns>.svc.<zone>          a Linkerd federated Service (federated.go)
 //	_<port>._<proto>.<any of those>          SRV, with glue
 //
 // and PTR for the mirror ClusterIPs; in the clusterset zones, the names of

@@ -123,8 +123,12 @@ func sameNames(a, b *member) bool {
 func (x *index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
 	g := s.g
 	if u < 0 {
+		kind := kindGlobal
+		if _, ok := s.key.federated(); ok {
+			kind = kindFederated
+		}
 		for zi, name := range g.global {
-			if name != "" && !f(name, ref{s: s, m: -1, p: -1, zi: uint8(zi), kind: kindGlobal}) {
+			if name != "" && !f(name, ref{s: s, m: -1, p: -1, zi: uint8(zi), kind: kind}) {
 				return
 			}
 		}
@@ -220,7 +224,7 @@ func (x *index) add(s *slot, u int, again *[]groupKey) {
 func (x *index) take(have ref, name string, again *[]groupKey) {
 	loser := have.s
 	u := int(have.m)
-	if have.kind == kindGlobal {
+	if have.kind == kindGlobal || have.kind == kindFederated {
 		u = -1
 	}
 	x.counts.add(loser.g, -1)

@@ -57,7 +57,8 @@ type Port struct {
 type Service struct {
 	objMeta
 	// Exported is whether the Service matches the selector of the watch
-	// that holds it: the export selector, or the ServiceExport stamp's.
+	// that holds it: the export selector, the ServiceExport stamp's, or
+	// the federated members'.
 	// The API server only sends those, but a watch that does not filter
 	// (a fake clientset's) must not export everything.
 	Exported   bool
@@ -94,6 +95,9 @@ type Mirror struct {
 	Headless   bool
 	ClusterIPs []string
 	Ports      []Port
+	// Fed is, on a federated Service (<svc>-federated, without Cluster),
+	// the members its annotations list; nil on any other (federated.go).
+	Fed *Federation
 }
 
 // DeepCopyObject implements the runtime.Object interface.
@@ -101,6 +105,9 @@ func (m *Mirror) DeepCopyObject() runtime.Object {
 	c := *m
 	c.ClusterIPs = slices.Clone(m.ClusterIPs)
 	c.Ports = slices.Clone(m.Ports)
+	if m.Fed != nil {
+		c.Fed = &Federation{Remote: slices.Clone(m.Fed.Remote), Local: m.Fed.Local}
+	}
 	return &c
 }
 
@@ -182,6 +189,7 @@ func toMirror(obj any) (any, error) {
 			Headless:   s.Spec.ClusterIP == corev1.ClusterIPNone,
 			ClusterIPs: clusterIPs(&s.Spec),
 			Ports:      servicePorts(s.Spec.Ports),
+			Fed:        federation(s),
 		}, nil
 	}
 	return obj, nil

@@ -204,8 +204,9 @@ func startCounting(t *testing.T, links ...any) (*MCMirror, func(groupKey) int) {
 }
 
 // linkWatches is the number of watches of a linked cluster, each of which
-// relists: exported Services, ServiceExport Services, EndpointSlices.
-const linkWatches = 3
+// relists: exported Services, ServiceExport Services, federated members,
+// EndpointSlices.
+const linkWatches = 4
 
 // idle reports whether no group is queued or being built.
 func idle(m *MCMirror) func() bool {

@@ -36,6 +36,9 @@ type watcher struct {
 	// its cluster's controller writes (labels.ServiceExportSelector; no
 	// mirror either). A selector cannot OR two keys: it is a second watch.
 	stamped k8slabels.Selector
+	// federated selects the members of federated Services
+	// (labels.FederatedSelector): a third watch.
+	federated k8slabels.Selector
 	// startupTimeout is how long a link that cannot sync holds up
 	// readiness.
 	startupTimeout time.Duration
@@ -96,7 +99,8 @@ type cluster struct {
 
 	services    *objectStore // Services the export selector exports
 	mcsServices *objectStore // Services a ServiceExport exports (the stamp)
-	slices      *objectStore // EndpointSlices of exported Services
+	fedServices *objectStore // federated members (federated_watch.go)
+	slices      *objectStore // EndpointSlices of exported or federated Services
 	mirrors     *objectStore // mirror Services; local cluster only
 	derived     *objectStore // derived Services; local cluster, with clusterset
 
@@ -119,9 +123,10 @@ const (
 	objMirror
 	objMCSService
 	objDerived
+	objFedService
 )
 
-var objKinds = [...]string{"service", "endpointslice", "mirror", "mcs-service", "derived"}
+var objKinds = [...]string{"service", "endpointslice", "mirror", "mcs-service", "derived", "federated-service"}
 
 const sliceServiceIndex = "service"
 
@@ -138,10 +143,15 @@ func newWatcher(local string, export k8slabels.Selector, startupTimeout time.Dur
 	if err != nil {
 		panic(err) // a constant
 	}
+	federated, err := k8slabels.Parse(labels.FederatedSelector)
+	if err != nil {
+		panic(err) // a constant
+	}
 	return &watcher{
 		local:          local,
 		exported:       export.Add(*notMirror),
 		stamped:        stamped,
+		federated:      federated,
 		startupTimeout: startupTimeout,
 		backoff:        linkBackoff,
 		queue:          workqueue.NewTyped[groupKey](),
@@ -222,7 +232,8 @@ func (c *watcher) replaceCluster(name string, client kubernetes.Interface) error
 	return nil
 }
 
-// enqueueAll queues every group a cluster exports, either way.
+// enqueueAll queues every group a cluster exports, either way, or
+// federates (and so the federated groups: index.federations).
 func (c *watcher) enqueueAll(cl *cluster) {
 	for _, st := range cl.serviceStores() {
 		for _, obj := range st.idx.List() {
@@ -298,9 +309,10 @@ func (c *watcher) stop() {
 	c.queue.ShutDown()
 }
 
-// startCluster runs the watches of cl: both Service watches (and mirrors)
-// at once, EndpointSlices once both Service watches have listed, so that
-// the slices of every exported Service are kept from the first list on.
+// startCluster runs the watches of cl: the three Service watches (and
+// mirrors) at once, EndpointSlices once they have listed, so that the
+// slices of every exported or federated Service are kept from the first
+// list on.
 func (c *watcher) startCluster(cl *cluster) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	cl.ctx, cl.cancel = ctx, cancel
@@ -310,6 +322,7 @@ func (c *watcher) startCluster(cl *cluster) {
 	quiet := klog.NewContext(ctx, klog.Logger{})
 	go c.reflector(cl, watchServices, &corev1.Service{}, c.exported.String(), cl.services).RunWithContext(quiet)
 	go c.reflector(cl, watchMCSServices, &corev1.Service{}, c.stamped.String(), cl.mcsServices).RunWithContext(quiet)
+	go c.reflector(cl, watchFedServices, &corev1.Service{}, c.federated.String(), cl.fedServices).RunWithContext(quiet)
 	if cl.mirrors != nil {
 		go c.reflector(cl, watchMirrors, &corev1.Service{}, labels.MirrorSelector, cl.mirrors).RunWithContext(quiet)
 	}
@@ -332,7 +345,7 @@ func (c *watcher) startCluster(cl *cluster) {
 
 // watchSync records when the cluster has synced.
 func (cl *cluster) watchSync(ctx context.Context) {
-	synced := []cache.InformerSynced{cl.services.HasSynced, cl.mcsServices.HasSynced, cl.slices.HasSynced}
+	synced := []cache.InformerSynced{cl.services.HasSynced, cl.mcsServices.HasSynced, cl.fedServices.HasSynced, cl.slices.HasSynced}
 	if cl.mirrors != nil {
 		synced = append(synced, cl.mirrors.HasSynced)
 	}
@@ -502,11 +515,11 @@ func (c *watcher) Mirror(ns, name string) *Mirror {
 }
 
 // newCluster makes the stores of one generation of a cluster's watches:
-// its exported Services (one store per way of exporting) and their
-// EndpointSlices, and, in the local cluster, the mirror Services. Only
-// what can be answered is held: a Service neither the export selector nor
-// the ServiceExport stamp selects, and the slices of one, are dropped as
-// they come.
+// its exported Services (one store per way of exporting), its federated
+// members, their EndpointSlices, and, in the local cluster, the mirror
+// Services. Only what can be answered is held: a Service neither the
+// export selector, the ServiceExport stamp nor the federated selector
+// selects, and the slices of one, are dropped as they come.
 func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster {
 	cl := &cluster{name: name, local: name == c.local, client: client}
 	cl.health = newLinkHealth(name, cl.local, c.staleMaxAge, func(bool) { c.enqueueAll(cl) })
@@ -517,9 +530,10 @@ func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 	}
 	cl.services = newObjectStore(serviceTransform(c.exported), exported, nil, c.serviceHandler(cl, objService))
 	cl.mcsServices = newObjectStore(serviceTransform(c.stamped), exported, nil, c.serviceHandler(cl, objMCSService))
+	cl.fedServices = newObjectStore(fedTransform(c.federated), exported, nil, c.serviceHandler(cl, objFedService))
 	cl.slices = newObjectStore(toSlice, func(obj any) bool {
 		s, ok := obj.(*Slice)
-		return ok && cl.exports(s.Namespace, s.Service)
+		return ok && cl.holds(s.Namespace, s.Service)
 	}, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
 		s, ok := obj.(*Slice)
 		if !ok || s.Service == "" {
@@ -531,59 +545,16 @@ func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 		cl.mirrors = newObjectStore(toMirror, func(obj any) bool {
 			m, ok := obj.(*Mirror)
 			return ok && m.IsMirror
-		}, nil, c.mirrorHandler(cl))
+		}, fedIndexers(), c.mirrorHandler(cl))
 	}
 	if cl.local && c.clusterset {
 		cl.derived = c.newDerivedStore(cl)
 		cl.health.derived = true
 	}
-	for _, s := range []*objectStore{cl.services, cl.mcsServices, cl.slices, cl.mirrors, cl.derived} {
+	for _, s := range []*objectStore{cl.services, cl.mcsServices, cl.fedServices, cl.slices, cl.mirrors, cl.derived} {
 		if s != nil {
 			s.bookmark = cl.health.contact
 		}
 	}
 	return cl
-}
-
-// serviceStores are the stores of the cluster's exported Services, the
-// export selector's first.
-func (cl *cluster) serviceStores() [2]*objectStore {
-	return [2]*objectStore{cl.services, cl.mcsServices}
-}
-
-// service returns the cluster's exported Service key (ns/name), as the
-// export selector's watch last said, else as the ServiceExport stamp's
-// did; nil when neither exports it. A Service can be in both.
-func (cl *cluster) service(key string) *Service {
-	for _, st := range cl.serviceStores() {
-		if s := exportedIn(st, key); s != nil {
-			return s
-		}
-	}
-	return nil
-}
-
-// exportedByOther reports whether the store of exported Services other
-// than the one whose objects count as kind holds Service key.
-func (cl *cluster) exportedByOther(kind int, key string) bool {
-	other := cl.mcsServices
-	if kind == objMCSService {
-		other = cl.services
-	}
-	return exportedIn(other, key) != nil
-}
-
-// exportedIn returns the exported Service key that st holds, or nil.
-func exportedIn(st *objectStore, key string) *Service {
-	obj, ok, _ := st.idx.GetByKey(key)
-	if s, _ := obj.(*Service); ok && s != nil && s.Exported {
-		return s
-	}
-	return nil
-}
-
-// exports reports whether the cluster's Service ns/name is exported,
-// either way, as its Service watches last said.
-func (cl *cluster) exports(ns, name string) bool {
-	return cl.service(ns+"/"+name) != nil
 }

@@ -30,10 +30,10 @@ func handler[T any](add func(T, bool), update func(T, T), del func(T)) storeHand
 	}
 }
 
-// serviceHandler handles the changes of one of the cluster's two stores of
-// exported Services, whose objects count as kind. A Service is exported
-// while either store holds it: its slices are fetched when the first one
-// takes it, and dropped when neither holds it any longer. A store writes
+// serviceHandler handles the changes of one of the cluster's three stores
+// of Services (serviceStores), whose objects count as kind. A Service's
+// slices are held while any store holds it: they are fetched when the
+// first one takes it, and dropped when none holds it any longer. A store writes
 // an object before it tells its handler, which then looks at the other
 // store: of two stores that change one Service at once, the one told last
 // sees both changes, and decides.
@@ -42,10 +42,10 @@ func (c *watcher) serviceHandler(cl *cluster, kind int) storeHandler {
 		func(s *Service, _ bool) {
 			cl.touched(kind, 1)
 			c.enqueue(groupKey{s.Namespace, s.Name})
-			// Exported now: its slices, dropped until now, are fetched
+			// Held now: its slices, dropped until now, are fetched
 			// (before the first list of slices, that list holds them),
-			// unless the other store holds it, and so its slices.
-			if !cl.exportedByOther(kind, s.Namespace+"/"+s.Name) {
+			// unless another store holds it, and so its slices.
+			if !cl.heldByOther(kind, s.Namespace+"/"+s.Name) {
 				c.fetchSlices(cl, s.Namespace, s.Name)
 			}
 		},
@@ -56,12 +56,12 @@ func (c *watcher) serviceHandler(cl *cluster, kind int) storeHandler {
 		func(s *Service) {
 			cl.touched(kind, -1)
 			c.enqueue(groupKey{s.Namespace, s.Name})
-			// No longer exported, unless the other store holds it: its
+			// No longer held, unless another store holds it: its
 			// slices are not held. Asked under the slice store's lock,
-			// so that no slice kept meanwhile for the other store's
-			// export is dropped.
+			// so that no slice kept meanwhile for another store's
+			// Service is dropped.
 			cl.slices.dropUnless(sliceServiceIndex, s.Namespace+"/"+s.Name, func() bool {
-				return cl.exports(s.Namespace, s.Name)
+				return cl.holds(s.Namespace, s.Name)
 			})
 		},
 	)
@@ -99,6 +99,9 @@ func (c *watcher) sliceHandler(cl *cluster) storeHandler {
 func (c *watcher) mirrorHandler(cl *cluster) storeHandler {
 	enqueue := func(m *Mirror) {
 		if k, ok := mirrorGroup(m); ok {
+			c.enqueue(k)
+		}
+		if k, ok := federatedGroup(m); ok {
 			c.enqueue(k)
 		}
 	}

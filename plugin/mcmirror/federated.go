@@ -1,0 +1,190 @@
+package mcmirror
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Federated Services, for clients outside the mesh. For members named
+// <svc> (Services labelled mirror.linkerd.io/federated=member), Linkerd's
+// service mirror makes in the local cluster a Service <svc>-federated: a
+// ClusterIP without endpoints, labelled as a mirror but with no cluster
+// name, whose members are in its annotations (remote-discovery:
+// <svc>@<cluster>,...; local-discovery: <svc>). Linkerd's proxies ask its
+// destination controller for the members' pods; a client outside the mesh
+// that resolves the name gets a ClusterIP that leads nowhere. So:
+//
+//	<svc>-federated.<ns>.svc.<zone>             every routable member's ready addresses
+//	<cluster>.<svc>-federated.<ns>.svc.<zone>   one linked cluster's member (an SRV target)
+//	_<port>._<proto>.<either of those>          SRV, as -global answers it
+//
+// A member of a linked cluster is routable in flat mode only: its pod
+// addresses, which Linkerd's federated mode needs reachable too. One that
+// its cluster exports in gateway mode is left out: only Linkerd's proxy
+// could reach it. The local member answers as in -global (its ClusterIP,
+// or its pods' addresses when headless), while it has a ready endpoint.
+// The name is claimed only while some member has a ready address: else it
+// goes down the plugin chain, to the kubernetes plugin's answer (the
+// Service's own ClusterIP, what meshed clients use).
+
+// Federation is what a federated Service's annotations say of its members.
+type Federation struct {
+	// Remote are the members in linked clusters, at most one per cluster
+	// (the first listed), in the annotation's order.
+	Remote []FedMember
+	// Local is the name of the local member; "" for none.
+	Local string
+}
+
+// FedMember is a member in a linked cluster: Service Service of the
+// federated Service's namespace in cluster Cluster.
+type FedMember struct{ Service, Cluster string }
+
+// fedMark ends the svc of a federated group's key: no Service name holds a
+// dot, so the key of federated Service ns/name is no Service's.
+const fedMark = "."
+
+// fedKey returns the key of the group of the local federated Service
+// ns/name.
+func fedKey(ns, name string) groupKey { return groupKey{ns, name + fedMark} }
+
+// federated returns the federated Service's name when k is a federated
+// group's key.
+func (k groupKey) federated() (string, bool) { return strings.CutSuffix(k.svc, fedMark) }
+
+// federatedGroup returns the group a local Service serves when it is a
+// federated Service.
+func federatedGroup(m *Mirror) (groupKey, bool) {
+	if m.Fed == nil {
+		return groupKey{}, false
+	}
+	return fedKey(m.Namespace, m.Name), true
+}
+
+// federation reads the members of s when it is a federated Service: a
+// mirror without a cluster name, named <svc>-federated, with either
+// annotation. Malformed entries (not <svc>@<cluster>, not DNS labels) are
+// left out, and so is a second entry of a cluster.
+func federation(s *corev1.Service) *Federation {
+	base, ok := strings.CutSuffix(s.Name, "-"+labels.FederatedSuffix)
+	if !ok || base == "" || s.Labels[labels.ClusterName] != "" {
+		return nil
+	}
+	remote, hasRemote := s.Annotations[labels.RemoteDiscoveryAnnotation]
+	local, hasLocal := s.Annotations[labels.LocalDiscoveryAnnotation]
+	if !hasRemote && !hasLocal {
+		return nil
+	}
+	f := &Federation{}
+	for e := range strings.SplitSeq(remote, ",") {
+		svc, cluster, ok := strings.Cut(strings.TrimSpace(e), "@")
+		if !ok || !validLabel(svc) || !validLabel(cluster) ||
+			slices.ContainsFunc(f.Remote, func(m FedMember) bool { return m.Cluster == cluster }) {
+			continue
+		}
+		f.Remote = append(f.Remote, FedMember{Service: svc, Cluster: cluster})
+	}
+	if local = strings.TrimSpace(local); validLabel(local) {
+		f.Local = local
+	}
+	return f
+}
+
+// memberNames returns the names of the members of f, each once: the
+// Services whose changes rebuild its group.
+func (f *Federation) memberNames() []string {
+	var out []string
+	if f.Local != "" {
+		out = append(out, f.Local)
+	}
+	for _, m := range f.Remote {
+		if !slices.Contains(out, m.Service) {
+			out = append(out, m.Service)
+		}
+	}
+	return out
+}
+
+// federations returns the keys of the federated groups that Service k is
+// a member of, in any cluster: a change of its objects rebuilds them too.
+func (x *index) federations(k groupKey) []groupKey {
+	if _, ok := k.federated(); ok {
+		return nil
+	}
+	var out []groupKey
+	for _, name := range x.src.Federations(k.ns, k.svc) {
+		out = append(out, fedKey(k.ns, name))
+	}
+	return out
+}
+
+// buildFederated computes the group of federated Service ns/name: its
+// local member first, then its flat-mode members in link order, each
+// with a ready address; nil when none has one, so that the name is not
+// claimed.
+func (x *index) buildFederated(k groupKey, name string, old *group) *group {
+	fm := x.src.Mirror(k.ns, name)
+	if fm == nil || fm.Fed == nil || fm.Cluster != "" || !validLabel(k.ns) || !validLabel(name) {
+		x.drops.note(k, nil)
+		return nil
+	}
+	g := &group{key: k}
+	if svc := fm.Fed.Local; svc != "" {
+		s := x.src.Member(x.local, k.ns, svc)
+		if s != nil && !s.ExternalName && x.hasReady(x.local, s) {
+			if m := x.buildMember(groupKey{k.ns, svc}, x.local, s, old.member(x.local)); m != nil && len(m.v4)+len(m.v6) > 0 {
+				g.members = append(g.members, m)
+			}
+		}
+	}
+	var dropped []dropped
+	for _, c := range x.src.Links() {
+		i := slices.IndexFunc(fm.Fed.Remote, func(e FedMember) bool { return e.Cluster == c })
+		if i < 0 {
+			continue
+		}
+		svc := fm.Fed.Remote[i].Service
+		s := x.src.Member(c, k.ns, svc)
+		if s == nil || s.ExternalName || s.Mode != labels.Flat {
+			continue // gateway mode: only Linkerd's proxy reaches it
+		}
+		m := x.makeMember(groupKey{k.ns, svc}, c, s, old.member(c), name)
+		if m == nil || len(m.v4)+len(m.v6) == 0 {
+			continue
+		}
+		g.members = append(g.members, m)
+		if e := x.src.Service(c, k.ns, svc); e == nil || e.Mode != labels.Flat {
+			dropped = append(dropped, m.dropped...) // else its export's group notes them
+		}
+	}
+	x.drops.note(k, dropped)
+	if len(g.members) == 0 {
+		return nil
+	}
+	g.hidden = make([]bool, len(g.members))
+	g.global = make([]string, len(x.zones))
+	for zi, z := range x.zones[:x.nMirror] {
+		if n := name + "." + k.ns + ".svc." + z; validName(n) {
+			g.global[zi] = n
+		}
+	}
+	g.v4, g.v6 = globalAddrs(g)
+	return g
+}
+
+// hasReady reports whether Service s of cluster has an endpoint to answer:
+// a ready one, or any when it publishes not-ready addresses.
+func (x *index) hasReady(cluster string, s *Service) bool {
+	for _, sl := range x.src.Slices(cluster, s.Namespace, s.Name) {
+		for _, e := range sl.Endpoints {
+			if (e.Ready || s.PublishNotReady) && len(e.Addresses) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}

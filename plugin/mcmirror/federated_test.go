@@ -1,0 +1,303 @@
+package mcmirror
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// The strings are Linkerd's (pkg/k8s/labels.go, the service mirror's
+// federatedServiceName): a typo would silently answer nothing.
+func TestFederatedLinkerdStrings(t *testing.T) {
+	for got, want := range map[string]string{
+		labels.Federated + "=" + labels.FederatedMember: "mirror.linkerd.io/federated=member",
+		labels.RemoteDiscoveryAnnotation:                "multicluster.linkerd.io/remote-discovery",
+		labels.LocalDiscoveryAnnotation:                 "multicluster.linkerd.io/local-discovery",
+		"web-" + labels.FederatedSuffix:                 "web-federated",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+}
+
+// fedService is the local federated Service ns default/name as Linkerd's
+// service mirror makes it: a mirror without a cluster name, with a
+// ClusterIP and no endpoints; an annotation is left out when its value is
+// "-".
+func fedService(name, remote, local string) *corev1.Service {
+	ann := map[string]string{}
+	if remote != "-" {
+		ann[labels.RemoteDiscoveryAnnotation] = remote
+	}
+	if local != "-" {
+		ann[labels.LocalDiscoveryAnnotation] = local
+	}
+	s := service(name, map[string]string{labels.MirroredService: labels.MirroredServiceValue}, "10.96.9.9",
+		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	s.Annotations = ann
+	return s
+}
+
+// The members are read from the annotations; an entry that is not
+// <svc>@<cluster> of two DNS labels is left out, and so is a second entry
+// of a cluster. Only a mirror without a cluster name, named <svc>-federated,
+// with either annotation, is a federated Service.
+func TestFederationAnnotations(t *testing.T) {
+	f := federation(fedService("web-federated", " web@west,,web,@west,web@,a@b@c,Web@paris,web@West,other@west, api@paris ", " web "))
+	want := &Federation{Remote: []FedMember{{"web", "west"}, {"api", "paris"}}, Local: "web"}
+	if f == nil || !slices.Equal(f.Remote, want.Remote) || f.Local != want.Local {
+		t.Fatalf("federation = %+v, want %+v", f, want)
+	}
+	if got := f.memberNames(); !slices.Equal(got, []string{"web", "api"}) {
+		t.Errorf("memberNames = %v", got)
+	}
+	if f := federation(fedService("web-federated", "-", "web_1")); f == nil || f.Local != "" || len(f.Remote) != 0 {
+		t.Errorf("a malformed local member: %+v, want a federation without members", f)
+	}
+	for what, s := range map[string]*corev1.Service{
+		"no annotation":   fedService("web-federated", "-", "-"),
+		"not -federated":  fedService("web", "web@west", "web"),
+		"only the suffix": fedService("-federated", "web@west", "web"),
+		"a cluster's mirror": func() *corev1.Service {
+			s := fedService("web-federated", "web@west", "web")
+			s.Labels[labels.ClusterName] = "federated" // Service web of a cluster named federated
+			return s
+		}(),
+	} {
+		if f := federation(s); f != nil {
+			t.Errorf("%s: federation = %+v, want none", what, f)
+		}
+	}
+	m, _ := toMirror(fedService("web-federated", "web@west", "web"))
+	if k, ok := federatedGroup(m.(*Mirror)); !ok || k != fedKey("default", "web-federated") || k.String() != "default/web-federated (federated)" {
+		t.Errorf("federatedGroup = %v, %t", k, ok)
+	}
+	if _, ok := mirrorGroup(m.(*Mirror)); ok {
+		t.Error("a federated Service counts as a cluster's mirror")
+	}
+}
+
+// member adds a federated member; ips empty means headless.
+func (f *fakeSource) member(cluster, ns, name string, mode labels.Mode, ips []string, ports ...Port) *Service {
+	s := &Service{objMeta: objMeta{Name: name, Namespace: ns}, Exported: true, Mode: mode,
+		Headless: len(ips) == 0, ClusterIPs: ips, Ports: ports}
+	f.members[[3]string{cluster, ns, name}] = s
+	return s
+}
+
+// federate adds the local federated Service name with its annotations.
+func (f *fakeSource) federate(name, remote, local string) {
+	m, _ := toMirror(fedService(name, remote, local))
+	f.mirrors[[2]string{"default", name}] = m.(*Mirror)
+}
+
+var targetPort = Port{Name: "http", Protocol: "tcp", Port: 8080}
+
+// fedFixture: web-federated, whose members are web in east (this
+// cluster: ClusterIP 10.96.5.5, one ready pod), in west (flat: two ready
+// pods, one not ready), in paris (gateway mode) and in a cluster not
+// linked.
+func fedFixture() *fakeSource {
+	f := newFakeSource("paris", "west")
+	f.member("east", "default", "web", labels.Gateway, []string{"10.96.5.5"}, httpPort)
+	f.slice("east", "default", "web", []Port{targetPort}, ep("", "10.0.0.5", true))
+	f.member("west", "default", "web", labels.Flat, []string{"10.100.0.7"}, httpPort)
+	f.slice("west", "default", "web", []Port{targetPort}, ep("", "10.1.0.1", true), ep("", "10.1.0.2", true), ep("", "10.1.0.3", false))
+	f.member("paris", "default", "web", labels.Gateway, []string{"10.100.1.7"}, httpPort)
+	f.slice("paris", "default", "web", []Port{targetPort}, ep("", "10.2.0.1", true))
+	f.mirror("default", "web-paris", "paris", "", []string{"10.96.0.7"}, httpPort)
+	f.federate("web-federated", "web@paris,web@west,web@nowhere", "web")
+	return f
+}
+
+// A federated Service answers its routable members' ready addresses, the
+// local one first: the local member's ClusterIP, the flat ones' pods; not
+// the gateway-mode member, nor a not-ready pod. SRV names each member, as
+// -global does: the local Service by its own name, a linked cluster's
+// member by <cluster>.<svc>-federated, which answers that member alone.
+// The members, being federated and not exported, make no name of their
+// own.
+func TestFederatedAnswers(t *testing.T) {
+	m := newTestPlugin(t, fedFixture(), 5, fall.Zero)
+	m.Next = fromNext
+	const fed, west, local = "web-federated" + z, "west.web-federated" + z, "web" + z
+	for _, tc := range []test.Case{
+		{Qname: fed, Qtype: dns.TypeA, Answer: []dns.RR{a(fed, "10.1.0.1"), a(fed, "10.1.0.2"), a(fed, "10.96.5.5")}},
+		nodata(fed, dns.TypeAAAA),
+		{Qname: fed, Qtype: dns.TypeSRV,
+			Answer: []dns.RR{srv(fed, 50, 80, local), srv(fed, 50, 8080, west)},
+			Extra:  []dns.RR{a(local, "10.96.5.5"), a(west, "10.1.0.1"), a(west, "10.1.0.2")}},
+		{Qname: "_http._tcp." + fed, Qtype: dns.TypeSRV,
+			Answer: []dns.RR{srv("_http._tcp."+fed, 50, 80, local), srv("_http._tcp."+fed, 50, 8080, west)},
+			Extra:  []dns.RR{a(local, "10.96.5.5"), a(west, "10.1.0.1"), a(west, "10.1.0.2")}},
+		{Qname: west, Qtype: dns.TypeA, Answer: []dns.RR{a(west, "10.1.0.1"), a(west, "10.1.0.2")}},
+		nxdomain("paris.web-federated"+z, dns.TypeA), // gateway mode: out
+		nxdomain("east.web-federated"+z, dns.TypeA),  // the local member is web itself
+		nxdomain("_grpc._tcp."+fed, dns.TypeSRV),
+		next("web-west" + z), // a federated member is not exported
+		next("web-global" + z),
+		next(local), // the kubernetes plugin's
+	} {
+		t.Run(fmt.Sprintf("%s/%s", dns.TypeToString[tc.Qtype], tc.Qname), func(t *testing.T) {
+			runCase(t, m, tc, false)
+		})
+	}
+	// The local member leads, as in -global.
+	if got := ask(t, m, fed, dns.TypeA); got == nil || got.Answer[0].(*dns.A).A.String() != "10.96.5.5" {
+		t.Errorf("the local member is not first: %v", got)
+	}
+	counted := func() float64 { return testutil.ToFloat64(answers.WithLabelValues(kindFederated.String(), "NOERROR")) }
+	before := counted()
+	ask(t, m, fed, dns.TypeA)
+	if got := counted(); got != before+1 {
+		t.Errorf("answers_total{kind=federated} moved by %v, want 1", got-before)
+	}
+}
+
+// The name is claimed only while a member has a ready, routable address:
+// else the next plugin answers it (the kubernetes plugin, the Service's
+// own ClusterIP), whatever fallthrough says.
+func TestFederatedNotClaimed(t *testing.T) {
+	f := newFakeSource("paris", "west")
+	f.member("west", "default", "idle", labels.Flat, []string{"10.100.0.8"}, httpPort)
+	f.slice("west", "default", "idle", []Port{targetPort}, ep("", "10.1.0.8", false))
+	f.member("paris", "default", "gw", labels.Gateway, []string{"10.100.1.8"}, httpPort)
+	f.slice("paris", "default", "gw", []Port{targetPort}, ep("", "10.2.0.8", true))
+	f.mirror("default", "gw-paris", "paris", "", []string{"10.96.0.8"}, httpPort)
+	f.member("east", "default", "lonely", labels.Gateway, []string{"10.96.5.8"}, httpPort)
+	f.slice("east", "default", "lonely", []Port{targetPort}, ep("", "10.0.0.8", false))
+	f.member("west", "default", "empty", labels.Flat, []string{"10.100.0.9"}, httpPort)
+	f.federate("idle-federated", "idle@west", "-")       // no ready pod
+	f.federate("gw-federated", "gw@paris", "-")          // gateway mode only
+	f.federate("lonely-federated", "-", "lonely")        // a local ClusterIP without a ready pod
+	f.federate("ghost-federated", "ghost@west", "ghost") // members that do not exist
+	f.federate("empty-federated", "empty@west", "-")     // no slice at all
+	f.federate("bad-federated", "idle,@west", "Bad")     // nothing well formed
+	m := newTestPlugin(t, f, 5, fall.Root)
+	m.Next = fromNext
+	for _, n := range []string{"idle", "gw", "lonely", "ghost", "empty", "bad"} {
+		runCase(t, m, next(n+"-federated"+z), false)
+		runCase(t, m, next("west."+n+"-federated"+z), false)
+	}
+	if n := m.index.len(); n != 0 {
+		t.Errorf("%d names in the index, want none", n)
+	}
+}
+
+// Members that become unready or go away leave the answer; the last one
+// gone, the name goes down the chain; back, it is answered again. Each
+// change is of a member's objects: the federated group is rebuilt with
+// the member's.
+func TestFederatedMembersChange(t *testing.T) {
+	f := fedFixture()
+	m := newTestPlugin(t, f, 5, fall.Zero)
+	m.Next = fromNext
+	fed := "web-federated" + z
+	web := groupKey{"default", "web"}
+	wantA := func(want ...string) {
+		t.Helper()
+		if got := answerA(t, m, fed); !slices.Equal(got, want) {
+			t.Fatalf("%s: %v, want %v", fed, got, want)
+		}
+	}
+	wantA("10.1.0.1", "10.1.0.2", "10.96.5.5")
+
+	// West's pods become unready: the local member alone.
+	f.slices[[3]string{"west", "default", "web"}] = nil
+	f.slice("west", "default", "web", []Port{targetPort}, ep("", "10.1.0.1", false), ep("", "10.1.0.2", false))
+	m.requeue(web)
+	wantA("10.96.5.5")
+	runCase(t, m, nxdomain("west.web-federated"+z, dns.TypeA), false)
+
+	// The local pod becomes unready too: no ready member, not claimed.
+	f.slices[[3]string{"east", "default", "web"}] = nil
+	f.slice("east", "default", "web", []Port{targetPort}, ep("", "10.0.0.5", false))
+	m.requeue(web)
+	runCase(t, m, next(fed), false)
+	runCase(t, m, next("west.web-federated"+z), false)
+
+	// West ready again.
+	f.slices[[3]string{"west", "default", "web"}] = nil
+	f.slice("west", "default", "web", []Port{targetPort}, ep("", "10.1.0.4", true))
+	m.requeue(web)
+	wantA("10.1.0.4")
+
+	// West's member goes (no longer federated nor exported): not claimed.
+	delete(f.members, [3]string{"west", "default", "web"})
+	m.requeue(web)
+	runCase(t, m, next(fed), false)
+
+	// Back, and the local pod ready: both; then the federated Service
+	// lists west no more, then goes.
+	f.member("west", "default", "web", labels.Flat, []string{"10.100.0.7"}, httpPort)
+	f.slices[[3]string{"east", "default", "web"}] = nil
+	f.slice("east", "default", "web", []Port{targetPort}, ep("", "10.0.0.5", true))
+	m.requeue(web)
+	wantA("10.1.0.4", "10.96.5.5")
+	f.federate("web-federated", "web@paris", "web")
+	m.requeue(fedKey("default", "web-federated"))
+	wantA("10.96.5.5")
+	delete(f.mirrors, [2]string{"default", "web-federated"})
+	m.requeue(fedKey("default", "web-federated"))
+	runCase(t, m, next(fed), false)
+	if n := m.index.len(); n != 0 {
+		t.Errorf("%d names left in the index, want none", n)
+	}
+}
+
+// A member exported by Linkerd's label besides being federated keeps its
+// exported names; the federated name answers it in its export mode: flat,
+// or, in gateway mode, not at all.
+func TestFederatedMemberAlsoExported(t *testing.T) {
+	f := newFakeSource("west")
+	f.svc("west", "default", "api", labels.Flat, []string{"10.100.0.5"}, httpPort)
+	f.slice("west", "default", "api", []Port{targetPort}, ep("", "10.1.0.5", true))
+	f.svc("west", "default", "gw", labels.Gateway, []string{"10.100.0.6"}, httpPort)
+	f.mirror("default", "gw-west", "west", "", []string{"10.96.0.6"}, httpPort)
+	f.federate("api-federated", "api@west", "-")
+	f.federate("gw-federated", "gw@west", "-")
+	m := newTestPlugin(t, f, 5, fall.Zero)
+	m.Next = fromNext
+	for _, tc := range []test.Case{
+		{Qname: "api-federated" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("api-federated"+z, "10.1.0.5")}},
+		{Qname: "api-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("api-west"+z, "10.1.0.5")}},
+		next("gw-federated" + z),
+		{Qname: "gw-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("gw-west"+z, "10.96.0.6")}},
+	} {
+		runCase(t, m, tc, false)
+	}
+}
+
+// allowed_cidrs bounds a federated member's addresses as any flat-mode
+// address of its cluster: one outside is not answered, and counted once.
+func TestFederatedAllowedCIDRs(t *testing.T) {
+	f := newFakeSource("west")
+	f.member("west", "default", "web", labels.Flat, []string{"10.100.0.7"}, httpPort)
+	f.slice("west", "default", "web", []Port{targetPort}, ep("", "10.1.0.1", true), ep("", "10.96.0.1", true))
+	f.federate("web-federated", "web@west", "-")
+	m, err := newWithSource(f, Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5,
+		AllowedCIDRs: map[string][]netip.Prefix{"west": {netip.MustParsePrefix("10.1.0.0/16")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Next = fromNext
+	before := testutil.ToFloat64(droppedAddresses.WithLabelValues("west"))
+	syncAll(m, f)
+	m.requeue(groupKey{"default", "web"}) // built again: counted once
+	if got := answerA(t, m, "web-federated"+z); !slices.Equal(got, []string{"10.1.0.1"}) {
+		t.Errorf("web-federated: %v, want the allowed address only", got)
+	}
+	if got := testutil.ToFloat64(droppedAddresses.WithLabelValues("west")) - before; got != 1 {
+		t.Errorf("%v addresses counted dropped, want 1", got)
+	}
+}

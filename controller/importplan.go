@@ -152,19 +152,39 @@ func planImport(in importInput) importPlan {
 		return p
 	}
 	p.slices = map[string]*discoveryv1.EndpointSlice{}
-	wanted := map[string]bool{}
+	imported := map[string]int32{}
 	for _, port := range p.spec.Ports {
-		wanted[port.Name+"/"+string(port.Protocol)] = true
+		imported[port.Name+"/"+string(port.Protocol)] = port.Port
 	}
 	for _, s := range in.sources {
 		if !slices.Contains(p.merged.Clusters, s.cluster) {
 			continue
 		}
-		for _, es := range importSlices(in, s, wanted) {
+		for _, es := range importSlices(in, s, sourcePorts(s.service, imported)) {
 			p.slices[es.Name] = es
 		}
 	}
 	return p
+}
+
+// sourcePorts are the ports (name/protocol) by which a source's endpoints
+// serve the import: those of its Service that the import has as they are.
+// A port of the same name and protocol but another number lost a conflict
+// (mcs.Merge) to an older export: the import's port is not this source's,
+// and its endpoints must not take that port's traffic.
+func sourcePorts(svc *corev1.Service, imported map[string]int32) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range svc.Spec.Ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		k := p.Name + "/" + string(proto)
+		if port, ok := imported[k]; ok && port == p.Port {
+			out[k] = true
+		}
+	}
+	return out
 }
 
 // importSlices are the derived Service's EndpointSlices for source s, one

@@ -158,6 +158,28 @@ func TestPlanImport(t *testing.T) {
 		assert.Nil(t, p.derived.Spec.IPFamilyPolicy, "single-stack exports: the default")
 	})
 
+	t.Run("same port name, another number: the loser's endpoints do not take the port", func(t *testing.T) {
+		// StrictPortConflict of the MCS conformance suite: west is older
+		// and exports tcp/42, east tcp/4242 under the same name.
+		older := west
+		older.service = importService(func(s *corev1.Service) { s.Spec.Ports[0].Name, s.Spec.Ports[0].Port = "tcp", 42 })
+		older.slices = []*discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.10"}}},
+			Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(30042))}}}}
+		newer := east
+		newer.service = importService(func(s *corev1.Service) { s.Spec.Ports[0].Name, s.Spec.Ports[0].Port = "tcp", 4242 })
+		newer.slices = []*discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.9"}}},
+			Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(4242))}}}}
+		p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{older, newer}, derived: liveDerived(false)})
+		assert.Equal(t, []mcsv1alpha1.ServicePort{{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 42}}, p.spec.Ports)
+		base := DerivedName("shop", "web")
+		require.Contains(t, p.slices, base+"-west")
+		assert.Len(t, p.slices[base+"-west"].Ports, 1, "the winner serves tcp")
+		require.Contains(t, p.slices, base+"-east")
+		assert.Empty(t, p.slices[base+"-east"].Ports, "the loser's endpoints take no traffic of port tcp")
+	})
+
 	t.Run("a port conflict: the clashing port is left out", func(t *testing.T) {
 		src := east
 		src.service = importService(func(s *corev1.Service) { s.Spec.Ports[0].Protocol = corev1.ProtocolUDP })

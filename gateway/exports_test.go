@@ -137,15 +137,8 @@ func TestExportsFollowsCluster(t *testing.T) {
 		endpointSlice("web", "web-b", "http", 8080, ep{addr: "10.0.0.3"}),
 		unexported, endpointSlice("secret", "secret-a", "http", 8080, ep{addr: "10.0.9.1"}),
 	)
-	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
-	require.NoError(t, err)
-	exports := NewExports(client, sel)
-	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"*"}})
-	assert.False(t, exports.HasSynced())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	require.NoError(t, exports.Run(ctx))
-	assert.True(t, exports.HasSynced())
+	exports := runExports(t, client)
+	ctx := t.Context()
 	require.Eventually(t, func() bool { return value(exportedServices) == 1 }, 5*time.Second, 5*time.Millisecond)
 
 	webDest := Destination{Namespace: "default", Service: "web", Port: 80}
@@ -167,7 +160,7 @@ func TestExportsFollowsCluster(t *testing.T) {
 	require.Eventually(t, func() bool { _, r := exports.Resolve(webDest); return r == ReasonNoEndpoint }, 5*time.Second, 5*time.Millisecond)
 
 	// A Service exported later, with its endpoints.
-	_, err = client.CoreV1().Services("default").Create(ctx, exportedService("late", corev1.ClusterIPNone, http), metav1.CreateOptions{})
+	_, err := client.CoreV1().Services("default").Create(ctx, exportedService("late", corev1.ClusterIPNone, http), metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = slices.Create(ctx, endpointSlice("late", "late-a", "http", 7000, ep{addr: "10.0.3.1", host: "late-0"}), metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -256,6 +249,23 @@ func relabel(t *testing.T, client *fake.Clientset, name, key, value string) time
 // (a watch that selects deletes it): proof that a change relabel made to a
 // Service the informer held was delivered, before a test asserts that it
 // changed nothing.
+// runExports runs Exports over client with the default export selector and
+// every selector-less Service let in, until t ends: not synced before Run,
+// synced once it returns.
+func runExports(t *testing.T, client *fake.Clientset) *Exports {
+	t.Helper()
+	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
+	require.NoError(t, err)
+	exports := NewExports(client, sel)
+	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"*"}})
+	assert.False(t, exports.HasSynced())
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	require.NoError(t, exports.Run(ctx))
+	assert.True(t, exports.HasSynced())
+	return exports
+}
+
 func seen(t *testing.T, e *Exports, i int, name, key, value string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
@@ -302,15 +312,7 @@ func testExportsServiceExportStamp(t *testing.T, selecting bool) {
 	if selecting {
 		selectingWatches(client)
 	}
-	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
-	require.NoError(t, err)
-	exports := NewExports(client, sel)
-	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"*"}})
-	assert.False(t, exports.HasSynced())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	require.NoError(t, exports.Run(ctx))
-	assert.True(t, exports.HasSynced())
+	exports := runExports(t, client)
 
 	resolves := func(name string) Reason {
 		_, r := exports.Resolve(Destination{Namespace: "default", Service: name, Port: 80})

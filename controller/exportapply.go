@@ -22,9 +22,11 @@ const ExportFieldManager = "mcmirror-controller"
 
 // syncExport brings one namespace/name to its plan: the stamp on the
 // Service, then the ServiceExport's conditions. Each is written only when
-// it differs, so a second sync of the same state writes nothing.
-func (c *Controller) syncExport(ctx context.Context, key string) error {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
+// it differs, so a second sync of the same state writes nothing. sources
+// are the clusterset's exports of it (importSources): the linked
+// clusters' among them are what a Conflict is computed against.
+func (c *Controller) syncExport(ctx context.Context, key string, sources []importSource) error {
+	ns, _, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil
 	}
@@ -41,7 +43,11 @@ func (c *Controller) syncExport(ctx context.Context, key string) error {
 		}
 	}
 	if in.export != nil {
-		in.peers = c.peerExports(ns, name)
+		for _, s := range sources {
+			if s.cluster != c.opts.Cluster {
+				in.peers = append(in.peers, mcs.Export{Cluster: s.cluster, Created: s.created, Service: s.service})
+			}
+		}
 	}
 	p := planExport(in)
 	if p.writeStamp {
@@ -91,17 +97,4 @@ func (c *Controller) applyStamp(ctx context.Context, svc *corev1.Service, s stam
 	}
 	_, err := c.client.CoreV1().Services(svc.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: ExportFieldManager, Force: true})
 	return countWrite("apply", "services", err)
-}
-
-// peerExports are the linked clusters' exports of namespace/name.
-func (c *Controller) peerExports(ns, name string) []mcs.Export {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []mcs.Export
-	for _, r := range c.links {
-		if svc := r.exportedService(ns, name, c.opts.ExportSelector); svc != nil {
-			out = append(out, peerExport(r.name, svc))
-		}
-	}
-	return out
 }

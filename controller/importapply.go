@@ -22,8 +22,8 @@ import (
 
 // syncImport brings the import of one namespace/name to its plan: the
 // ServiceImport, then the derived Service, then its EndpointSlices, each
-// written only when it differs.
-func (c *Controller) syncImport(ctx context.Context, key string) error {
+// written only when it differs. sources are importSources' for it.
+func (c *Controller) syncImport(ctx context.Context, key string, sources []importSource) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil
@@ -31,7 +31,7 @@ func (c *Controller) syncImport(ctx context.Context, key string) error {
 	if !c.linksSynced() {
 		return errLinksNotSynced
 	}
-	in := importInput{ns: ns, name: name, sources: c.importSources(ns, name)}
+	in := importInput{ns: ns, name: name, sources: sources}
 	var si *mcsv1alpha1.ServiceImport
 	if obj, ok, _ := c.mcs.imports.GetIndexer().GetByKey(key); ok {
 		si, _ = obj.(*mcsv1alpha1.ServiceImport)

@@ -186,7 +186,12 @@ func (c *Controller) processNextMCS(ctx context.Context) bool {
 		return false
 	}
 	defer m.queue.Done(key)
-	err := errors.Join(c.syncExport(ctx, key), c.syncImport(ctx, key))
+	// Both sides read the clusterset's exports of the key: once.
+	var sources []importSource
+	if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
+		sources = c.importSources(ns, name)
+	}
+	err := errors.Join(c.syncExport(ctx, key, sources), c.syncImport(ctx, key, sources))
 	switch {
 	case err == nil:
 		m.queue.Forget(key)

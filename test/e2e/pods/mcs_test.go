@@ -2,6 +2,7 @@ package pods
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -52,4 +53,25 @@ metadata: {name: mcs-web, namespace: default}
 
 	eventually(t, ctx, "timeout 10 wget -qO- http://mcs-web.default.svc.clusterset.local/ | cut -c1-34", "hello from west/default/nginx-set-")
 	eventually(t, ctx, "nslookup -type=TXT dns-version.clusterset.local | grep -o '\"1.0.0\"'", `"1.0.0"`)
+
+	// Forward mode's DNS server, mcmirror-dns, as the chart renders it
+	// with east's values and dns.mode=forward, run beside the replaced
+	// DNS: its pods (unprivileged, on 1053, read-only root) become ready,
+	// and its Service answers the ClusterSetIP of the same name.
+	forward := `helm template mcmirror charts/mcmirror -n mcmirror -f east.yaml --set dns.mode=forward --show-only templates/dns-forward.yaml`
+	log, err := env.InstallShell(ctx, forward+` | kubectl --context east apply -f -
+kubectl --context east -n mcmirror rollout status deployment mcmirror-dns --timeout=3m`)
+	require.NoError(t, err, log)
+	t.Cleanup(func() {
+		_, _ = env.InstallShell(context.Background(), forward+` | kubectl --context east delete --wait -f -`)
+	})
+	east := env.Cluster("east")
+	svc, err := east.Client.CoreV1().Services("mcmirror").Get(ctx, "mcmirror-dns", metav1.GetOptions{})
+	require.NoError(t, err)
+	si, err := mcsclient.NewForConfig(east.Config)
+	require.NoError(t, err)
+	imp, err := si.MulticlusterV1alpha1().ServiceImports("default").Get(ctx, "mcs-web", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, imp.Spec.IPs)
+	eventually(t, ctx, fmt.Sprintf("nslookup mcs-web.default.svc.clusterset.local %s | grep -c '^Address: %s$'", svc.Spec.ClusterIP, imp.Spec.IPs[0]), "1")
 }

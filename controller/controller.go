@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -168,6 +169,9 @@ type Controller struct {
 	ctx context.Context
 	// links are the linked clusters, by name.
 	links map[string]*remoteCluster
+	// ways are the ways of export a link is watched for: the export
+	// selector's, and the ServiceExport stamp's.
+	ways []remote.Way
 	// removed is when each link was removed, for LinkRemovalGrace.
 	removed map[string]time.Time
 	// missing is, by key, when the remote endpoint of each per-pod
@@ -202,15 +206,15 @@ type keyStatus struct {
 
 // remoteCluster is one linked cluster's informers.
 type remoteCluster struct {
-	name     string
-	client   kubernetes.Interface
-	services cache.SharedIndexInformer
-	slices   cache.SharedIndexInformer
-	cancel   context.CancelFunc
+	name   string
+	client kubernetes.Interface
+	// ways are the informers of each way of export (linkwatch.go).
+	ways   []*linkWay
+	cancel context.CancelFunc
 	// health is whether the link's lists and watches are answered, for
 	// link_up, link_errors_total and the log.
-	health *linkHealth
-	// synced is set when all three informers' handlers have seen the first
+	health *remote.Health
+	// synced is set when every informer's handlers have seen the first
 	// lists: only then may a sync delete a mirror because its remote
 	// Service is missing. Every key of the cluster is enqueued right
 	// after, and enqueued is set.
@@ -221,11 +225,6 @@ type remoteCluster struct {
 	// handlersSynced report whether the handlers have seen the first
 	// lists, not only the informers' stores.
 	handlersSynced []cache.InformerSynced
-
-	// mcsServices are the Services a ServiceExport stamped
-	// (labels.ServiceExportSelector), exported beside those of services:
-	// an informer of their own, since a label selector cannot OR two keys.
-	mcsServices cache.SharedIndexInformer
 }
 
 // New returns a controller; Run starts it.
@@ -250,6 +249,10 @@ func New(opts Options) (*Controller, error) {
 			return nil, err
 		}
 		opts.ExportSelector = sel
+	}
+	selected, err := remote.Selected(opts.ExportSelector)
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = 4
@@ -279,6 +282,7 @@ func New(opts Options) (*Controller, error) {
 		refused:  map[string]refusedLink{},
 		starved:  map[string]bool{},
 		status:   map[string]keyStatus{},
+		ways:     []remote.Way{selected, remote.Stamped},
 	}
 	c.recorder = opts.Recorder
 	if c.recorder == nil {

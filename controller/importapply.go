@@ -114,14 +114,14 @@ func (c *Controller) importSources(ns, name string) []importSource {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.links {
-		svc := r.exportedService(ns, name, c.opts.ExportSelector)
+		svc := r.exportedService(ns, name)
 		if svc == nil {
 			continue
 		}
 		s := peerExport(r.name, svc)
 		src := importSource{cluster: r.name, created: s.Created, service: svc}
 		if labels.ExportMode(svc.Labels) == labels.Flat {
-			src.slices = appendSlices(nil, r.slices, ns+"/"+name)
+			src.slices = r.slicesOf(ns, name)
 		} else if mirror, err := labels.MirrorName(name, r.name); err == nil {
 			// The mirror's own slices: the egress, or the per-pod
 			// mirrors of a headless Service.
@@ -136,8 +136,12 @@ func (c *Controller) importSources(ns, name string) []importSource {
 // the export selector, or stamped by a ServiceExport; never a mirror.
 func (c *Controller) exportedLocally(svc *corev1.Service) bool {
 	set := k8slabels.Set(svc.Labels)
-	return svc.Labels[labels.MirroredService] == "" &&
-		(c.opts.ExportSelector.Matches(set) || serviceExportSelector.Matches(set))
+	for _, w := range c.ways {
+		if w.Services.Matches(set) {
+			return true
+		}
+	}
+	return false
 }
 
 // appendSlices appends the EndpointSlices of Service key that inf holds

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote"
 	"github.com/mcmirror/mcmirror/internal/link"
 )
 
@@ -185,8 +186,8 @@ func exportedService(ns, name string) corev1.Service {
 // once per watch, not per retry; when it answers again it is up, logged
 // once more, and its exports are seen; once removed, its series go.
 func TestLinkHealth(t *testing.T) {
-	defer func(d time.Duration) { noAnswerAfter = d }(noAnswerAfter)
-	noAnswerAfter = 300 * time.Millisecond
+	defer func(d time.Duration) { remote.NoAnswerAfter = d }(remote.NoAnswerAfter)
+	remote.NoAnswerAfter = 300 * time.Millisecond
 	for _, tc := range []struct {
 		name   string
 		mode   int32
@@ -217,7 +218,7 @@ func TestLinkHealth(t *testing.T) {
 					assert.Zero(t, testutil.ToFloat64(linkErrors.WithLabelValues(cluster, r)), "reason %s", r)
 				}
 			}
-			assert.Equal(t, int(numWatches), logs.count("Link down", fmt.Sprintf("cluster=%q", cluster), fmt.Sprintf("reason=%q", tc.reason)),
+			assert.Equal(t, len(watchNames(f.c.ways)), logs.count("Link down", fmt.Sprintf("cluster=%q", cluster), fmt.Sprintf("reason=%q", tc.reason)),
 				"one line per watch, not one per retry")
 			r, _ := f.c.link(cluster)
 			require.NotNil(t, r)
@@ -230,24 +231,13 @@ func TestLinkHealth(t *testing.T) {
 			require.Eventually(t, func() bool {
 				return r.synced.Load() && testutil.ToFloat64(linkUp.WithLabelValues(cluster)) == 1
 			}, 10*time.Second, 10*time.Millisecond, "up again")
-			assert.Equal(t, []string{"default/web"}, r.services.GetStore().ListKeys())
+			assert.Equal(t, []string{"default/web"}, r.ways[0].services.GetStore().ListKeys())
 			assert.Equal(t, 1, logs.count("Link up again", fmt.Sprintf("cluster=%q", cluster)))
-			assert.Equal(t, int(numWatches), logs.count("Link down", fmt.Sprintf("cluster=%q", cluster)))
+			assert.Equal(t, len(watchNames(f.c.ways)), logs.count("Link down", fmt.Sprintf("cluster=%q", cluster)))
 
 			f.c.Remove(cluster)
 			assert.Zero(t, seriesOf(t, cluster), "a removed link's series are deleted")
 		})
-	}
-}
-
-// The backoff of a link's retries stays within 3 s however long the
-// cluster is down (client-go's reflector default grows to a minute).
-func TestLinkBackoffBound(t *testing.T) {
-	b := linkBackoff
-	for i := range 1000 {
-		d := b.Step()
-		assert.LessOrEqual(t, d, 3*time.Second, "step %d", i)
-		assert.GreaterOrEqual(t, d, 250*time.Millisecond, "step %d", i)
 	}
 }
 
@@ -267,6 +257,6 @@ func TestLinkHealthReplaced(t *testing.T) {
 			testutil.ToFloat64(linkUp.WithLabelValues("replaced")) == 0
 	}, 10*time.Second, 10*time.Millisecond, "the new link's state")
 	// The old link's late results write nothing.
-	old.health.result(watchServices, nil)
+	old.health.Result(0, nil)
 	assert.Equal(t, float64(0), testutil.ToFloat64(linkUp.WithLabelValues("replaced")))
 }

@@ -6,9 +6,7 @@ import (
 	"context"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -45,28 +43,27 @@ func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 	c.mu.Lock()
 	_, replacement := c.links[name]
 	c.mu.Unlock()
-	r := &remoteCluster{name: name, client: client, health: newLinkHealth(name, replacement)}
-	r.services, r.mcsServices, r.slices = linkInformers(r, c.opts.ExportSelector.String())
-	_ = r.services.SetTransform(trim)
-	_ = r.mcsServices.SetTransform(trim)
-	_ = r.slices.SetTransform(trim)
-	// Fresh informers that have not run take handlers without error. Both
-	// Service informers enqueue alike: a Service leaving one (Linkerd's
+	r := &remoteCluster{name: name, client: client, health: newLinkHealth(name, watchNames(c.ways), replacement)}
+	r.ways = linkWays(r, c.ways)
+	// Fresh informers that have not run take handlers without error.
+	// Every way's Services enqueue alike: a Service leaving one (Linkerd's
 	// label or the ServiceExport stamp removed) is synced, and is still
-	// exported while the other holds it.
+	// exported while another holds it.
 	onService := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onRemoteService(name, obj) },
 		UpdateFunc: func(_, obj any) { c.onRemoteService(name, obj) },
 		DeleteFunc: func(obj any) { c.onRemoteService(name, obj) },
 	}
-	regS, _ := r.services.AddEventHandler(onService)
-	regM, _ := r.mcsServices.AddEventHandler(onService)
-	regE, _ := r.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	onSlice := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onRemoteSlice(r, obj) },
 		UpdateFunc: func(_, obj any) { c.onRemoteSlice(r, obj) },
 		DeleteFunc: func(obj any) { c.onRemoteSlice(r, obj) },
-	})
-	r.handlersSynced = []cache.InformerSynced{regS.HasSynced, regM.HasSynced, regE.HasSynced}
+	}
+	for _, w := range r.ways {
+		regS, _ := w.services.AddEventHandler(onService)
+		regE, _ := w.slices.AddEventHandler(onSlice)
+		r.handlersSynced = append(r.handlersSynced, regS.HasSynced, regE.HasSynced)
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -74,7 +71,7 @@ func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 		if old.cancel != nil {
 			old.cancel()
 		}
-		old.health.stop(false)
+		old.health.Stop()
 	}
 	c.links[name] = r
 	delete(c.removed, name)
@@ -93,9 +90,9 @@ func (c *Controller) startLink(ctx context.Context, r *remoteCluster) {
 	}
 	r.started = true
 	ctx, r.cancel = context.WithCancel(ctx)
-	go r.services.Run(ctx.Done())
-	go r.mcsServices.Run(ctx.Done())
-	go r.slices.Run(ctx.Done())
+	for _, inf := range r.informers() {
+		go inf.Run(ctx.Done())
+	}
 	go func() {
 		if !cache.WaitForCacheSync(ctx.Done(), r.handlersSynced...) {
 			return
@@ -118,7 +115,8 @@ func (c *Controller) Remove(name string) {
 		if r.cancel != nil {
 			r.cancel()
 		}
-		r.health.stop(true)
+		r.health.Stop()
+		deleteLinkSeries(name)
 		c.removed[name] = c.now()
 	}
 	linksGauge.Set(float64(len(c.links)))
@@ -178,53 +176,4 @@ func (c *Controller) link(name string) (*remoteCluster, time.Duration) {
 		}
 	}
 	return nil, 0
-}
-
-// exportedKeys returns the Services that r's Service informers hold, by
-// the export selector or by the ServiceExport stamp, each once.
-func (r *remoteCluster) exportedKeys() []cache.ObjectName {
-	seen := map[cache.ObjectName]bool{}
-	var out []cache.ObjectName
-	for _, inf := range []cache.SharedIndexInformer{r.services, r.mcsServices} {
-		for _, k := range inf.GetStore().ListKeys() {
-			n, err := cache.ParseObjectName(k)
-			if err != nil || seen[n] {
-				continue
-			}
-			seen[n] = true
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// holds reports whether one of r's Service informers holds Service
-// ns/name, exported or not (a watch that does not filter).
-func (r *remoteCluster) holds(ns, name string) bool {
-	for _, inf := range []cache.SharedIndexInformer{r.services, r.mcsServices} {
-		if _, ok, _ := inf.GetStore().GetByKey(ns + "/" + name); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// exportedService returns the remote Service ns/name when it is exported:
-// held by the selector's informer and matching exportSelector, or else held
-// by the ServiceExport informer and stamped. Each informer filters by its
-// selector already; the check guards against a watch that does not.
-func (r *remoteCluster) exportedService(ns, name string, exportSelector k8slabels.Selector) *corev1.Service {
-	for _, src := range []struct {
-		inf cache.SharedIndexInformer
-		sel k8slabels.Selector
-	}{{r.services, exportSelector}, {r.mcsServices, serviceExportSelector}} {
-		obj, ok, _ := src.inf.GetStore().GetByKey(ns + "/" + name)
-		if !ok {
-			continue
-		}
-		if s, isSvc := obj.(*corev1.Service); isSvc && src.sel.Matches(k8slabels.Set(s.Labels)) {
-			return s
-		}
-	}
-	return nil
 }

@@ -1,171 +1,172 @@
 package controller
 
-// The informers of a link, whose lists and watches retry quickly and
-// report to the link's health.
-//
-// A SharedIndexInformer does not take a backoff: its reflector waits
-// client-go's default, 800 ms doubling to 30 s with as much jitter, after
-// each failed list, so a cluster down for a minute was watched again up to
-// a minute after its return. Here a list or watch that finds the cluster
-// unreachable or refusing retries itself, linkBackoff apart, and returns
-// only once answered (or its informer stops): the reflector sees no
-// failure and its own backoff does not grow. Other answers (a 410 Expired,
-// a 429, ...) go to the reflector as before, which handles them.
+// The watches of a link, through internal/remote: per way of export, the
+// Services it exports and their EndpointSlices, selected on the linked
+// API server; and the link's health in link_up, link_errors_total and
+// one log line per change.
 
 import (
-	"context"
-	"fmt"
-	"sync"
 	"time"
 
-	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/remote"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
-// linkBackoff is how a list or watch of a link retries while the cluster
-// is unreachable or refuses: 250 ms doubling to 2 s, plus up to 50 %
-// jitter, so a cluster that comes back is watched again within 3 s. It
-// costs a failed request every 2 to 3 s per watch while a cluster is
-// down, as the DNS plugin's watches.
-var linkBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 100, Cap: 2 * time.Second}
-
-// noAnswerAfter is how long a list or watch of a link may go without an
-// answer before the link counts as unreachable: client-go retries a
-// request whose TLS handshake times out (10 s) before it returns, and a
-// server may accept and never answer.
-// A link reads it when it is made.
-var noAnswerAfter = 15 * time.Second
-
-// retriedReason reports whether a list or watch failing for reason is
-// retried by the link's own loop rather than by the reflector.
-func retriedReason(reason string) bool {
-	return reason != link.FailureError
+// linkWay is one way a link exports Services: the informers of those
+// Services and of their EndpointSlices.
+type linkWay struct {
+	way      remote.Way
+	services cache.SharedIndexInformer
+	slices   cache.SharedIndexInformer
 }
 
-// serviceExportSelector selects the Services a ServiceExport stamped
-// (labels.ServiceExportMode), mirrors never.
-var serviceExportSelector = func() k8slabels.Selector {
-	sel, err := k8slabels.Parse(labels.ServiceExportSelector)
-	if err != nil {
-		panic(err)
+// linkWays returns the informers of link r for each way the controller
+// mirrors: the export selector's, and the ServiceExport stamp's.
+func linkWays(r *remoteCluster, ways []remote.Way) []*linkWay {
+	out := make([]*linkWay, len(ways))
+	for i, w := range ways {
+		out[i] = &linkWay{
+			way:      w,
+			services: linkInformer(r.client, r.name, remote.Services, w.Services, w.Name, r.health, 2*i, nil),
+			slices: linkInformer(r.client, r.name, remote.EndpointSlices, w.Slices(), w.SlicesName(), r.health, 2*i+1,
+				cache.Indexers{byService: indexSliceByService}),
+		}
 	}
-	return sel
-}()
-
-// linkInformers returns the Service and EndpointSlice informers of link r:
-// the Services exported by exportSelector, those a ServiceExport stamped
-// (serviceExportSelector: a label selector cannot OR two keys, so they
-// are watched apart), and every EndpointSlice of a Service.
-func linkInformers(r *remoteCluster, exportSelector string) (services, mcsServices, slices cache.SharedIndexInformer) {
-	client := r.client
-	servicesOf := func(w int, selector, what string) cache.SharedIndexInformer {
-		return cache.NewSharedIndexInformerWithOptions(
-			linkListWatch(r, w, selector,
-				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-					return client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
-				},
-				func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-					return client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
-				}, client),
-			&corev1.Service{},
-			cache.SharedIndexInformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{}, ObjectDescription: "mcmirror/" + r.name + "/" + what})
-	}
-	services = servicesOf(watchServices, exportSelector, "Services")
-	mcsServices = servicesOf(watchServiceExports, serviceExportSelector.String(), "ServiceExportServices")
-	slices = cache.NewSharedIndexInformerWithOptions(
-		linkListWatch(r, watchSlices, discoveryv1.LabelServiceName,
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, o)
-			},
-			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
-			}, client),
-		&discoveryv1.EndpointSlice{},
-		cache.SharedIndexInformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{byService: indexSliceByService},
-			ObjectDescription: "mcmirror/" + r.name + "/EndpointSlices"})
-	return services, mcsServices, slices
+	return out
 }
 
-// linkListWatch lists and watches what selector selects through list and
-// watchf, each request reported to r's health and retried while the
-// cluster is unreachable or refuses.
-func linkListWatch(r *remoteCluster, w int, selector string,
-	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	watchf func(context.Context, metav1.ListOptions) (watch.Interface, error),
-	client kubernetes.Interface) cache.ListerWatcher {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			return retried(ctx, r.health, w, func() (runtime.Object, error) { return list(ctx, o) })
+// watchNames names a link's watches, as linkWays numbers them.
+func watchNames(ways []remote.Way) []string {
+	var names []string
+	for _, w := range ways {
+		names = append(names, w.Name, w.SlicesName())
+	}
+	return names
+}
+
+func linkInformer(client kubernetes.Interface, cluster string, kind remote.Kind, sel k8slabels.Selector, what string,
+	h *remote.Health, w int, indexers cache.Indexers) cache.SharedIndexInformer {
+	if indexers == nil {
+		indexers = cache.Indexers{}
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(remote.ListWatch(client, kind, sel.String(), h, w), kind.Object(),
+		cache.SharedIndexInformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers, ObjectDescription: "mcmirror/" + cluster + "/" + what})
+	_ = inf.SetTransform(trim)
+	return inf
+}
+
+// newLinkHealth returns the health of link name. A first link of the name
+// starts down with every error reason at 0; a replacement leaves the
+// series as its predecessor wrote them until its own first result.
+func newLinkHealth(name string, watches []string, replacement bool) *remote.Health {
+	if !replacement {
+		linkUp.WithLabelValues(name).Set(0)
+		for _, r := range link.FailureReasons {
+			linkErrors.WithLabelValues(name, r)
+		}
+	}
+	var h *remote.Health
+	h = remote.NewHealth(name, watches, remote.Hooks{
+		Failed: func(reason string) { linkErrors.WithLabelValues(name, reason).Inc() },
+		Down: func(watch, reason string, err error, _ bool) {
+			klog.ErrorS(err, "Link down: retrying; its mirrors are kept", "cluster", name, "reason", reason, "watch", watch)
 		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return retried(ctx, r.health, w, func() (watch.Interface, error) { return watchf(ctx, o) })
+		Up: func(downFor time.Duration) {
+			if downFor == 0 {
+				klog.InfoS("Link up", "cluster", name)
+			} else {
+				klog.InfoS("Link up again", "cluster", name, "after", downFor.Round(time.Second))
+			}
 		},
-	}
-	return cache.ToListWatcherWithWatchListSemantics(lw, client)
-}
-
-// retried runs request until it is answered with something other than
-// unreachable or refused, or ctx ends, linkBackoff apart; each attempt is
-// reported to h.
-func retried[T any](ctx context.Context, h *linkHealth, w int, request func() (T, error)) (T, error) {
-	backoff := linkBackoff
-	for {
-		done := watchdog(ctx, h, w)
-		v, err := request()
-		done(err)
-		if err == nil || ctx.Err() != nil || !retriedReason(link.FailureReason(err)) {
-			return v, err
-		}
-		select {
-		case <-ctx.Done():
-			return v, err
-		case <-time.After(backoff.Step()):
-		}
-	}
-}
-
-// watchdog reports the link unreachable each h.noAnswer the request that
-// starts now goes unanswered (client-go retries a watch whose TLS
-// handshake times out for minutes before it returns); the returned
-// function reports its outcome when it ends. Nothing is reported once ctx
-// ends: the informer is stopping.
-func watchdog(ctx context.Context, h *linkHealth, w int) func(error) {
-	var mu sync.Mutex
-	ended := false
-	report := func(err error) {
-		if err != nil && ctx.Err() != nil {
-			return
-		}
-		h.result(w, err)
-	}
-	mu.Lock()
-	var t *time.Timer
-	t = time.AfterFunc(h.noAnswer, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !ended {
-			report(fmt.Errorf("no answer within %s", h.noAnswer))
-			t.Reset(h.noAnswer)
-		}
+		Changed: func() { linkUp.WithLabelValues(name).Set(b2f(h.Up())) },
 	})
-	mu.Unlock()
-	return func(err error) {
-		mu.Lock()
-		ended = true
-		t.Stop()
-		mu.Unlock()
-		report(err)
+	return h
+}
+
+// deleteLinkSeries deletes the series of a removed link.
+func deleteLinkSeries(name string) {
+	linkUp.DeleteLabelValues(name)
+	for _, r := range link.FailureReasons {
+		linkErrors.DeleteLabelValues(name, r)
 	}
+	remote.Forget(name)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// exportedKeys returns the Services that r's Service informers hold, by
+// any way of export, each once.
+func (r *remoteCluster) exportedKeys() []cache.ObjectName {
+	seen := map[cache.ObjectName]bool{}
+	var out []cache.ObjectName
+	for _, w := range r.ways {
+		for _, k := range w.services.GetStore().ListKeys() {
+			n, err := cache.ParseObjectName(k)
+			if err != nil || seen[n] {
+				continue
+			}
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// holds reports whether one of r's Service informers holds Service
+// ns/name, exported or not (a watch that does not filter).
+func (r *remoteCluster) holds(ns, name string) bool {
+	for _, w := range r.ways {
+		if _, ok, _ := w.services.GetStore().GetByKey(ns + "/" + name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// exportedService returns the remote Service ns/name when it is exported:
+// held by a way's informer and matching its selector, the first way first.
+// Each informer filters by its selector already; the check guards against
+// a watch that does not.
+func (r *remoteCluster) exportedService(ns, name string) *corev1.Service {
+	for _, w := range r.ways {
+		obj, ok, _ := w.services.GetStore().GetByKey(ns + "/" + name)
+		if !ok {
+			continue
+		}
+		if s, isSvc := obj.(*corev1.Service); isSvc && w.way.Services.Matches(k8slabels.Set(s.Labels)) {
+			return s
+		}
+	}
+	return nil
+}
+
+// slicesOf returns the EndpointSlices of r's Service ns/name, from every
+// way that holds them, each once.
+func (r *remoteCluster) slicesOf(ns, name string) []*discoveryv1.EndpointSlice {
+	var out []*discoveryv1.EndpointSlice
+	for _, w := range r.ways {
+		out = appendSlices(out, w.slices, ns+"/"+name)
+	}
+	return out
+}
+
+// informers returns r's informers.
+func (r *remoteCluster) informers() []cache.SharedIndexInformer {
+	var out []cache.SharedIndexInformer
+	for _, w := range r.ways {
+		out = append(out, w.services, w.slices)
+	}
+	return out
 }

@@ -45,8 +45,8 @@ func TestSyncServiceExportGateway(t *testing.T) {
 	r := f.c.links["west"]
 	// Each Service informer lists by its own selector (the fake lists by
 	// label selector).
-	_, bySelector, _ := r.services.GetStore().GetByKey("default/web")
-	_, byStamp, _ := r.mcsServices.GetStore().GetByKey("default/web")
+	_, bySelector, _ := r.ways[0].services.GetStore().GetByKey("default/web")
+	_, byStamp, _ := r.ways[1].services.GetStore().GetByKey("default/web")
 	assert.False(t, bySelector, "the export selector's informer does not list it")
 	assert.True(t, byStamp, "the ServiceExport informer lists it")
 	// The link's sync enqueues it beside the Linkerd export; so do a
@@ -142,8 +142,8 @@ func TestSyncServiceExportAndLinkerd(t *testing.T) {
 		"west": {both("true", ModeGateway), endpoints("default", "web", "")},
 	})
 	r := f.c.links["west"]
-	_, bySelector, _ := r.services.GetStore().GetByKey("default/web")
-	_, byStamp, _ := r.mcsServices.GetStore().GetByKey("default/web")
+	_, bySelector, _ := r.ways[0].services.GetStore().GetByKey("default/web")
+	_, byStamp, _ := r.ways[1].services.GetStore().GetByKey("default/web")
 	require.True(t, bySelector && byStamp, "in both informers")
 	require.Eventually(t, r.enqueued.Load, 10*time.Second, time.Millisecond)
 	assert.Equal(t, []string{"west/default/web"}, f.queued(), "one key")
@@ -197,7 +197,7 @@ func TestSyncServiceExportNotStamped(t *testing.T) {
 	// still reaches the informer once it changes.
 	f.remote("west", stamped("default", "odd", "yes", false, tcp("http", 81)))
 	require.Eventually(t, func() bool {
-		obj, held, _ := r.mcsServices.GetStore().GetByKey("default/odd")
+		obj, held, _ := r.ways[1].services.GetStore().GetByKey("default/odd")
 		return held && obj.(*corev1.Service).Spec.Ports[0].Port == 81
 	}, 10*time.Second, time.Millisecond)
 	assert.Empty(t, f.sync("west/default/odd"))

@@ -74,11 +74,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	case r != nil:
 		// Exported by the export selector, or else by a ServiceExport's
 		// stamp; neither (a label removed), it is unexported.
-		remote = r.exportedService(ns, name, c.opts.ExportSelector)
-		objs, _ := r.slices.GetIndexer().ByIndex(byService, ns+"/"+name)
-		for _, o := range objs {
-			remoteSlices = append(remoteSlices, o.(*discoveryv1.EndpointSlice))
-		}
+		remote = r.exportedService(ns, name)
+		remoteSlices = r.slicesOf(ns, name)
 	}
 
 	s = &syncer{c: c, ctx: ctx, logger: logger, key: key, cluster: cluster, ns: ns, name: name,

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -89,6 +91,7 @@ func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Obj
 	f.c = c
 	for name, objs := range remotes {
 		f.remotes[name] = fake.NewClientset(objs...)
+		copyServiceLabels(t, f.remotes[name])
 		c.AddClient(name, f.remotes[name])
 	}
 	f.start()
@@ -233,7 +236,40 @@ func (f *fixture) remote(cluster string, objs ...runtime.Object) {
 			require.NoError(f.t, cs.Tracker().Add(o))
 		}
 	}
+	copyServiceLabels(f.t, cs)
 	f.waitRemote(cluster)
+}
+
+// copyServiceLabels does what the EndpointSlice controller does for a
+// remote's slices: each carries the labels of its Service, so that the
+// watches of a way of export select the slices of the Services it
+// exports.
+func copyServiceLabels(t testing.TB, cs *fake.Clientset) {
+	t.Helper()
+	svcGVR := corev1.SchemeGroupVersion.WithResource("services")
+	esGVR := discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+	es, err := cs.Tracker().List(esGVR, discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
+	require.NoError(t, err)
+	for _, s := range es.(*discoveryv1.EndpointSliceList).Items {
+		obj, err := cs.Tracker().Get(svcGVR, s.Namespace, s.Labels[discoveryv1.LabelServiceName])
+		if err != nil {
+			continue
+		}
+		want := maps.Clone(obj.(*corev1.Service).Labels)
+		if want == nil {
+			want = map[string]string{}
+		}
+		for _, k := range []string{discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy} {
+			if v, ok := s.Labels[k]; ok {
+				want[k] = v
+			}
+		}
+		if maps.Equal(want, s.Labels) {
+			continue
+		}
+		s.Labels = want
+		require.NoError(t, cs.Tracker().Update(esGVR, &s, s.Namespace))
+	}
 }
 
 func (f *fixture) deleteRemote(cluster string, gvr string, ns, name string) {
@@ -258,7 +294,7 @@ func (f *fixture) waitRemote(cluster string) {
 		for _, inf := range []struct {
 			store cache.Store
 			sel   k8slabels.Selector
-		}{{r.services.GetStore(), f.c.opts.ExportSelector}, {r.mcsServices.GetStore(), serviceExportSelector}} {
+		}{{r.ways[0].services.GetStore(), f.c.opts.ExportSelector}, {r.ways[1].services.GetStore(), remote.Stamped.Services}} {
 			for _, s := range svcs.(*corev1.ServiceList).Items {
 				got, ok, _ := inf.store.Get(&s)
 				if !ok && inf.sel.Matches(k8slabels.Set(s.Labels)) {
@@ -277,13 +313,23 @@ func (f *fixture) waitRemote(cluster string) {
 		}
 		es, _ := cs.Tracker().List(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
 		items := es.(*discoveryv1.EndpointSliceList).Items
-		if len(items) != len(r.slices.GetStore().List()) {
-			return false
-		}
-		for _, s := range items {
-			got, ok, _ := r.slices.GetStore().Get(&s)
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Endpoints, s.Endpoints) {
-				return false
+		// Each way's informer holds the slices its selector selects (and,
+		// the fake watching everything, any other it heard of).
+		for _, w := range r.ways {
+			for _, s := range items {
+				got, ok, _ := w.slices.GetStore().Get(&s)
+				if !ok && w.way.Slices().Matches(k8slabels.Set(s.Labels)) {
+					return false
+				}
+				if ok && !apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Endpoints, s.Endpoints) {
+					return false
+				}
+			}
+			for _, k := range w.slices.GetStore().ListKeys() {
+				ns, name, _ := strings.Cut(k, "/")
+				if _, err := cs.Tracker().Get(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), ns, name); err != nil {
+					return false
+				}
 			}
 		}
 		return true

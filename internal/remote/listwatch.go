@@ -1,0 +1,97 @@
+package remote
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Kind is a kind of object watched in a cluster.
+type Kind int
+
+// The kinds watched.
+const (
+	Services Kind = iota
+	EndpointSlices
+)
+
+var kindNames = [...]string{"service", "endpointslice"}
+
+// String is the kind's name in metrics: service, endpointslice.
+func (k Kind) String() string { return kindNames[k] }
+
+// Object returns an empty object of the kind, for a reflector.
+func (k Kind) Object() runtime.Object {
+	if k == EndpointSlices {
+		return &discoveryv1.EndpointSlice{}
+	}
+	return &corev1.Service{}
+}
+
+// Requests returns the list and watch of the objects of kind that selector
+// selects in the cluster client talks to, in every namespace. Each request
+// is reported to h as its watch w; one that finds the cluster unreachable
+// or refusing is retried, Backoff apart, until answered, so that the
+// reflector above sees no failure and its own backoff (up to a minute
+// between tries) does not grow; other answers go to the reflector. Every
+// object received, listed or watched, is counted by cluster and kind.
+//
+// Wrap the functions to act around each request; cache.ToListWatcherWithWatchListSemantics
+// (or ListWatch) makes it a ListerWatcher.
+func Requests(client kubernetes.Interface, kind Kind, selector string, h *Health, w int) *cache.ListWatch {
+	var list func(context.Context, metav1.ListOptions) (runtime.Object, error)
+	var watchf func(context.Context, metav1.ListOptions) (watch.Interface, error)
+	switch kind {
+	case EndpointSlices:
+		list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, o)
+		}
+		watchf = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
+		}
+	default:
+		list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
+		}
+		watchf = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
+		}
+	}
+	received := eventsReceived.WithLabelValues(h.Name(), kind.String())
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			l, err := retried(ctx, h, w, func() (runtime.Object, error) { return list(ctx, o) })
+			if err == nil {
+				received.Add(float64(meta.LenList(l)))
+			}
+			return l, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			wi, err := retried(ctx, h, w, func() (watch.Interface, error) { return watchf(ctx, o) })
+			if err != nil {
+				return wi, err
+			}
+			return watch.Filter(wi, func(e watch.Event) (watch.Event, bool) {
+				switch e.Type {
+				case watch.Added, watch.Modified, watch.Deleted:
+					received.Inc()
+				}
+				return e, true
+			}), nil
+		},
+	}
+}
+
+// ListWatch is Requests as a ListerWatcher.
+func ListWatch(client kubernetes.Interface, kind Kind, selector string, h *Health, w int) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(Requests(client, kind, selector, h, w), client)
+}

@@ -22,8 +22,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/internal/remote"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/remote"
 )
 
 // How the fake API server answers.

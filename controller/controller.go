@@ -250,10 +250,6 @@ func New(opts Options) (*Controller, error) {
 		}
 		opts.ExportSelector = sel
 	}
-	selected, err := remote.Selected(opts.ExportSelector)
-	if err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
-	}
 	if opts.Workers <= 0 {
 		opts.Workers = 4
 	}
@@ -282,7 +278,7 @@ func New(opts Options) (*Controller, error) {
 		refused:  map[string]refusedLink{},
 		starved:  map[string]bool{},
 		status:   map[string]keyStatus{},
-		ways:     []remote.Way{selected, remote.Stamped},
+		ways:     []remote.Way{remote.Selected(opts.ExportSelector), remote.Stamped},
 	}
 	c.recorder = opts.Recorder
 	if c.recorder == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -255,15 +256,7 @@ func copyServiceLabels(t testing.TB, cs *fake.Clientset) {
 		if err != nil {
 			continue
 		}
-		want := maps.Clone(obj.(*corev1.Service).Labels)
-		if want == nil {
-			want = map[string]string{}
-		}
-		for _, k := range []string{discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy} {
-			if v, ok := s.Labels[k]; ok {
-				want[k] = v
-			}
-		}
+		want := remotetest.SliceLabels(obj.(*corev1.Service).Labels, s.Labels)
 		if maps.Equal(want, s.Labels) {
 			continue
 		}

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 )
 
 // requireCutByReset reads c to its end, which must be a reset: a stream
@@ -214,7 +214,7 @@ func TestIngressNotSynced(t *testing.T) {
 	p := newPair(t)
 	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
 	require.NoError(t, err)
-	exports := NewExports(fake.NewClientset(), sel) // never run: never synced
+	exports := NewExports(remotetest.NewClientset(), sel) // never run: never synced
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -5,15 +5,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -32,41 +33,38 @@ import (
 // whatever the export selector.
 type Exports struct {
 	// routes are the two ways, the export selector's first.
-	routes  []exportRoute
-	slices  cache.SharedIndexInformer
-	factory []informers.SharedInformerFactory
-	policy  EndpointPolicy
-	guard   *streamGuard
+	routes []exportRoute
+	policy EndpointPolicy
+	guard  *streamGuard
 
 	mu       sync.Mutex
 	exported map[string]bool // the keys of the exported Services, for the gauge
 }
 
-// exportRoute is one way a Service is exported: the informer on the
-// Services it selects, and its selector, checked again on every object: a
-// watch that does not filter (a fake, in tests) must not keep an object
-// that stopped matching.
+// exportRoute is one way a Service is exported (remote.Way): the
+// informers on the Services it selects and on their EndpointSlices, and
+// its selector, checked again on every Service: a watch that does not
+// filter (a fake, in tests) must not keep an object that stopped matching.
 type exportRoute struct {
 	services cache.SharedIndexInformer
+	slices   cache.SharedIndexInformer
 	selector k8slabels.Selector
 }
 
 const bySvc = "service"
 
-// serviceExportSelector selects the Services a ServiceExport exports: the
-// controller stamped them.
-var serviceExportSelector = func() k8slabels.Selector {
-	sel, err := k8slabels.Parse(labels.ServiceExportSelector)
-	if err != nil {
-		panic(err)
-	}
-	return sel
-}()
-
-// NewExports watches, through client, the Services selected by selector,
-// those stamped by a ServiceExport, and the EndpointSlices of every
-// Service.
+// NewExports watches, through client, the Services selected by selector
+// and those stamped by a ServiceExport, and their EndpointSlices: only
+// those, selected on the API server by the labels the EndpointSlice
+// controller copies from their Service (remote.Way). A selector-less
+// Service's hand-made slices must carry its export label to be seen.
 func NewExports(client kubernetes.Interface, selector k8slabels.Selector) *Exports {
+	ways := []remote.Way{remote.Selected(selector), remote.Stamped}
+	var names []string
+	for _, w := range ways {
+		names = append(names, w.Name, w.SlicesName())
+	}
+	health := remote.NewHealth(localCluster, names, remote.Hooks{})
 	trim := func(obj any) (any, error) {
 		if m, ok := obj.(metav1.Object); ok {
 			m.SetManagedFields(nil)
@@ -74,53 +72,45 @@ func NewExports(client kubernetes.Interface, selector k8slabels.Selector) *Expor
 		}
 		return obj, nil
 	}
-	e := &Exports{exported: map[string]bool{}}
-	// Mirrors are never exported again, whatever the selector says
-	// (ServiceExportSelector says so itself).
-	for _, r := range []struct {
-		list  string
-		check k8slabels.Selector
-	}{
-		{selector.String() + "," + "!" + labels.MirroredService, selector},
-		{labels.ServiceExportSelector, serviceExportSelector},
-	} {
-		f := informers.NewSharedInformerFactoryWithOptions(client, 0,
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = r.list }))
-		inf := f.Core().V1().Services().Informer()
+	informer := func(kind remote.Kind, sel k8slabels.Selector, w int, indexers cache.Indexers) cache.SharedIndexInformer {
+		inf := cache.NewSharedIndexInformer(remote.ListWatch(client, kind, sel.String(), health, w), kind.Object(), 0, indexers)
 		_ = inf.SetTransform(trim)
-		e.routes = append(e.routes, exportRoute{services: inf, selector: r.check})
-		e.factory = append(e.factory, f)
+		return inf
 	}
-	esF := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName }))
-	e.slices = esF.Discovery().V1().EndpointSlices().Informer()
-	e.factory = append(e.factory, esF)
-	_ = e.slices.SetTransform(trim)
-	_ = e.slices.AddIndexers(cache.Indexers{bySvc: func(obj any) ([]string, error) {
-		es := obj.(*discoveryv1.EndpointSlice)
-		return []string{es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]}, nil
-	}})
-	services := make([]cache.SharedIndexInformer, len(e.routes))
-	for i, r := range e.routes {
-		services[i] = r.services
+	e := &Exports{exported: map[string]bool{}}
+	e.guard = newStreamGuard(e.stillAllowed)
+	for i, w := range ways {
+		r := exportRoute{
+			services: informer(remote.Services, w.Services, 2*i, cache.Indexers{}),
+			slices: informer(remote.EndpointSlices, w.Slices(), 2*i+1, cache.Indexers{bySvc: func(obj any) ([]string, error) {
+				es := obj.(*discoveryv1.EndpointSlice)
+				return []string{es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]}, nil
+			}}),
+			selector: w.Services,
+		}
 		_, _ = r.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { e.count(objectKey(o)) },
 			UpdateFunc: func(_, o any) { e.count(objectKey(o)) },
 			DeleteFunc: func(o any) { e.count(objectKey(o)) },
 		})
+		e.guard.follow(r.slices, r.services)
+		e.routes = append(e.routes, r)
 	}
-	e.guard = newStreamGuard(e.stillAllowed)
-	e.guard.follow(e.slices, services...)
 	return e
 }
+
+// localCluster names the gateway's own cluster in the metrics of what it
+// watches (remote.Received).
+const localCluster = "local"
 
 // SetPolicy sets which endpoints may be dialled; call it before Run.
 func (e *Exports) SetPolicy(p EndpointPolicy) { e.policy = p }
 
 // Run starts the informers and waits until they have synced.
 func (e *Exports) Run(ctx context.Context) error {
-	for _, f := range e.factory {
-		f.Start(ctx.Done())
+	for _, r := range e.routes {
+		go r.services.Run(ctx.Done())
+		go r.slices.Run(ctx.Done())
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), e.HasSynced) {
 		return fmt.Errorf("exported Services: informers did not sync: %w", ctx.Err())
@@ -136,11 +126,11 @@ func (e *Exports) Run(ctx context.Context) error {
 // the EndpointSlices, have synced.
 func (e *Exports) HasSynced() bool {
 	for _, r := range e.routes {
-		if !r.services.HasSynced() {
+		if !r.services.HasSynced() || !r.slices.HasSynced() {
 			return false
 		}
 	}
-	return e.slices.HasSynced()
+	return true
 }
 
 // service returns the exported Service of key (namespace/name): from the
@@ -183,12 +173,18 @@ func (e *Exports) Resolve(d Destination) (netip.AddrPort, Reason) {
 	return resolve(svc, e.slicesOf(d), d, rand.IntN, &e.policy)
 }
 
-// slicesOf returns the EndpointSlices of d's Service.
+// slicesOf returns the EndpointSlices of d's Service, from every way that
+// holds them, each once.
 func (e *Exports) slicesOf(d Destination) []*discoveryv1.EndpointSlice {
-	objs, _ := e.slices.GetIndexer().ByIndex(bySvc, d.Namespace+"/"+d.Service)
-	out := make([]*discoveryv1.EndpointSlice, len(objs))
-	for i, o := range objs {
-		out[i] = o.(*discoveryv1.EndpointSlice)
+	var out []*discoveryv1.EndpointSlice
+	for _, r := range e.routes {
+		objs, _ := r.slices.GetIndexer().ByIndex(bySvc, d.Namespace+"/"+d.Service)
+		for _, o := range objs {
+			es := o.(*discoveryv1.EndpointSlice)
+			if !slices.ContainsFunc(out, func(x *discoveryv1.EndpointSlice) bool { return x.UID == es.UID && x.Name == es.Name }) {
+				out = append(out, es)
+			}
+		}
 	}
 	return out
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -131,7 +133,7 @@ func TestExportsFollowsCluster(t *testing.T) {
 	http := corev1.ServicePort{Name: "http", Port: 80}
 	unexported := exportedService("secret", "10.96.0.9", http)
 	delete(unexported.Labels, labels.Exported)
-	client := fake.NewClientset(
+	client := remotetest.NewClientset(
 		exportedService("web", "10.96.0.1", http),
 		endpointSlice("web", "web-a", "http", 8080, ep{addr: "10.0.0.1"}, ep{addr: "10.0.0.2"}),
 		endpointSlice("web", "web-b", "http", 8080, ep{addr: "10.0.0.3"}),
@@ -308,7 +310,7 @@ func testExportsServiceExportStamp(t *testing.T, selecting bool) {
 		svc.Labels = s.lbls
 		objs = append(objs, svc, endpointSlice(s.name, s.name+"-a", "http", 8080, ep{addr: fmt.Sprintf("10.0.%d.1", i)}))
 	}
-	client := fake.NewClientset(objs...)
+	client := remotetest.NewClientset(objs...)
 	if selecting {
 		selectingWatches(client)
 	}
@@ -393,11 +395,11 @@ func TestServiceExportStampGuardsStreams(t *testing.T) {
 // The ingress answers not_synced until it has listed the Services of both
 // ways of export: the ServiceExport's informer synced last keeps it so.
 func TestExportsNotSyncedUntilServiceExportsListed(t *testing.T) {
-	client := fake.NewClientset()
+	client := remotetest.NewClientset()
 	var failing atomic.Bool
 	failing.Store(true)
 	client.PrependReactor("list", "services", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if action.(k8stesting.ListActionImpl).ListOptions.LabelSelector == labels.ServiceExportSelector && failing.Load() {
+		if action.(k8stesting.ListActionImpl).ListOptions.LabelSelector == remote.Stamped.Services.String() && failing.Load() {
 			return true, nil, errors.New("not yet")
 		}
 		return false, nil, nil
@@ -409,7 +411,7 @@ func TestExportsNotSyncedUntilServiceExportsListed(t *testing.T) {
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- exports.Run(ctx) }()
-	require.Eventually(t, func() bool { return exports.routes[0].services.HasSynced() && exports.slices.HasSynced() }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return exports.routes[0].services.HasSynced() && exports.routes[0].slices.HasSynced() }, 5*time.Second, time.Millisecond)
 	assert.False(t, exports.HasSynced(), "the ServiceExport's Services not listed yet")
 	failing.Store(false)
 	select {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // westObjects is what cluster west has, every endpoint at target (a
@@ -77,7 +77,7 @@ func westObjects(target, down int32) []runtime.Object {
 func exportsPair(t *testing.T, configure ...func(*Ingress, *Egress)) (*pair, *server) {
 	t.Helper()
 	target := startEcho(t, "west here\n")
-	client := fake.NewClientset(westObjects(int32(target.addr.Port()), freePort(t))...)
+	client := remotetest.NewClientset(westObjects(int32(target.addr.Port()), freePort(t))...)
 	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
 	require.NoError(t, err)
 	exports := NewExports(client, sel)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -92,7 +93,7 @@ func newPair(t *testing.T, configure ...func(*Ingress, *Egress)) *pair {
 	// Timeouts generous enough for a loaded machine; tests about them
 	// set their own.
 	p.ingress = &Ingress{Certs: p.west, Resolver: p.resolver, HandshakeTimeout: 10 * time.Second}
-	p.client = fake.NewClientset()
+	p.client = remotetest.NewClientset()
 	p.egress = &Egress{Certs: p.east, Peers: StaticPeers{"west": p.ingressAddr}, BindAddress: "127.0.0.1", DialTimeout: 10 * time.Second}
 	for _, f := range configure {
 		f(p.ingress, p.egress)

@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestTrustFlags(t *testing.T) {
@@ -30,7 +30,7 @@ func TestTrustFlags(t *testing.T) {
 	assert.Equal(t, labels.PortRange{First: 30000, Last: 32767}, e.Trust.Ports)
 	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
 	require.NoError(t, err)
-	x := NewExports(fake.NewClientset(), sel)
+	x := NewExports(remotetest.NewClientset(), sel)
 	tf.ConfigureIngress(x)
 	assert.Equal(t, []string{"shop/db", "legacy/*"}, x.policy.Selectorless)
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("192.168.1.0/24"), netip.MustParsePrefix("fd00::/8")}, x.policy.Deny)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -48,7 +49,7 @@ func guardedPairLabelled(t *testing.T, lbls map[string]string, setup ...func(*fa
 	svc.Labels = lbls
 	esA := endpointSlice("web", "web-a", "http", int32(a.addr.Port()), ep{addr: "127.0.0.1", ready: ptr(true)})
 	esB := endpointSlice("web", "web-b", "http", int32(b.addr.Port()), ep{addr: "127.0.0.1", ready: ptr(true)})
-	client := fake.NewClientset(svc, esA, esB)
+	client := remotetest.NewClientset(svc, esA, esB)
 	for _, f := range setup {
 		f(client)
 	}

@@ -64,7 +64,7 @@ func Requests(client kubernetes.Interface, kind Kind, selector string, h *Health
 			return client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
 		}
 	}
-	received := eventsReceived.WithLabelValues(h.Name(), kind.String())
+	received := Received.WithLabelValues(h.Name(), kind.String())
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = selector

@@ -5,10 +5,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// eventsReceived counts the objects a cluster sent, listed or watched, by
+// Received counts the objects a cluster sent, listed or watched, by
 // kind: what each link costs its reader. Objects a cluster does not
 // export are never sent, and never counted.
-var eventsReceived = promauto.NewCounterVec(prometheus.CounterOpts{
+var Received = promauto.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "coredns",
 	Subsystem: "mcmirror_remote",
 	Name:      "events_received_total",
@@ -18,6 +18,6 @@ var eventsReceived = promauto.NewCounterVec(prometheus.CounterOpts{
 // Forget deletes the series of cluster name: it is no longer linked.
 func Forget(name string) {
 	for _, k := range kindNames {
-		eventsReceived.DeleteLabelValues(name, k)
+		Received.DeleteLabelValues(name, k)
 	}
 }

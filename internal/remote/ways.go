@@ -1,8 +1,6 @@
 package remote
 
 import (
-	"fmt"
-
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -38,19 +36,15 @@ func (w Way) Slices() k8slabels.Selector {
 // SlicesName names the way's watch of slices in logs.
 func (w Way) SlicesName() string { return "EndpointSlices of " + w.Name }
 
-// Selected is the way of the export selector, Linkerd's label by default;
-// the selector must have requirements (labels.Everything exports every
-// Service and every slice: refused).
-func Selected(export k8slabels.Selector) (Way, error) {
-	if export == nil || export.Empty() {
-		return Way{}, fmt.Errorf("the export selector selects every Service")
-	}
+// Selected is the way of the export selector, Linkerd's label by default.
+// Its users refuse an empty selector, which would export every Service.
+func Selected(export k8slabels.Selector) Way {
 	notMirror, err := k8slabels.NewRequirement(labels.MirroredService, selection.DoesNotExist, nil)
 	if err != nil {
-		return Way{}, err
+		panic(err) // a constant
 	}
 	reqs, _ := export.Requirements()
-	return Way{Name: "Services", Services: k8slabels.NewSelector().Add(reqs...).Add(*notMirror)}, nil
+	return Way{Name: "Services", Services: k8slabels.NewSelector().Add(reqs...).Add(*notMirror)}
 }
 
 // Stamped is the way of a ServiceExport: the exporting cluster's

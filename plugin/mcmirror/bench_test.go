@@ -14,6 +14,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
+
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"github.com/miekg/dns"
@@ -30,12 +31,12 @@ type discard struct {
 }
 
 var (
-	remote = &net.UDPAddr{IP: net.IPv4(10, 240, 0, 1), Port: 40212}
-	local  = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 53}
+	remoteAddr = &net.UDPAddr{IP: net.IPv4(10, 240, 0, 1), Port: 40212}
+	localAddr  = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 53}
 )
 
-func (*discard) RemoteAddr() net.Addr { return remote }
-func (*discard) LocalAddr() net.Addr  { return local }
+func (*discard) RemoteAddr() net.Addr { return remoteAddr }
+func (*discard) LocalAddr() net.Addr  { return localAddr }
 func (d *discard) WriteMsg(m *dns.Msg) error {
 	if d.buf == nil {
 		d.buf = make([]byte, dns.MaxMsgSize)

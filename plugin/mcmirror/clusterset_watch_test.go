@@ -6,13 +6,13 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // derivedService is the derived Service of import name, as the controller
@@ -34,8 +34,8 @@ func derivedService(name, clusterIP string, managed bool) *corev1.Service {
 // show in the answers.
 func TestClusterSetWatch(t *testing.T) {
 	ctx := context.Background()
-	west := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
-	local := fake.NewClientset(
+	west := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
+	local := remotetest.NewClientset(
 		derivedService("api", "10.97.0.1", true),
 		derivedService("fake", "10.97.0.2", false), // not the controller's
 	)
@@ -85,7 +85,7 @@ func TestClusterSetWatch(t *testing.T) {
 
 // Without clusterset, no derived Service is watched.
 func TestClusterSetNoWatch(t *testing.T) {
-	local := fake.NewClientset(derivedService("api", "10.97.0.1", true))
+	local := remotetest.NewClientset(derivedService("api", "10.97.0.1", true))
 	m := startPlugin(t, local, map[string]kubernetes.Interface{}, time.Second)
 	if cl := m.watch.cluster("east"); cl.derived != nil {
 		t.Error("derived Services watched without clusterset")

@@ -3,6 +3,7 @@ package mcmirror
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 )
 
 // fakeAPI is a Kubernetes API server over a real socket, serving lists and
@@ -125,10 +128,37 @@ func kindOf(obj metav1.Object) string {
 	return "endpointslices"
 }
 
-// put creates or replaces obj.
+// put creates or replaces obj. As the EndpointSlice controller does, a
+// slice carries the labels of its Service, and a Service's labels are
+// copied onto its slices when they change.
 func (f *fakeAPI) put(obj metav1.Object) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	switch o := obj.(type) {
+	case *discovery.EndpointSlice:
+		if svc, ok := f.objs["services/"+o.Namespace+"/"+o.Labels[discovery.LabelServiceName]]; ok {
+			o.Labels = remotetest.SliceLabels(svc.GetLabels(), o.Labels)
+		}
+	case *corev1.Service:
+		f.putLocked(obj)
+		for _, other := range f.objs {
+			es, ok := other.(*discovery.EndpointSlice)
+			if !ok || es.Namespace != o.Namespace || es.Labels[discovery.LabelServiceName] != o.Name {
+				continue
+			}
+			if want := remotetest.SliceLabels(o.Labels, es.Labels); !maps.Equal(want, es.Labels) {
+				es = es.DeepCopy()
+				es.Labels = want
+				f.putLocked(es)
+			}
+		}
+		return
+	}
+	f.putLocked(obj)
+}
+
+// putLocked creates or replaces obj; with f.mu held.
+func (f *fakeAPI) putLocked(obj metav1.Object) {
 	f.rv++
 	obj.SetResourceVersion(strconv.Itoa(f.rv))
 	k := kindOf(obj) + "/" + obj.GetNamespace() + "/" + obj.GetName()

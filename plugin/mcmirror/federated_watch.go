@@ -113,29 +113,6 @@ func (cl *cluster) service(key string) *Service {
 	return nil
 }
 
-// heldByOther reports whether a store of the cluster's Services other than
-// the one whose objects count as kind holds Service key.
-func (cl *cluster) heldByOther(kind int, key string) bool {
-	for i, st := range cl.serviceStores() {
-		if i != storeOf(kind) && exportedIn(st, key) != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// storeOf returns the index in serviceStores of the store whose objects
-// count as kind.
-func storeOf(kind int) int {
-	switch kind {
-	case objMCSService:
-		return 1
-	case objFedService:
-		return 2
-	}
-	return 0
-}
-
 // exportedIn returns the Service key that st holds, selected by its watch's
 // selector, or nil.
 func exportedIn(st *objectStore, key string) *Service {
@@ -144,12 +121,4 @@ func exportedIn(st *objectStore, key string) *Service {
 		return s
 	}
 	return nil
-}
-
-// holds reports whether the cluster's Service ns/name is exported, either
-// way, or a federated member, as its Service watches last said: whether
-// its slices are held.
-func (cl *cluster) holds(ns, name string) bool {
-	key := ns + "/" + name
-	return cl.service(key) != nil || exportedIn(cl.fedServices, key) != nil
 }

@@ -16,8 +16,10 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
+
 	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +29,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // peersServer serves GET /peers as the gateway's Prober does: a JSON array
@@ -454,13 +455,13 @@ func TestGatewayHealthRebuildsOnlyItsGroups(t *testing.T) {
 // goes through the controller's queue.
 func TestGatewayHealthController(t *testing.T) {
 	flat := map[string]string{labels.Exported: labels.ExportFlat}
-	west := fake.NewClientset(
+	west := remotetest.NewClientset(
 		service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}),
 		service("db", flat, "10.100.0.2", corev1.ServicePort{Name: "http", Port: 80}),
 		endpointSlice("db-1", "db", podEndpoint("", "10.1.0.2", true)),
 	)
-	paris := fake.NewClientset(service("web", exportedGW, "10.101.0.1", corev1.ServicePort{Name: "http", Port: 80}))
-	local := fake.NewClientset(
+	paris := remotetest.NewClientset(service("web", exportedGW, "10.101.0.1", corev1.ServicePort{Name: "http", Port: 80}))
+	local := remotetest.NewClientset(
 		mirrorService("web-west", "west", "", "10.96.0.20"),
 		mirrorService("web-paris", "paris", "", "10.96.1.20"),
 	)

@@ -5,25 +5,36 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/remote"
 )
 
-// The watches of a cluster, for the health of each.
+// The watches of a cluster, for the health of each: per way of export
+// (remote.Way, in the order of serviceStores) its Services and their
+// EndpointSlices, then the local cluster's mirrors and derived Services.
 const (
-	watchServices = iota
-	watchSlices
-	watchMirrors
-	watchMCSServices // the Services a ServiceExport stamped
-	watchDerived     // the derived Services of ServiceImports; local, with clusterset
+	watchServices    = iota // the export selector's Services
+	watchSlices             // their EndpointSlices
+	watchMCSServices        // the Services a ServiceExport stamped
+	watchMCSSlices
 	watchFedServices // the members of federated Services
+	watchFedSlices
+	watchMirrors // local cluster only
+	watchDerived // the derived Services of ServiceImports; local, with clusterset
 	numWatches
 )
 
-var watchNames = [numWatches]string{"Services", "EndpointSlices", "mirror Services", "ServiceExport Services", "derived Services", "federated Services"}
+// watchNames names the watches in the log.
+var watchNames = func() []string {
+	var names []string
+	for _, w := range []remote.Way{{Name: "Services"}, remote.Stamped, remote.Federated} {
+		names = append(names, w.Name, w.SlicesName())
+	}
+	return append(names, "mirror Services", "derived Services")
+}()
 
 // linkHealth is the state of one generation of a cluster's watches (a
-// replaced link has two while the new one syncs): whether they work, since
-// when they fail, whether its names are withdrawn for being older than
+// replaced link has two while the new one syncs): whether they work
+// (remote.Health), whether its names are withdrawn for being older than
 // stale_max_age. Only the generation that serves the cluster writes its
 // gauges, so that two generations never fight over them; once the cluster
 // is removed, no generation writes any of its series again.
@@ -36,9 +47,11 @@ type linkHealth struct {
 	// maxAge is stale_max_age: how long the names of a linked cluster
 	// whose watches fail keep being answered; 0 is forever.
 	maxAge time.Duration
-	// expire is called, outside mu, when the names are withdrawn (true)
-	// or come back (false): the cluster's groups are rebuilt.
+	// expire is called when the names are withdrawn (true) or come back
+	// (false): the cluster's groups are rebuilt.
 	expire func(withdrawn bool)
+	// core is whether each list and watch is answered.
+	core *remote.Health
 
 	mu sync.Mutex
 	// owner: this generation serves the cluster and writes its gauges.
@@ -47,9 +60,6 @@ type linkHealth struct {
 	// stopped; it writes nothing.
 	gone    bool
 	synced  bool
-	failing [numWatches]string   // the reason each watch fails; "" when it works
-	since   time.Time            // when the first watch began to fail
-	last    time.Time            // last list, watch start, event or bookmark
 	objects [len(objKinds)]int64 // objects held, by kind
 	timer   *time.Timer          // the stale_max_age timer of a failure
 	// withdrawn: stale for longer than maxAge; read without mu by the
@@ -62,7 +72,14 @@ func newLinkHealth(name string, local bool, maxAge time.Duration, expire func(bo
 		maxAge = 0 // the local cluster's state is never withdrawn
 	}
 	seriesWatched(name)
-	return &linkHealth{name: name, local: local, maxAge: maxAge, expire: expire}
+	h := &linkHealth{name: name, local: local, maxAge: maxAge, expire: expire}
+	h.core = remote.NewHealth(name, watchNames, remote.Hooks{
+		Failed:  func(reason string) { linkErrors.WithLabelValues(name, reason).Inc() },
+		Down:    h.down,
+		Up:      h.upAgain,
+		Changed: h.changed,
+	})
+	return h
 }
 
 // own makes h the generation that serves its cluster and writes its
@@ -83,10 +100,10 @@ func (h *linkHealth) publish() {
 		return
 	}
 	linkSynced.WithLabelValues(h.name).Set(b2f(h.synced))
-	linkUp.WithLabelValues(h.name).Set(b2f(h.up()))
+	linkUp.WithLabelValues(h.name).Set(b2f(h.core.Up()))
 	linkWithdrawn.WithLabelValues(h.name).Set(b2f(h.withdrawn.Load()))
-	if !h.last.IsZero() {
-		linkLastSync.WithLabelValues(h.name).Set(float64(h.last.UnixNano()) / 1e9)
+	if last := h.core.Last(); !last.IsZero() {
+		linkLastSync.WithLabelValues(h.name).Set(float64(last.UnixNano()) / 1e9)
 	}
 	for i, k := range objKinds {
 		if i == objMirror && !h.local || i == objDerived && !h.derived {
@@ -103,20 +120,11 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// up reports whether every watch works; with h.mu held.
-func (h *linkHealth) up() bool {
-	for _, r := range h.failing {
-		if r != "" {
-			return false
-		}
-	}
-	return h.synced || !h.last.IsZero()
-}
-
 // stop makes h write nothing more; with removed (the cluster is unlinked)
 // the cluster's series are deleted too, and without, once no instance
 // watches the cluster any more (linkseries.go).
 func (h *linkHealth) stop(removed bool) {
+	h.core.Stop()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	live := !h.gone
@@ -129,20 +137,20 @@ func (h *linkHealth) stop(removed bool) {
 
 // setSynced records that every watch has listed once.
 func (h *linkHealth) setSynced() {
+	h.core.Contact()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.synced = true
-	h.last = time.Now()
 	h.publish()
 }
 
 // contact records a sign of life: an event or a bookmark.
 func (h *linkHealth) contact() {
+	h.core.Contact()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.last = time.Now()
 	if h.owner && !h.gone {
-		linkLastSync.WithLabelValues(h.name).Set(float64(h.last.UnixNano()) / 1e9)
+		linkLastSync.WithLabelValues(h.name).Set(float64(h.core.Last().UnixNano()) / 1e9)
 	}
 }
 
@@ -165,51 +173,51 @@ func (h *linkHealth) counted(kind int, delta int64) {
 	}
 }
 
-// result records the outcome of a list or watch of watch w: a failure
-// is counted by reason, and the first failure of a working link and its
-// recovery are logged, not every retry.
-func (h *linkHealth) result(w int, err error) {
-	h.mu.Lock()
-	if h.gone {
-		h.mu.Unlock()
+// result records the outcome of a list or watch of watch w.
+func (h *linkHealth) result(w int, err error) { h.core.Result(w, err) }
+
+// down logs a watch that fails, once per reason, and from the first
+// failure of a synced link times its withdrawal.
+func (h *linkHealth) down(watch, reason string, err error, first bool) {
+	log.Warningf("%s is down (%s): listing %s: %v; serving its last known state", h.what(), reason, watch, err)
+	if !first {
 		return
 	}
-	wasUp := h.up()
-	back := false
-	if err == nil {
-		h.failing[w] = ""
-		h.last = time.Now()
-		if h.up() && !wasUp && !h.since.IsZero() {
-			log.Infof("%s is up again after %s: answering from its watches", h.what(), time.Since(h.since).Round(time.Second))
-			h.since = time.Time{}
-			if h.timer != nil {
-				h.timer.Stop()
-			}
-			back = h.withdrawn.Load()
-			h.withdrawn.Store(false)
-		}
-	} else {
-		reason := link.FailureReason(err)
-		linkErrors.WithLabelValues(h.name, reason).Inc()
-		first := h.failing == [numWatches]string{}
-		if h.failing[w] != reason {
-			h.failing[w] = reason
-			log.Warningf("%s is down (%s): listing %s: %v; serving its last known state", h.what(), reason, watchNames[w], err)
-		}
-		if first {
-			h.since = time.Now()
-			if h.maxAge > 0 && h.synced { // a link never synced has nothing to withdraw
-				since := h.since
-				h.timer = time.AfterFunc(h.maxAge, func() { h.expired(since) })
-			}
-		}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gone || h.maxAge <= 0 || !h.synced { // a link never synced has nothing to withdraw
+		return
 	}
-	h.publish()
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	since := h.core.Since()
+	h.timer = time.AfterFunc(h.maxAge, func() { h.expired(since) })
+}
+
+// upAgain logs a link that answers again, and answers its names again.
+func (h *linkHealth) upAgain(downFor time.Duration) {
+	if downFor == 0 {
+		return // the first time up
+	}
+	log.Infof("%s is up again after %s: answering from its watches", h.what(), downFor.Round(time.Second))
+	h.mu.Lock()
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	back := h.withdrawn.Swap(false)
 	h.mu.Unlock()
 	if back {
 		log.Infof("Link %s: its names are answered again", h.name)
 		h.expire(false)
 	}
+}
+
+// changed publishes the gauges after a result.
+func (h *linkHealth) changed() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.publish()
 }
 
 // what names the cluster in the log.
@@ -224,7 +232,7 @@ func (h *linkHealth) what() string {
 // still does.
 func (h *linkHealth) expired(since time.Time) {
 	h.mu.Lock()
-	if h.gone || h.up() || !h.since.Equal(since) || h.withdrawn.Load() {
+	if h.gone || h.core.Up() || !h.core.Since().Equal(since) || h.withdrawn.Load() {
 		h.mu.Unlock()
 		return
 	}

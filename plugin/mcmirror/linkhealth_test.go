@@ -11,15 +11,17 @@ import (
 
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
+
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/remote"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 )
 
@@ -99,7 +101,7 @@ func TestStaleServingAndRecovery(t *testing.T) {
 	api := newFakeAPI(t)
 	api.put(service("web", flatExport, corev1.ClusterIPNone))
 	api.put(flatSlice("web-1", "web", "10.1.0.1"))
-	m := startWith(t, fake.NewClientset(), eventBound, 0, "stale", api.client())
+	m := startWith(t, remotetest.NewClientset(), eventBound, 0, "stale", api.client())
 	name := "web-stale" + z
 	waitFor(t, eventBound, "the first answer", answersA(t, m, name, "10.1.0.1"))
 	if v := testutil.ToFloat64(linkUp.WithLabelValues("stale")); v != 1 {
@@ -146,7 +148,7 @@ func TestStaleMaxAge(t *testing.T) {
 	api.put(service("web", flatExport, corev1.ClusterIPNone))
 	api.put(flatSlice("web-1", "web", "10.1.0.1"))
 	const maxAge = 2 * time.Second
-	m := startWith(t, fake.NewClientset(), eventBound, maxAge, "aged", api.client())
+	m := startWith(t, remotetest.NewClientset(), eventBound, maxAge, "aged", api.client())
 	name := "web-aged" + z
 	waitFor(t, eventBound, "the first answer", answersA(t, m, name, "10.1.0.1"))
 
@@ -194,7 +196,7 @@ func TestRefusedLink(t *testing.T) {
 		reason string
 	}{{http.StatusUnauthorized, link.FailureUnauthorized}, {http.StatusForbidden, link.FailureForbidden}} {
 		t.Run(tc.reason, func(t *testing.T) {
-			good := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
+			good := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
 
 			// At start-up.
 			refused := newFakeAPI(t)
@@ -204,7 +206,7 @@ func TestRefusedLink(t *testing.T) {
 			before := testutil.ToFloat64(linkErrors.WithLabelValues(cl, tc.reason))
 			// Start returns (startBounded) although the refused link
 			// never syncs.
-			m := startWith(t, fake.NewClientset(), 300*time.Millisecond, 0, "good", good, cl, refused.client())
+			m := startWith(t, remotetest.NewClientset(), 300*time.Millisecond, 0, "good", good, cl, refused.client())
 			waitFor(t, eventBound, "the good link", answersA(t, m, "web-good"+z, "10.1.0.9"))
 			waitFor(t, eventBound, "readiness with the refused link", m.Ready)
 			waitFor(t, eventBound, "the refusal counted by reason", func() bool {
@@ -243,7 +245,7 @@ func TestRefusedLink(t *testing.T) {
 
 // A link whose address accepts TCP and never answers TLS does not hold
 // start-up past startup_timeout; it is counted unreachable once it has
-// given no answer for noAnswerAfter (15 s). That the server is ready before
+// given no answer for remote.NoAnswerAfter (15 s). That the server is ready before
 // that count moves is what shows start-up did not wait for the hanging
 // link to fail: an order of events, which a slow machine keeps.
 func TestHangingLink(t *testing.T) {
@@ -276,9 +278,9 @@ func TestHangingLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
+	good := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
 	before := testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable))
-	m := startWith(t, fake.NewClientset(), 500*time.Millisecond, 0, "good", good, "hang", hang)
+	m := startWith(t, remotetest.NewClientset(), 500*time.Millisecond, 0, "good", good, "hang", hang)
 	waitFor(t, eventBound, "readiness", m.Ready)
 	if testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable)) > before {
 		t.Error("ready only once the hanging link had failed, not at startup_timeout")
@@ -289,7 +291,7 @@ func TestHangingLink(t *testing.T) {
 		defer mu.Unlock()
 		return len(conns) > 0
 	})
-	waitFor(t, noAnswerAfter+eventBound, "the hanging link counted unreachable", func() bool {
+	waitFor(t, remote.NoAnswerAfter+eventBound, "the hanging link counted unreachable", func() bool {
 		return testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable)) > before
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 )
 
 // isolateReadyInstances makes the test the only one whose instances count
@@ -25,7 +27,7 @@ func isolateReadyInstances(t *testing.T) {
 }
 
 func linkedCluster() *fake.Clientset {
-	return fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
+	return remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
 }
 
 // A reload: the new instance starts, then the old one stops. A cluster
@@ -40,7 +42,7 @@ func TestReloadDropsSeriesOfUnlinkedClusters(t *testing.T) {
 	}{{"new instance ready first", true}, {"old instance stopped first", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			keep, drop := "rk"+tc.name[:3], "rd"+tc.name[:3]
-			old := startWith(t, fake.NewClientset(), time.Second, 0, keep, linkedCluster(), drop, linkedCluster())
+			old := startWith(t, remotetest.NewClientset(), time.Second, 0, keep, linkedCluster(), drop, linkedCluster())
 			waitFor(t, 5*time.Second, "the old instance ready", old.watch.HasSynced)
 			waitFor(t, 5*time.Second, "both links synced", func() bool {
 				return testutil.ToFloat64(linkSynced.WithLabelValues(keep)) == 1 && testutil.ToFloat64(linkSynced.WithLabelValues(drop)) == 1
@@ -48,7 +50,7 @@ func TestReloadDropsSeriesOfUnlinkedClusters(t *testing.T) {
 
 			var next *MCMirror
 			if tc.newReadyFirst {
-				next = startWith(t, fake.NewClientset(), time.Second, 0, keep, linkedCluster())
+				next = startWith(t, remotetest.NewClientset(), time.Second, 0, keep, linkedCluster())
 				waitFor(t, 5*time.Second, "the new instance ready", next.watch.HasSynced)
 				if n := seriesOf(drop); n == 0 {
 					t.Fatalf("%s's series gone while the old instance still watches it", drop)
@@ -60,7 +62,7 @@ func TestReloadDropsSeriesOfUnlinkedClusters(t *testing.T) {
 				if n := seriesOf(drop); n == 0 {
 					t.Fatalf("%s's series gone before any instance knows its links", drop)
 				}
-				next = startWith(t, fake.NewClientset(), time.Second, 0, keep, linkedCluster())
+				next = startWith(t, remotetest.NewClientset(), time.Second, 0, keep, linkedCluster())
 				waitFor(t, 5*time.Second, "the new instance ready", next.watch.HasSynced)
 			}
 			if n := seriesOf(drop); n != 0 {

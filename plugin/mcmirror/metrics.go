@@ -53,15 +53,6 @@ var (
 		Help:      "Whether the names of a linked cluster are withdrawn, its watches having failed for longer than stale_max_age: 1 or 0.",
 	}, []string{"cluster"})
 
-	// sliceFetches counts the targeted lists of the EndpointSlices of a
-	// Service that became exported.
-	sliceFetches = promauto.NewCounter(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "slice_fetches_total",
-		Help:      "Number of lists of the EndpointSlices of one Service, made when it becomes exported.",
-	})
-
 	// linkObjects is the number of objects watched in a cluster, by kind
 	// (service, endpointslice, mirror, mcs-service, derived).
 	linkObjects = promauto.NewGaugeVec(prometheus.GaugeOpts{

@@ -154,6 +154,24 @@ func serviceTransform(export k8slabels.Selector) cache.TransformFunc {
 	}
 }
 
+// sliceTransform trims the EndpointSlices a watch selects by sel; one sel
+// does not select (a watch that does not filter) becomes its bare key,
+// which the store does not keep (isSlice).
+func sliceTransform(sel k8slabels.Selector) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if s, ok := obj.(*discovery.EndpointSlice); ok && !sel.Matches(k8slabels.Set(s.Labels)) {
+			return &objMeta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion}, nil
+		}
+		return toSlice(obj)
+	}
+}
+
+// isSlice reports whether a store keeps obj: a Slice, not a bare key.
+func isSlice(obj any) bool {
+	_, ok := obj.(*Slice)
+	return ok
+}
+
 // toService trims a Service.
 func toService(obj any) (any, error) {
 	switch s := obj.(type) {

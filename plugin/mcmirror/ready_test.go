@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
@@ -14,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 )
 
@@ -34,8 +34,8 @@ func TestReady(t *testing.T) {
 // for a name that does not exist under a claimed one, while a link added
 // later has not synced (it never will) and while groups are rebuilt.
 func TestNoServfailAfterFirstSync(t *testing.T) {
-	west := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
-	m := startWith(t, fake.NewClientset(), time.Hour, 0, "west", west)
+	west := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
+	m := startWith(t, remotetest.NewClientset(), time.Hour, 0, "west", west)
 	waitFor(t, eventBound, "the first answer", answersA(t, m, "web-west"+z, "10.1.0.1"))
 	if !m.Ready() {
 		t.Fatal("not ready after Start")

@@ -14,8 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 )
 
 // relistProxy fronts a fakeAPI the way a restarted API server looks to a
@@ -174,7 +175,7 @@ func gcPercent() int {
 // the group builds by group.
 func startCounting(t *testing.T, links ...any) (*MCMirror, func(groupKey) int) {
 	t.Helper()
-	m, err := New(fake.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: 5 * time.Second})
+	m, err := New(remotetest.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,9 +205,9 @@ func startCounting(t *testing.T, links ...any) (*MCMirror, func(groupKey) int) {
 }
 
 // linkWatches is the number of watches of a linked cluster, each of which
-// relists: exported Services, ServiceExport Services, federated members,
-// EndpointSlices.
-const linkWatches = 4
+// relists: per way of export (the export selector, the ServiceExport
+// stamp, federated members) its Services and their EndpointSlices.
+const linkWatches = 6
 
 // idle reports whether no group is queued or being built.
 func idle(m *MCMirror) func() bool {
@@ -238,8 +239,8 @@ func TestRelistsOneAtATime(t *testing.T) {
 	gc := gcPercent()
 	pc := m.watch.cluster("paris")
 	dbSvc, _, _ := pc.services.idx.GetByKey("default/db")
-	dbSlice, _, _ := pc.slices.idx.GetByKey("default/db-1")
-	webSlice, _, _ := pc.slices.idx.GetByKey("default/web-1")
+	dbSlice, _, _ := pc.slices[0].idx.GetByKey("default/db-1")
+	webSlice, _, _ := pc.slices[0].idx.GetByKey("default/web-1")
 	before := map[groupKey]int{}
 	for _, k := range []groupKey{{"default", "api"}, {"default", "db"}, {"default", "web"}} {
 		before[k] = builds(k)
@@ -289,10 +290,10 @@ func TestRelistsOneAtATime(t *testing.T) {
 	if got, _, _ := pc.services.idx.GetByKey("default/db"); got != dbSvc {
 		t.Error("the unchanged Service db was replaced by the relist")
 	}
-	if got, _, _ := pc.slices.idx.GetByKey("default/db-1"); got != dbSlice {
+	if got, _, _ := pc.slices[0].idx.GetByKey("default/db-1"); got != dbSlice {
 		t.Error("the unchanged slice db-1 was replaced by the relist")
 	}
-	if got, _, _ := pc.slices.idx.GetByKey("default/web-1"); got == webSlice {
+	if got, _, _ := pc.slices[0].idx.GetByKey("default/web-1"); got == webSlice {
 		t.Error("the changed slice web-1 was not replaced")
 	}
 	for k, n := range before {
@@ -309,11 +310,11 @@ func TestRelistsOneAtATime(t *testing.T) {
 // A first list never waits for the gate, even while a relist holds it:
 // the cold start lists every link at once.
 func TestFirstListsNotGated(t *testing.T) {
-	west := fake.NewClientset(service("api", flatExport, corev1.ClusterIPNone), flatSlice("api-1", "api", "10.1.0.1"))
+	west := remotetest.NewClientset(service("api", flatExport, corev1.ClusterIPNone), flatSlice("api-1", "api", "10.1.0.1"))
 	api := newRelistProxy(t)
 	api.api.put(service("web", flatExport, corev1.ClusterIPNone))
 	api.api.put(flatSlice("web-1", "web", "10.2.0.1"))
-	m, err := New(fake.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: 5 * time.Second})
+	m, err := New(remotetest.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

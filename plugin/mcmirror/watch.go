@@ -10,11 +10,9 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/remote"
 
-	corev1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -29,16 +27,12 @@ import (
 // and a burst of events for one group costs one build.
 type watcher struct {
 	local string
-	// exported selects the exported Services of every cluster; it leaves
-	// out mirrors, which are never exported again.
-	exported k8slabels.Selector
-	// stamped selects the Services a ServiceExport exports, by the stamp
-	// its cluster's controller writes (labels.ServiceExportSelector; no
-	// mirror either). A selector cannot OR two keys: it is a second watch.
-	stamped k8slabels.Selector
-	// federated selects the members of federated Services
-	// (labels.FederatedSelector): a third watch.
-	federated k8slabels.Selector
+	// ways are the ways a cluster exports a Service, in the order of
+	// serviceStores: the export selector (Linkerd's label; never a
+	// mirror), the ServiceExport stamp its controller writes, and the
+	// members of federated Services. A selector cannot OR two keys: each
+	// is a watch of Services, and one of their slices.
+	ways [3]remote.Way
 	// startupTimeout is how long a link that cannot sync holds up
 	// readiness.
 	startupTimeout time.Duration
@@ -100,9 +94,11 @@ type cluster struct {
 	services    *objectStore // Services the export selector exports
 	mcsServices *objectStore // Services a ServiceExport exports (the stamp)
 	fedServices *objectStore // federated members (federated_watch.go)
-	slices      *objectStore // EndpointSlices of exported or federated Services
-	mirrors     *objectStore // mirror Services; local cluster only
-	derived     *objectStore // derived Services; local cluster, with clusterset
+	// slices are the EndpointSlices of the Services of each of
+	// serviceStores, selected on the API server by the same way.
+	slices  [3]*objectStore
+	mirrors *objectStore // mirror Services; local cluster only
+	derived *objectStore // derived Services; local cluster, with clusterset
 
 	// health is whether the watches work, and owns the cluster's metric
 	// series while this generation serves it.
@@ -130,28 +126,14 @@ var objKinds = [...]string{"service", "endpointslice", "mirror", "mcs-service", 
 
 const sliceServiceIndex = "service"
 
-// Retries of a cluster's lists and watches: from 250 ms, doubling, up to
-// 2 s plus up to half of it in jitter. A cluster that comes back is watched
-// again within 3 s (client-go's own default grows to 30 s, with as much
-// jitter: up to a minute). It costs a failed request every 2 to 3 s per
-// watch while a cluster is down.
-var linkBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 100, Cap: 2 * time.Second}
+// linkBackoff is how the reflectors retry what remote.Requests does not
+// (a 410 Expired, a 429): as remote.Backoff.
+var linkBackoff = remote.Backoff
 
 func newWatcher(local string, export k8slabels.Selector, startupTimeout time.Duration) *watcher {
-	notMirror, _ := k8slabels.NewRequirement(labels.MirroredService, selection.DoesNotExist, nil)
-	stamped, err := k8slabels.Parse(labels.ServiceExportSelector)
-	if err != nil {
-		panic(err) // a constant
-	}
-	federated, err := k8slabels.Parse(labels.FederatedSelector)
-	if err != nil {
-		panic(err) // a constant
-	}
 	return &watcher{
 		local:          local,
-		exported:       export.Add(*notMirror),
-		stamped:        stamped,
-		federated:      federated,
+		ways:           [3]remote.Way{remote.Selected(export), remote.Stamped, remote.Federated},
 		startupTimeout: startupTimeout,
 		backoff:        linkBackoff,
 		queue:          workqueue.NewTyped[groupKey](),
@@ -309,10 +291,8 @@ func (c *watcher) stop() {
 	c.queue.ShutDown()
 }
 
-// startCluster runs the watches of cl: the three Service watches (and
-// mirrors) at once, EndpointSlices once they have listed, so that the
-// slices of every exported or federated Service are kept from the first
-// list on.
+// startCluster runs the watches of cl: per way of export its Services
+// and their slices, and the local cluster's mirrors and derived Services.
 func (c *watcher) startCluster(cl *cluster) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	cl.ctx, cl.cancel = ctx, cancel
@@ -320,32 +300,26 @@ func (c *watcher) startCluster(cl *cluster) {
 	// The reflectors' own error log would repeat at every retry: the
 	// health logs each change once.
 	quiet := klog.NewContext(ctx, klog.Logger{})
-	go c.reflector(cl, watchServices, &corev1.Service{}, c.exported.String(), cl.services).RunWithContext(quiet)
-	go c.reflector(cl, watchMCSServices, &corev1.Service{}, c.stamped.String(), cl.mcsServices).RunWithContext(quiet)
-	go c.reflector(cl, watchFedServices, &corev1.Service{}, c.federated.String(), cl.fedServices).RunWithContext(quiet)
+	for i, st := range cl.serviceStores() {
+		w := c.ways[i]
+		go c.reflector(cl, 2*i, remote.Services, w.Services.String(), st).RunWithContext(quiet)
+		go c.reflector(cl, 2*i+1, remote.EndpointSlices, w.Slices().String(), cl.slices[i]).RunWithContext(quiet)
+	}
 	if cl.mirrors != nil {
-		go c.reflector(cl, watchMirrors, &corev1.Service{}, labels.MirrorSelector, cl.mirrors).RunWithContext(quiet)
+		go c.reflector(cl, watchMirrors, remote.Services, labels.MirrorSelector, cl.mirrors).RunWithContext(quiet)
 	}
 	if cl.derived != nil {
-		go c.reflector(cl, watchDerived, &corev1.Service{}, labels.DerivedSelector, cl.derived).RunWithContext(quiet)
+		go c.reflector(cl, watchDerived, remote.Services, labels.DerivedSelector, cl.derived).RunWithContext(quiet)
 	}
-	go func() {
-		for _, st := range cl.serviceStores() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-st.done:
-			}
-		}
-		hasService, _ := k8slabels.NewRequirement(labels.ServiceName, selection.Exists, nil)
-		c.reflector(cl, watchSlices, &discovery.EndpointSlice{}, k8slabels.NewSelector().Add(*hasService).String(), cl.slices).RunWithContext(quiet)
-	}()
 	go cl.watchSync(ctx)
 }
 
 // watchSync records when the cluster has synced.
 func (cl *cluster) watchSync(ctx context.Context) {
-	synced := []cache.InformerSynced{cl.services.HasSynced, cl.mcsServices.HasSynced, cl.fedServices.HasSynced, cl.slices.HasSynced}
+	var synced []cache.InformerSynced
+	for i, st := range cl.serviceStores() {
+		synced = append(synced, st.HasSynced, cl.slices[i].HasSynced)
+	}
 	if cl.mirrors != nil {
 		synced = append(synced, cl.mirrors.HasSynced)
 	}
@@ -479,20 +453,28 @@ func (c *watcher) Service(cluster, ns, name string) *Service {
 	return cl.service(ns + "/" + name)
 }
 
-// Slices implements source.
+// Slices implements source: the slices of the Service that every way
+// holds, each once.
 func (c *watcher) Slices(cluster, ns, name string) []*Slice {
 	cl := c.cluster(cluster)
 	if cl == nil || cl.health.withdrawn.Load() {
 		return nil
 	}
-	objs, err := cl.slices.idx.ByIndex(sliceServiceIndex, ns+"/"+name)
-	if err != nil {
-		return nil
-	}
-	out := make([]*Slice, 0, len(objs))
-	for _, obj := range objs {
-		if s, ok := obj.(*Slice); ok {
-			out = append(out, s)
+	return cl.slicesOf(ns + "/" + name)
+}
+
+// slicesOf returns the slices of Service key that the cluster holds.
+func (cl *cluster) slicesOf(key string) []*Slice {
+	var out []*Slice
+	for _, st := range cl.slices {
+		objs, err := st.idx.ByIndex(sliceServiceIndex, key)
+		if err != nil {
+			continue
+		}
+		for _, obj := range objs {
+			if s, ok := obj.(*Slice); ok && !slices.ContainsFunc(out, func(o *Slice) bool { return o.Name == s.Name }) {
+				out = append(out, s)
+			}
 		}
 	}
 	return out
@@ -517,9 +499,9 @@ func (c *watcher) Mirror(ns, name string) *Mirror {
 // newCluster makes the stores of one generation of a cluster's watches:
 // its exported Services (one store per way of exporting), its federated
 // members, their EndpointSlices, and, in the local cluster, the mirror
-// Services. Only what can be answered is held: a Service neither the
-// export selector, the ServiceExport stamp nor the federated selector
-// selects, and the slices of one, are dropped as they come.
+// Services. Only what can be answered is sent: each watch selects on the
+// API server (remote.Way), and a Service that stopped matching (a watch
+// that does not filter) is dropped as it comes.
 func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster {
 	cl := &cluster{name: name, local: name == c.local, client: client}
 	cl.health = newLinkHealth(name, cl.local, c.staleMaxAge, func(bool) { c.enqueueAll(cl) })
@@ -528,19 +510,22 @@ func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 		s, ok := obj.(*Service)
 		return ok && s.Exported
 	}
-	cl.services = newObjectStore(serviceTransform(c.exported), exported, nil, c.serviceHandler(cl, objService))
-	cl.mcsServices = newObjectStore(serviceTransform(c.stamped), exported, nil, c.serviceHandler(cl, objMCSService))
-	cl.fedServices = newObjectStore(fedTransform(c.federated), exported, nil, c.serviceHandler(cl, objFedService))
-	cl.slices = newObjectStore(toSlice, func(obj any) bool {
-		s, ok := obj.(*Slice)
-		return ok && cl.holds(s.Namespace, s.Service)
-	}, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
-		s, ok := obj.(*Slice)
-		if !ok || s.Service == "" {
-			return nil, nil
-		}
-		return []string{s.Namespace + "/" + s.Service}, nil
-	}}, c.sliceHandler(cl))
+	cl.services = newObjectStore(serviceTransform(c.ways[0].Services), exported, nil, c.serviceHandler(cl, objService))
+	cl.mcsServices = newObjectStore(serviceTransform(c.ways[1].Services), exported, nil, c.serviceHandler(cl, objMCSService))
+	cl.fedServices = newObjectStore(fedTransform(c.ways[2].Services), exported, nil, c.serviceHandler(cl, objFedService))
+	// Every slice the API server sends is of a Service exported the
+	// slice watch's way (remote.Way.Slices): all are held, even one that
+	// comes before its Service; one that stopped matching (a watch that
+	// does not filter) is dropped.
+	for i := range cl.slices {
+		cl.slices[i] = newObjectStore(sliceTransform(c.ways[i].Slices()), isSlice, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
+			s, ok := obj.(*Slice)
+			if !ok || s.Service == "" {
+				return nil, nil
+			}
+			return []string{s.Namespace + "/" + s.Service}, nil
+		}}, c.sliceHandler(cl))
+	}
 	if cl.local {
 		cl.mirrors = newObjectStore(toMirror, func(obj any) bool {
 			m, ok := obj.(*Mirror)
@@ -551,7 +536,7 @@ func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 		cl.derived = c.newDerivedStore(cl)
 		cl.health.derived = true
 	}
-	for _, s := range []*objectStore{cl.services, cl.mcsServices, cl.fedServices, cl.slices, cl.mirrors, cl.derived} {
+	for _, s := range append([]*objectStore{cl.services, cl.mcsServices, cl.fedServices, cl.mirrors, cl.derived}, cl.slices[:]...) {
 		if s != nil {
 			s.bookmark = cl.health.contact
 		}

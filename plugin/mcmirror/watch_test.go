@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +18,6 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 )
@@ -107,12 +107,12 @@ func startPlugin(t *testing.T, local kubernetes.Interface, links map[string]kube
 
 func TestControllerWatches(t *testing.T) {
 	ctx := context.Background()
-	west := fake.NewClientset(
+	west := remotetest.NewClientset(
 		service("nginx-svc", exportedGW, corev1.ClusterIPNone, corev1.ServicePort{Name: "http", Port: 80}),
 		endpointSlice("nginx-svc-1", "nginx-svc", podEndpoint("nginx-set-0", "10.1.0.10", true)),
 		service("private", nil, "10.100.0.9"), // not exported
 	)
-	local := fake.NewClientset(
+	local := remotetest.NewClientset(
 		mirrorService("nginx-svc-west", "west", "", corev1.ClusterIPNone),
 		mirrorService("nginx-set-0-west", "west", "nginx-svc-west", "10.96.0.10"),
 		mirrorService("nginx-set-1-west", "west", "nginx-svc-west", "10.96.0.11"),
@@ -153,9 +153,11 @@ func TestControllerWatches(t *testing.T) {
 	west.CoreV1().Services("default").Update(ctx, service("nginx-svc", nil, corev1.ClusterIPNone), metav1.UpdateOptions{})
 	eventually(t, "unexport", func() bool { return m.index.lookup("nginx-svc-west"+z) == nil })
 
-	// Export a Service whose slices are already there: found without a new list.
+	// Export a Service whose slices are already there: they come as the
+	// EndpointSlice controller labels them.
 	west.DiscoveryV1().EndpointSlices("default").Create(ctx, endpointSlice("private-1", "private", podEndpoint("p", "10.1.0.20", true)), metav1.CreateOptions{})
-	west.CoreV1().Services("default").Update(ctx, service("private", map[string]string{labels.Exported: labels.ExportFlat}, "10.100.0.9"), metav1.UpdateOptions{})
+	private := service("private", map[string]string{labels.Exported: labels.ExportFlat}, "10.100.0.9")
+	west.CoreV1().Services("default").Update(ctx, private, metav1.UpdateOptions{})
 	eventually(t, "the newly exported Service", func() bool {
 		a, _ := addrs(m.index, "private-west"+z)
 		return slices.Equal(a, []string{"10.1.0.20"})
@@ -164,13 +166,13 @@ func TestControllerWatches(t *testing.T) {
 	// The link goes: so do its names.
 	m.RemoveLink("west")
 	eventually(t, "link removal", func() bool { return m.index.lookup("private-west"+z) == nil })
-	if err := m.AddLink("east", fake.NewClientset()); err == nil {
+	if err := m.AddLink("east", remotetest.NewClientset()); err == nil {
 		t.Error("a link named like the local cluster was accepted")
 	}
 }
 
 func TestControllerLocalExports(t *testing.T) {
-	local := fake.NewClientset(
+	local := remotetest.NewClientset(
 		service("api", exportedGW, "10.100.0.7", corev1.ServicePort{Name: "http", Port: 80}),
 		// A mirror carrying the export label is never exported again.
 		func() *corev1.Service {
@@ -190,8 +192,8 @@ func TestControllerDeadLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	west := fake.NewClientset(service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
-	local := fake.NewClientset(mirrorService("web-west", "west", "", "10.96.0.20"))
+	west := remotetest.NewClientset(service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
+	local := remotetest.NewClientset(mirrorService("web-west", "west", "", "10.96.0.20"))
 
 	before := testutil.ToFloat64(linkErrors.WithLabelValues("paris", link.FailureUnreachable))
 	// Start returns (startBounded) although paris never syncs.
@@ -212,7 +214,7 @@ func TestControllerNotReadyBeforeTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(fake.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", StartupTimeout: time.Hour})
+	m, err := New(remotetest.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", StartupTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +242,8 @@ func TestControllerNotReadyBeforeTimeout(t *testing.T) {
 
 func TestControllerProgrammingLatency(t *testing.T) {
 	ctx := context.Background()
-	west := fake.NewClientset(service("web", map[string]string{labels.Exported: labels.ExportFlat}, "10.100.0.1"))
-	m := startPlugin(t, fake.NewClientset(), map[string]kubernetes.Interface{"latency": west}, eventBound)
+	west := remotetest.NewClientset(service("web", map[string]string{labels.Exported: labels.ExportFlat}, "10.100.0.1"))
+	m := startPlugin(t, remotetest.NewClientset(), map[string]kubernetes.Interface{"latency": west}, eventBound)
 
 	h := programmingLatency.WithLabelValues("latency").(prometheus.Histogram)
 	count := func() uint64 {
@@ -281,8 +283,8 @@ func TestMirrorGroup(t *testing.T) {
 
 // TestControllerServeDNS answers a query end to end through the informers.
 func TestControllerServeDNS(t *testing.T) {
-	west := fake.NewClientset(service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
-	local := fake.NewClientset(mirrorService("web-west", "west", "", "10.96.0.20"))
+	west := remotetest.NewClientset(service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
+	local := remotetest.NewClientset(mirrorService("web-west", "west", "", "10.96.0.20"))
 	m := startPlugin(t, local, map[string]kubernetes.Interface{"west": west}, eventBound)
 	m.Next = fromNext
 	runCase(t, m, testCase("web-west"+z, dns.TypeA, a("web-west"+z, "10.96.0.20")), false)
@@ -292,9 +294,9 @@ func TestControllerServeDNS(t *testing.T) {
 
 func TestControllerReplaceLink(t *testing.T) {
 	flat := map[string]string{labels.Exported: labels.ExportFlat}
-	a := fake.NewClientset(service("web", flat, "10.100.0.1"), endpointSlice("web-1", "web", podEndpoint("", "10.1.0.1", true)))
-	b := fake.NewClientset(service("web", flat, "10.100.0.1"), endpointSlice("web-1", "web", podEndpoint("", "10.1.0.2", true)))
-	m := startPlugin(t, fake.NewClientset(), map[string]kubernetes.Interface{"west": a}, eventBound)
+	a := remotetest.NewClientset(service("web", flat, "10.100.0.1"), endpointSlice("web-1", "web", podEndpoint("", "10.1.0.1", true)))
+	b := remotetest.NewClientset(service("web", flat, "10.100.0.1"), endpointSlice("web-1", "web", podEndpoint("", "10.1.0.2", true)))
+	m := startPlugin(t, remotetest.NewClientset(), map[string]kubernetes.Interface{"west": a}, eventBound)
 	wantAddrs(t, m.index, "web-west"+z, "10.1.0.1")
 	first := m.watch.cluster("west")
 
@@ -345,7 +347,7 @@ func TestControllerReplaceLink(t *testing.T) {
 }
 
 func TestLinkHandler(t *testing.T) {
-	m := startPlugin(t, fake.NewClientset(), nil, 100*time.Millisecond)
+	m := startPlugin(t, remotetest.NewClientset(), nil, 100*time.Millisecond)
 	h := m.LinkHandler()
 	h.Add("west", &rest.Config{Host: "http://127.0.0.1:1"})
 	if got := m.watch.Links(); !slices.Equal(got, []string{"west"}) {

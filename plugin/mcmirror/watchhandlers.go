@@ -32,43 +32,21 @@ func handler[T any](add func(T, bool), update func(T, T), del func(T)) storeHand
 
 // serviceHandler handles the changes of one of the cluster's three stores
 // of Services (serviceStores), whose objects count as kind. A Service's
-// slices are held while any store holds it: they are fetched when the
-// first one takes it, and dropped when none holds it any longer. A store writes
-// an object before it tells its handler, which then looks at the other
-// store: of two stores that change one Service at once, the one told last
-// sees both changes, and decides.
+// slices come by their own watch, selected by the same way of export.
 func (c *watcher) serviceHandler(cl *cluster, kind int) storeHandler {
+	enqueue := func(s *Service, delta int64) {
+		cl.touched(kind, delta)
+		c.enqueue(groupKey{s.Namespace, s.Name})
+	}
 	return handler(
-		func(s *Service, _ bool) {
-			cl.touched(kind, 1)
-			c.enqueue(groupKey{s.Namespace, s.Name})
-			// Held now: its slices, dropped until now, are fetched
-			// (before the first list of slices, that list holds them),
-			// unless another store holds it, and so its slices.
-			if !cl.heldByOther(kind, s.Namespace+"/"+s.Name) {
-				c.fetchSlices(cl, s.Namespace, s.Name)
-			}
-		},
-		func(_, s *Service) {
-			cl.touched(kind, 0)
-			c.enqueue(groupKey{s.Namespace, s.Name})
-		},
-		func(s *Service) {
-			cl.touched(kind, -1)
-			c.enqueue(groupKey{s.Namespace, s.Name})
-			// No longer held, unless another store holds it: its
-			// slices are not held. Asked under the slice store's lock,
-			// so that no slice kept meanwhile for another store's
-			// Service is dropped.
-			cl.slices.dropUnless(sliceServiceIndex, s.Namespace+"/"+s.Name, func() bool {
-				return cl.holds(s.Namespace, s.Name)
-			})
-		},
+		func(s *Service, _ bool) { enqueue(s, 1) },
+		func(_, s *Service) { enqueue(s, 0) },
+		func(s *Service) { enqueue(s, -1) },
 	)
 }
 
 func (c *watcher) sliceHandler(cl *cluster) storeHandler {
-	// The store holds only slices of exported Services.
+	// The stores hold only slices of exported Services (remote.Way.Slices).
 	return handler(
 		func(s *Slice, initial bool) {
 			cl.touched(objSlice, 1)

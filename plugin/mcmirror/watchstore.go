@@ -1,7 +1,6 @@
 package mcmirror
 
 import (
-	"context"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,15 +20,10 @@ type objectStore struct {
 	handler storeHandler
 	idx     cache.Indexer
 
-	// mu serialises writes: the reflector's and those of fetches.
+	// mu serialises writes with the relist's bookkeeping.
 	mu     sync.Mutex
 	synced bool          // a first Replace was made; guarded by mu
 	done   chan struct{} // closed by the first Replace
-	// replaces counts Replace calls: a fetch that began before one is
-	// dropped, the relist having said everything it could.
-	replaces uint64
-	// fetches are the fetches in flight, by the key of what they fetch.
-	fetches map[string]*fetch
 	// bookmark is told of watch bookmarks: the cluster is alive.
 	bookmark func()
 	// relist is the relistGate slot of the relist in progress, given
@@ -44,15 +38,6 @@ type storeHandler struct {
 	del    func(obj any)
 }
 
-// fetch is a targeted list in flight (the EndpointSlices of a Service that
-// became exported). Its answer only fills in what the watch did not say
-// since: keys the store holds or deleted meanwhile are left alone.
-type fetch struct {
-	replaces uint64
-	deleted  map[string]bool
-	cancel   context.CancelFunc
-}
-
 func newObjectStore(transform cache.TransformFunc, keep func(any) bool, indexers cache.Indexers, h storeHandler) *objectStore {
 	if indexers == nil {
 		indexers = cache.Indexers{}
@@ -63,7 +48,6 @@ func newObjectStore(transform cache.TransformFunc, keep func(any) bool, indexers
 		handler:   h,
 		idx:       cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers),
 		done:      make(chan struct{}),
-		fetches:   map[string]*fetch{},
 	}
 }
 
@@ -200,9 +184,6 @@ func (s *objectStore) Delete(obj any) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, f := range s.fetches {
-		f.deleted[key] = true
-	}
 	if old, exists, _ := s.idx.GetByKey(key); exists {
 		_ = s.idx.Delete(old)
 		s.handler.del(old)
@@ -240,7 +221,6 @@ func (s *objectStore) Replace(list []any, rv string) error {
 	} else {
 		s.apply(items, initial)
 	}
-	s.replaces++
 	if !s.synced {
 		s.synced = true
 		close(s.done)
@@ -288,79 +268,4 @@ func version(obj any) string {
 		return v.GetResourceVersion()
 	}
 	return ""
-}
-
-// beginFetch registers a fetch of key (replacing one in flight) and
-// returns it, or nil before the first Replace: the first list will hold
-// what a fetch would.
-func (s *objectStore) beginFetch(key string, cancel context.CancelFunc) *fetch {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.synced {
-		return nil
-	}
-	if f := s.fetches[key]; f != nil {
-		f.cancel()
-	}
-	f := &fetch{replaces: s.replaces, deleted: map[string]bool{}, cancel: cancel}
-	s.fetches[key] = f
-	return f
-}
-
-// endFetch stores what fetch f of key listed: each object the store does
-// not hold, was not deleted since the fetch began, and is kept. It is
-// dropped whole when the fetch was replaced or cancelled, or a relist
-// happened meanwhile. It returns the number of objects added.
-func (s *objectStore) endFetch(key string, f *fetch, list []any) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.fetches[key] != f {
-		return 0
-	}
-	delete(s.fetches, key)
-	if f.replaces != s.replaces {
-		return 0
-	}
-	n := 0
-	for _, obj := range list {
-		t, err := s.transform(obj)
-		if err != nil {
-			continue
-		}
-		k, err := cache.MetaNamespaceKeyFunc(t)
-		if err != nil || f.deleted[k] {
-			continue
-		}
-		if _, exists, _ := s.idx.GetByKey(k); exists {
-			continue
-		}
-		if s.keep != nil && !s.keep(t) {
-			continue
-		}
-		_ = s.idx.Add(t)
-		s.handler.add(t, false)
-		n++
-	}
-	return n
-}
-
-// dropUnless stops the fetch of value and removes every object that
-// index holds under value, unless held says they are still held. held is
-// asked under the store's lock, under which every write asks keep: no
-// write comes between what held says and the drop.
-func (s *objectStore) dropUnless(index, value string, held func() bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if held() {
-		return
-	}
-	if f := s.fetches[value]; f != nil {
-		f.cancel()
-		delete(s.fetches, value)
-	}
-	objs, _ := s.idx.ByIndex(index, value)
-	for _, o := range objs {
-		_ = s.idx.Delete(o)
-		s.handler.del(o)
-	}
 }

@@ -2,11 +2,14 @@ package mcmirror
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/remote"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -16,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -45,101 +47,60 @@ func keys(s *objectStore) []string {
 	return k
 }
 
-// A fetch fills in only what the watch did not say while it ran: it
-// leaves alone what the store holds (the watch's version is as new) and
-// what was deleted meanwhile, and is dropped whole after a relist.
-func TestObjectStoreFetch(t *testing.T) {
-	exported := map[string]bool{"web": true}
-	rec := &recorder{}
-	s := newObjectStore(toSlice, func(obj any) bool { return exported[obj.(*Slice).Service] }, nil, rec.handler())
-	if f := s.beginFetch("default/web", func() {}); f != nil {
-		t.Fatal("a fetch before the first list")
+// sliceKeys returns the keys of the slices a cluster holds, every way.
+func sliceKeys(cl *cluster) []string {
+	var k []string
+	for _, st := range cl.slices {
+		k = append(k, st.idx.ListKeys()...)
 	}
-	if err := s.Replace([]any{rawSlice("web-1", "web", "1"), rawSlice("db-1", "db", "2")}, "2"); err != nil {
-		t.Fatal(err)
-	}
-	if got := keys(s); !slices.Equal(got, []string{"default/web-1"}) {
-		t.Fatalf("held %v: only the exported Service's slice", got)
-	}
-
-	exported["db"] = true
-	f := s.beginFetch("default/db", func() {})
-	// While the fetch runs the watch says: db-2 added, db-3 deleted.
-	_ = s.Add(rawSlice("db-2", "db", "5"))
-	_ = s.Delete(rawSlice("db-3", "db", "6"))
-	n := s.endFetch("default/db", f, []any{rawSlice("db-1", "db", "3"), rawSlice("db-2", "db", "4"), rawSlice("db-3", "db", "4")})
-	if n != 1 {
-		t.Errorf("fetch added %d, want 1 (db-1)", n)
-	}
-	if got := keys(s); !slices.Equal(got, []string{"default/db-1", "default/db-2", "default/web-1"}) {
-		t.Fatalf("held %v", got)
-	}
-	if obj, _, _ := s.idx.GetByKey("default/db-2"); obj.(*Slice).Version != "5" {
-		t.Errorf("the fetch overwrote the watch's newer db-2 with version %s", obj.(*Slice).Version)
-	}
-
-	// A relist while a fetch runs: the fetch is dropped.
-	f = s.beginFetch("default/db", func() {})
-	if err := s.Replace([]any{rawSlice("web-1", "web", "1"), rawSlice("db-1", "db", "3")}, "9"); err != nil {
-		t.Fatal(err)
-	}
-	if n := s.endFetch("default/db", f, []any{rawSlice("db-7", "db", "8")}); n != 0 {
-		t.Errorf("a fetch older than a relist added %d", n)
-	}
-	// The relist removed db-2 and told the handler; unchanged versions are
-	// not told again.
-	want := []string{"add web-1@1", "add db-2@5", "add db-1@3", "del db-2@5"}
-	if !slices.Equal(rec.events, want) {
-		t.Errorf("events %v, want %v", rec.events, want)
-	}
-
-	// Unexported: its slices go; a later event of one is not held.
-	exported["db"] = false
-	s.dropUnless("", "", func() bool { return false }) // an unknown index drops nothing
-	_ = s.Update(rawSlice("db-1", "db", "10"))
-	if got := keys(s); !slices.Equal(got, []string{"default/web-1"}) {
-		t.Errorf("held %v after unexport", got)
-	}
+	slices.Sort(k)
+	return slices.Compact(k)
 }
 
-// Only the EndpointSlices of exported Services are held; a Service with
-// slices that becomes exported has them fetched and answered, and dropped
-// when it is unexported.
-func TestOnlyExportedSlicesHeld(t *testing.T) {
+// Only the EndpointSlices of exported Services cross the network: the
+// API server selects them by the labels the EndpointSlice controller
+// copies from their Service. A Service with slices that becomes exported
+// has them sent (and answered) as they are relabelled, and they go when
+// it is unexported.
+func TestOnlyExportedSlicesSent(t *testing.T) {
 	ctx := context.Background()
 	objs := []runtime.Object{service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1")}
 	for _, svc := range []string{"a", "b", "c"} {
 		objs = append(objs, service(svc, nil, corev1.ClusterIPNone),
 			flatSlice(svc+"-1", svc, "10.2.0.1", "10.2.0.2"), flatSlice(svc+"-2", svc, "10.2.0.3"))
 	}
-	west := fake.NewClientset(objs...)
-	m := startWith(t, fake.NewClientset(), 5*time.Second, 0, "held", west)
+	west := remotetest.NewClientset(objs...)
+	m := startWith(t, remotetest.NewClientset(), 5*time.Second, 0, "held", west)
 	waitFor(t, 5*time.Second, "the exported Service", answersA(t, m, "web-held"+z, "10.1.0.1"))
 	cl := m.watch.cluster("held")
-	if got := keys(cl.slices); !slices.Equal(got, []string{"default/web-1"}) {
+	if got := sliceKeys(cl); !slices.Equal(got, []string{"default/web-1"}) {
 		t.Errorf("slices held %v, want only the exported Service's", got)
 	}
 	if v := testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")); v != 1 {
 		t.Errorf("link_objects{endpointslice} = %v, want 1", v)
 	}
+	received := func() float64 {
+		return testutil.ToFloat64(remote.Received.WithLabelValues("held", "endpointslice"))
+	}
+	if v := received(); v != 1 {
+		t.Errorf("%v slices received, want 1: the unexported Services' six are never sent", v)
+	}
 
-	fetches := testutil.ToFloat64(sliceFetches)
-	if _, err := west.CoreV1().Services("default").Update(ctx, service("a", flatExport, corev1.ClusterIPNone), metav1.UpdateOptions{}); err != nil {
+	a := service("a", flatExport, corev1.ClusterIPNone)
+	if _, err := west.CoreV1().Services("default").Update(ctx, a, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "every endpoint of the newly exported Service", answersA(t, m, "a-held"+z, "10.2.0.1", "10.2.0.2", "10.2.0.3"))
-	if got := testutil.ToFloat64(sliceFetches) - fetches; got != 1 {
-		t.Errorf("%v fetches, want 1", got)
-	}
 	if v := testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")); v != 3 {
 		t.Errorf("link_objects{endpointslice} = %v, want 3", v)
 	}
 
-	if _, err := west.CoreV1().Services("default").Update(ctx, service("a", nil, corev1.ClusterIPNone), metav1.UpdateOptions{}); err != nil {
+	a = service("a", nil, corev1.ClusterIPNone)
+	if _, err := west.CoreV1().Services("default").Update(ctx, a, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the unexported Service's slices dropped", func() bool {
-		return slices.Equal(keys(cl.slices), []string{"default/web-1"}) &&
+		return slices.Equal(sliceKeys(cl), []string{"default/web-1"}) &&
 			testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")) == 1
 	})
 }
@@ -148,8 +109,8 @@ func TestOnlyExportedSlicesHeld(t *testing.T) {
 // replacement that has not synced does not touch them, and once a link is
 // removed its series are gone and stay gone, whatever its old watches do.
 func TestLinkMetricsGenerations(t *testing.T) {
-	west := fake.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
-	m := startWith(t, fake.NewClientset(), time.Second, 0, "gen", west)
+	west := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
+	m := startWith(t, remotetest.NewClientset(), time.Second, 0, "gen", west)
 	waitFor(t, 5*time.Second, "the first answer", answersA(t, m, "web-gen"+z, "10.1.0.1"))
 	old := m.watch.cluster("gen")
 
@@ -187,7 +148,7 @@ func TestLinkMetricsGenerations(t *testing.T) {
 	}
 	// What its watches might still do as they stop writes nothing.
 	old.touched(objSlice, 1)
-	old.health.result(watchServices, errNoAnswer)
+	old.health.result(watchServices, errors.New("no answer"))
 	old.health.result(watchServices, nil)
 	old.health.setSynced()
 	old.health.contact()

@@ -1,0 +1,105 @@
+// Package remotetest has what the tests of a cluster's watchers need: a
+// fake clientset whose EndpointSlices carry their Service's labels, as
+// the EndpointSlice controller writes them, so that the watches of a way
+// of export (remote.Way.Slices) select them.
+package remotetest
+
+import (
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+var (
+	servicesGVR = corev1.SchemeGroupVersion.WithResource("services")
+	slicesGVR   = discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+)
+
+// NewClientset is fake.NewClientset, with the EndpointSlice controller's
+// labels: a slice of a Service carries the Service's labels (among objs,
+// and when written later), and a Service's labels are copied onto its
+// slices when it is updated. The objects among objs are labelled in place,
+// so that a test's later update of one keeps them.
+func NewClientset(objs ...runtime.Object) *fake.Clientset {
+	svcs := map[string]map[string]string{}
+	for _, o := range objs {
+		if s, ok := o.(*corev1.Service); ok {
+			svcs[s.Namespace+"/"+s.Name] = s.Labels
+		}
+	}
+	for _, o := range objs {
+		if es, ok := o.(*discoveryv1.EndpointSlice); ok {
+			if l, ok := svcs[es.Namespace+"/"+es.Labels[discoveryv1.LabelServiceName]]; ok {
+				es.Labels = SliceLabels(l, es.Labels)
+			}
+		}
+	}
+	cs := fake.NewClientset(objs...)
+	label := func(a k8stesting.Action) (bool, runtime.Object, error) {
+		var obj runtime.Object
+		switch a := a.(type) {
+		case k8stesting.CreateAction:
+			obj = a.GetObject()
+		case k8stesting.UpdateAction:
+			obj = a.GetObject()
+		}
+		if es, ok := obj.(*discoveryv1.EndpointSlice); ok {
+			if svc, err := cs.Tracker().Get(servicesGVR, es.Namespace, es.Labels[discoveryv1.LabelServiceName]); err == nil {
+				es.Labels = SliceLabels(svc.(*corev1.Service).Labels, es.Labels)
+			}
+		}
+		return false, nil, nil
+	}
+	cs.PrependReactor("create", "endpointslices", label)
+	cs.PrependReactor("update", "endpointslices", label)
+	cs.PrependReactor("update", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		svc, ok := a.(k8stesting.UpdateAction).GetObject().(*corev1.Service)
+		if !ok {
+			return false, nil, nil
+		}
+		if err := cs.Tracker().Update(servicesGVR, svc, svc.Namespace); err != nil {
+			return true, nil, err
+		}
+		Relabel(cs, svc)
+		obj, err := cs.Tracker().Get(servicesGVR, svc.Namespace, svc.Name)
+		return true, obj, err
+	})
+	return cs
+}
+
+// Relabel copies the labels of svc onto its slices in cs, as the
+// EndpointSlice controller does when a Service's labels change.
+func Relabel(cs *fake.Clientset, svc *corev1.Service) {
+	l, err := cs.Tracker().List(slicesGVR, discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), svc.Namespace)
+	if err != nil {
+		return
+	}
+	for _, es := range l.(*discoveryv1.EndpointSliceList).Items {
+		if es.Labels[discoveryv1.LabelServiceName] != svc.Name {
+			continue
+		}
+		if want := SliceLabels(svc.Labels, es.Labels); !maps.Equal(want, es.Labels) {
+			es.Labels = want
+			_ = cs.Tracker().Update(slicesGVR, &es, es.Namespace)
+		}
+	}
+}
+
+// SliceLabels are the labels the EndpointSlice controller gives a slice of
+// a Service labelled svc: the Service's, and the slice's own keys.
+func SliceLabels(svc, slice map[string]string) map[string]string {
+	out := maps.Clone(svc)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for _, k := range []string{discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy} {
+		if v, ok := slice[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}

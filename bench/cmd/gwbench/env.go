@@ -171,7 +171,8 @@ func createWest(ctx context.Context, w *world) error {
 	}
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: benchSvc + "-target", Namespace: benchNS, Labels: map[string]string{
-			discoveryv1.LabelServiceName: benchSvc, discoveryv1.LabelManagedBy: "gwbench"}},
+			// Written by hand: it carries the export label itself.
+			discoveryv1.LabelServiceName: benchSvc, discoveryv1.LabelManagedBy: "gwbench", labels.Exported: labels.ExportGateway}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{
 			Addresses:  []string{w.podIP.String()},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -201,7 +202,7 @@ func (cr *creator) headless(cluster, ns, name string, lbl map[string]string, eps
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("%s: service %s/%s: %w", cluster, ns, name, err)
 		}
-		_, err = cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice(ns, name, eps), metav1.CreateOptions{})
+		_, err = cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice(ns, name, lbl, eps), metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("%s: slice %s/%s: %w", cluster, ns, name, err)
 		}
@@ -209,12 +210,18 @@ func (cr *creator) headless(cluster, ns, name string, lbl map[string]string, eps
 	}
 }
 
-func slice(ns, svc string, eps []endpoint) *discoveryv1.EndpointSlice {
+// slice is the EndpointSlice of selector-less Service svc labelled lbl:
+// written by hand, it carries the Service's labels itself, as the
+// EndpointSlice controller's slices do, so that the watches of exported
+// slices select it.
+func slice(ns, svc string, lbl map[string]string, eps []endpoint) *discoveryv1.EndpointSlice {
+	l := maps.Clone(lbl)
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[discoveryv1.LabelServiceName], l[discoveryv1.LabelManagedBy] = svc, "mcbench"
 	s := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: svc + "-0", Namespace: ns,
-			Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "mcbench"},
-		},
+		ObjectMeta:  metav1.ObjectMeta{Name: svc + "-0", Namespace: ns, Labels: l},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
 	}

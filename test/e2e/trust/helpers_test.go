@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -57,10 +58,12 @@ func exportService(t *testing.T, ns, name string, addrs map[string]string) {
 		_ = west.Client.CoreV1().Services(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	es := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-pods", Namespace: ns, Labels: map[string]string{
+		// Written by hand, it carries the Service's export label itself,
+		// as a selector-less Service's slices must to be seen.
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-pods", Namespace: ns, Labels: remotetest.SliceLabels(svc.Labels, map[string]string{
 			discoveryv1.LabelServiceName: name,
 			discoveryv1.LabelManagedBy:   "e2e.mcmirror.dev",
-		}},
+		})},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr(portName), Port: ptr(int32(podPort)), Protocol: ptr(corev1.ProtocolTCP)}},
 	}

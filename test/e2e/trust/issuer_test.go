@@ -25,6 +25,7 @@ import (
 	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -176,10 +177,12 @@ func exportIn(t *testing.T, c *harness.Cluster, ns, name, addr string) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Client.CoreV1().Services(ns).Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	es := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-pods", Namespace: ns, Labels: map[string]string{
+		// Written by hand, it carries the Service's export label itself,
+		// as a selector-less Service's slices must to be seen.
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-pods", Namespace: ns, Labels: remotetest.SliceLabels(svc.Labels, map[string]string{
 			discoveryv1.LabelServiceName: name,
 			discoveryv1.LabelManagedBy:   "e2e.mcmirror.dev",
-		}},
+		})},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr(portName), Port: ptr(int32(podPort)), Protocol: ptr(corev1.ProtocolTCP)}},
 		Endpoints: []discoveryv1.Endpoint{{

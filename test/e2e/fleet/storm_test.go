@@ -1,0 +1,276 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// stormPods is how many pods of the unexported Service the storm creates,
+// and then deletes.
+const stormPods = 1000
+
+// A storm of 1,000 pod creations and deletions behind a Service west does
+// not export sends east's DNS and controller no event: their watches of
+// west's EndpointSlices are selected on west's API server by the export
+// labels the EndpointSlice controller copies from a Service. An exported
+// change in the same storm still arrives, and so does one after it.
+func TestUnexportedChurnIsNeverSent(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	const ns = "storm"
+	require.NoError(t, west.Apply(ctx, harness.Namespace(ns)+
+		harness.StatefulSet(ns, "web", "web", 1, map[string]string{labels.Exported: labels.ExportFlat})+fmt.Sprintf(`
+---
+apiVersion: v1
+kind: Service
+metadata: {name: noise, namespace: %s}
+spec:
+  selector: {app: noise}
+  ports: [{name: http, port: 80}]
+`, ns)))
+	link := linkFile(t, west)
+
+	dnsSrv := env.StartDNS(t, "east/coredns-mc", corefile(east, "        link west "+link+"\n"))
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
+	ctl := env.StartProcess(t, "east/controller", nil, bin, "controller", "--kubeconfig", east.Kubeconfig, "--cluster", "east",
+		"--egress-address", "10.255.0.1", "--egress-ports", "30000-39999", "--metrics-addr", metricsAddr,
+		"--link", "west="+link)
+
+	name := "web-west." + ns + ".svc.cluster.local."
+	webAddrs := func() []string { return podAddrs(t, west, ns, "web") }
+	waitAnswers(t, dnsSrv, name, 1, webAddrs)
+
+	// What each consumer has received of west's slices so far; and, seen
+	// from west's side, every event of the exported Service's slices from
+	// now on (w), and of the unexported one's (noise).
+	received := map[string]func() float64{
+		"dns": func() float64 {
+			v, ok := dnsSrv.Metric(t, `coredns_mcmirror_remote_events_received_total{cluster="west",kind="endpointslice"}`)
+			require.True(t, ok, "the DNS server exports no remote_events_received_total of west's slices")
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			return f
+		},
+		"controller": func() float64 {
+			v, ok, err := harness.ScrapeMetric("http://"+metricsAddr+"/metrics", "coredns_mcmirror_remote_events_received_total",
+				map[string]string{"cluster": "west", "kind": "endpointslice"})
+			require.NoError(t, err)
+			require.True(t, ok, "the controller exports no remote_events_received_total of west's slices")
+			return v
+		},
+	}
+	require.Eventually(t, func() bool {
+		v, ok, _ := harness.ScrapeMetric("http://"+metricsAddr+"/metrics", "coredns_mcmirror_controller_link_up", map[string]string{"cluster": "west"})
+		return ok && v == 1
+	}, 60*time.Second, 50*time.Millisecond, "the controller's link to west up")
+	web := countEvents(t, west, ns, "web")
+	noise := countEvents(t, west, ns, "noise")
+	before := map[string]float64{}
+	for who, f := range received {
+		before[who] = f()
+		assert.Positive(t, before[who], "%s: west's slices listed at start", who)
+	}
+
+	// The storm: pods of noise created as fast as west takes them, then
+	// deleted; meanwhile web scales to 2.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		storm(t, west, ns)
+	}()
+	require.NoError(t, west.Scale(ctx, ns, "web", 2))
+	waitAnswers(t, dnsSrv, name, 2, webAddrs)
+	wg.Wait()
+	require.Eventually(t, func() bool {
+		return podCount(t, west, ns, "noise") == 0 && readyEndpoints(t, west, ns, "noise") == 0
+	}, 3*time.Minute, 100*time.Millisecond, "the storm's pods gone from noise's slices")
+	// An exported change after the storm still arrives: the watches live.
+	require.NoError(t, west.Scale(ctx, ns, "web", 1))
+	waitAnswers(t, dnsSrv, name, 1, webAddrs)
+	require.Eventually(t, func() bool {
+		return received["controller"]() > before["controller"]
+	}, 30*time.Second, 50*time.Millisecond, "the controller received web's change")
+	exited, err := ctl.Exited()
+	require.NoError(t, err)
+	require.False(t, exited, "the controller exited")
+
+	// Every event either consumer received since is one of web's, which
+	// west's watch saw too (once it has caught up with web's slices as
+	// they are now); none of noise's.
+	web.caughtUp(t, west, ns, "web")
+	n, w := noise.count(), web.count()
+	t.Logf("west: %d events of noise's slices, %d of web's", n, w)
+	require.GreaterOrEqual(t, n, 20, "the storm churned noise's slices")
+	for who, f := range received {
+		got := f() - before[who]
+		assert.LessOrEqual(t, got, float64(w), "%s received %v slice events, more than web's %d: unexported churn was sent", who, got, w)
+		assert.Positive(t, got, "%s received none of web's changes", who)
+	}
+}
+
+// storm creates stormPods pods of app=noise on west's node, then deletes
+// them, as fast as the API server takes them.
+func storm(t *testing.T, c *harness.Cluster, ns string) {
+	ctx := context.Background()
+	names := make([]string, stormPods)
+	for i := range names {
+		names[i] = fmt.Sprintf("noise-%d", i)
+	}
+	each := func(f func(name string) error) {
+		var wg sync.WaitGroup
+		next := make(chan string)
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := range next {
+					assert.NoError(t, f(n))
+				}
+			}()
+		}
+		for _, n := range names {
+			next <- n
+		}
+		close(next)
+		wg.Wait()
+	}
+	each(func(name string) error {
+		_, err := c.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": "noise"}},
+			Spec: corev1.PodSpec{NodeName: harness.NodeName, Containers: []corev1.Container{{Name: "c", Image: "noise",
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80}}}}},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	each(func(name string) error {
+		return c.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
+}
+
+// events counts the watch events of the EndpointSlices of one Service.
+type events struct {
+	mu  sync.Mutex
+	n   int
+	rvs map[string]string // slice name → last resourceVersion seen
+}
+
+func (e *events) count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n
+}
+
+// countEvents counts, until the test ends, every change of the slices of
+// Service ns/svc of c from now on.
+func countEvents(t *testing.T, c *harness.Cluster, ns, svc string) *events {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sel := metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc}
+	l, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, sel)
+	require.NoError(t, err)
+	e := &events{rvs: map[string]string{}}
+	for _, es := range l.Items {
+		e.rvs[es.Name] = es.ResourceVersion
+	}
+	sel.ResourceVersion = l.ResourceVersion
+	w, err := c.Client.DiscoveryV1().EndpointSlices(ns).Watch(ctx, sel)
+	require.NoError(t, err)
+	go func() {
+		for ev := range w.ResultChan() {
+			es, ok := ev.Object.(*discoveryv1.EndpointSlice)
+			if !ok {
+				continue
+			}
+			e.mu.Lock()
+			e.n++
+			e.rvs[es.Name] = es.ResourceVersion
+			e.mu.Unlock()
+		}
+	}()
+	return e
+}
+
+// caughtUp waits until e has seen every slice of Service ns/svc of c as it
+// is now.
+func (e *events) caughtUp(t *testing.T, c *harness.Cluster, ns, svc string) {
+	t.Helper()
+	l, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for _, es := range l.Items {
+			if e.rvs[es.Name] != es.ResourceVersion {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "west's watch of %s's slices caught up", svc)
+}
+
+func podAddrs(t *testing.T, c *harness.Cluster, ns, svc string) []string {
+	t.Helper()
+	l, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
+	require.NoError(t, err)
+	var out []string
+	for _, es := range l.Items {
+		for _, ep := range es.Endpoints {
+			if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+				out = append(out, ep.Addresses...)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func readyEndpoints(t *testing.T, c *harness.Cluster, ns, svc string) int {
+	return len(podAddrs(t, c, ns, svc))
+}
+
+func podCount(t *testing.T, c *harness.Cluster, ns, app string) int {
+	t.Helper()
+	l, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
+	require.NoError(t, err)
+	return len(l.Items)
+}
+
+// waitAnswers waits until the Service has n ready pods and s answers name
+// with exactly their addresses.
+func waitAnswers(t *testing.T, s *harness.DNSServer, name string, n int, addrs func() []string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		want := addrs()
+		require.Len(ct, want, n)
+		m := s.Ask(ct, "udp", name, dns.TypeA)
+		var got []string
+		for _, rr := range m.Answer {
+			if a, ok := rr.(*dns.A); ok {
+				got = append(got, netip.MustParseAddr(a.A.String()).String())
+			}
+		}
+		slices.Sort(got)
+		assert.Equal(ct, want, got)
+	}, 2*time.Minute, 50*time.Millisecond, "%s answers %d addresses", name, n)
+}

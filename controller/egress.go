@@ -9,13 +9,13 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
+
+	"github.com/mcmirror/mcmirror/internal/options"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -25,25 +25,8 @@ import (
 const maxEgressAddresses = 1000
 
 // ParseEgressService parses NAMESPACE/NAME, the local Service whose ready
-// endpoints are the gateway egress addresses.
-func ParseEgressService(s string) (types.NamespacedName, error) {
-	ns, name, ok := strings.Cut(s, "/")
-	if !ok || strings.Contains(name, "/") {
-		return types.NamespacedName{}, fmt.Errorf("bad Service %q: want NAMESPACE/NAME", s)
-	}
-	n := types.NamespacedName{Namespace: ns, Name: name}
-	return n, validateEgressService(n)
-}
-
-func validateEgressService(n types.NamespacedName) error {
-	if errs := validation.IsDNS1123Label(n.Namespace); len(errs) > 0 {
-		return fmt.Errorf("bad namespace %q: %s", n.Namespace, strings.Join(errs, "; "))
-	}
-	if errs := validation.IsDNS1035Label(n.Name); len(errs) > 0 {
-		return fmt.Errorf("bad Service name %q: %s", n.Name, strings.Join(errs, "; "))
-	}
-	return nil
-}
+// endpoints are the gateway egress addresses (--egress-service).
+func ParseEgressService(s string) (types.NamespacedName, error) { return options.ParseEgressService(s) }
 
 // validateEgressOptions checks that exactly one egress source is given.
 func validateEgressOptions(opts Options) error {
@@ -57,7 +40,7 @@ func validateEgressOptions(opts Options) error {
 		}
 		return nil
 	case svc:
-		if err := validateEgressService(opts.EgressService); err != nil {
+		if err := options.ValidateEgressService(opts.EgressService); err != nil {
 			return fmt.Errorf("controller: egress Service: %w", err)
 		}
 		return nil

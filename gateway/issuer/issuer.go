@@ -27,11 +27,13 @@ import (
 	"math/big"
 	"net/url"
 	"time"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
 )
 
 // DefaultTrustDomain is the trust domain of gateway identities unless
 // configured otherwise.
-const DefaultTrustDomain = "mcmirror.dev"
+const DefaultTrustDomain = labels.DefaultTrustDomain
 
 // Backdate is how long before it is made a certificate becomes valid: room
 // for a peer whose clock is behind.

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -86,29 +85,6 @@ func TestIngressBoundsStreamsPerPeer(t *testing.T) {
 	c = dialIngress(t, p.ingressAddr, clientTLS(t, paris))
 	resp, _ = connect(t, c, connectRequest("web.default:80"))
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "another cluster is served")
-}
-
-func TestLimitFlags(t *testing.T) {
-	t.Cleanup(func() { SetBufferBudget(0) })
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	lf := RegisterLimitFlags(fs)
-	require.NoError(t, fs.Parse([]string{"--buffer-budget", "8388608", "--max-connections-per-source", "0", "--max-connections-per-peer", "7"}))
-	assert.EqualValues(t, 8<<20, bufBudget.max())
-	var in Ingress
-	var e Egress
-	lf.ConfigureIngress(&in)
-	lf.ConfigureEgress(&e)
-	assert.Equal(t, 7, in.MaxConnsPerPeer)
-	assert.Equal(t, -1, e.MaxConnsPerSource, "0 on the command line: no bound")
-
-	fs = flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	lf = RegisterLimitFlags(fs)
-	require.NoError(t, fs.Parse(nil))
-	lf.ConfigureEgress(&e)
-	assert.Equal(t, 1024, e.MaxConnsPerSource)
-	assert.Error(t, fs.Parse([]string{"--buffer-budget", "1k"}))
 }
 
 func TestCgroupMemoryLimit(t *testing.T) {

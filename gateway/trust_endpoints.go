@@ -1,16 +1,13 @@
 package gateway
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // EndpointPolicy says which endpoints of an exported Service the ingress
@@ -47,27 +44,6 @@ const (
 	refusedUnmanaged    = "unmanaged_slice" // a slice the EndpointSlice controller did not write
 	refusedNotPod       = "not_a_pod"       // no targetRef to a Pod of the Service's namespace
 )
-
-// ValidateSelectorless checks one Selectorless entry.
-func ValidateSelectorless(s string) error {
-	if s == "*" {
-		return nil
-	}
-	ns, name, ok := strings.Cut(s, "/")
-	if !ok {
-		return fmt.Errorf("%q: want NAMESPACE/NAME, NAMESPACE/* or *", s)
-	}
-	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return fmt.Errorf("%q: namespace: %s", s, strings.Join(errs, "; "))
-	}
-	if name == "*" {
-		return nil
-	}
-	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
-		return fmt.Errorf("%q: Service name: %s", s, strings.Join(errs, "; "))
-	}
-	return nil
-}
 
 // selectorlessAllowed reports whether the selector-less Service ns/name is
 // opted in.

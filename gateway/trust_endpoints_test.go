@@ -126,13 +126,3 @@ func TestEndpointPolicyLoopbackOnlyInTests(t *testing.T) {
 	assert.Empty(t, p.addressRefusal(netip.MustParseAddr("127.0.0.1")))
 	assert.Equal(t, refusedAddress, p.addressRefusal(netip.MustParseAddr("169.254.169.254")), "only loopback")
 }
-
-func TestValidateSelectorless(t *testing.T) {
-	for s, ok := range map[string]bool{
-		"*": true, "shop/*": true, "shop/web": true,
-		"": false, "shop": false, "*/web": false, "shop/Web": false, "shop/1web": false, "Shop/web": false, "shop/web/x": false,
-	} {
-		err := ValidateSelectorless(s)
-		assert.Equal(t, ok, err == nil, "%q: %v", s, err)
-	}
-}

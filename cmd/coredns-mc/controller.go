@@ -3,31 +3,24 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/mcmirror/mcmirror/controller"
-	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/mcs"
+	"github.com/mcmirror/mcmirror/internal/options"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -53,350 +46,283 @@ func mcsState(enabled, served bool) string {
 }
 
 func init() {
-	subcommands["controller"] = func(args []string) int { return runController(args) }
+	subcommands["controller"] = runController
 }
 
-// linkFlags collects the repeatable --link NAME=KUBECONFIG[:CONTEXT].
-type linkFlags []link.Static
+// controllerCmd is `coredns-mc controller`.
+var controllerCmd = component{name: "controller",
+	usage: "usage: coredns-mc controller --cluster NAME (--egress-address IP | --egress-service NAMESPACE/NAME) --egress-ports FROM-TO [flags]\n\n" +
+		"The mirror controller: local mirror Services of the Services that linked clusters export. See controller/README.md."}
 
-func (l *linkFlags) String() string { return fmt.Sprint(*l) }
-
-func (l *linkFlags) Set(v string) error {
-	name, rest, ok := strings.Cut(v, "=")
-	if !ok || name == "" || rest == "" {
-		return fmt.Errorf("want NAME=KUBECONFIG[:CONTEXT], got %q", v)
-	}
-	if err := labels.ValidateClusterName(name); err != nil {
-		return err
-	}
-	s := link.Static{Name: name, Kubeconfig: rest}
-	// A path that exists is a path, colons included; otherwise the text
-	// after the last colon names a context.
-	if _, err := os.Stat(rest); err != nil {
-		if i := strings.LastIndex(rest, ":"); i > 0 {
-			s.Kubeconfig, s.Context = rest[:i], rest[i+1:]
-		}
-	}
-	for _, o := range *l {
-		if o.Name == name {
-			return fmt.Errorf("link %q given twice", name)
-		}
-	}
-	*l = append(*l, s)
-	return nil
-}
-
+// runController runs the controller: options, then a checked
+// configuration with its clients, then the controller until a signal.
 func runController(args []string) int {
-	fs := flag.NewFlagSet("coredns-mc controller", flag.ContinueOnError)
-	var links linkFlags
-	var (
-		kubeconfig      = fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: in-cluster config)")
-		kubeContext     = fs.String("context", "", "context in --kubeconfig (default: its current context)")
-		cluster         = fs.String("cluster", "", "name of this cluster (required)")
-		linkSecrets     = fs.String("link-secrets", "", "NAMESPACE[/SELECTOR]: link the clusters of the Linkerd-format kubeconfig Secrets there")
-		exportSelector  = fs.String("export-selector", labels.DefaultExportSelector, "label selector of the exported Services of linked clusters")
-		egressAddress   = fs.String("egress-address", "", "fixed address of the local gateway egress the mirrors point at (not loopback; this or --egress-service)")
-		egressService   = fs.String("egress-service", "", "NAMESPACE/NAME: the gateway's headless egress Service; the mirrors point at all of its ready addresses (this or --egress-address)")
-		egressPorts     = fs.String("egress-ports", "", "FROM-TO: egress ports allocated to mirror ports (required)")
-		createNS        = fs.Bool("create-namespaces", false, "create the namespace of an exported Service when it is missing locally")
-		podGrace        = fs.Duration("pod-grace", 30*time.Second, "how long a per-pod mirror outlives its remote endpoint (rolling updates)")
-		linkGrace       = fs.Duration("link-removal-grace", 10*time.Second, "how long the mirrors of a removed link are kept before they are deleted")
-		headlessGrace   = fs.Duration("headless-grace", 10*time.Minute, "how long a headless mirror stays headless while its remote endpoints have no hostname")
-		workers         = fs.Int("workers", 4, "concurrent syncs")
-		leaderElect     = fs.Bool("leader-elect", false, "run only while holding a Lease, so that several replicas are safe")
-		leaderNamespace = fs.String("leader-elect-namespace", "kube-system", "namespace of the leader election Lease")
-		leaderName      = fs.String("leader-elect-name", "mcmirror-controller", "name of the leader election Lease")
-		leaseDuration   = fs.Duration("leader-elect-lease-duration", 15*time.Second, "Lease duration")
-		renewDeadline   = fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before giving up")
-		retryPeriod     = fs.Duration("leader-elect-retry-period", 2*time.Second, "interval between Lease attempts")
-		metricsAddr     = fs.String("metrics-addr", ":9154", "address of /metrics and /healthz (empty: off)")
-		apiQPS          = fs.Float64("kube-api-qps", 50, "queries per second to the local API server (client-side limit)")
-		apiBurst        = fs.Int("kube-api-burst", 100, "burst of queries to the local API server")
-		mcsAPI          = fs.Bool("mcs-api", true, "act on the Multi-Cluster Services API (multicluster.x-k8s.io: export by ServiceExport, import as ServiceImport) when its CRDs are installed")
-		seMode          = fs.String("service-export-mode", labels.ModeGateway, "mode of a ServiceExport without the "+labels.ModeLabel+" annotation: gateway or flat")
-	)
-	fs.Var(&links, "link", "NAME=KUBECONFIG[:CONTEXT]: link a cluster (repeatable)")
-	var allow link.Allow
-	fs.Func("allow-insecure-kubeconfig", "what the kubeconfigs of link Secrets may use, comma-separated: "+link.AllowValues()+" (default: none)",
-		func(v string) error {
-			for _, a := range strings.Split(v, ",") {
-				if err := allow.Set(strings.TrimSpace(a)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.Func("v", "log verbosity", func(s string) error { return klogFlags.Set("v", s) })
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "coredns-mc controller: "+format+"\n", a...)
-		return 2
+	o := options.NewController()
+	if code, ok := controllerCmd.parse(args, o.AddFlags); !ok {
+		return code
 	}
-	// A mistake is one line; the flag list only when asked for.
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fmt.Fprintln(os.Stderr, "usage: coredns-mc controller --cluster NAME (--egress-address IP | --egress-service NAMESPACE/NAME) --egress-ports FROM-TO [flags]\n\n"+
-				"The mirror controller: local mirror Services of the Services that linked clusters export. See controller/README.md.\n\nFlags:")
-			fs.PrintDefaults()
-			return 0
-		}
-		return fail("%v (-h lists the flags)", err)
-	}
-	if fs.NArg() > 0 {
-		return fail("unexpected arguments %q", fs.Args())
-	}
-	if *cluster == "" {
-		return fail("--cluster is required")
-	}
-	if err := labels.ValidateClusterName(*cluster); err != nil {
-		return fail("--cluster: %v", err)
-	}
-	switch {
-	case *workers < 1:
-		return fail("--workers must be at least 1")
-	case *podGrace < 0, *linkGrace < 0, *headlessGrace < 0:
-		return fail("--pod-grace, --link-removal-grace and --headless-grace must not be negative")
-	case *apiQPS <= 0, *apiBurst < 1:
-		return fail("--kube-api-qps must be positive and --kube-api-burst at least 1")
-	case *seMode != labels.ModeGateway && *seMode != labels.ModeFlat:
-		return fail("--service-export-mode %q: want %s or %s", *seMode, labels.ModeGateway, labels.ModeFlat)
-	case *leaderElect && (len(validation.IsDNS1123Label(*leaderNamespace)) > 0 || len(validation.IsDNS1123Subdomain(*leaderName)) > 0):
-		return fail("--leader-elect-namespace %q or --leader-elect-name %q is not a valid name", *leaderNamespace, *leaderName)
-	case *leaderElect && (*retryPeriod <= 0 || *leaseDuration <= *renewDeadline ||
-		*renewDeadline <= time.Duration(leaderelection.JitterFactor*float64(*retryPeriod))):
-		return fail("--leader-elect-lease-duration must exceed --leader-elect-renew-deadline, which must exceed %.1f × --leader-elect-retry-period, which must be positive", leaderelection.JitterFactor)
-	}
-	var egress netip.Addr
-	var egressSvc types.NamespacedName
-	var err error
-	switch {
-	case *egressAddress != "" && *egressService != "":
-		return fail("--egress-address and --egress-service: give one")
-	case *egressAddress != "":
-		if egress, err = netip.ParseAddr(*egressAddress); err != nil {
-			return fail("--egress-address: %v", err)
-		}
-		if egress.IsLoopback() || egress.IsUnspecified() || egress.IsLinkLocalUnicast() || egress.IsMulticast() {
-			return fail("--egress-address %s: the API server refuses loopback, unspecified, link-local and multicast endpoint addresses", egress)
-		}
-	case *egressService != "":
-		if egressSvc, err = controller.ParseEgressService(*egressService); err != nil {
-			return fail("--egress-service: %v", err)
-		}
-	default:
-		return fail("--egress-address or --egress-service is required")
-	}
-	ports, err := controller.ParsePortRange(*egressPorts)
+	cfg, err := newControllerConfig(o)
 	if err != nil {
-		return fail("--egress-ports: %v", err)
+		return controllerCmd.fail(err)
 	}
-	sel, err := k8slabels.Parse(*exportSelector)
-	if err != nil || sel.Empty() {
-		return fail("--export-selector %q: must select some Services (%v)", *exportSelector, err)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background().WithName("controller"))
+	if err := cfg.run(ctx); err != nil {
+		return controllerCmd.fail(err)
 	}
-	var secretsNS string
-	var secretsSel k8slabels.Selector
-	if *linkSecrets != "" {
-		ns, s, _ := strings.Cut(*linkSecrets, "/")
-		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-			return fail("--link-secrets: bad namespace %q: %s", ns, strings.Join(errs, "; "))
-		}
-		secretsNS = ns
-		if s != "" {
-			if secretsSel, err = k8slabels.Parse(s); err != nil {
-				return fail("--link-secrets: bad selector %q: %v", s, err)
-			}
-		}
-	}
-	if allow != (link.Allow{}) && secretsNS == "" {
-		return fail("--allow-insecure-kubeconfig without --link-secrets: it applies to link Secrets only")
-	}
-	for _, l := range links {
-		if l.Name == *cluster {
-			return fail("--link %s: that is this cluster's name", l.Name)
-		}
-	}
+	return 0
+}
 
-	var cfg *rest.Config
-	if *kubeconfig != "" {
-		cfg, err = link.LoadKubeconfig(*kubeconfig, *kubeContext)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+// controllerConfig is what the controller runs with: its options, checked
+// and parsed, and the clients of the local cluster and the linked ones.
+type controllerConfig struct {
+	opts   *options.Controller
+	parsed options.CompletedController
+	// rest and client reach the local cluster.
+	rest   *rest.Config
+	client *kubernetes.Clientset
+	// static holds the client configuration of each --link, in order.
+	static []*rest.Config
+}
+
+// newControllerConfig checks o and makes the clients it names; it
+// contacts nothing.
+func newControllerConfig(o *options.Controller) (*controllerConfig, error) {
+	parsed, err := o.Complete()
 	if err != nil {
-		return fail("local cluster: %v", err)
+		return nil, err
+	}
+	if err := o.Verbosity.Apply(); err != nil {
+		return nil, fmt.Errorf("-v: %w", err)
+	}
+	cfg, err := localConfig(o.Kube)
+	if err != nil {
+		return nil, err
 	}
 	// client-go's default (5 QPS) would make every export wait for
 	// the writes of the previous ones.
-	cfg.QPS, cfg.Burst = float32(*apiQPS), *apiBurst
+	cfg.QPS, cfg.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return fail("local cluster: %v", err)
+		return nil, fmt.Errorf("local cluster: %w", err)
 	}
-	staticCfgs := make([]*rest.Config, len(links))
-	for i, l := range links {
-		if staticCfgs[i], err = l.Config(); err != nil {
-			return fail("%v", err)
+	c := &controllerConfig{opts: o, parsed: parsed, rest: cfg, client: client, static: make([]*rest.Config, len(o.Links))}
+	for i, l := range o.Links {
+		if c.static[i], err = l.Config(); err != nil {
+			return nil, err
 		}
 	}
+	return c, nil
+}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	logger := klog.Background().WithName("controller")
-	ctx = klog.NewContext(ctx, logger)
-
+// run serves /metrics, checks the cluster's ID, and runs the controller,
+// under leader election if asked, until ctx ends.
+func (c *controllerConfig) run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
 	// watchdog fails /healthz when this replica leads but has not renewed
 	// its Lease for a while, so that a liveness probe restarts a stuck
 	// leader. Without leader election it always passes.
-	watchdog := newLeaderWatchdog(healthzStale, *leaseDuration)
-
-	if *metricsAddr != "" {
-		ln, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			return fail("--metrics-addr: %v", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.Handler())
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-			if err := watchdog.Check(r); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = w.Write([]byte("ok"))
-		})
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		logger.Info("Serving metrics", "address", ln.Addr().String())
-	}
-
-	// The cluster's ID in the clusterset, when the About API names one,
-	// must be --cluster: both name it to the linked clusters.
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return fail("local cluster: %v", err)
-	}
-	idCtx, cancelID := context.WithTimeout(ctx, 30*time.Second)
-	_, err = mcs.ClusterID(idCtx, dyn, *cluster)
-	cancelID()
-	switch {
-	case errors.Is(err, mcs.ErrClusterID):
-		return fail("--cluster: %v", err)
-	case apierrors.IsForbidden(err):
-		// A role narrower than the chart's: the check is skipped, not
-		// the controller.
-		logger.Info("Cannot read the cluster ID; not checking it against --cluster", "err", err)
-	case err != nil:
-		fmt.Fprintf(os.Stderr, "coredns-mc controller: %v\n", err)
-		return 1
-	}
-	var exportsClient mcsclient.Interface
-	if *mcsAPI {
-		served, err := mcs.Served(client.Discovery())
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "coredns-mc controller: %v\n", err)
-			return 1
-		}
-		if served {
-			if exportsClient, err = mcsclient.NewForConfig(cfg); err != nil {
-				return fail("local cluster: %v", err)
-			}
-		}
-	}
-
-	// run is the controller proper: links, then the sync loop.
-	run := func(ctx context.Context) error {
-		// Events go out from the start, before the link Secrets are
-		// read: a refused Secret is told on its first sight.
-		broadcaster := record.NewBroadcaster()
-		broadcaster.StartStructuredLogging(3)
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-		defer broadcaster.Shutdown()
-		var watcher *link.SecretWatcher
-		opts := controller.Options{
-			Recorder:         broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "mcmirror-controller"}),
-			Cluster:          *cluster,
-			Client:           client,
-			ExportSelector:   sel,
-			EgressAddress:    egress,
-			EgressService:    egressSvc,
-			EgressPorts:      ports,
-			CreateNamespaces: *createNS,
-			PodGrace:         *podGrace,
-			LinkRemovalGrace: *linkGrace,
-			HeadlessGrace:    *headlessGrace,
-			Workers:          *workers,
-
-			MCS:               exportsClient,
-			ServiceExportMode: *seMode,
-		}
-		if secretsNS != "" {
-			opts.LinksSynced = func() bool { return watcher != nil && watcher.HasSynced() }
-		}
-		ctrl, err := controller.New(opts)
+	watchdog := newLeaderWatchdog(healthzStale, c.opts.LeaseDuration)
+	if c.opts.MetricsAddress != "" {
+		srv, err := serveControllerMetrics(logger, c.opts.MetricsAddress, watchdog)
 		if err != nil {
 			return err
 		}
-		reserved := []string{*cluster}
-		for i, l := range links {
-			ctrl.Add(l.Name, staticCfgs[i])
-			reserved = append(reserved, l.Name)
-		}
-		if secretsNS != "" {
-			w, err := link.NewSecretWatcher(client, ctrl, link.SecretWatcherOptions{
-				Namespace: secretsNS,
-				Selector:  secretsSel,
-				Reserved:  reserved,
-				Allow:     allow,
-				Logf:      func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) },
-				OnRefused: ctrl.LinkRefused,
-			})
-			if err != nil {
-				return err
-			}
-			watcher = w
-			go w.Run(ctx)
-		}
-		egressFrom := "address " + *egressAddress
-		if *egressService != "" {
-			egressFrom = "service " + egressSvc.String()
-		}
-		logger.Info("Starting", "cluster", *cluster, "links", len(links), "linkSecrets", *linkSecrets, "allowInsecureKubeconfig", allow.String(),
-			"egress", egressFrom, "egressPorts", ports.String(), "exportSelector", sel.String(),
-			"mcsAPI", mcsState(*mcsAPI, exportsClient != nil), "serviceExportMode", *seMode)
-		return ctrl.Run(ctx)
+		defer srv.Close()
 	}
-
-	if !*leaderElect {
+	if err := c.checkClusterID(ctx); err != nil {
+		return err
+	}
+	mcsClient, err := c.mcsClient()
+	if err != nil {
+		return err
+	}
+	run := func(ctx context.Context) error { return c.runController(ctx, mcsClient) }
+	if !c.opts.LeaderElect {
 		if err := run(ctx); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Controller failed")
-			return 1
+			return exitError{code: 1}
 		}
-		return 0
+		return nil
 	}
+	return c.runLeaderElected(ctx, watchdog, run)
+}
 
+// serveControllerMetrics serves /metrics and /healthz on addr.
+func serveControllerMetrics(logger klog.Logger, addr string, watchdog *leaderelection.HealthzAdaptor) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := watchdog.Check(r); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	logger.Info("Serving metrics", "address", ln.Addr().String())
+	return serveHTTP(ln, mux), nil
+}
+
+// checkClusterID checks that the cluster's ID in the clusterset, when the
+// About API names one, is --cluster: both name it to the linked clusters.
+func (c *controllerConfig) checkClusterID(ctx context.Context) error {
+	dyn, err := dynamic.NewForConfig(c.rest)
+	if err != nil {
+		return fmt.Errorf("local cluster: %w", err)
+	}
+	idCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = mcs.ClusterID(idCtx, dyn, c.opts.Cluster)
+	switch {
+	case errors.Is(err, mcs.ErrClusterID):
+		return fmt.Errorf("--cluster: %w", err)
+	case apierrors.IsForbidden(err):
+		// A role narrower than the chart's: the check is skipped, not
+		// the controller.
+		klog.FromContext(ctx).Info("Cannot read the cluster ID; not checking it against --cluster", "err", err)
+	case err != nil:
+		return exitError{1, err}
+	}
+	return nil
+}
+
+// mcsClient returns the client of the Multi-Cluster Services API, or nil
+// when it is off or not served.
+func (c *controllerConfig) mcsClient() (mcsclient.Interface, error) {
+	if !c.opts.MCSAPI {
+		return nil, nil
+	}
+	served, err := mcs.Served(c.client.Discovery())
+	if err != nil {
+		return nil, exitError{1, err}
+	}
+	if !served {
+		return nil, nil
+	}
+	client, err := mcsclient.NewForConfig(c.rest)
+	if err != nil {
+		return nil, fmt.Errorf("local cluster: %w", err)
+	}
+	return client, nil
+}
+
+// runController is the controller proper: links, then the sync loop.
+func (c *controllerConfig) runController(ctx context.Context, mcsClient mcsclient.Interface) error {
+	// Events go out from the start, before the link Secrets are read: a
+	// refused Secret is told on its first sight.
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartStructuredLogging(3)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	var watcher *link.SecretWatcher
+	opts := c.controllerOptions(broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "mcmirror-controller"}), mcsClient)
+	if c.parsed.LinkSecretsNamespace != "" {
+		opts.LinksSynced = func() bool { return watcher != nil && watcher.HasSynced() }
+	}
+	ctrl, err := controller.New(opts)
+	if err != nil {
+		return err
+	}
+	for i, l := range c.opts.Links {
+		ctrl.Add(l.Name, c.static[i])
+	}
+	if c.parsed.LinkSecretsNamespace != "" {
+		if watcher, err = c.watchLinkSecrets(ctx, ctrl); err != nil {
+			return err
+		}
+	}
+	c.logStart(klog.FromContext(ctx), mcsClient != nil)
+	return ctrl.Run(ctx)
+}
+
+// controllerOptions are the controller package's options from the flags.
+func (c *controllerConfig) controllerOptions(rec record.EventRecorder, mcsClient mcsclient.Interface) controller.Options {
+	o := c.opts
+	return controller.Options{
+		Recorder:         rec,
+		Cluster:          o.Cluster,
+		Client:           c.client,
+		ExportSelector:   c.parsed.ExportSelector,
+		EgressAddress:    c.parsed.EgressAddress,
+		EgressService:    c.parsed.EgressService,
+		EgressPorts:      c.parsed.EgressPorts,
+		CreateNamespaces: o.CreateNamespaces,
+		PodGrace:         o.PodGrace,
+		LinkRemovalGrace: o.LinkRemovalGrace,
+		HeadlessGrace:    o.HeadlessGrace,
+		Workers:          o.Workers,
+
+		MCS:               mcsClient,
+		ServiceExportMode: o.ServiceExportMode,
+	}
+}
+
+// watchLinkSecrets starts the watch of the link Secrets, which links and
+// unlinks their clusters; this cluster's and the --link names are
+// reserved.
+func (c *controllerConfig) watchLinkSecrets(ctx context.Context, ctrl *controller.Controller) (*link.SecretWatcher, error) {
+	logger := klog.FromContext(ctx)
+	reserved := []string{c.opts.Cluster}
+	for _, l := range c.opts.Links {
+		reserved = append(reserved, l.Name)
+	}
+	w, err := link.NewSecretWatcher(c.client, ctrl, link.SecretWatcherOptions{
+		Namespace: c.parsed.LinkSecretsNamespace,
+		Selector:  c.parsed.LinkSecretsSelector,
+		Reserved:  reserved,
+		Allow:     c.opts.AllowInsecureKubeconfig,
+		Logf:      func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) },
+		OnRefused: ctrl.LinkRefused,
+	})
+	if err != nil {
+		return nil, err
+	}
+	go w.Run(ctx)
+	return w, nil
+}
+
+// logStart says what the controller starts with.
+func (c *controllerConfig) logStart(logger klog.Logger, mcsServed bool) {
+	o, p := c.opts, c.parsed
+	egressFrom := "address " + o.EgressAddress
+	if o.EgressService != "" {
+		egressFrom = "service " + p.EgressService.String()
+	}
+	logger.Info("Starting", "cluster", o.Cluster, "links", len(o.Links), "linkSecrets", o.LinkSecrets, "allowInsecureKubeconfig", o.AllowInsecureKubeconfig.String(),
+		"egress", egressFrom, "egressPorts", p.EgressPorts.String(), "exportSelector", p.ExportSelector.String(),
+		"mcsAPI", mcsState(o.MCSAPI, mcsServed), "serviceExportMode", o.ServiceExportMode)
+}
+
+// runLeaderElected runs run while this replica holds the Lease.
+func (c *controllerConfig) runLeaderElected(ctx context.Context, watchdog *leaderelection.HealthzAdaptor, run func(context.Context) error) error {
 	// Renewals go through their own client, with its own rate limiter,
 	// as kube-controller-manager's do: a burst of mirror writes must not
 	// delay a renewal past the renew deadline.
-	leClient, err := leaderElectionClient(cfg)
+	leClient, err := leaderElectionClient(c.rest)
 	if err != nil {
-		return fail("leader election: %v", err)
+		return fmt.Errorf("leader election: %w", err)
 	}
 	host, _ := os.Hostname()
+	o := c.opts
 	code, err := runLeaderElected(ctx, leaderConfig{
 		client:    leClient,
-		namespace: *leaderNamespace, name: *leaderName,
+		namespace: o.LeaseNamespace, name: o.LeaseName,
 		identity:      fmt.Sprintf("%s_%d_%d", host, os.Getpid(), time.Now().UnixNano()),
-		leaseDuration: *leaseDuration, renewDeadline: *renewDeadline, retryPeriod: *retryPeriod,
+		leaseDuration: o.LeaseDuration, renewDeadline: o.RenewDeadline, retryPeriod: o.RetryPeriod,
 		watchdog: watchdog,
-	}, run, logger)
+	}, run, klog.FromContext(ctx))
 	if err != nil {
-		return fail("leader election: %v", err)
+		return fmt.Errorf("leader election: %w", err)
 	}
-	return code
+	if code != 0 {
+		return exitError{code: code} // logged
+	}
+	return nil
 }
 
 // leaderElectionClient returns the client of the Lease: cfg's server and

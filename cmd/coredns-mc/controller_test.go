@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,25 +19,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
-
-func TestLinkFlag(t *testing.T) {
-	dir := t.TempDir()
-	withColon := filepath.Join(dir, "a:b.kubeconfig")
-	require.NoError(t, os.WriteFile(withColon, nil, 0o600))
-
-	var l linkFlags
-	require.NoError(t, l.Set("west=/etc/west.kubeconfig"))
-	require.NoError(t, l.Set("paris=/etc/paris.kubeconfig:admin"))
-	require.NoError(t, l.Set("tokyo="+withColon))
-	assert.Equal(t, linkFlags{
-		{Name: "west", Kubeconfig: "/etc/west.kubeconfig"},
-		{Name: "paris", Kubeconfig: "/etc/paris.kubeconfig", Context: "admin"},
-		{Name: "tokyo", Kubeconfig: withColon},
-	}, l)
-	for _, bad := range []string{"west=/x", "noequals", "=x", "x=", "Bad_Name=/x", "global=/x"} {
-		assert.Error(t, l.Set(bad), bad)
-	}
-}
 
 // Bad flags are a usage error (exit 2) with one line that names the
 // problem, before anything is contacted: run through coredns-mc's main, so

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -13,19 +11,15 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"slices"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway"
-	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/options"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
-	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -35,67 +29,7 @@ import (
 )
 
 func init() {
-	subcommands["gateway"] = func(args []string) int { return runGateway(args) }
-}
-
-// peerFlags collects the repeatable --peer NAME=HOST:PORT.
-type peerFlags gateway.StaticPeers
-
-func (p peerFlags) String() string { return fmt.Sprint(map[string]string(p)) }
-
-func (p peerFlags) Set(v string) error {
-	name, addr, ok := strings.Cut(v, "=")
-	if !ok || name == "" || addr == "" {
-		return fmt.Errorf("want NAME=HOST:PORT, got %q", v)
-	}
-	if err := labels.ValidateClusterName(name); err != nil {
-		return err
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" {
-		return fmt.Errorf("peer %s: want HOST:PORT, got %q", name, addr)
-	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return fmt.Errorf("peer %s: bad port %q", name, port)
-	}
-	if _, dup := p[name]; dup {
-		return fmt.Errorf("peer %q given twice", name)
-	}
-	p[name] = addr
-	return nil
-}
-
-// clusterFlags collects a repeatable flag of cluster names.
-type clusterFlags map[string]bool
-
-func (c clusterFlags) String() string { return fmt.Sprint(slices.Sorted(maps.Keys(c))) }
-
-func (c clusterFlags) Set(v string) error {
-	if err := labels.ValidateClusterName(v); err != nil {
-		return err
-	}
-	if c[v] {
-		return fmt.Errorf("cluster %q given twice", v)
-	}
-	c[v] = true
-	return nil
-}
-
-// allowedClusters is the ingress's allow-list: the clusters named by
-// --allow-cluster and by --peer, or nil (any cluster the trust root vouches
-// for) when no --allow-cluster is given.
-func allowedClusters(allow clusterFlags, peers peerFlags) map[string]bool {
-	if len(allow) == 0 {
-		return nil
-	}
-	out := map[string]bool{}
-	for c := range allow {
-		out[c] = true
-	}
-	for c := range peers {
-		out[c] = true
-	}
-	return out
+	subcommands["gateway"] = runGateway
 }
 
 // gatewayGCPercent is the gateway's garbage collection target unless GOGC
@@ -115,131 +49,99 @@ func gatewayGC() {
 	}
 }
 
+// gatewayCmd is `coredns-mc gateway`.
+var gatewayCmd = component{name: "gateway",
+	usage: "usage: coredns-mc gateway --cluster NAME --tls-cert FILE --tls-key FILE --tls-ca FILE [--peer NAME=HOST:PORT]... [flags]\n\n" +
+		"The gateway between clusters: egress on the ports of the local mirror Services, ingress (mTLS) to this cluster's exported Services. See gateway/README.md."}
+
+// runGateway runs the gateway: options, then a checked configuration with
+// its certificates, client and listeners, then the gateway until a signal
+// and its drain.
 func runGateway(args []string) int {
-	fs := flag.NewFlagSet("coredns-mc gateway", flag.ContinueOnError)
-	peers := peerFlags{}
-	var (
-		kubeconfig     = fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: in-cluster config)")
-		kubeContext    = fs.String("context", "", "context in --kubeconfig (default: its current context)")
-		cluster        = fs.String("cluster", "", "name of this cluster (required); the certificate must name it")
-		certFile       = fs.String("tls-cert", "", "PEM certificate (chain) of this gateway, with its identity spiffe://TRUST-DOMAIN/cluster/NAME (required)")
-		keyFile        = fs.String("tls-key", "", "PEM private key of --tls-cert (required)")
-		caFile         = fs.String("tls-ca", "", "PEM trust root shared by every cluster's gateway (required)")
-		trustDomain    = fs.String("trust-domain", gateway.DefaultTrustDomain, "trust domain of gateway identities")
-		certReload     = fs.Duration("cert-reload-interval", 10*time.Second, "how often the certificate, key and root files are checked for changes")
-		ingressAddr    = fs.String("ingress-address", ":4143", "listen address of the ingress, the mTLS port peers connect to (empty: no ingress)")
-		exportSelector = fs.String("export-selector", labels.DefaultExportSelector, "label selector of the Services this cluster exports, beside those a ServiceExport stamped (gateway mode ones are reachable)")
-		egress         = fs.Bool("egress", true, "serve the egress ports recorded on the local mirror Services")
-		egressBind     = fs.String("egress-bind-address", "", "address the egress ports are bound on (default: all)")
-		metricsAddr    = fs.String("metrics-addr", ":9155", "address of /metrics, /healthz, /readyz and /peers (empty: off)")
-		dialTimeout    = fs.Duration("dial-timeout", 5*time.Second, "bound on a dial: to the target (ingress), to the peer's ingress with handshake and answer (egress)")
-		handshakeTO    = fs.Duration("handshake-timeout", 10*time.Second, "bound on an ingress client's TLS handshake and CONNECT request together")
-		idleTimeout    = fs.Duration("idle-timeout", time.Hour, "an established stream with no traffic either way for this long is closed (0: never)")
-		maxConns       = fs.Int("max-connections", 16384, "concurrent connections, each of ingress and egress; one more is reset")
-		maxHeader      = fs.Int("max-header-bytes", 8192, "largest CONNECT request the ingress reads")
-		probeInterval  = fs.Duration("probe-interval", 2*time.Second, "interval between probes of each peer's gateway")
-		probeTimeout   = fs.Duration("probe-timeout", 2*time.Second, "bound on one probe")
-		probeFailures  = fs.Int("probe-failure-threshold", 2, "failed probes in a row that mark a peer's gateway down")
-		podName        = fs.String("pod-name", os.Getenv("POD_NAME"), "this gateway's Pod, which Events about peers are recorded on (default $POD_NAME; empty: no Events)")
-		podNamespace   = fs.String("pod-namespace", os.Getenv("POD_NAMESPACE"), "namespace of --pod-name (default $POD_NAMESPACE)")
-		drainDelay     = fs.Duration("drain-delay", 5*time.Second, "on SIGTERM, how long the listeners still accept, /readyz failing, while endpoints and load balancers take the pod out")
-		drain          = fs.Duration("shutdown-grace", 20*time.Second, "on SIGTERM, how long open streams may go on after the listeners close; those left are then reset (keep --drain-delay plus this under the Pod's terminationGracePeriodSeconds)")
-	)
-	fs.Var(peers, "peer", "NAME=HOST:PORT: the ingress address of a linked cluster's gateway (repeatable)")
-	trust := gateway.RegisterTrustFlags(fs)
-	limits := gateway.RegisterLimitFlags(fs)
-	allow := clusterFlags{}
-	fs.Var(allow, "allow-cluster", "NAME: a cluster whose gateway may connect to the ingress (repeatable); once given, only these and the --peer clusters may, others are refused (cluster_not_allowed). Without it, any cluster whose certificate chains to --tls-ca may")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.Func("v", "log verbosity (1: refusals and resets, 3: every tunnel)", func(s string) error { return klogFlags.Set("v", s) })
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "coredns-mc gateway: "+format+"\n", a...)
-		return 2
+	o := options.NewGateway()
+	if code, ok := gatewayCmd.parse(args, o.AddFlags); !ok {
+		return code
 	}
-	// A mistake is one line; the flag list only when asked for.
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fmt.Fprintln(os.Stderr, "usage: coredns-mc gateway --cluster NAME --tls-cert FILE --tls-key FILE --tls-ca FILE [--peer NAME=HOST:PORT]... [flags]\n\n"+
-				"The gateway between clusters: egress on the ports of the local mirror Services, ingress (mTLS) to this cluster's exported Services. See gateway/README.md.\n\nFlags:")
-			fs.PrintDefaults()
-			return 0
-		}
-		return fail("%v (-h lists the flags)", err)
+	cfg, err := newGatewayConfig(o)
+	if err != nil {
+		return gatewayCmd.fail(err)
 	}
-	switch {
-	case fs.NArg() > 0:
-		return fail("unexpected arguments %q", fs.Args())
-	case *cluster == "":
-		return fail("--cluster is required")
-	case *ingressAddr == "" && !*egress:
-		return fail("neither ingress (--ingress-address) nor egress (--egress): nothing to do")
-	case *idleTimeout < 0, *drain < 0, *drainDelay < 0, *dialTimeout <= 0, *handshakeTO <= 0, *probeInterval <= 0, *probeTimeout <= 0:
-		return fail("timeouts and intervals must be positive")
-	case *maxConns < 1, *maxHeader < 512, *probeFailures < 1:
-		return fail("--max-connections and --probe-failure-threshold must be at least 1, --max-header-bytes at least 512")
-	}
-	if err := labels.ValidateClusterName(*cluster); err != nil {
-		return fail("--cluster: %v", err)
+	return cfg.run()
+}
+
+// gatewayConfig is what the gateway runs with: its options, checked and
+// parsed, its certificates, the local cluster's client and its listeners.
+type gatewayConfig struct {
+	opts   *options.Gateway
+	parsed options.CompletedGateway
+	certs  *gateway.Certs
+	client kubernetes.Interface
+	// ingress and metrics are nil when their address is empty.
+	ingress, metrics net.Listener
+}
+
+// newGatewayConfig checks o, loads the certificates, makes the client and
+// listens, before anything else, so that a taken port is a clear start-up
+// error. It also applies what o sets process-wide.
+func newGatewayConfig(o *options.Gateway) (*gatewayConfig, error) {
+	parsed, err := o.Complete()
+	if err != nil {
+		return nil, err
 	}
 	gatewayGC()
-	if _, ok := peers[*cluster]; ok {
-		return fail("--peer %s: that is this cluster's name", *cluster)
+	if err := o.Verbosity.Apply(); err != nil {
+		return nil, fmt.Errorf("-v: %w", err)
 	}
-	if allow[*cluster] {
-		return fail("--allow-cluster %s: that is this cluster's name", *cluster)
+	if o.BufferBudget > 0 {
+		gateway.SetBufferBudget(o.BufferBudget)
 	}
-	if len(allow) > 0 && *ingressAddr == "" {
-		return fail("--allow-cluster is the ingress's allow-list, and there is no ingress (--ingress-address is empty)")
-	}
-	sel, err := k8slabels.Parse(*exportSelector)
-	if err != nil || sel.Empty() {
-		return fail("--export-selector %q: must select some Services (%v)", *exportSelector, err)
-	}
-	certs, err := gateway.LoadCerts(gateway.CertFiles{Cert: *certFile, Key: *keyFile, CA: *caFile, TrustDomain: *trustDomain})
+	certs, err := gateway.LoadCerts(gateway.CertFiles{Cert: o.CertFile, Key: o.KeyFile, CA: o.CAFile, TrustDomain: o.TrustDomain})
 	if err != nil {
-		return fail("certificates: %v", err)
+		return nil, fmt.Errorf("certificates: %w", err)
 	}
-	if certs.Cluster() != *cluster {
-		return fail("--tls-cert names cluster %q, not --cluster %q", certs.Cluster(), *cluster)
+	if certs.Cluster() != o.Cluster {
+		return nil, fmt.Errorf("--tls-cert names cluster %q, not --cluster %q", certs.Cluster(), o.Cluster)
 	}
-	var cfg *rest.Config
-	if *kubeconfig != "" {
-		cfg, err = link.LoadKubeconfig(*kubeconfig, *kubeContext)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	cfg, err := localConfig(o.Kube)
 	if err != nil {
-		return fail("local cluster: %v", err)
+		return nil, err
 	}
 	client, err := newGatewayClient(cfg)
 	if err != nil {
-		return fail("local cluster: %v", err)
+		return nil, fmt.Errorf("local cluster: %w", err)
 	}
-	idle := *idleTimeout
-	if idle == 0 {
-		idle = -1 // Ingress and Egress: negative is none
-	}
-
-	// Listen before anything else, so that a taken port is a clear
-	// start-up error.
-	var ingressLn, metricsLn net.Listener
-	if *ingressAddr != "" {
-		if ingressLn, err = net.Listen("tcp", *ingressAddr); err != nil {
-			return fail("--ingress-address: %v", err)
+	g := &gatewayConfig{opts: o, parsed: parsed, certs: certs, client: client}
+	if o.IngressAddress != "" {
+		if g.ingress, err = net.Listen("tcp", o.IngressAddress); err != nil {
+			return nil, fmt.Errorf("--ingress-address: %w", err)
 		}
 	}
-	if *metricsAddr != "" {
-		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
-			if ingressLn != nil {
-				ingressLn.Close()
+	if o.MetricsAddress != "" {
+		if g.metrics, err = net.Listen("tcp", o.MetricsAddress); err != nil {
+			if g.ingress != nil {
+				g.ingress.Close()
 			}
-			return fail("--metrics-addr: %v", err)
+			return nil, fmt.Errorf("--metrics-addr: %w", err)
 		}
 	}
+	return g, nil
+}
 
+// gatewayParts are the running parts of the gateway; each is nil when
+// off.
+type gatewayParts struct {
+	exports *gateway.Exports
+	in      *gateway.Ingress
+	eg      *gateway.Egress
+	// errc receives the error of a part that stopped.
+	errc chan error
+	// draining is set once the shutdown has begun.
+	draining atomic.Bool
+}
+
+// run serves until a signal, then drains; it returns the exit code.
+func (g *gatewayConfig) run() int {
+	o := g.opts
 	// The signal starts the shutdown; ctx, which everything runs under,
 	// ends after the drain delay (the listeners close with it).
 	signalled, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -247,82 +149,112 @@ func runGateway(args []string) int {
 	logger := klog.Background().WithName("gateway")
 	ctx, stopServing := context.WithCancel(klog.NewContext(context.Background(), logger))
 	defer stopServing()
-	go certs.Watch(ctx, *certReload)
+	go g.certs.Watch(ctx, o.CertReloadInterval)
 
 	prober := &gateway.Prober{
-		Certs: certs, Peers: func() map[string]string { return peers },
-		Interval: *probeInterval, Timeout: *probeTimeout, FailureThreshold: *probeFailures,
-		OnChange: peerEvents(ctx, client, *podNamespace, *podName),
+		Certs: g.certs, Peers: func() map[string]string { return o.Peers },
+		Interval: o.ProbeInterval, Timeout: o.ProbeTimeout, FailureThreshold: o.ProbeFailureThreshold,
+		OnChange: peerEvents(ctx, g.client, o.PodNamespace, o.PodName),
 	}
 	go prober.Run(ctx)
 
-	var exports *gateway.Exports
-	var in *gateway.Ingress
-	var eg *gateway.Egress
-	errc := make(chan error, 3)
-	if ingressLn != nil {
-		exports = gateway.NewExports(client, sel)
-		trust.ConfigureIngress(exports)
-		in = &gateway.Ingress{Certs: certs, Resolver: exports, DialTimeout: *dialTimeout,
-			HandshakeTimeout: *handshakeTO, IdleTimeout: idle, MaxConns: *maxConns, MaxHeaderBytes: *maxHeader,
-			AllowClusters: allowedClusters(allow, peers)}
-		limits.ConfigureIngress(in)
-		go func() {
-			if err := exports.Run(ctx); err != nil {
-				errc <- err
-			}
-		}()
-		go func() { errc <- in.Serve(ctx, ingressLn) }()
-		logger.Info("Ingress listening", "address", ingressLn.Addr().String(), "identity", gateway.Identity(certs.TrustDomain(), *cluster).String())
-		if in.AllowClusters == nil {
-			logger.Info("Ingress accepts the gateway of any cluster whose certificate chains to the trust root; name those that link to this one with --allow-cluster")
-		} else {
-			logger.Info("Ingress accepts the gateways of these clusters only", "clusters", slices.Sorted(maps.Keys(in.AllowClusters)))
-		}
+	p := &gatewayParts{errc: make(chan error, 3)}
+	if g.ingress != nil {
+		g.startIngress(ctx, p)
 	}
-	if *egress {
-		eg = &gateway.Egress{Certs: certs, Peers: gateway.StaticPeers(peers), BindAddress: *egressBind,
-			DialTimeout: *dialTimeout, IdleTimeout: idle, MaxConns: *maxConns}
-		trust.ConfigureEgress(eg)
-		limits.ConfigureEgress(eg)
-		go func() { errc <- eg.Run(ctx, client) }()
+	if o.Egress {
+		p.eg = g.newEgress()
+		go func() { p.errc <- p.eg.Run(ctx, g.client) }()
 	}
-	var draining atomic.Bool
-	if metricsLn != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.Handler())
-		mux.Handle("/peers", prober)
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			switch {
-			case draining.Load():
-				http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			case exports != nil && !exports.HasSynced():
-				http.Error(w, "ingress: exported Services not synced", http.StatusServiceUnavailable)
-			case in != nil && !in.Accepting():
-				http.Error(w, "ingress: not accepting connections", http.StatusServiceUnavailable)
-			case eg != nil && !eg.Ready():
-				http.Error(w, "egress: mirror Services not read yet, or an egress port not accepting connections", http.StatusServiceUnavailable)
-			default:
-				_, _ = w.Write([]byte("ok"))
-			}
-		})
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(metricsLn) }()
+	if g.metrics != nil {
+		srv := serveHTTP(g.metrics, gatewayMux(prober, p))
 		defer srv.Close()
-		logger.Info("Serving metrics", "address", metricsLn.Addr().String())
+		logger.Info("Serving metrics", "address", g.metrics.Addr().String())
 	}
-	logger.Info("Starting", "cluster", *cluster, "peers", len(peers), "ingress", *ingressAddr != "", "egress", *egress)
+	logger.Info("Starting", "cluster", o.Cluster, "peers", len(o.Peers), "ingress", o.IngressAddress != "", "egress", o.Egress)
 	select {
 	case <-signalled.Done():
-		return shutdown(logger, *drainDelay, *drain, &draining, stopServing, errc, in, eg)
-	case err := <-errc:
+		return shutdown(logger, o.DrainDelay, o.ShutdownGrace, &p.draining, stopServing, p.errc, p.in, p.eg)
+	case err := <-p.errc:
 		if err == nil {
 			err = errors.New("stopped")
 		}
 		logger.Error(err, "Gateway failed")
 		return 1
 	}
+}
+
+// idleTimeout is --idle-timeout as Ingress and Egress take it: negative is
+// none.
+func (g *gatewayConfig) idleTimeout() time.Duration {
+	if g.opts.IdleTimeout == 0 {
+		return -1
+	}
+	return g.opts.IdleTimeout
+}
+
+// startIngress runs the exported Services' watch and the ingress on its
+// listener.
+func (g *gatewayConfig) startIngress(ctx context.Context, p *gatewayParts) {
+	o, logger := g.opts, klog.FromContext(ctx)
+	p.exports = gateway.NewExports(g.client, g.parsed.ExportSelector)
+	p.exports.SetPolicy(gateway.EndpointPolicy{Selectorless: o.AllowSelectorless, Deny: o.DenyCIDRs})
+	p.in = g.newIngress(p.exports)
+	go func() {
+		if err := p.exports.Run(ctx); err != nil {
+			p.errc <- err
+		}
+	}()
+	go func() { p.errc <- p.in.Serve(ctx, g.ingress) }()
+	logger.Info("Ingress listening", "address", g.ingress.Addr().String(), "identity", gateway.Identity(g.certs.TrustDomain(), o.Cluster).String())
+	if p.in.AllowClusters == nil {
+		logger.Info("Ingress accepts the gateway of any cluster whose certificate chains to the trust root; name those that link to this one with --allow-cluster")
+	} else {
+		logger.Info("Ingress accepts the gateways of these clusters only", "clusters", slices.Sorted(maps.Keys(p.in.AllowClusters)))
+	}
+}
+
+// newIngress is the ingress the flags describe, resolving through exports.
+func (g *gatewayConfig) newIngress(exports *gateway.Exports) *gateway.Ingress {
+	o := g.opts
+	return &gateway.Ingress{Certs: g.certs, Resolver: exports, DialTimeout: o.DialTimeout,
+		HandshakeTimeout: o.HandshakeTimeout, IdleTimeout: g.idleTimeout(), MaxConns: o.MaxConnections, MaxHeaderBytes: o.MaxHeaderBytes,
+		AllowClusters: g.parsed.AllowClusters, MaxConnsPerPeer: max(o.MaxConnectionsPerPeer, 0)}
+}
+
+// newEgress is the egress the flags describe.
+func (g *gatewayConfig) newEgress() *gateway.Egress {
+	o := g.opts
+	eg := &gateway.Egress{Certs: g.certs, Peers: gateway.StaticPeers(o.Peers), BindAddress: o.EgressBindAddress,
+		DialTimeout: o.DialTimeout, IdleTimeout: g.idleTimeout(), MaxConns: o.MaxConnections, MaxConnsPerSource: o.MaxConnectionsPerSource}
+	eg.Trust.Ports = g.parsed.EgressPorts
+	if o.MaxConnectionsPerSource <= 0 {
+		eg.MaxConnsPerSource = -1 // none
+	}
+	return eg
+}
+
+// gatewayMux serves /metrics, /peers, /healthz and /readyz.
+func gatewayMux(prober *gateway.Prober, p *gatewayParts) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	mux.Handle("/peers", prober)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case p.draining.Load():
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		case p.exports != nil && !p.exports.HasSynced():
+			http.Error(w, "ingress: exported Services not synced", http.StatusServiceUnavailable)
+		case p.in != nil && !p.in.Accepting():
+			http.Error(w, "ingress: not accepting connections", http.StatusServiceUnavailable)
+		case p.eg != nil && !p.eg.Ready():
+			http.Error(w, "egress: mirror Services not read yet, or an egress port not accepting connections", http.StatusServiceUnavailable)
+		default:
+			_, _ = w.Write([]byte("ok"))
+		}
+	})
+	return mux
 }
 
 // shutdown ends the gateway on SIGTERM, losing no stream and cutting none

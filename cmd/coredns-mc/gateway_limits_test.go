@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"net"
 	"net/http"
 	"os"
@@ -8,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mcmirror/mcmirror/gateway"
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/options"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -56,4 +61,33 @@ func TestGatewayGCPercent(t *testing.T) {
 	t.Setenv("GOGC", "100")
 	gatewayGC()
 	require.Equal(t, 100, debug.SetGCPercent(100), "GOGC=100 is the operator's")
+}
+
+// The limit and trust flags reach the ingress and the egress: 0
+// connections per source is no bound, 0 idle timeout is none.
+func TestGatewayPartsOfFlags(t *testing.T) {
+	parts := func(args ...string) (*gateway.Ingress, *gateway.Egress) {
+		o := options.NewGateway()
+		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+		o.AddFlags(fs)
+		require.NoError(t, fs.Parse(append([]string{"--cluster", "east"}, args...)))
+		parsed, err := o.Complete()
+		require.NoError(t, err)
+		g := &gatewayConfig{opts: o, parsed: parsed}
+		return g.newIngress(nil), g.newEgress()
+	}
+	in, eg := parts("--max-connections-per-source", "0", "--max-connections-per-peer", "7", "--egress-ports", "30000-32767", "--idle-timeout", "0")
+	assert.Equal(t, 7, in.MaxConnsPerPeer)
+	assert.Equal(t, -1, eg.MaxConnsPerSource, "0 on the command line: no bound")
+	assert.Equal(t, labels.PortRange{First: 30000, Last: 32767}, eg.Trust.Ports)
+	assert.Equal(t, time.Duration(-1), in.IdleTimeout)
+	assert.Equal(t, time.Duration(-1), eg.IdleTimeout)
+
+	in, eg = parts("--allow-cluster", "paris", "--peer", "west=203.0.113.10:4143")
+	assert.Equal(t, 1024, eg.MaxConnsPerSource)
+	assert.Zero(t, in.MaxConnsPerPeer)
+	assert.True(t, eg.Trust.Ports.IsZero(), "no --egress-ports: any port")
+	assert.Equal(t, time.Hour, in.IdleTimeout)
+	assert.Equal(t, map[string]bool{"paris": true, "west": true}, in.AllowClusters)
+	assert.Equal(t, gateway.StaticPeers{"west": "203.0.113.10:4143"}, eg.Peers)
 }

@@ -14,16 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestPeerFlag(t *testing.T) {
-	p := peerFlags{}
-	require.NoError(t, p.Set("west=203.0.113.10:4143"))
-	require.NoError(t, p.Set("paris=gw.paris.example:4143"))
-	assert.Equal(t, peerFlags{"west": "203.0.113.10:4143", "paris": "gw.paris.example:4143"}, p)
-	for _, bad := range []string{"west=10.0.0.1:1", "noequals", "=x:1", "x=", "Bad_Name=a:1", "global=a:1", "x=nohost", "x=:4143", "x=a:0", "x=a:65536", "x=a:http"} {
-		assert.Error(t, p.Set(bad), bad)
-	}
-}
-
 // stderrOf runs f and returns what it wrote to standard error.
 func stderrOf(t *testing.T, f func()) string {
 	t.Helper()
@@ -95,17 +85,5 @@ func TestGatewayFlags(t *testing.T) {
 		assert.Equal(t, 2, code, "%q", tc.args)
 		assert.Contains(t, out, tc.want, "%q", tc.args)
 		assert.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "one line for %q: %s", tc.args, out)
-	}
-}
-
-// The ingress's allow-list: none without --allow-cluster (any cluster of
-// the root); with it, those clusters and every --peer.
-func TestAllowedClusters(t *testing.T) {
-	assert.Nil(t, allowedClusters(clusterFlags{}, peerFlags{"west": "a:1"}))
-	allow := clusterFlags{}
-	require.NoError(t, allow.Set("paris"))
-	assert.Equal(t, map[string]bool{"paris": true, "west": true}, allowedClusters(allow, peerFlags{"west": "a:1"}))
-	for _, bad := range []string{"", "global", "Bad_Name", "paris"} {
-		assert.Error(t, allow.Set(bad), bad)
 	}
 }

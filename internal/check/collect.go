@@ -240,13 +240,9 @@ func (c *collector) workload(ctx context.Context, ns, name string) Workload {
 
 // corefileSource finds the ConfigMap and key of the DNS's -conf file.
 func corefileSource(w Workload) (cm, key string, ok bool) {
-	conf := "/etc/coredns/Corefile"
-	for i, a := range w.Args {
-		if v, found := strings.CutPrefix(strings.TrimLeft(a, "-"), "conf="); found {
-			conf = v
-		} else if strings.TrimLeft(a, "-") == "conf" && i+1 < len(w.Args) {
-			conf = w.Args[i+1]
-		}
+	conf, given := lastFlag(w.Args, "conf")
+	if !given {
+		conf = "/etc/coredns/Corefile"
 	}
 	v, file, found := w.mounted(conf)
 	if !found || v.ConfigMap == nil {
@@ -274,8 +270,8 @@ func (c *collector) linkSecrets(ctx context.Context, in Install, ctl ControllerC
 		f.Peers = gw.PeerOrder
 	}
 	switch {
-	case in.Controller.Found && ctl.LinkNamespace != "":
-		f.Namespace, f.Configured = ctl.LinkNamespace, true
+	case in.Controller.Found && ctl.LinkSecretsNamespace() != "":
+		f.Namespace, f.Configured = ctl.LinkSecretsNamespace(), true
 	case dns.Mcmirror && dns.LinkNamespace != "":
 		f.Namespace, f.Configured = dns.LinkNamespace, true
 	}
@@ -313,8 +309,8 @@ func (c *collector) linkSecrets(ctx context.Context, in Install, ctl ControllerC
 // must pass the controller's and the DNS's policies alike.
 func linkPolicy(in Install, ctl ControllerConfig, dns DNSConfig) link.Allow {
 	var readers []link.Allow
-	if in.Controller.Found && ctl.LinkNamespace != "" {
-		readers = append(readers, ctl.Allow)
+	if in.Controller.Found && ctl.LinkSecretsNamespace() != "" {
+		readers = append(readers, ctl.AllowInsecureKubeconfig)
 	}
 	if dns.Mcmirror && dns.LinkNamespace != "" {
 		readers = append(readers, dns.Allow)
@@ -471,14 +467,28 @@ func (c *collector) nodePorts(ctx context.Context, f *EgressFacts) {
 		if !slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "kube-apiserver") }) {
 			continue
 		}
-		f.NodePorts = parseFlags(args).last("service-node-port-range", "30000-32767")
-		f.NodePortsFrom = "kube-apiserver --service-node-port-range, pod kube-system/" + p.Name
-		if len(parseFlags(args)["service-node-port-range"]) == 0 {
-			f.NodePortsFrom = "kube-apiserver's default, pod kube-system/" + p.Name
+		f.NodePorts, f.NodePortsFrom = "30000-32767", "kube-apiserver's default, pod kube-system/"+p.Name
+		if v, ok := lastFlag(args, "service-node-port-range"); ok {
+			f.NodePorts, f.NodePortsFrom = v, "kube-apiserver --service-node-port-range, pod kube-system/"+p.Name
 		}
 		return
 	}
 	f.NodePortsErr = "pod kube-system/" + p.Name + " runs no kube-apiserver command"
+}
+
+// lastFlag returns the last value of a flag of another program's command
+// line (CoreDNS's, kube-apiserver's: flag sets check does not have): --name=value
+// or --name value.
+func lastFlag(args []string, name string) (v string, ok bool) {
+	for i, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if val, found := strings.CutPrefix(a, name+"="); found {
+			v, ok = val, true
+		} else if a == name && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+	}
+	return v, ok
 }
 
 // trustRoot reads the gateways' trust root: Options.GatewayCA, or the

@@ -1,11 +1,15 @@
 package check
 
 import (
+	"flag"
+	"io"
 	"path"
 	"strings"
 
-	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/options"
+
+	"github.com/coredns/caddy/caddyfile"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -97,153 +101,50 @@ type Install struct {
 	LinkServiceAccountErr string
 }
 
-// flags holds the values of a command line's flags by name, the last one
-// last; a flag given without a value holds "true".
-type flags map[string][]string
+// ControllerConfig is the controller's configuration as its Deployment's
+// arguments give it: the controller's own options.
+type ControllerConfig = options.Controller
 
-// boolFlags are the flags of coredns-mc's subcommands that take no value.
-var boolFlags = map[string]bool{"leader-elect": true, "create-namespaces": true, "egress": true}
-
-// parseFlags reads args as Go's flag package does: -name, --name,
-// -name=value, and -name value for flags that take a value.
-func parseFlags(args []string) flags {
-	out := flags{}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			break
-		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			continue // the subcommand, or a stray argument
-		}
-		name := strings.TrimLeft(a, "-")
-		if n, v, ok := strings.Cut(name, "="); ok {
-			out[n] = append(out[n], v)
-			continue
-		}
-		if boolFlags[name] || i+1 == len(args) {
-			out[name] = append(out[name], "true")
-			continue
-		}
-		i++
-		out[name] = append(out[name], args[i])
-	}
-	return out
-}
-
-// last returns the value of the flag as the program sees it: the last one
-// given, or def.
-func (f flags) last(name, def string) string {
-	if v := f[name]; len(v) > 0 {
-		return v[len(v)-1]
-	}
-	return def
-}
-
-// on reports whether a boolean flag is set.
-func (f flags) on(name string) bool {
-	v := f.last(name, "false")
-	return v == "true" || v == "1" || v == "t" || v == "T" || v == "TRUE" || v == "True"
-}
-
-// ControllerConfig is the controller's configuration, from its flags
-// (cmd/coredns-mc/controller.go).
-type ControllerConfig struct {
-	Cluster string
-	// LinkNamespace is the namespace of --link-secrets; empty without it.
-	LinkNamespace string
-	// EgressPorts is --egress-ports as written.
-	EgressPorts string
-	// EgressService and EgressAddress are where the mirrors point.
-	EgressService, EgressAddress string
-	// LeaderElect and the Lease it takes.
-	LeaderElect               bool
-	LeaseNamespace, LeaseName string
-	CreateNamespaces          bool
-	// Allow is --allow-insecure-kubeconfig: what link Secrets may use.
-	Allow    link.Allow
-	AllowErr string
-	// StaticLinks are the --link names: clusters linked by a file.
-	StaticLinks []string
-}
-
-// ParseController reads the controller's arguments, with its defaults.
+// ParseController reads the controller's arguments with the controller's
+// own flags and defaults.
 func ParseController(args []string) ControllerConfig {
-	f := parseFlags(args)
-	c := ControllerConfig{
-		Cluster:          f.last("cluster", ""),
-		EgressPorts:      f.last("egress-ports", ""),
-		EgressService:    f.last("egress-service", ""),
-		EgressAddress:    f.last("egress-address", ""),
-		LeaderElect:      f.on("leader-elect"),
-		LeaseNamespace:   f.last("leader-elect-namespace", "kube-system"),
-		LeaseName:        f.last("leader-elect-name", "mcmirror-controller"),
-		CreateNamespaces: f.on("create-namespaces"),
-	}
-	if ls := f.last("link-secrets", ""); ls != "" {
-		c.LinkNamespace, _, _ = strings.Cut(ls, "/")
-	}
-	for _, v := range f["allow-insecure-kubeconfig"] {
-		for a := range strings.SplitSeq(v, ",") {
-			if err := c.Allow.Set(strings.TrimSpace(a)); err != nil {
-				c.AllowErr = err.Error()
-			}
-		}
-	}
-	for _, l := range f["link"] {
-		name, _, _ := strings.Cut(l, "=")
-		c.StaticLinks = append(c.StaticLinks, name)
-	}
-	return c
+	o := options.NewController()
+	parseArgs(o.AddFlags, args)
+	return *o
 }
 
-// GatewayConfig is the gateway's configuration, from its flags
-// (cmd/coredns-mc/gateway.go).
-type GatewayConfig struct {
-	Cluster string
-	// Peers maps each --peer cluster to its ingress address; PeerOrder
-	// lists them as given.
-	Peers     map[string]string
-	PeerOrder []string
-	// AllowClusters are the --allow-cluster names.
-	AllowClusters []string
-	// EgressPorts is --egress-ports as written; empty: any port.
-	EgressPorts string
-	// Egress is whether the egress runs (--egress, on by default).
-	Egress bool
-	// IngressAddress and MetricsAddress are the listen addresses.
-	IngressAddress, MetricsAddress string
-	// TrustDomain of the identities.
-	TrustDomain string
-	// CAFile is --tls-ca, the trust root's path in the pod.
-	CAFile string
-}
+// GatewayConfig is the gateway's configuration as its Deployment's
+// arguments give it: the gateway's own options.
+type GatewayConfig = options.Gateway
 
-// ParseGateway reads the gateway's arguments, with its defaults.
+// ParseGateway reads the gateway's arguments with the gateway's own flags
+// and defaults.
 func ParseGateway(args []string) GatewayConfig {
-	f := parseFlags(args)
-	g := GatewayConfig{
-		Cluster:        f.last("cluster", ""),
-		Peers:          map[string]string{},
-		AllowClusters:  f["allow-cluster"],
-		EgressPorts:    f.last("egress-ports", ""),
-		Egress:         f.last("egress", "true") != "false",
-		IngressAddress: f.last("ingress-address", ":4143"),
-		MetricsAddress: f.last("metrics-addr", ":9155"),
-		TrustDomain:    f.last("trust-domain", gateway.DefaultTrustDomain),
-		CAFile:         f.last("tls-ca", ""),
-	}
-	for _, p := range f["peer"] {
-		name, addr, ok := strings.Cut(p, "=")
-		if !ok || name == "" {
-			continue
+	o := options.NewGateway()
+	parseArgs(o.AddFlags, args)
+	return *o
+}
+
+// parseArgs parses a Deployment's arguments, the subcommand first, with
+// the flags addFlags adds, as the component does. Unlike the component it
+// reads on past a mistake (a flag of a newer version, a bad value), so as
+// to see every flag it knows: the component itself reports the mistake
+// when it starts.
+func parseArgs(addFlags func(*flag.FlagSet), args []string) {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addFlags(fs)
+	for len(args) > 0 {
+		err := fs.Parse(args)
+		rest := fs.Args()
+		if err == nil || len(rest) == len(args) {
+			// Parsing stopped at an argument that is not a flag (the
+			// subcommand, or the value of a flag this version lacks),
+			// or at one it could not step over: pass it.
+			rest = rest[min(1, len(rest)):]
 		}
-		if _, dup := g.Peers[name]; !dup {
-			g.PeerOrder = append(g.PeerOrder, name)
-		}
-		g.Peers[name] = addr
+		args = rest
 	}
-	return g
 }
 
 // CASecret returns the Secret and key that the gateway's --tls-ca file
@@ -306,55 +207,44 @@ func (d DNSConfig) Domain() string {
 	return "cluster.local"
 }
 
-// ParseCorefile finds the mcmirror block of a Corefile. It reads only what
-// check needs, line by line, as CoreDNS lays a directive out: a name, its
-// arguments, and an optional block of one property a line.
+// ParseCorefile finds the mcmirror block of a Corefile, read by CoreDNS's
+// own parser; a Corefile that does not parse has none.
 func ParseCorefile(corefile string) DNSConfig {
+	d, _ := parseCorefile(corefile)
+	return d
+}
+
+// parseCorefile reads what check needs of a Corefile: the mcmirror block,
+// its properties as the plugin reads them, and whether the kubernetes
+// plugin is configured too.
+func parseCorefile(corefile string) (DNSConfig, error) {
 	var d DNSConfig
-	depth := 0
-	inBlock := -1 // the depth of the mcmirror block's properties, or -1
-	for _, raw := range strings.Split(corefile, "\n") {
-		line := raw
-		if i := strings.Index(line, "#"); i >= 0 {
-			line = line[:i]
+	blocks, err := caddyfile.Parse("Corefile", strings.NewReader(corefile), nil)
+	if err != nil {
+		return d, err
+	}
+	for _, b := range blocks {
+		if len(b.Tokens["kubernetes"]) > 0 {
+			d.Kubernetes = true
 		}
-		fields := strings.Fields(line)
-		opens := strings.Count(line, "{")
-		closes := strings.Count(line, "}")
-		if len(fields) > 0 && fields[len(fields)-1] == "{" {
-			fields = fields[:len(fields)-1]
-		}
-		if len(fields) > 0 {
-			switch {
-			case inBlock >= 0 && depth == inBlock:
-				switch fields[0] {
-				case "cluster":
-					if len(fields) > 1 {
-						d.Cluster = fields[1]
-					}
-				case "link_secrets":
-					if len(fields) > 1 {
-						d.LinkNamespace, _, _ = strings.Cut(fields[1], "/")
-					}
-				case "allow_insecure_kubeconfig":
-					for _, a := range fields[1:] {
+		c := caddyfile.NewDispenserTokens("Corefile", b.Tokens["mcmirror"])
+		for c.Next() {
+			d.Mcmirror = true
+			d.Zones = c.RemainingArgs()
+			for c.NextBlock() {
+				prop, args := c.Val(), c.RemainingArgs()
+				switch {
+				case prop == "cluster" && len(args) > 0:
+					d.Cluster = args[0]
+				case prop == "link_secrets" && len(args) > 0:
+					d.LinkNamespace, _, _ = strings.Cut(args[0], "/")
+				case prop == "allow_insecure_kubeconfig":
+					for _, a := range args {
 						_ = d.Allow.Set(a)
 					}
 				}
-			case fields[0] == "mcmirror" && depth == 1:
-				d.Mcmirror = true
-				d.Zones = append([]string(nil), fields[1:]...)
-				if opens > closes {
-					inBlock = depth + 1
-				}
-			case fields[0] == "kubernetes" && depth == 1:
-				d.Kubernetes = true
 			}
 		}
-		depth += opens - closes
-		if inBlock >= 0 && depth < inBlock {
-			inBlock = -1
-		}
 	}
-	return d
+	return d, nil
 }

@@ -185,12 +185,13 @@ func TestInstallOfManifests(t *testing.T) {
 
 	ctl := ParseController(in.Controller.Args)
 	assert.Equal(t, "east", ctl.Cluster)
-	assert.Equal(t, "mcmirror-links", ctl.LinkNamespace)
+	assert.Equal(t, "mcmirror-links", ctl.LinkSecretsNamespace())
 	assert.True(t, ctl.LeaderElect)
 	assert.Equal(t, "mcmirror", ctl.LeaseNamespace)
 	assert.Equal(t, "mcmirror-controller", ctl.LeaseName)
 	assert.NotEmpty(t, ctl.EgressPorts)
 	assert.Equal(t, "mcmirror-controller", in.Controller.ServiceAccount)
+	assert.NoError(t, ctl.Validate(), "the controller starts with these arguments")
 
 	gw := ParseGateway(in.Gateway.Args)
 	assert.Equal(t, "east", gw.Cluster)
@@ -204,6 +205,7 @@ func TestInstallOfManifests(t *testing.T) {
 	assert.Equal(t, "mcmirror-gateway-tls", secret)
 	assert.Equal(t, "ca.crt", key)
 	assert.True(t, in.Gateway.Env["POD_NAME"])
+	assert.NoError(t, gw.Validate(), "the gateway starts with these arguments")
 
 	d := ParseCorefile(in.Corefile)
 	assert.True(t, d.Mcmirror)
@@ -235,17 +237,6 @@ func TestCorefileSource(t *testing.T) {
 	d.Spec.Template.Spec.Containers[0].Args = []string{"-conf=/etc/other/Corefile"}
 	_, _, ok = corefileSource(WorkloadOf(d))
 	assert.False(t, ok, "nothing mounted at /etc/other")
-}
-
-func TestParseFlags(t *testing.T) {
-	f := parseFlags([]string{"controller", "--cluster=east", "-leader-elect", "--egress-ports", "1-2", "--peer=a=1:2", "--peer", "b=3:4", "--egress=false", "--last"})
-	assert.Equal(t, "east", f.last("cluster", ""))
-	assert.True(t, f.on("leader-elect"))
-	assert.Equal(t, "1-2", f.last("egress-ports", ""))
-	assert.Equal(t, []string{"a=1:2", "b=3:4"}, f["peer"])
-	assert.False(t, f.on("egress"))
-	assert.True(t, f.on("last"))
-	assert.Equal(t, "dflt", f.last("missing", "dflt"))
 }
 
 func TestParseCorefile(t *testing.T) {

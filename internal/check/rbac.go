@@ -64,8 +64,8 @@ func ControllerNeeds(c ControllerConfig) []Need {
 			out = append(out, Need{Verb: v, Group: "coordination.k8s.io", Resource: "leases", Namespace: c.LeaseNamespace, Name: c.LeaseName})
 		}
 	}
-	if c.LinkNamespace != "" {
-		out = append(out, needs("", "secrets", c.LinkNamespace, "list", "watch")...)
+	if ns := c.LinkSecretsNamespace(); ns != "" {
+		out = append(out, needs("", "secrets", ns, "list", "watch")...)
 	}
 	return out
 }

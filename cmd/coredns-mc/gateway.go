@@ -22,6 +22,7 @@ import (
 	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
@@ -125,7 +126,7 @@ func runGateway(args []string) int {
 		certFile       = fs.String("tls-cert", "", "PEM certificate (chain) of this gateway, with its identity spiffe://TRUST-DOMAIN/cluster/NAME (required)")
 		keyFile        = fs.String("tls-key", "", "PEM private key of --tls-cert (required)")
 		caFile         = fs.String("tls-ca", "", "PEM trust root shared by every cluster's gateway (required)")
-		trustDomain    = fs.String("trust-domain", gateway.DefaultTrustDomain, "trust domain of gateway identities")
+		trustDomain    = fs.String("trust-domain", trust.DefaultTrustDomain, "trust domain of gateway identities")
 		certReload     = fs.Duration("cert-reload-interval", 10*time.Second, "how often the certificate, key and root files are checked for changes")
 		ingressAddr    = fs.String("ingress-address", ":4143", "listen address of the ingress, the mTLS port peers connect to (empty: no ingress)")
 		exportSelector = fs.String("export-selector", labels.DefaultExportSelector, "label selector of the Services this cluster exports, beside those a ServiceExport stamped (gateway mode ones are reachable)")
@@ -273,7 +274,7 @@ func runGateway(args []string) int {
 			}
 		}()
 		go func() { errc <- in.Serve(ctx, ingressLn) }()
-		logger.Info("Ingress listening", "address", ingressLn.Addr().String(), "identity", gateway.Identity(certs.TrustDomain(), *cluster).String())
+		logger.Info("Ingress listening", "address", ingressLn.Addr().String(), "identity", certs.Identity().String())
 		if in.AllowClusters == nil {
 			logger.Info("Ingress accepts the gateway of any cluster whose certificate chains to the trust root; name those that link to this one with --allow-cluster")
 		} else {

@@ -18,6 +18,7 @@ import (
 	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -58,7 +59,7 @@ func (p *pki) make(parent *x509.Certificate, parentKey *ecdsa.PrivateKey, cn, cl
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	}
 	if cluster != "" {
-		tmpl.URIs = []*url.URL{gateway.Identity(gateway.DefaultTrustDomain, cluster)}
+		tmpl.URIs = []*url.URL{trust.Identity(trust.DefaultTrustDomain, cluster)}
 	}
 	if parent == nil {
 		parent, parentKey = tmpl, key

@@ -4,8 +4,8 @@ import (
 	"path"
 	"strings"
 
-	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -230,7 +230,7 @@ func ParseGateway(args []string) GatewayConfig {
 		Egress:         f.last("egress", "true") != "false",
 		IngressAddress: f.last("ingress-address", ":4143"),
 		MetricsAddress: f.last("metrics-addr", ":9155"),
-		TrustDomain:    f.last("trust-domain", gateway.DefaultTrustDomain),
+		TrustDomain:    f.last("trust-domain", trust.DefaultTrustDomain),
 		CAFile:         f.last("tls-ca", ""),
 	}
 	for _, p := range f["peer"] {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway"
+	"github.com/mcmirror/mcmirror/internal/trust"
 )
 
 // ExpiryWarning is how long before its end a gateway certificate is
@@ -202,7 +203,7 @@ func evalCert(p string, d PeerDial, st gateway.PeerState, known bool, f GatewayF
 		return r
 	}
 	leaf := d.Chain[0]
-	got, err := gateway.ClusterOf(leaf, f.Config.TrustDomain)
+	got, err := trust.ClusterOf(leaf, f.Config.TrustDomain)
 	expiry, which := chainExpiry(d.Chain)
 	switch {
 	case err != nil:
@@ -232,7 +233,7 @@ func evalCert(p string, d PeerDial, st gateway.PeerState, known bool, f GatewayF
 			return r
 		}
 	}
-	msg := fmt.Sprintf("%s is %s, expires %s", addr, gateway.Identity(f.Config.TrustDomain, p), when(expiry, now))
+	msg := fmt.Sprintf("%s is %s, expires %s", addr, trust.Identity(f.Config.TrustDomain, p), when(expiry, now))
 	if which != "the certificate" {
 		msg += " (" + which + ")"
 	}
@@ -261,15 +262,15 @@ func chainExpiry(chain []*x509.Certificate) (time.Time, string) {
 }
 
 // VerifyChain checks a peer gateway's chain, leaf first, against roots as a
-// server's at time now, by the gateway's own rules (gateway.VerifyPeer):
+// server's at time now, by the gateway's own rules (trust.VerifyPeer):
 // it chains to a root, names one cluster of trustDomain, and was issued by
 // that cluster's intermediate. It returns the cluster the chain names. An
 // empty trustDomain is the gateway's default.
 func VerifyChain(chain []*x509.Certificate, roots *x509.CertPool, trustDomain string, now time.Time) (string, error) {
 	if trustDomain == "" {
-		trustDomain = gateway.DefaultTrustDomain
+		trustDomain = trust.DefaultTrustDomain
 	}
-	return gateway.VerifyPeer(chain, roots, trustDomain, now, x509.ExtKeyUsageServerAuth)
+	return trust.VerifyPeer(chain, roots, trustDomain, now, x509.ExtKeyUsageServerAuth)
 }
 
 // certificateError tells a prober error that is about a certificate.

@@ -51,7 +51,7 @@ func DialPeer(ctx context.Context, addr string) PeerDial {
 	var chain []*x509.Certificate
 	conn := tls.Client(raw, &tls.Config{
 		MinVersion: tls.VersionTLS13,
-		// Verified by Evaluate (VerifyChain, gateway.ClusterOf), which
+		// Verified by Evaluate (VerifyChain, trust.ClusterOf), which
 		// reports what is wrong rather than a handshake error.
 		InsecureSkipVerify: true, //nolint:gosec
 		VerifyConnection: func(cs tls.ConnectionState) error {

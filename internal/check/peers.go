@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcmirror/mcmirror/gateway"
+	"github.com/mcmirror/mcmirror/internal/peers"
 	"github.com/mcmirror/mcmirror/internal/trust"
 )
 
@@ -41,7 +41,7 @@ type GatewayFacts struct {
 	CertErr    string
 	// Peers is /peers: each peer's state as the gateway's prober sees it;
 	// PeersErr is why it could not be read.
-	Peers    map[string]gateway.PeerState
+	Peers    map[string]peers.State
 	PeersErr string
 	// Roots is the trust root the peers' certificates must chain to;
 	// RootsFrom says where it was read, RootsErr why it could not be.
@@ -153,7 +153,7 @@ func evalPeers(f GatewayFacts, dials map[string]PeerDial, now time.Time) []Resul
 	return out
 }
 
-func evalReach(p string, d PeerDial, st gateway.PeerState, known bool, f GatewayFacts) Result {
+func evalReach(p string, d PeerDial, st peers.State, known bool, f GatewayFacts) Result {
 	r := Result{ID: "peer-reachable", Subject: p}
 	addr := f.Config.Peers[p]
 	fix := fmt.Sprintf("check that %s's gateway runs (kubectl --context %s -n mcmirror get pods) and that %s reaches its Service mcmirror-gateway, port 4143; --peer is the chart's gateway.peers", p, p, addr)
@@ -185,7 +185,7 @@ func evalReach(p string, d PeerDial, st gateway.PeerState, known bool, f Gateway
 	return r
 }
 
-func evalCert(p string, d PeerDial, st gateway.PeerState, known bool, f GatewayFacts, now time.Time) Result {
+func evalCert(p string, d PeerDial, st peers.State, known bool, f GatewayFacts, now time.Time) Result {
 	r := Result{ID: "peer-certificate", Subject: p}
 	addr := f.Config.Peers[p]
 	renew := fmt.Sprintf("issue %s's gateway certificate with URI SAN spiffe://%s/cluster/%s from %s's intermediate of the shared root, into its Secret mcmirror/mcmirror-gateway-tls", p, f.Config.TrustDomain, p, p)

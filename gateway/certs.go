@@ -8,10 +8,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"k8s.io/klog/v2"
 )
@@ -25,8 +28,8 @@ import (
 // on.
 type CertFiles struct {
 	Cert, Key, CA string
-	// TrustDomain is the trust domain of identities (DefaultTrustDomain
-	// when empty).
+	// TrustDomain is the trust domain of identities
+	// (trust.DefaultTrustDomain when empty).
 	TrustDomain string
 }
 
@@ -61,7 +64,7 @@ type Certs struct {
 // LoadCerts reads the files once; the error says which file is wrong.
 func LoadCerts(files CertFiles) (*Certs, error) {
 	if files.TrustDomain == "" {
-		files.TrustDomain = DefaultTrustDomain
+		files.TrustDomain = trust.DefaultTrustDomain
 	}
 	c := &Certs{files: files}
 	m, err := c.read()
@@ -77,6 +80,9 @@ func (c *Certs) Cluster() string { return c.cur.Load().cluster }
 
 // TrustDomain returns the trust domain of identities.
 func (c *Certs) TrustDomain() string { return c.files.TrustDomain }
+
+// Identity returns the SPIFFE ID the gateway's own certificate carries.
+func (c *Certs) Identity() *url.URL { return trust.Identity(c.TrustDomain(), c.Cluster()) }
 
 func (c *Certs) set(m *material) {
 	c.cur.Store(m)
@@ -122,7 +128,7 @@ func (c *Certs) read() (*material, error) {
 // writes a set.
 func CheckCertificates(certPEM, keyPEM, caPEM []byte, trustDomain string) (cluster string, expiry time.Time, err error) {
 	if trustDomain == "" {
-		trustDomain = DefaultTrustDomain
+		trustDomain = trust.DefaultTrustDomain
 	}
 	m, err := parseMaterial(certPEM, keyPEM, caPEM, CertFiles{Cert: "certificate", Key: "key", CA: "trust root", TrustDomain: trustDomain})
 	if err != nil {
@@ -162,15 +168,15 @@ func parseMaterial(certPEM, keyPEM, caPEM []byte, files CertFiles) (*material, e
 	if err := checkUsages(leaf, roots, inter); err != nil {
 		return nil, fmt.Errorf("%s: %w", files.Cert, err)
 	}
-	cluster, err := ClusterOf(leaf, files.TrustDomain)
+	cluster, err := trust.ClusterOf(leaf, files.TrustDomain)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", files.Cert, err)
 	}
-	chain, err := acceptedChain(chains, cluster, files.TrustDomain)
+	chain, err := trust.AcceptedChain(chains, cluster, files.TrustDomain)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", files.Cert, err)
 	}
-	return &material{cert: cert, roots: roots, cluster: cluster, expiry: chainExpiry(chain)}, nil
+	return &material{cert: cert, roots: roots, cluster: cluster, expiry: trust.ChainExpiry(chain)}, nil
 }
 
 // checkUsages verifies that the gateway's own certificate, which chains to
@@ -251,8 +257,8 @@ func (c *Certs) Watch(ctx context.Context, interval time.Duration) {
 }
 
 // verify checks a peer's chain against the current root, and that the
-// intermediate of the cluster it names issued it (issuer.go), and returns
-// that cluster.
+// intermediate of the cluster it names issued it (trust.VerifyPeer), and
+// returns that cluster.
 func (c *Certs) verify(rawCerts [][]byte, usage x509.ExtKeyUsage) (string, error) {
 	if len(rawCerts) == 0 {
 		return "", errors.New("no certificate")
@@ -265,35 +271,7 @@ func (c *Certs) verify(rawCerts [][]byte, usage x509.ExtKeyUsage) (string, error
 		}
 		certs[i] = cert
 	}
-	return VerifyPeer(certs, c.cur.Load().roots, c.files.TrustDomain, time.Time{}, usage)
-}
-
-// VerifyPeer checks a peer gateway's chain (its certificate first, then
-// the certificates sent with it) against roots at time now (zero: the
-// current time), for usage, by the gateway's rules: it chains to a root,
-// names one cluster of trustDomain, and was issued by that cluster's
-// intermediate (issuer.go). It returns that cluster. What the ingress and
-// the egress do with every peer, for tools that judge a peer as they would.
-func VerifyPeer(chain []*x509.Certificate, roots *x509.CertPool, trustDomain string, now time.Time, usage x509.ExtKeyUsage) (string, error) {
-	if len(chain) == 0 {
-		return "", errors.New("no certificate")
-	}
-	inter := x509.NewCertPool()
-	for _, cert := range chain[1:] {
-		inter.AddCert(cert)
-	}
-	chains, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}})
-	if err != nil {
-		return "", err
-	}
-	cluster, err := ClusterOf(chain[0], trustDomain)
-	if err != nil {
-		return "", err
-	}
-	if _, err := acceptedChain(chains, cluster, trustDomain); err != nil {
-		return "", err
-	}
-	return cluster, nil
+	return trust.VerifyPeer(certs, c.cur.Load().roots, c.files.TrustDomain, time.Time{}, usage)
 }
 
 // ServerConfig is the ingress's TLS configuration: TLS 1.3 only, a client
@@ -310,7 +288,7 @@ func (c *Certs) ServerConfig() *tls.Config {
 		},
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			_, err := c.verify(raw, x509.ExtKeyUsageClientAuth)
-			var ie *IssuerError
+			var ie *trust.IssuerError
 			if errors.As(err, &ie) {
 				// Labelled with the cluster whose credentials made
 				// it, which the root vouches for; not with the
@@ -388,5 +366,5 @@ func (c *Certs) PeerCluster(cs tls.ConnectionState) (string, error) {
 	if len(cs.PeerCertificates) == 0 {
 		return "", errors.New("no client certificate")
 	}
-	return ClusterOf(cs.PeerCertificates[0], c.files.TrustDomain)
+	return trust.ClusterOf(cs.PeerCertificates[0], c.files.TrustDomain)
 }

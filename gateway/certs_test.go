@@ -12,7 +12,6 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -273,7 +273,7 @@ func TestLoadCertsErrors(t *testing.T) {
 	c, err := LoadCerts(files)
 	require.NoError(t, err)
 	assert.Equal(t, "east", c.Cluster())
-	assert.Equal(t, DefaultTrustDomain, c.TrustDomain())
+	assert.Equal(t, trust.DefaultTrustDomain, c.TrustDomain())
 
 	noID, err := ca.IssueFiles(t.TempDir(), "east", gatewaytest.Options{NoIdentity: true})
 	require.NoError(t, err)
@@ -295,46 +295,6 @@ func TestLoadCertsErrors(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-}
-
-// ClusterOf reads the cluster from the one spiffe URI SAN.
-func TestClusterOf(t *testing.T) {
-	uri := func(s string) *url.URL {
-		u, err := url.Parse(s)
-		require.NoError(t, err)
-		return u
-	}
-	for _, tc := range []struct {
-		name string
-		uris []string
-		want string // empty: an error
-	}{
-		{"identity", []string{"spiffe://mcmirror.dev/cluster/west"}, "west"},
-		{"other URIs ignored", []string{"https://example.org/x", "spiffe://mcmirror.dev/cluster/west"}, "west"},
-		{"none", nil, ""},
-		{"two identities", []string{"spiffe://mcmirror.dev/cluster/west", "spiffe://mcmirror.dev/cluster/east"}, ""},
-		{"other trust domain", []string{"spiffe://example.org/cluster/west"}, ""},
-		{"not a cluster", []string{"spiffe://mcmirror.dev/ns/default/sa/gateway"}, ""},
-		{"nested path", []string{"spiffe://mcmirror.dev/cluster/west/extra"}, ""},
-		{"empty name", []string{"spiffe://mcmirror.dev/cluster/"}, ""},
-		{"not a DNS label", []string{"spiffe://mcmirror.dev/cluster/West_1"}, ""},
-		{"reserved name", []string{"spiffe://mcmirror.dev/cluster/global"}, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cert := &x509.Certificate{}
-			for _, s := range tc.uris {
-				cert.URIs = append(cert.URIs, uri(s))
-			}
-			got, err := ClusterOf(cert, DefaultTrustDomain)
-			if tc.want == "" {
-				assert.Error(t, err, "got %q", got)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tc.want, got)
-		})
-	}
-	assert.Equal(t, "spiffe://mcmirror.dev/cluster/west", Identity(DefaultTrustDomain, "west").String())
 }
 
 // A resumed TLS session skips certificate verification, so no session

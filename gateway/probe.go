@@ -4,39 +4,22 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
+
+	"github.com/mcmirror/mcmirror/internal/peers"
 
 	"k8s.io/klog/v2"
 )
 
-// PeerState is what the prober knows of one linked cluster's gateway.
-type PeerState struct {
-	// Alive is false once FailureThreshold probes in a row have failed,
-	// true again after one success. Before the first probe ends it is
-	// true: nothing says the peer is down.
-	Alive bool `json:"alive"`
-	// Probed tells whether a probe has ended yet.
-	Probed bool `json:"probed"`
-	// Since is when Alive last changed (or the prober started).
-	Since time.Time `json:"since"`
-	// Latency is the round trip of the last successful probe.
-	Latency time.Duration `json:"latencyNanos"`
-	// Error is the last failure, if the last probe failed.
-	Error string `json:"error,omitempty"`
-}
-
 // Prober probes the ingress of every peer over the mTLS port the tunnels
 // use, from the moment it starts (no blind first period), and keeps their
 // state: the gateway_alive metric, a log line and a callback (an Event) when
-// a peer goes down or comes back, and PeerStates for the DNS plugin.
+// a peer goes down or comes back, and the peers.State of each for /peers.
 type Prober struct {
 	Certs *Certs
 	// Peers lists the peers to probe: cluster to ingress address. It is
@@ -54,7 +37,7 @@ type Prober struct {
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	mu       sync.Mutex
-	state    map[string]*PeerState
+	state    map[string]*peers.State
 	failures map[string]int
 }
 
@@ -62,17 +45,17 @@ type Prober struct {
 func (p *Prober) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithName("probe")
 	p.mu.Lock()
-	p.state = map[string]*PeerState{}
+	p.state = map[string]*peers.State{}
 	p.failures = map[string]int{}
 	p.mu.Unlock()
 	interval := orDefault(p.Interval, 2*time.Second)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		peers := p.Peers()
-		p.forget(peers)
+		listed := p.Peers()
+		p.forget(listed)
 		var wg sync.WaitGroup
-		for cluster, addr := range peers {
+		for cluster, addr := range listed {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -91,19 +74,19 @@ func (p *Prober) Run(ctx context.Context) {
 }
 
 // forget drops the peers no longer listed.
-func (p *Prober) forget(peers map[string]string) {
+func (p *Prober) forget(listed map[string]string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.state {
-		if _, ok := peers[c]; !ok {
+		if _, ok := listed[c]; !ok {
 			delete(p.state, c)
 			delete(p.failures, c)
 			peerAlive.DeleteLabelValues(c)
 		}
 	}
-	for c := range peers {
+	for c := range listed {
 		if _, ok := p.state[c]; !ok {
-			p.state[c] = &PeerState{Alive: true, Since: time.Now()}
+			p.state[c] = &peers.State{Alive: true, Since: time.Now()}
 			peerAlive.WithLabelValues(c).Set(1) // nothing says it is down yet
 		}
 	}
@@ -197,28 +180,19 @@ func (p *Prober) record(logger klog.Logger, cluster string, rtt time.Duration, e
 }
 
 // States returns a copy of every peer's state.
-func (p *Prober) States() map[string]PeerState {
+func (p *Prober) States() map[string]peers.State {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]PeerState, len(p.state))
+	out := make(map[string]peers.State, len(p.state))
 	for c, st := range p.state {
 		out[c] = *st
 	}
 	return out
 }
 
-// ServeHTTP serves the states as JSON, sorted by cluster: the DNS plugin's
-// gateway_health source.
+// ServeHTTP serves the states as the /peers list (internal/peers): the DNS
+// plugin's gateway_health source.
 func (p *Prober) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	states := p.States()
-	type entry struct {
-		Cluster string `json:"cluster"`
-		PeerState
-	}
-	out := make([]entry, 0, len(states))
-	for _, c := range slices.Sorted(maps.Keys(states)) {
-		out = append(out, entry{c, states[c]})
-	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(out)
+	_ = peers.Encode(w, p.States())
 }

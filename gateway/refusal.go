@@ -34,7 +34,7 @@ const (
 	ReasonClusterNotAllowed Reason = "cluster_not_allowed"
 	// ReasonIssuerMismatch: the client certificate chains to the root,
 	// but not through the intermediate of the cluster it names (another
-	// cluster's, none, or more than one; issuer.go). Refused in the
+	// cluster's, none, or more than one; trust.AcceptedChain). Refused in the
 	// handshake, so answered with no status; the peer label is the
 	// cluster whose intermediate issued it.
 	ReasonIssuerMismatch Reason = "issuer_mismatch"

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,7 +39,7 @@ func issueWithUsages(t *testing.T, ca *gatewaytest.CA, dir, cluster string, usag
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  usages,
-		URIs:         []*url.URL{Identity(DefaultTrustDomain, cluster)},
+		URIs:         []*url.URL{trust.Identity(trust.DefaultTrustDomain, cluster)},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, inter.Cert, &key.PublicKey, inter.Key)
 	require.NoError(t, err)

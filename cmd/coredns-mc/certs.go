@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway"
-	"github.com/mcmirror/mcmirror/gateway/issuer"
 	"github.com/mcmirror/mcmirror/internal/grant"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -133,7 +133,7 @@ func (c *certsCmd) parse(fl *flag.FlagSet, args []string, required ...string) (c
 func (c *certsCmd) root(args []string) int {
 	fl := flag.NewFlagSet("coredns-mc certs root", flag.ContinueOnError)
 	out := fl.String("out", "", "directory to write root.crt and root.key into; made if missing (required)")
-	trustDomain := fl.String("trust-domain", issuer.DefaultTrustDomain, "trust domain of the gateways' identities: the gateways' --trust-domain")
+	trustDomain := fl.String("trust-domain", trust.DefaultTrustDomain, "trust domain of the gateways' identities: the gateways' --trust-domain")
 	valid := fl.Duration("valid", 87600*time.Hour, "how long the root is valid: ten years")
 	if code, ok := c.parse(fl, args, "out"); !ok {
 		return code
@@ -163,7 +163,7 @@ func (c *certsCmd) cluster(args []string) int {
 	cluster := fl.String("cluster", "", "the cluster the intermediate is for: its --cluster name (required)")
 	out := fl.String("out", "", "directory to write tls.crt, tls.key and ca.crt into; made if missing (required)")
 	valid := fl.Duration("valid", 8760*time.Hour, "how long the intermediate is valid: a year, never beyond the root")
-	trustDomain := fl.String("trust-domain", "", "trust domain, for a root that names none (one made by openssl); default: the root's, or "+issuer.DefaultTrustDomain)
+	trustDomain := fl.String("trust-domain", "", "trust domain, for a root that names none (one made by openssl); default: the root's, or "+trust.DefaultTrustDomain)
 	secretName := fl.String("secret-name", "", "also write a Secret of this name with tls.crt, tls.key and ca.crt (type kubernetes.io/tls): a cert-manager CA Issuer's Secret")
 	namespace := fl.String("namespace", "mcmirror", "namespace of the Secret")
 	secretFile := fl.String("secret-file", "", "file to write the Secret into (0600) instead of stdout")
@@ -214,7 +214,7 @@ func (c *certsCmd) cluster(args []string) int {
 		}
 	}
 	fmt.Fprintf(c.stderr, "coredns-mc certs cluster: wrote %s: the intermediate of %s (%s), valid until %s. Its key may go into %s, and into no other cluster.\n",
-		filepath.Join(*out, "{"+tlsCertFile+","+tlsKeyFile+","+caCertFile+"}"), *cluster, issuer.Identity(td, *cluster),
+		filepath.Join(*out, "{"+tlsCertFile+","+tlsKeyFile+","+caCertFile+"}"), *cluster, trust.Identity(td, *cluster),
 		inter.NotAfter.UTC().Format(time.RFC3339), *cluster)
 	return 0
 }
@@ -282,7 +282,7 @@ func (c *certsCmd) gateway(args []string) int {
 		}
 	}
 	fmt.Fprintf(c.stderr, "coredns-mc certs gateway: wrote %s: the gateway certificate of %s (%s), valid until %s.\n",
-		filepath.Join(*out, "{"+tlsCertFile+","+tlsKeyFile+","+caCertFile+"}"), *cluster, issuer.Identity(in.trustDomain, *cluster),
+		filepath.Join(*out, "{"+tlsCertFile+","+tlsKeyFile+","+caCertFile+"}"), *cluster, trust.Identity(in.trustDomain, *cluster),
 		expiry.UTC().Format(time.RFC3339))
 	return 0
 }
@@ -336,27 +336,27 @@ type outFile struct {
 
 // makeRoot makes a root of trustDomain valid for valid from now.
 func makeRoot(trustDomain string, now time.Time, valid time.Duration) ([]outFile, *x509.Certificate, error) {
-	root, err := issuer.NewRoot(trustDomain, now.Add(-issuer.Backdate), now.Add(valid))
+	root, err := trust.NewRoot(trustDomain, now.Add(-trust.Backdate), now.Add(valid))
 	if err != nil {
 		return nil, nil, err
 	}
-	key, err := issuer.KeyPEM(root.Key)
+	key, err := trust.KeyPEM(root.Key)
 	if err != nil {
 		return nil, nil, err
 	}
 	return []outFile{
-		{rootCertFile, issuer.CertPEM(root.Cert), 0o644},
+		{rootCertFile, trust.CertPEM(root.Cert), 0o644},
 		{rootKeyFile, key, 0o600},
 	}, root.Cert, nil
 }
 
 // loadRoot reads the root that 'certs root' wrote into dir.
-func loadRoot(dir string) (*issuer.CA, error) {
+func loadRoot(dir string) (*trust.CA, error) {
 	crt, key, err := readPair(dir, rootCertFile, rootKeyFile, "--root is the directory 'coredns-mc certs root' wrote")
 	if err != nil {
 		return nil, err
 	}
-	root, _, err := issuer.ParseCA(crt, key)
+	root, _, err := trust.ParseCA(crt, key)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, rootCertFile), err)
 	}
@@ -382,14 +382,14 @@ func readPair(dir, certName, keyName, hint string) (crt, key []byte, err error) 
 // rootTrustDomain is the trust domain of root's intermediates: the one the
 // root names, or, for a root that names none, fromFlag or the default.
 func rootTrustDomain(root *x509.Certificate, fromFlag string) (string, error) {
-	td, ok := issuer.RootTrustDomain(root)
+	td, ok := trust.RootTrustDomain(root)
 	switch {
 	case ok && fromFlag != "" && fromFlag != td:
 		return "", fmt.Errorf("--trust-domain %s, but the root is of trust domain %s", fromFlag, td)
 	case ok:
 		return td, nil
 	case fromFlag == "":
-		return issuer.DefaultTrustDomain, nil
+		return trust.DefaultTrustDomain, nil
 	}
 	return fromFlag, validTrustDomain(fromFlag)
 }
@@ -408,25 +408,25 @@ func validUntil(now time.Time, valid time.Duration, issuerCert *x509.Certificate
 // (the intermediate), tls.key and ca.crt (the root). A cert-manager CA
 // Issuer adds the Secret's ca.crt to the chain it signs with, so that the
 // gateway Secrets it writes get the root as ca.crt.
-func makeIntermediate(root *issuer.CA, trustDomain, cluster string, now, notAfter time.Time) ([]outFile, *x509.Certificate, error) {
-	in, err := root.NewIntermediate(trustDomain, cluster, now.Add(-issuer.Backdate), notAfter)
+func makeIntermediate(root *trust.CA, trustDomain, cluster string, now, notAfter time.Time) ([]outFile, *x509.Certificate, error) {
+	in, err := root.NewIntermediate(trustDomain, cluster, now.Add(-trust.Backdate), notAfter)
 	if err != nil {
 		return nil, nil, err
 	}
-	key, err := issuer.KeyPEM(in.Key)
+	key, err := trust.KeyPEM(in.Key)
 	if err != nil {
 		return nil, nil, err
 	}
 	return []outFile{
-		{tlsCertFile, issuer.CertPEM(in.Cert), 0o644},
+		{tlsCertFile, trust.CertPEM(in.Cert), 0o644},
 		{tlsKeyFile, key, 0o600},
-		{caCertFile, issuer.CertPEM(root.Cert), 0o644},
+		{caCertFile, trust.CertPEM(root.Cert), 0o644},
 	}, in.Cert, nil
 }
 
 // issuerSet is a cluster's intermediate as 'certs cluster' wrote it.
 type issuerSet struct {
-	ca                   *issuer.CA
+	ca                   *trust.CA
 	cluster, trustDomain string // what the intermediate names
 	rootsPEM             []byte // its ca.crt
 }
@@ -452,7 +452,7 @@ func loadIssuer(dir string) (*issuerSet, error) {
 // parseIssuer checks an intermediate (certPEM, keyPEM) against roots; name
 // is certPEM's file, for errors.
 func parseIssuer(certPEM, keyPEM, rootsPEM []byte, name string) (*issuerSet, error) {
-	ca, rest, err := issuer.ParseCA(certPEM, keyPEM)
+	ca, rest, err := trust.ParseCA(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -485,7 +485,7 @@ func parseIssuer(certPEM, keyPEM, rootsPEM []byte, name string) (*issuerSet, err
 	if id == "" {
 		return nil, fmt.Errorf("%s: intermediate %q names no cluster (no spiffe URI SAN): make one with coredns-mc certs cluster", name, ca.Cert.Subject.CommonName)
 	}
-	cluster, err := gateway.ClusterOf(ca.Cert, id)
+	cluster, err := trust.ClusterOf(ca.Cert, id)
 	if err != nil {
 		return nil, fmt.Errorf("%s: intermediate %q: %w", name, ca.Cert.Subject.CommonName, err)
 	}
@@ -498,15 +498,15 @@ func parseIssuer(certPEM, keyPEM, rootsPEM []byte, name string) (*issuerSet, err
 // returned, with when it expires: nothing is written that a gateway would
 // refuse.
 func makeGateway(in *issuerSet, now, notAfter time.Time, roots []byte) ([]outFile, time.Time, error) {
-	cert, key, err := in.ca.NewGateway(in.trustDomain, in.cluster, now.Add(-issuer.Backdate), notAfter)
+	cert, key, err := in.ca.NewGateway(in.trustDomain, in.cluster, now.Add(-trust.Backdate), notAfter)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	keyPEM, err := issuer.KeyPEM(key)
+	keyPEM, err := trust.KeyPEM(key)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	chain := issuer.CertPEM(cert, in.ca.Cert)
+	chain := trust.CertPEM(cert, in.ca.Cert)
 	cluster, expiry, err := gateway.CheckCertificates(chain, keyPEM, roots, in.trustDomain)
 	if err != nil {
 		return nil, time.Time{}, err

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway"
-	"github.com/mcmirror/mcmirror/gateway/issuer"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,7 +73,7 @@ func dirFiles(t *testing.T, dir string) map[string]os.FileMode {
 
 func certsOf(t *testing.T, path string) []*x509.Certificate {
 	t.Helper()
-	certs, err := issuer.ParseCertificates(readFile(t, path))
+	certs, err := trust.ParseCertificates(readFile(t, path))
 	require.NoError(t, err)
 	return certs
 }
@@ -138,7 +138,7 @@ func TestCertsSteps(t *testing.T) {
 	require.Len(t, root, 1)
 	assert.True(t, root[0].IsCA)
 	assert.NoError(t, root[0].CheckSignatureFrom(root[0]), "self-signed")
-	td, ok := issuer.RootTrustDomain(root[0])
+	td, ok := trust.RootTrustDomain(root[0])
 	assert.True(t, ok)
 	assert.Equal(t, "mcmirror.dev", td)
 	assert.WithinDuration(t, time.Now().Add(87600*time.Hour), root[0].NotAfter, time.Minute)
@@ -334,7 +334,7 @@ func TestCertsMadeGatewaysWork(t *testing.T) {
 	// East's intermediate signs a certificate naming west: west's
 	// ingress refuses it.
 	caPEM, keyPEM := readFile(t, filepath.Join(f.ca["east"], "tls.crt")), readFile(t, filepath.Join(f.ca["east"], "tls.key"))
-	eastCA, _, err := issuer.ParseCA(caPEM, keyPEM)
+	eastCA, _, err := trust.ParseCA(caPEM, keyPEM)
 	require.NoError(t, err)
 	forged, forgedKey, err := eastCA.NewGateway("mcmirror.dev", "west", time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
 	require.NoError(t, err)

@@ -206,7 +206,7 @@ func (g *gatewayConfig) startIngress(ctx context.Context, p *gatewayParts) {
 		}
 	}()
 	go func() { p.errc <- p.in.Serve(ctx, g.ingress) }()
-	logger.Info("Ingress listening", "address", g.ingress.Addr().String(), "identity", gateway.Identity(g.certs.TrustDomain(), o.Cluster).String())
+	logger.Info("Ingress listening", "address", g.ingress.Addr().String(), "identity", g.certs.Identity().String())
 	if p.in.AllowClusters == nil {
 		logger.Info("Ingress accepts the gateway of any cluster whose certificate chains to the trust root; name those that link to this one with --allow-cluster")
 	} else {

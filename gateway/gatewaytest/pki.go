@@ -1,6 +1,6 @@
 // Package gatewaytest issues gateway certificates for tests, benchmarks and
 // the demo, the way deploy/certificates.md has a fleet do it (and with the
-// same code, gateway/issuer): a trust root, one intermediate CA per cluster
+// same code, internal/trust): a trust root, one intermediate CA per cluster
 // that names it, and every cluster's certificate issued by its own
 // cluster's intermediate, the certificate file holding the chain (the
 // certificate, then the intermediate). Options make what the gateway
@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcmirror/mcmirror/gateway/issuer"
+	"github.com/mcmirror/mcmirror/internal/trust"
 )
 
 // CA is a trust root, or a cluster's intermediate made by one.
@@ -39,17 +39,17 @@ type CA struct {
 
 // NewCA makes a self-signed root, valid for a year from an hour ago.
 func NewCA(name string) (*CA, error) {
-	key, err := issuer.NewKey()
+	key, err := trust.NewKey()
 	if err != nil {
 		return nil, err
 	}
-	tmpl := issuer.RootTemplate(issuer.DefaultTrustDomain, time.Now().Add(-time.Hour), time.Now().Add(365*24*time.Hour))
+	tmpl := trust.RootTemplate(trust.DefaultTrustDomain, time.Now().Add(-time.Hour), time.Now().Add(365*24*time.Hour))
 	tmpl.Subject.CommonName = name
-	cert, err := issuer.SelfSign(tmpl, key)
+	cert, err := trust.SelfSign(tmpl, key)
 	if err != nil {
 		return nil, err
 	}
-	return &CA{Cert: cert, Key: key, CertPEM: issuer.CertPEM(cert)}, nil
+	return &CA{Cert: cert, Key: key, CertPEM: trust.CertPEM(cert)}, nil
 }
 
 // Options shape an issued certificate, or an intermediate.
@@ -72,7 +72,7 @@ type Options struct {
 
 func (o Options) withDefaults(valid time.Duration) Options {
 	if o.TrustDomain == "" {
-		o.TrustDomain = issuer.DefaultTrustDomain
+		o.TrustDomain = trust.DefaultTrustDomain
 	}
 	if o.NotBefore.IsZero() {
 		o.NotBefore = time.Now().Add(-time.Hour)
@@ -92,19 +92,19 @@ func (ca *CA) Intermediate(cluster string, o Options) (*CA, error) {
 		return nil, errors.New("gatewaytest: an intermediate is made by the root")
 	}
 	o = o.withDefaults(90 * 24 * time.Hour)
-	key, err := issuer.NewKey()
+	key, err := trust.NewKey()
 	if err != nil {
 		return nil, err
 	}
-	tmpl := issuer.IntermediateTemplate(o.TrustDomain, cluster, o.NotBefore, o.NotAfter)
+	tmpl := trust.IntermediateTemplate(o.TrustDomain, cluster, o.NotBefore, o.NotAfter)
 	if o.NoIdentity {
 		tmpl.URIs = nil
 	}
-	cert, err := issuer.Sign(tmpl, key.Public(), &issuer.CA{Cert: ca.Cert, Key: ca.Key})
+	cert, err := trust.Sign(tmpl, key.Public(), &trust.CA{Cert: ca.Cert, Key: ca.Key})
 	if err != nil {
 		return nil, err
 	}
-	return &CA{Cert: cert, Key: key, CertPEM: issuer.CertPEM(cert), Cluster: cluster, root: ca}, nil
+	return &CA{Cert: cert, Key: key, CertPEM: trust.CertPEM(cert), Cluster: cluster, root: ca}, nil
 }
 
 // intermediate returns the root's intermediate of cluster in trustDomain
@@ -156,23 +156,23 @@ func (ca *CA) Issue(cluster string, o Options) (*Issued, error) {
 			return nil, err
 		}
 	}
-	key, err := issuer.NewKey()
+	key, err := trust.NewKey()
 	if err != nil {
 		return nil, err
 	}
-	tmpl := issuer.GatewayTemplate(o.TrustDomain, cluster, o.NotBefore, o.NotAfter)
+	tmpl := trust.GatewayTemplate(o.TrustDomain, cluster, o.NotBefore, o.NotAfter)
 	if o.NoIdentity {
 		tmpl.URIs = nil
 	}
-	cert, err := issuer.Sign(tmpl, key.Public(), &issuer.CA{Cert: signer.Cert, Key: signer.Key})
+	cert, err := trust.Sign(tmpl, key.Public(), &trust.CA{Cert: signer.Cert, Key: signer.Key})
 	if err != nil {
 		return nil, err
 	}
-	keyPEM, err := issuer.KeyPEM(key)
+	keyPEM, err := trust.KeyPEM(key)
 	if err != nil {
 		return nil, err
 	}
-	chain := issuer.CertPEM(cert)
+	chain := trust.CertPEM(cert)
 	if signer.root != nil {
 		chain = append(chain, signer.CertPEM...)
 	}

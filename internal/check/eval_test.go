@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/peers"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -58,7 +59,7 @@ func (p *pki) make(parent *x509.Certificate, parentKey *ecdsa.PrivateKey, cn, cl
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	}
 	if cluster != "" {
-		tmpl.URIs = []*url.URL{gateway.Identity(gateway.DefaultTrustDomain, cluster)}
+		tmpl.URIs = []*url.URL{trust.Identity(trust.DefaultTrustDomain, cluster)}
 	}
 	if parent == nil {
 		parent, parentKey = tmpl, key
@@ -252,7 +253,7 @@ func TestEvalPeers(t *testing.T) {
 	p := newPKI(t)
 	westChain := p.chain("west", now.Add(60*24*time.Hour))
 	cfg := GatewayConfig{Cluster: "east", Peers: map[string]string{"west": "203.0.113.10:4143"}, PeerOrder: []string{"west"}, TrustDomain: "mcmirror.dev"}
-	alive := map[string]gateway.PeerState{"west": {Alive: true, Probed: true, Latency: 3 * time.Millisecond}}
+	alive := map[string]peers.State{"west": {Alive: true, Probed: true, Latency: 3 * time.Millisecond}}
 	base := GatewayFacts{Installed: true, Config: cfg, Peers: alive, Roots: p.pool, RootsFrom: "ca.crt"}
 	dialOK := map[string]PeerDial{"west": {Addr: "203.0.113.10:4143", Chain: westChain}}
 	other := newPKI(t)
@@ -266,7 +267,7 @@ func TestEvalPeers(t *testing.T) {
 	}{
 		{"healthy", func(*GatewayFacts) {}, dialOK, OK, OK, "spiffe://mcmirror.dev/cluster/west, expires"},
 		{"down for the gateway", func(f *GatewayFacts) {
-			f.Peers = map[string]gateway.PeerState{"west": {Probed: true, Error: "dial tcp: connection refused"}}
+			f.Peers = map[string]peers.State{"west": {Probed: true, Error: "dial tcp: connection refused"}}
 		}, map[string]PeerDial{"west": {Err: "connection refused", Answered: true}}, Fail, Warn, "cannot reach west's ingress"},
 		{"refused from here", func(f *GatewayFacts) { f.Peers = nil; f.PeersErr = "forbidden" },
 			map[string]PeerDial{"west": {Err: "connect: connection refused", Answered: true}}, Fail, Warn, "refuses from here"},
@@ -278,7 +279,7 @@ func TestEvalPeers(t *testing.T) {
 		{"another root", func(*GatewayFacts) {}, map[string]PeerDial{"west": {Chain: other.chain("west", now.Add(60*24*time.Hour))}}, OK, Fail, "is not one the gateways accept"},
 		{"root unknown", func(f *GatewayFacts) { f.Roots, f.RootsErr = nil, "forbidden" }, dialOK, OK, Warn, "chain not checked: forbidden"},
 		{"the gateway refuses it", func(f *GatewayFacts) {
-			f.Peers = map[string]gateway.PeerState{"west": {Alive: true, Probed: true, Error: "TLS handshake: certificate for west issued by paris's intermediate"}}
+			f.Peers = map[string]peers.State{"west": {Alive: true, Probed: true, Error: "TLS handshake: certificate for west issued by paris's intermediate"}}
 		}, dialOK, OK, Fail, "the gateway refuses west's certificate"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

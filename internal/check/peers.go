@@ -7,7 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcmirror/mcmirror/gateway"
+	"github.com/mcmirror/mcmirror/internal/peers"
+	"github.com/mcmirror/mcmirror/internal/trust"
 )
 
 // ExpiryWarning is how long before its end a gateway certificate is
@@ -40,7 +41,7 @@ type GatewayFacts struct {
 	CertErr    string
 	// Peers is /peers: each peer's state as the gateway's prober sees it;
 	// PeersErr is why it could not be read.
-	Peers    map[string]gateway.PeerState
+	Peers    map[string]peers.State
 	PeersErr string
 	// Roots is the trust root the peers' certificates must chain to;
 	// RootsFrom says where it was read, RootsErr why it could not be.
@@ -152,7 +153,7 @@ func evalPeers(f GatewayFacts, dials map[string]PeerDial, now time.Time) []Resul
 	return out
 }
 
-func evalReach(p string, d PeerDial, st gateway.PeerState, known bool, f GatewayFacts) Result {
+func evalReach(p string, d PeerDial, st peers.State, known bool, f GatewayFacts) Result {
 	r := Result{ID: "peer-reachable", Subject: p}
 	addr := f.Config.Peers[p]
 	fix := fmt.Sprintf("check that %s's gateway runs (kubectl --context %s -n mcmirror get pods) and that %s reaches its Service mcmirror-gateway, port 4143; --peer is the chart's gateway.peers", p, p, addr)
@@ -184,7 +185,7 @@ func evalReach(p string, d PeerDial, st gateway.PeerState, known bool, f Gateway
 	return r
 }
 
-func evalCert(p string, d PeerDial, st gateway.PeerState, known bool, f GatewayFacts, now time.Time) Result {
+func evalCert(p string, d PeerDial, st peers.State, known bool, f GatewayFacts, now time.Time) Result {
 	r := Result{ID: "peer-certificate", Subject: p}
 	addr := f.Config.Peers[p]
 	renew := fmt.Sprintf("issue %s's gateway certificate with URI SAN spiffe://%s/cluster/%s from %s's intermediate of the shared root, into its Secret mcmirror/mcmirror-gateway-tls", p, f.Config.TrustDomain, p, p)
@@ -202,7 +203,7 @@ func evalCert(p string, d PeerDial, st gateway.PeerState, known bool, f GatewayF
 		return r
 	}
 	leaf := d.Chain[0]
-	got, err := gateway.ClusterOf(leaf, f.Config.TrustDomain)
+	got, err := trust.ClusterOf(leaf, f.Config.TrustDomain)
 	expiry, which := chainExpiry(d.Chain)
 	switch {
 	case err != nil:
@@ -232,7 +233,7 @@ func evalCert(p string, d PeerDial, st gateway.PeerState, known bool, f GatewayF
 			return r
 		}
 	}
-	msg := fmt.Sprintf("%s is %s, expires %s", addr, gateway.Identity(f.Config.TrustDomain, p), when(expiry, now))
+	msg := fmt.Sprintf("%s is %s, expires %s", addr, trust.Identity(f.Config.TrustDomain, p), when(expiry, now))
 	if which != "the certificate" {
 		msg += " (" + which + ")"
 	}
@@ -261,15 +262,15 @@ func chainExpiry(chain []*x509.Certificate) (time.Time, string) {
 }
 
 // VerifyChain checks a peer gateway's chain, leaf first, against roots as a
-// server's at time now, by the gateway's own rules (gateway.VerifyPeer):
+// server's at time now, by the gateway's own rules (trust.VerifyPeer):
 // it chains to a root, names one cluster of trustDomain, and was issued by
 // that cluster's intermediate. It returns the cluster the chain names. An
 // empty trustDomain is the gateway's default.
 func VerifyChain(chain []*x509.Certificate, roots *x509.CertPool, trustDomain string, now time.Time) (string, error) {
 	if trustDomain == "" {
-		trustDomain = gateway.DefaultTrustDomain
+		trustDomain = trust.DefaultTrustDomain
 	}
-	return gateway.VerifyPeer(chain, roots, trustDomain, now, x509.ExtKeyUsageServerAuth)
+	return trust.VerifyPeer(chain, roots, trustDomain, now, x509.ExtKeyUsageServerAuth)
 }
 
 // certificateError tells a prober error that is about a certificate.

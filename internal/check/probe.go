@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mcmirror/mcmirror/gateway"
+	"github.com/mcmirror/mcmirror/internal/peers"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
@@ -51,7 +51,7 @@ func DialPeer(ctx context.Context, addr string) PeerDial {
 	var chain []*x509.Certificate
 	conn := tls.Client(raw, &tls.Config{
 		MinVersion: tls.VersionTLS13,
-		// Verified by Evaluate (VerifyChain, gateway.ClusterOf), which
+		// Verified by Evaluate (VerifyChain, trust.ClusterOf), which
 		// reports what is wrong rather than a handshake error.
 		InsecureSkipVerify: true, //nolint:gosec
 		VerifyConnection: func(cs tls.ConnectionState) error {
@@ -286,18 +286,12 @@ func (c *collector) gateway(ctx context.Context, f *GatewayFacts) {
 		f.PeersErr = "/peers: " + describe(err)
 		return
 	}
-	var list []struct {
-		Cluster string `json:"cluster"`
-		gateway.PeerState
-	}
-	if err := json.Unmarshal(body, &list); err != nil {
+	states, err := peers.Decode(bytes.NewReader(body))
+	if err != nil {
 		f.PeersErr = "/peers: " + err.Error()
 		return
 	}
-	f.Peers = map[string]gateway.PeerState{}
-	for _, p := range list {
-		f.Peers[p.Cluster] = p.PeerState
-	}
+	f.Peers = states
 }
 
 // apiServerError tells an error of the API server's proxy (no endpoint,

@@ -84,7 +84,3 @@ func (r PortRange) String() string {
 	}
 	return fmt.Sprintf("%d-%d", r.First, r.Last)
 }
-
-// DefaultTrustDomain is the trust domain of gateway identities unless
-// --trust-domain names another.
-const DefaultTrustDomain = "mcmirror.dev"

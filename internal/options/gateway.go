@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -86,7 +87,7 @@ type Gateway struct {
 // NewGateway returns the gateway's defaults.
 func NewGateway() *Gateway {
 	return &Gateway{
-		TrustDomain:             labels.DefaultTrustDomain,
+		TrustDomain:             trust.DefaultTrustDomain,
 		CertReloadInterval:      10 * time.Second,
 		IngressAddress:          ":4143",
 		ExportSelector:          labels.DefaultExportSelector,

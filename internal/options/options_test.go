@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -128,7 +129,7 @@ func TestGatewayDefaults(t *testing.T) {
 	o := NewGateway()
 	require.NoError(t, parse(o.AddFlags))
 	assert.Equal(t, NewGateway(), o, "no flag: the defaults")
-	assert.Equal(t, labels.DefaultTrustDomain, o.TrustDomain)
+	assert.Equal(t, trust.DefaultTrustDomain, o.TrustDomain)
 	assert.Equal(t, ":4143", o.IngressAddress)
 	assert.Equal(t, ":9155", o.MetricsAddress)
 	assert.True(t, o.Egress)

@@ -2,7 +2,6 @@ package mcmirror
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -10,10 +9,12 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/mcmirror/mcmirror/internal/peers"
 )
 
 // The gateway health: with gateway_health, the plugin polls the gateway's
-// GET /peers (gateway/probe.go), and the gateway-mode members of a cluster
+// GET /peers (gateway/probe.go, internal/peers), and the gateway-mode members of a cluster
 // whose gateway is down leave the -global names; its own names keep
 // answering. A health change rebuilds only the groups that have gateway-mode
 // members of the clusters that changed, through the same queue as any other
@@ -197,7 +198,7 @@ func (h *gatewayHealth) poll(ctx context.Context, now time.Time) {
 
 // read fetches the peer states: cluster to alive. Anything but a JSON
 // array of objects that each name a cluster and say whether it is alive is
-// an error.
+// an error (peers.Decode).
 func (h *gatewayHealth) read(ctx context.Context) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.interval)
 	defer cancel()
@@ -217,19 +218,13 @@ func (h *gatewayHealth) read(ctx context.Context) (map[string]bool, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("answered %s", resp.Status)
 	}
-	var peers []struct {
-		Cluster string `json:"cluster"`
-		Alive   *bool  `json:"alive"`
+	states, err := peers.Decode(io.LimitReader(resp.Body, maxHealthBody))
+	if err != nil {
+		return nil, err
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxHealthBody)).Decode(&peers); err != nil {
-		return nil, fmt.Errorf("not a list of peer states: %v", err)
-	}
-	alive := make(map[string]bool, len(peers))
-	for i, p := range peers {
-		if p.Cluster == "" || p.Alive == nil {
-			return nil, fmt.Errorf("peer state %d has no cluster or no alive", i)
-		}
-		alive[p.Cluster] = *p.Alive
+	alive := make(map[string]bool, len(states))
+	for c, st := range states {
+		alive[c] = st.Alive
 	}
 	return alive, nil
 }

@@ -2,9 +2,7 @@ package mcmirror
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -17,8 +15,8 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
 
-	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/peers"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/miekg/dns"
@@ -31,9 +29,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// peersServer serves GET /peers as the gateway's Prober does: a JSON array
-// of gateway.PeerState with the cluster, sorted by cluster. garbage, when
-// set, is served instead.
+// peersServer serves GET /peers as the gateway's Prober does
+// (peers.Encode). garbage, when set, is served instead.
 type peersServer struct {
 	*httptest.Server
 	mu      sync.Mutex
@@ -57,20 +54,16 @@ func (p *peersServer) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte(p.garbage))
 		return
 	}
-	type entry struct {
-		Cluster string `json:"cluster"`
-		gateway.PeerState
-	}
-	var out []entry
-	for _, c := range slices.Sorted(maps.Keys(p.alive)) {
-		st := gateway.PeerState{Alive: p.alive[c], Probed: true, Since: time.Now(), Latency: time.Millisecond}
+	states := map[string]peers.State{}
+	for c, alive := range p.alive {
+		st := peers.State{Alive: alive, Probed: true, Since: time.Now(), Latency: time.Millisecond}
 		if !st.Alive {
 			st.Error = "dial tcp: connection refused"
 		}
-		out = append(out, entry{c, st})
+		states[c] = st
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(out)
+	peers.Encode(w, states)
 }
 
 func (p *peersServer) set(cluster string, alive bool) {

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/internal/peers"
 )
 
 // GatewayOptions describes a `coredns-mc gateway` of one cluster.
@@ -251,16 +251,8 @@ func (g *Gateway) Metric(name string, labels map[string]string) (float64, bool, 
 	return ScrapeMetric(g.MetricsURL+"/metrics", name, labels)
 }
 
-// GatewayPeer is one entry of a gateway's /peers.
-type GatewayPeer struct {
-	Cluster string `json:"cluster"`
-	Alive   bool   `json:"alive"`
-	Probed  bool   `json:"probed"`
-	Error   string `json:"error"`
-}
-
 // Peers returns the gateway's /peers by cluster.
-func (g *Gateway) Peers() (map[string]GatewayPeer, error) {
+func (g *Gateway) Peers() (map[string]peers.State, error) {
 	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(g.MetricsURL + "/peers")
 	if err != nil {
 		return nil, err
@@ -269,15 +261,11 @@ func (g *Gateway) Peers() (map[string]GatewayPeer, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("/peers: %s", resp.Status)
 	}
-	var list []GatewayPeer
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+	states, err := peers.Decode(resp.Body)
+	if err != nil {
 		return nil, fmt.Errorf("/peers: %w", err)
 	}
-	out := map[string]GatewayPeer{}
-	for _, p := range list {
-		out[p.Cluster] = p
-	}
-	return out, nil
+	return states, nil
 }
 
 // ScrapeMetric reads the Prometheus text exposition at url and returns the

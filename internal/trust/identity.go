@@ -1,4 +1,10 @@
-package gateway
+// Package trust is the gateways' trust model (deploy/certificates.md): the
+// SPIFFE identities that name a cluster's gateway, the chain rule a
+// certificate must pass to be believed (VerifyPeer), and the making of
+// certificates that pass it (issuer.go). The gateway, coredns-mc certs and
+// coredns-mc check all judge a certificate with it, so they judge alike.
+// It imports nothing of mcmirror's but internal/labels.
+package trust
 
 import (
 	"crypto/x509"
@@ -6,22 +12,39 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/mcmirror/mcmirror/gateway/issuer"
 	"github.com/mcmirror/mcmirror/internal/labels"
 )
 
 // DefaultTrustDomain is the trust domain of gateway identities unless
 // configured otherwise.
-const DefaultTrustDomain = issuer.DefaultTrustDomain
+const DefaultTrustDomain = "mcmirror.dev"
 
 // Identity names a cluster's gateway in its certificate: a SPIFFE ID,
 // spiffe://<trust domain>/cluster/<cluster>, as a URI SAN. Both sides of a
 // connection carry one: the ingress learns from it which cluster a connection
 // comes from, and the egress checks that it reached the cluster it dialled.
 // The cluster's intermediate CA, which issues the certificate, carries the
-// same ID (see issuer.go).
+// same ID (chain.go).
 func Identity(trustDomain, cluster string) *url.URL {
-	return issuer.Identity(trustDomain, cluster)
+	return &url.URL{Scheme: "spiffe", Host: trustDomain, Path: "/cluster/" + cluster}
+}
+
+// TrustDomainID is the SPIFFE ID of the trust domain itself,
+// spiffe://<trust domain>: the URI SAN of the root, so that what the root
+// is for can be read from it.
+func TrustDomainID(trustDomain string) *url.URL {
+	return &url.URL{Scheme: "spiffe", Host: trustDomain}
+}
+
+// RootTrustDomain returns the trust domain a root names with its
+// TrustDomainID, and whether it names one.
+func RootTrustDomain(root *x509.Certificate) (string, bool) {
+	for _, u := range root.URIs {
+		if u.Scheme == "spiffe" && u.Host != "" && (u.Path == "" || u.Path == "/") {
+			return u.Host, true
+		}
+	}
+	return "", false
 }
 
 // ClusterOf returns the cluster a verified certificate belongs to: the one

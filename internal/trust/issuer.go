@@ -1,17 +1,15 @@
-// Package issuer makes the certificates of the gateways' trust model
-// (deploy/certificates.md): a trust root, whose key stays off every
-// cluster; one intermediate CA per cluster, signed by the root and naming
-// that cluster; and each cluster's gateway certificate, issued by its own
-// cluster's intermediate. A cluster's credentials, its intermediate's key,
-// then issue only its own identity, because the gateway accepts a
-// certificate only through the intermediate of the cluster it names
-// (gateway/issuer.go).
+package trust
+
+// The certificates of the trust model (deploy/certificates.md): a trust
+// root, whose key stays off every cluster; one intermediate CA per
+// cluster, signed by the root and naming that cluster; and each cluster's
+// gateway certificate, issued by its own cluster's intermediate. A
+// cluster's credentials, its intermediate's key, then issue only its own
+// identity, because the gateway accepts a certificate only through the
+// intermediate of the cluster it names (chain.go).
 //
 // `coredns-mc certs` makes real certificates here, and
-// gateway/gatewaytest those of the tests, so that both are made alike. The
-// package imports nothing of the gateway's: the gateway's own tests use
-// gatewaytest.
-package issuer
+// gateway/gatewaytest those of the tests, so that both are made alike.
 
 import (
 	"crypto"
@@ -27,41 +25,11 @@ import (
 	"math/big"
 	"net/url"
 	"time"
-
-	"github.com/mcmirror/mcmirror/internal/labels"
 )
-
-// DefaultTrustDomain is the trust domain of gateway identities unless
-// configured otherwise.
-const DefaultTrustDomain = labels.DefaultTrustDomain
 
 // Backdate is how long before it is made a certificate becomes valid: room
 // for a peer whose clock is behind.
 const Backdate = 5 * time.Minute
-
-// Identity is the SPIFFE ID of a cluster, spiffe://<trust domain>/cluster/<cluster>:
-// the URI SAN of its gateway certificate and of its intermediate.
-func Identity(trustDomain, cluster string) *url.URL {
-	return &url.URL{Scheme: "spiffe", Host: trustDomain, Path: "/cluster/" + cluster}
-}
-
-// TrustDomainID is the SPIFFE ID of the trust domain itself,
-// spiffe://<trust domain>: the URI SAN of the root, so that what the root
-// is for can be read from it.
-func TrustDomainID(trustDomain string) *url.URL {
-	return &url.URL{Scheme: "spiffe", Host: trustDomain}
-}
-
-// RootTrustDomain returns the trust domain a root names with its
-// TrustDomainID, and whether it names one.
-func RootTrustDomain(root *x509.Certificate) (string, bool) {
-	for _, u := range root.URIs {
-		if u.Scheme == "spiffe" && u.Host != "" && (u.Path == "" || u.Path == "/") {
-			return u.Host, true
-		}
-	}
-	return "", false
-}
 
 // RootTemplate is the template of a trust root: a CA with a path length of
 // one, so that nothing it signs can sign a CA in turn; the certificates it

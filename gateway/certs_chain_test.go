@@ -3,11 +3,9 @@ package gateway
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -16,66 +14,11 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
-	"github.com/mcmirror/mcmirror/gateway/issuer"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// The chain rule on its own, on chains as x509 Verify returns them: the
-// certificate first, the root last.
-func TestIssuerChainRule(t *testing.T) {
-	cert := func(cn string, uris ...string) *x509.Certificate {
-		c := &x509.Certificate{Subject: pkix.Name{CommonName: cn}, NotAfter: time.Unix(1000, 0)}
-		for _, s := range uris {
-			u, err := url.Parse(s)
-			require.NoError(t, err)
-			c.URIs = append(c.URIs, u)
-		}
-		return c
-	}
-	root := cert("root", "spiffe://mcmirror.dev")
-	west, east := cert("west ca", "spiffe://mcmirror.dev/cluster/west"), cert("east ca", "spiffe://mcmirror.dev/cluster/east")
-	leaf := cert("gateway.west", "spiffe://mcmirror.dev/cluster/west")
-	for _, tc := range []struct {
-		name   string
-		chains [][]*x509.Certificate
-		want   string // empty: accepted
-		issuer string // the metric's peer label
-	}{
-		{"root, west's intermediate, west", [][]*x509.Certificate{{leaf, west, root}}, "", ""},
-		{"issued by east's intermediate", [][]*x509.Certificate{{leaf, east, root}},
-			`certificate for west issued by east's intermediate "east ca": a cluster's gateway certificate must be issued by its own cluster's intermediate`, "east"},
-		{"issued by the root", [][]*x509.Certificate{{leaf, root}}, `certificate for west issued by the root "root" itself`, ""},
-		{"through two intermediates", [][]*x509.Certificate{{leaf, west, east, root}},
-			`certificate for west chains to the root through 2 intermediates ("west ca", "east ca"), not one`, "east"},
-		{"intermediate without identity", [][]*x509.Certificate{{leaf, cert("anonymous ca"), root}},
-			`certificate for west issued by intermediate "anonymous ca", which names no cluster`, ""},
-		{"intermediate of another trust domain", [][]*x509.Certificate{{leaf, cert("x", "spiffe://example.org/cluster/west"), root}},
-			"which names no cluster", ""},
-		{"intermediate in the trust root file", [][]*x509.Certificate{{leaf, west}},
-			`chains to west's intermediate "west ca", which the trust root file holds as a root`, "west"},
-		{"an intermediate in the trust root file, above west's", [][]*x509.Certificate{{leaf, west, east}},
-			`chains to east's intermediate "east ca", which the trust root file holds as a root`, "east"},
-		{"the certificate in the trust root file", [][]*x509.Certificate{{leaf}}, "is itself in the trust root file", ""},
-		{"one good chain of several", [][]*x509.Certificate{{leaf, root}, {leaf, west, root}}, "", ""},
-		{"no chain", nil, "no verified chain", ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			chain, err := acceptedChain(tc.chains, "west", DefaultTrustDomain)
-			if tc.want == "" {
-				require.NoError(t, err)
-				assert.Len(t, chain, 3)
-				return
-			}
-			require.ErrorContains(t, err, tc.want)
-			var ie *IssuerError
-			require.ErrorAs(t, err, &ie)
-			assert.Equal(t, "west", ie.Cluster)
-			assert.Equal(t, tc.issuer, ie.Issuer)
-		})
-	}
-}
 
 // deeperChain makes a certificate of cluster issued through two
 // intermediates that both name it, under a root without path length limits
@@ -84,29 +27,29 @@ func TestIssuerChainRule(t *testing.T) {
 func deeperChain(t *testing.T, cluster string) (certPEM, keyPEM, rootPEM []byte) {
 	t.Helper()
 	now := time.Now().Add(-time.Hour)
-	key, err := issuer.NewKey()
+	key, err := trust.NewKey()
 	require.NoError(t, err)
-	tmpl := issuer.RootTemplate(DefaultTrustDomain, now, now.Add(48*time.Hour))
+	tmpl := trust.RootTemplate(trust.DefaultTrustDomain, now, now.Add(48*time.Hour))
 	tmpl.MaxPathLen = -1
-	rootCert, err := issuer.SelfSign(tmpl, key)
+	rootCert, err := trust.SelfSign(tmpl, key)
 	require.NoError(t, err)
-	parent := &issuer.CA{Cert: rootCert, Key: key}
+	parent := &trust.CA{Cert: rootCert, Key: key}
 	var inters []*x509.Certificate
 	for range 2 {
-		k, err := issuer.NewKey()
+		k, err := trust.NewKey()
 		require.NoError(t, err)
-		it := issuer.IntermediateTemplate(DefaultTrustDomain, cluster, now, now.Add(48*time.Hour))
+		it := trust.IntermediateTemplate(trust.DefaultTrustDomain, cluster, now, now.Add(48*time.Hour))
 		it.MaxPathLen, it.MaxPathLenZero = -1, false
-		c, err := issuer.Sign(it, k.Public(), parent)
+		c, err := trust.Sign(it, k.Public(), parent)
 		require.NoError(t, err)
 		inters = append([]*x509.Certificate{c}, inters...)
-		parent = &issuer.CA{Cert: c, Key: k}
+		parent = &trust.CA{Cert: c, Key: k}
 	}
-	leaf, leafKey, err := parent.NewGateway(DefaultTrustDomain, cluster, now, now.Add(24*time.Hour))
+	leaf, leafKey, err := parent.NewGateway(trust.DefaultTrustDomain, cluster, now, now.Add(24*time.Hour))
 	require.NoError(t, err)
-	keyPEM, err = issuer.KeyPEM(leafKey)
+	keyPEM, err = trust.KeyPEM(leafKey)
 	require.NoError(t, err)
-	return issuer.CertPEM(append([]*x509.Certificate{leaf}, inters...)...), keyPEM, issuer.CertPEM(rootCert)
+	return trust.CertPEM(append([]*x509.Certificate{leaf}, inters...)...), keyPEM, trust.CertPEM(rootCert)
 }
 
 // ingressRefuses presents cfg's certificate to the ingress at addr and
@@ -238,7 +181,7 @@ func TestEgressRefusesIngressNotFromItsClustersIntermediate(t *testing.T) {
 	_ = cli.SetDeadline(time.Now().Add(10 * time.Second))
 	err = cli.Handshake()
 	require.ErrorContains(t, err, "certificate for west issued by east's intermediate")
-	var ie *IssuerError
+	var ie *trust.IssuerError
 	require.True(t, errors.As(err, &ie), "%v", err)
 
 	// Through the egress: the client is reset, the handshake counted.
@@ -417,32 +360,4 @@ func TestRootRotationWithBundle(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = CheckCertificates(forged.CertPEM, forged.KeyPEM, append(append([]byte{}, oldRoot.CertPEM...), newRoot.CertPEM...), "")
 	require.ErrorContains(t, err, "certificate for west issued by east's intermediate")
-}
-
-// VerifyPeer judges a chain as the ingress and the egress do.
-func TestVerifyPeer(t *testing.T) {
-	ca, err := gatewaytest.NewCA("root")
-	require.NoError(t, err)
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
-	chainOf := func(o gatewaytest.Options) []*x509.Certificate {
-		is, err := ca.Issue("west", o)
-		require.NoError(t, err)
-		certs, err := issuer.ParseCertificates(is.CertPEM)
-		require.NoError(t, err)
-		return certs
-	}
-	legit := chainOf(gatewaytest.Options{})
-	require.Len(t, legit, 2, "the certificate, then its intermediate")
-	cluster, err := VerifyPeer(legit, roots, DefaultTrustDomain, time.Time{}, x509.ExtKeyUsageServerAuth)
-	require.NoError(t, err)
-	assert.Equal(t, "west", cluster)
-	_, err = VerifyPeer(legit, roots, DefaultTrustDomain, time.Now().Add(48*time.Hour), x509.ExtKeyUsageServerAuth)
-	assert.ErrorContains(t, err, "expired")
-	_, err = VerifyPeer(chainOf(gatewaytest.Options{Issuer: "east"}), roots, DefaultTrustDomain, time.Time{}, x509.ExtKeyUsageClientAuth)
-	assert.ErrorContains(t, err, "certificate for west issued by east's intermediate")
-	_, err = VerifyPeer(chainOf(gatewaytest.Options{FromRoot: true}), roots, DefaultTrustDomain, time.Time{}, x509.ExtKeyUsageClientAuth)
-	assert.ErrorContains(t, err, "issued by the root")
-	_, err = VerifyPeer(nil, roots, DefaultTrustDomain, time.Time{}, x509.ExtKeyUsageClientAuth)
-	assert.Error(t, err)
 }

@@ -1,7 +1,8 @@
-package gateway
+package trust
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -14,8 +15,8 @@ import (
 // cluster's cert-manager, its operators) can issue certificates naming any
 // cluster, and they chain to the root all the same; x509's URI name
 // constraints cannot tell them apart, since they compare only the URI's
-// host, the trust domain, which every cluster shares. So the gateway checks
-// the chains x509 verified: the certificate is accepted only through the
+// host, the trust domain, which every cluster shares. So the chains x509
+// verified are checked again: the certificate is accepted only through the
 // intermediate of the cluster it names, signed by the root itself.
 
 // IssuerError says why a certificate whose chain verifies is refused all
@@ -34,11 +35,11 @@ type IssuerError struct {
 
 func (e *IssuerError) Error() string { return e.msg }
 
-// acceptedChain returns the first of chains, as x509 Verify returns them
+// AcceptedChain returns the first of chains, as x509 Verify returns them
 // (the certificate first, a root of the trust bundle last), that is root →
 // intermediate naming cluster → the certificate; without one, an
 // *IssuerError saying what is wrong with the first chain.
-func acceptedChain(chains [][]*x509.Certificate, cluster, trustDomain string) ([]*x509.Certificate, error) {
+func AcceptedChain(chains [][]*x509.Certificate, cluster, trustDomain string) ([]*x509.Certificate, error) {
 	var first error
 	for _, chain := range chains {
 		err := checkChain(chain, cluster, trustDomain)
@@ -112,9 +113,9 @@ func checkChain(chain []*x509.Certificate, cluster, trustDomain string) *IssuerE
 	return e
 }
 
-// chainExpiry is when a chain stops verifying for want of its certificate
+// ChainExpiry is when a chain stops verifying for want of its certificate
 // or its intermediate: the earliest NotAfter of all but the root.
-func chainExpiry(chain []*x509.Certificate) time.Time {
+func ChainExpiry(chain []*x509.Certificate) time.Time {
 	t := chain[0].NotAfter
 	for _, c := range chain[:max(len(chain)-1, 1)] {
 		if c.NotAfter.Before(t) {
@@ -122,4 +123,32 @@ func chainExpiry(chain []*x509.Certificate) time.Time {
 		}
 	}
 	return t
+}
+
+// VerifyPeer checks a peer gateway's chain (its certificate first, then
+// the certificates sent with it) against roots at time now (zero: the
+// current time), for usage, by the gateways' rules: it chains to a root,
+// names one cluster of trustDomain, and was issued by that cluster's
+// intermediate. It returns that cluster. What the ingress and the egress do
+// with every peer, for tools that judge a peer as they would.
+func VerifyPeer(chain []*x509.Certificate, roots *x509.CertPool, trustDomain string, now time.Time, usage x509.ExtKeyUsage) (string, error) {
+	if len(chain) == 0 {
+		return "", errors.New("no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, cert := range chain[1:] {
+		inter.AddCert(cert)
+	}
+	chains, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}})
+	if err != nil {
+		return "", err
+	}
+	cluster, err := ClusterOf(chain[0], trustDomain)
+	if err != nil {
+		return "", err
+	}
+	if _, err := AcceptedChain(chains, cluster, trustDomain); err != nil {
+		return "", err
+	}
+	return cluster, nil
 }

@@ -1,4 +1,4 @@
-package issuer
+package trust
 
 import (
 	"crypto/x509"

@@ -139,7 +139,7 @@ func newWatcher(local string, export k8slabels.Selector, startupTimeout time.Dur
 		queue:          workqueue.NewTyped[groupKey](),
 		clusters:       map[string]*cluster{},
 		triggers:       map[groupKey]trigger{},
-		relists:        newRelistGate(relistGCBusy),
+		relists:        newRelistGate(relistBusy),
 	}
 }
 

@@ -3,6 +3,8 @@ package mcmirror
 import (
 	"net"
 
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+
 	"github.com/miekg/dns"
 )
 
@@ -253,7 +255,7 @@ func fewAddressReply(r *dns.Msg, name string, v []byte, v6 bool, ttl uint32, ext
 // answers h: every distinct port number for the name itself, the named
 // ports of h.proto for _<proto>, and port h.port of it for
 // _<port>._<proto>.
-func (h *hit) match(p *Port, before []Port) bool {
+func (h *hit) match(p *object.Port, before []object.Port) bool {
 	if h.proto == "" {
 		for i := range before {
 			if before[i].Port == p.Port {

@@ -11,7 +11,9 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
+
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -62,9 +64,9 @@ func TestCollisionTakesTheSubtree(t *testing.T) {
 	for _, order := range [][]groupKey{{{"default", "a"}, {"default", "a-b"}}, {{"default", "a-b"}, {"default", "a"}}} {
 		src := newFakeSource("c", "b-c")
 		src.svc("c", "default", "a-b", labels.Flat, nil, httpPort)
-		src.slice("c", "default", "a-b", []Port{httpPort}, ep("loser-0", "10.1.0.1", true))
+		src.slice("c", "default", "a-b", []object.Port{httpPort}, ep("loser-0", "10.1.0.1", true))
 		src.svc("b-c", "default", "a", labels.Flat, nil, httpPort)
-		src.slice("b-c", "default", "a", []Port{httpPort}, ep("winner-0", "10.2.0.1", true))
+		src.slice("b-c", "default", "a", []object.Port{httpPort}, ep("winner-0", "10.2.0.1", true))
 		m, err := newWithSource(src, Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5})
 		if err != nil {
 			t.Fatal(err)
@@ -94,7 +96,7 @@ func TestInvalidTargetsLeftOut(t *testing.T) {
 	zone := strings.Repeat(long, 3) + "example." // 191 octets
 	src := newFakeSource("west")
 	src.svc("west", "default", "web", labels.Flat, nil, httpPort)
-	src.slice("west", "default", "web", []Port{httpPort},
+	src.slice("west", "default", "web", []object.Port{httpPort},
 		ep("ok-0", "10.1.0.1", true),
 		ep(strings.Repeat("h", 64), "10.1.0.2", true), // a label over 63 octets
 		ep(strings.Repeat("p", 63), "10.1.0.3", true)) // a name over 255 octets under zone
@@ -138,10 +140,10 @@ func TestInvalidTargetsLeftOut(t *testing.T) {
 func TestDashedIPv6AndDedupe(t *testing.T) {
 	src := newFakeSource("west")
 	src.svc("east", "default", "db", labels.Flat, nil, httpPort)
-	src.slice("east", "default", "db", []Port{httpPort}, ep("", "fd00:1:2:3:4::", true))
+	src.slice("east", "default", "db", []object.Port{httpPort}, ep("", "fd00:1:2:3:4::", true))
 	src.svc("west", "default", "db", labels.Flat, nil, httpPort)
-	src.slice("west", "default", "db", []Port{httpPort},
-		Endpoint{Addresses: []string{"fd00::1", "fd00:0::1"}, Ready: true},
+	src.slice("west", "default", "db", []object.Port{httpPort},
+		object.Endpoint{Addresses: []string{"fd00::1", "fd00:0::1"}, Ready: true},
 		ep("", "fd00:0:0::1", true))
 	m := newTestPlugin(t, src, 5, fall.Zero)
 
@@ -162,9 +164,9 @@ func TestDashedIPv6AndDedupe(t *testing.T) {
 func TestRemoteNamesAreLabels(t *testing.T) {
 	src := newFakeSource("west")
 	src.svc("west", "b.c", "a", labels.Flat, nil, httpPort)
-	src.slice("west", "b.c", "a", []Port{httpPort}, ep("x", "10.1.0.1", true))
+	src.slice("west", "b.c", "a", []object.Port{httpPort}, ep("x", "10.1.0.1", true))
 	src.svc("west", "default", "web", labels.Flat, nil, httpPort)
-	src.slice("west", "default", "web", []Port{httpPort}, ep("y.a-west", "10.1.0.2", true), ep("ok", "10.1.0.3", true))
+	src.slice("west", "default", "web", []object.Port{httpPort}, ep("y.a-west", "10.1.0.2", true), ep("ok", "10.1.0.3", true))
 	m := newTestPlugin(t, src, 5, fall.Zero)
 	m.Next = fromNext
 	for name := range m.index.names {
@@ -241,9 +243,9 @@ func TestGlobalLocalFirst(t *testing.T) {
 	for _, c := range []string{"a-first", "west", "east"} {
 		src.svc(c, "default", "db", labels.Flat, nil, httpPort)
 	}
-	src.slice("a-first", "default", "db", []Port{httpPort}, ep("db-0", "10.1.0.1", true))
-	src.slice("west", "default", "db", []Port{httpPort}, ep("db-0", "10.2.0.1", true))
-	src.slice("east", "default", "db", []Port{httpPort}, ep("db-0", "10.0.0.1", true))
+	src.slice("a-first", "default", "db", []object.Port{httpPort}, ep("db-0", "10.1.0.1", true))
+	src.slice("west", "default", "db", []object.Port{httpPort}, ep("db-0", "10.2.0.1", true))
+	src.slice("east", "default", "db", []object.Port{httpPort}, ep("db-0", "10.0.0.1", true))
 	m := newTestPlugin(t, src, 5, fall.Zero)
 	got := ask(t, m, "db-global"+z, dns.TypeA)
 	if got == nil || len(got.Answer) != 3 || got.Answer[0].(*dns.A).A.String() != "10.0.0.1" {
@@ -262,14 +264,14 @@ func TestReplyOfEverySize(t *testing.T) {
 	for n := 1; n <= fewAddresses+2; n++ {
 		src := newFakeSource("west")
 		src.svc("west", "default", "s", labels.Flat, nil, httpPort)
-		var eps []Endpoint
+		var eps []object.Endpoint
 		var want4, want6 []string
 		for i := 1; i <= n; i++ {
 			v4, v6 := fmt.Sprintf("10.1.0.%d", i), fmt.Sprintf("fd00::%d", i)
-			eps = append(eps, Endpoint{Addresses: []string{v4, v6}, Ready: true})
+			eps = append(eps, object.Endpoint{Addresses: []string{v4, v6}, Ready: true})
 			want4, want6 = append(want4, v4), append(want6, v6)
 		}
-		src.slice("west", "default", "s", []Port{httpPort}, eps...)
+		src.slice("west", "default", "s", []object.Port{httpPort}, eps...)
 		m := newTestPlugin(t, src, 5, fall.Zero)
 		for _, edns := range []bool{false, true} {
 			for qtype, want := range map[uint16][]string{dns.TypeA: want4, dns.TypeAAAA: want6} {

@@ -16,6 +16,7 @@ import (
 	"github.com/coredns/coredns/request"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 )
@@ -249,12 +250,12 @@ func memSource(services, pods int) *fakeSource {
 		for s := range services {
 			name := fmt.Sprintf("m%d", s)
 			f.svc(cl, "mem", name, labels.Flat, nil, httpPort).Version = "1"
-			eps := make([]Endpoint, pods)
+			eps := make([]object.Endpoint, pods)
 			for e := range eps {
 				n := (c*services+s)*pods + e
 				eps[e] = ep(fmt.Sprintf("h%d", e), fmt.Sprintf("10.%d.%d.%d", 200+n>>16, n>>8&255, n&255), true)
 			}
-			f.slice(cl, "mem", name, []Port{httpPort}, eps...)
+			f.slice(cl, "mem", name, []object.Port{httpPort}, eps...)
 			f.slices[[3]string{cl, "mem", name}][0].Version = "1"
 		}
 	}
@@ -307,11 +308,11 @@ func BenchmarkSyncOneEndpoint(b *testing.B) {
 	f := newFakeSource(links...)
 	for c, cl := range links {
 		f.svc(cl, "default", "big", labels.Flat, nil, httpPort).Version = "1"
-		eps := make([]Endpoint, 1000)
+		eps := make([]object.Endpoint, 1000)
 		for e := range eps {
 			eps[e] = ep(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.%d.%d.%d", c, e>>8, e&255), true)
 		}
-		f.slice(cl, "default", "big", []Port{httpPort}, eps...)
+		f.slice(cl, "default", "big", []object.Port{httpPort}, eps...)
 		f.slices[[3]string{cl, "default", "big"}][0].Version = "1"
 	}
 	m := newTestPlugin(b, f, 5, fall.Zero)
@@ -326,7 +327,7 @@ func BenchmarkSyncOneEndpoint(b *testing.B) {
 		v++
 		sl.Version = strconv.Itoa(v)
 		sl.Endpoints[7].Addresses = []string{fmt.Sprintf("10.3.99.%d", v%250)}
-		f.slices[key] = []*Slice{&sl}
+		f.slices[key] = []*object.Slice{&sl}
 		m.index.sync(k)
 	}
 	if got := records(m.index, "big-7.big-c3"+z, dns.TypeA); len(got) != 1 || got[0].(*dns.A).A.String() != fmt.Sprintf("10.3.99.%d", v%250) {
@@ -347,7 +348,7 @@ func coldSource(services int) *fakeSource {
 			name := fmt.Sprintf("s%d", s)
 			n := c*services + s
 			f.svc(cl, "cold", name, labels.Flat, []string{"10.100.0.1"}, httpPort).Version = "1"
-			f.slice(cl, "cold", name, []Port{httpPort}, ep("", fmt.Sprintf("10.%d.%d.%d", 200+n>>16, n>>8&255, n&255), true))
+			f.slice(cl, "cold", name, []object.Port{httpPort}, ep("", fmt.Sprintf("10.%d.%d.%d", 200+n>>16, n>>8&255, n&255), true))
 			f.slices[[3]string{cl, "cold", name}][0].Version = "1"
 		}
 	}
@@ -382,7 +383,7 @@ func BenchmarkColdStart(b *testing.B) {
 		for key, sls := range f.slices {
 			sl := *sls[0]
 			sl.Version = "2"
-			f.slices[key] = []*Slice{&sl}
+			f.slices[key] = []*object.Slice{&sl}
 		}
 		for key, s := range f.services {
 			c := *s

@@ -8,7 +8,9 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
+
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -114,13 +116,13 @@ func TestParseAllowedCIDRs(t *testing.T) {
 func TestIndexAllowedCIDRs(t *testing.T) {
 	src := newFakeSource("paris", "west")
 	src.svc("west", "default", "flat", labels.Flat, []string{"10.100.0.3"}, httpPort)
-	src.slice("west", "default", "flat", []Port{httpPort},
+	src.slice("west", "default", "flat", []object.Port{httpPort},
 		ep("", "10.1.0.30", true), ep("", "10.96.0.1", true), ep("", "::ffff:10.96.0.2", true),
 		ep("", "10.96.0.9", false)) // not ready: never answered, so not a drop
 	src.svc("west", "default", "db", labels.Flat, nil, httpPort)
-	src.slice("west", "default", "db", []Port{httpPort}, ep("db-0", "10.1.0.40", true), ep("db-1", "10.96.0.1", true))
+	src.slice("west", "default", "db", []object.Port{httpPort}, ep("db-0", "10.1.0.40", true), ep("db-1", "10.96.0.1", true))
 	src.svc("paris", "default", "flat", labels.Flat, []string{"10.100.0.3"}, httpPort)
-	src.slice("paris", "default", "flat", []Port{httpPort}, ep("", "10.96.0.1", true))
+	src.slice("paris", "default", "flat", []object.Port{httpPort}, ep("", "10.96.0.1", true))
 
 	m, err := newWithSource(src, Options{
 		Zones:        []string{"cluster.local."},

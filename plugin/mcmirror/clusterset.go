@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+
 	"github.com/coredns/coredns/request"
 
 	"github.com/miekg/dns"
@@ -30,7 +32,7 @@ const csSchemaVersion = "1.0.0"
 // imported is what the clusterset zones answer of a group: its derived
 // Service, the ServiceImport's stand-in.
 type imported struct {
-	from     *Derived
+	from     *object.Derived
 	headless bool
 	// names is <svc>.<ns>.svc.<zone> per forward zone; "" in mcmirror's.
 	names []string
@@ -38,13 +40,13 @@ type imported struct {
 	// 4 and 16 octets each; none for a Headless import.
 	v4, v6 []byte
 	// ports are the derived Service's: the import's.
-	ports []Port
+	ports []object.Port
 }
 
 // buildImport computes the import of group k from its derived Service d,
 // returning old when it was built from the same object.
-func (x *index) buildImport(k groupKey, d *Derived, old *imported) *imported {
-	if old != nil && old.from == d && version(d) != "" {
+func (x *index) buildImport(k groupKey, d *object.Derived, old *imported) *imported {
+	if old != nil && old.from == d && object.Version(d) != "" {
 		return old
 	}
 	imp := &imported{from: d, headless: d.Headless, ports: d.Ports, names: make([]string, len(x.zones))}

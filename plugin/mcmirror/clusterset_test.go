@@ -9,7 +9,9 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
+
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -40,11 +42,11 @@ func csFixture() *fakeSource {
 	f.imports("default", "nginx-svc", nil, httpPort)
 
 	f.svc("paris", "default", "db", labels.Flat, nil, httpPort)
-	f.slice("paris", "default", "db", []Port{httpPort}, ep("", "10.2.0.5", true))
+	f.slice("paris", "default", "db", []object.Port{httpPort}, ep("", "10.2.0.5", true))
 	f.imports("default", "db", nil, httpPort)
 
 	f.svc("west", "default", "idle", labels.Flat, nil, httpPort)
-	f.slice("west", "default", "idle", []Port{httpPort}, ep("idle-0", "10.1.0.60", false))
+	f.slice("west", "default", "idle", []object.Port{httpPort}, ep("idle-0", "10.1.0.60", false))
 	f.imports("default", "idle", nil, httpPort)
 
 	f.imports("default", "orphan", []string{"10.97.0.9"}, httpPort)

@@ -5,43 +5,47 @@ import (
 	"testing"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
+
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 )
 
 // fakeSource is a source held in maps, for the index and handler tests.
 type fakeSource struct {
 	links    []string
-	services map[[3]string]*Service // cluster, ns, name
-	slices   map[[3]string][]*Slice // cluster, ns, service
-	mirrors  map[[2]string]*Mirror  // ns, name
-	derived  map[[2]string]*Derived // ns, import
-	members  map[[3]string]*Service // federated members: cluster, ns, name
+	services map[[3]string]*object.Service // cluster, ns, name
+	slices   map[[3]string][]*object.Slice // cluster, ns, service
+	mirrors  map[[2]string]*object.Mirror  // ns, name
+	derived  map[[2]string]*object.Derived // ns, import
+	members  map[[3]string]*object.Service // federated members: cluster, ns, name
 	synced   bool
 }
 
 func newFakeSource(links ...string) *fakeSource {
 	return &fakeSource{
 		links:    links,
-		services: map[[3]string]*Service{},
-		slices:   map[[3]string][]*Slice{},
-		mirrors:  map[[2]string]*Mirror{},
-		derived:  map[[2]string]*Derived{},
-		members:  map[[3]string]*Service{},
+		services: map[[3]string]*object.Service{},
+		slices:   map[[3]string][]*object.Slice{},
+		mirrors:  map[[2]string]*object.Mirror{},
+		derived:  map[[2]string]*object.Derived{},
+		members:  map[[3]string]*object.Service{},
 		synced:   true,
 	}
 }
 
 func (f *fakeSource) Links() []string { return f.links }
-func (f *fakeSource) Service(c, ns, name string) *Service {
+func (f *fakeSource) Service(c, ns, name string) *object.Service {
 	return f.services[[3]string{c, ns, name}]
 }
-func (f *fakeSource) Slices(c, ns, name string) []*Slice { return f.slices[[3]string{c, ns, name}] }
-func (f *fakeSource) Mirror(ns, name string) *Mirror     { return f.mirrors[[2]string{ns, name}] }
-func (f *fakeSource) HasSynced() bool                    { return f.synced }
-func (f *fakeSource) Derived(ns, name string) *Derived {
+func (f *fakeSource) Slices(c, ns, name string) []*object.Slice {
+	return f.slices[[3]string{c, ns, name}]
+}
+func (f *fakeSource) Mirror(ns, name string) *object.Mirror { return f.mirrors[[2]string{ns, name}] }
+func (f *fakeSource) HasSynced() bool                       { return f.synced }
+func (f *fakeSource) Derived(ns, name string) *object.Derived {
 	return f.derived[[2]string{ns, name}]
 }
-func (f *fakeSource) Member(c, ns, name string) *Service {
+func (f *fakeSource) Member(c, ns, name string) *object.Service {
 	if s := f.members[[3]string{c, ns, name}]; s != nil {
 		return s
 	}
@@ -50,7 +54,7 @@ func (f *fakeSource) Member(c, ns, name string) *Service {
 func (f *fakeSource) Federations(ns, member string) []string {
 	var out []string
 	for _, m := range f.mirrors {
-		if m.Fed != nil && m.Namespace == ns && slices.Contains(m.Fed.memberNames(), member) {
+		if m.Fed != nil && m.Namespace == ns && slices.Contains(m.Fed.MemberNames(), member) {
 			out = append(out, m.Name)
 		}
 	}
@@ -90,9 +94,9 @@ func (f *fakeSource) keys() []groupKey {
 }
 
 // svc adds an exported Service. ips empty means headless.
-func (f *fakeSource) svc(cluster, ns, name string, mode labels.Mode, ips []string, ports ...Port) *Service {
-	s := &Service{
-		objMeta:    objMeta{Name: name, Namespace: ns},
+func (f *fakeSource) svc(cluster, ns, name string, mode labels.Mode, ips []string, ports ...object.Port) *object.Service {
+	s := &object.Service{
+		Meta:       object.Meta{Name: name, Namespace: ns},
 		Mode:       mode,
 		Headless:   len(ips) == 0,
 		ClusterIPs: ips,
@@ -103,10 +107,10 @@ func (f *fakeSource) svc(cluster, ns, name string, mode labels.Mode, ips []strin
 }
 
 // slice adds an EndpointSlice of Service ns/svc.
-func (f *fakeSource) slice(cluster, ns, svc string, ports []Port, eps ...Endpoint) {
+func (f *fakeSource) slice(cluster, ns, svc string, ports []object.Port, eps ...object.Endpoint) {
 	k := [3]string{cluster, ns, svc}
-	f.slices[k] = append(f.slices[k], &Slice{
-		objMeta:   objMeta{Name: svc + "-abcde", Namespace: ns},
+	f.slices[k] = append(f.slices[k], &object.Slice{
+		Meta:      object.Meta{Name: svc + "-abcde", Namespace: ns},
 		Service:   svc,
 		Ports:     ports,
 		Endpoints: eps,
@@ -114,9 +118,9 @@ func (f *fakeSource) slice(cluster, ns, svc string, ports []Port, eps ...Endpoin
 }
 
 // mirror adds a local mirror Service; ips empty means headless.
-func (f *fakeSource) mirror(ns, name, cluster, headlessOf string, ips []string, ports ...Port) {
-	f.mirrors[[2]string{ns, name}] = &Mirror{
-		objMeta:    objMeta{Name: name, Namespace: ns},
+func (f *fakeSource) mirror(ns, name, cluster, headlessOf string, ips []string, ports ...object.Port) {
+	f.mirrors[[2]string{ns, name}] = &object.Mirror{
+		Meta:       object.Meta{Name: name, Namespace: ns},
 		Cluster:    cluster,
 		HeadlessOf: headlessOf,
 		Headless:   len(ips) == 0,
@@ -127,9 +131,9 @@ func (f *fakeSource) mirror(ns, name, cluster, headlessOf string, ips []string, 
 
 // imports adds the derived Service of import ns/name: ClusterSetIP with
 // ips, Headless without.
-func (f *fakeSource) imports(ns, name string, ips []string, ports ...Port) *Derived {
-	d := &Derived{
-		objMeta:    objMeta{Name: "derived-" + name, Namespace: ns},
+func (f *fakeSource) imports(ns, name string, ips []string, ports ...object.Port) *object.Derived {
+	d := &object.Derived{
+		Meta:       object.Meta{Name: "derived-" + name, Namespace: ns},
 		Import:     name,
 		Managed:    true,
 		Headless:   len(ips) == 0,
@@ -140,13 +144,13 @@ func (f *fakeSource) imports(ns, name string, ips []string, ports ...Port) *Deri
 	return d
 }
 
-func ep(host, ip string, ready bool) Endpoint {
-	return Endpoint{Hostname: host, Addresses: []string{ip}, Ready: ready}
+func ep(host, ip string, ready bool) object.Endpoint {
+	return object.Endpoint{Hostname: host, Addresses: []string{ip}, Ready: ready}
 }
 
 var (
-	httpPort = Port{Name: "http", Protocol: "tcp", Port: 80}
-	dnsPort  = Port{Name: "dns", Protocol: "udp", Port: 53}
+	httpPort = object.Port{Name: "http", Protocol: "tcp", Port: 80}
+	dnsPort  = object.Port{Name: "dns", Protocol: "udp", Port: 53}
 )
 
 // newTestPlugin returns a plugin over src with every group built.

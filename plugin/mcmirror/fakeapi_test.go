@@ -261,6 +261,13 @@ func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request, match func(metav
 	}
 	f.mu.Lock()
 	code, srv := f.code, f.srv
+	if srv == nil {
+		// Accepted as the server went down (or before serve recorded
+		// it): end it, as down ends every other watch, or Close would
+		// wait for it forever.
+		f.mu.Unlock()
+		return
+	}
 	from, _ := strconv.Atoi(rv)
 	next := len(f.events)
 	if rv == "" || rv == "0" || initial {

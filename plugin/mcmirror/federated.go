@@ -5,8 +5,7 @@ import (
 	"strings"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
-
-	corev1 "k8s.io/api/core/v1"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 )
 
 // Federated Services, for clients outside the mesh. For members named
@@ -31,19 +30,6 @@ import (
 // goes down the plugin chain, to the kubernetes plugin's answer (the
 // Service's own ClusterIP, what meshed clients use).
 
-// Federation is what a federated Service's annotations say of its members.
-type Federation struct {
-	// Remote are the members in linked clusters, at most one per cluster
-	// (the first listed), in the annotation's order.
-	Remote []FedMember
-	// Local is the name of the local member; "" for none.
-	Local string
-}
-
-// FedMember is a member in a linked cluster: Service Service of the
-// federated Service's namespace in cluster Cluster.
-type FedMember struct{ Service, Cluster string }
-
 // fedMark ends the svc of a federated group's key: no Service name holds a
 // dot, so the key of federated Service ns/name is no Service's.
 const fedMark = "."
@@ -58,55 +44,11 @@ func (k groupKey) federated() (string, bool) { return strings.CutSuffix(k.svc, f
 
 // federatedGroup returns the group a local Service serves when it is a
 // federated Service.
-func federatedGroup(m *Mirror) (groupKey, bool) {
+func federatedGroup(m *object.Mirror) (groupKey, bool) {
 	if m.Fed == nil {
 		return groupKey{}, false
 	}
 	return fedKey(m.Namespace, m.Name), true
-}
-
-// federation reads the members of s when it is a federated Service: a
-// mirror without a cluster name, named <svc>-federated, with either
-// annotation. Malformed entries (not <svc>@<cluster>, not DNS labels) are
-// left out, and so is a second entry of a cluster.
-func federation(s *corev1.Service) *Federation {
-	base, ok := strings.CutSuffix(s.Name, "-"+labels.FederatedSuffix)
-	if !ok || base == "" || s.Labels[labels.ClusterName] != "" {
-		return nil
-	}
-	remote, hasRemote := s.Annotations[labels.RemoteDiscoveryAnnotation]
-	local, hasLocal := s.Annotations[labels.LocalDiscoveryAnnotation]
-	if !hasRemote && !hasLocal {
-		return nil
-	}
-	f := &Federation{}
-	for e := range strings.SplitSeq(remote, ",") {
-		svc, cluster, ok := strings.Cut(strings.TrimSpace(e), "@")
-		if !ok || !validLabel(svc) || !validLabel(cluster) ||
-			slices.ContainsFunc(f.Remote, func(m FedMember) bool { return m.Cluster == cluster }) {
-			continue
-		}
-		f.Remote = append(f.Remote, FedMember{Service: svc, Cluster: cluster})
-	}
-	if local = strings.TrimSpace(local); validLabel(local) {
-		f.Local = local
-	}
-	return f
-}
-
-// memberNames returns the names of the members of f, each once: the
-// Services whose changes rebuild its group.
-func (f *Federation) memberNames() []string {
-	var out []string
-	if f.Local != "" {
-		out = append(out, f.Local)
-	}
-	for _, m := range f.Remote {
-		if !slices.Contains(out, m.Service) {
-			out = append(out, m.Service)
-		}
-	}
-	return out
 }
 
 // federations returns the keys of the federated groups that Service k is
@@ -128,7 +70,7 @@ func (x *index) federations(k groupKey) []groupKey {
 // claimed.
 func (x *index) buildFederated(k groupKey, name string, old *group) *group {
 	fm := x.src.Mirror(k.ns, name)
-	if fm == nil || fm.Fed == nil || fm.Cluster != "" || !validLabel(k.ns) || !validLabel(name) {
+	if fm == nil || fm.Fed == nil || fm.Cluster != "" || !object.ValidLabel(k.ns) || !object.ValidLabel(name) {
 		x.drops.note(k, nil)
 		return nil
 	}
@@ -143,7 +85,7 @@ func (x *index) buildFederated(k groupKey, name string, old *group) *group {
 	}
 	var dropped []dropped
 	for _, c := range x.src.Links() {
-		i := slices.IndexFunc(fm.Fed.Remote, func(e FedMember) bool { return e.Cluster == c })
+		i := slices.IndexFunc(fm.Fed.Remote, func(e object.FedMember) bool { return e.Cluster == c })
 		if i < 0 {
 			continue
 		}
@@ -178,7 +120,7 @@ func (x *index) buildFederated(k groupKey, name string, old *group) *group {
 
 // hasReady reports whether Service s of cluster has an endpoint to answer:
 // a ready one, or any when it publishes not-ready addresses.
-func (x *index) hasReady(cluster string, s *Service) bool {
+func (x *index) hasReady(cluster string, s *object.Service) bool {
 	for _, sl := range x.src.Slices(cluster, s.Namespace, s.Name) {
 		for _, e := range sl.Endpoints {
 			if (e.Ready || s.PublishNotReady) && len(e.Addresses) > 0 {

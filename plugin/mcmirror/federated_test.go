@@ -8,7 +8,9 @@ import (
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
+
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -48,48 +50,21 @@ func fedService(name, remote, local string) *corev1.Service {
 	return s
 }
 
-// The members are read from the annotations; an entry that is not
-// <svc>@<cluster> of two DNS labels is left out, and so is a second entry
-// of a cluster. Only a mirror without a cluster name, named <svc>-federated,
-// with either annotation, is a federated Service.
-func TestFederationAnnotations(t *testing.T) {
-	f := federation(fedService("web-federated", " web@west,,web,@west,web@,a@b@c,Web@paris,web@West,other@west, api@paris ", " web "))
-	want := &Federation{Remote: []FedMember{{"web", "west"}, {"api", "paris"}}, Local: "web"}
-	if f == nil || !slices.Equal(f.Remote, want.Remote) || f.Local != want.Local {
-		t.Fatalf("federation = %+v, want %+v", f, want)
-	}
-	if got := f.memberNames(); !slices.Equal(got, []string{"web", "api"}) {
-		t.Errorf("memberNames = %v", got)
-	}
-	if f := federation(fedService("web-federated", "-", "web_1")); f == nil || f.Local != "" || len(f.Remote) != 0 {
-		t.Errorf("a malformed local member: %+v, want a federation without members", f)
-	}
-	for what, s := range map[string]*corev1.Service{
-		"no annotation":   fedService("web-federated", "-", "-"),
-		"not -federated":  fedService("web", "web@west", "web"),
-		"only the suffix": fedService("-federated", "web@west", "web"),
-		"a cluster's mirror": func() *corev1.Service {
-			s := fedService("web-federated", "web@west", "web")
-			s.Labels[labels.ClusterName] = "federated" // Service web of a cluster named federated
-			return s
-		}(),
-	} {
-		if f := federation(s); f != nil {
-			t.Errorf("%s: federation = %+v, want none", what, f)
-		}
-	}
-	m, _ := toMirror(fedService("web-federated", "web@west", "web"))
-	if k, ok := federatedGroup(m.(*Mirror)); !ok || k != fedKey("default", "web-federated") || k.String() != "default/web-federated (federated)" {
+// A federated Service's group is its own, not a cluster's mirror's (the
+// annotations themselves are read in package object).
+func TestFederatedGroup(t *testing.T) {
+	m, _ := object.ToMirror(fedService("web-federated", "web@west", "web"))
+	if k, ok := federatedGroup(m.(*object.Mirror)); !ok || k != fedKey("default", "web-federated") || k.String() != "default/web-federated (federated)" {
 		t.Errorf("federatedGroup = %v, %t", k, ok)
 	}
-	if _, ok := mirrorGroup(m.(*Mirror)); ok {
+	if _, ok := mirrorGroup(m.(*object.Mirror)); ok {
 		t.Error("a federated Service counts as a cluster's mirror")
 	}
 }
 
 // member adds a federated member; ips empty means headless.
-func (f *fakeSource) member(cluster, ns, name string, mode labels.Mode, ips []string, ports ...Port) *Service {
-	s := &Service{objMeta: objMeta{Name: name, Namespace: ns}, Exported: true, Mode: mode,
+func (f *fakeSource) member(cluster, ns, name string, mode labels.Mode, ips []string, ports ...object.Port) *object.Service {
+	s := &object.Service{Meta: object.Meta{Name: name, Namespace: ns}, Exported: true, Mode: mode,
 		Headless: len(ips) == 0, ClusterIPs: ips, Ports: ports}
 	f.members[[3]string{cluster, ns, name}] = s
 	return s
@@ -97,11 +72,11 @@ func (f *fakeSource) member(cluster, ns, name string, mode labels.Mode, ips []st
 
 // federate adds the local federated Service name with its annotations.
 func (f *fakeSource) federate(name, remote, local string) {
-	m, _ := toMirror(fedService(name, remote, local))
-	f.mirrors[[2]string{"default", name}] = m.(*Mirror)
+	m, _ := object.ToMirror(fedService(name, remote, local))
+	f.mirrors[[2]string{"default", name}] = m.(*object.Mirror)
 }
 
-var targetPort = Port{Name: "http", Protocol: "tcp", Port: 8080}
+var targetPort = object.Port{Name: "http", Protocol: "tcp", Port: 8080}
 
 // fedFixture: web-federated, whose members are web in east (this
 // cluster: ClusterIP 10.96.5.5, one ready pod), in west (flat: two ready
@@ -110,11 +85,11 @@ var targetPort = Port{Name: "http", Protocol: "tcp", Port: 8080}
 func fedFixture() *fakeSource {
 	f := newFakeSource("paris", "west")
 	f.member("east", "default", "web", labels.Gateway, []string{"10.96.5.5"}, httpPort)
-	f.slice("east", "default", "web", []Port{targetPort}, ep("", "10.0.0.5", true))
+	f.slice("east", "default", "web", []object.Port{targetPort}, ep("", "10.0.0.5", true))
 	f.member("west", "default", "web", labels.Flat, []string{"10.100.0.7"}, httpPort)
-	f.slice("west", "default", "web", []Port{targetPort}, ep("", "10.1.0.1", true), ep("", "10.1.0.2", true), ep("", "10.1.0.3", false))
+	f.slice("west", "default", "web", []object.Port{targetPort}, ep("", "10.1.0.1", true), ep("", "10.1.0.2", true), ep("", "10.1.0.3", false))
 	f.member("paris", "default", "web", labels.Gateway, []string{"10.100.1.7"}, httpPort)
-	f.slice("paris", "default", "web", []Port{targetPort}, ep("", "10.2.0.1", true))
+	f.slice("paris", "default", "web", []object.Port{targetPort}, ep("", "10.2.0.1", true))
 	f.mirror("default", "web-paris", "paris", "", []string{"10.96.0.7"}, httpPort)
 	f.federate("web-federated", "web@paris,web@west,web@nowhere", "web")
 	return f
@@ -170,12 +145,12 @@ func TestFederatedAnswers(t *testing.T) {
 func TestFederatedNotClaimed(t *testing.T) {
 	f := newFakeSource("paris", "west")
 	f.member("west", "default", "idle", labels.Flat, []string{"10.100.0.8"}, httpPort)
-	f.slice("west", "default", "idle", []Port{targetPort}, ep("", "10.1.0.8", false))
+	f.slice("west", "default", "idle", []object.Port{targetPort}, ep("", "10.1.0.8", false))
 	f.member("paris", "default", "gw", labels.Gateway, []string{"10.100.1.8"}, httpPort)
-	f.slice("paris", "default", "gw", []Port{targetPort}, ep("", "10.2.0.8", true))
+	f.slice("paris", "default", "gw", []object.Port{targetPort}, ep("", "10.2.0.8", true))
 	f.mirror("default", "gw-paris", "paris", "", []string{"10.96.0.8"}, httpPort)
 	f.member("east", "default", "lonely", labels.Gateway, []string{"10.96.5.8"}, httpPort)
-	f.slice("east", "default", "lonely", []Port{targetPort}, ep("", "10.0.0.8", false))
+	f.slice("east", "default", "lonely", []object.Port{targetPort}, ep("", "10.0.0.8", false))
 	f.member("west", "default", "empty", labels.Flat, []string{"10.100.0.9"}, httpPort)
 	f.federate("idle-federated", "idle@west", "-")       // no ready pod
 	f.federate("gw-federated", "gw@paris", "-")          // gateway mode only
@@ -214,21 +189,21 @@ func TestFederatedMembersChange(t *testing.T) {
 
 	// West's pods become unready: the local member alone.
 	f.slices[[3]string{"west", "default", "web"}] = nil
-	f.slice("west", "default", "web", []Port{targetPort}, ep("", "10.1.0.1", false), ep("", "10.1.0.2", false))
+	f.slice("west", "default", "web", []object.Port{targetPort}, ep("", "10.1.0.1", false), ep("", "10.1.0.2", false))
 	m.requeue(web)
 	wantA("10.96.5.5")
 	runCase(t, m, nxdomain("west.web-federated"+z, dns.TypeA), false)
 
 	// The local pod becomes unready too: no ready member, not claimed.
 	f.slices[[3]string{"east", "default", "web"}] = nil
-	f.slice("east", "default", "web", []Port{targetPort}, ep("", "10.0.0.5", false))
+	f.slice("east", "default", "web", []object.Port{targetPort}, ep("", "10.0.0.5", false))
 	m.requeue(web)
 	runCase(t, m, next(fed), false)
 	runCase(t, m, next("west.web-federated"+z), false)
 
 	// West ready again.
 	f.slices[[3]string{"west", "default", "web"}] = nil
-	f.slice("west", "default", "web", []Port{targetPort}, ep("", "10.1.0.4", true))
+	f.slice("west", "default", "web", []object.Port{targetPort}, ep("", "10.1.0.4", true))
 	m.requeue(web)
 	wantA("10.1.0.4")
 
@@ -241,7 +216,7 @@ func TestFederatedMembersChange(t *testing.T) {
 	// lists west no more, then goes.
 	f.member("west", "default", "web", labels.Flat, []string{"10.100.0.7"}, httpPort)
 	f.slices[[3]string{"east", "default", "web"}] = nil
-	f.slice("east", "default", "web", []Port{targetPort}, ep("", "10.0.0.5", true))
+	f.slice("east", "default", "web", []object.Port{targetPort}, ep("", "10.0.0.5", true))
 	m.requeue(web)
 	wantA("10.1.0.4", "10.96.5.5")
 	f.federate("web-federated", "web@paris", "web")
@@ -261,7 +236,7 @@ func TestFederatedMembersChange(t *testing.T) {
 func TestFederatedMemberAlsoExported(t *testing.T) {
 	f := newFakeSource("west")
 	f.svc("west", "default", "api", labels.Flat, []string{"10.100.0.5"}, httpPort)
-	f.slice("west", "default", "api", []Port{targetPort}, ep("", "10.1.0.5", true))
+	f.slice("west", "default", "api", []object.Port{targetPort}, ep("", "10.1.0.5", true))
 	f.svc("west", "default", "gw", labels.Gateway, []string{"10.100.0.6"}, httpPort)
 	f.mirror("default", "gw-west", "west", "", []string{"10.96.0.6"}, httpPort)
 	f.federate("api-federated", "api@west", "-")
@@ -283,7 +258,7 @@ func TestFederatedMemberAlsoExported(t *testing.T) {
 func TestFederatedAllowedCIDRs(t *testing.T) {
 	f := newFakeSource("west")
 	f.member("west", "default", "web", labels.Flat, []string{"10.100.0.7"}, httpPort)
-	f.slice("west", "default", "web", []Port{targetPort}, ep("", "10.1.0.1", true), ep("", "10.96.0.1", true))
+	f.slice("west", "default", "web", []object.Port{targetPort}, ep("", "10.1.0.1", true), ep("", "10.96.0.1", true))
 	f.federate("web-federated", "web@west", "-")
 	m, err := newWithSource(f, Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5,
 		AllowedCIDRs: map[string][]netip.Prefix{"west": {netip.MustParsePrefix("10.1.0.0/16")}}})

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	corev1 "k8s.io/api/core/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
@@ -33,7 +34,7 @@ func fedTransform(sel k8slabels.Selector) cache.TransformFunc {
 			_, exported := s.Labels[labels.Exported]
 			_, stamped := s.Labels[labels.ServiceExportMode]
 			if !exported && !stamped {
-				t.(*Service).Mode = labels.Flat
+				t.(*object.Service).Mode = labels.Flat
 			}
 		}
 		return t, err
@@ -51,11 +52,11 @@ func fedIndexers() cache.Indexers {
 
 // fedMembers is the index function of fedMemberIndex.
 func fedMembers(obj any) ([]string, error) {
-	m, ok := obj.(*Mirror)
+	m, ok := obj.(*object.Mirror)
 	if !ok || m.Fed == nil {
 		return nil, nil
 	}
-	names := m.Fed.memberNames()
+	names := m.Fed.MemberNames()
 	out := make([]string, len(names))
 	for i, n := range names {
 		out[i] = m.Namespace + "/" + n
@@ -64,7 +65,7 @@ func fedMembers(obj any) ([]string, error) {
 }
 
 // Member implements source.
-func (c *watcher) Member(cluster, ns, name string) *Service {
+func (c *watcher) Member(cluster, ns, name string) *object.Service {
 	cl := c.cluster(cluster)
 	if cl == nil || cl.health.withdrawn.Load() {
 		return nil
@@ -87,7 +88,7 @@ func (c *watcher) Federations(ns, member string) []string {
 	}
 	var out []string
 	for _, obj := range objs {
-		if m, ok := obj.(*Mirror); ok && m.Fed != nil && m.IsMirror {
+		if m, ok := obj.(*object.Mirror); ok && m.Fed != nil && m.IsMirror {
 			out = append(out, m.Name)
 		}
 	}
@@ -104,7 +105,7 @@ func (cl *cluster) serviceStores() [3]*objectStore {
 // service returns the cluster's exported Service key (ns/name), as the
 // export selector's watch last said, else as the ServiceExport stamp's
 // did; nil when neither exports it. A Service can be in both.
-func (cl *cluster) service(key string) *Service {
+func (cl *cluster) service(key string) *object.Service {
 	for _, st := range [2]*objectStore{cl.services, cl.mcsServices} {
 		if s := exportedIn(st, key); s != nil {
 			return s
@@ -115,9 +116,9 @@ func (cl *cluster) service(key string) *Service {
 
 // exportedIn returns the Service key that st holds, selected by its watch's
 // selector, or nil.
-func exportedIn(st *objectStore, key string) *Service {
+func exportedIn(st *objectStore, key string) *object.Service {
 	obj, ok, _ := st.idx.GetByKey(key)
-	if s, _ := obj.(*Service); ok && s != nil && s.Exported {
+	if s, _ := obj.(*object.Service); ok && s != nil && s.Exported {
 		return s
 	}
 	return nil

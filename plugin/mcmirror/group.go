@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 )
@@ -61,7 +62,7 @@ type member struct {
 	// answer shares them rather than copying.
 	v4, v6 []byte
 	// ports are the service-level name's when there are no pods.
-	ports []Port
+	ports []object.Port
 	// pods, sorted by name, are the per-pod names of a headless Service.
 	pods []pod
 	// podNames is each pod's name per zone (pod i, zone z at
@@ -74,7 +75,7 @@ type member struct {
 	// hosts, each in its own string, at every step (see findPod).
 	byHash []uint64
 	// portSets are the pods' distinct port lists, shared.
-	portSets [][]Port
+	portSets [][]object.Port
 	// from is what the member was built from: a later build reuses the
 	// member when none of it changed.
 	from []any
@@ -158,7 +159,7 @@ type builder struct {
 	// before they are packed in pod order.
 	first []netip.Addr
 	more  map[int][]netip.Addr
-	ports [][]Port
+	ports [][]object.Port
 	// loose are addresses without a valid pod name: they answer the
 	// member's name, and no pod's.
 	loose []netip.Addr
@@ -187,7 +188,7 @@ func (b *builder) addr(a netip.Addr) bool {
 
 // podAddr adds an address of pod host with ports; false when the address
 // is the member's already.
-func (b *builder) podAddr(host string, a netip.Addr, ports []Port) bool {
+func (b *builder) podAddr(host string, a netip.Addr, ports []object.Port) bool {
 	a = a.Unmap().WithZone("")
 	if b.seen[a] {
 		return false
@@ -304,7 +305,7 @@ func (b *builder) oldNames(host string, j *int, zones []string) []string {
 }
 
 // portSet returns the index of ps in the member's portSets, adding it.
-func (b *builder) portSet(ps []Port) uint32 {
+func (b *builder) portSet(ps []object.Port) uint32 {
 	for i, have := range b.m.portSets {
 		if slices.Equal(have, ps) {
 			return uint32(i)
@@ -317,14 +318,14 @@ func (b *builder) portSet(ps []Port) uint32 {
 // buildMember computes the member of cluster for Service s, or nil when
 // it has nothing to give. old, the cluster's member at the last build, is
 // returned as it is when it was built from the same objects.
-func (x *index) buildMember(k groupKey, cluster string, s *Service, old *member) *member {
+func (x *index) buildMember(k groupKey, cluster string, s *object.Service, old *member) *member {
 	return x.makeMember(k, cluster, s, old, "")
 }
 
 // makeMember is buildMember; with fed, a federated Service's name, the
 // member of a linked cluster is named <cluster>.<fed>.<ns>.svc.<zone> in
 // every zone (federated.go), and must be flat.
-func (x *index) makeMember(k groupKey, cluster string, s *Service, old *member, fed string) *member {
+func (x *index) makeMember(k groupKey, cluster string, s *object.Service, old *member, fed string) *member {
 	local := cluster == x.local
 	var rel string
 	switch {
@@ -340,7 +341,7 @@ func (x *index) makeMember(k groupKey, cluster string, s *Service, old *member, 
 		}
 		rel = mname + "." + k.ns + ".svc"
 	}
-	var sls []*Slice
+	var sls []*object.Slice
 	if local && s.Headless || !local && (s.Mode == labels.Flat || s.Headless) {
 		sls = x.src.Slices(cluster, k.ns, k.svc)
 	}
@@ -391,7 +392,7 @@ func (x *index) makeMember(k groupKey, cluster string, s *Service, old *member, 
 }
 
 // sources lists the objects a member is built from, for reusable.
-func sources(s *Service, sls []*Slice) []any {
+func sources(s *object.Service, sls []*object.Slice) []any {
 	from := make([]any, 0, 1+len(sls))
 	from = append(from, s)
 	for _, sl := range sls {
@@ -409,7 +410,7 @@ func reusable(old, now []any) bool {
 		return false
 	}
 	for i := range old {
-		if old[i] != now[i] || version(now[i]) == "" {
+		if old[i] != now[i] || object.Version(now[i]) == "" {
 			return false
 		}
 	}
@@ -420,7 +421,7 @@ func reusable(old, now []any) bool {
 // Linkerd's rules: a headless Service with named endpoints is mirrored per
 // pod, anything else by one ClusterIP. A pod whose mirror does not exist yet
 // is left out: a record is only given when it can be routed.
-func (x *index) mirrors(m, old *member, s *Service, mname string, sls []*Slice) {
+func (x *index) mirrors(m, old *member, s *object.Service, mname string, sls []*object.Slice) {
 	mirror := x.src.Mirror(s.Namespace, mname)
 	if mirror != nil && mirror.Cluster != m.cluster {
 		mirror = nil // a mirror of another cluster's Service of that name
@@ -446,7 +447,7 @@ func (x *index) mirrors(m, old *member, s *Service, mname string, sls []*Slice) 
 				continue
 			}
 			seen[e.Hostname] = true
-			if !validLabel(e.Hostname) {
+			if !object.ValidLabel(e.Hostname) {
 				m.bad++
 				noteInvalid(m.cluster, e.Hostname)
 				continue
@@ -471,7 +472,7 @@ func (x *index) mirrors(m, old *member, s *Service, mname string, sls []*Slice) 
 }
 
 // named reports whether any endpoint has a hostname.
-func named(sls []*Slice) bool {
+func named(sls []*object.Slice) bool {
 	for _, sl := range sls {
 		for _, e := range sl.Endpoints {
 			if e.Hostname != "" {
@@ -488,7 +489,7 @@ func named(sls []*Slice) bool {
 // kubernetes plugin names it); a ClusterIP one answers all its endpoints.
 // Addresses are compared by value. Those allow does not allow are left
 // out, and added to out.
-func (x *index) endpoints(m, old *member, s *Service, sls []*Slice, allow cidrs, out *[]dropped) {
+func (x *index) endpoints(m, old *member, s *object.Service, sls []*object.Slice, allow cidrs, out *[]dropped) {
 	b := newBuilder(m, old)
 	for _, sl := range sls {
 		var bad []string
@@ -496,7 +497,7 @@ func (x *index) endpoints(m, old *member, s *Service, sls []*Slice, allow cidrs,
 			if !(e.Ready || s.PublishNotReady) {
 				continue
 			}
-			badHost := e.Hostname != "" && !validLabel(e.Hostname)
+			badHost := e.Hostname != "" && !object.ValidLabel(e.Hostname)
 			if badHost {
 				m.bad++
 				noteInvalid(m.cluster, e.Hostname)
@@ -536,7 +537,7 @@ func (x *index) endpoints(m, old *member, s *Service, sls []*Slice, allow cidrs,
 	b.finish(x.zones)
 }
 
-func addPorts(have, add []Port) []Port {
+func addPorts(have, add []object.Port) []object.Port {
 	for _, p := range add {
 		if !slices.Contains(have, p) {
 			have = append(slices.Clip(have), p)
@@ -565,23 +566,4 @@ func dashed(ip string) string {
 func validName(name string) bool {
 	_, ok := dns.IsDomainName(name)
 	return ok
-}
-
-// validLabel reports whether s, a name a cluster sent (a namespace, a
-// hostname, a Service name), is one DNS label as Kubernetes allows it
-// (RFC 1123): it cannot add a label or escape into another name.
-func validLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case c == '-' && i > 0 && i < len(s)-1:
-		default:
-			return false
-		}
-	}
-	return true
 }

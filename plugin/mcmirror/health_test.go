@@ -18,6 +18,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/peers"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,25 +122,25 @@ func (l *logRecorder) count(s string) int {
 func healthFixture() *fakeSource {
 	f := newFakeSource("paris", "tokyo", "west")
 	f.svc("west", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("west", "default", "nginx-svc", []Port{httpPort}, ep("nginx-set-0", "10.1.0.10", true), ep("nginx-set-1", "10.1.0.11", true))
+	f.slice("west", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.1.0.10", true), ep("nginx-set-1", "10.1.0.11", true))
 	f.mirror("default", "nginx-svc-west", "west", "", nil, httpPort)
 	f.mirror("default", "nginx-set-0-west", "west", "nginx-svc-west", []string{"10.96.0.10"}, httpPort)
 	f.mirror("default", "nginx-set-1-west", "west", "nginx-svc-west", []string{"10.96.0.11"}, httpPort)
 	f.svc("west", "default", "web", labels.Gateway, []string{"10.100.0.1"}, httpPort)
 	f.mirror("default", "web-west", "west", "", []string{"10.96.0.20"}, httpPort)
 	f.svc("west", "default", "flat", labels.Flat, []string{"10.100.0.3"}, httpPort)
-	f.slice("west", "default", "flat", []Port{httpPort}, ep("", "10.1.0.30", true))
+	f.slice("west", "default", "flat", []object.Port{httpPort}, ep("", "10.1.0.30", true))
 
 	f.svc("paris", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("paris", "default", "nginx-svc", []Port{httpPort}, ep("nginx-set-0", "10.2.0.10", true))
+	f.slice("paris", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.2.0.10", true))
 	f.mirror("default", "nginx-svc-paris", "paris", "", nil, httpPort)
 	f.mirror("default", "nginx-set-0-paris", "paris", "nginx-svc-paris", []string{"10.96.1.10"}, httpPort)
 
 	f.svc("tokyo", "default", "nginx-svc", labels.Flat, nil, httpPort)
-	f.slice("tokyo", "default", "nginx-svc", []Port{httpPort}, ep("nginx-set-0", "10.3.0.10", true))
+	f.slice("tokyo", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.3.0.10", true))
 
 	f.svc("east", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("east", "default", "nginx-svc", []Port{httpPort}, ep("nginx-set-0", "10.0.0.10", true))
+	f.slice("east", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.0.0.10", true))
 	return f
 }
 

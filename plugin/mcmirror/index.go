@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 )
@@ -19,18 +20,18 @@ type source interface {
 	Links() []string
 	// Service returns the exported Service ns/name of cluster (the local
 	// cluster included), or nil when it does not export one.
-	Service(cluster, ns, name string) *Service
+	Service(cluster, ns, name string) *object.Service
 	// Slices returns the EndpointSlices of Service ns/name of cluster.
-	Slices(cluster, ns, name string) []*Slice
+	Slices(cluster, ns, name string) []*object.Slice
 	// Mirror returns the local mirror Service ns/name, or nil.
-	Mirror(ns, name string) *Mirror
+	Mirror(ns, name string) *object.Mirror
 	// Derived returns the local derived Service of the ServiceImport
 	// ns/name, or nil (always nil without clusterset zones).
-	Derived(ns, name string) *Derived
+	Derived(ns, name string) *object.Derived
 	// Member returns Service ns/name of cluster as a federated member: as
 	// the federated members' watch holds it, else as an export; nil when
 	// neither holds it.
-	Member(cluster, ns, name string) *Service
+	Member(cluster, ns, name string) *object.Service
 	// Federations returns the names of the local federated Services of
 	// namespace ns that list a member named member, in any cluster.
 	Federations(ns, member string) []string
@@ -192,7 +193,7 @@ func (h *hit) kind() nameKind {
 // find returns what name (lowercased) is in the index: a name itself, or
 // _<port>._<proto> or _<proto> below one. A name whose first label starts
 // with an underscore is neither a name of the table nor a pod (their labels
-// are validLabel's), so it is looked up only below its underscore labels.
+// are object.ValidLabel's), so it is looked up only below its underscore labels.
 func (x *index) find(name string) (hit, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -317,7 +318,7 @@ func (x *index) build(k groupKey, old *group, health *healthState) *group {
 	if name, ok := k.federated(); ok {
 		return x.buildFederated(k, name, old)
 	}
-	if !validLabel(k.ns) || !validLabel(k.svc) {
+	if !object.ValidLabel(k.ns) || !object.ValidLabel(k.svc) {
 		// A name a remote API server should not have let through:
 		// it could add a label and shadow another name.
 		if x.exportedAnywhere(k) {
@@ -327,7 +328,7 @@ func (x *index) build(k groupKey, old *group, health *healthState) *group {
 	}
 	g := &group{key: k}
 	var dropped []dropped
-	add := func(c string, s *Service) {
+	add := func(c string, s *object.Service) {
 		if s == nil {
 			return
 		}
@@ -347,7 +348,7 @@ func (x *index) build(k groupKey, old *group, health *healthState) *group {
 		add(c, x.src.Service(c, k.ns, k.svc))
 	}
 	x.drops.note(k, dropped)
-	var d *Derived
+	var d *object.Derived
 	if x.nMirror < len(x.zones) {
 		d = x.src.Derived(k.ns, k.svc)
 	}

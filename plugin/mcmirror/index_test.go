@@ -8,7 +8,9 @@ import (
 	"unsafe"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
+
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -139,7 +141,7 @@ func TestIndexUpdates(t *testing.T) {
 
 	// Exported again, by west alone.
 	src.svc("west", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	src.slice("west", "default", "nginx-svc", []Port{httpPort}, ep("nginx-set-1", "10.1.0.11", true))
+	src.slice("west", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-1", "10.1.0.11", true))
 	x.sync(nginx)
 	wantAddrs(t, x, "nginx-svc-west"+z, "10.96.0.99")
 	wantAddrs(t, x, "nginx-svc-global"+z, "10.96.0.99")
@@ -154,7 +156,7 @@ func TestIndexServiceChanges(t *testing.T) {
 	// Gateway to flat: remote endpoint addresses replace the mirror's.
 	s := src.services[[3]string{"west", "default", "web"}]
 	s.Mode = labels.Flat
-	src.slice("west", "default", "web", []Port{{Name: "http", Protocol: "tcp", Port: 8080}}, ep("", "10.1.0.60", true))
+	src.slice("west", "default", "web", []object.Port{{Name: "http", Protocol: "tcp", Port: 8080}}, ep("", "10.1.0.60", true))
 	x.sync(web)
 	wantAddrs(t, x, "web-west"+z, "10.1.0.60")
 	wantAbsent(t, x, "20.0.96.10.in-addr.arpa.") // flat mode has no mirror to name
@@ -243,9 +245,9 @@ func TestIndexInvalidNames(t *testing.T) {
 	src := newFakeSource("west")
 	long := strings.Repeat("a", 60) // a-...-west is 65 characters: no mirror name
 	src.svc("west", "default", long, labels.Flat, []string{"10.100.0.1"}, httpPort)
-	src.slice("west", "default", long, []Port{httpPort}, ep("", "10.1.0.1", true))
+	src.slice("west", "default", long, []object.Port{httpPort}, ep("", "10.1.0.1", true))
 	src.svc("west", "default", "ok", labels.Flat, nil, httpPort)
-	src.slice("west", "default", "ok", []Port{httpPort}, ep(strings.Repeat("h", 64), "10.1.0.2", true), ep("", "not-an-ip", true))
+	src.slice("west", "default", "ok", []object.Port{httpPort}, ep(strings.Repeat("h", 64), "10.1.0.2", true), ep("", "not-an-ip", true))
 	m := newTestPlugin(t, src, 5, fall.Zero)
 	if n := m.index.len(); n == 0 {
 		t.Fatal("empty index")
@@ -317,7 +319,7 @@ func TestIndexPodMirrorOfAnotherService(t *testing.T) {
 	// Service "other" of west has an endpoint named like nginx-svc's pod
 	// whose mirror nginx-set-0-west belongs to nginx-svc-west.
 	src.svc("west", "default", "other", labels.Gateway, nil, httpPort)
-	src.slice("west", "default", "other", []Port{httpPort}, ep("nginx-set-0", "10.1.0.60", true))
+	src.slice("west", "default", "other", []object.Port{httpPort}, ep("nginx-set-0", "10.1.0.60", true))
 	src.mirror("default", "other-west", "west", "", nil, httpPort)
 	m := newTestPlugin(t, src, 5, fall.Zero)
 	x := m.index
@@ -346,7 +348,7 @@ func TestSyncReusesUnchangedMembers(t *testing.T) {
 	src := newFakeSource("c0", "c1", "c2")
 	for i, c := range []string{"c0", "c1", "c2"} {
 		src.svc(c, "default", "db", labels.Flat, nil, httpPort).Version = "1"
-		src.slice(c, "default", "db", []Port{httpPort}, ep("db-0", fmt.Sprintf("10.%d.0.1", i), true), ep("db-1", fmt.Sprintf("10.%d.0.2", i), true))
+		src.slice(c, "default", "db", []object.Port{httpPort}, ep("db-0", fmt.Sprintf("10.%d.0.1", i), true), ep("db-1", fmt.Sprintf("10.%d.0.2", i), true))
 		src.slices[[3]string{c, "default", "db"}][0].Version = "1"
 	}
 	m := newTestPlugin(t, src, 5, fall.Zero)
@@ -358,7 +360,7 @@ func TestSyncReusesUnchangedMembers(t *testing.T) {
 	sl.Version = "2"
 	sl.Endpoints = slices.Clone(sl.Endpoints)
 	sl.Endpoints[1] = ep("db-1", "10.1.0.99", true)
-	src.slices[key] = []*Slice{&sl}
+	src.slices[key] = []*object.Slice{&sl}
 	m.index.sync(k)
 
 	after := m.index.slots[k].g

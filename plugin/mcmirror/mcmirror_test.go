@@ -12,7 +12,9 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
+
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -33,7 +35,7 @@ func fixture() *fakeSource {
 	f := newFakeSource("paris", "west")
 
 	f.svc("west", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("west", "default", "nginx-svc", []Port{httpPort},
+	f.slice("west", "default", "nginx-svc", []object.Port{httpPort},
 		ep("nginx-set-0", "10.1.0.10", true),
 		ep("nginx-set-1", "10.1.0.11", true),
 		ep("nginx-set-2", "10.1.0.12", false))
@@ -46,28 +48,28 @@ func fixture() *fakeSource {
 	f.mirror("default", "web-west", "west", "", []string{"10.96.0.20", "fd00::20"}, httpPort, dnsPort)
 
 	f.svc("west", "default", "anon", labels.Gateway, nil, httpPort)
-	f.slice("west", "default", "anon", []Port{httpPort}, ep("", "10.1.0.50", true))
+	f.slice("west", "default", "anon", []object.Port{httpPort}, ep("", "10.1.0.50", true))
 	f.mirror("default", "anon-west", "west", "", []string{"10.96.0.30"}, httpPort)
 
 	f.svc("west", "default", "nomirror", labels.Gateway, []string{"10.100.0.2"}, httpPort)
 
-	target := Port{Name: "http", Protocol: "tcp", Port: 8080}
+	target := object.Port{Name: "http", Protocol: "tcp", Port: 8080}
 	f.svc("west", "default", "flat", labels.Flat, []string{"10.100.0.3"}, httpPort)
-	f.slice("west", "default", "flat", []Port{target}, ep("", "10.1.0.30", true), ep("", "10.1.0.31", false))
+	f.slice("west", "default", "flat", []object.Port{target}, ep("", "10.1.0.30", true), ep("", "10.1.0.31", false))
 
 	pub := f.svc("west", "default", "pub", labels.Flat, nil, httpPort)
 	pub.PublishNotReady = true
-	f.slice("west", "default", "pub", []Port{target},
+	f.slice("west", "default", "pub", []object.Port{target},
 		ep("db-0", "10.1.0.40", true), ep("db-1", "10.1.0.41", false), ep("", "10.1.0.42", true))
 
 	f.svc("paris", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("paris", "default", "nginx-svc", []Port{httpPort},
+	f.slice("paris", "default", "nginx-svc", []object.Port{httpPort},
 		ep("nginx-set-0", "10.2.0.10", true), ep("nginx-set-1", "10.2.0.11", true))
 	f.mirror("default", "nginx-svc-paris", "paris", "", nil, httpPort)
 	f.mirror("default", "nginx-set-0-paris", "paris", "nginx-svc-paris", []string{"10.96.1.10"}, httpPort)
 
 	f.svc("east", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("east", "default", "nginx-svc", []Port{httpPort}, ep("nginx-set-0", "10.0.0.10", true))
+	f.slice("east", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.0.0.10", true))
 	return f
 }
 
@@ -331,13 +333,13 @@ func podsFixture(n int) *fakeSource {
 	for ci, c := range []string{"west", "paris"} {
 		f.svc(c, "default", "big", labels.Gateway, nil, httpPort)
 		f.mirror("default", "big-"+c, c, "", nil, httpPort)
-		var eps []Endpoint
+		var eps []object.Endpoint
 		for i := range n {
 			host := fmt.Sprintf("big-%d", i)
 			eps = append(eps, ep(host, fmt.Sprintf("10.%d.%d.%d", ci+1, i/250, i%250+1), true))
 			f.mirror("default", host+"-"+c, c, "big-"+c, []string{fmt.Sprintf("10.9%d.%d.%d", ci, i/250, i%250+1)}, httpPort)
 		}
-		f.slice(c, "default", "big", []Port{httpPort}, eps...)
+		f.slice(c, "default", "big", []object.Port{httpPort}, eps...)
 	}
 	return f
 }

@@ -53,6 +53,14 @@ var (
 		Help:      "Whether the names of a linked cluster are withdrawn, its watches having failed for longer than stale_max_age: 1 or 0.",
 	}, []string{"cluster"})
 
+	// relistsActive is 1 while a relist waits for its turn or lists.
+	relistsActive = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "relist_in_progress",
+		Help:      "1 while a linked or local cluster relists (its watch could not resume), waiting for its turn or listing; relists run one at a time.",
+	})
+
 	// linkObjects is the number of objects watched in a cluster, by kind
 	// (service, endpointslice, mirror, mcs-service, derived).
 	linkObjects = promauto.NewGaugeVec(prometheus.GaugeOpts{

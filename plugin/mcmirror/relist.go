@@ -24,8 +24,7 @@ type relistGate struct {
 	// every other link's relist. Past it, the next relist starts.
 	maxHold time.Duration
 	// busy is told true when the first relist begins waiting, false when
-	// the last one ends (under mu, so in order): the GC target is lowered
-	// meanwhile.
+	// the last one ends (under mu, so in order).
 	busy func(bool)
 
 	mu     sync.Mutex
@@ -111,6 +110,17 @@ func (g *relistGate) end() {
 
 // stats returns the relists waiting or holding the slot, and those given
 // the slot so far.
+// relistBusy is a relistGate's busy: relist_in_progress is 1 while any
+// relist waits or runs. Memory meanwhile is bounded by the Deployment's
+// GOMEMLIMIT: a plugin leaves the process's GC settings alone.
+func relistBusy(busy bool) {
+	if busy {
+		relistsActive.Set(1)
+	} else {
+		relistsActive.Set(0)
+	}
+}
+
 func (g *relistGate) stats() (active, held int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 )
@@ -162,15 +163,6 @@ func (p *relistProxy) counts() (lists, held int) {
 	return p.lists, p.held
 }
 
-// gcPercent reads the GC target, with no relist changing it meanwhile.
-func gcPercent() int {
-	relistGC.mu.Lock()
-	defer relistGC.mu.Unlock()
-	p := debug.SetGCPercent(100)
-	debug.SetGCPercent(p)
-	return p
-}
-
 // startCounting starts the plugin on links (name, client pairs) and counts
 // the group builds by group.
 func startCounting(t *testing.T, links ...any) (*MCMirror, func(groupKey) int) {
@@ -216,7 +208,7 @@ func idle(m *MCMirror) func() bool {
 
 // When every link relists at once, they relist one at a time: while one
 // link's relist is in its list, the others' do not even ask their API
-// servers, and the GC target is lowered until the last one is done. A
+// servers, and relist_in_progress is 1 until the last one is done. A
 // relist keeps the objects that did not change (the very same ones) and
 // rebuilds only the groups that did.
 func TestRelistsOneAtATime(t *testing.T) {
@@ -236,7 +228,6 @@ func TestRelistsOneAtATime(t *testing.T) {
 	if active, held := m.watch.relists.stats(); active != 0 || held != 0 {
 		t.Fatalf("first lists went through the relist gate: %d active, %d held", active, held)
 	}
-	gc := gcPercent()
 	pc := m.watch.cluster("paris")
 	dbSvc, _, _ := pc.services.idx.GetByKey("default/db")
 	dbSlice, _, _ := pc.slices[0].idx.GetByKey("default/db-1")
@@ -250,8 +241,8 @@ func TestRelistsOneAtATime(t *testing.T) {
 	west.holdLists()
 	west.expire()
 	waitFor(t, 5*time.Second, "west's first relist in its list", func() bool { _, held := west.counts(); return held == 1 })
-	if p := gcPercent(); p != min(gc, relistGCPercent) {
-		t.Errorf("GC target %d during a relist, want %d", p, min(gc, relistGCPercent))
+	if v := testutil.ToFloat64(relistsActive); v != 1 {
+		t.Errorf("relist_in_progress %v during a relist, want 1", v)
 	}
 	// Paris relists too, and a slice changes while it waits.
 	parisLists, _ := paris.counts()
@@ -279,8 +270,8 @@ func TestRelistsOneAtATime(t *testing.T) {
 	})
 	waitFor(t, 5*time.Second, "paris's change answered", answersA(t, m, "web-paris"+z, "10.2.0.9"))
 	waitFor(t, 5*time.Second, "the groups built", idle(m))
-	if p := gcPercent(); p != gc {
-		t.Errorf("GC target %d after the relists, want %d back", p, gc)
+	if v := testutil.ToFloat64(relistsActive); v != 0 {
+		t.Errorf("relist_in_progress %v after the relists, want 0", v)
 	}
 	for name, p := range map[string]*relistProxy{"west": west, "paris": paris} {
 		if n, _ := p.counts(); n != 2*linkWatches {

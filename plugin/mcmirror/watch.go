@@ -11,6 +11,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -139,7 +140,7 @@ func newWatcher(local string, export k8slabels.Selector, startupTimeout time.Dur
 		queue:          workqueue.NewTyped[groupKey](),
 		clusters:       map[string]*cluster{},
 		triggers:       map[groupKey]trigger{},
-		relists:        newRelistGate(relistGCBusy),
+		relists:        newRelistGate(relistBusy),
 	}
 }
 
@@ -219,7 +220,7 @@ func (c *watcher) replaceCluster(name string, client kubernetes.Interface) error
 func (c *watcher) enqueueAll(cl *cluster) {
 	for _, st := range cl.serviceStores() {
 		for _, obj := range st.idx.List() {
-			if s, ok := obj.(*Service); ok {
+			if s, ok := obj.(*object.Service); ok {
 				c.enqueue(groupKey{s.Namespace, s.Name})
 			}
 		}
@@ -445,7 +446,7 @@ func (c *watcher) cluster(name string) *cluster {
 
 // Service implements source: the Service as the export selector's watch
 // holds it, else as the ServiceExport stamp's does.
-func (c *watcher) Service(cluster, ns, name string) *Service {
+func (c *watcher) Service(cluster, ns, name string) *object.Service {
 	cl := c.cluster(cluster)
 	if cl == nil || cl.health.withdrawn.Load() {
 		return nil
@@ -455,7 +456,7 @@ func (c *watcher) Service(cluster, ns, name string) *Service {
 
 // Slices implements source: the slices of the Service that every way
 // holds, each once.
-func (c *watcher) Slices(cluster, ns, name string) []*Slice {
+func (c *watcher) Slices(cluster, ns, name string) []*object.Slice {
 	cl := c.cluster(cluster)
 	if cl == nil || cl.health.withdrawn.Load() {
 		return nil
@@ -464,15 +465,15 @@ func (c *watcher) Slices(cluster, ns, name string) []*Slice {
 }
 
 // slicesOf returns the slices of Service key that the cluster holds.
-func (cl *cluster) slicesOf(key string) []*Slice {
-	var out []*Slice
+func (cl *cluster) slicesOf(key string) []*object.Slice {
+	var out []*object.Slice
 	for _, st := range cl.slices {
 		objs, err := st.idx.ByIndex(sliceServiceIndex, key)
 		if err != nil {
 			continue
 		}
 		for _, obj := range objs {
-			if s, ok := obj.(*Slice); ok && !slices.ContainsFunc(out, func(o *Slice) bool { return o.Name == s.Name }) {
+			if s, ok := obj.(*object.Slice); ok && !slices.ContainsFunc(out, func(o *object.Slice) bool { return o.Name == s.Name }) {
 				out = append(out, s)
 			}
 		}
@@ -481,7 +482,7 @@ func (cl *cluster) slicesOf(key string) []*Slice {
 }
 
 // Mirror implements source.
-func (c *watcher) Mirror(ns, name string) *Mirror {
+func (c *watcher) Mirror(ns, name string) *object.Mirror {
 	cl := c.cluster(c.local)
 	if cl == nil || cl.mirrors == nil {
 		return nil
@@ -490,7 +491,7 @@ func (c *watcher) Mirror(ns, name string) *Mirror {
 	if !ok {
 		return nil
 	}
-	if m, _ := obj.(*Mirror); m != nil && m.IsMirror {
+	if m, _ := obj.(*object.Mirror); m != nil && m.IsMirror {
 		return m
 	}
 	return nil
@@ -507,7 +508,7 @@ func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 	cl.health = newLinkHealth(name, cl.local, c.staleMaxAge, func(bool) { c.enqueueAll(cl) })
 
 	exported := func(obj any) bool {
-		s, ok := obj.(*Service)
+		s, ok := obj.(*object.Service)
 		return ok && s.Exported
 	}
 	cl.services = newObjectStore(serviceTransform(c.ways[0].Services), exported, nil, c.serviceHandler(cl, objService))
@@ -519,7 +520,7 @@ func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 	// does not filter) is dropped.
 	for i := range cl.slices {
 		cl.slices[i] = newObjectStore(sliceTransform(c.ways[i].Slices()), isSlice, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
-			s, ok := obj.(*Slice)
+			s, ok := obj.(*object.Slice)
 			if !ok || s.Service == "" {
 				return nil, nil
 			}
@@ -527,8 +528,8 @@ func (c *watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 		}}, c.sliceHandler(cl))
 	}
 	if cl.local {
-		cl.mirrors = newObjectStore(toMirror, func(obj any) bool {
-			m, ok := obj.(*Mirror)
+		cl.mirrors = newObjectStore(object.ToMirror, func(obj any) bool {
+			m, ok := obj.(*object.Mirror)
 			return ok && m.IsMirror
 		}, fedIndexers(), c.mirrorHandler(cl))
 	}

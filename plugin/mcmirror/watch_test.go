@@ -9,6 +9,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -263,15 +264,15 @@ func TestControllerProgrammingLatency(t *testing.T) {
 
 func TestMirrorGroup(t *testing.T) {
 	tests := []struct {
-		m    Mirror
+		m    object.Mirror
 		want groupKey
 		ok   bool
 	}{
-		{Mirror{objMeta: objMeta{Name: "nginx-svc-west", Namespace: "ns"}, Cluster: "west"}, groupKey{"ns", "nginx-svc"}, true},
-		{Mirror{objMeta: objMeta{Name: "nginx-set-0-west", Namespace: "ns"}, Cluster: "west", HeadlessOf: "nginx-svc-west"}, groupKey{"ns", "nginx-svc"}, true},
-		{Mirror{objMeta: objMeta{Name: "svc-us-west", Namespace: "ns"}, Cluster: "us-west"}, groupKey{"ns", "svc"}, true},
-		{Mirror{objMeta: objMeta{Name: "nginx-svc-west", Namespace: "ns"}}, groupKey{}, false},             // no cluster label
-		{Mirror{objMeta: objMeta{Name: "nginx-svc", Namespace: "ns"}, Cluster: "west"}, groupKey{}, false}, // not <svc>-<cluster>
+		{object.Mirror{Meta: object.Meta{Name: "nginx-svc-west", Namespace: "ns"}, Cluster: "west"}, groupKey{"ns", "nginx-svc"}, true},
+		{object.Mirror{Meta: object.Meta{Name: "nginx-set-0-west", Namespace: "ns"}, Cluster: "west", HeadlessOf: "nginx-svc-west"}, groupKey{"ns", "nginx-svc"}, true},
+		{object.Mirror{Meta: object.Meta{Name: "svc-us-west", Namespace: "ns"}, Cluster: "us-west"}, groupKey{"ns", "svc"}, true},
+		{object.Mirror{Meta: object.Meta{Name: "nginx-svc-west", Namespace: "ns"}}, groupKey{}, false},             // no cluster label
+		{object.Mirror{Meta: object.Meta{Name: "nginx-svc", Namespace: "ns"}, Cluster: "west"}, groupKey{}, false}, // not <svc>-<cluster>
 	}
 	for _, tc := range tests {
 		got, ok := mirrorGroup(&tc.m)

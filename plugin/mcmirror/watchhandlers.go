@@ -2,6 +2,7 @@ package mcmirror
 
 import (
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 )
 
 // The handlers of the stores: each change only queues the groups it
@@ -34,21 +35,21 @@ func handler[T any](add func(T, bool), update func(T, T), del func(T)) storeHand
 // of Services (serviceStores), whose objects count as kind. A Service's
 // slices come by their own watch, selected by the same way of export.
 func (c *watcher) serviceHandler(cl *cluster, kind int) storeHandler {
-	enqueue := func(s *Service, delta int64) {
+	enqueue := func(s *object.Service, delta int64) {
 		cl.touched(kind, delta)
 		c.enqueue(groupKey{s.Namespace, s.Name})
 	}
 	return handler(
-		func(s *Service, _ bool) { enqueue(s, 1) },
-		func(_, s *Service) { enqueue(s, 0) },
-		func(s *Service) { enqueue(s, -1) },
+		func(s *object.Service, _ bool) { enqueue(s, 1) },
+		func(_, s *object.Service) { enqueue(s, 0) },
+		func(s *object.Service) { enqueue(s, -1) },
 	)
 }
 
 func (c *watcher) sliceHandler(cl *cluster) storeHandler {
 	// The stores hold only slices of exported Services (remote.Way.Slices).
 	return handler(
-		func(s *Slice, initial bool) {
+		func(s *object.Slice, initial bool) {
 			cl.touched(objSlice, 1)
 			k := groupKey{s.Namespace, s.Service}
 			if !initial && !s.TriggerTime.IsZero() {
@@ -56,7 +57,7 @@ func (c *watcher) sliceHandler(cl *cluster) storeHandler {
 			}
 			c.enqueue(k)
 		},
-		func(old, s *Slice) {
+		func(old, s *object.Slice) {
 			cl.touched(objSlice, 0)
 			if old.Service != s.Service {
 				c.enqueue(groupKey{old.Namespace, old.Service})
@@ -67,7 +68,7 @@ func (c *watcher) sliceHandler(cl *cluster) storeHandler {
 			}
 			c.enqueue(k)
 		},
-		func(s *Slice) {
+		func(s *object.Slice) {
 			cl.touched(objSlice, -1)
 			c.enqueue(groupKey{s.Namespace, s.Service})
 		},
@@ -75,7 +76,7 @@ func (c *watcher) sliceHandler(cl *cluster) storeHandler {
 }
 
 func (c *watcher) mirrorHandler(cl *cluster) storeHandler {
-	enqueue := func(m *Mirror) {
+	enqueue := func(m *object.Mirror) {
 		if k, ok := mirrorGroup(m); ok {
 			c.enqueue(k)
 		}
@@ -84,16 +85,16 @@ func (c *watcher) mirrorHandler(cl *cluster) storeHandler {
 		}
 	}
 	return handler(
-		func(m *Mirror, _ bool) { cl.touched(objMirror, 1); enqueue(m) },
-		func(old, m *Mirror) { cl.touched(objMirror, 0); enqueue(old); enqueue(m) },
-		func(m *Mirror) { cl.touched(objMirror, -1); enqueue(m) },
+		func(m *object.Mirror, _ bool) { cl.touched(objMirror, 1); enqueue(m) },
+		func(old, m *object.Mirror) { cl.touched(objMirror, 0); enqueue(old); enqueue(m) },
+		func(m *object.Mirror) { cl.touched(objMirror, -1); enqueue(m) },
 	)
 }
 
 // mirrorGroup returns the group a mirror Service serves: <svc> of
 // <svc>-<cluster>, for a Service mirror and for the per-pod mirrors of a
 // headless one.
-func mirrorGroup(m *Mirror) (groupKey, bool) {
+func mirrorGroup(m *object.Mirror) (groupKey, bool) {
 	if m.Cluster == "" {
 		return groupKey{}, false
 	}

@@ -3,7 +3,12 @@ package mcmirror
 import (
 	"sync"
 
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -76,7 +81,7 @@ func (s *objectStore) trim(obj any) (any, error) {
 		if ns := m.GetNamespace(); ns != "" {
 			key = ns + "/" + key
 		}
-		if held, ok, _ := s.idx.GetByKey(key); ok && version(held) == m.GetResourceVersion() {
+		if held, ok, _ := s.idx.GetByKey(key); ok && object.Version(held) == m.GetResourceVersion() {
 			return held, nil
 		}
 	}
@@ -245,7 +250,7 @@ func (s *objectStore) apply(items []any, initial bool) {
 			s.handler.add(t, initial)
 		case o == t:
 			// The held object, reused by trim.
-		case version(o) != "" && version(o) == version(t):
+		case object.Version(o) != "" && object.Version(o) == object.Version(t):
 			// Unchanged: the held one stays.
 		default:
 			_ = s.idx.Update(t)
@@ -263,9 +268,32 @@ func (s *objectStore) apply(items []any, initial bool) {
 	}
 }
 
-func version(obj any) string {
-	if v, ok := obj.(interface{ GetResourceVersion() string }); ok {
-		return v.GetResourceVersion()
+// serviceTransform returns the informer transform for the Services that
+// export selects: the export selector's, or the ServiceExport stamp's.
+func serviceTransform(export k8slabels.Selector) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		t, err := object.ToService(obj)
+		if s, ok := obj.(*corev1.Service); ok && err == nil {
+			t.(*object.Service).Exported = export.Matches(k8slabels.Set(s.Labels))
+		}
+		return t, err
 	}
-	return ""
+}
+
+// sliceTransform trims the EndpointSlices a watch selects by sel; one sel
+// does not select (a watch that does not filter) becomes its bare key,
+// which the store does not keep (isSlice).
+func sliceTransform(sel k8slabels.Selector) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if s, ok := obj.(*discovery.EndpointSlice); ok && !sel.Matches(k8slabels.Set(s.Labels)) {
+			return &object.Meta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion}, nil
+		}
+		return object.ToSlice(obj)
+	}
+}
+
+// isSlice reports whether a store keeps obj: a Slice, not a bare key.
+func isSlice(obj any) bool {
+	_, ok := obj.(*object.Slice)
+	return ok
 }

@@ -3,13 +3,16 @@ package mcmirror
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -17,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -27,7 +31,7 @@ import (
 type recorder struct{ events []string }
 
 func (r *recorder) handler() storeHandler {
-	name := func(obj any) string { return obj.(*Slice).Name + "@" + obj.(*Slice).Version }
+	name := func(obj any) string { return obj.(*object.Slice).Name + "@" + obj.(*object.Slice).Version }
 	return storeHandler{
 		add:    func(obj any, initial bool) { r.events = append(r.events, "add "+name(obj)) },
 		update: func(_, obj any) { r.events = append(r.events, "update "+name(obj)) },
@@ -187,8 +191,8 @@ func seriesOf(name string) int {
 // deleted and told.
 func TestReplaceKeepsUnchanged(t *testing.T) {
 	rec := &recorder{}
-	s := newObjectStore(toSlice, nil, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
-		return []string{obj.(*Slice).Namespace + "/" + obj.(*Slice).Service}, nil
+	s := newObjectStore(object.ToSlice, nil, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
+		return []string{obj.(*object.Slice).Namespace + "/" + obj.(*object.Slice).Service}, nil
 	}}, rec.handler())
 	if err := s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "2"), rawSlice("b-1", "b", "3")}, "3"); err != nil {
 		t.Fatal(err)
@@ -203,7 +207,7 @@ func TestReplaceKeepsUnchanged(t *testing.T) {
 	if got, _ := s.Transformer()(rawSlice("a-1", "a", "1")); got != held["default/a-1"] {
 		t.Error("trim of an unchanged object did not return the held one")
 	}
-	if got, _ := s.Transformer()(rawSlice("a-1", "a", "7")); got == held["default/a-1"] || got.(*Slice).Version != "7" {
+	if got, _ := s.Transformer()(rawSlice("a-1", "a", "7")); got == held["default/a-1"] || got.(*object.Slice).Version != "7" {
 		t.Error("trim of a changed object returned the held one")
 	}
 
@@ -239,5 +243,53 @@ func TestReplaceKeepsUnchanged(t *testing.T) {
 	}
 	if objs, _ := s.idx.ByIndex(sliceServiceIndex, "default/a"); len(objs) != 2 {
 		t.Errorf("the index holds %d slices of a, want 2", len(objs))
+	}
+}
+
+func TestServiceTransform(t *testing.T) {
+	sel, _ := k8slabels.Parse(labels.DefaultExportSelector)
+	tr := serviceTransform(sel)
+	in := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", ResourceVersion: "7",
+			Labels:      map[string]string{labels.Exported: labels.ExportFlat},
+			Annotations: map[string]string{"big": "annotation"}},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: "10.0.0.1", ClusterIPs: []string{"10.0.0.1", "fd00::1"},
+			Ports:                    []corev1.ServicePort{{Name: "http", Port: 80}, {Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}},
+			PublishNotReadyAddresses: true,
+		},
+	}
+	out, err := tr(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &object.Service{
+		Meta: object.Meta{Name: "web", Namespace: "default", Version: "7"}, Exported: true, Mode: labels.Flat,
+		ClusterIPs: []string{"10.0.0.1", "fd00::1"},
+		Ports:      []object.Port{{Name: "http", Protocol: "tcp", Port: 80}, {Name: "dns", Protocol: "udp", Port: 53}}, PublishNotReady: true,
+	}
+	if !reflect.DeepEqual(out, want) {
+		t.Errorf("got %+v\nwant %+v", out, want)
+	}
+	// Idempotent: a transform may see its own output again.
+	if again, _ := tr(out); again != out {
+		t.Error("transform of a trimmed Service made a new object")
+	}
+	// Keys work on the trimmed object.
+	if k, err := cache.MetaNamespaceKeyFunc(out); err != nil || k != "default/web" {
+		t.Errorf("key %q, %v", k, err)
+	}
+	if c := out.(*object.Service).DeepCopyObject().(*object.Service); !reflect.DeepEqual(c, want) || &c.Ports[0] == &want.Ports[0] {
+		t.Error("DeepCopyObject is not a deep copy")
+	}
+
+	headless, _ := tr(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "h", Labels: map[string]string{"other": "x"}}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone}})
+	if h := headless.(*object.Service); !h.Headless || h.ClusterIPs != nil || h.Exported || h.Mode != labels.Gateway {
+		t.Errorf("headless, unexported: %+v", h)
+	}
+	// Tombstones pass through.
+	tomb := cache.DeletedFinalStateUnknown{Key: "a/b"}
+	if got, _ := tr(tomb); got != tomb {
+		t.Error("tombstone changed")
 	}
 }

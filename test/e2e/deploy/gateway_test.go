@@ -438,7 +438,7 @@ func gatewaySuffices(t *testing.T, ns string, extraEnv ...string) {
 	// An exported Service of east, made once the gateway is ready: a real
 	// server in a network namespace, at an EndpointSlice address (east
 	// runs no EndpointSlice controller, so the slice is written here as
-	// it would write it).
+	// it would write it: with the Service's labels).
 	namespace(t, ns, east)
 	pod := east.RunPod(t, "web-0", harness.EchoServer(8080))
 	exported := fmt.Sprintf(`
@@ -451,7 +451,7 @@ spec:
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
-metadata: {name: web-gw, namespace: %[1]s, labels: {%[4]s: web, endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io}}
+metadata: {name: web-gw, namespace: %[1]s, labels: {%[4]s: web, %[2]s: %[3]q, endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io}}
 addressType: IPv4
 ports: [{name: http, port: 8080, protocol: TCP}]
 endpoints: [{addresses: [%[5]q], conditions: {ready: true}, targetRef: {kind: Pod, namespace: %[1]s, name: web-0}}]

@@ -81,15 +81,21 @@ spec:
 }
 
 // sliceOf is the EndpointSlice of Service ns/svc with one ready endpoint
-// per hostname → address.
+// per hostname → address. Written by hand, it carries the export label
+// itself, or no watch selects it.
 func sliceOf(t *testing.T, ns, svc string, eps map[string]string) string {
+	return sliceLabelled(t, ns, svc, eps, map[string]string{labels.Exported: labels.ExportFlat})
+}
+
+// sliceLabelled is sliceOf with the labels lbls beside the slice's own.
+func sliceLabelled(t *testing.T, ns, svc string, eps map[string]string, lbls map[string]string) string {
+	l := map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "e2e"}
+	maps.Copy(l, lbls)
 	slice := &discoveryv1.EndpointSlice{
 		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: svc + "-manual", Namespace: ns,
-			// Written by hand: it carries an export label itself, or no
-			// watch selects it.
-			Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "e2e", labels.Exported: labels.ExportFlat},
+			Labels: l,
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},

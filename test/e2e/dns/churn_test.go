@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -119,10 +120,12 @@ func TestNoServfailDuringChurn(t *testing.T) {
 	assert.Empty(t, notReady, "/ready answers while west churned and moon failed")
 }
 
-// Only the EndpointSlices of exported Services are held; when a Service
-// with slices becomes exported, they are fetched and every endpoint is
-// answered; when it is unexported, they are dropped again.
-func TestOnlyExportedSlicesHeld(t *testing.T) {
+// Only the slices of exported Services are sent: west's API server
+// selects them by their export label, so the five unexported Services'
+// fifteen slices never reach east. Exported (the Service and, written by
+// hand, its slices labelled), a Service's three slices are sent and
+// answered; unexported again, they go.
+func TestOnlyExportedSlicesSent(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
@@ -144,29 +147,39 @@ func TestOnlyExportedSlicesHeld(t *testing.T) {
 					want = append(want, ip)
 				}
 			}
-			require.NoError(t, west.Apply(ctx, strings.Replace(sliceOf(t, ns, svc, eps), svc+"-manual", fmt.Sprintf("%s-%d", svc, j), 1)))
+			require.NoError(t, west.Apply(ctx, strings.Replace(sliceLabelled(t, ns, svc, eps, nil), svc+"-manual", fmt.Sprintf("%s-%d", svc, j), 1)))
 		}
 	}
 	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west)))
 	eventuallyAnswers(t, s, "web-west."+ns+"."+zone, []string{"10.201.3.1"})
 
 	const held = `coredns_mcmirror_link_objects{cluster="west",kind="endpointslice"}`
+	const received = `coredns_mcmirror_remote_events_received_total{cluster="west",kind="endpointslice"}`
 	exportedSlices, all := countSlices(t, west)
 	require.GreaterOrEqual(t, all, exportedSlices+15, "west has slices of Services that are not exported")
 	v, ok := s.Metric(t, held)
 	require.True(t, ok, "%s exported", held)
 	assert.Equal(t, strconv.Itoa(exportedSlices), v, "slices held: those of exported Services (%d of %d)", exportedSlices, all)
-	fetchesBefore := metricInt(t, s, "coredns_mcmirror_slice_fetches_total")
+	v, ok = s.Metric(t, received)
+	require.True(t, ok, "%s exported", received)
+	assert.Equal(t, strconv.Itoa(exportedSlices), v, "slices sent: those of exported Services (%d of %d)", exportedSlices, all)
 
-	// Exported: fetched, and every endpoint of its three slices answered.
-	require.NoError(t, west.LabelService(ctx, ns, "quiet-0", labels.Exported, labels.ExportFlat))
+	// Exported: the Service and its slices labelled, every endpoint of its
+	// three slices answered.
+	exportQuiet := func(value string) {
+		t.Helper()
+		require.NoError(t, west.LabelService(ctx, ns, "quiet-0", labels.Exported, value))
+		for j := range 3 {
+			labelSlice(t, west, ns, fmt.Sprintf("quiet-0-%d", j), labels.Exported, value)
+		}
+	}
+	exportQuiet(labels.ExportFlat)
 	eventuallyAnswers(t, s, "quiet-0-west."+ns+"."+zone, sortedAddrs(want))
 	v, _ = s.Metric(t, held)
 	assert.Equal(t, strconv.Itoa(exportedSlices+3), v, "its three slices are held")
-	assert.Equal(t, fetchesBefore+1, metricInt(t, s, "coredns_mcmirror_slice_fetches_total"), "one fetch")
 
 	// Unexported: dropped.
-	require.NoError(t, west.LabelService(ctx, ns, "quiet-0", labels.Exported, ""))
+	exportQuiet("")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		v, _ := s.Metric(t, held)
 		assert.Equal(c, strconv.Itoa(exportedSlices), v)
@@ -174,6 +187,20 @@ func TestOnlyExportedSlicesHeld(t *testing.T) {
 	assert.Equal(t, dns.RcodeNameError, s.Ask(t, "udp", "quiet-0-west."+ns+"."+zone, dns.TypeA).Rcode)
 	done, err := s.Process.Exited()
 	require.False(t, done, "coredns-mc exited: %v", err)
+}
+
+// labelSlice sets label key of EndpointSlice ns/name to value, or removes
+// it when value is empty, as one who writes a selector-less Service's
+// slices by hand must when exporting it.
+func labelSlice(t *testing.T, c *harness.Cluster, ns, name, key, value string) {
+	t.Helper()
+	v := "null"
+	if value != "" {
+		v = strconv.Quote(value)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%s:%s}}}`, strconv.Quote(key), v)
+	_, err := c.Client.DiscoveryV1().EndpointSlices(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	require.NoError(t, err)
 }
 
 // countSlices returns how many EndpointSlices c holds for exported

@@ -225,7 +225,8 @@ spec:
 }
 
 // headlessExport is an exported headless Service with no selector and an
-// EndpointSlice of n ready endpoints with hostnames <name>-0.. at
+// EndpointSlice (written by hand, so carrying the export label itself) of
+// n ready endpoints with hostnames <name>-0.. at
 // 10.<o2>.<o3>.1.. .
 func headlessExport(ns, name, mode string, n int, o2, o3 byte) string {
 	var eps strings.Builder
@@ -242,7 +243,7 @@ spec:
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
-metadata: {name: %[1]s-manual, namespace: %[2]s, labels: {kubernetes.io/service-name: %[1]s, endpointslice.kubernetes.io/managed-by: faults-test}}
+metadata: {name: %[1]s-manual, namespace: %[2]s, labels: {kubernetes.io/service-name: %[1]s, %[3]s: %[4]q, endpointslice.kubernetes.io/managed-by: faults-test}}
 addressType: IPv4
 ports: [{name: http, port: 80, protocol: TCP}]
 endpoints:

@@ -1,50 +1,49 @@
-package mcmirror
+// Package object holds the trimmed objects the informers store, in place of
+// the API's: DNS needs a few fields of each Service and EndpointSlice, and a
+// remote cluster may have many of them. Memory per stored object is a
+// decision, made here. The watch stores them, the index reads them.
+package object
 
 import (
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/coredns/coredns/plugin/kubernetes/object"
+	kobject "github.com/coredns/coredns/plugin/kubernetes/object"
+
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/cache"
 )
 
-// The informers store these trimmed objects, not the API's: DNS needs a few
-// fields of each Service and EndpointSlice, and a remote cluster may have
-// many of them. Memory per stored object is a decision, made here.
-
-// objMeta is the part of ObjectMeta the informers need to key an object.
-type objMeta struct {
+// Meta is the part of ObjectMeta the informers need to key an object.
+type Meta struct {
 	Name      string
 	Namespace string
 	Version   string // resourceVersion
 
-	*object.Empty // the rest of metav1.Object, as no-ops
+	*kobject.Empty // the rest of metav1.Object, as no-ops
 }
 
 // GetNamespace implements the metav1.Object interface.
-func (m *objMeta) GetNamespace() string { return m.Namespace }
+func (m *Meta) GetNamespace() string { return m.Namespace }
 
 // SetNamespace implements the metav1.Object interface.
-func (m *objMeta) SetNamespace(string) {}
+func (m *Meta) SetNamespace(string) {}
 
 // GetName implements the metav1.Object interface.
-func (m *objMeta) GetName() string { return m.Name }
+func (m *Meta) GetName() string { return m.Name }
 
 // SetName implements the metav1.Object interface.
-func (m *objMeta) SetName(string) {}
+func (m *Meta) SetName(string) {}
 
 // GetResourceVersion implements the metav1.Object interface.
-func (m *objMeta) GetResourceVersion() string { return m.Version }
+func (m *Meta) GetResourceVersion() string { return m.Version }
 
 // SetResourceVersion implements the metav1.Object interface.
-func (m *objMeta) SetResourceVersion(string) {}
+func (m *Meta) SetResourceVersion(string) {}
 
 // Port is a Service or EndpointSlice port.
 type Port struct {
@@ -55,7 +54,7 @@ type Port struct {
 
 // Service is an exported Service, trimmed to what DNS needs.
 type Service struct {
-	objMeta
+	Meta
 	// Exported is whether the Service matches the selector of the watch
 	// that holds it: the export selector, the ServiceExport stamp's, or
 	// the federated members'.
@@ -83,7 +82,7 @@ func (s *Service) DeepCopyObject() runtime.Object {
 
 // Mirror is a local mirror Service, trimmed to what DNS needs.
 type Mirror struct {
-	objMeta
+	Meta
 	// IsMirror is whether the Service carries the mirror label; see
 	// Service.Exported for why it is checked again.
 	IsMirror bool
@@ -96,7 +95,7 @@ type Mirror struct {
 	ClusterIPs []string
 	Ports      []Port
 	// Fed is, on a federated Service (<svc>-federated, without Cluster),
-	// the members its annotations list; nil on any other (federated.go).
+	// the members its annotations list; nil on any other.
 	Fed *Federation
 }
 
@@ -113,7 +112,7 @@ func (m *Mirror) DeepCopyObject() runtime.Object {
 
 // Slice is an EndpointSlice, trimmed to what DNS needs.
 type Slice struct {
-	objMeta
+	Meta
 	Service   string // the kubernetes.io/service-name label
 	Ports     []Port
 	Endpoints []Endpoint
@@ -142,44 +141,14 @@ func (s *Slice) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-// serviceTransform returns the informer transform for the Services that
-// export selects: the export selector's, or the ServiceExport stamp's.
-func serviceTransform(export k8slabels.Selector) cache.TransformFunc {
-	return func(obj any) (any, error) {
-		t, err := toService(obj)
-		if s, ok := obj.(*corev1.Service); ok && err == nil {
-			t.(*Service).Exported = export.Matches(k8slabels.Set(s.Labels))
-		}
-		return t, err
-	}
-}
-
-// sliceTransform trims the EndpointSlices a watch selects by sel; one sel
-// does not select (a watch that does not filter) becomes its bare key,
-// which the store does not keep (isSlice).
-func sliceTransform(sel k8slabels.Selector) cache.TransformFunc {
-	return func(obj any) (any, error) {
-		if s, ok := obj.(*discovery.EndpointSlice); ok && !sel.Matches(k8slabels.Set(s.Labels)) {
-			return &objMeta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion}, nil
-		}
-		return toSlice(obj)
-	}
-}
-
-// isSlice reports whether a store keeps obj: a Slice, not a bare key.
-func isSlice(obj any) bool {
-	_, ok := obj.(*Slice)
-	return ok
-}
-
-// toService trims a Service.
-func toService(obj any) (any, error) {
+// ToService trims a Service; trimmed objects and tombstones pass through.
+func ToService(obj any) (any, error) {
 	switch s := obj.(type) {
 	case *Service:
 		return s, nil // already trimmed: transforms must be idempotent
 	case *corev1.Service:
 		t := &Service{
-			objMeta:         objMeta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion},
+			Meta:            Meta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion},
 			Exported:        true,
 			Mode:            labels.ExportMode(s.Labels),
 			Headless:        s.Spec.ClusterIP == corev1.ClusterIPNone,
@@ -193,14 +162,14 @@ func toService(obj any) (any, error) {
 	return obj, nil // tombstones and the like pass through
 }
 
-// toMirror is the informer transform for local mirror Services.
-func toMirror(obj any) (any, error) {
+// ToMirror trims a local mirror Service.
+func ToMirror(obj any) (any, error) {
 	switch s := obj.(type) {
 	case *Mirror:
 		return s, nil
 	case *corev1.Service:
 		return &Mirror{
-			objMeta:    objMeta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion},
+			Meta:       Meta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion},
 			IsMirror:   s.Labels[labels.MirroredService] == labels.MirroredServiceValue,
 			Cluster:    s.Labels[labels.ClusterName],
 			HeadlessOf: s.Labels[labels.HeadlessMirrorSvcName],
@@ -213,14 +182,14 @@ func toMirror(obj any) (any, error) {
 	return obj, nil
 }
 
-// toSlice is the informer transform for EndpointSlices.
-func toSlice(obj any) (any, error) {
+// ToSlice trims an EndpointSlice.
+func ToSlice(obj any) (any, error) {
 	switch s := obj.(type) {
 	case *Slice:
 		return s, nil
 	case *discovery.EndpointSlice:
 		t := &Slice{
-			objMeta: objMeta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion},
+			Meta:    Meta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion},
 			Service: s.Labels[labels.ServiceName],
 		}
 		if s.AddressType == discovery.AddressTypeFQDN {
@@ -285,4 +254,13 @@ func servicePorts(ps []corev1.ServicePort) []Port {
 		out[i] = Port{Name: p.Name, Protocol: proto, Port: p.Port}
 	}
 	return out
+}
+
+// Version returns the resourceVersion of a stored object; "" for one
+// without (a tombstone).
+func Version(obj any) string {
+	if v, ok := obj.(interface{ GetResourceVersion() string }); ok {
+		return v.GetResourceVersion()
+	}
+	return ""
 }

@@ -1,0 +1,129 @@
+package object
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestToMirror(t *testing.T) {
+	out, err := ToMirror(&corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "nginx-set-0-west", Namespace: "default", Labels: map[string]string{
+			labels.MirroredService: "true", labels.ClusterName: "west", labels.HeadlessMirrorSvcName: "nginx-svc-west"}},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Mirror{Meta: Meta{Name: "nginx-set-0-west", Namespace: "default"}, IsMirror: true, Cluster: "west",
+		HeadlessOf: "nginx-svc-west", ClusterIPs: []string{"10.96.0.10"}, Ports: []Port{{"http", "tcp", 80}}}
+	if !reflect.DeepEqual(out, want) {
+		t.Errorf("got %+v\nwant %+v", out, want)
+	}
+}
+
+func TestToSlice(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC)
+	in := &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-abc", Namespace: "default",
+			Labels:      map[string]string{labels.ServiceName: "web"},
+			Annotations: map[string]string{labels.EndpointsLastChangeTriggerTime: at.Format(time.RFC3339Nano)}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports: []discovery.EndpointPort{
+			{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)},
+			{Name: ptr.To("all")}, // no port: left out
+		},
+		Endpoints: []discovery.Endpoint{
+			{Addresses: []string{"10.1.0.1"}, Hostname: ptr.To("DB-0")},                                                              // ready unknown: ready
+			{Addresses: []string{"10.1.0.2"}, Conditions: discovery.EndpointConditions{Ready: ptr.To(false)}, NodeName: ptr.To("n")}, // not ready
+		},
+	}
+	out, err := ToSlice(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Slice{
+		Meta: Meta{Name: "web-abc", Namespace: "default"}, Service: "web",
+		Ports:       []Port{{"http", "tcp", 8080}},
+		Endpoints:   []Endpoint{{Addresses: []string{"10.1.0.1"}, Hostname: "db-0", Ready: true}, {Addresses: []string{"10.1.0.2"}}},
+		TriggerTime: at,
+	}
+	if !reflect.DeepEqual(out, want) {
+		t.Errorf("got %+v\nwant %+v", out, want)
+	}
+
+	// FQDN slices have no addresses to answer; bad annotations cost only
+	// the latency sample.
+	in.AddressType = discovery.AddressTypeFQDN
+	if out, _ := ToSlice(in); len(out.(*Slice).Endpoints) != 0 {
+		t.Error("FQDN slice kept its endpoints")
+	}
+	in.AddressType = discovery.AddressTypeIPv6
+	in.Annotations[labels.EndpointsLastChangeTriggerTime] = "yesterday"
+	out, err = ToSlice(in)
+	if err != nil || !out.(*Slice).TriggerTime.IsZero() {
+		t.Errorf("bad annotation: %v, %v", out, err)
+	}
+}
+
+// fedService is the local federated Service default/name as Linkerd's
+// service mirror makes it: a mirror without a cluster name; an annotation
+// is left out when its value is "-".
+func fedService(name, remote, local string) *corev1.Service {
+	ann := map[string]string{}
+	if remote != "-" {
+		ann[labels.RemoteDiscoveryAnnotation] = remote
+	}
+	if local != "-" {
+		ann[labels.LocalDiscoveryAnnotation] = local
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: ann,
+			Labels: map[string]string{labels.MirroredService: labels.MirroredServiceValue}},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.9.9", Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}
+}
+
+// The members are read from the annotations; an entry that is not
+// <svc>@<cluster> of two DNS labels is left out, and so is a second entry
+// of a cluster. Only a mirror without a cluster name, named <svc>-federated,
+// with either annotation, is a federated Service.
+func TestFederationAnnotations(t *testing.T) {
+	f := federation(fedService("web-federated", " web@west,,web,@west,web@,a@b@c,Web@paris,web@West,other@west, api@paris ", " web "))
+	want := &Federation{Remote: []FedMember{{"web", "west"}, {"api", "paris"}}, Local: "web"}
+	if f == nil || !slices.Equal(f.Remote, want.Remote) || f.Local != want.Local {
+		t.Fatalf("federation = %+v, want %+v", f, want)
+	}
+	if got := f.MemberNames(); !slices.Equal(got, []string{"web", "api"}) {
+		t.Errorf("MemberNames = %v", got)
+	}
+	if f := federation(fedService("web-federated", "-", "web_1")); f == nil || f.Local != "" || len(f.Remote) != 0 {
+		t.Errorf("a malformed local member: %+v, want a federation without members", f)
+	}
+	for what, s := range map[string]*corev1.Service{
+		"no annotation":   fedService("web-federated", "-", "-"),
+		"not -federated":  fedService("web", "web@west", "web"),
+		"only the suffix": fedService("-federated", "web@west", "web"),
+		"a cluster's mirror": func() *corev1.Service {
+			s := fedService("web-federated", "web@west", "web")
+			s.Labels[labels.ClusterName] = "federated" // Service web of a cluster named federated
+			return s
+		}(),
+	} {
+		if f := federation(s); f != nil {
+			t.Errorf("%s: federation = %+v, want none", what, f)
+		}
+	}
+	m, _ := ToMirror(fedService("web-federated", "web@west", "web"))
+	if f := m.(*Mirror).Fed; f == nil || !slices.Equal(f.Remote, []FedMember{{"web", "west"}}) || f.Local != "web" {
+		t.Errorf("ToMirror: Fed = %+v", f)
+	}
+}

@@ -200,6 +200,12 @@ func TestServiceExportRelist(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
+		// The other ways' watches tell the relabelled Service and slice
+		// by events of their own, which may come after the relist.
+		waitFor(t, 5*time.Second, "both answered "+when, func() bool {
+			return answersA(t, m, "both-west"+z, "10.1.0.3")() &&
+				slices.Equal(sliceKeys(cl), []string{"default/both-1", "default/lk-1", "default/mcs-1"})
+		})
 		for name, want := range map[string]string{"lk": "10.1.0.1", "mcs": "10.1.0.2", "both": "10.1.0.3"} {
 			if !answersA(t, m, name+"-west"+z, want)() {
 				_, got := askA(t, m, name+"-west"+z)

@@ -337,6 +337,19 @@ func (c *Cluster) ServiceAccountConfig(ctx context.Context, ns, name string) (*r
 	return clientcmd.RESTConfigFromKubeConfig(kc)
 }
 
+// ServiceAccountKubeconfigFile writes ServiceAccountKubeconfig's kubeconfig
+// to dir/<ns>-<name>.kubeconfig and returns the path: what a process that
+// runs as a Deployment's ServiceAccount, off the cluster, reads instead of
+// the in-cluster configuration.
+func (c *Cluster) ServiceAccountKubeconfigFile(ctx context.Context, dir, ns, name string) (string, error) {
+	kc, err := c.ServiceAccountKubeconfig(ctx, ns, name)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, ns+"-"+name+".kubeconfig")
+	return path, os.WriteFile(path, kc, 0o600)
+}
+
 // Apply creates or updates every object of a multi-document YAML manifest
 // with server-side apply. Namespaced objects without a namespace go to
 // "default".

@@ -30,7 +30,17 @@ type DNSServer struct {
 	Process *Process
 
 	readyURL string
-	hasReady bool // the Corefile runs the ready plugin
+	hasReady bool   // the Corefile runs the ready plugin
+	probe    string // a name the server must answer NOERROR once it serves
+}
+
+// DNSOptions are what StartDNSWith changes of the server StartDNS runs.
+type DNSOptions struct {
+	// Binary runs instead of coredns-mc, e.g. a stock CoreDNS.
+	Binary string
+	// Probe is a name the server must answer NOERROR before it counts as
+	// serving (default kubernetes.default.svc.cluster.local).
+	Probe string
 }
 
 // StartDNS runs coredns-mc with corefile for the test t and waits until it
@@ -40,8 +50,14 @@ type DNSServer struct {
 // the block must not name one.
 func (e *Env) StartDNS(t testing.TB, name, corefile string) *DNSServer {
 	t.Helper()
+	return e.StartDNSWith(t, name, corefile, DNSOptions{})
+}
+
+// StartDNSWith is StartDNS with the binary and the readiness probe of o.
+func (e *Env) StartDNSWith(t testing.TB, name, corefile string, o DNSOptions) *DNSServer {
+	t.Helper()
 	port := freeDNSPort(t)
-	return e.startDNS(t, name, corefile, netip.MustParseAddr("127.0.0.1"), port, func(argv ...string) *Process {
+	return e.startDNS(t, name, corefile, o, netip.MustParseAddr("127.0.0.1"), port, func(argv ...string) *Process {
 		return e.StartProcess(t, name, nil, argv...)
 	})
 }
@@ -52,14 +68,14 @@ func (e *Env) StartDNS(t testing.TB, name, corefile string) *DNSServer {
 // {HOST} are replaced as for StartDNS, {HOST} by the node's address.
 func (e *Env) StartClusterDNS(t testing.TB, c *Cluster, corefile string) *DNSServer {
 	t.Helper()
-	return e.startDNS(t, c.Name+"/cluster-dns", corefile, c.NodeIP(), 53, func(argv ...string) *Process {
+	return e.startDNS(t, c.Name+"/cluster-dns", corefile, DNSOptions{}, c.NodeIP(), 53, func(argv ...string) *Process {
 		return e.StartInNode(t, c, c.Name+"/cluster-dns", nil, argv...)
 	})
 }
 
-func (e *Env) startDNS(t testing.TB, name, corefile string, host netip.Addr, port int, start func(...string) *Process) *DNSServer {
+func (e *Env) startDNS(t testing.TB, name, corefile string, o DNSOptions, host netip.Addr, port int, start func(...string) *Process) *DNSServer {
 	t.Helper()
-	s, argv, err := newDNSServer(host, port, corefile, t.TempDir())
+	s, argv, err := newDNSServer(host, port, corefile, t.TempDir(), o)
 	require.NoError(t, err)
 	s.Process = start(argv...)
 	// A server that exited fails at once, not after the wait.
@@ -82,7 +98,7 @@ func (e *Env) startDNS(t testing.TB, name, corefile string, host netip.Addr, por
 // LaunchClusterDNS is StartClusterDNS outside tests (the demo): the server
 // runs until the environment stops.
 func (e *Env) LaunchClusterDNS(ctx context.Context, c *Cluster, corefile string) (*DNSServer, error) {
-	s, argv, err := newDNSServer(c.NodeIP(), 53, corefile, c.dir)
+	s, argv, err := newDNSServer(c.NodeIP(), 53, corefile, c.dir, DNSOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -107,10 +123,16 @@ func (e *Env) LaunchClusterDNS(ctx context.Context, c *Cluster, corefile string)
 
 // newDNSServer writes corefile, with its placeholders replaced, into dir
 // and returns the server it describes and the command that runs it.
-func newDNSServer(host netip.Addr, port int, corefile, dir string) (*DNSServer, []string, error) {
-	bin, err := CorednsMC()
-	if err != nil {
-		return nil, nil, err
+func newDNSServer(host netip.Addr, port int, corefile, dir string, o DNSOptions) (*DNSServer, []string, error) {
+	bin, probe := o.Binary, o.Probe
+	if bin == "" {
+		var err error
+		if bin, err = CorednsMC(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if probe == "" {
+		probe = "kubernetes.default.svc.cluster.local."
 	}
 	readyPort, err := freePort()
 	if err != nil {
@@ -131,6 +153,7 @@ func newDNSServer(host netip.Addr, port int, corefile, dir string) (*DNSServer, 
 		MetricsURL: "http://" + net.JoinHostPort(h, strconv.Itoa(metricsPort)) + "/metrics",
 		readyURL:   "http://" + net.JoinHostPort(h, strconv.Itoa(readyPort)) + "/ready",
 		hasReady:   strings.Contains(corefile, "ready "),
+		probe:      dns.Fqdn(probe),
 	}
 	return s, []string{bin, "-conf", path, "-dns.port", strconv.Itoa(port)}, nil
 }
@@ -165,13 +188,13 @@ func (s *DNSServer) answers() error {
 	// plugins to ask, and the DNS listeners open last: only an answer
 	// proves the server is up.
 	m := new(dns.Msg)
-	m.SetQuestion("kubernetes.default.svc.cluster.local.", dns.TypeA)
+	m.SetQuestion(s.probe, dns.TypeA)
 	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, s.Addr)
 	if err != nil {
 		return err
 	}
 	if r.Rcode != dns.RcodeSuccess {
-		return fmt.Errorf("kubernetes.default: %s", dns.RcodeToString[r.Rcode])
+		return fmt.Errorf("%s: %s", s.probe, dns.RcodeToString[r.Rcode])
 	}
 	return nil
 }
@@ -182,12 +205,42 @@ func (s *DNSServer) Ask(t require.TestingT, network, name string, qtype uint16) 
 	if h, ok := t.(interface{ Helper() }); ok {
 		h.Helper()
 	}
+	return Ask(t, s.Addr, network, name, qtype)
+}
+
+// Ask sends one query to the DNS server at addr over network ("udp" or
+// "tcp") and returns the reply. t may be a *testing.T or, inside
+// EventuallyWithT, the collector.
+func Ask(t require.TestingT, addr, network, name string, qtype uint16) *dns.Msg {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), qtype)
 	c := &dns.Client{Net: network, Timeout: 5 * time.Second}
-	r, _, err := c.Exchange(m, s.Addr)
+	r, _, err := c.Exchange(m, addr)
 	require.NoError(t, err, "%s %s", name, dns.TypeToString[qtype])
 	return r
+}
+
+// Answers returns the A and AAAA addresses, SRV "port target"s and PTR
+// names of the answer section of r, sorted.
+func Answers(r *dns.Msg) []string {
+	var out []string
+	for _, rr := range r.Answer {
+		switch rr := rr.(type) {
+		case *dns.A:
+			out = append(out, rr.A.String())
+		case *dns.AAAA:
+			out = append(out, rr.AAAA.String())
+		case *dns.SRV:
+			out = append(out, fmt.Sprintf("%d %s", rr.Port, rr.Target))
+		case *dns.PTR:
+			out = append(out, rr.Ptr)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Dig runs the real dig against the server with +short and returns its

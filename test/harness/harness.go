@@ -72,6 +72,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 )
 
 // Options describes an environment.
@@ -142,6 +144,10 @@ type Env struct {
 	mu     sync.Mutex
 	procs  []*Process     // every process ever started, in start order
 	starts map[string]int // starts per log name, for unique log files
+
+	gwCAOnce sync.Once // GatewayCA
+	gwCA     *gatewaytest.CA
+	gwCAErr  error
 }
 
 // New returns an environment that Run or Start brings up.

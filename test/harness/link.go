@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 )
 
 // LinkKubeconfig applies deploy/remote-link.yaml to c and returns a
@@ -40,4 +41,14 @@ func (c *Cluster) LinkKubeconfigFile(ctx context.Context) (string, error) {
 	}
 	c.linkFile = p
 	return p, nil
+}
+
+// LinkFile is LinkKubeconfigFile for the test t: it fails t on an error.
+func (c *Cluster) LinkFile(t testing.TB) string {
+	t.Helper()
+	p, err := c.LinkKubeconfigFile(context.Background())
+	if err != nil {
+		t.Fatalf("harness: link kubeconfig of %s: %v", c.Name, err)
+	}
+	return p
 }

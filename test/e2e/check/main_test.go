@@ -64,7 +64,10 @@ const (
 	gatewayPod = "mcmirror-gateway-e2e"
 )
 
-// fleet is the installed and running east and west.
+// fleet is the installed and running east and west. It is not a
+// harness.LaunchFleet: what check reads is what deploy/*.yaml installs, so
+// every part runs with its Deployment's arguments and ServiceAccount, and
+// tests stop and start parts of it (proc) as pods that die and come back.
 type fleet struct {
 	dir string
 	ca  *gatewaytest.CA
@@ -419,12 +422,7 @@ func gatewayEndpoints(ctx context.Context, host netip.Addr, port int) error {
 
 // saKubeconfig writes a kubeconfig of east's ServiceAccount ns/name.
 func saKubeconfig(ctx context.Context, dir, ns, name string) (string, error) {
-	kc, err := env.Cluster("east").ServiceAccountKubeconfig(ctx, ns, name)
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, ns+"-"+name+".kubeconfig")
-	return path, os.WriteFile(path, kc, 0o600)
+	return env.Cluster("east").ServiceAccountKubeconfigFile(ctx, dir, ns, name)
 }
 
 // startController runs the controller as its Deployment does.
@@ -487,20 +485,11 @@ func startDNS(ctx context.Context, dir, bin string) (string, error) {
 			return "", err
 		}
 	}
-	cf := cm.Data["Corefile"]
-	for _, r := range []struct{ old, new string }{
-		{".:53 {\n", ". {\n    bind 127.0.0.1\n"},
-		{"    health {\n", fmt.Sprintf("    health 127.0.0.1:%d {\n", ports[1])},
-		{"    ready\n", fmt.Sprintf("    ready 127.0.0.1:%d\n", ports[2])},
-		{"    prometheus :9153\n", fmt.Sprintf("    prometheus 127.0.0.1:%d\n", ports[3])},
-		{"        link_secrets ", "        kubeconfig " + kc + "\n        link_secrets "},
-		{"        pods insecure\n", "        kubeconfig " + kc + "\n        pods insecure\n"},
-	} {
-		if strings.Count(cf, r.old) != 1 {
-			return "", fmt.Errorf("the Corefile of ConfigMap kube-system/%s has %q %d times, not once", cmName, r.old, strings.Count(cf, r.old))
-		}
-		cf = strings.Replace(cf, r.old, r.new, 1)
+	cf, err := harness.HostCorefile(cm.Data["Corefile"], kc, ports[1])
+	if err != nil {
+		return "", fmt.Errorf("ConfigMap kube-system/%s: %w", cmName, err)
 	}
+	cf = strings.NewReplacer("{READY}", strconv.Itoa(ports[2]), "{METRICS}", strconv.Itoa(ports[3])).Replace(cf)
 	path := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(path, []byte(cf), 0o644); err != nil {
 		return "", err

@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 
@@ -34,7 +33,7 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 	var m map[string]corev1.Service
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
-		m, err = mirrors(ctx, ns)
+		m, err = env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Len(c, podMirrors(m, "nginx-svc-west"), 3)
 		assert.Len(c, podMirrors(m, "nginx-svc-paris"), 2)
@@ -85,7 +84,7 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 	require.NoError(t, west.Scale(ctx, ns, "nginx-svc-set", 1))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
-		m, err = mirrors(ctx, ns)
+		m, err = env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, []string{"nginx-svc-set-0-west"}, podMirrors(m, "nginx-svc-west"))
 		assert.Equal(c, ips("nginx-svc-set-0-west"), ask(c, "nginx-svc-west."+ns+"."+zone, dns.TypeA))
@@ -93,27 +92,13 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 	}, wait, tick)
 }
 
-// startDNS runs coredns-mc as east's cluster DNS, linked to remotes, and
-// returns it once it answers.
+// startDNS runs coredns-mc as east's cluster DNS, linked to remotes with
+// their admins' kubeconfigs, and returns it once it answers.
 func startDNS(t *testing.T, local *harness.Cluster, remotes ...*harness.Cluster) *harness.DNSServer {
 	t.Helper()
-	var linkLines string
+	var links []harness.Link
 	for _, r := range remotes {
-		linkLines += fmt.Sprintf("        link %s %s\n", r.Name, r.Kubeconfig)
+		links = append(links, harness.Link{Name: r.Name, Kubeconfig: r.Kubeconfig})
 	}
-	return env.StartDNS(t, "east/coredns-mc", fmt.Sprintf(`
-. {
-    bind 127.0.0.1
-    errors
-    mcmirror cluster.local in-addr.arpa ip6.arpa {
-        cluster %[1]s
-        kubeconfig %[2]s
-%[3]s        fallthrough in-addr.arpa ip6.arpa
-    }
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        kubeconfig %[2]s
-        fallthrough in-addr.arpa ip6.arpa
-    }
-}
-`, local.Name, local.Kubeconfig, linkLines))
+	return env.StartDNS(t, local.Name+"/coredns-mc", harness.MirrorCorefile(local, harness.LinkLinesOf(links...)))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
 
@@ -102,17 +101,10 @@ func dualStatefulSet(ns, svc string, replicas int) string {
 // the egress Service gwNS/gw-egress.
 func startDualController(t *testing.T, gwNS string) *harness.Process {
 	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	return env.StartProcess(t, "east/controller", nil, bin, "controller",
-		"--kubeconfig", env.Cluster("east").Kubeconfig,
-		"--cluster", "east",
-		"--egress-service", gwNS+"/gw-egress",
-		"--egress-ports", "30000-30999",
-		"--link", "west="+env.Cluster("west").Kubeconfig,
-		"--metrics-addr", "",
-		"--v", "2",
-	)
+	return env.StartController(t, env.Cluster("east"), harness.ControllerOptions{
+		EgressService: gwNS + "/gw-egress",
+		Links:         []harness.Link{{Name: "west", Kubeconfig: env.Cluster("west").Kubeconfig}},
+	}).Process
 }
 
 // assertFamilies checks that mirror s has ClusterIPs of the given families,
@@ -186,7 +178,7 @@ func TestDualStackMirrors(t *testing.T) {
 	var m map[string]corev1.Service
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
-		m, err = mirrors(ctx, ns)
+		m, err = env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		require.Equal(c, []string{"db-set-0-west", "db-set-1-west", "db-west", "plain-west", "web-west"}, names(m))
 		assertFamilies(c, m["web-west"], v6, v4)
@@ -217,7 +209,7 @@ func TestDualStackMirrors(t *testing.T) {
 	dropV6()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
-		m, err = mirrors(ctx, ns)
+		m, err = env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		require.Contains(c, m, "plain-west")
 		require.Contains(c, m, "web-west")
@@ -256,7 +248,7 @@ func TestDualStackDNS(t *testing.T) {
 	var m map[string]corev1.Service
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
-		m, err = mirrors(ctx, ns)
+		m, err = env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		require.Equal(c, []string{"db-set-0-west", "db-west", "plain-west", "web-west"}, names(m))
 		assertFamilies(c, m["web-west"], corev1.IPv4Protocol, corev1.IPv6Protocol)
@@ -266,18 +258,7 @@ func TestDualStackDNS(t *testing.T) {
 
 	s := startDNS(t, east, west)
 	ask := func(c require.TestingT, name string, qtype uint16) []string {
-		r := s.Ask(c, "tcp", name, qtype)
-		var out []string
-		for _, rr := range r.Answer {
-			switch rr := rr.(type) {
-			case *dns.A:
-				out = append(out, rr.A.String())
-			case *dns.AAAA:
-				out = append(out, rr.AAAA.String())
-			}
-		}
-		slices.Sort(out)
-		return out
+		return harness.Answers(s.Ask(c, "tcp", name, qtype))
 	}
 	ip := func(name string, i int) []string { return []string{m[name].Spec.ClusterIPs[i]} }
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -118,27 +118,21 @@ spec: {clusterIP: None}
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, "nginx-svc", 2, "true")))
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
 
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
-	proc := env.StartProcess(t, "east/controller", nil, bin, "controller",
-		"--kubeconfig", east.Kubeconfig,
-		"--cluster", "east",
-		"--egress-service", gwNS+"/gw-egress",
-		"--egress-ports", "30000-30999",
-		"--link", "west="+west.Kubeconfig,
-		"--metrics-addr", metrics,
-		"--v", "2",
-	)
+	ctl := env.StartController(t, east, harness.ControllerOptions{
+		EgressService: gwNS + "/gw-egress",
+		Links:         []harness.Link{{Name: "west", Kubeconfig: west.Kubeconfig}},
+		Metrics:       true,
+	})
+	proc, metrics := ctl.Process, ctl.MetricsAddr
 
 	expect := func(want ...string) {
 		t.Helper()
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			m, err := mirrors(ctx, ns)
+			m, err := env.Cluster("east").Mirrors(ctx, ns)
 			require.NoError(c, err)
 			assert.Equal(c, []string{"nginx-svc-set-0-west", "nginx-svc-set-1-west", "nginx-svc-west", "web-west"}, names(m))
 			assertEgressSlices(c, ctx, ns, m, want)
-			assert.Equal(c, float64(len(want)), scrape(c, metrics, "coredns_mcmirror_controller_egress_addresses"))
+			assert.Equal(c, float64(len(want)), harness.MetricValue(c, "http://"+metrics+"/metrics", "coredns_mcmirror_controller_egress_addresses", nil))
 		}, wait, tick, "every egress slice lists %v", want)
 	}
 	expect("192.0.2.21", "192.0.2.22")

@@ -24,20 +24,14 @@ import (
 // address.
 func startExporter(t *testing.T, name, other string, extra ...string) (*harness.Process, string) {
 	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
-	egressAddr := map[string]string{"west": "192.0.2.20", "paris": "192.0.2.30"}[name]
-	args := append([]string{bin, "controller",
-		"--kubeconfig", env.Cluster(name).Kubeconfig,
-		"--cluster", name,
-		"--egress-address", egressAddr,
-		"--egress-ports", "31000-31999",
-		"--link", other + "=" + env.Cluster(other).Kubeconfig,
-		"--metrics-addr", metrics,
-		"--v", "2",
-	}, extra...)
-	return env.StartProcess(t, name+"/controller", nil, args...), metrics
+	ctl := env.StartController(t, env.Cluster(name), harness.ControllerOptions{
+		EgressAddress: map[string]string{"west": "192.0.2.20", "paris": "192.0.2.30"}[name],
+		EgressPorts:   "31000-31999",
+		Links:         []harness.Link{{Name: other, Kubeconfig: env.Cluster(other).Kubeconfig}},
+		Metrics:       true,
+		Args:          extra,
+	})
+	return ctl.Process, ctl.MetricsAddr
 }
 
 func mcsClient(t require.TestingT, cluster string) mcsclient.Interface {
@@ -95,7 +89,7 @@ func requireStamp(t *testing.T, cluster, ns, name, mode string, created time.Tim
 func requireMirror(t *testing.T, ns, name string, present bool) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(context.Background(), ns)
+		m, err := env.Cluster("east").Mirrors(context.Background(), ns)
 		require.NoError(c, err)
 		_, ok := m[name]
 		assert.Equal(c, present, ok, "mirror %s/%s in east: %v", ns, name, names(m))
@@ -104,10 +98,7 @@ func requireMirror(t *testing.T, ns, name string, present bool) {
 
 // metric reads a series that must exist.
 func metric(t require.TestingT, addr, name string, lbl map[string]string) float64 {
-	v, ok, err := harness.ScrapeMetric("http://"+addr+"/metrics", name, lbl)
-	require.NoError(t, err)
-	require.True(t, ok, "no series %s%v at %s", name, lbl, addr)
-	return v
+	return harness.RequireMetric(t, "http://"+addr+"/metrics", name, lbl)
 }
 
 func annotateExport(t *testing.T, cluster, ns, name, value string) {
@@ -167,7 +158,7 @@ spec:
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Greater(c, metric(c, metrics, "coredns_mcmirror_controller_syncs_total", success), before[2])
 	}, wait, tick)
-	requireAlive(t, p)
+	env.RequireAlive(t, p)
 	assert.Equal(t, before[0], metric(t, metrics, "coredns_mcmirror_controller_writes_total", applied))
 	assert.Equal(t, before[1], metric(t, metrics, "coredns_mcmirror_controller_writes_total", status))
 
@@ -200,7 +191,7 @@ spec: {clusterIP: None, selector: {app: late}, ports: [{port: 5432}]}
 `, ns)))
 	requireStamp(t, "west", ns, "late", labels.ModeGateway, ghost.CreationTimestamp.Time)
 	requireConditions(t, "west", ns, "late", map[string]string{"Valid": "True/Valid", "Ready": "True/Ready"})
-	requireAlive(t, p)
+	env.RequireAlive(t, p)
 }
 
 // Two clusters export one Service with different ports: both
@@ -260,5 +251,5 @@ func TestClusterIDMustMatch(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, p.Tail(50), `"Start-up sweep"`)
 	}, wait, tick)
-	requireAlive(t, p)
+	env.RequireAlive(t, p)
 }

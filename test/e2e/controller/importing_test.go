@@ -78,7 +78,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		mirror, ok := m["api-west"]
 		require.True(c, ok, "mirror api-west")
@@ -172,7 +172,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 		require.NoError(c, err)
 		assert.Empty(c, list.Items, "slices deleted")
 	}, wait, tick)
-	requireAlive(t, p)
+	env.RequireAlive(t, p)
 }
 
 // A headless Service exported in flat mode by paris is imported as
@@ -236,5 +236,5 @@ func TestServiceImportClusterUnlinked(t *testing.T) {
 		require.NoError(c, err)
 		assert.Empty(c, list.Items)
 	}, wait, tick)
-	requireAlive(t, p)
+	env.RequireAlive(t, p)
 }

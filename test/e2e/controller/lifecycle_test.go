@@ -37,13 +37,13 @@ func TestRestartKeepsPorts(t *testing.T) {
 	require.NoError(t, west.Apply(ctx, manifest.String()))
 	// Kill it as soon as some, not necessarily all, mirrors exist.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.GreaterOrEqual(c, len(m), 3)
 	}, wait, 5*time.Millisecond)
 	require.NoError(t, first.Signal(syscall.SIGKILL))
 	<-first.Done()
-	before, err := mirrors(ctx, ns)
+	before, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 	t.Logf("%d of %d mirrors existed when the controller was killed", len(before), n+5)
 
@@ -58,13 +58,13 @@ func TestRestartKeepsPorts(t *testing.T) {
 	}
 	sort.Strings(want)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, want, names(m))
 		assertConsistent(c, ctx, ns, m)
 		assertPortsUnique(c, ctx)
 	}, wait, tick)
-	after, err := mirrors(ctx, ns)
+	after, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 	for name, b := range before {
 		a := after[name]
@@ -113,7 +113,7 @@ func TestLeaderElection(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) { leader = holder(c) }, wait, tick)
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "one", 80, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Contains(c, m, "one-west")
 	}, wait, tick)
@@ -127,7 +127,7 @@ func TestLeaderElection(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, follower.Tail(200), `"Following"`)
 	}, wait, tick)
-	requireAlive(t, follower)
+	env.RequireAlive(t, follower)
 	assert.NotContains(t, follower.Tail(200), `"Leading"`, "only one replica leads")
 	assert.NotContains(t, follower.Tail(200), "Created mirror", "the follower writes nothing")
 
@@ -138,7 +138,7 @@ func TestLeaderElection(t *testing.T) {
 	}, wait, tick)
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "two", 80, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, []string{"one-west", "two-west"}, names(m))
 		assertConsistent(c, ctx, ns, m)
@@ -174,7 +174,7 @@ spec: {ports: [{port: 1}]}
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "db", 2, "true")))
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, []string{"db-paris", "db-set-0-paris", "db-set-1-paris", "web-west"}, names(m))
 		assertConsistent(c, ctx, ns, m)
@@ -184,7 +184,7 @@ spec: {ports: [{port: 1}]}
 
 	require.NoError(t, east.Client.CoreV1().Secrets("e2e-link-secrets").Delete(ctx, secret.Name, metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, []string{"web-west"}, names(m))
 	}, wait, tick)
@@ -207,14 +207,14 @@ func TestNamespaces(t *testing.T) {
 		got, err := east.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		require.NoError(c, err)
 		assert.Equal(c, controller.ManagedByValue, got.Labels[controller.ManagedBy])
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, []string{"db-set-0-west", "db-set-1-west", "db-west"}, names(m))
 	}, wait, tick)
 
 	require.NoError(t, west.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Empty(c, m)
 		_, err = east.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
@@ -234,12 +234,12 @@ func TestRollingUpdateKeepsPodMirrors(t *testing.T) {
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, "db", 3, "true")))
 	want := []string{"db-set-0-west", "db-set-1-west", "db-set-2-west", "db-west"}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, want, names(m))
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)
-	before, err := mirrors(ctx, ns)
+	before, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 
 	// Delete every pod, as a rollout does one by one; the StatefulSet
@@ -262,12 +262,12 @@ func TestRollingUpdateKeepsPodMirrors(t *testing.T) {
 			}
 		}
 		assert.Len(c, uids, 3, "three new pods")
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, want, names(m))
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)
-	after, err := mirrors(ctx, ns)
+	after, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 	for _, name := range want {
 		assert.Equal(t, before[name].UID, after[name].UID, "%s was not recreated", name)

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
 
 // egress is the gateway egress address the mirrors point at: any address
 // the API server accepts as an endpoint will do, nothing dials it here.
-const egress = "192.0.2.10"
+const egress = harness.EgressAddress
 
 const (
 	wait = 60 * time.Second
@@ -47,43 +47,28 @@ const (
 )
 
 // startController starts `coredns-mc controller` in east, linked to west
-// and paris unless extra says otherwise.
+// and paris (with their admins' kubeconfigs) unless extra says
+// "--no-static-links"; extra holds more flags.
 func startController(t *testing.T, name string, extra ...string) *harness.Process {
 	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	args := []string{bin, "controller",
-		"--kubeconfig", env.Cluster("east").Kubeconfig,
-		"--cluster", "east",
-		"--egress-address", egress,
-		"--egress-ports", "30000-30999",
-		"--pod-grace", "2s",
-		"--link-removal-grace", "1s",
-		"--metrics-addr", "",
-		"--v", "2",
-	}
+	o := harness.ControllerOptions{Name: name, Args: append([]string{"--pod-grace", "2s", "--link-removal-grace", "1s"},
+		slices.DeleteFunc(slices.Clone(extra), func(s string) bool { return s == "--no-static-links" })...)}
 	if !slices.Contains(extra, "--no-static-links") {
-		args = append(args, "--link", "west="+env.Cluster("west").Kubeconfig, "--link", "paris="+env.Cluster("paris").Kubeconfig)
+		o.Links = []harness.Link{{Name: "west", Kubeconfig: env.Cluster("west").Kubeconfig},
+			{Name: "paris", Kubeconfig: env.Cluster("paris").Kubeconfig}}
 	}
-	extra = slices.DeleteFunc(slices.Clone(extra), func(s string) bool { return s == "--no-static-links" })
-	return env.StartProcess(t, "east/"+name, nil, append(args, extra...)...)
+	return env.StartController(t, env.Cluster("east"), o).Process
 }
 
 // namespace creates ns in the given clusters; it is deleted again from the
-// clusters that run kube-controller-manager (east has no namespace
-// controller to finish a deletion, so its namespaces stay).
+// clusters that run kube-controller-manager.
 func namespace(t *testing.T, ns string, clusters ...string) {
 	t.Helper()
-	ctx := context.Background()
+	var cs []*harness.Cluster
 	for _, name := range clusters {
-		c := env.Cluster(name)
-		require.NoError(t, c.Apply(ctx, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", ns)))
-		if c.Workloads {
-			t.Cleanup(func() {
-				_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-			})
-		}
+		cs = append(cs, env.Cluster(name))
 	}
+	env.TempNamespace(t, ns, cs...)
 }
 
 // statefulSet is a headless Service svc and a StatefulSet of replicas
@@ -111,19 +96,6 @@ spec:
   selector: {app: %[2]s}
   ports: [{name: http, port: %[3]d}]
 `, ns, svc, port, lbl)
-}
-
-// mirrors returns east's mirror Services of ns by name.
-func mirrors(ctx context.Context, ns string) (map[string]corev1.Service, error) {
-	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.MirrorSelector})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]corev1.Service{}
-	for _, s := range list.Items {
-		out[s.Name] = s
-	}
-	return out, nil
 }
 
 func names[V any](m map[string]V) []string {
@@ -217,35 +189,11 @@ func assertConsistent(c *assert.CollectT, ctx context.Context, ns string, m map[
 	}
 }
 
-// egressPorts returns every egress port recorded in east, by mirror.
-func egressPorts(ctx context.Context) (map[string]string, error) {
-	list, err := env.Cluster("east").Client.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: controller.ManagedBy + "=" + controller.ManagedByValue})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, s := range list.Items {
-		if v := s.Annotations[controller.EgressPorts]; v != "" {
-			out[s.Namespace+"/"+s.Name] = v
-		}
-	}
-	return out, nil
-}
-
 // assertPortsUnique checks that no egress port is given twice in east.
 func assertPortsUnique(c *assert.CollectT, ctx context.Context) {
-	all, err := egressPorts(ctx)
+	all, err := env.Cluster("east").EgressPorts(ctx, "")
 	require.NoError(c, err)
-	seen := map[string]string{}
-	for name, v := range all {
-		for _, kv := range strings.Split(v, ",") {
-			_, p, _ := strings.Cut(kv, "=")
-			if other, dup := seen[p]; dup {
-				assert.Fail(c, "egress port given twice", "port %s: %s and %s", p, other, name)
-			}
-			seen[p] = name
-		}
-	}
+	harness.AssertEgressPortsUnique(c, all)
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
@@ -291,16 +239,8 @@ func waitSynced(t *testing.T, p *harness.Process, offset int, keys ...string) ma
 			assert.Contains(c, got[k], 0, "a sync of %s that wrote nothing", k)
 		}
 	}, wait, tick)
-	requireAlive(t, p)
+	env.RequireAlive(t, p)
 	return got
-}
-
-// requireAlive fails the test when p has exited: a crashed controller
-// would pass every "nothing happened" check.
-func requireAlive(t *testing.T, p *harness.Process) {
-	t.Helper()
-	exited, err := p.Exited()
-	require.False(t, exited, "%s exited (%v):\n%s", p.Name, err, p.Tail(30))
 }
 
 // linkSecret links east to remote through a link Secret in secretNS, with

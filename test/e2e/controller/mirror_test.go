@@ -35,7 +35,7 @@ func TestExportScaleUnexport(t *testing.T) {
 	expect := func(westPods, parisPods int) {
 		t.Helper()
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			m, err := mirrors(ctx, ns)
+			m, err := env.Cluster("east").Mirrors(ctx, ns)
 			require.NoError(c, err)
 			assert.Equal(c, ordinals("nginx-svc-set", "west", westPods), podMirrors(m, "nginx-svc-west"))
 			assert.Equal(c, ordinals("nginx-svc-set", "paris", parisPods), podMirrors(m, "nginx-svc-paris"))
@@ -57,12 +57,12 @@ func TestExportScaleUnexport(t *testing.T) {
 
 	// Port change: the mirror's port follows, with an egress port of its
 	// own.
-	m, err := mirrors(ctx, ns)
+	m, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 	oldPorts := m["web-west"].Annotations[controller.EgressPorts]
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 8080, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		web := m["web-west"]
 		require.Len(c, web.Spec.Ports, 1)
@@ -76,7 +76,7 @@ func TestExportScaleUnexport(t *testing.T) {
 	// per-pod ones included; paris's stay.
 	require.NoError(t, west.LabelService(ctx, ns, "nginx-svc", labels.Exported, ""))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, []string{"nginx-svc-paris", "nginx-svc-set-0-paris", "nginx-svc-set-1-paris", "web-west"}, names(m))
 		assertConsistent(c, ctx, ns, m)
@@ -117,21 +117,21 @@ spec:
 			}
 		}
 		assert.True(c, found, "a %s Event on the foreign Service", controller.ReasonNameTaken)
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Contains(c, m, "other-west", "other exports are mirrored meanwhile")
 	}, wait, tick)
 	now, err := east.Client.CoreV1().Services(ns).Get(ctx, "nginx-svc-west", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, foreign.ResourceVersion, now.ResourceVersion, "the foreign Service is untouched")
-	m, err := mirrors(ctx, ns)
+	m, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 	assert.Empty(t, podMirrors(m, "nginx-svc-west"), "no per-pod mirrors for a mirror that cannot exist")
 
 	// The operator removes it: the mirror takes the name.
 	require.NoError(t, east.Client.CoreV1().Services(ns).Delete(ctx, "nginx-svc-west", metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, controller.ManagedByValue, m["nginx-svc-west"].Labels[controller.ManagedBy])
 		assert.Equal(c, ordinals("nginx-svc-set", "west", 2), podMirrors(m, "nginx-svc-west"))
@@ -167,7 +167,7 @@ spec: {clusterIP: None, selector: {app: x}}
 		assert.True(c, reasons[controller.ReasonNameTooLong], "reasons %v", reasons)
 		assert.True(c, reasons[controller.ReasonHeadlessWithoutPorts], "reasons %v", reasons)
 	}, wait, tick)
-	m, err := mirrors(ctx, ns)
+	m, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 	assert.Empty(t, m)
 
@@ -194,7 +194,7 @@ func TestFlatMode(t *testing.T) {
 	p := startController(t, "controller", "--v", "4")
 	require.NoError(t, env.Cluster("paris").Apply(ctx, statefulSet(ns, "db", 2, labels.ExportFlat)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, []string{"db-paris"}, names(m))
 		assert.Equal(c, corev1.ClusterIPNone, m["db-paris"].Spec.ClusterIP)
@@ -202,7 +202,7 @@ func TestFlatMode(t *testing.T) {
 	// Nothing else appears: once a sync of the export has written
 	// nothing (the pods' EndpointSlices seen), there is nothing else.
 	waitSynced(t, p, 0, "paris/"+ns+"/db")
-	m, err := mirrors(ctx, ns)
+	m, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"db-paris"}, names(m))
 	// Flat mirrors have no slices (the import's derived Service has).

@@ -31,12 +31,12 @@ func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "db", 2, "true")))
 	want := []string{"db-paris", "db-set-0-paris", "db-set-1-paris"}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, want, names(m))
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)
-	before, err := mirrors(ctx, ns)
+	before, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 
 	// The Secret is edited: the same server, through an exec plugin,
@@ -65,8 +65,8 @@ func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
 		require.NoError(c, err)
 		assert.Regexp(c, `"Synced".* key="paris/`+ns+`/db".* skipped="link secret refused"`, string(b))
 	}, wait, tick, "the sweep's sync of paris's mirrors leaves them alone")
-	requireAlive(t, second)
-	after, err := mirrors(ctx, ns)
+	env.RequireAlive(t, second)
+	after, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 	require.Equal(t, want, names(after))
 	for name, b := range before {
@@ -76,7 +76,7 @@ func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
 	// The Secret goes: paris is unlinked, its mirrors are swept.
 	require.NoError(t, east.Client.CoreV1().Secrets(secretNS).Delete(ctx, secret.Name, metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Empty(c, m)
 	}, wait, tick)

@@ -54,7 +54,7 @@ func TestServiceExportStamp(t *testing.T) {
 
 	var before map[string]corev1.Service
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, []string{"both-west", "flat-west", "web-west"}, names(m))
 		web := m["web-west"]
@@ -85,7 +85,7 @@ func TestServiceExportStamp(t *testing.T) {
 	remote, err := west.Client.CoreV1().Services(ns).Get(ctx, "both", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		b, ok := m["both-west"]
 		require.True(c, ok, "still exported by its stamp")
@@ -96,21 +96,21 @@ func TestServiceExportStamp(t *testing.T) {
 		delete(m, "flat-west")
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)
-	requireAlive(t, p)
+	env.RequireAlive(t, p)
 
 	// The stamps removed: unexported, the mirrors go.
 	require.NoError(t, west.LabelService(ctx, ns, "web", labels.ServiceExportMode, ""))
 	require.NoError(t, west.LabelService(ctx, ns, "both", labels.ServiceExportMode, ""))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, []string{"flat-west"}, names(m))
 		_, err = env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-west", metav1.GetOptions{})
 		assert.True(c, isNotFound(err), "web-west's EndpointSlice is deleted: %v", err)
-		ports, err := egressPorts(ctx)
+		ports, err := env.Cluster("east").EgressPorts(ctx, "")
 		require.NoError(c, err)
 		assert.NotContains(c, ports, ns+"/web-west")
 		assert.NotContains(c, ports, ns+"/both-west")
 	}, wait, tick)
-	requireAlive(t, p)
+	env.RequireAlive(t, p)
 }

@@ -1,12 +1,8 @@
 package controller_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,7 +44,7 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	want := []string{"db-set-0-west", "db-set-1-west", "db-west", "dns-west", "plain-west"}
 	keys := []string{"west/" + ns + "/db", "west/" + ns + "/dns", "west/" + ns + "/plain"}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, want, names(m))
 		assertConsistent(c, ctx, ns, m)
@@ -127,35 +123,8 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 		patched = append(patched, fmt.Sprintf("MODIFIED service %s touched=yes", name))
 	}
 	assert.ElementsMatch(t, patched, changes, "only the test's own patches changed the mirrors")
-	m, err := mirrors(ctx, ns)
+	m, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 	assert.Equal(t, "yes", m["plain-west"].Labels["touched"], "labels of others are kept")
-	requireAlive(t, p)
-}
-
-// scrape returns the sum of the samples of a metric (a name, or a name
-// with labels) at the controller's /metrics.
-func scrape(t require.TestingT, addr, metric string) float64 {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		name, value, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		if name == metric || (!strings.Contains(metric, "{") && strings.HasPrefix(name, metric+"{")) {
-			v, err := strconv.ParseFloat(value, 64)
-			require.NoError(t, err)
-			sum += v
-		}
-	}
-	require.NoError(t, sc.Err())
-	return sum
+	env.RequireAlive(t, p)
 }

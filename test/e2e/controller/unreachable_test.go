@@ -49,7 +49,7 @@ spec: {ports: [{name: http, port: 80}]}
 	p := startController(t, "controller", "--link", "dead="+path, "--v", "4")
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Equal(c, []string{"api-dead", "web-west"}, names(m))
 	}, wait, tick, "west is mirrored although dead cannot be reached")
@@ -60,7 +60,7 @@ spec: {ports: [{name: http, port: 80}]}
 		require.NoError(c, err)
 		assert.Regexp(c, `"Synced".* key="dead/`+ns+`/api".* skipped="link not synced"`, string(b))
 	}, wait, tick)
-	requireAlive(t, p)
+	env.RequireAlive(t, p)
 	_, err := east.Client.CoreV1().Services(ns).Get(ctx, "api-dead", metav1.GetOptions{})
 	assert.NoError(t, err, "the unreachable cluster's mirror is kept")
 }

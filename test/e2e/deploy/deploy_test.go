@@ -128,10 +128,8 @@ func applyManifests(t *testing.T) {
 // returns its path.
 func saKubeconfig(t *testing.T, ns, name string) string {
 	t.Helper()
-	kc, err := env.Cluster("east").ServiceAccountKubeconfig(context.Background(), ns, name)
+	path, err := env.Cluster("east").ServiceAccountKubeconfigFile(context.Background(), t.TempDir(), ns, name)
 	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), name+".kubeconfig")
-	require.NoError(t, os.WriteFile(path, kc, 0o600))
 	return path
 }
 
@@ -161,48 +159,10 @@ func linkWest(t *testing.T, ns string) {
 
 // ---- workloads -----------------------------------------------------------
 
-// namespace creates ns in each cluster (east has no namespace controller
-// to finish a deletion, so it is deleted from west only).
-func namespace(t *testing.T, ns string, clusters ...*harness.Cluster) {
-	t.Helper()
-	for _, c := range clusters {
-		// A re-run (-count) may find the namespace of the run before still
-		// terminating, and nothing can be created in it: wait until it is
-		// gone.
-		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			got, err := c.Client.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return
-			}
-			require.NoError(ct, err)
-			assert.Nil(ct, got.DeletionTimestamp, "namespace %s/%s still terminating", c.Name, ns)
-		}, wait, tick)
-		require.NoError(t, c.Apply(context.Background(), fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", ns)))
-		if c.Workloads {
-			t.Cleanup(func() {
-				_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-			})
-		}
-	}
-}
-
 // statefulSet is headless nginx-svc (port http 80) with StatefulSet
 // nginx-set of replicas pods behind it, exported with export.
 func statefulSet(ns string, replicas int, export string) string {
 	return harness.StatefulSet(ns, "nginx-svc", "nginx-set", replicas, map[string]string{labels.Exported: export})
-}
-
-// mirrors returns east's mirror Services of ns by name.
-func mirrors(ctx context.Context, ns string) (map[string]corev1.Service, error) {
-	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.MirrorSelector})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]corev1.Service{}
-	for _, s := range list.Items {
-		out[s.Name] = s
-	}
-	return out, nil
 }
 
 // ---- processes -----------------------------------------------------------
@@ -273,35 +233,13 @@ func corefile(t *testing.T) string {
 func startDNS(t *testing.T) *harness.DNSServer {
 	t.Helper()
 	kubeconfig := saKubeconfig(t, "kube-system", "coredns")
-	cf := corefile(t)
-	for _, r := range []struct{ old, new string }{
-		{".:53 {\n", ". {\n    bind 127.0.0.1\n"},
-		{"    health {\n", fmt.Sprintf("    health 127.0.0.1:%d {\n", harness.FreePort(t))},
-		{"    ready\n", "    ready 127.0.0.1:{READY}\n"},
-		{"    prometheus :9153\n", "    prometheus 127.0.0.1:{METRICS}\n"},
-		{"        link_secrets ", "        kubeconfig " + kubeconfig + "\n        link_secrets "},
-		{"        pods insecure\n", "        kubeconfig " + kubeconfig + "\n        pods insecure\n"},
-	} {
-		require.Equal(t, 1, strings.Count(cf, r.old), "the Corefile has %q once", r.old)
-		cf = strings.Replace(cf, r.old, r.new, 1)
-	}
+	cf, err := harness.HostCorefile(corefile(t), kubeconfig, harness.FreePort(t))
+	require.NoError(t, err)
 	// StartDNS waits for ready and for kubernetes.default to answer:
 	// through the kubernetes plugin, with the same RBAC.
 	s := env.StartDNS(t, "east/coredns-mc", cf)
 	require.Len(t, s.Ask(t, "udp", "kubernetes.default."+zone, dns.TypeA).Answer, 1)
 	return s
-}
-
-// addresses returns the A records of a reply, sorted.
-func addresses(r *dns.Msg) []string {
-	var out []string
-	for _, rr := range r.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			out = append(out, a.A.String())
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // ---- tests ---------------------------------------------------------------
@@ -400,12 +338,12 @@ func TestControllerRBACSuffices(t *testing.T) {
 	linkWest(t, flagValue(t, args, "link-secrets"))
 
 	const ns = "deploy-ctrl"
-	namespace(t, ns, east, west)
+	env.TempNamespace(t, ns, east, west)
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 2, labels.ExportGateway)))
 	// Exported from a namespace east does not have: an Event says so
 	// (the events permission; --create-namespaces is off).
 	const absent = "deploy-absent"
-	namespace(t, absent, west)
+	env.TempNamespace(t, absent, west)
 	require.NoError(t, west.Apply(ctx, fmt.Sprintf(`
 apiVersion: v1
 kind: Service
@@ -418,7 +356,7 @@ spec:
 	replicas := []*controllerProc{startController(t, "mcmirror-controller-0"), startController(t, "mcmirror-controller-1")}
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.ElementsMatch(c, []string{"nginx-svc-west", "nginx-set-0-west", "nginx-set-1-west"}, keys(m))
 		for name, s := range m {
@@ -495,8 +433,8 @@ func TestCoreDNSRBACSuffices(t *testing.T) {
 	linkWest(t, flagValue(t, controllerDeployment(t).Spec.Template.Spec.Containers[0].Args, "link-secrets"))
 
 	const gw, flat = "deploy-dns-gw", "deploy-dns-flat"
-	namespace(t, gw, east, west)
-	namespace(t, flat, east, west)
+	env.TempNamespace(t, gw, east, west)
+	env.TempNamespace(t, flat, east, west)
 	require.NoError(t, west.Apply(ctx, statefulSet(gw, 2, labels.ExportGateway)))
 	require.NoError(t, west.Apply(ctx, statefulSet(flat, 2, labels.ExportFlat)))
 	ctrl := startController(t, "mcmirror-controller")
@@ -505,13 +443,13 @@ func TestCoreDNSRBACSuffices(t *testing.T) {
 	// Gateway mode: a pod of west by name, at its mirror's ClusterIP in
 	// east.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, gw)
+		m, err := env.Cluster("east").Mirrors(ctx, gw)
 		require.NoError(c, err)
 		pod, ok := m["nginx-set-0-west"]
 		require.True(c, ok, "per-pod mirror nginx-set-0-west")
 		r := s.Ask(c, "udp", "nginx-set-0.nginx-svc-west."+gw+"."+zone, dns.TypeA)
 		require.Equal(c, dns.RcodeSuccess, r.Rcode)
-		assert.Equal(c, []string{pod.Spec.ClusterIP}, addresses(r))
+		assert.Equal(c, []string{pod.Spec.ClusterIP}, harness.Answers(r))
 	}, wait, tick, "nginx-set-0.nginx-svc-west.%s answers the mirror ClusterIP", gw)
 
 	// Flat mode: west's ready pod addresses.
@@ -530,7 +468,7 @@ func TestCoreDNSRBACSuffices(t *testing.T) {
 		require.Len(c, want, 2)
 		r := s.Ask(c, "udp", "nginx-svc-west."+flat+"."+zone, dns.TypeA)
 		require.Equal(c, dns.RcodeSuccess, r.Rcode)
-		assert.Equal(c, want, addresses(r))
+		assert.Equal(c, want, harness.Answers(r))
 	}, wait, tick, "nginx-svc-west.%s answers west's pods", flat)
 
 	for _, p := range []*harness.Process{s.Process, ctrl.proc} {

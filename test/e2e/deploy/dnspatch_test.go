@@ -231,7 +231,7 @@ func TestDNSHook(t *testing.T) {
 	env.LogOnFailure(t)
 	const ref = "deploy-dns-hook-kubectl"
 	east := env.Cluster("east")
-	namespace(t, ref, east)
+	env.TempNamespace(t, ref, east)
 	kubeconfig := hookKubeconfig(t, east, "kube-system")
 	hookArgs := func(action string, more ...string) []string {
 		// East has no deployment controller: no rollout to wait for.
@@ -346,7 +346,7 @@ func TestDNSHookRefuses(t *testing.T) {
 	ctx := context.Background()
 	const ns = "deploy-dns-hook"
 	east := env.Cluster("east")
-	namespace(t, ns, east)
+	env.TempNamespace(t, ns, east)
 	kubeconfig := hookKubeconfig(t, east, ns)
 	apply := []string{"apply", "--deployment", ns + "/coredns", "--patch-file", projectPatch(t), "--wait=false"}
 	unchanged := func(before *appsv1.Deployment) {
@@ -440,7 +440,7 @@ func TestDNSHookRollout(t *testing.T) {
 	ctx := context.Background()
 	const ns = "deploy-dns-rollout"
 	west := env.Cluster("west")
-	namespace(t, ns, west)
+	env.TempNamespace(t, ns, west)
 	kubeconfig := hookKubeconfig(t, west, ns)
 	// The pods' ServiceAccount: the ReplicaSet controller creates no pod
 	// of an account that does not exist.

@@ -439,7 +439,7 @@ func gatewaySuffices(t *testing.T, ns string, extraEnv ...string) {
 	// server in a network namespace, at an EndpointSlice address (east
 	// runs no EndpointSlice controller, so the slice is written here as
 	// it would write it: with the Service's labels).
-	namespace(t, ns, east)
+	env.TempNamespace(t, ns, east)
 	pod := east.RunPod(t, "web-0", harness.EchoServer(8080))
 	exported := fmt.Sprintf(`
 apiVersion: v1

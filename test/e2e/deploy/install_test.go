@@ -171,7 +171,7 @@ func TestCoreDNSPatch(t *testing.T) {
 	fresh := func(ns, manifest string) *appsv1.Deployment {
 		t.Helper()
 		if ns != "kube-system" {
-			namespace(t, ns, east)
+			env.TempNamespace(t, ns, east)
 		}
 		err := deployments.Deployments(ns).Delete(ctx, "coredns", metav1.DeleteOptions{})
 		if !apierrors.IsNotFound(err) {

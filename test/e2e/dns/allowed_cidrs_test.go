@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -41,7 +42,7 @@ func TestAllowedCIDRs(t *testing.T) {
 	publish(west, map[string]string{"good-0": "10.201.1.1"})
 	publish(paris, map[string]string{"evil-0": evil})
 
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west, paris)+"        allowed_cidrs west 10.201.0.0/16\n"))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west, paris)+"        allowed_cidrs west 10.201.0.0/16\n"))
 	name := func(c string) string { return "pinned-" + c + "." + ns + "." + zone }
 	eventuallyAnswers(t, s, name("west"), []string{"10.201.1.1"})
 	eventuallyAnswers(t, s, name("paris"), []string{evil}) // no list: off
@@ -53,14 +54,14 @@ func TestAllowedCIDRs(t *testing.T) {
 	publish(west, map[string]string{"good-0": "10.201.1.1", "good-1": "10.201.1.2", "evil-0": evil})
 	// The change is seen: the new allowed address is answered.
 	eventuallyAnswers(t, s, name("west"), []string{"10.201.1.1", "10.201.1.2"})
-	assert.Equal(t, []string{"10.201.1.2"}, answers(s.Ask(t, "udp", "good-1."+name("west"), dns.TypeA)))
+	assert.Equal(t, []string{"10.201.1.2"}, harness.Answers(s.Ask(t, "udp", "good-1."+name("west"), dns.TypeA)))
 	assert.Equal(t, dns.RcodeNameError, s.Ask(t, "udp", "evil-0."+name("west"), dns.TypeA).Rcode, "the pod outside is not answered")
-	assert.Equal(t, []string{"10.201.1.1", "10.201.1.2", evil}, answers(s.Ask(t, "udp", "pinned-global."+ns+"."+zone, dns.TypeA)),
+	assert.Equal(t, []string{"10.201.1.1", "10.201.1.2", evil}, harness.Answers(s.Ask(t, "udp", "pinned-global."+ns+"."+zone, dns.TypeA)),
 		"-global: west's allowed pods and paris's, which has no list")
 	after, ok := s.Metric(t, series)
 	assert.True(t, ok && after == "1", "one address dropped and counted: %q", after)
 	assert.Contains(t, s.Process.Tail(200), "publishes "+evil+", outside its allowed_cidrs", "the drop is logged")
-	requireAlive(t, s.Process)
+	env.RequireAlive(t, s.Process)
 }
 
 // selectorless is a headless Service exported in flat mode without a
@@ -98,13 +99,13 @@ func sliceLabelled(t *testing.T, ns, svc string, eps map[string]string, lbls map
 			Labels: l,
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(80)), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
 	for _, host := range slices.Sorted(maps.Keys(eps)) {
 		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
 			Addresses:  []string{eps[host]},
-			Hostname:   ptr(host),
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+			Hostname:   ptr.To(host),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 		})
 	}
 	b, err := json.Marshal(slice)

@@ -52,7 +52,7 @@ func TestBadInputLikeKubernetes(t *testing.T) {
         kubeconfig %[4]s
     }
 }
-`, key, extra, east.Name, east.Kubeconfig, links(t, west))
+`, key, extra, east.Name, east.Kubeconfig, harness.LinkLines(t, west))
 	}
 	corefile := block(".", "    ready 127.0.0.1:{READY}\n    prometheus 127.0.0.1:{METRICS}\n") +
 		block(fmt.Sprintf(".:%d", chaosPort), "    chaos\n")
@@ -182,11 +182,11 @@ func TestBadInputLikeKubernetes(t *testing.T) {
 			}
 			// Both still answer, on both server blocks.
 			for i, name := range pair {
-				assert.Equal(t, []string{want[i]}, answers(s.Ask(t, "udp", name, dns.TypeA)), name)
+				assert.Equal(t, []string{want[i]}, harness.Answers(s.Ask(t, "udp", name, dns.TypeA)), name)
 				r, err := rawExchange("tcp", chaosAddr, pack(query(name, dns.TypeA)), true)
 				require.NoError(t, err)
 				require.NotNil(t, r)
-				assert.Equal(t, []string{want[i]}, answers(r), name)
+				assert.Equal(t, []string{want[i]}, harness.Answers(r), name)
 			}
 			done, err := s.Process.Exited()
 			require.False(t, done, "coredns-mc exited: %v", err)

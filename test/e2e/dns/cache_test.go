@@ -24,7 +24,7 @@ func TestCacheInFrontKeepsBigReplies(t *testing.T) {
 	const ns, pods = "cached", 20
 	exportHeadless(t, west, ns, "peers", 1, pods, func(n int) string { return fmt.Sprintf("10.202.0.%d", n+1) })
 
-	corefile := strings.Replace(corefileFor(east, links(t, west)), "    errors\n", "    errors\n    cache 30\n", 1)
+	corefile := strings.Replace(harness.MirrorCorefile(east, harness.LinkLines(t, west)), "    errors\n", "    errors\n    cache 30\n", 1)
 	require.Contains(t, corefile, "cache 30")
 	s := env.StartDNS(t, "east/coredns-mc-cache", corefile)
 
@@ -32,11 +32,11 @@ func TestCacheInFrontKeepsBigReplies(t *testing.T) {
 	// SRV queries below do not share a cache entry with).
 	last := fmt.Sprintf("peers-%d.peers-west.%s.%s", pods-1, ns, zone)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, []string{"10.202.0.20"}, answers(s.Ask(c, "udp", last, dns.TypeA)))
+		assert.Equal(c, []string{"10.202.0.20"}, harness.Answers(s.Ask(c, "udp", last, dns.TypeA)))
 	}, 20*time.Second, 50*time.Millisecond, last)
 
 	const srvAnswers = `coredns_mcmirror_answers_total{kind="srv",rcode="NOERROR"}`
-	before := metricValue(t, s, srvAnswers)
+	before := s.Value(t, srvAnswers)
 	hitsBefore := sumSeries(t, s, "coredns_cache_hits_total{")
 	name := "_http._tcp.peers-global." + ns + "." + zone
 	for i := range 2 {
@@ -52,7 +52,7 @@ func TestCacheInFrontKeepsBigReplies(t *testing.T) {
 
 	// Three replies came from the live server; the cache gave two of them.
 	assert.Equal(t, 2.0, sumSeries(t, s, "coredns_cache_hits_total{")-hitsBefore, "cache hits")
-	assert.Equal(t, 1.0, metricValue(t, s, srvAnswers)-before, "queries mcmirror answered")
+	assert.Equal(t, 1.0, s.Value(t, srvAnswers)-before, "queries mcmirror answered")
 }
 
 // sumSeries adds up every sample of s whose line starts with prefix (a

@@ -40,7 +40,7 @@ func TestNoServfailDuringChurn(t *testing.T) {
 	require.NoError(t, west.Apply(ctx, sliceOf(t, ns, "web", map[string]string{"web-0": "10.201.2.1"})))
 	require.NoError(t, east.Apply(ctx, harness.Namespace("linkerd-multicluster")))
 
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west)+"        link_secrets linkerd-multicluster\n"))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west)+"        link_secrets linkerd-multicluster\n"))
 	name := "web-west." + ns + "." + zone
 	eventuallyAnswers(t, s, name, []string{"10.201.2.1"})
 	missing := "web-9." + name
@@ -95,7 +95,7 @@ func TestNoServfailDuringChurn(t *testing.T) {
 	for deadline := time.Now().Add(7 * time.Second); time.Now().Before(deadline); {
 		rcodes[dns.RcodeToString[s.Ask(t, "udp", missing, dns.TypeA).Rcode]]++
 		rcodes[dns.RcodeToString[s.Ask(t, "udp", "_http._tcp."+missing, dns.TypeSRV).Rcode]]++
-		seen[strings.Join(answers(s.Ask(t, "udp", name, dns.TypeA)), ",")] = true
+		seen[strings.Join(harness.Answers(s.Ask(t, "udp", name, dns.TypeA)), ",")] = true
 		resp, err := hc.Get(readyURL)
 		require.NoError(t, err)
 		resp.Body.Close()
@@ -150,7 +150,7 @@ func TestOnlyExportedSlicesSent(t *testing.T) {
 			require.NoError(t, west.Apply(ctx, strings.Replace(sliceLabelled(t, ns, svc, eps, nil), svc+"-manual", fmt.Sprintf("%s-%d", svc, j), 1)))
 		}
 	}
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west)))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west)))
 	eventuallyAnswers(t, s, "web-west."+ns+"."+zone, []string{"10.201.3.1"})
 
 	const held = `coredns_mcmirror_link_objects{cluster="west",kind="endpointslice"}`
@@ -225,17 +225,6 @@ func countSlices(t *testing.T, c *harness.Cluster) (exported, all int) {
 		}
 	}
 	return exported, all
-}
-
-func metricInt(t *testing.T, s *harness.DNSServer, series string) int {
-	t.Helper()
-	v, ok := s.Metric(t, series)
-	if !ok {
-		return 0
-	}
-	n, err := strconv.ParseFloat(v, 64)
-	require.NoError(t, err)
-	return int(n)
 }
 
 func sortedAddrs(a []string) []string {

@@ -113,30 +113,30 @@ func TestClusterSetNames(t *testing.T) {
 	east, west := env.Cluster("east"), env.Cluster("west")
 	const ns = "clusterset"
 	webIP := applyClusterset(t, ns)
-	s := env.StartDNS(t, "east/coredns-mc", clustersetCorefile(east, links(t, west)))
+	s := env.StartDNS(t, "east/coredns-mc", clustersetCorefile(east, harness.LinkLines(t, west)))
 	name := func(n string) string { return n + "." + ns + "." + csZone }
 
 	// ClusterSetIP: the derived Service's ClusterIP; SRV on the bare name
 	// is exactly {port, the name}, as the conformance suite has it.
 	eventuallyAnswers(t, s, name("web"), []string{webIP})
-	assert.Equal(t, []string{"80 " + name("web")}, answers(s.Ask(t, "udp", name("web"), dns.TypeSRV)))
+	assert.Equal(t, []string{"80 " + name("web")}, harness.Answers(s.Ask(t, "udp", name("web"), dns.TypeSRV)))
 	r := s.Ask(t, "udp", "_http._tcp."+name("web"), dns.TypeSRV)
-	assert.Equal(t, []string{"80 " + name("web")}, answers(r))
+	assert.Equal(t, []string{"80 " + name("web")}, harness.Answers(r))
 	assert.Equal(t, map[string]string{name("web"): webIP}, glue(r))
 	assert.Equal(t, []string{webIP}, s.Dig(t, name("web")), "dig")
 	rev, err := dns.ReverseAddr(webIP)
 	require.NoError(t, err)
-	assert.Equal(t, []string{name("web")}, answers(s.Ask(t, "udp", rev, dns.TypePTR)), "PTR of the ClusterSetIP")
+	assert.Equal(t, []string{name("web")}, harness.Answers(s.Ask(t, "udp", rev, dns.TypePTR)), "PTR of the ClusterSetIP")
 	// No name of one cluster's backends for a ClusterSetIP import.
 	eventuallyNegative(t, s, name("west.web"), dns.TypeA, dns.RcodeNameError, "clusterset.local.")
 
 	// Headless: every cluster's ready addresses, east's own first.
 	eventuallyAnswers(t, s, name("db"), []string{"10.204.0.1", "10.204.0.2", "10.204.1.1"})
-	assert.Equal(t, []string{"10.204.0.2"}, answers(s.Ask(t, "udp", name("db-1.west.db"), dns.TypeA)))
-	assert.Equal(t, []string{"10.204.1.1"}, answers(s.Ask(t, "udp", name("db-0.east.db"), dns.TypeA)))
+	assert.Equal(t, []string{"10.204.0.2"}, harness.Answers(s.Ask(t, "udp", name("db-1.west.db"), dns.TypeA)))
+	assert.Equal(t, []string{"10.204.1.1"}, harness.Answers(s.Ask(t, "udp", name("db-0.east.db"), dns.TypeA)))
 	assert.Equal(t, []string{"10.204.0.1"}, s.Dig(t, name("db-0.west.db")), "dig")
 	r = s.Ask(t, "tcp", "_http._tcp."+name("db"), dns.TypeSRV)
-	assert.Equal(t, []string{"80 " + name("db-0.east.db"), "80 " + name("db-0.west.db"), "80 " + name("db-1.west.db")}, answers(r))
+	assert.Equal(t, []string{"80 " + name("db-0.east.db"), "80 " + name("db-0.west.db"), "80 " + name("db-1.west.db")}, harness.Answers(r))
 	assert.Equal(t, map[string]string{name("db-0.east.db"): "10.204.1.1", name("db-0.west.db"): "10.204.0.1", name("db-1.west.db"): "10.204.0.2"}, glue(r))
 
 	// NODATA for the empty non-terminals and a type without records;
@@ -161,15 +161,15 @@ func TestClusterSetNames(t *testing.T) {
 
 	// cluster.local is unchanged: mcmirror's names, the kubernetes
 	// plugin's for the rest.
-	assert.Equal(t, []string{"10.204.0.1", "10.204.0.2"}, answers(s.Ask(t, "udp", "db-west."+ns+"."+zone, dns.TypeA)))
-	assert.Equal(t, []string{"10.204.0.9"}, answers(s.Ask(t, "udp", "web-west."+ns+"."+zone, dns.TypeA)))
-	assert.Equal(t, []string{webIP}, answers(s.Ask(t, "udp", controller.DerivedName(ns, "web")+"."+ns+"."+zone, dns.TypeA)))
+	assert.Equal(t, []string{"10.204.0.1", "10.204.0.2"}, harness.Answers(s.Ask(t, "udp", "db-west."+ns+"."+zone, dns.TypeA)))
+	assert.Equal(t, []string{"10.204.0.9"}, harness.Answers(s.Ask(t, "udp", "web-west."+ns+"."+zone, dns.TypeA)))
+	assert.Equal(t, []string{webIP}, harness.Answers(s.Ask(t, "udp", controller.DerivedName(ns, "web")+"."+ns+"."+zone, dns.TypeA)))
 
 	// Counted by kind.
 	const csOK = `coredns_mcmirror_answers_total{kind="clusterset",rcode="NOERROR"}`
-	before := metricValue(t, s, csOK)
-	require.Equal(t, []string{webIP}, answers(s.Ask(t, "udp", name("web"), dns.TypeA)))
-	assert.Equal(t, before+1, metricValue(t, s, csOK))
+	before := s.Value(t, csOK)
+	require.Equal(t, []string{webIP}, harness.Answers(s.Ask(t, "udp", name("web"), dns.TypeA)))
+	assert.Equal(t, before+1, s.Value(t, csOK))
 
 	// The derived Service goes: so does the name; db's stay.
 	require.NoError(t, east.Client.CoreV1().Services(ns).Delete(ctx, controller.DerivedName(ns, "web"), metav1.DeleteOptions{}))
@@ -178,9 +178,9 @@ func TestClusterSetNames(t *testing.T) {
 		assert.True(c, apierrors.IsNotFound(err), "derived Service deleted: %v", err)
 	}, 30*time.Second, 20*time.Millisecond)
 	eventuallyNegative(t, s, name("web"), dns.TypeA, dns.RcodeNameError, "clusterset.local.")
-	assert.Equal(t, []string{"10.204.0.1", "10.204.0.2", "10.204.1.1"}, answers(s.Ask(t, "udp", name("db"), dns.TypeA)))
-	assert.Equal(t, []string{"10.204.0.9"}, answers(s.Ask(t, "udp", "web-west."+ns+"."+zone, dns.TypeA)), "web is still exported")
-	requireAlive(t, s.Process)
+	assert.Equal(t, []string{"10.204.0.1", "10.204.0.2", "10.204.1.1"}, harness.Answers(s.Ask(t, "udp", name("db"), dns.TypeA)))
+	assert.Equal(t, []string{"10.204.0.9"}, harness.Answers(s.Ask(t, "udp", "web-west."+ns+"."+zone, dns.TypeA)), "web is still exported")
+	env.RequireAlive(t, s.Process)
 }
 
 // Forward mode: a server block of clusterset.local alone, the mcmirror
@@ -215,7 +215,7 @@ clusterset.local {
 	name := func(n string) string { return n + "." + ns + "." + csZone }
 	eventuallyAnswers(t, s, name("web"), []string{webIP})
 	eventuallyAnswers(t, s, name("db"), []string{"10.204.0.1", "10.204.0.2", "10.204.1.1"})
-	assert.Equal(t, []string{"10.204.0.2"}, answers(s.Ask(t, "udp", name("db-1.west.db"), dns.TypeA)))
+	assert.Equal(t, []string{"10.204.0.2"}, harness.Answers(s.Ask(t, "udp", name("db-1.west.db"), dns.TypeA)))
 	assert.Equal(t, []string{`"1.0.0"`}, s.Dig(t, "TXT", "dns-version.clusterset.local."))
 	eventuallyNegative(t, s, name("nope"), dns.TypeA, dns.RcodeNameError, "clusterset.local.")
 	r := s.Ask(t, "udp", "clusterset.local.", dns.TypeSOA)
@@ -223,5 +223,5 @@ clusterset.local {
 	assert.Equal(t, dns.TypeSOA, r.Answer[0].Header().Rrtype)
 	// No mcmirror in cluster.local: its names are the kubernetes plugin's.
 	assert.Equal(t, dns.RcodeNameError, s.Ask(t, "udp", "db-west."+ns+"."+zone, dns.TypeA).Rcode)
-	requireAlive(t, s.Process)
+	env.RequireAlive(t, s.Process)
 }

@@ -2,7 +2,6 @@ package dns_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,13 +19,9 @@ import (
 // Secrets of linkNS, with extra flags, and returns it and its /metrics.
 func startLinkController(t *testing.T, east *harness.Cluster, linkNS string, extra ...string) (*harness.Process, string) {
 	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
-	argv := append([]string{bin, "controller", "--kubeconfig", east.Kubeconfig, "--cluster", east.Name,
-		"--egress-address", "10.255.0.1", "--egress-ports", "30000-39999", "--metrics-addr", metrics,
-		"--link-secrets", linkNS}, extra...)
-	return env.StartProcess(t, east.Name+"/controller", nil, argv...), "http://" + metrics + "/metrics"
+	ctl := env.StartController(t, east, harness.ControllerOptions{LinkSecrets: linkNS,
+		EgressAddress: "10.255.0.1", EgressPorts: "30000-39999", Metrics: true, Args: extra})
+	return ctl.Process, ctl.MetricsURL()
 }
 
 // The controller refuses a hostile link Secret as the plugin does, and says
@@ -45,7 +40,7 @@ func TestControllerRefusesHostileLinkSecret(t *testing.T) {
 	var before float64
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
-		before, err = scrape(metrics, series)
+		before, _, err = harness.ScrapeSeries(metrics, series)
 		require.NoError(c, err)
 	}, 30*time.Second, 50*time.Millisecond, "controller metrics")
 
@@ -63,11 +58,11 @@ func TestControllerRefusesHostileLinkSecret(t *testing.T) {
 		assert.Contains(c, e.Message, `Link Secret refused (exec): kubeconfig refused: user "mcmirror-link" runs a command (exec "/bin/sh")`)
 	}, 30*time.Second, 100*time.Millisecond, "Event on the refused Secret")
 	require.Eventually(t, func() bool {
-		v, err := scrape(metrics, series)
+		v, _, err := harness.ScrapeSeries(metrics, series)
 		return err == nil && v > before
 	}, 30*time.Second, 50*time.Millisecond, "%s did not move", series)
 	waitLogLine(t, p, "link secret "+linkNS+"/cluster-credentials-west refused (exec)")
-	requireAlive(t, p)
+	env.RequireAlive(t, p)
 	assert.NoFileExists(t, marker, "the exec plugin ran")
 	p.Stop()
 

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,60 +33,14 @@ func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
 
 const zone = "svc.cluster.local."
 
-var (
-	linkMu   sync.Mutex
-	linkKC   = map[string][]byte{}
-	linkPath = map[string]string{}
-)
-
 // linkKubeconfig returns a kubeconfig for remote with the read-only
 // credentials of deploy/remote-link.yaml, and its path.
 func linkKubeconfig(t *testing.T, remote *harness.Cluster) ([]byte, string) {
 	t.Helper()
-	linkMu.Lock()
-	defer linkMu.Unlock()
-	if kc, ok := linkKC[remote.Name]; ok {
-		return kc, linkPath[remote.Name]
-	}
-	kc, err := remote.LinkKubeconfig(context.Background())
+	path := remote.LinkFile(t)
+	kc, err := os.ReadFile(path)
 	require.NoError(t, err)
-	path := filepath.Join(env.Dir, remote.Name+"-link.kubeconfig")
-	require.NoError(t, os.WriteFile(path, kc, 0o600))
-	linkKC[remote.Name], linkPath[remote.Name] = kc, path
 	return kc, path
-}
-
-// links returns the Corefile lines that link each remote cluster.
-func links(t *testing.T, remotes ...*harness.Cluster) string {
-	var b strings.Builder
-	for _, r := range remotes {
-		_, path := linkKubeconfig(t, r)
-		fmt.Fprintf(&b, "        link %s %s\n", r.Name, path)
-	}
-	return b.String()
-}
-
-// corefileFor returns a cluster DNS Corefile for the local cluster with
-// mcmirror before kubernetes; block is the body of the mcmirror block.
-func corefileFor(local *harness.Cluster, block string) string {
-	return fmt.Sprintf(`
-. {
-    bind 127.0.0.1
-    errors
-    ready 127.0.0.1:{READY}
-    prometheus 127.0.0.1:{METRICS}
-    mcmirror cluster.local in-addr.arpa ip6.arpa {
-        cluster %[1]s
-        kubeconfig %[2]s
-%[3]s
-        fallthrough in-addr.arpa ip6.arpa
-    }
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        kubeconfig %[2]s
-        fallthrough in-addr.arpa ip6.arpa
-    }
-}
-`, local.Name, local.Kubeconfig, block)
 }
 
 // The seed walkthrough in gateway mode: a StatefulSet exported by west and by
@@ -115,17 +68,17 @@ func TestGatewayWalkthrough(t *testing.T) {
 	foo, err := east.Client.CoreV1().Services(ns).Get(ctx, "foo-west", metav1.GetOptions{})
 	require.NoError(t, err)
 
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west, paris)))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west, paris)))
 
 	for _, c := range []*harness.Cluster{west, paris} {
 		for host, ip := range mirrors[c.Name] {
 			name := fmt.Sprintf("%s.nginx-svc-%s.%s.%s", host, c.Name, ns, zone)
-			assert.Equal(t, []string{ip}, answers(s.Ask(t, "udp", name, dns.TypeA)), name)
+			assert.Equal(t, []string{ip}, harness.Answers(s.Ask(t, "udp", name, dns.TypeA)), name)
 			assert.True(t, east.ServiceCIDR.Contains(mustAddr(t, ip)), "a mirror ClusterIP is local")
 		}
 		// The headless mirror name: every per-pod mirror ClusterIP.
 		name := fmt.Sprintf("nginx-svc-%s.%s.%s", c.Name, ns, zone)
-		assert.Equal(t, values(mirrors[c.Name]), answers(s.Ask(t, "udp", name, dns.TypeA)), name)
+		assert.Equal(t, values(mirrors[c.Name]), harness.Answers(s.Ask(t, "udp", name, dns.TypeA)), name)
 	}
 
 	// The seed's dig line, with the real dig.
@@ -157,13 +110,13 @@ func TestGatewayWalkthrough(t *testing.T) {
 
 	// Each SRV target resolves on its own.
 	for target, ip := range want {
-		assert.Equal(t, []string{ip}, answers(s.Ask(t, "udp", target, dns.TypeA)), target)
+		assert.Equal(t, []string{ip}, harness.Answers(s.Ask(t, "udp", target, dns.TypeA)), target)
 	}
 
 	// PTR of a mirror ClusterIP names the pod.
 	rev, err := dns.ReverseAddr(mirrors["paris"]["nginx-set-1"])
 	require.NoError(t, err)
-	assert.Equal(t, []string{"nginx-set-1.nginx-svc-paris." + ns + "." + zone}, answers(s.Ask(t, "udp", rev, dns.TypePTR)))
+	assert.Equal(t, []string{"nginx-set-1.nginx-svc-paris." + ns + "." + zone}, harness.Answers(s.Ask(t, "udp", rev, dns.TypePTR)))
 
 	// AAAA on a name with only A records: NODATA with the SOA, not NXDOMAIN.
 	r = s.Ask(t, "udp", name, dns.TypeAAAA)
@@ -177,7 +130,7 @@ func TestGatewayWalkthrough(t *testing.T) {
 	assert.Equal(t, dns.RcodeNameError, r.Rcode)
 
 	// The local foo-west is not hidden: the kubernetes plugin answers it.
-	assert.Equal(t, []string{foo.Spec.ClusterIP}, answers(s.Ask(t, "udp", "foo-west."+ns+"."+zone, dns.TypeA)))
+	assert.Equal(t, []string{foo.Spec.ClusterIP}, harness.Answers(s.Ask(t, "udp", "foo-west."+ns+"."+zone, dns.TypeA)))
 	// What an operator sees: every link synced, answers counted by kind,
 	// the programming latency of remote changes observed.
 	for _, c := range []string{"east", "west", "paris"} {
@@ -187,15 +140,15 @@ func TestGatewayWalkthrough(t *testing.T) {
 	// A counter that moved, not one that exists: one more pod answer, one
 	// more NXDOMAIN, each counted once.
 	const podOK, podNX = `coredns_mcmirror_answers_total{kind="pod",rcode="NOERROR"}`, `coredns_mcmirror_answers_total{kind="pod",rcode="NXDOMAIN"}`
-	okBefore, nxBefore := metricValue(t, s, podOK), metricValue(t, s, podNX)
+	okBefore, nxBefore := s.Value(t, podOK), s.Value(t, podNX)
 	require.Equal(t, dns.RcodeSuccess, s.Ask(t, "udp", name, dns.TypeA).Rcode)
 	require.Equal(t, dns.RcodeNameError, s.Ask(t, "udp", "nginx-set-7.nginx-svc-west."+ns+"."+zone, dns.TypeA).Rcode)
-	assert.Equal(t, okBefore+1, metricValue(t, s, podOK), "pod answers counted")
-	assert.Equal(t, nxBefore+1, metricValue(t, s, podNX), "pod NXDOMAIN counted")
+	assert.Equal(t, okBefore+1, s.Value(t, podOK), "pod answers counted")
+	assert.Equal(t, nxBefore+1, s.Value(t, podNX), "pod NXDOMAIN counted")
 
 	// Names are case-insensitive.
 	assert.Equal(t, []string{mirrors["west"]["nginx-set-0"]},
-		answers(s.Ask(t, "udp", strings.ToUpper(name), dns.TypeA)))
+		harness.Answers(s.Ask(t, "udp", strings.ToUpper(name), dns.TypeA)))
 }
 
 // Changes in a remote cluster show in the answers: scaling, unexporting,
@@ -213,9 +166,9 @@ func TestRemoteChanges(t *testing.T) {
 		waitEndpoints(t, c, ns, "nginx-svc", 3)
 		waitMirrors(t, east, c, ns, "nginx-svc", 3)
 	}
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west, paris)))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west, paris)))
 	global := "nginx-svc-global." + ns + "." + zone
-	require.Len(t, answers(s.Ask(t, "udp", global, dns.TypeA)), 6)
+	require.Len(t, harness.Answers(s.Ask(t, "udp", global, dns.TypeA)), 6)
 
 	// Scale west 3 → 5: two more pods, once the controller has mirrored
 	// them.
@@ -258,13 +211,13 @@ func TestFlatMode(t *testing.T) {
 	const ns = "flat"
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 3, labels.ExportFlat)))
 	eps := waitEndpoints(t, paris, ns, "nginx-svc", 3)
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, paris)))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, paris)))
 
 	for host, ip := range eps {
 		assert.True(t, paris.PodCIDR.Contains(mustAddr(t, ip)))
 		eventuallyAnswers(t, s, host+".nginx-svc-paris."+ns+"."+zone, []string{ip})
 	}
-	assert.Equal(t, values(eps), answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
+	assert.Equal(t, values(eps), harness.Answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
 
 	require.NoError(t, paris.Scale(ctx, ns, "nginx-set", 4))
 	eps = waitEndpoints(t, paris, ns, "nginx-svc", 4)
@@ -283,7 +236,7 @@ func TestLinkSecrets(t *testing.T) {
 	kc, _ := linkKubeconfig(t, west)
 
 	require.NoError(t, east.Apply(ctx, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"linkerd-multicluster"}}`))
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, "        link_secrets linkerd-multicluster\n"))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, "        link_secrets linkerd-multicluster\n"))
 	name := "nginx-svc-west." + ns + "." + zone
 	assert.NotEqual(t, dns.RcodeSuccess, s.Ask(t, "udp", name, dns.TypeA).Rcode, "no link yet")
 
@@ -319,10 +272,10 @@ func TestUnreachableLink(t *testing.T) {
 	deadPath := filepath.Join(t.TempDir(), "dead.kubeconfig")
 	require.NoError(t, os.WriteFile(deadPath, []byte(dead), 0o600))
 
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, paris)+"        link moon "+deadPath+"\n        startup_timeout 2s\n"))
-	assert.Equal(t, values(eps), answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, paris)+"        link moon "+deadPath+"\n        startup_timeout 2s\n"))
+	assert.Equal(t, values(eps), harness.Answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
 	// The dead link is visible to an operator.
-	requireAlive(t, s.Process)
+	env.RequireAlive(t, s.Process)
 	v, _ := s.Metric(t, `coredns_mcmirror_link_synced{cluster="moon"}`)
 	assert.Equal(t, "0", v, "moon is not synced")
 	v, _ = s.Metric(t, `coredns_mcmirror_link_synced{cluster="paris"}`)
@@ -338,7 +291,7 @@ func TestLargeAnswerOverTCP(t *testing.T) {
 	// Three slices of 100 endpoints, as the EndpointSlice controller would
 	// split them.
 	exportHeadless(t, west, ns, "big", 3, 100, func(n int) string { return fmt.Sprintf("10.201.%d.%d", 10+n/250, 1+n%250) })
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west)))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west)))
 	name := "_http._tcp.big-global." + ns + "." + zone
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -358,7 +311,7 @@ func eventuallyAnswers(t *testing.T, s *harness.DNSServer, name string, want []s
 	t.Helper()
 	start := time.Now()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, want, answers(s.Ask(c, "udp", name, dns.TypeA)))
+		assert.Equal(c, want, harness.Answers(s.Ask(c, "udp", name, dns.TypeA)))
 	}, 15*time.Second, 20*time.Millisecond, name)
 	t.Logf("%s answered %d addresses after %v", name, len(want), time.Since(start).Round(time.Millisecond))
 }
@@ -368,7 +321,7 @@ func eventuallyCount(t *testing.T, s *harness.DNSServer, name string, n int) {
 	t.Helper()
 	start := time.Now()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Len(c, answers(s.Ask(c, "udp", name, dns.TypeA)), n)
+		assert.Len(c, harness.Answers(s.Ask(c, "udp", name, dns.TypeA)), n)
 	}, 15*time.Second, 20*time.Millisecond, "%s with %d records", name, n)
 	t.Logf("%s had %d records after %v", name, n, time.Since(start).Round(time.Millisecond))
 }
@@ -390,5 +343,3 @@ func keys(m map[string]string) []string {
 	}
 	return out
 }
-
-func ptr[T any](v T) *T { return &v }

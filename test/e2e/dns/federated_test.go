@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -51,7 +52,7 @@ func TestFederatedService(t *testing.T) {
 	}
 	localWeb, fedIP := clusterIP(east, "web"), clusterIP(east, "web-federated")
 
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west, paris)))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west, paris)))
 	name := func(n string) string { return n + "." + ns + "." + zone }
 	fed := name("web-federated")
 	all := []string{"10.205.0.1", "10.205.0.2", localWeb}
@@ -59,20 +60,20 @@ func TestFederatedService(t *testing.T) {
 	eventuallyAnswers(t, s, fed, all)
 	assert.ElementsMatch(t, all, s.Dig(t, fed), "dig")
 	const counted = `coredns_mcmirror_answers_total{kind="federated",rcode="NOERROR"}`
-	before := metricValue(t, s, counted)
+	before := s.Value(t, counted)
 	r := s.Ask(t, "udp", fed, dns.TypeA)
 	require.Equal(t, dns.RcodeSuccess, r.Rcode)
 	assert.Equal(t, localWeb, r.Answer[0].(*dns.A).A.String(), "the local member first")
-	assert.Equal(t, before+1, metricValue(t, s, counted), "answered by mcmirror")
+	assert.Equal(t, before+1, s.Value(t, counted), "answered by mcmirror")
 
 	// SRV as -global answers it: east's web by its own name, west's member
 	// by west.web-federated, which answers west's pods; each with its glue.
 	west1 := name("west.web-federated")
 	r = s.Ask(t, "tcp", "_http._tcp."+fed, dns.TypeSRV)
-	assert.Equal(t, []string{"80 " + name("web"), "80 " + west1}, answers(r))
+	assert.Equal(t, []string{"80 " + name("web"), "80 " + west1}, harness.Answers(r))
 	assert.Equal(t, map[string][]string{name("web"): {localWeb}, west1: {"10.205.0.1", "10.205.0.2"}}, glueAll(r))
 	assert.Len(t, s.Dig(t, "SRV", fed), 2, "dig sees two members")
-	assert.Equal(t, []string{"10.205.0.1", "10.205.0.2"}, answers(s.Ask(t, "udp", west1, dns.TypeA)))
+	assert.Equal(t, []string{"10.205.0.1", "10.205.0.2"}, harness.Answers(s.Ask(t, "udp", west1, dns.TypeA)))
 	assert.Equal(t, dns.RcodeNameError, s.Ask(t, "udp", name("paris.web-federated"), dns.TypeA).Rcode, "gateway mode: left out")
 	// A federated member is not exported: no web-west here.
 	assert.Equal(t, dns.RcodeNameError, s.Ask(t, "udp", name("web-west"), dns.TypeA).Rcode)
@@ -85,10 +86,10 @@ func TestFederatedService(t *testing.T) {
 	// own ClusterIP, and mcmirror no longer counts it.
 	require.NoError(t, east.LabelService(ctx, ns, "web", labels.Federated, ""))
 	eventuallyAnswers(t, s, fed, []string{fedIP})
-	before = metricValue(t, s, counted)
+	before = s.Value(t, counted)
 	assert.Equal(t, []string{fedIP}, s.Dig(t, fed), "dig")
-	assert.Equal(t, before, metricValue(t, s, counted), "passed on to the kubernetes plugin")
-	requireAlive(t, s.Process)
+	assert.Equal(t, before, s.Value(t, counted), "passed on to the kubernetes plugin")
+	env.RequireAlive(t, s.Process)
 }
 
 // glueAll returns the A records of the additional section as name →
@@ -130,12 +131,12 @@ func readySlice(t *testing.T, ns, svc string, ready []string, unready ...string)
 			Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "e2e", labels.Federated: labels.FederatedMember},
 		},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(80)), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
 	for i, ip := range append(append([]string{}, ready...), unready...) {
 		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
 			Addresses:  []string{ip},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(i < len(ready))},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(i < len(ready))},
 		})
 	}
 	b, err := json.Marshal(slice)

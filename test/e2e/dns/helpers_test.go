@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -64,20 +65,11 @@ func waitEndpoints(t *testing.T, c *harness.Cluster, ns, svc string, n int) map[
 }
 
 // startController runs the mirror controller for local, linking remotes,
-// for the test t.
+// for the test t. Traffic is not part of these tests: the egress address
+// is only written into the mirrors' EndpointSlices.
 func startController(t *testing.T, local *harness.Cluster, remotes ...*harness.Cluster) {
 	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	argv := []string{bin, "controller", "--kubeconfig", local.Kubeconfig, "--cluster", local.Name,
-		// Traffic is not part of these tests: the egress address is only
-		// written into the mirrors' EndpointSlices.
-		"--egress-address", "10.255.0.1", "--egress-ports", "30000-39999", "--metrics-addr", ""}
-	for _, r := range remotes {
-		_, path := linkKubeconfig(t, r)
-		argv = append(argv, "--link", r.Name+"="+path)
-	}
-	env.StartProcess(t, local.Name+"/controller", nil, argv...)
+	env.StartController(t, local, harness.ControllerOptions{Remotes: remotes, EgressAddress: "10.255.0.1", EgressPorts: "30000-39999"})
 }
 
 // waitMirrors waits until local holds exactly n per-pod mirrors of remote's
@@ -102,26 +94,6 @@ func waitMirrors(t *testing.T, local, remote *harness.Cluster, ns, svc string, n
 		assert.Len(c, ips, n)
 	}, 60*time.Second, 50*time.Millisecond, "%d mirrors of %s/%s in %s", n, ns, mirror, local.Name)
 	return ips
-}
-
-// answers returns the A/AAAA addresses, SRV targets or PTR names of a reply,
-// sorted.
-func answers(r *dns.Msg) []string {
-	var out []string
-	for _, rr := range r.Answer {
-		switch rr := rr.(type) {
-		case *dns.A:
-			out = append(out, rr.A.String())
-		case *dns.AAAA:
-			out = append(out, rr.AAAA.String())
-		case *dns.SRV:
-			out = append(out, fmt.Sprintf("%d %s", rr.Port, rr.Target))
-		case *dns.PTR:
-			out = append(out, rr.Ptr)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // glue returns the A records of the additional section as name → address.
@@ -168,14 +140,14 @@ func exportHeadless(t *testing.T, c *harness.Cluster, ns, svc string, slices, pe
 				Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "e2e", labels.Exported: labels.ExportFlat},
 			},
 			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(80)), Protocol: ptr.To(corev1.ProtocolTCP)}},
 		}
 		for j := range perSlice {
 			n := i*perSlice + j
 			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
 				Addresses:  []string{addr(n)},
-				Hostname:   ptr(fmt.Sprintf("%s-%d", svc, n)),
-				Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
+				Hostname:   ptr.To(fmt.Sprintf("%s-%d", svc, n)),
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 			})
 		}
 		manifest, err := json.Marshal(slice)

@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -100,43 +98,13 @@ func linkSecret(ns, cluster string, kc []byte) *corev1.Secret {
 	}
 }
 
-// scrape reads one sample of a /metrics page; a series not exported is 0.
-func scrape(url, series string) (float64, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, nil
-}
-
-// metricValue reads a counter of s; a series not exported is 0.
-func metricValue(t *testing.T, s *harness.DNSServer, series string) float64 {
-	t.Helper()
-	v, err := scrape(s.MetricsURL, series)
-	require.NoError(t, err, series)
-	return v
-}
-
 // waitMetricAbove waits until series exceeds before. The metrics listener
 // may be away for a moment (a reload restarts it): a failed read is a
 // "not yet".
 func waitMetricAbove(t *testing.T, s *harness.DNSServer, series string, before float64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		v, err := scrape(s.MetricsURL, series)
+		v, _, err := harness.ScrapeSeries(s.MetricsURL, series)
 		return err == nil && v > before
 	}, 30*time.Second, 50*time.Millisecond, "%s did not move from %v", series, before)
 }
@@ -149,12 +117,6 @@ func waitLogLine(t *testing.T, p *harness.Process, want string) {
 		require.NoError(c, err)
 		assert.Contains(c, string(log), want)
 	}, 30*time.Second, 50*time.Millisecond, "log line %q", want)
-}
-
-// requireAlive fails t unless p and every process of the environment run.
-func requireAlive(t *testing.T, p *harness.Process) {
-	t.Helper()
-	env.RequireAlive(t, p)
 }
 
 // A link Secret is data: its kubeconfig may not run a command in the DNS
@@ -181,9 +143,9 @@ func TestHostileLinkSecrets(t *testing.T) {
 	catcher := newTokenCatcher(t)
 
 	block := "        link_secrets " + linkNS + "\n"
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, block))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, block))
 	const execSeries, filesSeries = `coredns_mcmirror_link_refused_total{reason="exec"}`, `coredns_mcmirror_link_refused_total{reason="files"}`
-	execBefore, filesBefore := metricValue(t, s, execSeries), metricValue(t, s, filesSeries)
+	execBefore, filesBefore := s.Value(t, execSeries), s.Value(t, filesSeries)
 
 	_, err := secrets.Create(ctx, linkSecret(linkNS, "paris", mustLinkKubeconfig(t, paris)), metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -200,7 +162,7 @@ func TestHostileLinkSecrets(t *testing.T) {
 	waitLogLine(t, s.Process, "link secret "+linkNS+`/cluster-credentials-tokyo refused (files): kubeconfig refused: user "u" reads file "`+tokenFile+`" (tokenFile)`)
 	parisName := "nginx-svc-paris." + ns + "." + zone
 	eventuallyAnswers(t, s, parisName, values(parisEPs))
-	requireAlive(t, s.Process)
+	env.RequireAlive(t, s.Process)
 
 	assert.NoFileExists(t, westMarker, "the exec plugin ran")
 	assert.Empty(t, catcher.requests(), "the tokenFile kubeconfig sent requests")
@@ -208,7 +170,7 @@ func TestHostileLinkSecrets(t *testing.T) {
 
 	// A hostile update of a running link is refused too, and the link
 	// keeps running on its last good kubeconfig.
-	execBefore = metricValue(t, s, execSeries)
+	execBefore = s.Value(t, execSeries)
 	paris2, err := secrets.Get(ctx, "cluster-credentials-paris", metav1.GetOptions{})
 	require.NoError(t, err)
 	paris2.Data[labels.LinkSecretKey] = execKubeconfig(t, paris, parisMarker)
@@ -217,8 +179,8 @@ func TestHostileLinkSecrets(t *testing.T) {
 	waitMetricAbove(t, s, execSeries, execBefore)
 	waitLogLine(t, s.Process, "link secret "+linkNS+`/cluster-credentials-paris refused (exec)`)
 	waitLogLine(t, s.Process, `keeping the running link to cluster "paris"`)
-	requireAlive(t, s.Process)
-	assert.Equal(t, values(parisEPs), answers(s.Ask(t, "udp", parisName, dns.TypeA)), "paris kept")
+	env.RequireAlive(t, s.Process)
+	assert.Equal(t, values(parisEPs), harness.Answers(s.Ask(t, "udp", parisName, dns.TypeA)), "paris kept")
 	assert.NoFileExists(t, parisMarker, "the exec plugin ran")
 	assert.Empty(t, catcher.requests(), "the tokenFile kubeconfig sent requests")
 	s.Process.Stop()
@@ -226,7 +188,7 @@ func TestHostileLinkSecrets(t *testing.T) {
 	// Allowed, the same Secrets are used: the commands run, west is
 	// answered through the exec credential, and the file's token goes to
 	// the server the kubeconfig names.
-	s2 := env.StartDNS(t, "east/coredns-mc", corefileFor(east, block+"        allow_insecure_kubeconfig exec files\n"))
+	s2 := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, block+"        allow_insecure_kubeconfig exec files\n"))
 	eventuallyAnswers(t, s2, "nginx-svc-west."+ns+"."+zone, values(westEPs))
 	eventuallyAnswers(t, s2, parisName, values(parisEPs))
 	assert.FileExists(t, westMarker)
@@ -239,8 +201,8 @@ func TestHostileLinkSecrets(t *testing.T) {
 		}
 		return false
 	}, 30*time.Second, 50*time.Millisecond, "the token of the file was not sent: %q", catcher.requests())
-	requireAlive(t, s2.Process)
-	assert.Zero(t, metricValue(t, s2, execSeries)+metricValue(t, s2, filesSeries), "nothing refused when allowed")
+	env.RequireAlive(t, s2.Process)
+	assert.Zero(t, s2.Value(t, execSeries)+s2.Value(t, filesSeries), "nothing refused when allowed")
 	out, err := os.ReadFile(s2.Process.LogPath)
 	require.NoError(t, err)
 	assert.NotContains(t, string(out), "refused (")
@@ -262,7 +224,7 @@ func TestRefusalReasons(t *testing.T) {
 	east, west := env.Cluster("east"), env.Cluster("west")
 	const linkNS = "refused-links"
 	require.NoError(t, east.Apply(ctx, harness.Namespace(linkNS)))
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, "        link_secrets "+linkNS+"\n"))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, "        link_secrets "+linkNS+"\n"))
 
 	good := mustLinkKubeconfig(t, west)
 	edit := func(f func(u *clientcmdapi.AuthInfo, c *clientcmdapi.Cluster)) []byte {
@@ -289,13 +251,13 @@ func TestRefusalReasons(t *testing.T) {
 		})},
 	} {
 		series := `coredns_mcmirror_link_refused_total{reason="` + tc.reason + `"}`
-		before := metricValue(t, s, series)
+		before := s.Value(t, series)
 		_, err := east.Client.CoreV1().Secrets(linkNS).Create(ctx, linkSecret(linkNS, tc.cluster, tc.kc), metav1.CreateOptions{})
 		require.NoError(t, err)
 		waitMetricAbove(t, s, series, before)
 		waitLogLine(t, s.Process, "link secret "+linkNS+"/cluster-credentials-"+tc.cluster+" refused ("+tc.reason+")")
 	}
-	requireAlive(t, s.Process)
+	env.RequireAlive(t, s.Process)
 	log, err := os.ReadFile(s.Process.LogPath)
 	require.NoError(t, err)
 	assert.NotContains(t, string(log), "Linked cluster plain")

@@ -21,13 +21,14 @@ import (
 
 // startDNSWithFile is env.StartDNS with the Corefile at path, which the
 // test may rewrite: {READY} and {METRICS} are replaced by free ports once,
-// and the returned function writes a new body with the same ports.
+// {HOST} by 127.0.0.1, and the returned function writes a new body with the
+// same ports.
 func startDNSWithFile(t *testing.T, name, path, corefile string) (*harness.DNSServer, func(string)) {
 	t.Helper()
 	bin, err := harness.CorednsMC()
 	require.NoError(t, err)
 	port, readyPort, metricsPort := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
-	fill := strings.NewReplacer("{READY}", strconv.Itoa(readyPort), "{METRICS}", strconv.Itoa(metricsPort)).Replace
+	fill := strings.NewReplacer("{READY}", strconv.Itoa(readyPort), "{METRICS}", strconv.Itoa(metricsPort), "{HOST}", "127.0.0.1").Replace
 	write := func(body string) {
 		// Rename, so that a reload never reads half a file.
 		tmp := path + ".new"
@@ -55,7 +56,7 @@ func ttlOf(t require.TestingT, s *harness.DNSServer, name string) ([]string, uin
 	if len(r.Answer) == 0 {
 		return nil, 0
 	}
-	return answers(r), r.Answer[0].Header().Ttl
+	return harness.Answers(r), r.Answer[0].Header().Ttl
 }
 
 // A reload with a Corefile mistake keeps the running configuration
@@ -70,7 +71,7 @@ func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
 
 	// reload's shortest interval is 2s.
 	withTTL := func(ttl string) string {
-		cf := corefileFor(east, links(t, west)+"        ttl "+ttl+"\n")
+		cf := harness.MirrorCorefile(east, harness.LinkLines(t, west)+"        ttl "+ttl+"\n")
 		return strings.Replace(cf, "    errors\n", "    errors\n    reload 2s\n", 1)
 	}
 	path := filepath.Join(t.TempDir(), "Corefile")
@@ -83,7 +84,7 @@ func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "first configuration")
 
 	const failed = "coredns_reload_failed_total"
-	before := metricValue(t, s, failed)
+	before := s.Value(t, failed)
 	bad := withTTL("99999")
 	write(bad)
 	badLine := 1 + strings.Count(bad[:strings.Index(bad, "ttl 99999")], "\n")
@@ -91,7 +92,7 @@ func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
 	// Positive evidence: the reload was tried, failed, and said where.
 	waitMetricAbove(t, s, failed, before)
 	waitLogLine(t, s.Process, fmt.Sprintf("plugin/mcmirror: %s:%d - Error during parsing: ttl must be in range [0, 3600]: 99999", path, badLine))
-	requireAlive(t, s.Process)
+	env.RequireAlive(t, s.Process)
 	got, ttl := ttlOf(t, s, name)
 	assert.Equal(t, values(eps), got, "the old configuration answers")
 	assert.EqualValues(t, 11, ttl, "the old configuration answers")
@@ -103,7 +104,7 @@ func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
 		assert.Equal(c, values(eps), got)
 		assert.EqualValues(c, 7, ttl)
 	}, 30*time.Second, 50*time.Millisecond, "the good Corefile after the bad one")
-	requireAlive(t, s.Process)
+	env.RequireAlive(t, s.Process)
 }
 
 // A reload that drops a link drops that link's series with it; a link
@@ -112,7 +113,7 @@ func TestReloadDroppingALinkDropsItsSeries(t *testing.T) {
 	env.LogOnFailure(t)
 	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
 	withLinks := func(remotes ...*harness.Cluster) string {
-		return strings.Replace(corefileFor(east, links(t, remotes...)), "    errors\n", "    errors\n    reload 2s\n", 1)
+		return strings.Replace(harness.MirrorCorefile(east, harness.LinkLines(t, remotes...)), "    errors\n", "    errors\n    reload 2s\n", 1)
 	}
 	path := filepath.Join(t.TempDir(), "Corefile")
 	s, write := startDNSWithFile(t, "east/coredns-mc", path, withLinks(west, paris))
@@ -134,7 +135,7 @@ func TestReloadDroppingALinkDropsItsSeries(t *testing.T) {
 		_, found := linkSynced(c, "paris")
 		assert.False(c, found, "paris's link_synced after the reload that unlinked it")
 	}, 30*time.Second, 50*time.Millisecond, "paris's series gone")
-	requireAlive(t, s.Process)
+	env.RequireAlive(t, s.Process)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		v, found := linkSynced(c, "west")
 		assert.True(c, found && v == 1, "west's link_synced")

@@ -42,7 +42,7 @@ spec:
 	require.NoError(t, err)
 	require.NotEmpty(t, mirror.Spec.ClusterIP)
 
-	s := env.StartDNS(t, "east/coredns-mc", corefileFor(east, links(t, west)))
+	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west)))
 	name := func(n string) string { return n + "." + ns + "." + zone }
 	eventuallyAnswers(t, s, name("web-west"), []string{mirror.Spec.ClusterIP})
 	// The kubernetes plugin would answer web-west from the mirror too; only
@@ -51,9 +51,9 @@ spec:
 	eventuallyAnswers(t, s, name("api-west"), []string{"10.203.0.1"})
 	eventuallyAnswers(t, s, name("api-0.api-west"), []string{"10.203.0.1"})
 	const claimed = `coredns_mcmirror_answers_total{kind="cluster",rcode="NOERROR"}`
-	before := metricValue(t, s, claimed)
-	require.Equal(t, []string{mirror.Spec.ClusterIP}, answers(s.Ask(t, "udp", name("web-west"), dns.TypeA)))
-	require.Equal(t, before+1, metricValue(t, s, claimed), "web-west answered by mcmirror")
+	before := s.Value(t, claimed)
+	require.Equal(t, []string{mirror.Spec.ClusterIP}, harness.Answers(s.Ask(t, "udp", name("web-west"), dns.TypeA)))
+	require.Equal(t, before+1, s.Value(t, claimed), "web-west answered by mcmirror")
 
 	// The stamp goes.
 	require.NoError(t, west.LabelService(ctx, ns, "web", labels.ServiceExportMode, ""))
@@ -64,10 +64,10 @@ spec:
 	// web-west goes on down the chain: the kubernetes plugin answers the
 	// mirror that is still there (the controller would delete it), and
 	// mcmirror counts no answer.
-	before = metricValue(t, s, claimed)
-	assert.Equal(t, []string{mirror.Spec.ClusterIP}, answers(s.Ask(t, "udp", name("web-west"), dns.TypeA)))
-	assert.Equal(t, before, metricValue(t, s, claimed), "web-west no longer answered by mcmirror")
-	requireAlive(t, s.Process)
+	before = s.Value(t, claimed)
+	assert.Equal(t, []string{mirror.Spec.ClusterIP}, harness.Answers(s.Ask(t, "udp", name("web-west"), dns.TypeA)))
+	assert.Equal(t, before, s.Value(t, claimed), "web-west no longer answered by mcmirror")
+	env.RequireAlive(t, s.Process)
 }
 
 // stampedService is Service ns/name (port http 80) labelled with the

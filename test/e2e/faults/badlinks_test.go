@@ -26,7 +26,7 @@ const startupTimeout = 4 * time.Second
 func serviceAccountLink(t *testing.T, c *harness.Cluster, name string, bound bool) []byte {
 	t.Helper()
 	ctx := context.Background()
-	linkFile(t, c) // the mcmirror namespace and the link role
+	c.LinkFile(t) // the mcmirror namespace and the link role
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "mcmirror"}}
 	_, err := c.Client.CoreV1().ServiceAccounts("mcmirror").Create(ctx, sa, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -68,11 +68,11 @@ func TestBadLinks(t *testing.T) {
 	ctx := context.Background()
 	west := env.Cluster("west")
 	const ns = "badlinks"
-	namespace(t, ns)
+	env.CreateNamespace(t, ns)
 	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "svc", labels.ExportGateway)+"---\n"+
 		headlessExport(ns, "flat", labels.ExportFlat, 2, 62, 1)))
 
-	good := linkFile(t, west)
+	good := west.LinkFile(t)
 	linkKC, err := os.ReadFile(good)
 	require.NoError(t, err)
 	// Bad from the start: an address that hangs, a deleted ServiceAccount
@@ -89,14 +89,14 @@ func TestBadLinks(t *testing.T) {
 	p401, p403, pHang := west.FaultProxy(t), west.FaultProxy(t), west.FaultProxy(t)
 	late401 := serviceAccountLink(t, west, "faults-late401", true)
 	late403 := serviceAccountLink(t, west, "faults-late403", true)
-	ls := []link{
-		{"west", good},
-		{"hang", viaProxy(t, hangProxy, "hang", linkKC)},
-		{"gone", writeFile(t, "gone.kubeconfig", gone)},
-		{"norbac", writeFile(t, "norbac.kubeconfig", norbac)},
-		{"late401", viaProxy(t, p401, "late401", late401)},
-		{"late403", viaProxy(t, p403, "late403", late403)},
-		{"latehang", viaProxy(t, pHang, "latehang", linkKC)},
+	ls := []harness.Link{
+		{Name: "west", Kubeconfig: good},
+		{Name: "hang", Kubeconfig: viaProxy(t, hangProxy, "hang", linkKC)},
+		{Name: "gone", Kubeconfig: writeFile(t, "gone.kubeconfig", gone)},
+		{Name: "norbac", Kubeconfig: writeFile(t, "norbac.kubeconfig", norbac)},
+		{Name: "late401", Kubeconfig: viaProxy(t, p401, "late401", late401)},
+		{Name: "late403", Kubeconfig: viaProxy(t, p403, "late403", late403)},
+		{Name: "latehang", Kubeconfig: viaProxy(t, pHang, "latehang", linkKC)},
 	}
 	bad := []string{"hang", "gone", "norbac"}
 	late := []string{"late401", "late403", "latehang"}
@@ -111,10 +111,10 @@ func TestBadLinks(t *testing.T) {
 	// An order of events, not a clock: a slow machine starts the process
 	// later, and the dial with it. (Its errors series may be absent: a
 	// counter appears at its first increment.)
-	hangErrs, counted := metricOK(t, dnsServer.MetricsURL, linkErrorsSeries("hang", "unreachable"))
+	hangErrs, counted := harness.SeriesValue(t, dnsServer.MetricsURL, linkErrorsSeries("hang", "unreachable"))
 	assert.False(t, counted && hangErrs > 0, "ready only once the hanging link had failed (%v), not at startup_timeout", hangErrs)
 	for _, n := range bad {
-		assert.Equal(t, float64(0), metric(t, dnsServer.MetricsURL, fmt.Sprintf(`coredns_mcmirror_link_synced{cluster=%q}`, n)), "ready with %s not synced", n)
+		assert.Equal(t, float64(0), harness.RequireSeries(t, dnsServer.MetricsURL, fmt.Sprintf(`coredns_mcmirror_link_synced{cluster=%q}`, n)), "ready with %s not synced", n)
 	}
 	t.Logf("coredns-mc ready and answering %.1fs after start with %d bad links (startup_timeout %s)", ready.Seconds(), len(bad), startupTimeout)
 	answered(t, dnsServer, "flat-west."+ns+"."+zone)
@@ -171,7 +171,7 @@ func TestBadLinks(t *testing.T) {
 // its first reading, a log line naming the cluster); proxies, if any, drop
 // their connections meanwhile, so that a retry meets withdrawn
 // credentials.
-func checkReported(t *testing.T, dnsServer *harness.DNSServer, ctl *ctrl, names []string, reasons map[string]string, proxies ...*harness.FaultProxy) {
+func checkReported(t *testing.T, dnsServer *harness.DNSServer, ctl *harness.Controller, names []string, reasons map[string]string, proxies ...*harness.FaultProxy) {
 	t.Helper()
 	first, ctlFirst := map[string]float64{}, map[string]float64{}
 	for _, n := range names {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // conflictsMetric is the controller's counter of wanted names held by
@@ -46,14 +47,14 @@ func TestNameConflicts(t *testing.T) {
 	ctx := context.Background()
 	east, west, eastWest := env.Cluster("east"), env.Cluster("west"), env.Cluster("east-west")
 	const ns = "conflicts"
-	namespace(t, ns)
-	ls := []link{{"west", linkFile(t, west)}, {"east-west", linkFile(t, eastWest)}}
+	env.CreateNamespace(t, ns)
+	ls := []harness.Link{{Name: "west", Kubeconfig: west.LinkFile(t)}, {Name: "east-west", Kubeconfig: eastWest.LinkFile(t)}}
 	ctl := startController(t, "controller", "", ls)
 	// Evidence the controller works before anything conflicts.
 	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "plain", labels.ExportGateway)))
 	waitMirrors(t, ns, []string{"plain-west"}, 60*time.Second)
-	slicesBefore := counterBaseline(t, ctl.metrics, conflictsMetric("endpointslices"))
-	servicesBefore := counterBaseline(t, ctl.metrics, conflictsMetric("services"))
+	slicesBefore := counterBaseline(t, ctl.MetricsURL(), conflictsMetric("endpointslices"))
+	servicesBefore := counterBaseline(t, ctl.MetricsURL(), conflictsMetric("services"))
 
 	// A foreign EndpointSlice holds the name of taken-west's slice.
 	foreign := &discoveryv1.EndpointSlice{
@@ -72,8 +73,8 @@ func TestNameConflicts(t *testing.T) {
 
 	var sliceEvent, svcEvent string
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Greater(c, metric(c, ctl.metrics, conflictsMetric("endpointslices")), slicesBefore, "slice conflict counted")
-		assert.Greater(c, metric(c, ctl.metrics, conflictsMetric("services")), servicesBefore, "service conflict counted")
+		assert.Greater(c, harness.RequireSeries(c, ctl.MetricsURL(), conflictsMetric("endpointslices")), slicesBefore, "slice conflict counted")
+		assert.Greater(c, harness.RequireSeries(c, ctl.MetricsURL(), conflictsMetric("services")), servicesBefore, "service conflict counted")
 		sliceEvent = nameTakenEvent(c, ns, "EndpointSlice", "taken-west")
 		svcEvent = nameTakenEvent(c, ns, "Service", "foo-east-west")
 		assert.NotEmpty(c, sliceEvent, "Event on the foreign EndpointSlice")

@@ -4,18 +4,20 @@ import (
 	"fmt"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // ctlLinkErrors is the controller's count of failed lists and watches of
 // cluster for reason (unreachable, unauthorized, forbidden, error).
-func ctlLinkErrors(c require.TestingT, ctl *ctrl, cluster, reason string) float64 {
-	return metric(c, ctl.metrics, fmt.Sprintf(`coredns_mcmirror_controller_link_errors_total{cluster=%q,reason=%q}`, cluster, reason))
+func ctlLinkErrors(c require.TestingT, ctl *harness.Controller, cluster, reason string) float64 {
+	return harness.RequireSeries(c, ctl.MetricsURL(), fmt.Sprintf(`coredns_mcmirror_controller_link_errors_total{cluster=%q,reason=%q}`, cluster, reason))
 }
 
 // ctlLinkUp is the controller's link_up of cluster, -1 when it is not
 // exported.
-func ctlLinkUp(c require.TestingT, ctl *ctrl, cluster string) float64 {
-	v, ok := metricOK(c, ctl.metrics, fmt.Sprintf(`coredns_mcmirror_controller_link_up{cluster=%q}`, cluster))
+func ctlLinkUp(c require.TestingT, ctl *harness.Controller, cluster string) float64 {
+	v, ok := harness.SeriesValue(c, ctl.MetricsURL(), fmt.Sprintf(`coredns_mcmirror_controller_link_up{cluster=%q}`, cluster))
 	if !ok {
 		return -1
 	}
@@ -24,6 +26,6 @@ func ctlLinkUp(c require.TestingT, ctl *ctrl, cluster string) float64 {
 
 // ctlLogsDown reports whether the controller logged cluster down for
 // reason.
-func ctlLogsDown(ctl *ctrl, cluster, reason string) bool {
+func ctlLogsDown(ctl *harness.Controller, cluster, reason string) bool {
 	return logHas(ctl.Process, "Link down", fmt.Sprintf("cluster=%q", cluster), fmt.Sprintf("reason=%q", reason))
 }

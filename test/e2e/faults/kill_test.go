@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 const (
@@ -39,7 +40,7 @@ func TestControllerKilledMidReconcile(t *testing.T) {
 	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
 	const ns = "kill"
-	namespace(t, ns)
+	env.CreateNamespace(t, ns)
 	var manifest strings.Builder
 	var want []string
 	for i := range killClusterIP {
@@ -55,7 +56,7 @@ func TestControllerKilledMidReconcile(t *testing.T) {
 		}
 	}
 	require.NoError(t, west.Apply(ctx, manifest.String()))
-	ls := []link{{"west", linkFile(t, west)}}
+	ls := []harness.Link{{Name: "west", Kubeconfig: west.LinkFile(t)}}
 	// A slow client spreads the reconcile (some 800 writes) over about 20
 	// s, so that each kill lands in the middle of it.
 	args := []string{"--kube-api-qps", "40", "--kube-api-burst", "40"}
@@ -85,7 +86,7 @@ func TestControllerKilledMidReconcile(t *testing.T) {
 				recorded[m] = p
 			}
 		}
-		assertPortsUnique(t, ports)
+		harness.AssertEgressPortsUnique(t, ports)
 	}
 
 	// Last run, behind the proxy: every 5th write refused with 409.
@@ -118,30 +119,9 @@ func TestControllerKilledMidReconcile(t *testing.T) {
 
 // egressPorts returns the egress ports recorded on east's mirrors of ns.
 func egressPorts(t require.TestingT, ns string) map[string]string {
-	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(context.Background(),
-		metav1.ListOptions{LabelSelector: controller.ManagedBy + "=" + controller.ManagedByValue})
+	ports, err := env.Cluster("east").EgressPorts(context.Background(), ns)
 	require.NoError(t, err)
-	out := map[string]string{}
-	for _, s := range list.Items {
-		if v := s.Annotations[controller.EgressPorts]; v != "" {
-			out[s.Name] = v
-		}
-	}
-	return out
-}
-
-// assertPortsUnique checks that no egress port is recorded twice.
-func assertPortsUnique(t assert.TestingT, ports map[string]string) {
-	seen := map[string]string{}
-	for name, v := range ports {
-		for _, kv := range strings.Split(v, ",") {
-			_, p, _ := strings.Cut(kv, "=")
-			if other, dup := seen[p]; dup {
-				assert.Fail(t, "egress port given twice", "port %s: %s and %s", p, other, name)
-			}
-			seen[p] = name
-		}
-	}
+	return ports
 }
 
 // assertConverged waits until east's mirrors of ns are what they must be
@@ -171,7 +151,7 @@ func converged(t *assert.CollectT, ns string, want []string, recorded map[string
 		assert.Equal(t, 1, perService[name], "%s has exactly one EndpointSlice", name)
 	}
 	ports := egressPorts(t, ns)
-	assertPortsUnique(t, ports)
+	harness.AssertEgressPortsUnique(t, ports)
 	for m, p := range recorded {
 		assert.Equal(t, p, ports[m], "%s: egress ports recorded before a kill are kept", m)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // localOutage is how long east's own API server stays down.
@@ -26,11 +27,11 @@ func TestLocalAPIServerDown(t *testing.T) {
 	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
 	const ns = "local-down"
-	namespace(t, ns)
+	env.CreateNamespace(t, ns)
 	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "api", labels.ExportGateway)+"---\n"+
 		headlessExport(ns, "peers", labels.ExportGateway, 3, 61, 1)+"---\n"+
 		headlessExport(ns, "flat", labels.ExportFlat, 2, 61, 2)))
-	ls := []link{{"west", linkFile(t, west)}}
+	ls := []harness.Link{{Name: "west", Kubeconfig: west.LinkFile(t)}}
 	ctl := startController(t, "controller", "", ls)
 	waitMirrors(t, ns, []string{"api-west", "peers-west", "peers-0-west", "peers-1-west", "peers-2-west", "flat-west"}, 60*time.Second)
 	ips := mirrorIPs(t, ns)

@@ -13,12 +13,9 @@ package faults_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,22 +40,10 @@ func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
 
 const (
 	zone = "svc.cluster.local."
-	// egress is the gateway egress address the mirrors point at; nothing
-	// dials it here.
-	egress = "192.0.2.10"
 	// staleOption is the Corefile option that bounds how long a linked
 	// cluster that cannot be reached keeps its names.
 	staleOption = "stale_max_age"
 )
-
-// linkFile returns the path of a kubeconfig with the read-only link
-// credentials of deploy/remote-link.yaml for remote.
-func linkFile(t *testing.T, remote *harness.Cluster) string {
-	t.Helper()
-	p, err := remote.LinkKubeconfigFile(context.Background())
-	require.NoError(t, err)
-	return p
-}
 
 // writeFile writes data into the test's directory and returns its path.
 func writeFile(t *testing.T, name string, data []byte) string {
@@ -68,121 +53,51 @@ func writeFile(t *testing.T, name string, data []byte) string {
 	return p
 }
 
-// link is one linked cluster: the name it is linked under and its
-// kubeconfig file.
-type link struct{ name, kubeconfig string }
-
 // startDNS runs coredns-mc as east's cluster DNS with the given links;
 // extra holds more lines of the mcmirror block.
-func startDNS(t *testing.T, name string, ls []link, extra ...string) *harness.DNSServer {
+func startDNS(t *testing.T, name string, ls []harness.Link, extra ...string) *harness.DNSServer {
 	t.Helper()
 	return env.StartDNS(t, "east/"+name, corefile(ls, extra...))
 }
 
-func corefile(ls []link, extra ...string) string {
-	east := env.Cluster("east")
-	var b strings.Builder
-	for _, l := range ls {
-		fmt.Fprintf(&b, "        link %s %s\n", l.name, l.kubeconfig)
-	}
+func corefile(ls []harness.Link, extra ...string) string {
+	block := harness.LinkLinesOf(ls...)
 	for _, e := range extra {
-		fmt.Fprintf(&b, "        %s\n", e)
+		block += "        " + e + "\n"
 	}
-	return fmt.Sprintf(`
-. {
-    bind 127.0.0.1
-    errors
-    ready 127.0.0.1:{READY}
-    prometheus 127.0.0.1:{METRICS}
-    mcmirror cluster.local in-addr.arpa ip6.arpa {
-        cluster east
-        kubeconfig %[1]s
-%[2]s
-        fallthrough in-addr.arpa ip6.arpa
-    }
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        kubeconfig %[1]s
-        fallthrough in-addr.arpa ip6.arpa
-    }
-}
-`, east.Kubeconfig, b.String())
-}
-
-// ctrl is a running mirror controller.
-type ctrl struct {
-	*harness.Process
-	metrics string // its /metrics URL
+	return harness.MirrorCorefile(env.Cluster("east"), block)
 }
 
 // startController runs `coredns-mc controller` in east with the given
-// links, reaching east through kubeconfig (east's own when empty).
-func startController(t *testing.T, name, kubeconfig string, ls []link, extra ...string) *ctrl {
+// links and its metrics on a free port, reaching east through kubeconfig
+// (east's own when empty).
+func startController(t *testing.T, name, kubeconfig string, ls []harness.Link, extra ...string) *harness.Controller {
 	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	if kubeconfig == "" {
-		kubeconfig = env.Cluster("east").Kubeconfig
-	}
-	port := harness.FreePort(t)
-	args := []string{bin, "controller",
-		"--kubeconfig", kubeconfig,
-		"--cluster", "east",
-		"--egress-address", egress,
-		"--egress-ports", "30000-39999",
-		"--pod-grace", "2s",
-		"--link-removal-grace", "1s",
-		"--metrics-addr", "127.0.0.1:" + strconv.Itoa(port),
-		"--v", "2",
-	}
-	for _, l := range ls {
-		args = append(args, "--link", l.name+"="+l.kubeconfig)
-	}
-	p := env.StartProcess(t, "east/"+name, nil, append(args, extra...)...)
-	return &ctrl{Process: p, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port)}
-}
-
-// metric returns the value of series (name and labels exactly) at url,
-// failing t when it is not exported: an absent series is an error, not a
-// zero, or a check of a value that must not have moved would pass against a
-// process that never exports it.
-func metric(t require.TestingT, url, series string) float64 {
-	v, ok := metricOK(t, url, series)
-	require.True(t, ok, "%s is not exported at %s", series, url)
-	return v
+	return env.StartController(t, env.Cluster("east"), harness.ControllerOptions{
+		Name:        name,
+		Kubeconfig:  kubeconfig,
+		Links:       ls,
+		EgressPorts: "30000-39999",
+		Metrics:     true,
+		Args:        append([]string{"--pod-grace", "2s", "--link-removal-grace", "1s"}, extra...),
+	})
 }
 
 // counterBaseline returns the value of the counter series at url before
 // the event that must move it, 0 when it is not exported yet: a counter
 // with labels appears at its first increment. Only a baseline may be
-// absent; the reading that must show the event uses metric, which requires
-// the series.
+// absent; the reading that must show the event uses harness.RequireSeries,
+// which requires the series.
 func counterBaseline(t require.TestingT, url, series string) float64 {
-	v, _ := metricOK(t, url, series)
+	v, _ := harness.SeriesValue(t, url, series)
 	return v
-}
-
-// metricOK is metric, and whether the series is exported.
-func metricOK(t require.TestingT, url, series string) (float64, bool) {
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			require.NoError(t, err, line)
-			return f, true
-		}
-	}
-	return 0, false
 }
 
 // linkErrors is the DNS server's count of failed lists and watches of
 // cluster for reason (unreachable, unauthorized, forbidden, error); the
 // series must be exported.
 func linkErrors(c require.TestingT, s *harness.DNSServer, cluster, reason string) float64 {
-	return metric(c, s.MetricsURL, linkErrorsSeries(cluster, reason))
+	return harness.RequireSeries(c, s.MetricsURL, linkErrorsSeries(cluster, reason))
 }
 
 // linkErrorsBaseline is linkErrors before the failure that must move it:
@@ -198,19 +113,11 @@ func linkErrorsSeries(cluster, reason string) string {
 // linkUp is the DNS server's coredns_mcmirror_link_up of cluster, -1 when
 // it is not exported.
 func linkUp(c require.TestingT, s *harness.DNSServer, cluster string) float64 {
-	v, ok := metricOK(c, s.MetricsURL, fmt.Sprintf(`coredns_mcmirror_link_up{cluster=%q}`, cluster))
+	v, ok := harness.SeriesValue(c, s.MetricsURL, fmt.Sprintf(`coredns_mcmirror_link_up{cluster=%q}`, cluster))
 	if !ok {
 		return -1
 	}
 	return v
-}
-
-// namespace creates ns in every cluster.
-func namespace(t *testing.T, ns string) {
-	t.Helper()
-	for _, c := range env.Clusters() {
-		require.NoError(t, c.Apply(context.Background(), harness.Namespace(ns)))
-	}
 }
 
 // clusterIPExport is an exported ClusterIP Service with no selector.

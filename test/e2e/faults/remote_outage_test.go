@@ -87,8 +87,8 @@ func TestRemoteAPIServerDown(t *testing.T) {
 	ctx := context.Background()
 	west := env.Cluster("west")
 	const ns = "remote-down"
-	namespace(t, ns)
-	ls := []link{{"west", linkFile(t, west)}}
+	env.CreateNamespace(t, ns)
+	ls := []harness.Link{{Name: "west", Kubeconfig: west.LinkFile(t)}}
 	ctl := startController(t, "controller", "", ls)
 	want := remoteExports(t, ns, 1)
 	slicesBefore := mirrorSlices(t, ns)
@@ -180,9 +180,9 @@ func TestStaleMaxAge(t *testing.T) {
 	env.LogOnFailure(t)
 	west := env.Cluster("west")
 	const ns = "stale-bound"
-	namespace(t, ns)
+	env.CreateNamespace(t, ns)
 	require.NoError(t, west.Apply(context.Background(), headlessExport(ns, "db", labels.ExportFlat, 3, 60, 2)))
-	ls := []link{{"west", linkFile(t, west)}}
+	ls := []harness.Link{{Name: "west", Kubeconfig: west.LinkFile(t)}}
 	s := startDNS(t, "coredns-mc", ls, fmt.Sprintf("stale_max_age %s", shortMaxAge))
 	pod, svc := "db-1.db-west."+ns+"."+zone, "db-west."+ns+"."+zone
 	want := map[string][]string{pod: {"10.60.2.2"}, svc: {"10.60.2.1", "10.60.2.2", "10.60.2.3"}}
@@ -208,7 +208,7 @@ func TestStaleMaxAge(t *testing.T) {
 	assert.Greater(t, lastStale, shortMaxAge/2, "west's names were answered stale during the outage, before the bound")
 	assert.Less(t, gone, shortMaxAge+10*time.Second, "and withdrawn soon after it")
 	assert.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, float64(1), metric(c, s.MetricsURL, `coredns_mcmirror_link_withdrawn{cluster="west"}`))
+		assert.Equal(c, float64(1), harness.RequireSeries(c, s.MetricsURL, `coredns_mcmirror_link_withdrawn{cluster="west"}`))
 		assert.True(c, logHas(s.Process, "Link west", "longer than stale_max_age", "withdrawn"))
 	}, 30*time.Second, 200*time.Millisecond, "the withdrawal is reported")
 	env.RequireAlive(t, s.Process)
@@ -224,6 +224,6 @@ func TestStaleMaxAge(t *testing.T) {
 	assert.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, float64(1), linkUp(c, s, "west"), "link_up")
 		assert.True(c, logHas(s.Process, "Link west: its names are answered again"), "logged")
-		assert.Equal(c, float64(0), metric(c, s.MetricsURL, `coredns_mcmirror_link_withdrawn{cluster="west"}`), "link_withdrawn")
+		assert.Equal(c, float64(0), harness.RequireSeries(c, s.MetricsURL, `coredns_mcmirror_link_withdrawn{cluster="west"}`), "link_withdrawn")
 	}, 30*time.Second, 200*time.Millisecond, "the return is reported")
 }

@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
@@ -357,11 +358,11 @@ func expectRefusals(t *testing.T, west *harness.Gateway, c *ingressClient, peer 
 func TestIngressUnderAbuse(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
-	ns := namespace(t, "gw-abuse")
+	ns := env.UniqueNamespace(t, "gw-abuse")
 	eastC, westC := env.Cluster("east"), env.Cluster("west")
-	pods := runPods(t, westC, "abuse-web-0")
-	tlsFiles := gatewayTLS(t)
-	paris, err := ca.IssueFiles(t.TempDir(), "paris", gatewaytest.Options{})
+	pods := westC.RunEchoPods(t, podPort, "abuse-web-0")
+	tlsFiles := env.GatewayTLS(t, "east", "west")
+	paris, err := env.GatewayCA(t).IssueFiles(t.TempDir(), "paris", gatewaytest.Options{})
 	require.NoError(t, err)
 
 	west := env.StartGateway(t, westC, harness.GatewayOptions{TLS: tlsFiles["west"], Ingress: true, Args: []string{
@@ -385,12 +386,12 @@ func TestIngressUnderAbuse(t *testing.T) {
 	_, err = westC.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: "secret-pods", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: "secret"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr(portName), Port: ptr(int32(podPort)), Protocol: ptr(corev1.ProtocolTCP)}},
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{pods[0].IP.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(portName), Port: ptr.To(int32(podPort)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{pods[0].IP.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	m := waitMirror(t, ns, "web-west")
-	addr := egressAddr(m.EgressPort)
+	addr := harness.LoopbackAddr(m.EgressPort)
 	waitGreet(t, addr, wait, "web-west is reached before the abuse")
 
 	pid := west.Process().PID
@@ -531,8 +532,8 @@ func TestIngressUnderAbuse(t *testing.T) {
 	})
 
 	rssPeak, fdsPeak := peaks.end()
-	requireRunning(t, west.Process())
-	requireRunning(t, east.Process())
+	env.RequireAlive(t, west.Process())
+	env.RequireAlive(t, east.Process())
 	// Every failure of the legitimate client was judged by the phase it
 	// fell in (during, duringEvicting).
 	// Back to where it was: nothing held after the abuse.

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // healthBound is the promise: a dead gateway is seen within 10 s of
@@ -18,13 +20,13 @@ const healthBound = 10 * time.Second
 // on the same address: alive is 1 again within 10 s and connections work.
 func TestIngressDownAndBack(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := namespace(t, "gw-health")
+	ns := env.UniqueNamespace(t, "gw-health")
 	west := env.Cluster("west")
-	pods := runPods(t, west, "web-a", "web-b")
+	pods := west.RunEchoPods(t, podPort, "web-a", "web-b")
 	f := startFleet(t)
 	exportService(t, ns, "web", false, pods)
 	m := waitMirror(t, ns, "web-west")
-	addr := egressAddr(m.EgressPort)
+	addr := harness.LoopbackAddr(m.EgressPort)
 	waitGreet(t, addr, wait, "web-west is reached while west's gateway runs")
 
 	// East probes west from its start: alive is 1 before anything fails.
@@ -53,7 +55,7 @@ func TestIngressDownAndBack(t *testing.T) {
 	t.Logf("west's gateway seen down %v after it stopped", time.Since(stopped).Round(time.Millisecond))
 	assert.Greater(t, metric(t, f.east, "coredns_mcmirror_gateway_refusals_total", dialFailed), dialFailedBefore,
 		"east counted the refused connection: refusals_total %v", dialFailed)
-	requireRunning(t, f.east.Process())
+	env.RequireAlive(t, f.east.Process())
 
 	restarted := time.Now()
 	f.west.Start(t)

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,36 +14,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
-
-// runPods starts echo servers as pods of cluster c, and waits until each
-// answers on its own address, so that what a test sees through the gateway
-// is the gateway's doing, not a server still starting.
-func runPods(t *testing.T, c *harness.Cluster, names ...string) []*harness.Pod {
-	t.Helper()
-	var pods []*harness.Pod
-	for _, n := range names {
-		pods = append(pods, c.RunPod(t, n, harness.EchoServer(podPort)))
-	}
-	for _, p := range pods {
-		addr := net.JoinHostPort(p.IP.String(), strconv.Itoa(podPort))
-		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			done, err := p.Process.Exited()
-			require.False(ct, done, "pod %s exited: %v\n%s", p.Name, err, p.Process.Tail(10))
-			got, err := greet(addr)
-			require.NoError(ct, err)
-			assert.Equal(ct, c.Name+"/"+p.Name, got)
-		}, wait, tick, "pod %s/%s answers at %s", c.Name, p.Name, addr)
-	}
-	return pods
-}
 
 // exportService creates in west a selector-less Service ns/name, port http
 // 80 → 8080, exported in gateway mode, headless or not, and an
@@ -60,49 +33,8 @@ func exportService(t *testing.T, ns, name string, headless bool, pods []*harness
 // which say how it is exported.
 func exportServiceLabelled(t *testing.T, ns, name string, headless bool, pods []*harness.Pod, lbls map[string]string) {
 	t.Helper()
-	ctx := context.Background()
-	west := env.Cluster("west")
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: lbls},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
-			Name: portName, Port: servicePort, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(podPort),
-		}}},
-	}
-	if headless {
-		svc.Spec.ClusterIP = corev1.ClusterIPNone
-	}
-	_, err := west.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = west.Client.CoreV1().Services(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-
-	es := &discoveryv1.EndpointSlice{
-		// Written by hand, it carries the Service's export label itself,
-		// as a selector-less Service's slices must to be seen.
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-pods", Namespace: ns, Labels: remotetest.SliceLabels(svc.Labels, map[string]string{
-			discoveryv1.LabelServiceName: name,
-			discoveryv1.LabelManagedBy:   "e2e.mcmirror.dev",
-		})},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr(portName), Port: ptr(int32(podPort)), Protocol: ptr(corev1.ProtocolTCP)}},
-	}
-	for _, p := range pods {
-		ep := discoveryv1.Endpoint{
-			Addresses:  []string{p.IP.String()},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)},
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: p.Name},
-		}
-		if headless {
-			ep.Hostname = ptr(p.Name)
-		}
-		es.Endpoints = append(es.Endpoints, ep)
-	}
-	_, err = west.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = west.Client.DiscoveryV1().EndpointSlices(ns).Delete(context.Background(), es.Name, metav1.DeleteOptions{})
-	})
+	env.Cluster("west").CreateSelectorless(t, ns, name, harness.SelectorlessService{Labels: lbls, Headless: headless,
+		Port: servicePort, TargetPort: podPort, Endpoints: harness.PodAddrs(pods)})
 }
 
 // mirror is what east's controller made for a remote Service or pod.
@@ -130,9 +62,6 @@ func waitMirror(t *testing.T, ns, name string) mirror {
 	return m
 }
 
-// egressAddr is where a client reaches an egress port.
-func egressAddr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
-
 // greet connects to addr, reads the echo server's greeting and returns the
 // pod it names ("west/web-0"). It also proves the stream carries bytes both
 // ways and passes a half-close on: what it writes comes back, and once it
@@ -145,21 +74,9 @@ func greet(addr string) (string, error) {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
+	pod, err := harness.GreetConn(conn, r)
 	if err != nil {
-		return "", fmt.Errorf("greeting: %w (read %q)", err, line)
-	}
-	pod, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "hello from ")
-	if !ok {
-		return "", fmt.Errorf("greeting %q", line)
-	}
-	const ping = "ping through the gateway\n"
-	if _, err := io.WriteString(conn, ping); err != nil {
 		return "", err
-	}
-	echo, err := r.ReadString('\n')
-	if err != nil || echo != ping {
-		return "", fmt.Errorf("echo: %q, %v", echo, err)
 	}
 	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
 		return "", err
@@ -211,9 +128,7 @@ func expectReset(t *testing.T, addr string, limit time.Duration) time.Duration {
 
 // metric returns a gateway's metric (0 when it has no such sample yet).
 func metric(t require.TestingT, g *harness.Gateway, name string, lbl map[string]string) float64 {
-	v, _, err := g.Metric(name, lbl)
-	require.NoError(t, err)
-	return v
+	return harness.MetricValue(t, g.MetricsURL+"/metrics", name, lbl)
 }
 
 // alive is a gateway's gateway_alive{cluster}, and whether it has the
@@ -223,11 +138,3 @@ func alive(t require.TestingT, g *harness.Gateway, cluster string) (float64, boo
 	require.NoError(t, err)
 	return v, ok
 }
-
-// requireRunning fails t if p has exited.
-func requireRunning(t *testing.T, p *harness.Process) {
-	t.Helper()
-	env.RequireAlive(t, p) // and the API servers and etcd
-}
-
-func ptr[T any](v T) *T { return &v }

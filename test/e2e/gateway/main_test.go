@@ -9,18 +9,10 @@
 package gateway_test
 
 import (
-	"context"
-	"fmt"
-	"math/rand/v2"
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -43,7 +35,7 @@ const (
 	// egressAddress is what the controller writes into the mirrors'
 	// EndpointSlices. Nothing routes to it here: clients connect to the
 	// egress port on 127.0.0.1, where east's gateway binds its egress ports.
-	egressAddress = "192.0.2.10"
+	egressAddress = harness.EgressAddress
 
 	// podPort is where the echo pods listen; servicePort is the Service
 	// port, mapped to podPort by the port's name, as kube-proxy does.
@@ -53,7 +45,11 @@ const (
 )
 
 // fleet is one test's set of processes: east's controller linked to west,
-// west's gateway (ingress) and east's gateway (egress, peer west).
+// west's gateway (ingress) and east's gateway (egress, peer west). Each
+// test starts its own rather than one harness.LaunchFleet for the package:
+// the tests stop and restart gateways, give west's ingress flags of their
+// own, and need no data plane (clients connect to the egress ports on
+// 127.0.0.1), which a fleet's parts, run in the nodes, would need.
 type fleet struct {
 	controller *harness.Process
 	west, east *harness.Gateway
@@ -65,7 +61,7 @@ type fleet struct {
 func startFleet(t *testing.T, westArgs ...string) *fleet {
 	t.Helper()
 	east, west := env.Cluster("east"), env.Cluster("west")
-	tls := gatewayTLS(t)
+	tls := env.GatewayTLS(t, "east", "west")
 	f := &fleet{}
 	// West's Services are selector-less, their slices written by the tests
 	// (no kube-controller-manager runs here): opted in, as an operator does.
@@ -78,76 +74,13 @@ func startFleet(t *testing.T, westArgs ...string) *fleet {
 }
 
 // startController starts `coredns-mc controller` for east, linked to west
-// with the read-only credentials of deploy/remote-link.yaml.
+// with the read-only credentials of deploy/remote-link.yaml, with a window
+// of egress ports of its own.
 func startController(t *testing.T) *harness.Process {
 	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	return env.StartProcess(t, "east/controller", nil, bin, "controller",
-		"--kubeconfig", env.Cluster("east").Kubeconfig,
-		"--cluster", "east",
-		"--link", "west="+linkKubeconfig(t),
-		"--egress-address", egressAddress,
-		"--egress-ports", egressPortRange(),
-		"--metrics-addr", "",
-		"--v", "2",
-	)
-}
-
-// linkKubeconfig returns the path of a kubeconfig for west with the
-// credentials a link uses.
-func linkKubeconfig(t *testing.T) string {
-	t.Helper()
-	p, err := env.Cluster("west").LinkKubeconfigFile(context.Background())
-	require.NoError(t, err)
-	return p
-}
-
-var (
-	caOnce sync.Once
-	ca     *gatewaytest.CA
-	caErr  error
-)
-
-// gatewayTLS issues east's and west's gateway certificates, from one trust
-// root for the package, into a directory of the test.
-func gatewayTLS(t *testing.T) map[string]gatewaytest.Files {
-	t.Helper()
-	caOnce.Do(func() { ca, caErr = gatewaytest.NewCA("mcmirror e2e gateways") })
-	require.NoError(t, caErr)
-	dir := t.TempDir()
-	out := map[string]gatewaytest.Files{}
-	for _, c := range []string{"east", "west"} {
-		f, err := ca.IssueFiles(dir, c, gatewaytest.Options{})
-		require.NoError(t, err)
-		out[c] = f
-	}
-	return out
-}
-
-// Egress port windows: 100 ports each, below the kernel's ephemeral range
-// (32768 and up), at a random offset per run so that parallel runs rarely
-// meet.
-var (
-	portBase   = 20000 + 100*rand.IntN(100)
-	portWindow atomic.Int32
-)
-
-func egressPortRange() string {
-	i := int(portWindow.Add(1) - 1)
-	lo := 20000 + (portBase-20000+100*i)%10000
-	return fmt.Sprintf("%d-%d", lo, lo+99)
-}
-
-var nsSeq atomic.Int32
-
-// namespace returns a namespace name unique in this run (tests may run
-// more than once with -count) and creates it in east and west.
-func namespace(t *testing.T, base string) string {
-	t.Helper()
-	ns := fmt.Sprintf("%s-%d", base, nsSeq.Add(1))
-	for _, c := range env.Clusters() {
-		require.NoError(t, c.Apply(context.Background(), harness.Namespace(ns)))
-	}
-	return ns
+	return env.StartController(t, env.Cluster("east"), harness.ControllerOptions{
+		Remotes:       []*harness.Cluster{env.Cluster("west")},
+		EgressAddress: egressAddress,
+		EgressPorts:   harness.PortRange(harness.EgressPortWindow()),
+	}).Process
 }

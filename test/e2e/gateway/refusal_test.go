@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // A destination west no longer exports is refused by west's ingress, and
@@ -18,13 +19,13 @@ import (
 // west's ingress follows its own cluster's export live.
 func TestNotExportedRefused(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := namespace(t, "gw-refused")
+	ns := env.UniqueNamespace(t, "gw-refused")
 	west := env.Cluster("west")
-	pods := runPods(t, west, "web-a", "web-b")
+	pods := west.RunEchoPods(t, podPort, "web-a", "web-b")
 	f := startFleet(t)
 	exportService(t, ns, "web", false, pods)
 	m := waitMirror(t, ns, "web-west")
-	addr := egressAddr(m.EgressPort)
+	addr := harness.LoopbackAddr(m.EgressPort)
 	waitGreet(t, addr, wait, "web-west is reached while exported")
 
 	f.controller.Stop()
@@ -52,8 +53,8 @@ func TestNotExportedRefused(t *testing.T) {
 		assert.Greater(c, metric(c, f.west, "coredns_mcmirror_gateway_refusals_total", ingressRefusals), refusedBefore, "west: refusals_total %v", ingressRefusals)
 		assert.Greater(c, metric(c, f.east, "coredns_mcmirror_gateway_refusals_total", egressRefusals), peerRefusedBefore, "east: refusals_total %v", egressRefusals)
 	}, 5*time.Second, tick)
-	requireRunning(t, f.west.Process())
-	requireRunning(t, f.east.Process())
+	env.RequireAlive(t, f.west.Process())
+	env.RequireAlive(t, f.east.Process())
 
 	// Exported again: the same port carries again, without a restart.
 	require.NoError(t, west.LabelService(t.Context(), ns, "web", labels.Exported, labels.ExportGateway))

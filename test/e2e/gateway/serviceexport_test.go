@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // streamEndBound bounds the time from the API write that withdraws an
@@ -32,14 +33,14 @@ const streamEndBound = 5 * time.Second
 // streams are refused by west's ingress.
 func TestServiceExportStampThroughGateway(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := namespace(t, "gw-mcs")
+	ns := env.UniqueNamespace(t, "gw-mcs")
 	west := env.Cluster("west")
-	pods := runPods(t, west, "web-a", "web-b")
+	pods := west.RunEchoPods(t, podPort, "web-a", "web-b")
 	f := startFleet(t)
 	exportServiceLabelled(t, ns, "web", false, pods, map[string]string{labels.ServiceExportMode: labels.ModeGateway})
 
 	m := waitMirror(t, ns, "web-west")
-	addr := egressAddr(m.EgressPort)
+	addr := harness.LoopbackAddr(m.EgressPort)
 	const gw = "coredns_mcmirror_gateway_"
 	ingress := map[string]string{"peer": "east", "direction": "ingress"}
 	ingressBefore := metric(t, f.west, gw+"connections_total", ingress)
@@ -105,6 +106,6 @@ func TestServiceExportStampThroughGateway(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Greater(c, metric(c, f.west, gw+"refusals_total", refusals), refusedBefore, "west: refusals_total %v", refusals)
 	}, 5*time.Second, tick)
-	requireRunning(t, f.west.Process())
-	requireRunning(t, f.east.Process())
+	env.RequireAlive(t, f.west.Process())
+	env.RequireAlive(t, f.east.Process())
 }

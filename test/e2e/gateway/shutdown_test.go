@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // On SIGTERM (a rolling update) the ingress fails its readiness and, after
@@ -20,11 +22,11 @@ import (
 // open go on; the process exits, cleanly, once the last one ends.
 func TestShutdownDrainsStreams(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := namespace(t, "gw-drain")
-	pods := runPods(t, env.Cluster("west"), "web-a")
+	ns := env.UniqueNamespace(t, "gw-drain")
+	pods := env.Cluster("west").RunEchoPods(t, podPort, "web-a")
 	f := startFleet(t, "--drain-delay", "0s")
 	exportService(t, ns, "web", false, pods)
-	addr := egressAddr(waitMirror(t, ns, "web-west").EgressPort)
+	addr := harness.LoopbackAddr(waitMirror(t, ns, "web-west").EgressPort)
 	waitGreet(t, addr, wait, "the path works before the shutdown")
 
 	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
@@ -60,7 +62,7 @@ func TestShutdownDrainsStreams(t *testing.T) {
 	}
 	// A new one is refused: the ingress no longer listens.
 	expectReset(t, addr, 5*time.Second)
-	requireRunning(t, proc)
+	env.RequireAlive(t, proc)
 
 	// The last stream ends: the process exits, with status 0.
 	require.NoError(t, conn.(*net.TCPConn).CloseWrite())

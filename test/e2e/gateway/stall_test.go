@@ -66,9 +66,9 @@ func TestStalledReadersWithinMemoryLimit(t *testing.T) {
 		require.NoError(t, err, "MCMIRROR_STALL_SOURCES")
 		require.Positive(t, sources, "MCMIRROR_STALL_SOURCES")
 	}
-	ns := namespace(t, "stall")
+	ns := env.UniqueNamespace(t, "stall")
 	west, eastCluster := env.Cluster("west"), env.Cluster("east")
-	tls := gatewayTLS(t)
+	tls := env.GatewayTLS(t, "east", "west")
 	limits := []string{"--max-connections", strconv.Itoa(stallMaxConns)}
 	westGW := env.StartGateway(t, west, harness.GatewayOptions{TLS: tls["west"], Ingress: true, MemoryLimit: stallMemoryLimit,
 		Args: append([]string{"--allow-selectorless", "*"}, limits...)})
@@ -78,8 +78,8 @@ func TestStalledReadersWithinMemoryLimit(t *testing.T) {
 
 	flood := west.RunPod(t, "flood-0", harness.FloodServer(podPort, stallFlood))
 	exportService(t, ns, "flood", false, []*harness.Pod{flood})
-	exportService(t, ns, "echo", false, runPods(t, west, "echo-0"))
-	floodAddr, echoAddr := egressAddr(waitMirror(t, ns, "flood-west").EgressPort), egressAddr(waitMirror(t, ns, "echo-west").EgressPort)
+	exportService(t, ns, "echo", false, west.RunEchoPods(t, podPort, "echo-0"))
+	floodAddr, echoAddr := harness.LoopbackAddr(waitMirror(t, ns, "flood-west").EgressPort), harness.LoopbackAddr(waitMirror(t, ns, "echo-west").EgressPort)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		conn, err := net.DialTimeout("tcp", floodAddr, 2*time.Second)
 		require.NoError(c, err)
@@ -157,8 +157,8 @@ func TestStalledReadersWithinMemoryLimit(t *testing.T) {
 	}
 
 	// The promise: within the budget, under the limit, nothing killed.
-	requireRunning(t, eastGW.Process())
-	requireRunning(t, westGW.Process())
+	env.RequireAlive(t, eastGW.Process())
+	env.RequireAlive(t, westGW.Process())
 	for _, g := range []*harness.Gateway{eastGW, westGW} {
 		reserved := peaks[g].end()
 		m, err := g.Memory()

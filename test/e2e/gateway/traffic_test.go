@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // connections is how many connections a test makes through one egress port
@@ -21,14 +23,14 @@ const connections = 12
 // gateways count the streams.
 func TestServiceThroughGateway(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := namespace(t, "gw-service")
+	ns := env.UniqueNamespace(t, "gw-service")
 	west := env.Cluster("west")
-	pods := runPods(t, west, "web-a", "web-b", "web-c")
+	pods := west.RunEchoPods(t, podPort, "web-a", "web-b", "web-c")
 	f := startFleet(t)
 	exportService(t, ns, "web", false, pods)
 
 	m := waitMirror(t, ns, "web-west")
-	addr := egressAddr(m.EgressPort)
+	addr := harness.LoopbackAddr(m.EgressPort)
 	egressBefore := metric(t, f.east, "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "west", "direction": "egress"})
 	ingressBefore := metric(t, f.west, "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "east", "direction": "ingress"})
 
@@ -64,9 +66,9 @@ func TestServiceThroughGateway(t *testing.T) {
 // and a connection there reaches exactly that pod, every time.
 func TestPodThroughGateway(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := namespace(t, "gw-pod")
+	ns := env.UniqueNamespace(t, "gw-pod")
 	west := env.Cluster("west")
-	pods := runPods(t, west, "web-0", "web-1")
+	pods := west.RunEchoPods(t, podPort, "web-0", "web-1")
 	startFleet(t)
 	exportService(t, ns, "web", true, pods)
 
@@ -77,7 +79,7 @@ func TestPodThroughGateway(t *testing.T) {
 	require.NotEqual(t, byPod["web-0"].EgressPort, byPod["web-1"].EgressPort, "each pod has an egress port of its own")
 
 	for _, p := range []string{"web-0", "web-1"} {
-		addr := egressAddr(byPod[p].EgressPort)
+		addr := harness.LoopbackAddr(byPod[p].EgressPort)
 		got := []string{waitGreet(t, addr, wait, "a connection to the egress port of "+p+"-west reaches a pod")}
 		for range connections - 1 {
 			pod, err := greet(addr)

@@ -33,8 +33,8 @@ func TestLinkUnlink(t *testing.T) {
 	east, west := env.Cluster("east"), env.Cluster("west")
 	cleanLinks(t, west)
 	const ns = "e2e-link"
-	namespace(t, ns, east, west)
-	namespace(t, grant.DefaultLinkNamespace, east)
+	env.CreateNamespace(t, ns, east, west)
+	env.CreateNamespace(t, grant.DefaultLinkNamespace, east)
 
 	r := mustRun(t, "link", "--cluster", "west", "--kubeconfig", west.Kubeconfig)
 	secret := decodeSecret(t, r.stdout)
@@ -248,7 +248,7 @@ func TestLinkIdempotentPerSource(t *testing.T) {
 	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
 	cleanLinks(t, west)
-	namespace(t, grant.DefaultLinkNamespace, east)
+	env.CreateNamespace(t, grant.DefaultLinkNamespace, east)
 
 	args := []string{"link", "--cluster", "west", "--source-cluster", "east", "--kubeconfig", west.Kubeconfig, "--source-kubeconfig", east.Kubeconfig}
 	r := mustRun(t, args...)
@@ -313,7 +313,7 @@ func TestLinkRefusals(t *testing.T) {
 	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
 	cleanLinks(t, west)
 	cleanLinks(t, paris)
-	namespace(t, grant.DefaultLinkNamespace, east)
+	env.CreateNamespace(t, grant.DefaultLinkNamespace, east)
 
 	refused := func(t *testing.T, want string, args ...string) {
 		t.Helper()

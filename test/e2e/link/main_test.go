@@ -7,7 +7,6 @@ package link_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,31 +76,15 @@ func mustRun(t *testing.T, args ...string) result {
 	return r
 }
 
-// namespace creates ns in each cluster.
-func namespace(t *testing.T, ns string, clusters ...*harness.Cluster) {
-	t.Helper()
-	for _, c := range clusters {
-		require.NoError(t, c.Apply(context.Background(), fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n", ns)))
-	}
-}
-
 // startController runs `coredns-mc controller` for east, linking the
 // clusters of the link Secrets in mcmirror-links, as deploy/controller.yaml
 // does.
 func startController(t *testing.T) *harness.Process {
 	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	return env.StartProcess(t, "east/controller", nil, bin, "controller",
-		"--kubeconfig", env.Cluster("east").Kubeconfig,
-		"--cluster", "east",
-		"--egress-address", "192.0.2.10", // nothing dials it here
-		"--egress-ports", "30000-30999",
-		"--link-secrets", grant.DefaultLinkNamespace,
-		"--link-removal-grace", "1s",
-		"--metrics-addr", "",
-		"--v", "2",
-	)
+	return env.StartController(t, env.Cluster("east"), harness.ControllerOptions{
+		LinkSecrets: grant.DefaultLinkNamespace,
+		Args:        []string{"--link-removal-grace", "1s"},
+	}).Process
 }
 
 // mirrors returns the names of east's mirror Services in ns.

@@ -62,12 +62,9 @@ spec:
 	westLink, err := west.LinkKubeconfigFile(ctx)
 	require.NoError(t, err)
 
+	env.StartController(t, east, harness.ControllerOptions{Links: []harness.Link{{Name: west.Name, Kubeconfig: west.Kubeconfig}}})
 	cmc, err := harness.CorednsMC()
 	require.NoError(t, err)
-	env.StartProcess(t, "east/controller", nil, cmc, "controller",
-		"--kubeconfig", east.Kubeconfig, "--cluster", east.Name,
-		"--link", west.Name+"="+west.Kubeconfig,
-		"--egress-address", "192.0.2.10", "--egress-ports", "30000-30999", "--metrics-addr", "")
 
 	mcsAddr, mcsProc := startServer(t, "east/coredns-mc", cmc, fmt.Sprintf(`
 clusterset.local {
@@ -111,22 +108,22 @@ clusterset.local {
 
 	name := "web." + fns + ".svc.clusterset.local"
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		r := ask(c, addr, "udp", name, dns.TypeA)
+		r := harness.Ask(c, addr, "udp", name, dns.TypeA)
 		assert.Equal(c, dns.RcodeToString[dns.RcodeSuccess], dns.RcodeToString[r.Rcode])
-		assert.Equal(c, []string{setIP}, addresses(r))
+		assert.Equal(c, []string{setIP}, harness.Answers(r))
 	}, 30*time.Second, 50*time.Millisecond, "%s through the plain CoreDNS is the ClusterSetIP", name)
 	for _, network := range []string{"udp", "tcp"} {
-		r := ask(t, addr, network, "dns-version.clusterset.local", dns.TypeTXT)
+		r := harness.Ask(t, addr, network, "dns-version.clusterset.local", dns.TypeTXT)
 		require.Len(t, r.Answer, 1, network)
 		assert.Equal(t, []string{"1.0.0"}, r.Answer[0].(*dns.TXT).Txt)
 	}
-	r := ask(t, addr, "udp", "nope."+fns+".svc.clusterset.local", dns.TypeA)
+	r := harness.Ask(t, addr, "udp", "nope."+fns+".svc.clusterset.local", dns.TypeA)
 	assert.Equal(t, dns.RcodeToString[dns.RcodeNameError], dns.RcodeToString[r.Rcode], "an unknown Service")
 
 	// cluster.local is the kubernetes plugin's: the mirror is an ordinary
 	// Service there.
 	mirror, err := east.Client.CoreV1().Services(fns).Get(ctx, "web-west", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, []string{mirror.Spec.ClusterIP}, addresses(ask(t, addr, "udp", "web-west."+fns+"."+zone, dns.TypeA)))
+	assert.Equal(t, []string{mirror.Spec.ClusterIP}, harness.Answers(harness.Ask(t, addr, "udp", "web-west."+fns+"."+zone, dns.TypeA)))
 	env.RequireAlive(t, mcsProc, plainProc)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"debug/buildinfo"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +11,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,25 +127,25 @@ spec:
 	// Ready means synced; on a loaded machine the first answer is still
 	// waited for, not assumed.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		r := ask(c, addr, "udp", name("web-west"), dns.TypeA)
+		r := harness.Ask(c, addr, "udp", name("web-west"), dns.TypeA)
 		assert.Equal(c, dns.RcodeToString[dns.RcodeSuccess], dns.RcodeToString[r.Rcode])
-		assert.Equal(c, westIPs, addresses(r))
+		assert.Equal(c, westIPs, harness.Answers(r))
 	}, 30*time.Second, 50*time.Millisecond, "%s answers west's pods", name("web-west"))
 
 	// mcmirror's names.
-	assert.Equal(t, []string{pods["web-0"]}, addresses(ask(t, addr, "udp", "web-0."+name("web-west"), dns.TypeA)))
+	assert.Equal(t, []string{pods["web-0"]}, harness.Answers(harness.Ask(t, addr, "udp", "web-0."+name("web-west"), dns.TypeA)))
 	global := append([]string{eastWeb.Spec.ClusterIP}, westIPs...)
 	slices.Sort(global)
 	for _, network := range []string{"udp", "tcp"} {
-		r := ask(t, addr, network, name("web-global"), dns.TypeA)
+		r := harness.Ask(t, addr, network, name("web-global"), dns.TypeA)
 		assert.Equal(t, dns.RcodeSuccess, r.Rcode, network)
-		assert.Equal(t, global, addresses(r), "%s over %s: east's ClusterIP and west's pods", name("web-global"), network)
+		assert.Equal(t, global, harness.Answers(r), "%s over %s: east's ClusterIP and west's pods", name("web-global"), network)
 	}
 
 	// The kubernetes plugin's names, after mcmirror in the chain.
-	assert.Equal(t, []string{eastWeb.Spec.ClusterIP}, addresses(ask(t, addr, "udp", name("web"), dns.TypeA)))
-	assert.Equal(t, []string{eastAPI.Spec.ClusterIP}, addresses(ask(t, addr, "udp", "kubernetes.default."+zone, dns.TypeA)))
-	r := ask(t, addr, "udp", name("web-paris"), dns.TypeA)
+	assert.Equal(t, []string{eastWeb.Spec.ClusterIP}, harness.Answers(harness.Ask(t, addr, "udp", name("web"), dns.TypeA)))
+	assert.Equal(t, []string{eastAPI.Spec.ClusterIP}, harness.Answers(harness.Ask(t, addr, "udp", "kubernetes.default."+zone, dns.TypeA)))
+	r := harness.Ask(t, addr, "udp", name("web-paris"), dns.TypeA)
 	assert.Equal(t, dns.RcodeToString[dns.RcodeNameError], dns.RcodeToString[r.Rcode], "no linked cluster paris: the kubernetes plugin's NXDOMAIN")
 	require.Len(t, r.Ns, 1)
 	assert.Equal(t, dns.TypeSOA, r.Ns[0].Header().Rrtype, "the kubernetes plugin's SOA")
@@ -169,74 +166,8 @@ func startStock(t *testing.T, bin, corefile string) (string, *harness.Process) {
 // is there) is answered NOERROR.
 func startServer(t *testing.T, name, bin, corefile, probe string) (string, *harness.Process) {
 	t.Helper()
-	dnsPort, readyPort := harness.FreePort(t), harness.FreePort(t)
-	for readyPort == dnsPort {
-		readyPort = harness.FreePort(t)
-	}
-	path := filepath.Join(t.TempDir(), "Corefile")
-	require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(corefile, "{READY}", strconv.Itoa(readyPort))), 0o644))
-	p := env.StartProcess(t, name, nil, bin, "-conf", path, "-dns.port", strconv.Itoa(dnsPort))
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsPort))
-	readyURL := fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort)
-
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if done, err := p.Exited(); done {
-			t.Fatalf("%s exited: %v\n%s", p.Name, err, p.Tail(20))
-		}
-		err := serving(readyURL, addr, probe)
-		if err == nil {
-			return addr, p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not serving within 60s: %v\n%s", p.Name, err, p.Tail(20))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// serving reports why the server does not serve yet, or nil: the ready
-// plugin must say 200 (every plugin has synced), and a query must be
-// answered, since the DNS listeners open after the ready plugin's.
-func serving(readyURL, addr, probe string) error {
-	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(readyURL)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", readyURL, resp.Status)
-	}
-	m := new(dns.Msg).SetQuestion(dns.Fqdn(probe), dns.TypeA)
-	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, addr)
-	if err != nil {
-		return err
-	}
-	if r.Rcode != dns.RcodeSuccess {
-		return fmt.Errorf("%s: %s", probe, dns.RcodeToString[r.Rcode])
-	}
-	return nil
-}
-
-// ask sends one query over network ("udp" or "tcp") to addr and returns the
-// reply. t may be a *testing.T or, inside EventuallyWithT, the collector.
-func ask(t require.TestingT, addr, network, name string, qtype uint16) *dns.Msg {
-	m := new(dns.Msg).SetQuestion(dns.Fqdn(name), qtype)
-	r, _, err := (&dns.Client{Net: network, Timeout: 5 * time.Second}).Exchange(m, addr)
-	require.NoError(t, err, "%s %s", name, dns.TypeToString[qtype])
-	return r
-}
-
-// addresses returns the A records of a reply, sorted.
-func addresses(r *dns.Msg) []string {
-	var out []string
-	for _, rr := range r.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			out = append(out, a.A.String())
-		}
-	}
-	slices.Sort(out)
-	return out
+	s := env.StartDNSWith(t, name, corefile, harness.DNSOptions{Binary: bin, Probe: probe})
+	return s.Addr, s.Process
 }
 
 // waitEndpoints waits until Service ns/svc of c has exactly n ready

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // policyName is the ValidatingAdmissionPolicy of deploy/admission-policy.yaml.
@@ -44,8 +45,8 @@ func TestAdmissionPolicy(t *testing.T) {
 	g, west := env.Cluster("guarded"), env.Cluster("west")
 	require.NoError(t, g.Apply(ctx, manifest(t, "controller.yaml")))
 	require.NoError(t, g.Apply(ctx, manifest(t, "admission-policy.yaml")))
-	shop := namespace(t, "shop", g, west)
-	tenant := namespace(t, "tenant", g)
+	shop := env.UniqueNamespace(t, "shop", g, west)
+	tenant := env.UniqueNamespace(t, "tenant", g)
 
 	forged := func(name string) *corev1.Service {
 		return &corev1.Service{
@@ -153,8 +154,8 @@ func TestAdmissionPolicy(t *testing.T) {
 	// never mcmirror's.
 	lmc := "linkerd-multicluster"
 	require.NoError(t, g.Apply(ctx, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+lmc+"}\n"))
-	linkerd := editor(t, g, lmc, "linkerd-service-mirror-west-"+strconv.Itoa(int(nsSeq.Add(1))))
-	lm := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-west-" + strconv.Itoa(int(nsSeq.Add(1))), Labels: map[string]string{
+	linkerd := editor(t, g, lmc, harness.UniqueName("linkerd-service-mirror-west"))
+	lm := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: harness.UniqueName("web-west"), Labels: map[string]string{
 		labels.MirroredService: "true", labels.ClusterName: "west"}}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
 	_, err = linkerd.CoreV1().Services(lmc).Create(ctx, lm, metav1.CreateOptions{})
 	require.NoError(t, err, "Linkerd's service mirror makes its own mirror")

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // streamEndBound is what this test holds the ingress to, from the write
@@ -34,9 +35,9 @@ func TestIngressDialsOnlyWhatItMay(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
-	shop := namespace(t, "shop", east, west)
-	other := namespace(t, "other", east, west)
-	pod := runPod(t, west, "web-0")
+	shop := env.UniqueNamespace(t, "shop", east, west)
+	other := env.UniqueNamespace(t, "other", east, west)
+	pod := west.RunEchoPods(t, podPort, "web-0")[0]
 	apiServer := west.ServiceCIDR.Addr().Next() // the kubernetes Service's ClusterIP
 	f := startFleet(t, "--allow-selectorless", shop+"/*", "--deny-cidr", west.ServiceCIDR.String())
 
@@ -47,7 +48,7 @@ func TestIngressDialsOnlyWhatItMay(t *testing.T) {
 	_, api := waitMirror(t, east, shop, "api-west")
 	_, otherWeb := waitMirror(t, east, other, "web-west")
 
-	require.Equal(t, "west/web-0", waitGreet(t, egressAddr(web), wait, "an opted-in Service's pod answers through the gateways"))
+	require.Equal(t, "west/web-0", harness.WaitGreet(t, harness.LoopbackAddr(web), wait, "an opted-in Service's pod answers through the gateways"))
 
 	const gw = "coredns_mcmirror_gateway_"
 	refusedBy := func(c require.TestingT, reason string) float64 {
@@ -57,22 +58,22 @@ func TestIngressDialsOnlyWhatItMay(t *testing.T) {
 	// The egress opens the ports as it reads the mirrors; a refusal is a
 	// reset or an end before any greeting, never the target's bytes.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.NoError(c, refused(egressAddr(api)))
+		require.NoError(c, refused(harness.LoopbackAddr(api)))
 		assert.Greater(c, refusedBy(c, "denied_cidr"), deniedBefore, "the API server's ClusterIP, in --deny-cidr")
 	}, wait, tick)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.NoError(c, refused(egressAddr(otherWeb)))
+		require.NoError(c, refused(harness.LoopbackAddr(otherWeb)))
 		assert.Greater(c, refusedBy(c, "selectorless"), selectorlessBefore, "a selector-less Service not opted in")
 	}, wait, tick)
 	assert.Positive(t, metric(t, f.west, gw+"refusals_total", map[string]string{"peer": "east", "direction": "ingress", "reason": "no_ready_endpoint"}))
 
 	// A stream through both gateways, open; then the export is withdrawn.
-	conn, err := net.DialTimeout("tcp", egressAddr(web), 5*time.Second)
+	conn, err := net.DialTimeout("tcp", harness.LoopbackAddr(web), 5*time.Second)
 	require.NoError(t, err)
 	defer conn.Close()
 	r := bufio.NewReader(conn)
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	got, err := hello(r)
+	got, err := harness.Hello(r)
 	require.NoError(t, err)
 	require.Equal(t, "west/web-0", got)
 	endedBefore := metric(t, f.west, gw+"ingress_streams_ended_total", map[string]string{"peer": "east", "reason": "not_exported"})

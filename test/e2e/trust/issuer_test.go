@@ -17,15 +17,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -40,7 +35,8 @@ import (
 func TestForgedIdentityRefusedByEveryIngress(t *testing.T) {
 	env.LogOnFailure(t)
 	east, guarded := env.Cluster("east"), env.Cluster("guarded")
-	files := gatewayTLS(t) // east's and west's, from the package's root ca
+	files := env.GatewayTLS(t, "east", "west") // from the package's root ca
+	ca := env.GatewayCA(t)
 	dir := t.TempDir()
 	guardedTLS, err := ca.IssueFiles(dir, "guarded", gatewaytest.Options{})
 	require.NoError(t, err)
@@ -52,8 +48,8 @@ func TestForgedIdentityRefusedByEveryIngress(t *testing.T) {
 	require.NoError(t, err)
 
 	// A pod of east behind an exported Service, for west's stream.
-	ns := namespace(t, "issuer", east)
-	pod := runPod(t, east, "web-0")
+	ns := env.UniqueNamespace(t, "issuer", east)
+	pod := east.RunEchoPods(t, podPort, "web-0")[0]
 	exportIn(t, east, ns, "web", pod.IP.String())
 
 	ingresses := []struct {
@@ -84,7 +80,7 @@ func TestForgedIdentityRefusedByEveryIngress(t *testing.T) {
 				authority := "web." + ns + ":" + strconv.Itoa(servicePort)
 				status, r := ask(t, in.gw.IngressAddr, legit, "CONNECT "+authority+" HTTP/1.1\r\nHost: "+authority+"\r\n\r\n")
 				require.Equal(t, http.StatusOK, status, "west's stream to %s", authority)
-				got, err := hello(r)
+				got, err := harness.Hello(r)
 				require.NoError(t, err)
 				assert.Equal(t, "east/web-0", got)
 			}
@@ -166,34 +162,7 @@ func forgedAsk(addr string, cfg *tls.Config) error {
 // hand holding addr (pod web-0): deleted when t ends.
 func exportIn(t *testing.T, c *harness.Cluster, ns, name, addr string) {
 	t.Helper()
-	ctx := context.Background()
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{labels.Exported: labels.ExportGateway}},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
-			Name: portName, Port: servicePort, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(podPort),
-		}}},
-	}
-	_, err := c.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Client.CoreV1().Services(ns).Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	es := &discoveryv1.EndpointSlice{
-		// Written by hand, it carries the Service's export label itself,
-		// as a selector-less Service's slices must to be seen.
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-pods", Namespace: ns, Labels: remotetest.SliceLabels(svc.Labels, map[string]string{
-			discoveryv1.LabelServiceName: name,
-			discoveryv1.LabelManagedBy:   "e2e.mcmirror.dev",
-		})},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr(portName), Port: ptr(int32(podPort)), Protocol: ptr(corev1.ProtocolTCP)}},
-		Endpoints: []discoveryv1.Endpoint{{
-			Addresses:  []string{addr},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)},
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "web-0"},
-		}},
-	}
-	_, err = c.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = c.Client.DiscoveryV1().EndpointSlices(ns).Delete(context.Background(), es.Name, metav1.DeleteOptions{})
-	})
+	c.CreateSelectorless(t, ns, name, harness.SelectorlessService{
+		Labels: map[string]string{labels.Exported: labels.ExportGateway},
+		Port:   servicePort, TargetPort: podPort, Endpoints: []harness.PodAddr{{Name: "web-0", IP: addr}}})
 }

@@ -15,14 +15,10 @@ package trust_test
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +32,6 @@ import (
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -52,11 +47,10 @@ const (
 
 	// egressAddress is what the controllers write into the mirrors'
 	// EndpointSlices; clients connect to 127.0.0.1 instead.
-	egressAddress = "192.0.2.10"
+	egressAddress = harness.EgressAddress
 
 	podPort     = 8080
 	servicePort = 80
-	portName    = "http"
 )
 
 // manifest returns the text of deploy/<name>.
@@ -68,88 +62,33 @@ func manifest(t *testing.T, name string) string {
 	return string(b)
 }
 
-var nsSeq atomic.Int32
-
-// namespace returns a namespace name unique in this run and creates it in
-// the clusters given.
-func namespace(t *testing.T, base string, clusters ...*harness.Cluster) string {
-	t.Helper()
-	ns := fmt.Sprintf("%s-%d", base, nsSeq.Add(1))
-	for _, c := range clusters {
-		require.NoError(t, c.Apply(context.Background(), harness.Namespace(ns)))
-	}
-	return ns
-}
-
-// Egress port windows: 100 ports each, below the kernel's ephemeral range,
-// at a random offset per run.
-var (
-	portBase   = 20000 + 100*rand.IntN(100)
-	portWindow atomic.Int32
-)
-
+// portRange is a window of egress ports (harness.EgressPortWindow).
 type portRange struct{ lo, hi int }
 
-func (r portRange) String() string { return fmt.Sprintf("%d-%d", r.lo, r.hi) }
+func (r portRange) String() string { return harness.PortRange(r.lo, r.hi) }
 
 func egressPorts() portRange {
-	i := int(portWindow.Add(1) - 1)
-	lo := 20000 + (portBase-20000+100*i)%10000
-	return portRange{lo, lo + 99}
-}
-
-// linkKubeconfig returns the path of a kubeconfig for west with the
-// credentials a link uses.
-func linkKubeconfig(t *testing.T) string {
-	t.Helper()
-	p, err := env.Cluster("west").LinkKubeconfigFile(context.Background())
-	require.NoError(t, err)
-	return p
+	lo, hi := harness.EgressPortWindow()
+	return portRange{lo, hi}
 }
 
 // startController starts `coredns-mc controller` for cluster c, linked to
 // west, with the kubeconfig given (c's admin's when empty).
 func startController(t *testing.T, c *harness.Cluster, kubeconfig string, ports portRange) *harness.Process {
 	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	if kubeconfig == "" {
-		kubeconfig = c.Kubeconfig
-	}
-	return env.StartProcess(t, c.Name+"/controller", nil, bin, "controller",
-		"--kubeconfig", kubeconfig,
-		"--cluster", c.Name,
-		"--link", "west="+linkKubeconfig(t),
-		"--egress-address", egressAddress,
-		"--egress-ports", ports.String(),
-		"--metrics-addr", "",
-		"--v", "2",
-	)
-}
-
-var (
-	caOnce sync.Once
-	ca     *gatewaytest.CA
-	caErr  error
-)
-
-// gatewayTLS issues east's and west's gateway certificates.
-func gatewayTLS(t *testing.T) map[string]gatewaytest.Files {
-	t.Helper()
-	caOnce.Do(func() { ca, caErr = gatewaytest.NewCA("mcmirror e2e trust") })
-	require.NoError(t, caErr)
-	dir := t.TempDir()
-	out := map[string]gatewaytest.Files{}
-	for _, c := range []string{"east", "west"} {
-		f, err := ca.IssueFiles(dir, c, gatewaytest.Options{})
-		require.NoError(t, err)
-		out[c] = f
-	}
-	return out
+	return env.StartController(t, c, harness.ControllerOptions{
+		Kubeconfig:    kubeconfig,
+		Remotes:       []*harness.Cluster{env.Cluster("west")},
+		EgressAddress: egressAddress,
+		EgressPorts:   ports.String(),
+	}).Process
 }
 
 // fleet is east's controller, west's gateway (ingress) and east's gateway
-// (egress).
+// (egress). Each test starts its own rather than one harness.LaunchFleet
+// for the package: tests give west's ingress flags of their own and run
+// controllers under other identities, and no cluster has the data plane a
+// fleet's parts, run in the nodes, would need.
 type fleet struct {
 	controller *harness.Process
 	west, east *harness.Gateway
@@ -160,7 +99,7 @@ type fleet struct {
 // controller's port range, and east's controller.
 func startFleet(t *testing.T, westArgs ...string) *fleet {
 	t.Helper()
-	tls := gatewayTLS(t)
+	tls := env.GatewayTLS(t, "east", "west")
 	f := &fleet{ports: egressPorts()}
 	f.west = env.StartGateway(t, env.Cluster("west"), harness.GatewayOptions{TLS: tls["west"], Ingress: true,
 		Args: append([]string{"--allow-cluster", "east"}, westArgs...)})
@@ -269,5 +208,3 @@ func logLines(t require.TestingT, p *harness.Process, parts ...string) []string 
 	}
 	return out
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // mirrorLabels are the labels the controller puts on a mirror of west's
@@ -40,9 +41,9 @@ func TestForgedServiceChangesNoRoute(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
-	shop := namespace(t, "shop", east, west)
-	tenant := namespace(t, "tenant", east)
-	pod := runPod(t, west, "web-0")
+	shop := env.UniqueNamespace(t, "shop", east, west)
+	tenant := env.UniqueNamespace(t, "tenant", east)
+	pod := west.RunEchoPods(t, podPort, "web-0")[0]
 	f := startFleet(t, "--allow-selectorless", shop+"/*")
 	dev := editor(t, east, tenant, "dev")
 
@@ -56,8 +57,8 @@ func TestForgedServiceChangesNoRoute(t *testing.T) {
 
 	exportService(t, shop, "web", map[string]string{"web-0": pod.IP.String()})
 	mirror, port := waitMirror(t, east, shop, "web-west")
-	addr := egressAddr(port)
-	require.Equal(t, "west/web-0", waitGreet(t, addr, wait, "the real mirror's egress port reaches west's pod"))
+	addr := harness.LoopbackAddr(port)
+	require.Equal(t, "west/web-0", harness.WaitGreet(t, addr, wait, "the real mirror's egress port reaches west's pod"))
 	f.controller.Stop()
 	t.Logf("real mirror %s/%s (made %s): egress port %d", shop, mirror.Name, mirror.CreationTimestamp, port)
 
@@ -113,7 +114,7 @@ func TestForgedServiceChangesNoRoute(t *testing.T) {
 	// ... and the real mirror's port goes on reaching the real mirror's
 	// pod, connection after connection.
 	for range 10 {
-		got, err := greet(addr)
+		got, err := harness.Greet(addr)
 		require.NoError(t, err, "through the real mirror's egress port")
 		require.Equal(t, "west/web-0", got)
 	}

@@ -1,0 +1,169 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"testing"
+)
+
+// EgressAddress is the gateway egress address a controller started by
+// StartController writes into its mirrors' EndpointSlices unless told
+// otherwise: an address of TEST-NET-1, which the API server accepts as an
+// endpoint and nothing here routes to. Tests that carry traffic connect to
+// the egress ports on 127.0.0.1, or run a fleet (LaunchFleet), whose
+// controller points at the egress on the node.
+const EgressAddress = "192.0.2.10"
+
+// Link is one cluster a coredns-mc process links to: the name it is
+// linked under and the kubeconfig file it reads that cluster with.
+type Link struct {
+	Name, Kubeconfig string
+}
+
+// ControllerOptions describes one `coredns-mc controller` of a cluster.
+type ControllerOptions struct {
+	// Name is the process's name after "<cluster>/" (default
+	// "controller"); a test that starts several gives each its own.
+	Name string
+	// Kubeconfig is how the controller reaches its own cluster (default
+	// the cluster's admin kubeconfig).
+	Kubeconfig string
+	// Remotes are linked with the read-only credentials of
+	// deploy/remote-link.yaml (Cluster.LinkKubeconfigFile).
+	Remotes []*Cluster
+	// Links are linked with the kubeconfig files given, after Remotes.
+	Links []Link
+	// LinkSecrets is the namespace of the cluster whose link Secrets the
+	// controller follows (--link-secrets); none when empty.
+	LinkSecrets string
+	// EgressAddress is written into the mirrors' EndpointSlices (default
+	// EgressAddress).
+	EgressAddress string
+	// EgressService, "namespace/name", makes the controller point the
+	// mirrors at the endpoints of that Service instead of EgressAddress.
+	EgressService string
+	// EgressPorts is the egress port range (default 30000-30999).
+	EgressPorts string
+	// Metrics serves /metrics and /healthz on a free port of 127.0.0.1
+	// (Controller.MetricsAddr); otherwise the controller serves none.
+	Metrics bool
+	// Args are more flags, after the others: a flag given again here wins.
+	Args []string
+}
+
+// Controller is a running `coredns-mc controller`.
+type Controller struct {
+	*Process
+	// MetricsAddr is host:port of /metrics and /healthz when
+	// ControllerOptions.Metrics is set.
+	MetricsAddr string
+}
+
+// MetricsURL is the URL of the controller's /metrics ("" without
+// ControllerOptions.Metrics).
+func (c *Controller) MetricsURL() string {
+	if c.MetricsAddr == "" {
+		return ""
+	}
+	return "http://" + c.MetricsAddr + "/metrics"
+}
+
+// StartController runs `coredns-mc controller` for cluster c and the test
+// t; it is stopped when t ends. It logs at --v 2.
+func (e *Env) StartController(t testing.TB, c *Cluster, o ControllerOptions) *Controller {
+	t.Helper()
+	ctl, name, argv, err := controllerCommand(c, o)
+	if err != nil {
+		t.Fatalf("harness: controller of %s: %v", c.Name, err)
+	}
+	ctl.Process = e.StartProcess(t, name, nil, argv...)
+	return ctl
+}
+
+// launchController is StartController outside tests (LaunchFleet): the
+// controller runs until the environment stops.
+func (e *Env) launchController(c *Cluster, o ControllerOptions) (*Controller, error) {
+	ctl, name, argv, err := controllerCommand(c, o)
+	if err != nil {
+		return nil, err
+	}
+	if ctl.Process, err = e.Launch(name, nil, argv...); err != nil {
+		return nil, err
+	}
+	return ctl, nil
+}
+
+// controllerCommand returns the controller o describes (its process not
+// started yet), the process's name and its command.
+func controllerCommand(c *Cluster, o ControllerOptions) (*Controller, string, []string, error) {
+	bin, err := CorednsMC()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	name, kubeconfig, egress, ports := o.Name, o.Kubeconfig, o.EgressAddress, o.EgressPorts
+	if name == "" {
+		name = "controller"
+	}
+	if kubeconfig == "" {
+		kubeconfig = c.Kubeconfig
+	}
+	if egress == "" {
+		egress = EgressAddress
+	}
+	if ports == "" {
+		ports = "30000-30999"
+	}
+	ctl := &Controller{}
+	if o.Metrics {
+		port, err := freePort()
+		if err != nil {
+			return nil, "", nil, err
+		}
+		ctl.MetricsAddr = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	argv := []string{bin, "controller", "--kubeconfig", kubeconfig, "--cluster", c.Name}
+	if o.EgressService != "" {
+		argv = append(argv, "--egress-service", o.EgressService)
+	} else {
+		argv = append(argv, "--egress-address", egress)
+	}
+	argv = append(argv, "--egress-ports", ports, "--metrics-addr", ctl.MetricsAddr, "--v", "2")
+	for _, r := range o.Remotes {
+		path, err := r.LinkKubeconfigFile(context.Background())
+		if err != nil {
+			return nil, "", nil, err
+		}
+		argv = append(argv, "--link", r.Name+"="+path)
+	}
+	for _, l := range o.Links {
+		argv = append(argv, "--link", l.Name+"="+l.Kubeconfig)
+	}
+	if o.LinkSecrets != "" {
+		argv = append(argv, "--link-secrets", o.LinkSecrets)
+	}
+	return ctl, c.Name + "/" + name, append(argv, o.Args...), nil
+}
+
+// Egress port windows: 100 ports each, below the kernel's ephemeral range
+// (32768 and up), at a random offset per run so that parallel runs rarely
+// meet.
+var (
+	portBase   = 20000 + 100*rand.IntN(100)
+	portWindow atomic.Int32
+)
+
+// EgressPortWindow returns a range of 100 egress ports, lo to hi, that no
+// other call of this run returned before the hundredth: a test that runs a
+// controller and a gateway of its own gives them one, so that no two tests
+// (nor a mirror a test before left behind) share an egress port.
+func EgressPortWindow() (lo, hi int) {
+	i := int(portWindow.Add(1) - 1)
+	lo = 20000 + (portBase-20000+100*i)%10000
+	return lo, lo + 99
+}
+
+// PortRange is "lo-hi", as --egress-ports takes it.
+func PortRange(lo, hi int) string { return fmt.Sprintf("%d-%d", lo, hi) }

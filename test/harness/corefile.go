@@ -1,0 +1,80 @@
+package harness
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// MirrorCorefile returns the Corefile of local's cluster DNS as StartDNS
+// runs it: bound to {HOST}, with the ready and prometheus plugins, and
+// mcmirror before kubernetes for cluster.local and the reverse zones, both
+// reaching local's API server as its admin. block is the rest of the
+// mcmirror block, lines that end in a newline: LinkLines' links,
+// "gateway_health URL", "ttl 5", ...
+func MirrorCorefile(local *Cluster, block string) string {
+	return fmt.Sprintf(`
+. {
+    bind {HOST}
+    errors
+    ready {HOST}:{READY}
+    prometheus {HOST}:{METRICS}
+    mcmirror cluster.local in-addr.arpa ip6.arpa {
+        cluster %[1]s
+        kubeconfig %[2]s
+%[3]s
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig %[2]s
+        fallthrough in-addr.arpa ip6.arpa
+    }
+}
+`, local.Name, local.Kubeconfig, block)
+}
+
+// LinkLines returns the lines of an mcmirror block that link each remote
+// with the read-only credentials of deploy/remote-link.yaml
+// (Cluster.LinkFile).
+func LinkLines(t testing.TB, remotes ...*Cluster) string {
+	t.Helper()
+	var ls []Link
+	for _, r := range remotes {
+		ls = append(ls, Link{Name: r.Name, Kubeconfig: r.LinkFile(t)})
+	}
+	return LinkLinesOf(ls...)
+}
+
+// LinkLinesOf returns the lines of an mcmirror block that link each of ls
+// with its kubeconfig file.
+func LinkLinesOf(ls ...Link) string {
+	var b strings.Builder
+	for _, l := range ls {
+		fmt.Fprintf(&b, "        link %s %s\n", l.Name, l.Kubeconfig)
+	}
+	return b.String()
+}
+
+// HostCorefile adapts the Corefile of deploy/coredns.yaml's ConfigMap (or
+// of a cluster DNS ConfigMap patched from it) to a coredns-mc process on
+// this host, as StartDNS runs one: bound to 127.0.0.1, the ready and
+// prometheus plugins on 127.0.0.1:{READY} and 127.0.0.1:{METRICS}, health
+// on healthPort, and the API server reached with kubeconfig (the
+// ServiceAccount's the manifest grants to) instead of the in-cluster
+// configuration. Each line it replaces must be there once.
+func HostCorefile(cf, kubeconfig string, healthPort int) (string, error) {
+	for _, r := range []struct{ old, new string }{
+		{".:53 {\n", ". {\n    bind 127.0.0.1\n"},
+		{"    health {\n", fmt.Sprintf("    health 127.0.0.1:%d {\n", healthPort)},
+		{"    ready\n", "    ready 127.0.0.1:{READY}\n"},
+		{"    prometheus :9153\n", "    prometheus 127.0.0.1:{METRICS}\n"},
+		{"        link_secrets ", "        kubeconfig " + kubeconfig + "\n        link_secrets "},
+		{"        pods insecure\n", "        kubeconfig " + kubeconfig + "\n        pods insecure\n"},
+	} {
+		if n := strings.Count(cf, r.old); n != 1 {
+			return "", fmt.Errorf("the Corefile has %q %d times, not once", r.old, n)
+		}
+		cf = strings.Replace(cf, r.old, r.new, 1)
+	}
+	return cf, nil
+}

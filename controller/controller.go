@@ -164,11 +164,10 @@ type Controller struct {
 	// now is time.Now, replaced in tests.
 	now func() time.Time
 
+	// links are the linked clusters (links.go).
+	links *remote.Links[*remoteCluster]
+
 	mu sync.Mutex
-	// ctx is Run's context, for the informers of links added later.
-	ctx context.Context
-	// links are the linked clusters, by name.
-	links map[string]*remoteCluster
 	// ways are the ways of export a link is watched for: the export
 	// selector's, and the ServiceExport stamp's.
 	ways []remote.Way
@@ -209,8 +208,7 @@ type remoteCluster struct {
 	name   string
 	client kubernetes.Interface
 	// ways are the informers of each way of export (linkwatch.go).
-	ways   []*linkWay
-	cancel context.CancelFunc
+	ways []*linkWay
 	// health is whether the link's lists and watches are answered, for
 	// link_up, link_errors_total and the log.
 	health *remote.Health
@@ -220,8 +218,12 @@ type remoteCluster struct {
 	// after, and enqueued is set.
 	synced   atomic.Bool
 	enqueued atomic.Bool
-	// started is set when the informers run.
-	started bool
+	// onSynced is called once, when synced is set.
+	onSynced func()
+	// serving is set once the informers serve the link, in place of
+	// those of an earlier kubeconfig or first: from then on its health
+	// writes link_up.
+	serving atomic.Bool
 	// handlersSynced report whether the handlers have seen the first
 	// lists, not only the informers' stores.
 	handlersSynced []cache.InformerSynced
@@ -270,7 +272,6 @@ func New(opts Options) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcmirror-controller"}),
 		ports:    newPortAllocator(opts.EgressPorts),
 		now:      time.Now,
-		links:    map[string]*remoteCluster{},
 		removed:  map[string]time.Time{},
 		missing:  map[string]map[string]time.Time{},
 		hostless: map[string]time.Time{},
@@ -280,6 +281,7 @@ func New(opts Options) (*Controller, error) {
 		status:   map[string]keyStatus{},
 		ways:     []remote.Way{remote.Selected(opts.ExportSelector), remote.Stamped},
 	}
+	c.links = remote.NewLinks(opts.Cluster, linkConsumer{c})
 	c.recorder = opts.Recorder
 	if c.recorder == nil {
 		c.broadcaster = record.NewBroadcaster()
@@ -361,13 +363,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.restorePorts(logger)
 	c.initEgress()
 
-	c.mu.Lock()
-	c.ctx = ctx
 	c.running.Store(true)
-	for _, r := range c.links {
-		c.startLink(ctx, r)
-	}
-	c.mu.Unlock()
+	c.links.Start(ctx)
 
 	n := c.sweep()
 	logger.Info("Start-up sweep", "keys", n, "egressPorts", c.ports.Len(), "egressAddresses", c.egressAddresses())
@@ -385,13 +382,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	<-ctx.Done()
 	c.queue.ShutDown()
 	wg.Wait()
-	c.mu.Lock()
-	for _, r := range c.links {
-		if r.cancel != nil {
-			r.cancel()
-		}
-	}
-	c.mu.Unlock()
 	return nil
 }
 
@@ -408,9 +398,7 @@ func (c *Controller) linksSynced() bool {
 	if !c.linkSourcesSynced() {
 		return false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, r := range c.links {
+	for _, r := range c.serving() {
 		if !r.enqueued.Load() {
 			return false
 		}
@@ -429,15 +417,13 @@ func (c *Controller) sweep() int {
 	for _, k := range c.slices.GetIndexer().ListIndexFuncValues(byKey) {
 		keys[k] = true
 	}
-	c.mu.Lock()
-	for _, r := range c.links {
+	for _, r := range c.serving() {
 		if r.synced.Load() {
 			for _, k := range r.exportedKeys() {
 				keys[makeKey(r.name, k.Namespace, k.Name)] = true
 			}
 		}
 	}
-	c.mu.Unlock()
 	for k := range keys {
 		c.queue.Add(k)
 	}

@@ -79,13 +79,7 @@ func (c *Controller) onNamespace(obj any) {
 	if !ok {
 		return
 	}
-	c.mu.Lock()
-	links := make([]*remoteCluster, 0, len(c.links))
-	for _, r := range c.links {
-		links = append(links, r)
-	}
-	c.mu.Unlock()
-	for _, r := range links {
+	for _, r := range c.serving() {
 		for _, k := range r.exportedKeys() {
 			if k.Namespace == m.GetName() {
 				c.queue.Add(makeKey(r.name, k.Namespace, k.Name))

@@ -111,9 +111,7 @@ func (c *Controller) importSources(ns, name string) []importSource {
 			out = append(out, src)
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, r := range c.links {
+	for _, r := range c.serving() {
 		svc := r.exportedService(ns, name)
 		if svc == nil {
 			continue

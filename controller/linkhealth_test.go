@@ -3,6 +3,7 @@ package controller
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -241,7 +242,10 @@ func TestLinkHealth(t *testing.T) {
 	}
 }
 
-// A replaced link keeps its series, and only the new link writes them.
+// A replaced link keeps serving, and writing link_up, until its
+// replacement has synced: a new kubeconfig that is refused costs nothing
+// but its errors. One that works takes over, and the old link's late
+// results write nothing.
 func TestLinkHealthReplaced(t *testing.T) {
 	api := newFakeAPIServer(t, answerOK)
 	f := newFixture(t, fixtureOptions{}, nil)
@@ -249,14 +253,23 @@ func TestLinkHealthReplaced(t *testing.T) {
 	require.Eventually(t, func() bool { return testutil.ToFloat64(linkUp.WithLabelValues("replaced")) == 1 },
 		10*time.Second, 10*time.Millisecond)
 	old, _ := f.c.link("replaced")
+	require.Eventually(t, old.HasSynced, 10*time.Second, 10*time.Millisecond)
 
 	refusing := newFakeAPIServer(t, answerUnauthorized)
 	f.c.Add("replaced", &rest.Config{Host: refusing.URL})
 	require.Eventually(t, func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("replaced", link.FailureUnauthorized)) > 0 &&
-			testutil.ToFloat64(linkUp.WithLabelValues("replaced")) == 0
-	}, 10*time.Second, 10*time.Millisecond, "the new link's state")
-	// The old link's late results write nothing.
-	old.health.Result(0, nil)
-	assert.Equal(t, float64(0), testutil.ToFloat64(linkUp.WithLabelValues("replaced")))
+		return testutil.ToFloat64(linkErrors.WithLabelValues("replaced", link.FailureUnauthorized)) > 0
+	}, 10*time.Second, 10*time.Millisecond, "the new kubeconfig is tried")
+	cur, _ := f.c.link("replaced")
+	assert.Same(t, old, cur, "the old link serves while the new one cannot sync")
+	assert.Equal(t, float64(1), testutil.ToFloat64(linkUp.WithLabelValues("replaced")))
+
+	working := newFakeAPIServer(t, answerOK)
+	f.c.Add("replaced", &rest.Config{Host: working.URL})
+	require.Eventually(t, func() bool {
+		cur, _ := f.c.link("replaced")
+		return cur != old && cur.HasSynced()
+	}, 10*time.Second, 10*time.Millisecond, "a replacement that syncs takes over")
+	old.health.Result(0, errors.New("connection refused"))
+	assert.Equal(t, float64(1), testutil.ToFloat64(linkUp.WithLabelValues("replaced")), "the old link's late results write nothing")
 }

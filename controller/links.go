@@ -1,10 +1,13 @@
 package controller
 
-// Linked clusters: their informers, and how their keys are enqueued.
+// Linked clusters: each one's informers as a remote.Generation, which
+// remote.Links starts, replaces and stops; and how their keys are enqueued.
 
 import (
 	"context"
 	"time"
+
+	"github.com/mcmirror/mcmirror/internal/remote"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -13,37 +16,32 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Links returns the names of the linked clusters.
-func (c *Controller) Links() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.links))
-	for n := range c.links {
-		out = append(out, n)
-	}
-	return out
-}
+// Links returns the names of the linked clusters, sorted.
+func (c *Controller) Links() []string { return c.links.Names() }
 
 // Add links cluster name through cfg; it implements link.Handler.
-func (c *Controller) Add(name string, cfg *rest.Config) {
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		klog.ErrorS(err, "Cannot link cluster", "cluster", name)
-		return
-	}
-	c.AddClient(name, client)
-}
+func (c *Controller) Add(name string, cfg *rest.Config) { c.links.Add(name, cfg) }
 
 // AddClient links cluster name through client.
-func (c *Controller) AddClient(name string, client kubernetes.Interface) {
-	if name == c.opts.Cluster {
-		klog.InfoS("Ignoring a link to the local cluster", "cluster", name)
-		return
-	}
-	c.mu.Lock()
-	_, replacement := c.links[name]
-	c.mu.Unlock()
-	r := &remoteCluster{name: name, client: client, health: newLinkHealth(name, watchNames(c.ways), replacement)}
+func (c *Controller) AddClient(name string, client kubernetes.Interface) { c.links.AddClient(name, client) }
+
+// Remove unlinks cluster name; it implements link.Handler. Its mirrors are
+// swept after LinkRemovalGrace unless the link comes back.
+func (c *Controller) Remove(name string) { c.links.Remove(name) }
+
+// linkConsumer is the controller as remote.Links sees it.
+type linkConsumer struct{ c *Controller }
+
+var (
+	_ remote.Consumer[*remoteCluster] = linkConsumer{}
+	_ remote.Generation               = (*remoteCluster)(nil)
+)
+
+// New makes the informers of link name.
+func (lc linkConsumer) New(name string, client kubernetes.Interface, replacement bool) (*remoteCluster, error) {
+	c := lc.c
+	r := &remoteCluster{name: name, client: client}
+	r.health = newLinkHealth(name, watchNames(c.ways), replacement, &r.serving)
 	r.ways = linkWays(r, c.ways)
 	// Fresh informers that have not run take handlers without error.
 	// Every way's Services enqueue alike: a Service leaving one (Linkerd's
@@ -64,32 +62,57 @@ func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 		regE, _ := w.slices.AddEventHandler(onSlice)
 		r.handlersSynced = append(r.handlersSynced, regS.HasSynced, regE.HasSynced)
 	}
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old, ok := c.links[name]; ok {
-		if old.cancel != nil {
-			old.cancel()
-		}
-		old.health.Stop()
+	// Once its handlers have seen the first lists, every key of the
+	// cluster is enqueued.
+	r.onSynced = func() {
+		klog.InfoS("Linked cluster synced", "cluster", name, "exported", len(r.exportedKeys()))
+		c.enqueueCluster(r)
+		r.enqueued.Store(true)
+		c.enqueueMCS()
 	}
-	c.links[name] = r
-	delete(c.removed, name)
-	linksGauge.Set(float64(len(c.links)))
-	klog.InfoS("Linked cluster", "cluster", name)
-	if c.running.Load() {
-		c.startLink(c.ctx, r)
-	}
+	return r, nil
 }
 
-// startLink runs a link's informers; when they have synced, every key of
-// the cluster is enqueued. Called with c.mu held.
-func (c *Controller) startLink(ctx context.Context, r *remoteCluster) {
-	if r.started {
+// Serve is told that r serves its cluster, first or in place of old.
+func (lc linkConsumer) Serve(name string, r, old *remoteCluster, replaced bool) {
+	c := lc.c
+	r.serving.Store(true)
+	linkUp.WithLabelValues(name).Set(b2f(r.health.Up()))
+	if replaced {
+		old.health.Stop()
+		// What the new informers hold is synced: a Service the old ones
+		// held and the new ones do not is deleted.
+		c.enqueueCluster(r)
+	}
+	c.mu.Lock()
+	delete(c.removed, name)
+	c.mu.Unlock()
+	linksGauge.Set(float64(len(c.links.Names())))
+	klog.InfoS("Linked cluster", "cluster", name)
+}
+
+// Stop is told that r's informers stopped.
+func (lc linkConsumer) Stop(name string, r *remoteCluster, removed bool) {
+	c := lc.c
+	r.health.Stop()
+	if !removed {
 		return
 	}
-	r.started = true
-	ctx, r.cancel = context.WithCancel(ctx)
+	deleteLinkSeries(name)
+	c.mu.Lock()
+	c.removed[name] = c.now()
+	c.mu.Unlock()
+	linksGauge.Set(float64(len(c.links.Names())))
+	klog.InfoS("Unlinked cluster", "cluster", name, "sweepAfter", c.opts.LinkRemovalGrace)
+	for _, k := range c.localKeysOfCluster(name) {
+		c.queue.AddAfter(k, c.opts.LinkRemovalGrace)
+	}
+	// Its exports no longer conflict with ours.
+	c.enqueueMCS()
+}
+
+// Start runs r's informers; it implements remote.Generation.
+func (r *remoteCluster) Start(ctx context.Context) {
 	for _, inf := range r.informers() {
 		go inf.Run(ctx.Done())
 	}
@@ -98,38 +121,22 @@ func (c *Controller) startLink(ctx context.Context, r *remoteCluster) {
 			return
 		}
 		r.synced.Store(true)
-		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.exportedKeys()))
-		c.enqueueCluster(r)
-		r.enqueued.Store(true)
-		c.enqueueMCS()
+		r.onSynced()
 	}()
 }
 
-// Remove unlinks cluster name; it implements link.Handler. Its mirrors are
-// swept after LinkRemovalGrace unless the link comes back.
-func (c *Controller) Remove(name string) {
-	c.mu.Lock()
-	r, ok := c.links[name]
-	if ok {
-		delete(c.links, name)
-		if r.cancel != nil {
-			r.cancel()
-		}
-		r.health.Stop()
-		deleteLinkSeries(name)
-		c.removed[name] = c.now()
+// HasSynced reports whether r's handlers have seen the first lists; it
+// implements remote.Generation.
+func (r *remoteCluster) HasSynced() bool { return r.synced.Load() }
+
+// serving returns the links' informers that serve.
+func (c *Controller) serving() []*remoteCluster {
+	m := c.links.Serving()
+	out := make([]*remoteCluster, 0, len(m))
+	for _, r := range m {
+		out = append(out, r)
 	}
-	linksGauge.Set(float64(len(c.links)))
-	c.mu.Unlock()
-	if !ok {
-		return
-	}
-	klog.InfoS("Unlinked cluster", "cluster", name, "sweepAfter", c.opts.LinkRemovalGrace)
-	for _, k := range c.localKeysOfCluster(name) {
-		c.queue.AddAfter(k, c.opts.LinkRemovalGrace)
-	}
-	// Its exports no longer conflict with ours.
-	c.enqueueMCS()
+	return out
 }
 
 // enqueueCluster enqueues every exported Service of r and every local key
@@ -165,11 +172,11 @@ func (c *Controller) localKeysOfCluster(cluster string) []string {
 // link returns the linked cluster name, and how long a removed link's
 // mirrors are still kept.
 func (c *Controller) link(name string) (*remoteCluster, time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r, ok := c.links[name]; ok {
+	if r, ok := c.links.Get(name); ok {
 		return r, 0
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if at, ok := c.removed[name]; ok {
 		if left := c.opts.LinkRemovalGrace - c.now().Sub(at); left > 0 {
 			return nil, left

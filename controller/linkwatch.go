@@ -6,6 +6,7 @@ package controller
 // one log line per change.
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/link"
@@ -62,10 +63,11 @@ func linkInformer(client kubernetes.Interface, cluster string, kind remote.Kind,
 	return inf
 }
 
-// newLinkHealth returns the health of link name. A first link of the name
-// starts down with every error reason at 0; a replacement leaves the
-// series as its predecessor wrote them until its own first result.
-func newLinkHealth(name string, watches []string, replacement bool) *remote.Health {
+// newLinkHealth returns the health of link name, which writes link_up
+// while serving says so. A first link of the name starts down with every
+// error reason at 0; a replacement leaves link_up to its predecessor until
+// it serves.
+func newLinkHealth(name string, watches []string, replacement bool, serving *atomic.Bool) *remote.Health {
 	if !replacement {
 		linkUp.WithLabelValues(name).Set(0)
 		for _, r := range link.FailureReasons {
@@ -85,7 +87,11 @@ func newLinkHealth(name string, watches []string, replacement bool) *remote.Heal
 				klog.InfoS("Link up again", "cluster", name, "after", downFor.Round(time.Second))
 			}
 		},
-		Changed: func() { linkUp.WithLabelValues(name).Set(b2f(h.Up())) },
+		Changed: func() {
+			if serving.Load() {
+				linkUp.WithLabelValues(name).Set(b2f(h.Up()))
+			}
+		},
 	})
 	return h
 }

@@ -152,9 +152,7 @@ func (c *Controller) enqueueMCS() {
 			c.localServiceChanged(s)
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, r := range c.links {
+	for _, r := range c.serving() {
 		for _, k := range r.exportedKeys() {
 			c.mcs.queue.Add(k.Namespace + "/" + k.Name)
 		}

@@ -42,7 +42,7 @@ func TestSyncServiceExportGateway(t *testing.T) {
 			exported("default", "api", "true", false, tcp("http", 80)),
 		},
 	})
-	r := f.c.links["west"]
+	r, _ := f.c.links.Get("west")
 	// Each Service informer lists by its own selector (the fake lists by
 	// label selector).
 	_, bySelector, _ := r.ways[0].services.GetStore().GetByKey("default/web")
@@ -141,7 +141,7 @@ func TestSyncServiceExportAndLinkerd(t *testing.T) {
 	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
 		"west": {both("true", ModeGateway), endpoints("default", "web", "")},
 	})
-	r := f.c.links["west"]
+	r, _ := f.c.links.Get("west")
 	_, bySelector, _ := r.ways[0].services.GetStore().GetByKey("default/web")
 	_, byStamp, _ := r.ways[1].services.GetStore().GetByKey("default/web")
 	require.True(t, bySelector && byStamp, "in both informers")
@@ -192,7 +192,7 @@ func TestSyncServiceExportNotStamped(t *testing.T) {
 	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
 		"west": {stamped("default", "odd", "yes", false, tcp("http", 80)), mirror},
 	})
-	r := f.c.links["west"]
+	r, _ := f.c.links.Get("west")
 	// The fake watches everything: a Service its selector does not list
 	// still reaches the informer once it changes.
 	f.remote("west", stamped("default", "odd", "yes", false, tcp("http", 81)))

@@ -117,13 +117,8 @@ func (f *fixture) start() {
 	}, 10*time.Second, time.Millisecond)
 	c.restorePorts(klog.Background())
 	c.initEgress()
-	c.mu.Lock()
-	c.ctx = f.ctx
 	c.running.Store(true)
-	for _, r := range c.links {
-		c.startLink(f.ctx, r)
-	}
-	c.mu.Unlock()
+	c.links.Start(f.ctx)
 	require.Eventually(f.t, c.linksSynced, 10*time.Second, time.Millisecond)
 }
 
@@ -277,7 +272,7 @@ func (f *fixture) deleteRemote(cluster string, gvr string, ns, name string) {
 
 func (f *fixture) waitRemote(cluster string) {
 	f.t.Helper()
-	r := f.c.links[cluster]
+	r, _ := f.c.links.Get(cluster)
 	cs := f.remotes[cluster]
 	require.Eventually(f.t, func() bool {
 		svcs, _ := cs.Tracker().List(corev1.SchemeGroupVersion.WithResource("services"), corev1.SchemeGroupVersion.WithKind("Service"), "")

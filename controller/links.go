@@ -23,7 +23,9 @@ func (c *Controller) Links() []string { return c.links.Names() }
 func (c *Controller) Add(name string, cfg *rest.Config) { c.links.Add(name, cfg) }
 
 // AddClient links cluster name through client.
-func (c *Controller) AddClient(name string, client kubernetes.Interface) { c.links.AddClient(name, client) }
+func (c *Controller) AddClient(name string, client kubernetes.Interface) {
+	c.links.AddClient(name, client)
+}
 
 // Remove unlinks cluster name; it implements link.Handler. Its mirrors are
 // swept after LinkRemovalGrace unless the link comes back.

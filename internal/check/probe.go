@@ -181,7 +181,9 @@ func (c *collector) forwardDNS(ctx context.Context) (addr, pod string, errs *syn
 	}
 	done := make(chan error, 1)
 	go func() { done <- fw.ForwardPorts() }()
-	stop = func() { cancel(); fw.Close(); <-done }
+	// ForwardPorts closes its listeners as it returns: closing them here
+	// too would have client-go log an error to the user.
+	stop = func() { cancel(); <-done }
 	select {
 	case <-readyc:
 	case err := <-done:

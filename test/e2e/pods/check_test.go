@@ -27,10 +27,13 @@ type checkReport struct {
 
 // check runs `bin/coredns-mc check --context CLUSTER -o json` as a user
 // does, from outside the clusters (the cluster DNS through a port-forward
-// to one of its pods), and returns its report and exit status.
+// to one of its pods), and returns its report and exit status. check
+// prints its report and nothing else: not a line of client-go's log.
 func check(t *testing.T, ctx context.Context, cluster string) (checkReport, error, string) {
 	t.Helper()
-	out, err := env.InstallShell(ctx, "bin/coredns-mc check --context "+cluster+" -o json")
+	out, err := env.InstallShell(ctx, "s=0; bin/coredns-mc check --context "+cluster+" -o json 2>check.err || s=$?\n"+
+		"if [ -s check.err ]; then echo '--- stderr:'; cat check.err; fi; exit $s")
+	assert.NotContains(t, out, "--- stderr:", "check writes only its report")
 	// InstallShell returns the script, then the output.
 	i := strings.Index(out, "\n{")
 	require.GreaterOrEqual(t, i, 0, "no JSON report:\n%s", out)

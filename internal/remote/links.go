@@ -193,6 +193,28 @@ func (l *Links[G]) Start(ctx context.Context) {
 	}
 }
 
+// Stop stops every generation, each told to the consumer as replaced
+// (removed false): the consumer stops, its links are not removed.
+func (l *Links[G]) Stop() {
+	l.change.Lock()
+	defer l.change.Unlock()
+	l.mu.Lock()
+	names := slices.Clone(l.names)
+	l.mu.Unlock()
+	for _, name := range names {
+		l.mu.Lock()
+		cur := l.clusters[name]
+		next := cur.next
+		l.mu.Unlock()
+		for _, c := range []*linked[G]{next, cur} {
+			if c != nil {
+				l.end(c)
+				l.consumer.Stop(name, c.g, false)
+			}
+		}
+	}
+}
+
 // Get returns the generation that serves cluster name.
 func (l *Links[G]) Get(name string) (G, bool) {
 	l.mu.Lock()

@@ -147,6 +147,26 @@ func TestLinksReplacementNeverSynced(t *testing.T) {
 	}, r.told())
 }
 
+// Stop stops what serves and what syncs, and removes nothing.
+func TestLinksStop(t *testing.T) {
+	r := &record{}
+	l := NewLinks[*gen]("east", r)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l.Start(ctx)
+	l.AddClient("west", fake.NewClientset())
+	l.AddClient("west", fake.NewClientset())
+	l.Stop()
+	assert.Equal(t, []string{"west"}, l.Names())
+	assert.Equal(t, []string{
+		"new west 1 replacement=false",
+		"serve west 1",
+		"new west 2 replacement=true",
+		"stop west 2 removed=false (stopped true)",
+		"stop west 1 removed=false (stopped true)",
+	}, r.told())
+}
+
 // Before Start, a new kubeconfig replaces the old at once: nothing runs
 // to keep serving.
 func TestLinksReplacedBeforeStart(t *testing.T) {

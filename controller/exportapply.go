@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -9,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -16,8 +18,8 @@ import (
 )
 
 // ExportFieldManager is the field manager of the stamp: the controller
-// writes it by server-side apply, and removes it by applying nothing,
-// which takes away only the fields it owns.
+// writes it by server-side apply (and removes it by a merge patch, which
+// takes away the keys whoever wrote them).
 const ExportFieldManager = "mcmirror-controller"
 
 // syncExport brings one namespace/name to its plan: the stamp on the
@@ -51,10 +53,17 @@ func (c *Controller) syncExport(ctx context.Context, key string, sources []impor
 	}
 	p := planExport(in)
 	if p.writeStamp {
-		if err := c.applyStamp(ctx, in.service, p.stamp); err != nil {
+		if err := c.writeStamp(ctx, in.service, p.stamp); err != nil {
 			return err
 		}
-		klog.FromContext(ctx).V(2).Info("Stamped exported Service", "service", klog.KObj(in.service), "mode", p.stamp.mode)
+		if p.foreign != (stamp{}) {
+			c.stampRefused(in.service, p.foreign, p.stamp)
+		}
+		if p.stamp == (stamp{}) {
+			klog.FromContext(ctx).V(2).Info("Removed the ServiceExport stamp", "service", klog.KObj(in.service))
+		} else {
+			klog.FromContext(ctx).V(2).Info("Stamped exported Service", "service", klog.KObj(in.service), "mode", p.stamp.mode)
+		}
 		in.owned = p.stamp
 		p = planExport(in)
 	}
@@ -68,7 +77,11 @@ func (c *Controller) syncExport(ctx context.Context, key string, sources []impor
 	se := in.export.DeepCopy()
 	se.Status.Conditions = conds
 	_, err = c.mcs.client.MulticlusterV1alpha1().ServiceExports(ns).UpdateStatus(ctx, se, metav1.UpdateOptions{})
-	return countWrite("update", "serviceexports/status", err)
+	if err := countWrite("update", "serviceexports/status", err); err != nil {
+		return err
+	}
+	c.exportRefused(in.export, p.conditions)
+	return nil
 }
 
 // ownedStamp reads the stamp the controller owns on svc, from its managed
@@ -86,15 +99,29 @@ func ownedStamp(svc *corev1.Service) (stamp, error) {
 	return s, nil
 }
 
-// applyStamp makes the fields the controller owns on svc exactly s. The
-// UID is a precondition: a Service deleted and made again is read again
-// before it is stamped.
-func (c *Controller) applyStamp(ctx context.Context, svc *corev1.Service, s stamp) error {
-	ac := corev1ac.Service(svc.Name, svc.Namespace).WithUID(svc.UID)
-	if s != (stamp{}) {
-		ac.WithLabels(map[string]string{labels.ServiceExportMode: s.mode}).
-			WithAnnotations(map[string]string{labels.ServiceExportCreated: s.created})
+// writeStamp makes the stamp on svc exactly s. A stamp is applied, with
+// force: the controller then owns both fields, whoever wrote them before.
+// None is a merge patch that removes both keys, whoever wrote them (an
+// apply of nothing would remove only the fields the controller owns). The
+// UID is a precondition either way: a Service deleted and made again is
+// read again before it is stamped.
+func (c *Controller) writeStamp(ctx context.Context, svc *corev1.Service, s stamp) error {
+	services := c.client.CoreV1().Services(svc.Namespace)
+	if s == (stamp{}) {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"uid":         svc.UID,
+			"labels":      map[string]any{labels.ServiceExportMode: nil},
+			"annotations": map[string]any{labels.ServiceExportCreated: nil},
+		}})
+		if err != nil {
+			return err
+		}
+		_, err = services.Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return countWrite("patch", "services", err)
 	}
-	_, err := c.client.CoreV1().Services(svc.Namespace).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: ExportFieldManager, Force: true})
+	ac := corev1ac.Service(svc.Name, svc.Namespace).WithUID(svc.UID).
+		WithLabels(map[string]string{labels.ServiceExportMode: s.mode}).
+		WithAnnotations(map[string]string{labels.ServiceExportCreated: s.created})
+	_, err := services.Apply(ctx, ac, metav1.ApplyOptions{FieldManager: ExportFieldManager, Force: true})
 	return countWrite("apply", "services", err)
 }

@@ -17,7 +17,9 @@ import (
 // with the stamp (labels.ServiceExportMode and labels.ServiceExportCreated),
 // which every linked cluster's readers select beside Linkerd's label, and
 // writes the conditions the specification defines on the ServiceExport.
-// This file is the computation; exportapply.go does the writes.
+// The stamp is the controller's alone: one it did not write (by hand, on a
+// Service without a ServiceExport, or a changed time) is taken away or set
+// back. This file is the computation; exportapply.go does the writes.
 
 // stamp is the mark an export puts on its Service. The zero stamp is none.
 type stamp struct {
@@ -33,6 +35,9 @@ const (
 	// reasonMirrorService: the Service is itself a mirror of a remote
 	// one, which would be exported back to where it came from.
 	reasonMirrorService = "MirrorService"
+	// reasonDerivedService: the Service is the derived Service of a
+	// ServiceImport, which would be imported again elsewhere as another.
+	reasonDerivedService = "DerivedService"
 )
 
 // exportInput is what the sync of one namespace/name reads.
@@ -59,8 +64,13 @@ type exportPlan struct {
 	// stamp is the stamp the Service should carry; zero to carry none.
 	stamp stamp
 	// writeStamp is set when the Service exists and stamp differs from
-	// what the controller owns on it.
+	// what the controller owns on it, or when no stamp is wanted and the
+	// Service carries one, whoever wrote it.
 	writeStamp bool
+	// foreign is the stamp the Service carries when the controller did
+	// not write it and it is not the one wanted (someone else's: set by
+	// hand, or a time changed): refused, with an Event. Zero otherwise.
+	foreign stamp
 	// conditions are the ServiceExport's conditions; nil without one.
 	conditions []metav1.Condition
 }
@@ -71,9 +81,7 @@ type exportPlan struct {
 func planExport(in exportInput) exportPlan {
 	var p exportPlan
 	if in.export == nil {
-		if in.service != nil && in.owned != (stamp{}) {
-			p.writeStamp = true
-		}
+		p.writeStamp, p.foreign = stampChange(in, p.stamp)
 		return p
 	}
 	valid := mcs.Valid(in.service)
@@ -86,6 +94,10 @@ func planExport(in exportInput) exportPlan {
 	case in.service.Labels[labels.MirroredService] != "":
 		valid.Status, valid.Reason = metav1.ConditionFalse, reasonMirrorService
 		valid.Message = "the Service is a mirror of a remote Service; export it in its own cluster"
+	case in.service.Labels[labels.ServiceImport] != "" && in.service.Labels[labels.ManagedBy] == labels.ManagedByValue:
+		valid.Status, valid.Reason = metav1.ConditionFalse, reasonDerivedService
+		valid.Message = fmt.Sprintf("the Service is the derived Service of ServiceImport %s; export Service %s in the clusters that have it",
+			in.service.Labels[labels.ServiceImport], in.service.Labels[labels.ServiceImport])
 	case mode != labels.ModeGateway && mode != labels.ModeFlat:
 		valid.Status, valid.Reason = metav1.ConditionFalse, reasonInvalidMode
 		valid.Message = fmt.Sprintf("annotation %s is %q; want %q or %q", labels.ModeLabel, mode, labels.ModeGateway, labels.ModeFlat)
@@ -93,22 +105,62 @@ func planExport(in exportInput) exportPlan {
 	if valid.Status == metav1.ConditionTrue {
 		p.stamp = stamp{mode: mode, created: in.export.CreationTimestamp.UTC().Format(time.RFC3339)}
 	}
-	p.writeStamp = in.service != nil && p.stamp != in.owned
+	p.writeStamp, p.foreign = stampChange(in, p.stamp)
 	p.conditions = []metav1.Condition{valid, mcs.Ready(valid, p.stamp != stamp{} && p.stamp == in.owned)}
 	if valid.Status == metav1.ConditionTrue {
-		exports := append([]mcs.Export{{Cluster: in.cluster, Created: in.export.CreationTimestamp.Time, Service: in.service}}, in.peers...)
+		exports := append([]mcs.Export{{Cluster: in.cluster, Created: exportTime(in.service, in.export.CreationTimestamp.Time), Service: in.service}}, in.peers...)
 		p.conditions = append(p.conditions, mcs.ConflictCondition(mcs.Merge(exports)))
 	}
 	return p
 }
 
-// peerExport is a linked cluster's export of a Service as this cluster
-// reads it: its ServiceExport's creation time from the stamp, or the
-// Service's own when it is exported by Linkerd's label alone.
-func peerExport(cluster string, svc *corev1.Service) mcs.Export {
-	created := svc.CreationTimestamp.Time
-	if t, err := time.Parse(time.RFC3339, svc.Annotations[labels.ServiceExportCreated]); err == nil {
-		created = t
+// stampChange reports whether the stamp on in.service must be written to
+// become want, and the stamp it carries if that is someone else's. With a
+// stamp wanted, the controller's own must be it; with none, the Service
+// must carry none at all, whoever wrote it: the stamp exports the Service
+// to every linked cluster, and only a ServiceExport may.
+func stampChange(in exportInput, want stamp) (write bool, foreign stamp) {
+	if in.service == nil {
+		return false, stamp{}
 	}
-	return mcs.Export{Cluster: cluster, Created: created, Service: svc}
+	carried := carriedStamp(in.service)
+	if carried != (stamp{}) && carried != in.owned && carried != want {
+		foreign = carried
+	}
+	if want == (stamp{}) {
+		return carried != (stamp{}) || in.owned != (stamp{}), foreign
+	}
+	return want != in.owned, foreign
+}
+
+// carriedStamp is the stamp svc carries, whoever wrote it.
+func carriedStamp(svc *corev1.Service) stamp {
+	return stamp{mode: svc.Labels[labels.ServiceExportMode], created: svc.Annotations[labels.ServiceExportCreated]}
+}
+
+// exportTime is when an export of svc began, for the specification's
+// precedence (the oldest export wins): recorded, the creation time of its
+// ServiceExport, but never before the Service's own creationTimestamp,
+// which the API server sets and no one can write. Zero recorded is the
+// Service's creation.
+func exportTime(svc *corev1.Service, recorded time.Time) time.Time {
+	if created := svc.CreationTimestamp.Time; recorded.Before(created) {
+		return created
+	}
+	return recorded
+}
+
+// peerExport is a cluster's export of a Service as this cluster reads it.
+// Its time is the ServiceExport's creation that the stamp records
+// (exportTime: never before the Service's creation), and the Service's own
+// creation when it carries no stamp (exported by Linkerd's label alone): a
+// time annotation without the stamp is no one's, and is not believed.
+func peerExport(cluster string, svc *corev1.Service) mcs.Export {
+	var recorded time.Time
+	if m := svc.Labels[labels.ServiceExportMode]; m == labels.ModeGateway || m == labels.ModeFlat {
+		if t, err := time.Parse(time.RFC3339, svc.Annotations[labels.ServiceExportCreated]); err == nil {
+			recorded = t
+		}
+	}
+	return mcs.Export{Cluster: cluster, Created: exportTime(svc, recorded), Service: svc}
 }

@@ -54,6 +54,7 @@ func TestPlanExport(t *testing.T) {
 		in        exportInput
 		stamp     stamp
 		write     bool
+		foreign   stamp
 		valid     string // reason of Valid; "" for no conditions
 		ready     metav1.ConditionStatus
 		conflict  string // reason of Conflict; "" for none
@@ -88,10 +89,41 @@ func TestPlanExport(t *testing.T) {
 		{name: "no ServiceExport, stamp owned: remove it",
 			in:    exportInput{service: testExportService(nil), owned: gw},
 			write: true},
-		{name: "no ServiceExport, nothing owned: nothing",
+		{name: "no ServiceExport, no stamp: nothing",
+			in: exportInput{service: testExportService(nil)}},
+		{name: "no ServiceExport, stamped by hand: removed, refused",
 			in: exportInput{service: testExportService(func(s *corev1.Service) {
 				s.Labels = map[string]string{labels.ServiceExportMode: labels.ModeGateway} // by hand: not ours
-			})}},
+			})},
+			write: true, foreign: stamp{mode: labels.ModeGateway}},
+		{name: "no ServiceExport, a time by hand: removed, refused",
+			in: exportInput{service: testExportService(func(s *corev1.Service) {
+				s.Annotations = map[string]string{labels.ServiceExportCreated: "1970-01-01T00:00:00Z"}
+			})},
+			write: true, foreign: stamp{created: "1970-01-01T00:00:00Z"}},
+		{name: "no ServiceExport, our stamp: removed, not refused",
+			in: exportInput{service: testExportService(func(s *corev1.Service) {
+				s.Labels = map[string]string{labels.ServiceExportMode: labels.ModeGateway}
+				s.Annotations = map[string]string{labels.ServiceExportCreated: created}
+			}), owned: gw},
+			write: true},
+		{name: "the time changed by hand: set back, refused",
+			in: exportInput{export: testExport(nil), service: testExportService(func(s *corev1.Service) {
+				s.Labels = map[string]string{labels.ServiceExportMode: labels.ModeGateway}
+				s.Annotations = map[string]string{labels.ServiceExportCreated: "1970-01-01T00:00:00Z"}
+			}), owned: stamp{mode: labels.ModeGateway}},
+			stamp: gw, write: true, foreign: stamp{mode: labels.ModeGateway, created: "1970-01-01T00:00:00Z"},
+			valid: "Valid", validTrue: true, ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
+		{name: "an invalid export stamped by hand: removed, refused",
+			in: exportInput{export: testExport(map[string]string{labels.ModeLabel: "mesh"}), service: testExportService(func(s *corev1.Service) {
+				s.Labels = map[string]string{labels.ServiceExportMode: labels.ModeFlat}
+			})},
+			write: true, foreign: stamp{mode: labels.ModeFlat}, valid: reasonInvalidMode, ready: metav1.ConditionFalse},
+		{name: "a derived Service is not exported",
+			in: exportInput{export: testExport(nil), service: testExportService(func(s *corev1.Service) {
+				s.Labels = map[string]string{labels.ServiceImport: "web", labels.ManagedBy: labels.ManagedByValue}
+			})},
+			valid: reasonDerivedService, ready: metav1.ConditionFalse},
 		{name: "a peer's older export with other ports: conflict",
 			in: exportInput{export: testExport(nil), service: testExportService(nil), owned: gw, peers: []mcs.Export{{
 				Cluster: "west", Created: exportCreated.Add(-time.Minute),
@@ -119,6 +151,7 @@ func TestPlanExport(t *testing.T) {
 			p := planExport(tc.in)
 			assert.Equal(t, tc.stamp, p.stamp, "stamp")
 			assert.Equal(t, tc.write, p.writeStamp, "writeStamp")
+			assert.Equal(t, tc.foreign, p.foreign, "foreign")
 			if tc.valid == "" {
 				assert.Nil(t, p.conditions)
 				return
@@ -155,11 +188,62 @@ func TestPlanExportAfterStamp(t *testing.T) {
 	assert.False(t, changed, "the same state plans the same conditions")
 }
 
+// The time of an export, for the oldest-export precedence, is never one a
+// tenant wrote: the stamp's only beside the stamp's label (which only the
+// controller writes), and never before the Service's own creation.
 func TestPeerExportCreated(t *testing.T) {
 	s := testExportService(nil)
-	assert.Equal(t, s.CreationTimestamp.Time, peerExport("west", s).Created, "exported by Linkerd's label: the Service's own time")
-	s.Annotations = map[string]string{labels.ServiceExportCreated: exportCreated.Format(time.RFC3339)}
-	assert.Equal(t, exportCreated, peerExport("west", s).Created.UTC())
+	svcCreated := s.CreationTimestamp.Time
+	assert.Equal(t, svcCreated, peerExport("west", s).Created, "exported by Linkerd's label: the Service's own time")
+	s.Annotations = map[string]string{labels.ServiceExportCreated: "1970-01-01T00:00:00Z"}
+	assert.Equal(t, svcCreated, peerExport("west", s).Created, "a time without the stamp's label is not believed")
+	s.Labels = map[string]string{labels.ServiceExportMode: labels.ModeGateway}
+	assert.Equal(t, svcCreated, peerExport("west", s).Created, "never before the Service's creation")
+	s.Annotations[labels.ServiceExportCreated] = exportCreated.Format(time.RFC3339)
+	assert.Equal(t, exportCreated, peerExport("west", s).Created.UTC(), "the ServiceExport's time, after the Service's")
+	s.Labels[labels.ServiceExportMode] = "yes"
+	assert.Equal(t, svcCreated, peerExport("west", s).Created, "a stamp of no mode is none")
+	s.Labels[labels.ServiceExportMode] = labels.ModeFlat
 	s.Annotations[labels.ServiceExportCreated] = "yesterday"
-	assert.Equal(t, s.CreationTimestamp.Time, peerExport("west", s).Created, "an unreadable time is the Service's own")
+	assert.Equal(t, svcCreated, peerExport("west", s).Created, "an unreadable time is the Service's own")
+}
+
+// A Service created after a ServiceExport's, annotated with an older time
+// (by hand, stamped or not), does not win the oldest-export precedence:
+// the older export keeps the import's type and ports and comes first, and
+// the exporting cluster's Conflict condition says the same.
+func TestForgedExportTimeLoses(t *testing.T) {
+	genuine := testExportService(nil) // created an hour before exportCreated
+	genuine.Annotations = map[string]string{labels.ServiceExportCreated: exportCreated.Format(time.RFC3339)}
+	genuine.Labels = map[string]string{labels.ServiceExportMode: labels.ModeGateway}
+	for _, forgedLabels := range []map[string]string{
+		{labels.ServiceExportMode: labels.ModeGateway},
+		{labels.Exported: labels.ExportGateway},
+	} {
+		forged := testExportService(func(s *corev1.Service) {
+			s.CreationTimestamp = metav1.NewTime(exportCreated.Add(24 * time.Hour))
+			s.Labels = forgedLabels
+			s.Annotations = map[string]string{labels.ServiceExportCreated: "1970-01-01T00:00:00Z"}
+			s.Spec.ClusterIP = corev1.ClusterIPNone
+			s.Spec.Ports[0].Port = 8080
+		})
+		var sources []importSource
+		for cluster, svc := range map[string]*corev1.Service{"east": genuine, "west": forged} {
+			e := peerExport(cluster, svc)
+			sources = append(sources, importSource{cluster: cluster, created: e.Created, service: svc})
+		}
+		p := planImport(importInput{ns: "shop", name: "web", sources: sources})
+		assert.Equal(t, mcsv1alpha1.ClusterSetIP, p.spec.Type, "%v: the older export's type", forgedLabels)
+		assert.Equal(t, []mcsv1alpha1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}, p.clusters, "%v: the older export first", forgedLabels)
+		require.NotEmpty(t, p.spec.Ports)
+		assert.Equal(t, int32(80), p.spec.Ports[0].Port, "%v: the older export's port", forgedLabels)
+
+		// East's own ServiceExport: the conflict is west's to lose.
+		e := peerExport("west", forged)
+		plan := planExport(exportInput{cluster: "east", export: testExport(nil), service: genuine, defaultMode: labels.ModeGateway,
+			owned: stamp{mode: labels.ModeGateway, created: exportCreated.Format(time.RFC3339)}, peers: []mcs.Export{e}})
+		c := condition(t, plan, mcsv1alpha1.ServiceExportConditionConflict)
+		assert.Equal(t, string(mcsv1alpha1.ServiceExportReasonTypeConflict), c.Reason)
+		assert.Contains(t, c.Message, "ClusterSetIP applies, the oldest export's (east)", "%v", forgedLabels)
+	}
 }

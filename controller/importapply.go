@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -50,8 +51,15 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 		conflictsTotal.WithLabelValues("services").Inc()
 		return nil
 	}
+	if in.derived != nil && in.derived.Labels[labels.ServiceImport] != name {
+		c.derivedTaken(in.derived, name)
+		return nil
+	}
 	if in.sources != nil && !c.namespaceExists(ns) {
 		return nil
+	}
+	if in.derived, err = c.migrateDerived(ctx, ns, name, in.derived, len(in.sources) > 0); err != nil {
+		return err
 	}
 	if si != nil {
 		in.importUID = si.UID
@@ -131,15 +139,15 @@ func (c *Controller) importSources(ns, name string) []importSource {
 }
 
 // exportedLocally reports whether the local Service svc is exported: by
-// the export selector, or stamped by a ServiceExport; never a mirror.
+// the export selector, or stamped for a ServiceExport that exists (a stamp
+// without one is no export: syncExport removes it); never a mirror.
 func (c *Controller) exportedLocally(svc *corev1.Service) bool {
 	set := k8slabels.Set(svc.Labels)
-	for _, w := range c.ways {
-		if w.Services.Matches(set) {
-			return true
-		}
+	if c.ways[0].Services.Matches(set) { // the export selector's way (New)
+		return true
 	}
-	return false
+	_, byExport, _ := c.mcs.exports.GetIndexer().GetByKey(svc.Namespace + "/" + svc.Name)
+	return byExport && remote.Stamped.Services.Matches(set)
 }
 
 // appendSlices appends the EndpointSlices of Service key that inf holds
@@ -246,12 +254,19 @@ func (c *Controller) applyImportSlices(ctx context.Context, ns, name string, des
 }
 
 // importSlices are the existing EndpointSlices of the derived Service of
-// namespace/name, by name.
+// namespace/name, by name: those the controller made for this import.
 func (c *Controller) importSlices(ns, name string) map[string]*discoveryv1.EndpointSlice {
+	return c.derivedSlices(ns, DerivedName(ns, name), name)
+}
+
+// derivedSlices are the EndpointSlices of Service ns/derived that the
+// controller made for import name, by name. Those of another import are
+// never among them, whatever Service they name.
+func (c *Controller) derivedSlices(ns, derived, name string) map[string]*discoveryv1.EndpointSlice {
 	out := map[string]*discoveryv1.EndpointSlice{}
-	objs, _ := c.slices.GetIndexer().ByIndex(byService, ns+"/"+DerivedName(ns, name))
+	objs, _ := c.slices.GetIndexer().ByIndex(byService, ns+"/"+derived)
 	for _, obj := range objs {
-		if es, ok := obj.(*discoveryv1.EndpointSlice); ok && es.Labels[ManagedBy] == ManagedByValue {
+		if es, ok := obj.(*discoveryv1.EndpointSlice); ok && es.Labels[ManagedBy] == ManagedByValue && es.Labels[mcsv1alpha1.LabelServiceName] == name {
 			out[es.Name] = es
 		}
 	}

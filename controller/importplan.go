@@ -42,10 +42,17 @@ const derivedPrefix = "derived-"
 
 // DerivedName is the name of the derived Service of namespace/name: a
 // hash, as the MCS reference implementation and Cilium name theirs, so
-// that any name fits and none is a user's.
+// that any name fits and none is a user's. 128 bits of it
+// (derivedHashDigits): no two imports of a namespace share a name, not
+// even two whose names were searched for a collision (derivedname.go).
 func DerivedName(ns, name string) string {
+	return derivedPrefix + derivedHash(ns, name)[:derivedHashDigits]
+}
+
+// derivedHash is the hex SHA-256 of namespace/name.
+func derivedHash(ns, name string) string {
 	sum := sha256.Sum256([]byte(ns + "/" + name))
-	return derivedPrefix + hex.EncodeToString(sum[:])[:10]
+	return hex.EncodeToString(sum[:])
 }
 
 // importSource is one cluster's export of the Service, with the endpoints

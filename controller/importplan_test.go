@@ -53,7 +53,7 @@ func liveDerived(headless bool) *corev1.Service {
 
 func TestDerivedName(t *testing.T) {
 	n := DerivedName("shop", "web")
-	assert.Regexp(t, `^derived-[0-9a-f]{10}$`, n)
+	assert.Regexp(t, `^derived-[0-9a-f]{32}$`, n)
 	assert.Equal(t, n, DerivedName("shop", "web"), "stable")
 	assert.NotEqual(t, n, DerivedName("shop", "api"))
 	assert.NotEqual(t, n, DerivedName("sho", "pweb"), "the namespace and name are kept apart")

@@ -118,7 +118,10 @@ func (c *Controller) localServiceChanged(svc metav1.Object) {
 	key := svc.GetNamespace() + "/" + svc.GetName()
 	_, exported, _ := c.mcs.exports.GetIndexer().GetByKey(key)
 	_, imported, _ := c.mcs.imports.GetIndexer().GetByKey(key)
-	if exported || imported || l[labels.ServiceExportMode] != "" || c.opts.ExportSelector.Matches(k8slabels.Set(l)) {
+	// A stamp, or part of one, is looked at with or without a
+	// ServiceExport: one the controller did not write is removed.
+	stamped := l[labels.ServiceExportMode] != "" || svc.GetAnnotations()[labels.ServiceExportCreated] != ""
+	if exported || imported || stamped || c.opts.ExportSelector.Matches(k8slabels.Set(l)) {
 		c.mcs.queue.Add(key)
 	}
 }

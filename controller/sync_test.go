@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
 var egressIP = netip.MustParseAddr("192.0.2.10")
@@ -54,6 +55,8 @@ type fixtureOptions struct {
 	local        []runtime.Object
 	// egressService replaces the fixed egressIP (Options.EgressService).
 	egressService types.NamespacedName
+	// mcs is the MCS API's client (Options.MCS); nil leaves it off.
+	mcs mcsclient.Interface
 }
 
 func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Object) *fixture {
@@ -82,7 +85,7 @@ func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Obj
 	c, err := New(Options{
 		Cluster: "east", Client: local, EgressAddress: egress, EgressService: o.egressService, EgressPorts: o.ports,
 		CreateNamespaces: o.createNamespaces, PodGrace: o.podGrace, HeadlessGrace: o.headlessGrace, LinkRemovalGrace: time.Minute,
-		Recorder: f.events,
+		Recorder: f.events, MCS: o.mcs,
 	})
 	require.NoError(t, err)
 	c.now = func() time.Time { return f.now }
@@ -204,15 +207,22 @@ func (f *fixture) waitCaches() {
 // converge syncs key until a sync writes nothing, and returns every write.
 func (f *fixture) converge(key string) []string {
 	f.t.Helper()
+	return convergeBy(f.t, key, f.sync)
+}
+
+// convergeBy runs sync of key until it writes nothing, and returns every
+// write.
+func convergeBy(t testing.TB, key string, sync func(key string) []string) []string {
+	t.Helper()
 	var all []string
 	for range 5 {
-		w := f.sync(key)
+		w := sync(key)
 		if len(w) == 0 {
 			return all
 		}
 		all = append(all, w...)
 	}
-	f.t.Fatalf("%s: no convergence: %v", key, all)
+	t.Fatalf("%s: no convergence: %v", key, all)
 	return nil
 }
 

@@ -58,20 +58,32 @@ const (
 	// server-side apply; its value is ModeGateway or ModeFlat. Readers in
 	// every cluster select it beside the Linkerd export label, so a
 	// ServiceExport needs no CRD, and no extra RBAC, in the clusters that
-	// read it. Its key is outside Domain on purpose: the EndpointSlice
+	// read it. It is the controller's alone: the admission policy lets
+	// only the controller set, change or remove the keys of
+	// ServiceExportDomain on Services, and the exporting cluster's
+	// controller removes a stamp from a Service that no ServiceExport
+	// exports. Its key is outside Domain on purpose: the EndpointSlice
 	// controller copies a Service's labels onto its slices, and the
 	// admission policy lets only the controller write Domain keys there.
-	ServiceExportMode = "serviceexport." + Domain + "/mode"
+	ServiceExportMode = ServiceExportDomain + "/mode"
+
+	// ServiceExportDomain is the prefix of the stamp's keys
+	// (ServiceExportMode, ServiceExportCreated).
+	ServiceExportDomain = "serviceexport." + Domain
 
 	// ServiceExportSelector selects the Services stamped by a ServiceExport
-	// (never a mirror).
-	ServiceExportSelector = ServiceExportMode + " in (" + ModeGateway + "," + ModeFlat + "),!" + MirroredService
+	// (never a mirror, never a derived Service: what mcmirror made is not
+	// exported again).
+	ServiceExportSelector = ServiceExportMode + " in (" + ModeGateway + "," + ModeFlat + "),!" + MirroredService + ",!" + ServiceImport
 
 	// ServiceExportCreated is the annotation beside ServiceExportMode that
 	// keeps the ServiceExport's creation time (RFC 3339), so that every
 	// cluster can apply the specification's conflict precedence (oldest
-	// export wins) without reading ServiceExports.
-	ServiceExportCreated = "serviceexport." + Domain + "/created"
+	// export wins) without reading ServiceExports. Readers believe it only
+	// beside the ServiceExportMode label, and never earlier than the
+	// Service's own creationTimestamp (which the API server sets): a
+	// Service exported by Linkerd's label alone counts from its creation.
+	ServiceExportCreated = ServiceExportDomain + "/created"
 
 	// ServiceImport names, on a derived Service (the local Service the
 	// controller keeps for a ServiceImport: its ClusterSetIPs, or

@@ -14,8 +14,8 @@ import (
 type Way struct {
 	// Name names the way's watch of Services in logs.
 	Name string
-	// Services selects the Services exported this way, never a mirror:
-	// a mirror is not exported again.
+	// Services selects the Services exported this way, never a mirror
+	// nor a derived Service: what mcmirror made is not exported again.
 	Services k8slabels.Selector
 }
 
@@ -39,12 +39,16 @@ func (w Way) SlicesName() string { return "EndpointSlices of " + w.Name }
 // Selected is the way of the export selector, Linkerd's label by default.
 // Its users refuse an empty selector, which would export every Service.
 func Selected(export k8slabels.Selector) Way {
-	notMirror, err := k8slabels.NewRequirement(labels.MirroredService, selection.DoesNotExist, nil)
-	if err != nil {
-		panic(err) // a constant
-	}
 	reqs, _ := export.Requirements()
-	return Way{Name: "Services", Services: k8slabels.NewSelector().Add(reqs...).Add(*notMirror)}
+	sel := k8slabels.NewSelector().Add(reqs...)
+	for _, made := range []string{labels.MirroredService, labels.ServiceImport} {
+		r, err := k8slabels.NewRequirement(made, selection.DoesNotExist, nil)
+		if err != nil {
+			panic(err) // a constant
+		}
+		sel = sel.Add(*r)
+	}
+	return Way{Name: "Services", Services: sel}
 }
 
 // Stamped is the way of a ServiceExport: the exporting cluster's

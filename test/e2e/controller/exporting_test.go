@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 
@@ -250,6 +251,51 @@ func TestClusterIDMustMatch(t *testing.T) {
 	p, _ = startExporter(t, "paris", "west")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Contains(c, p.Tail(50), `"Start-up sweep"`)
+	}, wait, tick)
+	env.RequireAlive(t, p)
+}
+
+// A Service stamped by hand (serviceexport.mcmirror.dev/mode, and a time
+// dated back), without a ServiceExport, is not exported: the exporting
+// cluster's controller removes the stamp (the owner's labels kept), with
+// an Event on the Service and a count in mcs_refused_total.
+func TestServiceExportStampByHand(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-mcs-byhand"
+	namespace(t, ns, "west")
+	west := env.Cluster("west")
+	p, metrics := startExporter(t, "west", "paris")
+	refused := map[string]string{"reason": controller.ReasonStampRefused}
+	var before float64
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		before = metric(c, metrics, "coredns_mcmirror_controller_mcs_refused_total", refused)
+	}, wait, tick)
+
+	require.NoError(t, west.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata:
+  name: api
+  namespace: %s
+  labels: {team: a, %s: gateway}
+  annotations: {%s: "1970-01-01T00:00:00Z"}
+spec:
+  selector: {app: api}
+  ports: [{name: http, port: 80}]
+`, ns, labels.ServiceExportMode, labels.ServiceExportCreated)))
+	svc, err := west.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
+	require.NoError(t, err)
+	requireStamp(t, "west", ns, "api", "", time.Time{})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events, err := west.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(c, err)
+		found := false
+		for _, e := range events.Items {
+			found = found || e.Reason == controller.ReasonStampRefused && e.InvolvedObject.UID == svc.UID
+		}
+		assert.True(c, found, "a %s Event on the Service", controller.ReasonStampRefused)
+		assert.Greater(c, metric(c, metrics, "coredns_mcmirror_controller_mcs_refused_total", refused), before)
 	}, wait, tick)
 	env.RequireAlive(t, p)
 }

@@ -2,6 +2,8 @@ package controller_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"testing"
@@ -100,11 +102,29 @@ func TestServiceImportLifecycle(t *testing.T) {
 		assert.Equal(c, imp.derived.Name, imp.slices["west"].Labels[discoveryv1.LabelServiceName])
 	}, wait, tick)
 
+	// A ServiceExport of the derived Service is not valid: what mcmirror
+	// made is not exported again (nor stamped), and an Event says why.
+	derivedName := controller.DerivedName(ns, "api")
+	createServiceExport(t, "east", ns, derivedName)
+	requireConditions(t, "east", ns, derivedName, map[string]string{"Valid": "False/DerivedService", "Ready": "False/Failed"})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events, err := east.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		require.NoError(c, err)
+		found := false
+		for _, e := range events.Items {
+			found = found || e.Reason == controller.ReasonServiceExportInvalid && e.InvolvedObject.Kind == "ServiceExport" && e.InvolvedObject.Name == derivedName
+		}
+		assert.True(c, found, "a %s Event on the ServiceExport", controller.ReasonServiceExportInvalid)
+	}, wait, tick)
+	d, err := east.Client.CoreV1().Services(ns).Get(ctx, derivedName, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.NotContains(t, d.Labels, labels.ServiceExportMode, "the derived Service is not stamped")
+
 	// East exports its own api: its endpoints join, directly. East runs no
 	// EndpointSlice controller, so the test writes the slice it would,
 	// with the Service's labels copied.
 	require.NoError(t, east.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
-	_, err := east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+	_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "api-local", Labels: map[string]string{
 			discoveryv1.LabelServiceName: "api", labels.Exported: labels.ExportGateway,
 			discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
@@ -235,6 +255,67 @@ func TestServiceImportClusterUnlinked(t *testing.T) {
 		list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: mcsv1alpha1.LabelSourceCluster + "=paris"})
 		require.NoError(c, err)
 		assert.Empty(c, list.Items)
+	}, wait, tick)
+	env.RequireAlive(t, p)
+}
+
+// Upgrading from a release that named derived Services
+// derived-<10 hex digits>: the controller renames the derived Service,
+// keeping its ClusterSetIP, and nothing stays under the former name.
+func TestServiceImportDerivedNameUpgrade(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-mcs-rename"
+	namespace(t, ns, "east", "west")
+	east, west := env.Cluster("east"), env.Cluster("west")
+	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
+
+	// What the earlier release left in east: the ServiceImport, its
+	// derived Service under the former name, with a ClusterIP the API
+	// server allocated, and west's slice of it.
+	sum := sha256.Sum256([]byte(ns + "/api"))
+	former := "derived-" + hex.EncodeToString(sum[:])[:10]
+	require.NotEqual(t, former, controller.DerivedName(ns, "api"))
+	si, err := mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, &mcsv1alpha1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: ns, Labels: map[string]string{labels.ManagedBy: labels.ManagedByValue}},
+		Spec: mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.ClusterSetIP,
+			Ports: []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	old, err := east.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: former, Labels: map[string]string{
+			labels.ManagedBy: labels.ManagedByValue, labels.ServiceImport: "api", mcsv1alpha1.LabelServiceName: "api"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1alpha1.SchemeGroupVersion.String(), Kind: "ServiceImport", Name: "api", UID: si.UID}}},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, old.Spec.ClusterIPs)
+	si.Spec.IPs = old.Spec.ClusterIPs
+	_, err = mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns).Update(ctx, si, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: former + "-west", Labels: map[string]string{
+			discoveryv1.LabelServiceName: former, discoveryv1.LabelManagedBy: controller.EndpointSliceManagedBy,
+			labels.ManagedBy: labels.ManagedByValue, mcsv1alpha1.LabelServiceName: "api", mcsv1alpha1.LabelSourceCluster: "west"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{egress}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(31000))}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	p := startController(t, "controller")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := east.Client.CoreV1().Services(ns).Get(ctx, former, metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(err), "the derived Service under its former name is gone: %v", err)
+		_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, former+"-west", metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(err), "and its slice: %v", err)
+		imp, ok := readImport(c, ns, "api")
+		require.True(c, ok)
+		assert.Equal(c, old.Spec.ClusterIPs, imp.derived.Spec.ClusterIPs, "the ClusterSetIP stays")
+		assert.Equal(c, old.Spec.ClusterIPs, imp.si.Spec.IPs)
+		assert.Equal(c, "api", imp.derived.Labels[labels.ServiceImport])
+		require.Contains(c, imp.slices, "west")
+		assert.Equal(c, imp.derived.Name+"-west", imp.slices["west"].Name)
 	}, wait, tick)
 	env.RequireAlive(t, p)
 }

@@ -2,11 +2,13 @@ package trust_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,6 +16,9 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -31,14 +36,36 @@ func requirePolicyRefusal(t *testing.T, err error, what string) {
 	t.Logf("%s: %v", what, err)
 }
 
+// serviceEdit is a change to a Service, named for the log.
+type serviceEdit struct {
+	what string
+	edit func(*corev1.Service)
+}
+
+// requireEditsRefused makes each edit in turn to Service ns/name as client
+// reads it, and requires the policy to refuse each update.
+func requireEditsRefused(t *testing.T, client kubernetes.Interface, ns, name string, edits []serviceEdit) {
+	t.Helper()
+	ctx := context.Background()
+	for _, e := range edits {
+		s, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		e.edit(s)
+		_, err = client.CoreV1().Services(ns).Update(ctx, s, metav1.UpdateOptions{})
+		requirePolicyRefusal(t, err, "edit in "+ns+": "+e.what)
+	}
+}
+
 // With deploy/admission-policy.yaml applied, the controller, run as the
 // ServiceAccount of deploy/controller.yaml, mirrors as before; nobody else
 // may set, change or remove the mirror labels and the egress-ports
-// annotation: not a user bound to the edit ClusterRole in another
-// namespace (creating a forged mirror), not one of the mirror's own
-// namespace (relabelling the real mirror), not the cluster admin. Their
-// ordinary writes still go through, and so do Linkerd's service mirror's
-// writes of its own mirrors.
+// annotation, nor the ServiceExport stamp of a Service: not a user bound
+// to the edit ClusterRole in another namespace (creating a forged mirror,
+// stamping a Service by hand), not one of the mirror's own namespace
+// (relabelling the real mirror, changing its Service's stamp), not the
+// cluster admin. Their ordinary writes still go through, and so do
+// Linkerd's service mirror's writes of its own mirrors and the
+// controller's stamp of a Service its ServiceExport exports.
 func TestAdmissionPolicy(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
@@ -82,29 +109,25 @@ func TestAdmissionPolicy(t *testing.T) {
 	plain.Labels, plain.Annotations = map[string]string{"app": "plain"}, nil
 	plain, err = dev.CoreV1().Services(tenant).Create(ctx, plain, metav1.CreateOptions{})
 	require.NoError(t, err, "an ordinary Service")
-	for _, tc := range []struct {
-		what string
-		edit func(*corev1.Service)
-	}{
+	// The ServiceExport stamp is the controller's too: without a
+	// ServiceExport, no tenant exports a Service to every linked cluster,
+	// nor dates its export back.
+	requireEditsRefused(t, dev, tenant, plain.Name, []serviceEdit{
 		{"add the egress-ports annotation", func(s *corev1.Service) {
 			s.Annotations = map[string]string{labels.EgressPorts: "80/TCP=" + strconv.Itoa(port)}
 		}},
 		{"add mirror.linkerd.io/mirrored-service", func(s *corev1.Service) { s.Labels[labels.MirroredService] = "true" }},
 		{"add mcmirror.dev/managed-by", func(s *corev1.Service) { s.Labels[labels.ManagedBy] = labels.ManagedByValue }},
-	} {
-		s := plain.DeepCopy()
-		tc.edit(s)
-		_, err := dev.CoreV1().Services(tenant).Update(ctx, s, metav1.UpdateOptions{})
-		requirePolicyRefusal(t, err, "edit in "+tenant+": "+tc.what)
-	}
-	// The ServiceExport stamp is outside mcmirror.dev/: a user may set it
-	// by hand, as Linkerd's export label (and the EndpointSlice
-	// controller may copy it onto the Service's slices).
-	stamped := plain.DeepCopy()
-	stamped.Labels[labels.ServiceExportMode] = labels.ModeGateway
-	stamped.Annotations = map[string]string{labels.ServiceExportCreated: "2026-11-26T10:00:00Z"}
-	_, err = dev.CoreV1().Services(tenant).Update(ctx, stamped, metav1.UpdateOptions{})
-	require.NoError(t, err, "edit in "+tenant+": the ServiceExport stamp")
+		{"add the ServiceExport stamp", func(s *corev1.Service) { s.Labels[labels.ServiceExportMode] = labels.ModeGateway }},
+		{"add the ServiceExport time", func(s *corev1.Service) {
+			s.Annotations = map[string]string{labels.ServiceExportCreated: "1970-01-01T00:00:00Z"}
+		}},
+	})
+	stampedSvc := forged("stamped")
+	stampedSvc.Labels = map[string]string{labels.ServiceExportMode: labels.ModeFlat}
+	stampedSvc.Annotations = nil
+	_, err = dev.CoreV1().Services(tenant).Create(ctx, stampedSvc, metav1.CreateOptions{})
+	requirePolicyRefusal(t, err, "edit in "+tenant+": create a Service with the ServiceExport stamp")
 	// The edit role writes no EndpointSlice at all (RBAC, before the
 	// policy).
 	_, err = dev.DiscoveryV1().EndpointSlices(tenant).Create(ctx, &discoveryv1.EndpointSlice{
@@ -118,27 +141,20 @@ func TestAdmissionPolicy(t *testing.T) {
 	// A user bound to edit in the mirror's own namespace: the real
 	// mirror's route metadata cannot be changed; another label can.
 	owner := editor(t, g, shop, "owner")
-	for _, tc := range []struct {
-		what string
-		edit func(*corev1.Service)
-	}{
+	requireEditsRefused(t, owner, shop, "web-west", []serviceEdit{
 		{"point the egress port elsewhere", func(s *corev1.Service) { s.Annotations[labels.EgressPorts] = "80/TCP=" + strconv.Itoa(port+1) }},
 		{"remove the egress-ports annotation", func(s *corev1.Service) { delete(s.Annotations, labels.EgressPorts) }},
 		{"point the mirror at another remote Service", func(s *corev1.Service) { s.Labels[labels.RemoteService] = "db" }},
 		{"point the mirror at another cluster", func(s *corev1.Service) { s.Labels[labels.ClusterName] = "paris" }},
 		{"remove mcmirror.dev/managed-by", func(s *corev1.Service) { delete(s.Labels, labels.ManagedBy) }},
-	} {
-		s, err := owner.CoreV1().Services(shop).Get(ctx, "web-west", metav1.GetOptions{})
-		require.NoError(t, err)
-		tc.edit(s)
-		_, err = owner.CoreV1().Services(shop).Update(ctx, s, metav1.UpdateOptions{})
-		requirePolicyRefusal(t, err, "edit in "+shop+": "+tc.what)
-	}
+	})
 	s, err := owner.CoreV1().Services(shop).Get(ctx, "web-west", metav1.GetOptions{})
 	require.NoError(t, err)
 	s.Labels["team"] = "shop"
 	_, err = owner.CoreV1().Services(shop).Update(ctx, s, metav1.UpdateOptions{})
 	require.NoError(t, err, "a label of the namespace's own")
+
+	requireStampReserved(t, g, owner, shop)
 
 	// The cluster admin is held to it too.
 	_, err = g.Client.CoreV1().Services(tenant).Create(ctx, forged("admin-west"), metav1.CreateOptions{})
@@ -149,6 +165,16 @@ func TestAdmissionPolicy(t *testing.T) {
 		AddressType: discoveryv1.AddressTypeIPv4,
 	}, metav1.CreateOptions{})
 	requirePolicyRefusal(t, err, "admin: create an EndpointSlice marked as the controller's")
+	// The stamp is reserved on Services only: the EndpointSlice
+	// controller copies a Service's labels, the stamp included, onto the
+	// slices it writes.
+	_, err = g.Client.DiscoveryV1().EndpointSlices(tenant).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "stamped-abcde", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "stamped", labels.ServiceExportMode: labels.ModeGateway,
+			discoveryv1.LabelManagedBy: labels.EndpointSliceControllerName}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}, metav1.CreateOptions{})
+	require.NoError(t, err, "an EndpointSlice with the Service's stamp, as the EndpointSlice controller writes it")
 
 	// Linkerd's service mirror writes the Linkerd keys on its own mirrors,
 	// never mcmirror's.
@@ -173,4 +199,55 @@ func TestAdmissionPolicy(t *testing.T) {
 	assert.Equal(t, mirror.Annotations[labels.EgressPorts], after.Annotations[labels.EgressPorts])
 	assert.Equal(t, mirror.Labels[labels.RemoteService], after.Labels[labels.RemoteService])
 	env.RequireAlive(t, ctl)
+}
+
+// requireStampReserved: in namespace ns of the guarded cluster g, the
+// controller, as its ServiceAccount, stamps the Service that a
+// ServiceExport exports (the policy admits it); owner, bound to edit in
+// ns, may not change the stamp's mode, date the export back, or remove
+// the stamp, and still edits the Service otherwise; once the ServiceExport
+// is deleted, the controller removes the stamp (admitted too).
+func requireStampReserved(t *testing.T, g *harness.Cluster, owner kubernetes.Interface, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, g.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: %s, labels: {team: shop}}
+spec: {selector: {app: api}, ports: [{port: 80}]}
+`, ns)))
+	mcs, err := mcsclient.NewForConfig(g.Config)
+	require.NoError(t, err)
+	se, err := mcs.MulticlusterV1alpha1().ServiceExports(ns).Create(ctx,
+		&mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	created := se.CreationTimestamp.UTC().Format(time.RFC3339)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		svc, err := g.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
+		require.NoError(c, err)
+		assert.Equal(c, labels.ModeGateway, svc.Labels[labels.ServiceExportMode])
+		assert.Equal(c, created, svc.Annotations[labels.ServiceExportCreated])
+	}, wait, tick, "the controller stamps %s/api for its ServiceExport", ns)
+
+	requireEditsRefused(t, owner, ns, "api", []serviceEdit{
+		{"change the ServiceExport stamp's mode", func(s *corev1.Service) { s.Labels[labels.ServiceExportMode] = labels.ModeFlat }},
+		{"date the export back", func(s *corev1.Service) { s.Annotations[labels.ServiceExportCreated] = "1970-01-01T00:00:00Z" }},
+		{"remove the ServiceExport stamp", func(s *corev1.Service) { delete(s.Labels, labels.ServiceExportMode) }},
+		{"remove the ServiceExport time", func(s *corev1.Service) { delete(s.Annotations, labels.ServiceExportCreated) }},
+	})
+	s, err := owner.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
+	require.NoError(t, err)
+	s.Labels["tier"] = "backend"
+	s, err = owner.CoreV1().Services(ns).Update(ctx, s, metav1.UpdateOptions{})
+	require.NoError(t, err, "a label of the Service's owner, beside the stamp")
+	assert.Equal(t, created, s.Annotations[labels.ServiceExportCreated])
+
+	require.NoError(t, mcs.MulticlusterV1alpha1().ServiceExports(ns).Delete(ctx, "api", metav1.DeleteOptions{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		svc, err := g.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
+		require.NoError(c, err)
+		assert.NotContains(c, svc.Labels, labels.ServiceExportMode)
+		assert.NotContains(c, svc.Annotations, labels.ServiceExportCreated)
+		assert.Equal(c, "backend", svc.Labels["tier"])
+	}, wait, tick, "the controller removes the stamp of %s/api once its ServiceExport is gone", ns)
 }

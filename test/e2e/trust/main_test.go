@@ -8,8 +8,8 @@
 // Clusters: west exports Services whose endpoints are real servers in
 // network namespaces (harness.RunPod); east mirrors them with the real
 // controller, as the cluster admin, and no admission policy; guarded has
-// deploy/admission-policy.yaml applied and its controller runs as the
-// ServiceAccount of deploy/controller.yaml. No cluster has a data plane:
+// deploy/admission-policy.yaml applied and the MCS API's CRDs, and its
+// controller runs as the ServiceAccount of deploy/controller.yaml. No cluster has a data plane:
 // clients connect to the egress ports on 127.0.0.1.
 package trust_test
 
@@ -36,7 +36,7 @@ import (
 )
 
 var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
-	{Name: "east"}, {Name: "west"}, {Name: "guarded"},
+	{Name: "east"}, {Name: "west"}, {Name: "guarded", MCS: true},
 }})
 
 func TestMain(m *testing.M) { os.Exit(env.Run(m)) }

@@ -1,0 +1,108 @@
+package controller
+
+// Refusals of the Multi-Cluster Services side: what a tenant may not
+// decide for other namespaces or clusters. Each is a warning Event on the
+// object concerned and a count in mcs_refused_total.
+
+import (
+	"github.com/mcmirror/mcmirror/internal/labels"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+)
+
+const (
+	// ReasonServiceExportInvalid: a ServiceExport is not valid (its
+	// Valid condition is False, with the reason in the message): nothing
+	// is exported. Recorded on the ServiceExport when it becomes invalid,
+	// or invalid for another reason.
+	ReasonServiceExportInvalid = "ServiceExportInvalid"
+
+	// ReasonStampRefused: a Service carries the ServiceExport stamp
+	// (serviceexport.mcmirror.dev/mode, /created), or part of it, that
+	// the controller did not write and would not: by hand on a Service
+	// no ServiceExport exports (which would export it to every linked
+	// cluster, bypassing whoever may create ServiceExports), or a time
+	// changed (which would win the oldest-export precedence). The
+	// controller removes it, or sets it back. Recorded on the Service.
+	ReasonStampRefused = "ServiceExportStampRefused"
+
+	// ReasonDerivedServiceTaken: the name of an import's derived Service
+	// is held by the derived Service of another import. That Service and
+	// its EndpointSlices are left alone, and the import is not written.
+	// Recorded on the Service that holds the name.
+	ReasonDerivedServiceTaken = "DerivedServiceTaken"
+)
+
+// mcsRefusedReasons are the reasons mcs_refused_total counts: those of
+// the Valid condition of a ServiceExport that is not valid, and the Event
+// reasons of the other refusals.
+var mcsRefusedReasons = []string{
+	string(mcsv1alpha1.ServiceExportReasonNoService), string(mcsv1alpha1.ServiceExportReasonInvalidServiceType),
+	reasonInvalidMode, reasonMirrorService, reasonDerivedService,
+	ReasonStampRefused, ReasonDerivedServiceTaken,
+}
+
+// mcsRefusedTotal counts the refusals of the MCS side by reason; every
+// reason starts at zero.
+var mcsRefusedTotal = func() *prometheus.CounterVec {
+	c := promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "mcs_refused_total",
+		Help: "Refusals of the Multi-Cluster Services side, by reason: a ServiceExport that became invalid (its Valid reason: " +
+			"NoService, InvalidServiceType, InvalidMode, MirrorService, DerivedService), a ServiceExport stamp the controller " +
+			"did not write (ServiceExportStampRefused), a derived Service's name held by another import (DerivedServiceTaken).",
+	}, []string{"reason"})
+	for _, r := range mcsRefusedReasons {
+		c.WithLabelValues(r)
+	}
+	return c
+}()
+
+// exportRefused records, once the conditions were written, a ServiceExport
+// that became invalid or is invalid for another reason now.
+func (c *Controller) exportRefused(se *mcsv1alpha1.ServiceExport, conds []metav1.Condition) {
+	valid := meta.FindStatusCondition(conds, string(mcsv1alpha1.ServiceExportConditionValid))
+	if valid == nil || valid.Status != metav1.ConditionFalse {
+		return
+	}
+	if was := meta.FindStatusCondition(se.Status.Conditions, valid.Type); was != nil && was.Status == valid.Status && was.Reason == valid.Reason {
+		return
+	}
+	mcsRefusedTotal.WithLabelValues(valid.Reason).Inc()
+	ref := &corev1.ObjectReference{
+		APIVersion: mcsv1alpha1.SchemeGroupVersion.String(), Kind: "ServiceExport",
+		Namespace: se.Namespace, Name: se.Name, UID: se.UID, ResourceVersion: se.ResourceVersion,
+	}
+	c.recorder.Eventf(ref, corev1.EventTypeWarning, ReasonServiceExportInvalid, "ServiceExport not valid (%s): %s", valid.Reason, valid.Message)
+}
+
+// stampRefused records a stamp on svc that the controller did not write,
+// which it replaced by want (none: removed).
+func (c *Controller) stampRefused(svc *corev1.Service, foreign, want stamp) {
+	mcsRefusedTotal.WithLabelValues(ReasonStampRefused).Inc()
+	carried := "label " + labels.ServiceExportMode + "=" + foreign.mode + ", annotation " + labels.ServiceExportCreated + "=" + foreign.created
+	if want == (stamp{}) {
+		c.recorder.Eventf(svc, corev1.EventTypeWarning, ReasonStampRefused,
+			"The ServiceExport stamp (%s) was not written by mcmirror and no valid ServiceExport %s/%s exports the Service: removed; create a ServiceExport to export it",
+			carried, svc.Namespace, svc.Name)
+		return
+	}
+	c.recorder.Eventf(svc, corev1.EventTypeWarning, ReasonStampRefused,
+		"The ServiceExport stamp (%s) was not written by mcmirror: set back to the ServiceExport's (mode %s, created %s)", carried, want.mode, want.created)
+}
+
+// derivedTaken records that the name of the derived Service of ServiceImport
+// name is held by held, the derived Service of another import.
+func (c *Controller) derivedTaken(held *corev1.Service, name string) {
+	mcsRefusedTotal.WithLabelValues(ReasonDerivedServiceTaken).Inc()
+	conflictsTotal.WithLabelValues("services").Inc()
+	c.recorder.Eventf(held, corev1.EventTypeWarning, ReasonDerivedServiceTaken,
+		"Service %s/%s is the derived Service of ServiceImport %s and holds the name of ServiceImport %s's: it is left alone and %s is not imported",
+		held.Namespace, held.Name, held.Labels[labels.ServiceImport], name, name)
+}

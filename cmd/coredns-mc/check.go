@@ -22,6 +22,7 @@ func init() {
 }
 
 const checkUsage = `usage: coredns-mc check [--kubeconfig FILE] [--context CTX] [-o text|json] [--dns-server HOST:PORT] [flags]
+       coredns-mc check CONTEXT CONTEXT... [--topology mesh|hub=C|A->B,...] [--cluster-name CONTEXT=NAME] [-o text|json] [flags]
 
 Checks mcmirror as installed in a cluster (deploy/*.yaml or the Helm chart):
 the RBAC of each part, the cluster DNS answering a mirror name, the link
@@ -29,6 +30,14 @@ Secrets, the peers' gateways and certificates, the egress ports, the
 controller's leader and the parts' images. One line per check, ok, warn or
 fail, with a fix under each that is not ok. Exit code 1 when a check
 fails, 2 for a mistake in the command line. See deploy/check.md.
+
+With a list of contexts (of --kubeconfig, or the default kubeconfig), checks
+every pair of --topology (default: the full mesh) as its source cluster sees
+it: one line per pair, whether a link Secret links the target and works
+from here, how many of the source's DNS replicas have synced the link, how
+long ago one last heard from the target, and whether the source's gateway
+reaches the target's (gateway mode). Each problem follows with its fix;
+exit code 1 when a pair fails.
 
 Flags:`
 
@@ -44,12 +53,15 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		timeout    = fs.Duration("timeout", 10*time.Second, "bound on each check's calls and dials")
 	)
 	fs.StringVar(output, "output", "text", "same as -o")
+	var fc fleetCheck
+	fc.addFlags(fs)
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "coredns-mc check: "+format+"\n", a...)
 		return 2
 	}
 	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
+	contexts, err := parseInterleaved(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
 			fmt.Fprintln(stderr, checkUsage)
@@ -59,12 +71,18 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return usage("%v (-h lists the flags)", err)
 	}
 	switch {
-	case fs.NArg() > 0:
-		return usage("unexpected arguments %q", fs.Args())
+	case len(contexts) == 1:
+		return usage("unexpected arguments %q: give --context for one cluster, or two contexts or more for a fleet", contexts)
 	case *output != "text" && *output != "json":
 		return usage("-o %q: want text or json", *output)
 	case *timeout <= 0:
 		return usage("--timeout must be positive")
+	}
+	if len(contexts) > 0 {
+		return fc.run(fs, contexts, *kubeconfig, check.Options{Timeout: *timeout}, *output == "json", stdout, stderr, usage)
+	}
+	if msg := fc.onlyWithList(fs); msg != "" {
+		return usage("%s", msg)
 	}
 	if *dnsServer != "" {
 		if _, _, err := net.SplitHostPort(*dnsServer); err != nil {
@@ -94,15 +112,28 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	report := check.Run(ctx, opts)
-	if *output == "json" {
-		err = report.WriteJSON(stdout)
+	return writeReport(check.Run(ctx, opts), *output == "json", stdout, stderr)
+}
+
+// report is what a run of check writes: the report of one cluster, or of
+// a fleet.
+type report interface {
+	WriteJSON(io.Writer) error
+	WriteText(io.Writer) error
+	ExitCode() int
+}
+
+// writeReport writes r as JSON or text and returns the exit code.
+func writeReport(r report, json bool, stdout, stderr io.Writer) int {
+	var err error
+	if json {
+		err = r.WriteJSON(stdout)
 	} else {
-		err = report.WriteText(stdout)
+		err = r.WriteText(stdout)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "coredns-mc check: %v\n", err)
 		return 1
 	}
-	return report.ExitCode()
+	return r.ExitCode()
 }

@@ -58,13 +58,16 @@ type linkCmd struct {
 	apiServer string
 	// tokenTimeout bounds the wait for the token controller (link only).
 	tokenTimeout time.Duration
+	// fleet is the list of contexts and its flags, when a fleet is
+	// linked (link_fleet.go).
+	fleet fleetFlags
 }
 
 // parse reads the flags of c.name; ok false means exit with code.
 func (c *linkCmd) parse(args []string) (code int, ok bool) {
 	fs := flag.NewFlagSet("coredns-mc "+c.name, flag.ContinueOnError)
-	fs.StringVar(&c.opts.Cluster, "cluster", "", "the name the source cluster gives the target cluster: the suffix of its mirrors (required)")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the target cluster (default: $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&c.opts.Cluster, "cluster", "", "the name the source cluster gives the target cluster: the suffix of its mirrors (required for one link)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the target cluster, or of every cluster of a list (default: $KUBECONFIG or ~/.kube/config)")
 	fs.StringVar(&c.context, "context", "", "context of the target cluster in the kubeconfig (default: its current context)")
 	fs.StringVar(&c.opts.Namespace, "namespace", grant.DefaultNamespace, "namespace of the link's ServiceAccount and token in the target cluster")
 	fs.StringVar(&c.opts.Source, "source-cluster", "", "the source cluster's own name: each source then gets a token of its own, revoked on its own")
@@ -73,11 +76,12 @@ func (c *linkCmd) parse(args []string) (code int, ok bool) {
 	fs.StringVar(&c.sourceContext, "source-context", "", "context of the source cluster (in --source-kubeconfig, or the default kubeconfig)")
 	fs.StringVar(&c.opts.LinkNamespace, "link-namespace", grant.DefaultLinkNamespace, "namespace of the link Secrets in the source cluster (the controller's --link-secrets)")
 	if c.name == "link" {
-		fs.StringVar(&c.apiServer, "api-server", "", "https URL of the target's API server as the source cluster's pods reach it (default: the kubeconfig's)")
 		fs.DurationVar(&c.tokenTimeout, "token-timeout", time.Minute, "how long to wait for the token controller to fill the token Secret")
 	}
+	c.fleet.addFlags(fs, c.name)
 	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
+	contexts, err := parseInterleaved(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(c.stderr)
 			fmt.Fprintln(c.stderr, usageOf[c.name])
@@ -86,9 +90,14 @@ func (c *linkCmd) parse(args []string) (code int, ok bool) {
 		}
 		return c.usage("%v (-h lists the flags)", err), false
 	}
+	if len(contexts) > 0 {
+		return c.parseFleet(fs, contexts)
+	}
+	c.apiServer = c.fleet.lastServer()
+	if msg := c.fleet.onlyWithList(fs); msg != "" {
+		return c.usage("%s", msg), false
+	}
 	switch {
-	case fs.NArg() > 0:
-		return c.usage("unexpected arguments %q", fs.Args()), false
 	case c.opts.Cluster == "":
 		return c.usage("--cluster is required"), false
 	case c.name == "link" && c.tokenTimeout <= 0:
@@ -106,14 +115,18 @@ func (c *linkCmd) parse(args []string) (code int, ok bool) {
 }
 
 var usageOf = map[string]string{
-	"link": "usage: coredns-mc link --cluster NAME [--kubeconfig FILE] [--context CTX] [--source-context CTX] [flags]\n\n" +
+	"link": "usage: coredns-mc link --cluster NAME [--kubeconfig FILE] [--context CTX] [--source-context CTX] [flags]\n" +
+		"       coredns-mc link CONTEXT CONTEXT... [--topology mesh|hub=C|A->B,...] [--cluster-name CONTEXT=NAME] [flags]\n\n" +
 		"Grants read access to Services and EndpointSlices of the target cluster (--kubeconfig, --context) to a\n" +
 		"ServiceAccount of its own, and prints the link Secret for the source cluster (kubectl apply -f -), or\n" +
-		"applies it there with --source-kubeconfig or --source-context.\n\nFlags:",
-	"unlink": "usage: coredns-mc unlink --cluster NAME [--kubeconfig FILE] [--context CTX] [--source-context CTX] [flags]\n\n" +
+		"applies it there with --source-kubeconfig or --source-context.\n\n" +
+		fleetUsage("link") + "\n\nFlags:",
+	"unlink": "usage: coredns-mc unlink --cluster NAME [--kubeconfig FILE] [--context CTX] [--source-context CTX] [flags]\n" +
+		"       coredns-mc unlink CONTEXT CONTEXT... [--topology mesh|hub=C|A->B,...] [--cluster-name CONTEXT=NAME] [flags]\n\n" +
 		"Removes a link: the link Secrets of the source cluster (with --source-kubeconfig or --source-context;\n" +
 		"otherwise prints the Secret for kubectl delete -f -), then the link's token in the target cluster and,\n" +
-		"once no other token of it is left, its ServiceAccount, ClusterRole and ClusterRoleBinding.\n\nFlags:",
+		"once no other token of it is left, its ServiceAccount, ClusterRole and ClusterRoleBinding.\n\n" +
+		fleetUsage("unlink") + "\n\nFlags:",
 }
 
 // usage reports a mistake in the command line: exit code 2.
@@ -158,6 +171,9 @@ func run(c *linkCmd, args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if c.fleet.contexts != nil {
+		return c.runFleet(ctx)
+	}
 	do := c.link
 	if c.name == "unlink" {
 		do = c.unlink
@@ -448,34 +464,42 @@ func (c *cluster) endpoint(server string) (grant.Endpoint, error) {
 
 // apply server-side applies obj, one of the kinds link writes.
 func (c *cluster) apply(ctx context.Context, obj runtime.Object) error {
+	_, err := c.applyVersion(ctx, obj)
+	return err
+}
+
+// applyVersion is apply, and returns the resourceVersion of the object as
+// applied: the one it had when the apply changed nothing.
+func (c *cluster) applyVersion(ctx context.Context, obj runtime.Object) (string, error) {
 	u, err := grant.Clean(obj)
 	if err != nil {
-		return err
+		return "", err
 	}
 	data, err := u.MarshalJSON()
 	if err != nil {
-		return err
+		return "", err
 	}
 	opts := metav1.PatchOptions{FieldManager: fieldManager, Force: ptr.To(true)}
 	name, ns := u.GetName(), u.GetNamespace()
+	var got metav1.Object
 	switch obj.(type) {
 	case *corev1.Namespace:
-		_, err = c.client.CoreV1().Namespaces().Patch(ctx, name, types.ApplyPatchType, data, opts)
+		got, err = c.client.CoreV1().Namespaces().Patch(ctx, name, types.ApplyPatchType, data, opts)
 	case *corev1.ServiceAccount:
-		_, err = c.client.CoreV1().ServiceAccounts(ns).Patch(ctx, name, types.ApplyPatchType, data, opts)
+		got, err = c.client.CoreV1().ServiceAccounts(ns).Patch(ctx, name, types.ApplyPatchType, data, opts)
 	case *corev1.Secret:
-		_, err = c.client.CoreV1().Secrets(ns).Patch(ctx, name, types.ApplyPatchType, data, opts)
+		got, err = c.client.CoreV1().Secrets(ns).Patch(ctx, name, types.ApplyPatchType, data, opts)
 	case *rbacv1.ClusterRole:
-		_, err = c.client.RbacV1().ClusterRoles().Patch(ctx, name, types.ApplyPatchType, data, opts)
+		got, err = c.client.RbacV1().ClusterRoles().Patch(ctx, name, types.ApplyPatchType, data, opts)
 	case *rbacv1.ClusterRoleBinding:
-		_, err = c.client.RbacV1().ClusterRoleBindings().Patch(ctx, name, types.ApplyPatchType, data, opts)
+		got, err = c.client.RbacV1().ClusterRoleBindings().Patch(ctx, name, types.ApplyPatchType, data, opts)
 	default:
-		return fmt.Errorf("cannot apply a %T", obj)
+		return "", fmt.Errorf("cannot apply a %T", obj)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: apply %s %s: %s", c, u.GetKind(), strings.TrimPrefix(ns+"/"+name, "/"), grant.Describe(err))
+		return "", fmt.Errorf("%s: apply %s %s: %s", c, u.GetKind(), strings.TrimPrefix(ns+"/"+name, "/"), grant.Describe(err))
 	}
-	return nil
+	return got.GetResourceVersion(), nil
 }
 
 // remove deletes obj, one of the kinds link writes; gone already is fine.

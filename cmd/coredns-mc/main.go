@@ -6,9 +6,11 @@
 //	coredns-mc controller [flags]     the mirror controller
 //	coredns-mc gateway [flags]        the gateway: egress and ingress
 //	coredns-mc link [flags]           grant a cluster's read access and make the link Secret
-//	coredns-mc unlink [flags]         remove a link from both clusters
+//	coredns-mc link CONTEXT... [flags]   link every pair of a fleet: the full mesh, or a --topology
+//	coredns-mc unlink [flags]         remove a link from both clusters, or every pair of a fleet
 //	coredns-mc dns ACTION [flags]     patch the cluster's CoreDNS into coredns-mc (apply), or put it back (revert)
 //	coredns-mc check [flags]          say what is wrong with mcmirror in a cluster, and how to fix it
+//	coredns-mc check CONTEXT... [flags]  one line per pair of a fleet: linked, synced, last change, gateway
 //	coredns-mc certs STEP [flags]     make the gateways' root, a cluster's intermediate, a gateway certificate
 package main
 

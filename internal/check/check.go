@@ -8,6 +8,11 @@
 // apart: Collect gathers Facts with API calls and dials, each bounded by
 // its own timeout, and Evaluate turns Facts into Results without any
 // effect, so that the judgement is tested without a cluster.
+//
+// A check of a fleet (fleet.go) is made the same way: CollectMember
+// gathers, in each source cluster, its link Secrets, its gateway's peers
+// and its DNS replicas' link states, and EvaluateFleet judges each ordered
+// pair from its source's facts.
 package check
 
 import (

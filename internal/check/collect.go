@@ -45,6 +45,14 @@ type Options struct {
 	Now func() time.Time
 }
 
+// now is the clock.
+func (o *Options) now() time.Time {
+	if o.Now != nil {
+		return o.Now()
+	}
+	return time.Now()
+}
+
 func (o *Options) timeout() time.Duration {
 	if o.Timeout > 0 {
 		return o.Timeout
@@ -61,10 +69,7 @@ func Run(ctx context.Context, o Options) *Report {
 // Collect gathers the facts: first what is installed, then, in parallel and
 // each within the timeout, the rest.
 func Collect(ctx context.Context, o Options) *Facts {
-	now := time.Now
-	if o.Now != nil {
-		now = o.Now
-	}
+	now := o.now
 	f := &Facts{Server: o.Config.Host, Dials: map[string]PeerDial{}}
 	c := &collector{o: o, client: o.Client}
 
@@ -111,17 +116,8 @@ func Collect(ctx context.Context, o Options) *Facts {
 		ControllerCfg: ctlCfg, GatewayCfg: gwCfg, GatewayHostNetwork: f.Install.Gateway.HostNetwork, Claims: claims, ClaimsErr: mirrorsErr}
 	f.Lease = LeaseFacts{Controller: f.Install.Controller.Found, Cfg: ctlCfg, Replicas: f.Install.Controller.Replicas}
 
-	var wg sync.WaitGroup
 	var mu sync.Mutex // guards f.Dials
-	run := func(job func(ctx context.Context)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(ctx, c.o.timeout())
-			defer cancel()
-			job(ctx)
-		}()
-	}
+	run, wait := c.sideBySide(ctx)
 	for i := range f.RBAC {
 		if f.RBAC[i].Installed {
 			run(func(ctx context.Context) { c.review(ctx, &f.RBAC[i]) })
@@ -152,7 +148,7 @@ func Collect(ctx context.Context, o Options) *Facts {
 	if f.Egress.Controller || f.Egress.Gateway {
 		run(func(ctx context.Context) { c.nodePorts(ctx, &f.Egress) })
 	}
-	wg.Wait()
+	wait()
 	f.Now = now()
 	return f
 }
@@ -164,6 +160,22 @@ type collector struct {
 	// secrets are the link Secrets as listed, in the order of
 	// Facts.Links.Secrets.
 	secrets []corev1.Secret
+}
+
+// sideBySide returns run, which starts a job beside the others, each
+// within the timeout, and wait, which returns once every job has.
+func (c *collector) sideBySide(ctx context.Context) (run func(job func(context.Context)), wait func()) {
+	var wg sync.WaitGroup
+	run = func(job func(ctx context.Context)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, c.o.timeout())
+			defer cancel()
+			job(ctx)
+		}()
+	}
+	return run, wg.Wait
 }
 
 // describe says what an error of an API call means, on one line:

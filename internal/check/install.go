@@ -193,6 +193,10 @@ type DNSConfig struct {
 	Allow         link.Allow
 	// Kubernetes is whether the kubernetes plugin is configured too.
 	Kubernetes bool
+	// Metrics is the address of the prometheus plugin, where the
+	// replicas' link states are (the mcmirror block's, or else the first
+	// one: the metrics are the process's); "" when there is none.
+	Metrics string
 }
 
 // Domain returns the cluster domain mcmirror answers in: its first zone
@@ -227,6 +231,9 @@ func parseCorefile(corefile string) (DNSConfig, error) {
 		if len(b.Tokens["kubernetes"]) > 0 {
 			d.Kubernetes = true
 		}
+		if addr, ok := prometheusAddr(b.Tokens["prometheus"]); ok && (d.Metrics == "" || len(b.Tokens["mcmirror"]) > 0) {
+			d.Metrics = addr
+		}
 		c := caddyfile.NewDispenserTokens("Corefile", b.Tokens["mcmirror"])
 		for c.Next() {
 			d.Mcmirror = true
@@ -247,4 +254,17 @@ func parseCorefile(corefile string) (DNSConfig, error) {
 		}
 	}
 	return d, nil
+}
+
+// prometheusAddr reads the address of a prometheus directive: its
+// argument, or the plugin's default, localhost:9153.
+func prometheusAddr(tokens []caddyfile.Token) (string, bool) {
+	c := caddyfile.NewDispenserTokens("Corefile", tokens)
+	if !c.Next() {
+		return "", false
+	}
+	if args := c.RemainingArgs(); len(args) > 0 {
+		return args[0], true
+	}
+	return "localhost:9153", true
 }

@@ -96,31 +96,42 @@ func NewReport(cluster, server string, results []Result) *Report {
 		r.Results = []Result{}
 	}
 	for _, res := range results {
-		switch res.Status {
-		case OK:
-			r.Summary.OK++
-		case Warn:
-			r.Summary.Warn++
-		case Fail:
-			r.Summary.Fail++
-		}
+		r.Summary.count(res.Status)
 	}
 	return r
 }
 
-// ExitCode is 1 when any check failed, 0 otherwise.
-func (r *Report) ExitCode() int {
-	if r.Summary.Fail > 0 {
+// count adds one of status s.
+func (s *Summary) count(st Status) {
+	switch st {
+	case OK:
+		s.OK++
+	case Warn:
+		s.Warn++
+	case Fail:
+		s.Fail++
+	}
+}
+
+// exitCode is 1 when anything failed, 0 otherwise.
+func (s Summary) exitCode() int {
+	if s.Fail > 0 {
 		return 1
 	}
 	return 0
 }
 
+// ExitCode is 1 when any check failed, 0 otherwise.
+func (r *Report) ExitCode() int { return r.Summary.exitCode() }
+
 // WriteJSON writes the report as one JSON object.
-func (r *Report) WriteJSON(w io.Writer) error {
+func (r *Report) WriteJSON(w io.Writer) error { return writeJSON(w, r) }
+
+// writeJSON writes v as one indented JSON object.
+func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return enc.Encode(v)
 }
 
 // WriteText writes one line per result, STATUS NAME MESSAGE, with a

@@ -1,7 +1,9 @@
 // Package link_test runs `coredns-mc link` and `coredns-mc unlink` against
 // real API servers: east links west (both run kube-controller-manager, whose
 // token controller fills ServiceAccount token Secrets); paris runs no
-// kube-controller-manager, so no token ever appears there.
+// kube-controller-manager, so no token ever appears there. East, west and
+// tokyo (a token controller too) make the mesh that link and check take as
+// a fleet (mesh_test.go).
 package link_test
 
 import (
@@ -28,7 +30,7 @@ import (
 )
 
 var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
-	{Name: "east", Workloads: true}, {Name: "west", Workloads: true}, {Name: "paris"},
+	{Name: "east", Workloads: true}, {Name: "west", Workloads: true}, {Name: "paris"}, {Name: "tokyo", Workloads: true},
 }})
 
 func TestMain(m *testing.M) { os.Exit(env.Run(m)) }

@@ -61,7 +61,7 @@ func targets(m *dns.Msg) []string {
 // b-c): the one that keeps it keeps everything below it, its pods and SRV
 // names; none of the other's answers under it.
 func TestCollisionTakesTheSubtree(t *testing.T) {
-	for _, order := range [][]groupKey{{{"default", "a"}, {"default", "a-b"}}, {{"default", "a-b"}, {"default", "a"}}} {
+	for _, order := range [][]string{{"a", "a-b"}, {"a-b", "a"}} {
 		src := newFakeSource("c", "b-c")
 		src.svc("c", "default", "a-b", labels.Flat, nil, httpPort)
 		src.slice("c", "default", "a-b", []object.Port{httpPort}, ep("loser-0", "10.1.0.1", true))
@@ -72,8 +72,8 @@ func TestCollisionTakesTheSubtree(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.Next = fromNext
-		for _, k := range order {
-			m.index.sync(k)
+		for _, svc := range order {
+			m.index.sync(object.ServiceKey("default", svc))
 		}
 		if got := ask(t, m, "winner-0.a-b-c"+z, dns.TypeA); got == nil || got.Rcode != dns.RcodeSuccess || len(got.Answer) != 1 {
 			t.Errorf("order %v: the kept name's pod: %v", order, got)

@@ -232,7 +232,7 @@ func BenchmarkSync(b *testing.B) {
 	m := newTestPlugin(b, src, 5, fall.Zero)
 	b.ReportAllocs()
 	for b.Loop() {
-		m.index.sync(groupKey{"default", "big"})
+		m.index.sync(object.ServiceKey("default", "big"))
 	}
 }
 
@@ -316,7 +316,7 @@ func BenchmarkSyncOneEndpoint(b *testing.B) {
 		f.slices[[3]string{cl, "default", "big"}][0].Version = "1"
 	}
 	m := newTestPlugin(b, f, 5, fall.Zero)
-	k := groupKey{"default", "big"}
+	k := object.ServiceKey("default", "big")
 	key := [3]string{"c3", "default", "big"}
 	v := 1
 	b.ReportAllocs()

@@ -11,6 +11,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 )
 
 // In flat mode the plugin answers the endpoint addresses a linked cluster
@@ -113,7 +114,7 @@ func (cfg *config) checkAllowedCIDRs() error {
 // counted when a slice first shows it, not at every rebuild.
 type drops struct {
 	mu   sync.Mutex
-	seen map[groupKey]map[string][]string // slice (cluster/ns/name) → its dropped addresses
+	seen map[object.GroupKey]map[string][]string // slice (cluster/ns/name) → its dropped addresses
 }
 
 // dropped is what one build dropped from one EndpointSlice.
@@ -125,7 +126,7 @@ type dropped struct {
 // note records the drops of one build of group k: addresses a slice did
 // not drop at the group's last build are counted, and logged in one line
 // per slice.
-func (d *drops) note(k groupKey, now []dropped) {
+func (d *drops) note(k object.GroupKey, now []dropped) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	last := d.seen[k]
@@ -155,7 +156,7 @@ func (d *drops) note(k groupKey, now []dropped) {
 			e.cluster, e.ns, e.slice, e.svc, listSome(fresh, 5))
 	}
 	if d.seen == nil {
-		d.seen = map[groupKey]map[string][]string{}
+		d.seen = map[object.GroupKey]map[string][]string{}
 	}
 	d.seen[k] = cur
 }

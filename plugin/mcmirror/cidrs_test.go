@@ -166,15 +166,15 @@ func TestIndexAllowedCIDRs(t *testing.T) {
 
 	// A rebuild with nothing new counts nothing.
 	mid := testutil.ToFloat64(west)
-	m.index.sync(groupKey{"default", "flat"})
-	m.index.sync(groupKey{"default", "db"})
+	m.index.sync(object.ServiceKey("default", "flat"))
+	m.index.sync(object.ServiceKey("default", "db"))
 	if got := testutil.ToFloat64(west); got != mid {
 		t.Errorf("a rebuild counted %v more drops", got-mid)
 	}
 	// A slice that shows one more address outside counts that one.
 	src.slices[[3]string{"west", "default", "flat"}][0].Endpoints = append(src.slices[[3]string{"west", "default", "flat"}][0].Endpoints,
 		ep("", "192.168.0.1", true))
-	m.index.sync(groupKey{"default", "flat"})
+	m.index.sync(object.ServiceKey("default", "flat"))
 	if got := testutil.ToFloat64(west) - mid; got != 1 {
 		t.Errorf("one new address outside: %v counted", got)
 	}

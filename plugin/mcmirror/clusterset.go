@@ -45,13 +45,13 @@ type imported struct {
 
 // buildImport computes the import of group k from its derived Service d,
 // returning old when it was built from the same object.
-func (x *index) buildImport(k groupKey, d *object.Derived, old *imported) *imported {
+func (x *index) buildImport(k object.GroupKey, d *object.Derived, old *imported) *imported {
 	if old != nil && old.from == d && object.Version(d) != "" {
 		return old
 	}
 	imp := &imported{from: d, headless: d.Headless, ports: d.Ports, names: make([]string, len(x.zones))}
 	for zi := x.nMirror; zi < len(x.zones); zi++ {
-		imp.names[zi] = k.svc + "." + k.ns + ".svc." + x.zones[zi]
+		imp.names[zi] = k.Svc + "." + k.NS + ".svc." + x.zones[zi]
 	}
 	if d.Headless {
 		return imp
@@ -151,7 +151,7 @@ func (x *index) csEntries(s *slot, g *group) []csEntry {
 func (x *index) installCS(s *slot, old, g *group) {
 	had, has := old != nil && old.imp != nil, g != nil && g.imp != nil
 	if had != has {
-		ns := s.key.ns
+		ns := s.key.NS
 		if has {
 			x.csNS[ns]++
 		} else if x.csNS[ns]--; x.csNS[ns] <= 0 {

@@ -257,7 +257,7 @@ func TestClusterSetClassAndCase(t *testing.T) {
 func TestClusterSetDerivedChanges(t *testing.T) {
 	src := fixture()
 	m := newCSPlugin(t, src, fall.Zero)
-	web := groupKey{"default", "web"}
+	web := object.ServiceKey("default", "web")
 	runCase(t, m, csNXDOMAIN("web"+cs, dns.TypeA), false)
 	runCase(t, m, csNXDOMAIN("default.svc.clusterset.local.", dns.TypeA), false)
 	runCase(t, m, csNXDOMAIN("svc.clusterset.local.", dns.TypeA), false)
@@ -289,7 +289,7 @@ func TestClusterSetDerivedChanges(t *testing.T) {
 	runCase(t, m, next("11.0.97.10.in-addr.arpa."), false)
 
 	// A pod appears in a Headless import's cluster: its names come.
-	nginx := groupKey{"default", "nginx-svc"}
+	nginx := object.ServiceKey("default", "nginx-svc")
 	src.imports("default", "nginx-svc", nil, httpPort)
 	m.syncNow(nginx)
 	runCase(t, m, testCase("nginx-set-0.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10")), false)
@@ -318,7 +318,7 @@ func TestClusterSetDerivedChanges(t *testing.T) {
 
 	// A Service imported only (nobody exports it) then gone: no group left.
 	src.imports("default", "solo", []string{"10.97.0.12"}, httpPort)
-	solo := groupKey{"default", "solo"}
+	solo := object.ServiceKey("default", "solo")
 	m.syncNow(solo)
 	runCase(t, m, testCase("solo"+cs, dns.TypeA, a("solo"+cs, "10.97.0.12")), false)
 	delete(src.derived, [2]string{"default", "solo"})
@@ -334,7 +334,7 @@ func TestClusterSetDerivedChanges(t *testing.T) {
 func TestClusterSetHidden(t *testing.T) {
 	src := csFixture()
 	m := newCSPlugin(t, src, fall.Zero)
-	k := groupKey{"default", "nginx-svc"}
+	k := object.ServiceKey("default", "nginx-svc")
 	g := m.index.slots[k].g
 	hidden := *g
 	hidden.hidden = make([]bool, len(g.members))

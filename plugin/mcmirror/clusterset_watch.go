@@ -37,7 +37,7 @@ func (c *watcher) newDerivedStore(cl *cluster) *objectStore {
 func (c *watcher) derivedHandler(cl *cluster) storeHandler {
 	enqueue := func(d *object.Derived) {
 		if d.Import != "" {
-			c.enqueue(groupKey{d.Namespace, d.Import})
+			c.enqueue(object.ServiceKey(d.Namespace, d.Import))
 		}
 	}
 	return handler(

@@ -63,32 +63,32 @@ func (f *fakeSource) Federations(ns, member string) []string {
 }
 
 // keys returns every group the source holds objects of.
-func (f *fakeSource) keys() []groupKey {
-	var ks []groupKey
-	add := func(k groupKey) {
+func (f *fakeSource) keys() []object.GroupKey {
+	var ks []object.GroupKey
+	add := func(k object.GroupKey) {
 		if !slices.Contains(ks, k) {
 			ks = append(ks, k)
 		}
 	}
 	for k := range f.services {
-		add(groupKey{k[1], k[2]})
+		add(object.ServiceKey(k[1], k[2]))
 	}
 	for k := range f.members {
-		add(groupKey{k[1], k[2]})
+		add(object.ServiceKey(k[1], k[2]))
 	}
 	for k := range f.slices {
-		add(groupKey{k[1], k[2]})
+		add(object.ServiceKey(k[1], k[2]))
 	}
 	for _, m := range f.mirrors {
-		if k, ok := mirrorGroup(m); ok {
+		if k, ok := object.MirrorGroup(m); ok {
 			add(k)
 		}
-		if k, ok := federatedGroup(m); ok {
+		if k, ok := object.FederatedGroup(m); ok {
 			add(k)
 		}
 	}
 	for k := range f.derived {
-		add(groupKey{k[0], k[1]})
+		add(object.ServiceKey(k[0], k[1]))
 	}
 	return ks
 }

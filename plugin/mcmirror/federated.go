@@ -2,7 +2,6 @@ package mcmirror
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
@@ -30,36 +29,15 @@ import (
 // goes down the plugin chain, to the kubernetes plugin's answer (the
 // Service's own ClusterIP, what meshed clients use).
 
-// fedMark ends the svc of a federated group's key: no Service name holds a
-// dot, so the key of federated Service ns/name is no Service's.
-const fedMark = "."
-
-// fedKey returns the key of the group of the local federated Service
-// ns/name.
-func fedKey(ns, name string) groupKey { return groupKey{ns, name + fedMark} }
-
-// federated returns the federated Service's name when k is a federated
-// group's key.
-func (k groupKey) federated() (string, bool) { return strings.CutSuffix(k.svc, fedMark) }
-
-// federatedGroup returns the group a local Service serves when it is a
-// federated Service.
-func federatedGroup(m *object.Mirror) (groupKey, bool) {
-	if m.Fed == nil {
-		return groupKey{}, false
-	}
-	return fedKey(m.Namespace, m.Name), true
-}
-
 // federations returns the keys of the federated groups that Service k is
 // a member of, in any cluster: a change of its objects rebuilds them too.
-func (x *index) federations(k groupKey) []groupKey {
-	if _, ok := k.federated(); ok {
+func (x *index) federations(k object.GroupKey) []object.GroupKey {
+	if _, ok := k.Federated(); ok {
 		return nil
 	}
-	var out []groupKey
-	for _, name := range x.src.Federations(k.ns, k.svc) {
-		out = append(out, fedKey(k.ns, name))
+	var out []object.GroupKey
+	for _, name := range x.src.Federations(k.NS, k.Svc) {
+		out = append(out, object.FederatedKey(k.NS, name))
 	}
 	return out
 }
@@ -68,17 +46,17 @@ func (x *index) federations(k groupKey) []groupKey {
 // local member first, then its flat-mode members in link order, each
 // with a ready address; nil when none has one, so that the name is not
 // claimed.
-func (x *index) buildFederated(k groupKey, name string, old *group) *group {
-	fm := x.src.Mirror(k.ns, name)
-	if fm == nil || fm.Fed == nil || fm.Cluster != "" || !object.ValidLabel(k.ns) || !object.ValidLabel(name) {
+func (x *index) buildFederated(k object.GroupKey, name string, old *group) *group {
+	fm := x.src.Mirror(k.NS, name)
+	if fm == nil || fm.Fed == nil || fm.Cluster != "" || !object.ValidLabel(k.NS) || !object.ValidLabel(name) {
 		x.drops.note(k, nil)
 		return nil
 	}
 	g := &group{key: k}
 	if svc := fm.Fed.Local; svc != "" {
-		s := x.src.Member(x.local, k.ns, svc)
+		s := x.src.Member(x.local, k.NS, svc)
 		if s != nil && !s.ExternalName && x.hasReady(x.local, s) {
-			if m := x.buildMember(groupKey{k.ns, svc}, x.local, s, old.member(x.local)); m != nil && len(m.v4)+len(m.v6) > 0 {
+			if m := x.buildMember(object.ServiceKey(k.NS, svc), x.local, s, old.member(x.local)); m != nil && len(m.v4)+len(m.v6) > 0 {
 				g.members = append(g.members, m)
 			}
 		}
@@ -90,16 +68,16 @@ func (x *index) buildFederated(k groupKey, name string, old *group) *group {
 			continue
 		}
 		svc := fm.Fed.Remote[i].Service
-		s := x.src.Member(c, k.ns, svc)
+		s := x.src.Member(c, k.NS, svc)
 		if s == nil || s.ExternalName || s.Mode != labels.Flat {
 			continue // gateway mode: only Linkerd's proxy reaches it
 		}
-		m := x.makeMember(groupKey{k.ns, svc}, c, s, old.member(c), name)
+		m := x.makeMember(object.ServiceKey(k.NS, svc), c, s, old.member(c), name)
 		if m == nil || len(m.v4)+len(m.v6) == 0 {
 			continue
 		}
 		g.members = append(g.members, m)
-		if e := x.src.Service(c, k.ns, svc); e == nil || e.Mode != labels.Flat {
+		if e := x.src.Service(c, k.NS, svc); e == nil || e.Mode != labels.Flat {
 			dropped = append(dropped, m.dropped...) // else its export's group notes them
 		}
 	}
@@ -110,7 +88,7 @@ func (x *index) buildFederated(k groupKey, name string, old *group) *group {
 	g.hidden = make([]bool, len(g.members))
 	g.global = make([]string, len(x.zones))
 	for zi, z := range x.zones[:x.nMirror] {
-		if n := name + "." + k.ns + ".svc." + z; validName(n) {
+		if n := name + "." + k.NS + ".svc." + z; validName(n) {
 			g.global[zi] = n
 		}
 	}

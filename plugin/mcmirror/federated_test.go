@@ -50,18 +50,6 @@ func fedService(name, remote, local string) *corev1.Service {
 	return s
 }
 
-// A federated Service's group is its own, not a cluster's mirror's (the
-// annotations themselves are read in package object).
-func TestFederatedGroup(t *testing.T) {
-	m, _ := object.ToMirror(fedService("web-federated", "web@west", "web"))
-	if k, ok := federatedGroup(m.(*object.Mirror)); !ok || k != fedKey("default", "web-federated") || k.String() != "default/web-federated (federated)" {
-		t.Errorf("federatedGroup = %v, %t", k, ok)
-	}
-	if _, ok := mirrorGroup(m.(*object.Mirror)); ok {
-		t.Error("a federated Service counts as a cluster's mirror")
-	}
-}
-
 // member adds a federated member; ips empty means headless.
 func (f *fakeSource) member(cluster, ns, name string, mode labels.Mode, ips []string, ports ...object.Port) *object.Service {
 	s := &object.Service{Meta: object.Meta{Name: name, Namespace: ns}, Exported: true, Mode: mode,
@@ -178,7 +166,7 @@ func TestFederatedMembersChange(t *testing.T) {
 	m := newTestPlugin(t, f, 5, fall.Zero)
 	m.Next = fromNext
 	fed := "web-federated" + z
-	web := groupKey{"default", "web"}
+	web := object.ServiceKey("default", "web")
 	wantA := func(want ...string) {
 		t.Helper()
 		if got := answerA(t, m, fed); !slices.Equal(got, want) {
@@ -220,10 +208,10 @@ func TestFederatedMembersChange(t *testing.T) {
 	m.requeue(web)
 	wantA("10.1.0.4", "10.96.5.5")
 	f.federate("web-federated", "web@paris", "web")
-	m.requeue(fedKey("default", "web-federated"))
+	m.requeue(object.FederatedKey("default", "web-federated"))
 	wantA("10.96.5.5")
 	delete(f.mirrors, [2]string{"default", "web-federated"})
-	m.requeue(fedKey("default", "web-federated"))
+	m.requeue(object.FederatedKey("default", "web-federated"))
 	runCase(t, m, next(fed), false)
 	if n := m.index.len(); n != 0 {
 		t.Errorf("%d names left in the index, want none", n)
@@ -268,7 +256,7 @@ func TestFederatedAllowedCIDRs(t *testing.T) {
 	m.Next = fromNext
 	before := testutil.ToFloat64(droppedAddresses.WithLabelValues("west"))
 	syncAll(m, f)
-	m.requeue(groupKey{"default", "web"}) // built again: counted once
+	m.requeue(object.ServiceKey("default", "web")) // built again: counted once
 	if got := answerA(t, m, "web-federated"+z); !slices.Equal(got, []string{"10.1.0.1"}) {
 		t.Errorf("web-federated: %v, want the allowed address only", got)
 	}

@@ -19,7 +19,7 @@ import (
 // once installed; a change installs a new one, reusing the members whose
 // objects did not change.
 type group struct {
-	key groupKey
+	key object.GroupKey
 	// members are the clusters that export the Service, the local one
 	// first (it leads -global answers), then the links in the source's
 	// order.
@@ -318,32 +318,32 @@ func (b *builder) portSet(ps []object.Port) uint32 {
 // buildMember computes the member of cluster for Service s, or nil when
 // it has nothing to give. old, the cluster's member at the last build, is
 // returned as it is when it was built from the same objects.
-func (x *index) buildMember(k groupKey, cluster string, s *object.Service, old *member) *member {
+func (x *index) buildMember(k object.GroupKey, cluster string, s *object.Service, old *member) *member {
 	return x.makeMember(k, cluster, s, old, "")
 }
 
 // makeMember is buildMember; with fed, a federated Service's name, the
 // member of a linked cluster is named <cluster>.<fed>.<ns>.svc.<zone> in
 // every zone (federated.go), and must be flat.
-func (x *index) makeMember(k groupKey, cluster string, s *object.Service, old *member, fed string) *member {
+func (x *index) makeMember(k object.GroupKey, cluster string, s *object.Service, old *member, fed string) *member {
 	local := cluster == x.local
 	var rel string
 	switch {
 	case local:
-		rel = k.svc + "." + k.ns + ".svc"
+		rel = k.Svc + "." + k.NS + ".svc"
 	case fed != "":
-		rel = cluster + "." + fed + "." + k.ns + ".svc"
+		rel = cluster + "." + fed + "." + k.NS + ".svc"
 	default:
 		mname, err := labels.MirrorName(s.Name, cluster)
 		if err != nil {
 			log.Debugf("%s: not exported from %s: %v", k, cluster, err)
 			return nil
 		}
-		rel = mname + "." + k.ns + ".svc"
+		rel = mname + "." + k.NS + ".svc"
 	}
 	var sls []*object.Slice
 	if local && s.Headless || !local && (s.Mode == labels.Flat || s.Headless) {
-		sls = x.src.Slices(cluster, k.ns, k.svc)
+		sls = x.src.Slices(cluster, k.NS, k.Svc)
 	}
 	from := sources(s, sls)
 	gateway := !local && s.Mode != labels.Flat
@@ -360,7 +360,7 @@ func (x *index) makeMember(k groupKey, cluster string, s *object.Service, old *m
 		if zi >= x.nMirror && fed == "" {
 			// A clusterset zone: <cluster>.<svc>.<ns>.svc.<zone>, the
 			// parent of the cluster's pods there (clusterset.go).
-			m.names[zi] = cluster + "." + k.svc + "." + k.ns + ".svc." + z
+			m.names[zi] = cluster + "." + k.Svc + "." + k.NS + ".svc." + z
 		}
 		if !validName(m.names[zi]) {
 			m.bad++
@@ -370,7 +370,7 @@ func (x *index) makeMember(k groupKey, cluster string, s *object.Service, old *m
 	}
 	switch {
 	case gateway:
-		x.mirrors(m, old, s, rel[:len(rel)-len(k.ns)-5], sls)
+		x.mirrors(m, old, s, rel[:len(rel)-len(k.NS)-5], sls)
 	case local && !s.Headless:
 		b := newBuilder(m, nil)
 		for _, ip := range s.ClusterIPs {

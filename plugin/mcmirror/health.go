@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/peers"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 )
 
 // The gateway health: with gateway_health, the plugin polls the gateway's
@@ -288,7 +289,7 @@ func (h *gatewayHealth) apply(alive map[string]bool) {
 
 // noteGateways records, with x.mu held, the clusters that have a
 // gateway-mode member in group k; only with gateway_health.
-func (x *index) noteGateways(k groupKey, clusters []string) {
+func (x *index) noteGateways(k object.GroupKey, clusters []string) {
 	if x.health == nil {
 		return
 	}
@@ -297,23 +298,23 @@ func (x *index) noteGateways(k groupKey, clusters []string) {
 		return
 	}
 	if x.gateways == nil {
-		x.gateways = map[groupKey][]string{}
+		x.gateways = map[object.GroupKey][]string{}
 	}
 	x.gateways[k] = clusters
 }
 
 // gatewayGroups returns the groups that have a gateway-mode member of one
 // of clusters: those a change of their health rebuilds.
-func (x *index) gatewayGroups(clusters []string) []groupKey {
+func (x *index) gatewayGroups(clusters []string) []object.GroupKey {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	var ks []groupKey
+	var ks []object.GroupKey
 	for k, cs := range x.gateways {
 		if slices.ContainsFunc(cs, func(c string) bool { return slices.Contains(clusters, c) }) {
 			ks = append(ks, k)
 		}
 	}
-	slices.SortFunc(ks, func(a, b groupKey) int {
+	slices.SortFunc(ks, func(a, b object.GroupKey) int {
 		if groupLess(a, b) {
 			return -1
 		}
@@ -348,8 +349,8 @@ func (m *MCMirror) gatewaysChanged(clusters []string) {
 
 // syncNow rebuilds group k, and the groups that build asks for, at once:
 // the requeue of an MCMirror over a fake source, which has no queue.
-func (m *MCMirror) syncNow(k groupKey) {
-	for queue := []groupKey{k}; len(queue) > 0; {
+func (m *MCMirror) syncNow(k object.GroupKey) {
+	for queue := []object.GroupKey{k}; len(queue) > 0; {
 		k, queue = queue[0], queue[1:]
 		queue = append(queue, m.index.sync(k)...)
 	}

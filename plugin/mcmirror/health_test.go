@@ -418,15 +418,15 @@ func TestGatewayHealthRebuildsOnlyItsGroups(t *testing.T) {
 	src.mirror("default", "api-paris", "paris", "", []string{"10.96.1.1"}, httpPort)
 	peers := newPeersServer(t, map[string]bool{"west": false, "tokyo": false})
 	m := newHealthPlugin(t, src, peers.URL, time.Second)
-	nginx, web, api := groupKey{"default", "nginx-svc"}, groupKey{"default", "web"}, groupKey{"default", "api"}
+	nginx, web, api := object.ServiceKey("default", "nginx-svc"), object.ServiceKey("default", "web"), object.ServiceKey("default", "api")
 
-	assert.Equal(t, []groupKey{api, nginx}, m.index.gatewayGroups([]string{"paris"}))
+	assert.Equal(t, []object.GroupKey{api, nginx}, m.index.gatewayGroups([]string{"paris"}))
 	assert.Empty(t, m.index.gatewayGroups([]string{"tokyo"}), "flat mode only")
 
-	var rebuilt []groupKey
-	m.requeue = func(k groupKey) { rebuilt = append(rebuilt, k); m.syncNow(k) }
+	var rebuilt []object.GroupKey
+	m.requeue = func(k object.GroupKey) { rebuilt = append(rebuilt, k); m.syncNow(k) }
 	m.health.poll(context.Background(), time.Now())
-	assert.Equal(t, []groupKey{nginx, web}, rebuilt)
+	assert.Equal(t, []object.GroupKey{nginx, web}, rebuilt)
 	assert.Equal(t, globalNoWest, answerA(t, m, "nginx-svc-global"+z))
 
 	// Nothing changed: nothing rebuilt.
@@ -437,7 +437,7 @@ func TestGatewayHealthRebuildsOnlyItsGroups(t *testing.T) {
 	// The group goes: it is forgotten.
 	delete(src.services, [3]string{"paris", "default", "api"})
 	m.index.sync(api)
-	assert.Equal(t, []groupKey{nginx}, m.index.gatewayGroups([]string{"paris"}))
+	assert.Equal(t, []object.GroupKey{nginx}, m.index.gatewayGroups([]string{"paris"}))
 
 	// Without gateway_health nothing is recorded.
 	plain := newTestPlugin(t, healthFixture(), 5, fall.Zero)
@@ -509,7 +509,7 @@ func TestGatewayHealthChangeDuringBuild(t *testing.T) {
 		GatewayHealthURL: peers.URL, GatewayHealthInterval: time.Second})
 	require.NoError(t, err)
 	m.Next = fromNext
-	nginx := groupKey{"default", "nginx-svc"}
+	nginx := object.ServiceKey("default", "nginx-svc")
 
 	src.hook = func() {
 		peers.set("west", false)
@@ -517,7 +517,7 @@ func TestGatewayHealthChangeDuringBuild(t *testing.T) {
 	}
 	again := m.index.sync(nginx)
 	require.Equal(t, globalAll, answerA(t, m, "nginx-svc-global"+z), "built with the state it started with")
-	require.Equal(t, []groupKey{nginx}, again)
+	require.Equal(t, []object.GroupKey{nginx}, again)
 	for _, k := range again {
 		m.syncNow(k)
 	}

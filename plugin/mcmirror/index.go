@@ -64,23 +64,11 @@ var kindNames = [numKinds]string{"cluster", "pod", "global", "srv", "ptr", "clus
 
 func (k nameKind) String() string { return kindNames[k] }
 
-// groupKey names a service group: every name derived from Service svc of
-// namespace ns, whichever cluster exports it. A change to any object of the
-// group rebuilds the group, reusing the members that did not change.
-type groupKey struct{ ns, svc string }
-
-func (k groupKey) String() string {
-	if name, ok := k.federated(); ok {
-		return k.ns + "/" + name + " (federated)"
-	}
-	return k.ns + "/" + k.svc
-}
-
 // slot is where a group's names find its current data: a rebuild swaps
 // the group in the slot, and names whose meaning did not change are not
 // touched.
 type slot struct {
-	key groupKey
+	key object.GroupKey
 	g   *group
 }
 
@@ -109,12 +97,12 @@ type index struct {
 
 	mu    sync.RWMutex
 	names map[string]ref
-	slots map[groupKey]*slot
+	slots map[object.GroupKey]*slot
 	// losers are the groups that produced a name another group owns
 	// (svc "a-b" of cluster "c" and svc "a" of cluster "b-c" are both
 	// "a-b-c"); they are rebuilt when the owner lets go of it. A name is
 	// owned with everything below it: its pods and its SRV names.
-	losers map[string][]groupKey
+	losers map[string][]object.GroupKey
 	// cs holds the names of the clusterset zones, and the PTR names of
 	// the ClusterSetIPs: no two groups make the same one (each name holds
 	// its namespace and Service as labels of their own), so none is
@@ -128,7 +116,7 @@ type index struct {
 	// health says which gateways are down (gateway_health; else nil).
 	// gateways are the clusters with gateway-mode members in each group.
 	health   *gatewayHealth
-	gateways map[groupKey][]string
+	gateways map[object.GroupKey][]string
 
 	// allowed are the allow-lists of the linked clusters that have one
 	// (allowed_cidrs): their flat-mode addresses outside are dropped.
@@ -165,8 +153,8 @@ func newIndex(src source, local string, zones []string, ttl uint32, ptr bool) *i
 		ttl:     ttl,
 		ptr:     ptr,
 		names:   map[string]ref{},
-		slots:   map[groupKey]*slot{},
-		losers:  map[string][]groupKey{},
+		slots:   map[object.GroupKey]*slot{},
+		losers:  map[string][]object.GroupKey{},
 		cs:      map[string]ref{},
 		csNS:    map[string]int{},
 	}
@@ -296,7 +284,7 @@ func (x *index) len() int {
 
 // sync rebuilds group k from the source and installs it. It returns the
 // groups that must be rebuilt because k let go of a name they want.
-func (x *index) sync(k groupKey) []groupKey {
+func (x *index) sync(k object.GroupKey) []object.GroupKey {
 	health := x.health.load()
 	x.mu.RLock()
 	var old *group
@@ -314,11 +302,11 @@ func (x *index) sync(k groupKey) []groupKey {
 
 // build computes group k, reusing old's members that did not change; nil
 // when nobody exports the Service.
-func (x *index) build(k groupKey, old *group, health *healthState) *group {
-	if name, ok := k.federated(); ok {
+func (x *index) build(k object.GroupKey, old *group, health *healthState) *group {
+	if name, ok := k.Federated(); ok {
 		return x.buildFederated(k, name, old)
 	}
-	if !object.ValidLabel(k.ns) || !object.ValidLabel(k.svc) {
+	if !object.ValidLabel(k.NS) || !object.ValidLabel(k.Svc) {
 		// A name a remote API server should not have let through:
 		// it could add a label and shadow another name.
 		if x.exportedAnywhere(k) {
@@ -343,14 +331,14 @@ func (x *index) build(k groupKey, old *group, health *healthState) *group {
 		g.members = append(g.members, m)
 		dropped = append(dropped, m.dropped...)
 	}
-	add(x.local, x.src.Service(x.local, k.ns, k.svc))
+	add(x.local, x.src.Service(x.local, k.NS, k.Svc))
 	for _, c := range x.src.Links() {
-		add(c, x.src.Service(c, k.ns, k.svc))
+		add(c, x.src.Service(c, k.NS, k.Svc))
 	}
 	x.drops.note(k, dropped)
 	var d *object.Derived
 	if x.nMirror < len(x.zones) {
-		d = x.src.Derived(k.ns, k.svc)
+		d = x.src.Derived(k.NS, k.Svc)
 	}
 	if len(g.members) == 0 && d == nil {
 		return nil // nobody exports it, nor imports it: nothing is claimed
@@ -364,7 +352,7 @@ func (x *index) build(k groupKey, old *group, health *healthState) *group {
 		if len(g.members) == 0 {
 			break // imported only: no -global name
 		}
-		if name := k.svc + "-" + labels.Global + "." + k.ns + ".svc." + z; validName(name) {
+		if name := k.Svc + "-" + labels.Global + "." + k.NS + ".svc." + z; validName(name) {
 			g.global[zi] = name
 		}
 	}
@@ -380,12 +368,12 @@ func (x *index) build(k groupKey, old *group, health *healthState) *group {
 }
 
 // exportedAnywhere reports whether any cluster has a Service k.
-func (x *index) exportedAnywhere(k groupKey) bool {
-	if x.src.Service(x.local, k.ns, k.svc) != nil {
+func (x *index) exportedAnywhere(k object.GroupKey) bool {
+	if x.src.Service(x.local, k.NS, k.Svc) != nil {
 		return true
 	}
 	for _, c := range x.src.Links() {
-		if x.src.Service(c, k.ns, k.svc) != nil {
+		if x.src.Service(c, k.NS, k.Svc) != nil {
 			return true
 		}
 	}
@@ -455,6 +443,6 @@ func globalAddrs(g *group) (v4, v6 []byte) {
 func (g *group) own(i int) bool { return !g.members[i].local && !g.lost[i+1] }
 
 // groupLess orders groups for a contested name: the first keeps it.
-func groupLess(a, b groupKey) bool {
-	return cmp.Or(cmp.Compare(a.ns, b.ns), cmp.Compare(a.svc, b.svc)) < 0
+func groupLess(a, b object.GroupKey) bool {
+	return cmp.Or(cmp.Compare(a.NS, b.NS), cmp.Compare(a.Svc, b.Svc)) < 0
 }

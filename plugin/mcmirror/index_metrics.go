@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/coredns/coredns/plugin"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -67,7 +68,7 @@ func noteInvalid(cluster, name string) {
 // noteExternalName logs and counts an exported ExternalName Service, which
 // is not answered: it has no addresses, and a CNAME to a name outside the
 // remote cluster would not resolve the same here.
-func noteExternalName(cluster string, k groupKey) {
+func noteExternalName(cluster string, k object.GroupKey) {
 	if !first("externalname\x00" + cluster + "\x00" + k.String()) {
 		return
 	}

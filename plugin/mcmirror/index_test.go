@@ -55,7 +55,7 @@ func records(x *index, name string, qtype uint16) []dns.RR {
 // owner returns the group that answers name, or "".
 func owner(x *index, name string) string {
 	if h := x.lookup(name); h != nil {
-		return h.r.s.key.svc
+		return h.r.s.key.Svc
 	}
 	return ""
 }
@@ -83,7 +83,7 @@ func TestIndexUpdates(t *testing.T) {
 	src := fixture()
 	m := newTestPlugin(t, src, 5, fall.Zero)
 	x := m.index
-	nginx := groupKey{"default", "nginx-svc"}
+	nginx := object.ServiceKey("default", "nginx-svc")
 
 	wantAddrs(t, x, "nginx-svc-west"+z, "10.96.0.10", "10.96.0.11")
 
@@ -151,7 +151,7 @@ func TestIndexServiceChanges(t *testing.T) {
 	src := fixture()
 	m := newTestPlugin(t, src, 5, fall.Zero)
 	x := m.index
-	web := groupKey{"default", "web"}
+	web := object.ServiceKey("default", "web")
 
 	// Gateway to flat: remote endpoint addresses replace the mirror's.
 	s := src.services[[3]string{"west", "default", "web"}]
@@ -215,10 +215,10 @@ func TestIndexNameCollision(t *testing.T) {
 	// it; foo of us-west has no mirror of its own but still claims the
 	// name. The group that sorts first (foo) keeps it, whatever the order
 	// of the builds.
-	for _, order := range [][]groupKey{{{"default", "foo"}, {"default", "foo-us"}}, {{"default", "foo-us"}, {"default", "foo"}}} {
+	for _, order := range [][]string{{"foo", "foo-us"}, {"foo-us", "foo"}} {
 		x2 := newIndex(src, "east", []string{"cluster.local."}, 5, false)
-		for _, k := range order {
-			x2.sync(k)
+		for _, svc := range order {
+			x2.sync(object.ServiceKey("default", svc))
 		}
 		if o := owner(x2, "foo-us-west"+z); o != "foo" {
 			t.Errorf("order %v: owner %q, want foo", order, o)
@@ -231,8 +231,8 @@ func TestIndexNameCollision(t *testing.T) {
 	// us-west unexports foo: the name goes to foo-us of west, rebuilt
 	// because it lost the name before.
 	delete(src.services, [3]string{"us-west", "default", "foo"})
-	again := x.sync(groupKey{"default", "foo"})
-	if !slices.Equal(again, []groupKey{{"default", "foo-us"}}) {
+	again := x.sync(object.ServiceKey("default", "foo"))
+	if !slices.Equal(again, []object.GroupKey{object.ServiceKey("default", "foo-us")}) {
 		t.Fatalf("sync asked to rebuild %v, want foo-us", again)
 	}
 	for _, k := range again {
@@ -301,7 +301,7 @@ func TestIndexMetrics(t *testing.T) {
 		}
 	}
 	delete(src.services, [3]string{"west", "default", "web"})
-	m.index.sync(groupKey{"default", "web"})
+	m.index.sync(object.ServiceKey("default", "web"))
 	if got := testutil.ToFloat64(indexNames); got != 0 {
 		t.Errorf("index_names = %v after unexport, want 0", got)
 	}
@@ -330,14 +330,14 @@ func TestIndexPodMirrorOfAnotherService(t *testing.T) {
 
 	// Its own per-pod mirror makes it answer, with its own ClusterIP.
 	src.mirror("default", "nginx-set-0-west", "west", "other-west", []string{"10.96.0.61"}, httpPort)
-	x.sync(groupKey{"default", "other"})
-	x.sync(groupKey{"default", "nginx-svc"})
+	x.sync(object.ServiceKey("default", "other"))
+	x.sync(object.ServiceKey("default", "nginx-svc"))
 	wantAddrs(t, x, "nginx-set-0.other-west"+z, "10.96.0.61")
 	wantAbsent(t, x, "nginx-set-0.nginx-svc-west"+z)
 
 	// A mirror labelled for another cluster is never taken.
 	src.mirror("default", "nginx-set-0-west", "paris", "other-west", []string{"10.96.0.62"}, httpPort)
-	x.sync(groupKey{"default", "other"})
+	x.sync(object.ServiceKey("default", "other"))
 	wantAbsent(t, x, "nginx-set-0.other-west"+z)
 }
 
@@ -352,7 +352,7 @@ func TestSyncReusesUnchangedMembers(t *testing.T) {
 		src.slices[[3]string{c, "default", "db"}][0].Version = "1"
 	}
 	m := newTestPlugin(t, src, 5, fall.Zero)
-	k := groupKey{"default", "db"}
+	k := object.ServiceKey("default", "db")
 	before := m.index.slots[k].g
 
 	key := [3]string{"c1", "default", "db"}

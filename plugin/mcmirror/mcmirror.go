@@ -27,6 +27,7 @@ import (
 	"github.com/coredns/coredns/request"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
@@ -57,7 +58,7 @@ type MCMirror struct {
 	health *gatewayHealth
 	// requeue has a group rebuilt: through the watcher's queue, or at
 	// once over a fake source.
-	requeue func(groupKey)
+	requeue func(object.GroupKey)
 }
 
 // Options are the settings of an MCMirror.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 	"github.com/miekg/dns"
 )
 
@@ -24,7 +25,7 @@ import (
 
 // install puts g, group k's new build (nil: k is gone), in the index. It
 // returns the groups to rebuild because k let go of a name they want.
-func (x *index) install(k groupKey, g *group) []groupKey {
+func (x *index) install(k object.GroupKey, g *group) []object.GroupKey {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 
@@ -44,7 +45,7 @@ func (x *index) install(k groupKey, g *group) []groupKey {
 	old := s.g
 	x.counts.add(old, -1)
 
-	var again []groupKey
+	var again []object.GroupKey
 	keep := []bool(nil)
 	if g != nil {
 		g.lost = make([]bool, len(g.members)+1)
@@ -124,7 +125,7 @@ func (x *index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
 	g := s.g
 	if u < 0 {
 		kind := kindGlobal
-		if _, ok := s.key.federated(); ok {
+		if _, ok := s.key.Federated(); ok {
 			kind = kindFederated
 		}
 		for zi, name := range g.global {
@@ -172,7 +173,7 @@ func eachAddr(v4, v6 []byte, f func(net.IP)) {
 
 // drop removes the names of unit u of g, installed through s, that are
 // still s's, and asks for the groups that wanted them.
-func (x *index) drop(s *slot, g *group, u int, again *[]groupKey) {
+func (x *index) drop(s *slot, g *group, u int, again *[]object.GroupKey) {
 	cur := s.g
 	s.g = g // unitNames reads the slot's group
 	x.unitNames(s, u, func(name string, r ref) bool {
@@ -188,7 +189,7 @@ func (x *index) drop(s *slot, g *group, u int, again *[]groupKey) {
 
 // add installs the names of unit u of s's group: all of them, or none
 // when another group keeps its first name.
-func (x *index) add(s *slot, u int, again *[]groupKey) {
+func (x *index) add(s *slot, u int, again *[]object.GroupKey) {
 	g := s.g
 	first := true
 	x.unitNames(s, u, func(name string, r ref) bool {
@@ -221,7 +222,7 @@ func (x *index) add(s *slot, u int, again *[]groupKey) {
 
 // take removes the whole unit that holds name from its group, which is
 // rebuilt when name is free again.
-func (x *index) take(have ref, name string, again *[]groupKey) {
+func (x *index) take(have ref, name string, again *[]object.GroupKey) {
 	loser := have.s
 	u := int(have.m)
 	if have.kind == kindGlobal || have.kind == kindFederated {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 )
 
 // relistProxy fronts a fakeAPI the way a restarted API server looks to a
@@ -165,16 +166,16 @@ func (p *relistProxy) counts() (lists, held int) {
 
 // startCounting starts the plugin on links (name, client pairs) and counts
 // the group builds by group.
-func startCounting(t *testing.T, links ...any) (*MCMirror, func(groupKey) int) {
+func startCounting(t *testing.T, links ...any) (*MCMirror, func(object.GroupKey) int) {
 	t.Helper()
 	m, err := New(remotetest.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	builds := map[groupKey]int{}
+	builds := map[object.GroupKey]int{}
 	sync := m.watch.sync
-	m.watch.sync = func(k groupKey) []groupKey {
+	m.watch.sync = func(k object.GroupKey) []object.GroupKey {
 		mu.Lock()
 		builds[k]++
 		mu.Unlock()
@@ -189,7 +190,7 @@ func startCounting(t *testing.T, links ...any) (*MCMirror, func(groupKey) int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Stop() })
-	return m, func(k groupKey) int {
+	return m, func(k object.GroupKey) int {
 		mu.Lock()
 		defer mu.Unlock()
 		return builds[k]
@@ -232,8 +233,9 @@ func TestRelistsOneAtATime(t *testing.T) {
 	dbSvc, _, _ := pc.services.idx.GetByKey("default/db")
 	dbSlice, _, _ := pc.slices[0].idx.GetByKey("default/db-1")
 	webSlice, _, _ := pc.slices[0].idx.GetByKey("default/web-1")
-	before := map[groupKey]int{}
-	for _, k := range []groupKey{{"default", "api"}, {"default", "db"}, {"default", "web"}} {
+	before := map[object.GroupKey]int{}
+	for _, svc := range []string{"api", "db", "web"} {
+		k := object.ServiceKey("default", svc)
 		before[k] = builds(k)
 	}
 
@@ -290,10 +292,10 @@ func TestRelistsOneAtATime(t *testing.T) {
 	for k, n := range before {
 		got := builds(k) - n
 		switch {
-		case k.svc == "web" && got == 0:
+		case k.Svc == "web" && got == 0:
 			t.Error("the changed group web was not rebuilt")
-		case k.svc != "web" && got != 0:
-			t.Errorf("group %s rebuilt %d times by a relist that changed nothing in it", k.svc, got)
+		case k.Svc != "web" && got != 0:
+			t.Errorf("group %s rebuilt %d times by a relist that changed nothing in it", k.Svc, got)
 		}
 	}
 }

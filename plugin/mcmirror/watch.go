@@ -47,8 +47,8 @@ type watcher struct {
 	// bounds how long a cluster that comes back waits to be watched again.
 	backoff wait.Backoff
 	// sync rebuilds a group: the index's.
-	sync  func(groupKey) []groupKey
-	queue *workqueue.Typed[groupKey]
+	sync  func(object.GroupKey) []object.GroupKey
+	queue *workqueue.Typed[object.GroupKey]
 	// inflight is the number of groups being rebuilt, for the first sync.
 	inflight atomic.Int32
 	// ready latches the first sync: from then on the index answers from
@@ -77,7 +77,7 @@ type watcher struct {
 	// triggers are the oldest unprocessed change times of queued groups,
 	// for the programming latency metric.
 	triggersMu sync.Mutex
-	triggers   map[groupKey]trigger
+	triggers   map[object.GroupKey]trigger
 }
 
 type trigger struct {
@@ -137,9 +137,9 @@ func newWatcher(local string, export k8slabels.Selector, startupTimeout time.Dur
 		ways:           [3]remote.Way{remote.Selected(export), remote.Stamped, remote.Federated},
 		startupTimeout: startupTimeout,
 		backoff:        linkBackoff,
-		queue:          workqueue.NewTyped[groupKey](),
+		queue:          workqueue.NewTyped[object.GroupKey](),
 		clusters:       map[string]*cluster{},
-		triggers:       map[groupKey]trigger{},
+		triggers:       map[object.GroupKey]trigger{},
 		relists:        newRelistGate(relistBusy),
 	}
 }
@@ -221,7 +221,7 @@ func (c *watcher) enqueueAll(cl *cluster) {
 	for _, st := range cl.serviceStores() {
 		for _, obj := range st.idx.List() {
 			if s, ok := obj.(*object.Service); ok {
-				c.enqueue(groupKey{s.Namespace, s.Name})
+				c.enqueue(object.ServiceKey(s.Namespace, s.Name))
 			}
 		}
 	}
@@ -353,10 +353,10 @@ func (c *watcher) work() {
 	}
 }
 
-func (c *watcher) enqueue(k groupKey) { c.queue.Add(k) }
+func (c *watcher) enqueue(k object.GroupKey) { c.queue.Add(k) }
 
 // noteTrigger remembers the oldest change not yet in the index of group k.
-func (c *watcher) noteTrigger(k groupKey, cluster string, at time.Time) {
+func (c *watcher) noteTrigger(k object.GroupKey, cluster string, at time.Time) {
 	c.triggersMu.Lock()
 	defer c.triggersMu.Unlock()
 	if t, ok := c.triggers[k]; !ok || at.Before(t.at) {
@@ -364,7 +364,7 @@ func (c *watcher) noteTrigger(k groupKey, cluster string, at time.Time) {
 	}
 }
 
-func (c *watcher) observe(k groupKey) {
+func (c *watcher) observe(k object.GroupKey) {
 	c.triggersMu.Lock()
 	t, ok := c.triggers[k]
 	delete(c.triggers, k)

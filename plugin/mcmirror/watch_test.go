@@ -9,7 +9,6 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
-	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -260,26 +259,6 @@ func TestControllerProgrammingLatency(t *testing.T) {
 	west.DiscoveryV1().EndpointSlices("default").Create(ctx, s, metav1.CreateOptions{})
 	eventually(t, "the endpoint", func() bool { a, _ := addrs(m.index, "web-latency"+z); return len(a) == 1 })
 	eventually(t, "a latency sample", func() bool { return count() == before+1 })
-}
-
-func TestMirrorGroup(t *testing.T) {
-	tests := []struct {
-		m    object.Mirror
-		want groupKey
-		ok   bool
-	}{
-		{object.Mirror{Meta: object.Meta{Name: "nginx-svc-west", Namespace: "ns"}, Cluster: "west"}, groupKey{"ns", "nginx-svc"}, true},
-		{object.Mirror{Meta: object.Meta{Name: "nginx-set-0-west", Namespace: "ns"}, Cluster: "west", HeadlessOf: "nginx-svc-west"}, groupKey{"ns", "nginx-svc"}, true},
-		{object.Mirror{Meta: object.Meta{Name: "svc-us-west", Namespace: "ns"}, Cluster: "us-west"}, groupKey{"ns", "svc"}, true},
-		{object.Mirror{Meta: object.Meta{Name: "nginx-svc-west", Namespace: "ns"}}, groupKey{}, false},             // no cluster label
-		{object.Mirror{Meta: object.Meta{Name: "nginx-svc", Namespace: "ns"}, Cluster: "west"}, groupKey{}, false}, // not <svc>-<cluster>
-	}
-	for _, tc := range tests {
-		got, ok := mirrorGroup(&tc.m)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("mirrorGroup(%s) = %v, %t; want %v, %t", tc.m.Name, got, ok, tc.want, tc.ok)
-		}
-	}
 }
 
 // TestControllerServeDNS answers a query end to end through the informers.

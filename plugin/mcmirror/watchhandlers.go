@@ -1,7 +1,6 @@
 package mcmirror
 
 import (
-	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 )
 
@@ -37,7 +36,7 @@ func handler[T any](add func(T, bool), update func(T, T), del func(T)) storeHand
 func (c *watcher) serviceHandler(cl *cluster, kind int) storeHandler {
 	enqueue := func(s *object.Service, delta int64) {
 		cl.touched(kind, delta)
-		c.enqueue(groupKey{s.Namespace, s.Name})
+		c.enqueue(object.ServiceKey(s.Namespace, s.Name))
 	}
 	return handler(
 		func(s *object.Service, _ bool) { enqueue(s, 1) },
@@ -51,7 +50,7 @@ func (c *watcher) sliceHandler(cl *cluster) storeHandler {
 	return handler(
 		func(s *object.Slice, initial bool) {
 			cl.touched(objSlice, 1)
-			k := groupKey{s.Namespace, s.Service}
+			k := object.ServiceKey(s.Namespace, s.Service)
 			if !initial && !s.TriggerTime.IsZero() {
 				c.noteTrigger(k, cl.name, s.TriggerTime)
 			}
@@ -60,9 +59,9 @@ func (c *watcher) sliceHandler(cl *cluster) storeHandler {
 		func(old, s *object.Slice) {
 			cl.touched(objSlice, 0)
 			if old.Service != s.Service {
-				c.enqueue(groupKey{old.Namespace, old.Service})
+				c.enqueue(object.ServiceKey(old.Namespace, old.Service))
 			}
-			k := groupKey{s.Namespace, s.Service}
+			k := object.ServiceKey(s.Namespace, s.Service)
 			if !s.TriggerTime.IsZero() && !s.TriggerTime.Equal(old.TriggerTime) {
 				c.noteTrigger(k, cl.name, s.TriggerTime)
 			}
@@ -70,17 +69,17 @@ func (c *watcher) sliceHandler(cl *cluster) storeHandler {
 		},
 		func(s *object.Slice) {
 			cl.touched(objSlice, -1)
-			c.enqueue(groupKey{s.Namespace, s.Service})
+			c.enqueue(object.ServiceKey(s.Namespace, s.Service))
 		},
 	)
 }
 
 func (c *watcher) mirrorHandler(cl *cluster) storeHandler {
 	enqueue := func(m *object.Mirror) {
-		if k, ok := mirrorGroup(m); ok {
+		if k, ok := object.MirrorGroup(m); ok {
 			c.enqueue(k)
 		}
-		if k, ok := federatedGroup(m); ok {
+		if k, ok := object.FederatedGroup(m); ok {
 			c.enqueue(k)
 		}
 	}
@@ -89,24 +88,6 @@ func (c *watcher) mirrorHandler(cl *cluster) storeHandler {
 		func(old, m *object.Mirror) { cl.touched(objMirror, 0); enqueue(old); enqueue(m) },
 		func(m *object.Mirror) { cl.touched(objMirror, -1); enqueue(m) },
 	)
-}
-
-// mirrorGroup returns the group a mirror Service serves: <svc> of
-// <svc>-<cluster>, for a Service mirror and for the per-pod mirrors of a
-// headless one.
-func mirrorGroup(m *object.Mirror) (groupKey, bool) {
-	if m.Cluster == "" {
-		return groupKey{}, false
-	}
-	base := m.Name
-	if m.HeadlessOf != "" {
-		base = m.HeadlessOf
-	}
-	svc, ok := labels.SplitMirrorName(base, m.Cluster)
-	if !ok {
-		return groupKey{}, false
-	}
-	return groupKey{m.Namespace, svc}, true
 }
 
 // touched records an event from the cluster: delta is the change in the

@@ -157,8 +157,8 @@ func TestLinkMetricsGenerations(t *testing.T) {
 	old.health.setSynced()
 	old.health.contact()
 	old.health.latency(time.Second)
-	m.watch.noteTrigger(groupKey{"default", "web"}, "gen", time.Now())
-	m.watch.observe(groupKey{"default", "web"})
+	m.watch.noteTrigger(object.ServiceKey("default", "web"), "gen", time.Now())
+	m.watch.observe(object.ServiceKey("default", "web"))
 	if n := seriesOf("gen"); n != 0 {
 		t.Errorf("%d series of a removed link re-created", n)
 	}

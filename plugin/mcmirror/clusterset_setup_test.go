@@ -7,6 +7,7 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/miekg/dns"
 )
 
 func TestParseClusterSet(t *testing.T) {
@@ -69,9 +70,11 @@ func TestSetupClusterSet(t *testing.T) {
 	if !slices.Equal(m.clusterset, []bool{false, true, false}) {
 		t.Errorf("clusterset zones %v of %v", m.clusterset, m.Zones)
 	}
-	if !slices.Equal(m.index.zones, []string{"cluster.local.", "clusterset.local."}) || m.index.nMirror != 1 {
-		t.Errorf("index zones %v, %d of mcmirror's", m.index.zones, m.index.nMirror)
-	}
+	// The index answers the specification's names in clusterset.local,
+	// and not in cluster.local.
+	m.Next = fromNext
+	runCase(t, m, testCase("dns-version.clusterset.local.", dns.TypeTXT, txt("dns-version.clusterset.local.", "1.0.0")), false)
+	runCase(t, m, next("dns-version.cluster.local."), false)
 	if m.watch.cluster("east").derived == nil {
 		t.Error("the derived Services are not watched")
 	}

@@ -171,7 +171,7 @@ func TestStaleMaxAge(t *testing.T) {
 			}
 			staleSeen = staleSeen || failing
 		}
-		return testutil.ToFloat64(linkWithdrawn.WithLabelValues("aged")) == 1 && m.index.lookup(name) == nil
+		return testutil.ToFloat64(linkWithdrawn.WithLabelValues("aged")) == 1 && m.index.Lookup(name) == nil
 	})
 	if !staleSeen {
 		t.Fatalf("no answer while the link was seen down before stale_max_age %s: the outage was not seen in time to tell", maxAge)

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 )
 
 // The lifetime of a cluster's series across plugin instances. The series
@@ -81,7 +82,7 @@ func deleteLinkSeries(name string) {
 	for _, r := range link.FailureReasons {
 		linkErrors.DeleteLabelValues(name, r)
 	}
-	droppedAddresses.DeleteLabelValues(name)
+	index.DeleteSeries(name)
 	programmingLatency.DeleteLabelValues(name)
 	for _, k := range objKinds {
 		linkObjects.DeleteLabelValues(name, k)

@@ -27,6 +27,7 @@ import (
 	"github.com/coredns/coredns/request"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
@@ -45,8 +46,10 @@ type MCMirror struct {
 
 	// src tells whether the watches have synced; it is the watcher,
 	// or a fake in tests.
-	src   source
-	index *index
+	src   index.Source
+	index *index.Index
+	// ttl is the TTL of every record.
+	ttl uint32
 	// watch is the informer layer; nil when src is a fake.
 	watch *watcher
 	// soa is the SOA record of each zone, for the authority section of
@@ -124,7 +127,7 @@ func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
 		return nil, err
 	}
 	m.watch = w
-	w.sync = m.index.sync
+	w.sync = m.index.Sync
 	m.requeue = w.enqueue
 	if err := w.addCluster(o.Cluster, local); err != nil {
 		return nil, err
@@ -133,8 +136,8 @@ func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
 }
 
 // newWithSource returns an MCMirror over src, which tests fake.
-func newWithSource(src source, o Options) (*MCMirror, error) {
-	m := &MCMirror{Fall: o.Fall, src: src, startupTimeout: o.StartupTimeout}
+func newWithSource(src index.Source, o Options) (*MCMirror, error) {
+	m := &MCMirror{Fall: o.Fall, src: src, ttl: o.TTL, startupTimeout: o.StartupTimeout}
 	cs := map[string]bool{}
 	for _, z := range o.ClusterSet {
 		cs[dns.Fqdn(strings.ToLower(z))] = true
@@ -178,19 +181,18 @@ func newWithSource(src source, o Options) (*MCMirror, error) {
 			Minttl:  o.TTL,
 		}})
 	}
-	m.index = newIndex(src, o.Cluster, append(forward, csZones...), o.TTL, reverse)
-	m.index.nMirror = len(forward)
-	for c, l := range o.AllowedCIDRs {
-		if m.index.allowed == nil {
-			m.index.allowed = map[string]cidrs{}
-		}
-		m.index.allowed[c] = cidrs(l)
-	}
+	m.index = index.New(src, index.Options{
+		Cluster:       o.Cluster,
+		Zones:         forward,
+		ClusterSet:    csZones,
+		PTR:           reverse,
+		AllowedCIDRs:  o.AllowedCIDRs,
+		GatewayHealth: o.GatewayHealthURL != "",
+	})
 	m.requeue = m.syncNow
 	if o.GatewayHealthURL != "" {
 		m.health = newGatewayHealth(o.GatewayHealthURL, o.GatewayHealthInterval, o.Cluster, m.gatewaysChanged)
 		m.health.client = healthClient(o.GatewayHealthResolver)
-		m.index.health = m.health
 	}
 	return m, nil
 }
@@ -264,7 +266,7 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	// as the server refuses it without the chaos plugin (the kubernetes
 	// plugin answers it with IN records); so are zone transfers.
 	refused := isTransfer(q.Qtype) || q.Qclass != dns.ClassINET
-	h, found := m.index.find(qname)
+	h, found := m.index.Find(qname)
 	var msg *dns.Msg
 	if found && !refused {
 		state := request.Request{W: w, Req: r}
@@ -272,13 +274,13 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		if r.IsEdns0() != nil {
 			extra = 1 // room for the OPT record the server's writer adds
 		}
-		msg = h.answer(r, qname, m.index.ttl, limit, extra)
+		msg = answer(&h, r, qname, m.ttl, limit, extra)
 	}
-	if found && msg == nil && h.proto != "" && !h.exists() {
+	if found && msg == nil && !h.Exists() {
 		found = false // _<port>._<proto> of a port the name does not have
 	}
 	if !found {
-		kind, ok := m.index.claimed(qname, m.Zones[zi])
+		kind, ok := m.index.Claimed(qname, m.Zones[zi])
 		if !ok {
 			// Not ours: a local Service named like a mirror, a cluster we
 			// do not link, a Service nobody exports.
@@ -299,7 +301,7 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	if refused {
 		return dns.RcodeRefused, nil
 	}
-	kind := h.kind()
+	kind := h.Kind()
 	if msg == nil {
 		return m.negative(w, r, zi, kind, dns.RcodeSuccess) // NODATA
 	}
@@ -316,7 +318,7 @@ var errNotWritten = errors.New("reply not written")
 
 // negative writes an answer without records: NXDOMAIN, NODATA or SERVFAIL,
 // with the zone's SOA in the authority section.
-func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind nameKind, rcode int) (int, error) {
+func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind index.Kind, rcode int) (int, error) {
 	msg := newReply(r, rcode)
 	msg.Ns = m.soa[zi]
 	if !m.write(w, r, msg) {

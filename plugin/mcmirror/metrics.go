@@ -3,6 +3,7 @@ package mcmirror
 import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,21 +71,13 @@ var (
 		Help:      "Number of objects held from a cluster, by kind: Services exported by the export selector (service) and by a ServiceExport (mcs-service), their EndpointSlices, local mirror Services, local derived Services of ServiceImports (derived).",
 	}, []string{"cluster", "kind"})
 
-	// indexNames is the number of names in the index.
-	indexNames = promauto.NewGauge(prometheus.GaugeOpts{
+	// replyErrors counts the replies that could not be written.
+	replyErrors = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "mcmirror",
-		Name:      "index_names",
-		Help:      "Number of names in the index.",
+		Name:      "reply_errors_total",
+		Help:      "Number of replies the server could not write (a reply that does not pack); the client gets SERVFAIL.",
 	})
-
-	// indexRecords is the number of records in the index, by type.
-	indexRecords = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "index_records",
-		Help:      "Number of records in the index, by type.",
-	}, []string{"type"})
 
 	// answers counts answers by name kind and rcode.
 	answers = promauto.NewCounterVec(prometheus.CounterOpts{
@@ -130,16 +123,6 @@ var (
 		return c
 	}()
 
-	// droppedAddresses counts the flat-mode endpoint addresses of a linked
-	// cluster left out of the answers for being outside its allowed_cidrs,
-	// when an EndpointSlice first shows them.
-	droppedAddresses = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "dropped_addresses_total",
-		Help:      "Number of endpoint addresses of a linked cluster not answered for being outside its allowed_cidrs, counted when an EndpointSlice first shows them.",
-	}, []string{"cluster"})
-
 	// programmingLatency is the time from a change in a cluster to the
 	// index answering with it.
 	programmingLatency = promauto.NewHistogramVec(prometheus.HistogramOpts{
@@ -159,8 +142,8 @@ var answerRcodes = [...]int{dns.RcodeSuccess, dns.RcodeNameError, dns.RcodeServe
 
 // answerCounters are the answers counters, resolved once so that counting
 // an answer is one atomic add: no label hashing on the hot path.
-var answerCounters = func() (c [numKinds][len(answerRcodes)]prometheus.Counter) {
-	for k := range numKinds {
+var answerCounters = func() (c [index.NumKinds][len(answerRcodes)]prometheus.Counter) {
+	for k := range index.NumKinds {
 		for i, rc := range answerRcodes {
 			c[k][i] = answers.WithLabelValues(k.String(), dns.RcodeToString[rc])
 		}
@@ -168,7 +151,7 @@ var answerCounters = func() (c [numKinds][len(answerRcodes)]prometheus.Counter) 
 	return c
 }()
 
-func countAnswer(kind nameKind, rcode int) {
+func countAnswer(kind index.Kind, rcode int) {
 	for i, rc := range answerRcodes {
 		if rc == rcode {
 			answerCounters[kind][i].Inc()

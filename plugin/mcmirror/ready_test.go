@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
@@ -19,12 +20,12 @@ import (
 )
 
 func TestReady(t *testing.T) {
-	src := fixture()
+	src := indextest.Fixture()
 	m := newTestPlugin(t, src, 5, fall.Zero)
 	if !m.Ready() {
 		t.Error("not ready with a synced source")
 	}
-	src.synced = false
+	src.Synced = false
 	if m.Ready() {
 		t.Error("ready with a source that has not synced")
 	}

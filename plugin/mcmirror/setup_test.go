@@ -318,8 +318,8 @@ func TestSetupGatewayHealth(t *testing.T) {
 	if m.health == nil || m.health.url != "http://127.0.0.1:1/peers" || m.health.interval != time.Second || m.health.grace != 5*time.Second {
 		t.Fatalf("health %+v", m.health)
 	}
-	if m.index.health != m.health {
-		t.Error("the index does not read the health")
+	if m.health.changed == nil {
+		t.Error("the index is not told the gateways' health")
 	}
 }
 

@@ -2,6 +2,7 @@ package mcmirror
 
 import (
 	"context"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +56,42 @@ func endpointSlice(name, svc string, eps ...discovery.Endpoint) *discovery.Endpo
 
 func podEndpoint(host, ip string, ready bool) discovery.Endpoint {
 	return discovery.Endpoint{Addresses: []string{ip}, Hostname: ptr.To(host), Conditions: discovery.EndpointConditions{Ready: ptr.To(ready)}}
+}
+
+// addrs returns the A and AAAA addresses of name in the index x, sorted,
+// and whether the name is there at all.
+func addrs(x *index.Index, name string) ([]string, bool) {
+	h := x.Lookup(name)
+	if h == nil {
+		return nil, false
+	}
+	var out []string
+	for _, fam := range []struct {
+		v    []byte
+		size int
+	}{{h.Addresses(false), net.IPv4len}, {h.Addresses(true), net.IPv6len}} {
+		for i := 0; i < len(fam.v); i += fam.size {
+			out = append(out, net.IP(fam.v[i:i+fam.size]).String())
+		}
+	}
+	slices.Sort(out)
+	return out, true
+}
+
+// wantAddrs fails t unless name is in the index x with the addresses want.
+func wantAddrs(t *testing.T, x *index.Index, name string, want ...string) {
+	t.Helper()
+	if got, ok := addrs(x, name); !ok || !slices.Equal(got, want) {
+		t.Errorf("%s: %v (in the index: %t), want %v", name, got, ok, want)
+	}
+}
+
+// wantAbsent fails t when name is in the index x.
+func wantAbsent(t *testing.T, x *index.Index, name string) {
+	t.Helper()
+	if got, ok := addrs(x, name); ok {
+		t.Errorf("%s: in the index (%v), want it gone", name, got)
+	}
 }
 
 // eventBound is how long a test waits for something the code under test
@@ -151,7 +189,7 @@ func TestControllerWatches(t *testing.T) {
 
 	// Unexport: the label goes.
 	west.CoreV1().Services("default").Update(ctx, service("nginx-svc", nil, corev1.ClusterIPNone), metav1.UpdateOptions{})
-	eventually(t, "unexport", func() bool { return m.index.lookup("nginx-svc-west"+z) == nil })
+	eventually(t, "unexport", func() bool { return m.index.Lookup("nginx-svc-west"+z) == nil })
 
 	// Export a Service whose slices are already there: they come as the
 	// EndpointSlice controller labels them.
@@ -165,7 +203,7 @@ func TestControllerWatches(t *testing.T) {
 
 	// The link goes: so do its names.
 	m.RemoveLink("west")
-	eventually(t, "link removal", func() bool { return m.index.lookup("private-west"+z) == nil })
+	eventually(t, "link removal", func() bool { return m.index.Lookup("private-west"+z) == nil })
 	if err := m.AddLink("east", remotetest.NewClientset()); err == nil {
 		t.Error("a link named like the local cluster was accepted")
 	}
@@ -323,7 +361,7 @@ func TestControllerReplaceLink(t *testing.T) {
 	if err := m.ReplaceLink("paris", a); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the added link", func() bool { return m.index.lookup("web-paris"+z) != nil })
+	eventually(t, "the added link", func() bool { return m.index.Lookup("web-paris"+z) != nil })
 }
 
 func TestLinkHandler(t *testing.T) {

@@ -1,4 +1,4 @@
-package mcmirror
+package index
 
 import (
 	"slices"
@@ -31,7 +31,7 @@ import (
 
 // federations returns the keys of the federated groups that Service k is
 // a member of, in any cluster: a change of its objects rebuilds them too.
-func (x *index) federations(k object.GroupKey) []object.GroupKey {
+func (x *Index) federations(k object.GroupKey) []object.GroupKey {
 	if _, ok := k.Federated(); ok {
 		return nil
 	}
@@ -46,7 +46,7 @@ func (x *index) federations(k object.GroupKey) []object.GroupKey {
 // local member first, then its flat-mode members in link order, each
 // with a ready address; nil when none has one, so that the name is not
 // claimed.
-func (x *index) buildFederated(k object.GroupKey, name string, old *group) *group {
+func (x *Index) buildFederated(k object.GroupKey, name string, old *group) *group {
 	fm := x.src.Mirror(k.NS, name)
 	if fm == nil || fm.Fed == nil || fm.Cluster != "" || !object.ValidLabel(k.NS) || !object.ValidLabel(name) {
 		x.drops.note(k, nil)
@@ -98,7 +98,7 @@ func (x *index) buildFederated(k object.GroupKey, name string, old *group) *grou
 
 // hasReady reports whether Service s of cluster has an endpoint to answer:
 // a ready one, or any when it publishes not-ready addresses.
-func (x *index) hasReady(cluster string, s *object.Service) bool {
+func (x *Index) hasReady(cluster string, s *object.Service) bool {
 	for _, sl := range x.src.Slices(cluster, s.Namespace, s.Name) {
 		for _, e := range sl.Endpoints {
 			if (e.Ready || s.PublishNotReady) && len(e.Addresses) > 0 {

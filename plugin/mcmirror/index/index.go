@@ -1,10 +1,18 @@
-package mcmirror
+// Package index is the in-memory index of the mcmirror plugin: every name
+// it answers, lowercased, mapped to the service group that answers it,
+// with the compact data the answers are made of. It is built from a Source
+// (the watches of package watch, or a fake) one group at a time (Sync),
+// and read by the handler (Find, Claimed, FindCS, and Hit's methods). It
+// does no I/O.
+package index
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
@@ -12,10 +20,10 @@ import (
 	"github.com/miekg/dns"
 )
 
-// source is what the index is built from: the trimmed objects of the local
-// cluster and of every linked cluster. The informers implement it
-// (watch.go); tests use a fake.
-type source interface {
+// Source is what the index is built from: the trimmed objects of the local
+// cluster and of every linked cluster. The watches implement it
+// (watch.Watcher); tests use a fake (indextest.Source).
+type Source interface {
 	// Links returns the names of the linked remote clusters.
 	Links() []string
 	// Service returns the exported Service ns/name of cluster (the local
@@ -41,28 +49,29 @@ type source interface {
 	HasSynced() bool
 }
 
-// nameKind is the kind of a name, for the answers metric.
-type nameKind uint8
+// Kind is the kind of a name, for the answers metric.
+type Kind uint8
 
 const (
-	kindCluster nameKind = iota // <svc>-<cluster>.<ns>.svc.<zone>
-	kindPod                     // <host>.<svc>-<cluster>.<ns>.svc.<zone>
-	kindGlobal                  // <svc>-global.<ns>.svc.<zone>
-	kindSRV                     // _<port>._<proto>.<any of the above>
-	kindPTR                     // reverse name of a mirror ClusterIP or of a ClusterSetIP
-	kindCS                      // <svc>.<ns>.svc.<clusterset zone>
-	// kindCSPod is <host>.<cluster>.<svc>.<ns>.svc.<clusterset zone> of a
+	KindCluster Kind = iota // <svc>-<cluster>.<ns>.svc.<zone>
+	KindPod                 // <host>.<svc>-<cluster>.<ns>.svc.<zone>
+	KindGlobal              // <svc>-global.<ns>.svc.<zone>
+	KindSRV                 // _<port>._<proto>.<any of the above>
+	KindPTR                 // reverse name of a mirror ClusterIP or of a ClusterSetIP
+	KindCS                  // <svc>.<ns>.svc.<clusterset zone>
+	// KindCSPod is <host>.<cluster>.<svc>.<ns>.svc.<clusterset zone> of a
 	// Headless import, and, as a ref without a pod (p < 0), the empty
 	// non-terminal <cluster>.<svc>.<ns>.svc.<clusterset zone> above it.
-	kindCSPod
-	kindCSZone    // any other name of a clusterset zone: its apex, dns-version, svc, <ns>.svc
-	kindFederated // <svc>-federated.<ns>.svc.<zone> (federated.go)
-	numKinds
+	KindCSPod
+	KindCSZone    // any other name of a clusterset zone: its apex, dns-version, svc, <ns>.svc
+	KindFederated // <svc>-federated.<ns>.svc.<zone> (federated.go)
+	// NumKinds is the number of kinds.
+	NumKinds
 )
 
-var kindNames = [numKinds]string{"cluster", "pod", "global", "srv", "ptr", "clusterset", "clusterset-pod", "clusterset-zone", "federated"}
+var kindNames = [NumKinds]string{"cluster", "pod", "global", "srv", "ptr", "clusterset", "clusterset-pod", "clusterset-zone", "federated"}
 
-func (k nameKind) String() string { return kindNames[k] }
+func (k Kind) String() string { return kindNames[k] }
 
 // slot is where a group's names find its current data: a rebuild swaps
 // the group in the slot, and names whose meaning did not change are not
@@ -78,21 +87,20 @@ type ref struct {
 	p    int32 // pod index; -1 for the member's own name
 	m    int16 // member index; -1 for a -global name
 	zi   uint8 // forward zone of the name (PTR: its target's, 0)
-	kind nameKind
+	kind Kind
 }
 
-// index maps every name mcmirror answers for, lowercased, to the group that
-// answers it. A lookup is one map read under a read lock; the answer is
-// made from the group's compact data (answer.go).
-type index struct {
-	src   source
+// Index maps every name mcmirror answers for, lowercased, to the group that
+// answers it. A lookup is one map read under a read lock; the handler makes
+// the answer from the group's compact data (Hit).
+type Index struct {
+	src   Source
 	local string // this cluster's name
 	// zones are the forward zones, lowercased: mcmirror's (the first
 	// nMirror; the first of them names PTR targets), then the clusterset
 	// zones (clusterset.go), where mcmirror's names do not exist.
 	zones   []string
 	nMirror int
-	ttl     uint32
 	ptr     bool // a reverse zone is served, so build PTR names
 
 	mu    sync.RWMutex
@@ -113,10 +121,12 @@ type index struct {
 	// counts of addresses and names, for the records metric.
 	counts recordCounts
 
-	// health says which gateways are down (gateway_health; else nil).
-	// gateways are the clusters with gateway-mode members in each group.
-	health   *gatewayHealth
-	gateways map[object.GroupKey][]string
+	// down is which clusters' gateways are down (gateways.go); nil while
+	// every one is alive. With trackGateways (gateway_health), gateways
+	// are the clusters with gateway-mode members in each group.
+	down          atomic.Pointer[gatewayState]
+	trackGateways bool
+	gateways      map[object.GroupKey][]string
 
 	// allowed are the allow-lists of the linked clusters that have one
 	// (allowed_cidrs): their flat-mode addresses outside are dropped.
@@ -144,24 +154,54 @@ func (c *recordCounts) add(g *group, sign int) {
 	}
 }
 
-func newIndex(src source, local string, zones []string, ttl uint32, ptr bool) *index {
-	return &index{
-		src:     src,
-		local:   local,
-		zones:   zones,
-		nMirror: len(zones),
-		ttl:     ttl,
-		ptr:     ptr,
-		names:   map[string]ref{},
-		slots:   map[object.GroupKey]*slot{},
-		losers:  map[string][]object.GroupKey{},
-		cs:      map[string]ref{},
-		csNS:    map[string]int{},
-	}
+// Options are the settings of an Index.
+type Options struct {
+	// Cluster is this cluster's name.
+	Cluster string
+	// Zones are mcmirror's forward zones, lowercased; the first names the
+	// targets of PTR records.
+	Zones []string
+	// ClusterSet are the zones, lowercased, that answer the names of the
+	// Multi-Cluster Services DNS specification (clusterset.go).
+	ClusterSet []string
+	// PTR has the reverse names of the mirror ClusterIPs and ClusterSetIPs
+	// made: a reverse zone is served.
+	PTR bool
+	// AllowedCIDRs bounds, per linked cluster, the flat-mode endpoint
+	// addresses answered (allowed_cidrs): a cluster without a list is not
+	// bounded, one with an empty list has none answered.
+	AllowedCIDRs map[string][]netip.Prefix
+	// GatewayHealth has the index keep which groups have gateway-mode
+	// members of each cluster, for SetGatewaysDown (gateway_health).
+	GatewayHealth bool
 }
 
-// hit is a name found in the index, with what the query asks of it.
-type hit struct {
+// New returns an empty index of what src holds; Sync builds its groups.
+func New(src Source, o Options) *Index {
+	x := &Index{
+		src:           src,
+		local:         o.Cluster,
+		zones:         append(slices.Clip(o.Zones), o.ClusterSet...),
+		nMirror:       len(o.Zones),
+		ptr:           o.PTR,
+		trackGateways: o.GatewayHealth,
+		names:         map[string]ref{},
+		slots:         map[object.GroupKey]*slot{},
+		losers:        map[string][]object.GroupKey{},
+		cs:            map[string]ref{},
+		csNS:          map[string]int{},
+	}
+	for c, l := range o.AllowedCIDRs {
+		if x.allowed == nil {
+			x.allowed = map[string]cidrs{}
+		}
+		x.allowed[c] = cidrs(l)
+	}
+	return x
+}
+
+// Hit is a name found in the index, with what the query asks of it.
+type Hit struct {
 	g    *group
 	r    ref
 	port string // _<port>, for an SRV name, without the underscore
@@ -170,55 +210,55 @@ type hit struct {
 	proto string
 }
 
-// kind returns the kind of name for the answers metric.
-func (h *hit) kind() nameKind {
+// Kind returns the kind of name for the answers metric.
+func (h *Hit) Kind() Kind {
 	if h.proto != "" {
-		return kindSRV
+		return KindSRV
 	}
 	return h.r.kind
 }
 
-// find returns what name (lowercased) is in the index: a name itself, or
+// Find returns what name (lowercased) is in the index: a name itself, or
 // _<port>._<proto> or _<proto> below one. A name whose first label starts
 // with an underscore is neither a name of the table nor a pod (their labels
 // are object.ValidLabel's), so it is looked up only below its underscore labels.
-func (x *index) find(name string) (hit, bool) {
+func (x *Index) Find(name string) (Hit, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	if len(name) == 0 || name[0] != '_' {
 		if r, ok := x.resolve(name); ok {
-			return hit{g: r.s.g, r: r}, true
+			return Hit{g: r.s.g, r: r}, true
 		}
-		if r, ok := x.cs[name]; ok && r.kind == kindPTR { // a ClusterSetIP's
-			return hit{g: r.s.g, r: r}, true
+		if r, ok := x.cs[name]; ok && r.kind == KindPTR { // a ClusterSetIP's
+			return Hit{g: r.s.g, r: r}, true
 		}
-		return hit{}, false
+		return Hit{}, false
 	}
 	first, rest, ok := cutLabel(name)
 	if !ok {
-		return hit{}, false
+		return Hit{}, false
 	}
 	if len(rest) == 0 || rest[0] != '_' {
-		if r, ok := x.resolve(rest); ok && r.kind != kindPTR {
-			return hit{g: r.s.g, r: r, proto: first[1:]}, true
+		if r, ok := x.resolve(rest); ok && r.kind != KindPTR {
+			return Hit{g: r.s.g, r: r, proto: first[1:]}, true
 		}
-		return hit{}, false
+		return Hit{}, false
 	}
 	second, rest, ok := cutLabel(rest)
 	if !ok {
-		return hit{}, false
+		return Hit{}, false
 	}
-	if r, ok := x.resolve(rest); ok && r.kind != kindPTR {
-		return hit{g: r.s.g, r: r, port: first[1:], proto: second[1:]}, true
+	if r, ok := x.resolve(rest); ok && r.kind != KindPTR {
+		return Hit{g: r.s.g, r: r, port: first[1:], proto: second[1:]}, true
 	}
-	return hit{}, false
+	return Hit{}, false
 }
 
 // resolve returns the ref of name: a name of the table, or a pod below a
 // member's name, found in that member's pods by the hash of its host. Pods are
 // not in the table: one map entry per endpoint would cost a third of the
 // index's memory. The caller holds x.mu.
-func (x *index) resolve(name string) (ref, bool) {
+func (x *Index) resolve(name string) (ref, bool) {
 	if r, ok := x.names[name]; ok {
 		return r, true
 	}
@@ -227,14 +267,14 @@ func (x *index) resolve(name string) (ref, bool) {
 		return ref{}, false
 	}
 	r, ok := x.names[parent]
-	if !ok || r.kind != kindCluster {
+	if !ok || r.kind != KindCluster {
 		return ref{}, false
 	}
 	p := r.s.g.members[r.m].findPod(host, name, int(r.zi))
 	if p < 0 {
 		return ref{}, false
 	}
-	r.p, r.kind = int32(p), kindPod
+	r.p, r.kind = int32(p), KindPod
 	return r, true
 }
 
@@ -247,19 +287,20 @@ func cutLabel(name string) (label, rest string, ok bool) {
 	return name[:i], name[i+1:], true
 }
 
-// lookup returns what name is in the index, or nil.
-func (x *index) lookup(name string) *hit {
-	h, ok := x.find(name)
-	if !ok || h.proto != "" && !h.exists() {
+// Lookup returns what name is in the index, or nil: as Find, less an SRV
+// name of a port or protocol the name does not have.
+func (x *Index) Lookup(name string) *Hit {
+	h, ok := x.Find(name)
+	if !ok || !h.Exists() {
 		return nil
 	}
 	return &h
 }
 
-// claimed reports whether name (lowercased, inside zone) lies below a name
+// Claimed reports whether name (lowercased, inside zone) lies below a name
 // of the index: an unknown pod or port of a known Service, which is NXDOMAIN
 // rather than someone else's name.
-func (x *index) claimed(name, zone string) (nameKind, bool) {
+func (x *Index) Claimed(name, zone string) (Kind, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	// Label by label, as dns.NextLabel splits them: a dot escaped inside
@@ -267,25 +308,28 @@ func (x *index) claimed(name, zone string) (nameKind, bool) {
 	for off, end := dns.NextLabel(name, 0); !end && len(name)-off > len(zone); off, end = dns.NextLabel(name, off) {
 		if _, ok := x.names[name[off:]]; ok {
 			if name[0] == '_' {
-				return kindSRV, true
+				return KindSRV, true
 			}
-			return kindPod, true
+			return KindPod, true
 		}
 	}
 	return 0, false
 }
 
-// len returns the number of names in the index.
-func (x *index) len() int {
+// Len returns the number of names in mcmirror's zones (the clusterset
+// zones' are not counted).
+func (x *Index) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return len(x.names)
 }
 
-// sync rebuilds group k from the source and installs it. It returns the
-// groups that must be rebuilt because k let go of a name they want.
-func (x *index) sync(k object.GroupKey) []object.GroupKey {
-	health := x.health.load()
+// Sync rebuilds group k from the source and installs it. It returns the
+// groups that must be rebuilt because k let go of a name they want, or
+// whose gateway states changed while it was built. The watches call it
+// from one goroutine: two builds of a group never race.
+func (x *Index) Sync(k object.GroupKey) []object.GroupKey {
+	health := x.down.Load()
 	x.mu.RLock()
 	var old *group
 	if s := x.slots[k]; s != nil {
@@ -294,7 +338,7 @@ func (x *index) sync(k object.GroupKey) []object.GroupKey {
 	x.mu.RUnlock()
 	g := x.build(k, old, health)
 	again := append(x.install(k, g), x.federations(k)...)
-	if x.health.load() != health { // changed before install recorded k
+	if x.down.Load() != health { // changed before install recorded k
 		again = append(again, k)
 	}
 	return again
@@ -302,7 +346,7 @@ func (x *index) sync(k object.GroupKey) []object.GroupKey {
 
 // build computes group k, reusing old's members that did not change; nil
 // when nobody exports the Service.
-func (x *index) build(k object.GroupKey, old *group, health *healthState) *group {
+func (x *Index) build(k object.GroupKey, old *group, health *gatewayState) *group {
 	if name, ok := k.Federated(); ok {
 		return x.buildFederated(k, name, old)
 	}
@@ -368,7 +412,7 @@ func (x *index) build(k object.GroupKey, old *group, health *healthState) *group
 }
 
 // exportedAnywhere reports whether any cluster has a Service k.
-func (x *index) exportedAnywhere(k object.GroupKey) bool {
+func (x *Index) exportedAnywhere(k object.GroupKey) bool {
 	if x.src.Service(x.local, k.NS, k.Svc) != nil {
 		return true
 	}

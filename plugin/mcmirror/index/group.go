@@ -1,4 +1,4 @@
-package mcmirror
+package index
 
 import (
 	"cmp"
@@ -15,9 +15,9 @@ import (
 
 // A group is what the index keeps of one Service ns/svc across every
 // cluster that exports it: compact data from which answers are made at
-// query time (answer.go), not precomputed records. A group is immutable
-// once installed; a change installs a new one, reusing the members whose
-// objects did not change.
+// query time (hit.go, and the handler's answer.go), not precomputed
+// records. A group is immutable once installed; a change installs a new
+// one, reusing the members whose objects did not change.
 type group struct {
 	key object.GroupKey
 	// members are the clusters that export the Service, the local one
@@ -318,14 +318,14 @@ func (b *builder) portSet(ps []object.Port) uint32 {
 // buildMember computes the member of cluster for Service s, or nil when
 // it has nothing to give. old, the cluster's member at the last build, is
 // returned as it is when it was built from the same objects.
-func (x *index) buildMember(k object.GroupKey, cluster string, s *object.Service, old *member) *member {
+func (x *Index) buildMember(k object.GroupKey, cluster string, s *object.Service, old *member) *member {
 	return x.makeMember(k, cluster, s, old, "")
 }
 
 // makeMember is buildMember; with fed, a federated Service's name, the
 // member of a linked cluster is named <cluster>.<fed>.<ns>.svc.<zone> in
 // every zone (federated.go), and must be flat.
-func (x *index) makeMember(k object.GroupKey, cluster string, s *object.Service, old *member, fed string) *member {
+func (x *Index) makeMember(k object.GroupKey, cluster string, s *object.Service, old *member, fed string) *member {
 	local := cluster == x.local
 	var rel string
 	switch {
@@ -421,7 +421,7 @@ func reusable(old, now []any) bool {
 // Linkerd's rules: a headless Service with named endpoints is mirrored per
 // pod, anything else by one ClusterIP. A pod whose mirror does not exist yet
 // is left out: a record is only given when it can be routed.
-func (x *index) mirrors(m, old *member, s *object.Service, mname string, sls []*object.Slice) {
+func (x *Index) mirrors(m, old *member, s *object.Service, mname string, sls []*object.Slice) {
 	mirror := x.src.Mirror(s.Namespace, mname)
 	if mirror != nil && mirror.Cluster != m.cluster {
 		mirror = nil // a mirror of another cluster's Service of that name
@@ -489,7 +489,7 @@ func named(sls []*object.Slice) bool {
 // kubernetes plugin names it); a ClusterIP one answers all its endpoints.
 // Addresses are compared by value. Those allow does not allow are left
 // out, and added to out.
-func (x *index) endpoints(m, old *member, s *object.Service, sls []*object.Slice, allow cidrs, out *[]dropped) {
+func (x *Index) endpoints(m, old *member, s *object.Service, sls []*object.Slice, allow cidrs, out *[]dropped) {
 	b := newBuilder(m, old)
 	for _, sl := range sls {
 		var bad []string

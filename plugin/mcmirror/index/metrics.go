@@ -1,15 +1,47 @@
-package mcmirror
+package index
 
 import (
 	"sync"
 
 	"github.com/coredns/coredns/plugin"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
+// log is the plugin's: its lines say plugin/mcmirror, whichever package
+// writes them.
+var log = clog.NewWithPlugin("mcmirror")
+
+// Every label here has a handful of values: a cluster name, a record type.
 var (
+	// indexNames is the number of names in the index.
+	indexNames = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "index_names",
+		Help:      "Number of names in the index.",
+	})
+
+	// indexRecords is the number of records in the index, by type.
+	indexRecords = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "index_records",
+		Help:      "Number of records in the index, by type.",
+	}, []string{"type"})
+
+	// droppedAddresses counts the flat-mode endpoint addresses of a linked
+	// cluster left out of the answers for being outside its allowed_cidrs,
+	// when an EndpointSlice first shows them.
+	droppedAddresses = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "mcmirror",
+		Name:      "dropped_addresses_total",
+		Help:      "Number of endpoint addresses of a linked cluster not answered for being outside its allowed_cidrs, counted when an EndpointSlice first shows them.",
+	}, []string{"cluster"})
+
 	invalidNames = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "mcmirror",
@@ -23,13 +55,6 @@ var (
 		Name:      "externalname_exports_total",
 		Help:      "Number of exported ExternalName Services left out (they have no addresses to mirror), by cluster, counted once per Service.",
 	}, []string{"cluster"})
-
-	replyErrors = promauto.NewCounter(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "reply_errors_total",
-		Help:      "Number of replies the server could not write (a reply that does not pack); the client gets SERVFAIL.",
-	})
 )
 
 // once logs and counts each bad name or ExternalName export once, however
@@ -74,4 +99,10 @@ func noteExternalName(cluster string, k object.GroupKey) {
 	}
 	externalNames.WithLabelValues(cluster).Inc()
 	log.Infof("Exported ExternalName Service %s of cluster %s left out: it has no addresses to answer", k, cluster)
+}
+
+// DeleteSeries deletes the series of cluster name, which is linked no
+// more: the watches' series go with them (watch/linkseries.go).
+func DeleteSeries(name string) {
+	droppedAddresses.DeleteLabelValues(name)
 }

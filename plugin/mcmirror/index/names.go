@@ -1,4 +1,4 @@
-package mcmirror
+package index
 
 import (
 	"bytes"
@@ -13,19 +13,19 @@ import (
 // The name table: install puts a built group's names in the index. A name
 // belongs to one group; a group's names come in units, each owned or lost
 // whole: the -global name (unit -1) and each member's name (unit i) with
-// its PTR names, and the pods below it, which are not in the table: find
+// its PTR names, and the pods below it, which are not in the table: Find
 // looks a pod up in the member that owns its parent name. When two groups produce the same name
 // (svc "a-b" of cluster "c" and svc "a" of cluster "b-c" are both
 // "a-b-c"), the first by groupLess keeps the whole unit, and the other is
 // rebuilt when it lets go.
 //
 // A rebuild touches only the names of members that changed: a member whose
-// names are the same at the same position keeps its entries, which find
+// names are the same at the same position keeps its entries, which Find
 // the new group through the slot.
 
 // install puts g, group k's new build (nil: k is gone), in the index. It
 // returns the groups to rebuild because k let go of a name they want.
-func (x *index) install(k object.GroupKey, g *group) []object.GroupKey {
+func (x *Index) install(k object.GroupKey, g *group) []object.GroupKey {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 
@@ -87,7 +87,7 @@ func (x *index) install(k object.GroupKey, g *group) []object.GroupKey {
 }
 
 // publish sets the index gauges.
-func (x *index) publish() {
+func (x *Index) publish() {
 	indexNames.Set(float64(len(x.names) + len(x.cs)))
 	indexRecords.WithLabelValues("A").Set(float64(x.counts.a))
 	indexRecords.WithLabelValues("AAAA").Set(float64(x.counts.aaaa))
@@ -96,7 +96,7 @@ func (x *index) publish() {
 }
 
 // sameNames reports whether b has exactly a's names in the table, so that
-// the entries of a stand for b. Pod names are not in the table (find
+// the entries of a stand for b. Pod names are not in the table (Find
 // looks them up in their member), so a change of pods costs no write
 // unless PTR names, made of the addresses, change.
 func sameNames(a, b *member) bool {
@@ -121,12 +121,12 @@ func sameNames(a, b *member) bool {
 
 // unitNames calls f with each name of unit u of s's group (u = -1: the
 // -global names), the unit's own names first.
-func (x *index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
+func (x *Index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
 	g := s.g
 	if u < 0 {
-		kind := kindGlobal
+		kind := KindGlobal
 		if _, ok := s.key.Federated(); ok {
-			kind = kindFederated
+			kind = KindFederated
 		}
 		for zi, name := range g.global {
 			if name != "" && !f(name, ref{s: s, m: -1, p: -1, zi: uint8(zi), kind: kind}) {
@@ -137,7 +137,7 @@ func (x *index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
 	}
 	m := g.members[u]
 	for zi, name := range m.names[:x.nMirror] { // not the clusterset zones'
-		if !f(name, ref{s: s, m: int16(u), p: -1, zi: uint8(zi), kind: kindCluster}) {
+		if !f(name, ref{s: s, m: int16(u), p: -1, zi: uint8(zi), kind: KindCluster}) {
 			return
 		}
 	}
@@ -147,7 +147,7 @@ func (x *index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
 	if len(m.pods) == 0 {
 		eachAddr(m.v4, m.v6, func(ip net.IP) {
 			if rev, err := dns.ReverseAddr(ip.String()); err == nil {
-				f(rev, ref{s: s, m: int16(u), p: -1, kind: kindPTR})
+				f(rev, ref{s: s, m: int16(u), p: -1, kind: KindPTR})
 			}
 		})
 		return
@@ -156,7 +156,7 @@ func (x *index) unitNames(s *slot, u int, f func(name string, r ref) bool) {
 		p := &m.pods[i]
 		eachAddr(m.podV4(p), m.podV6(p), func(ip net.IP) {
 			if rev, err := dns.ReverseAddr(ip.String()); err == nil {
-				f(rev, ref{s: s, m: int16(u), p: int32(i), kind: kindPTR})
+				f(rev, ref{s: s, m: int16(u), p: int32(i), kind: KindPTR})
 			}
 		})
 	}
@@ -173,7 +173,7 @@ func eachAddr(v4, v6 []byte, f func(net.IP)) {
 
 // drop removes the names of unit u of g, installed through s, that are
 // still s's, and asks for the groups that wanted them.
-func (x *index) drop(s *slot, g *group, u int, again *[]object.GroupKey) {
+func (x *Index) drop(s *slot, g *group, u int, again *[]object.GroupKey) {
 	cur := s.g
 	s.g = g // unitNames reads the slot's group
 	x.unitNames(s, u, func(name string, r ref) bool {
@@ -189,13 +189,13 @@ func (x *index) drop(s *slot, g *group, u int, again *[]object.GroupKey) {
 
 // add installs the names of unit u of s's group: all of them, or none
 // when another group keeps its first name.
-func (x *index) add(s *slot, u int, again *[]object.GroupKey) {
+func (x *Index) add(s *slot, u int, again *[]object.GroupKey) {
 	g := s.g
 	first := true
 	x.unitNames(s, u, func(name string, r ref) bool {
 		have, ok := x.names[name]
 		if ok && have.s != s {
-			if r.kind == kindPTR {
+			if r.kind == KindPTR {
 				return true // below a name of ours: someone else's by another route
 			}
 			if groupLess(have.s.key, s.key) {
@@ -222,10 +222,10 @@ func (x *index) add(s *slot, u int, again *[]object.GroupKey) {
 
 // take removes the whole unit that holds name from its group, which is
 // rebuilt when name is free again.
-func (x *index) take(have ref, name string, again *[]object.GroupKey) {
+func (x *Index) take(have ref, name string, again *[]object.GroupKey) {
 	loser := have.s
 	u := int(have.m)
-	if have.kind == kindGlobal || have.kind == kindFederated {
+	if have.kind == KindGlobal || have.kind == KindFederated {
 		u = -1
 	}
 	x.counts.add(loser.g, -1)

@@ -1,11 +1,11 @@
-package mcmirror
+package index
 
 import (
 	"fmt"
 	"slices"
 	"testing"
 
-	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 )
 
 // Every pod is found by its name, whatever the number of pods (the search
@@ -14,12 +14,12 @@ import (
 func TestFindPod(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 10, 100, 1500} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			m := newTestPlugin(t, podsFixture(n), 5, fall.Zero)
+			x := testIndex(indextest.Pods(n))
 			for _, c := range []string{"west", "paris"} {
 				for i := range n {
 					name := fmt.Sprintf("big-%d.big-%s%s", i, c, z)
-					h, ok := m.index.find(name)
-					if !ok || h.r.kind != kindPod {
+					h, ok := x.Find(name)
+					if !ok || h.r.kind != KindPod {
 						t.Fatalf("%s: not found as a pod", name)
 					}
 					if got := h.g.members[h.r.m].podName(int(h.r.p), int(h.r.zi)); got != name {
@@ -27,7 +27,7 @@ func TestFindPod(t *testing.T) {
 					}
 				}
 				for _, host := range []string{fmt.Sprintf("big-%d", n), "big-", "big", "big-0x", "x"} {
-					if name := host + ".big-" + c + z; m.index.lookup(name) != nil {
+					if name := host + ".big-" + c + z; x.Lookup(name) != nil {
 						t.Errorf("%s: found, but no pod has that name", name)
 					}
 				}

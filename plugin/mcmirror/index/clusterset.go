@@ -1,4 +1,4 @@
-package mcmirror
+package index
 
 import (
 	"net"
@@ -7,15 +7,13 @@ import (
 
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
-	"github.com/coredns/coredns/request"
-
 	"github.com/miekg/dns"
 )
 
 // The clusterset zones (clusterset.local) answer the names of the
 // Multi-Cluster Services DNS specification (KEP-1645, schema 1.0.0), from
 // the same index as mcmirror's own names, for every Service this cluster
-// imports: one with a derived Service (clusterset_watch.go).
+// imports: one with a derived Service (package watch, clusterset_watch.go).
 //
 //	<svc>.<ns>.svc.<zone>                     ClusterSetIP: the derived Service's ClusterIPs;
 //	                                          Headless: every cluster's ready addresses
@@ -24,10 +22,8 @@ import (
 //	dns-version.<zone>                        TXT "1.0.0"
 //
 // and PTR for the ClusterSetIPs. A clusterset zone is mcmirror's alone:
-// every other name of it is NXDOMAIN, never handed down the plugin chain.
-
-// csSchemaVersion is the schema version of the specification answered.
-const csSchemaVersion = "1.0.0"
+// every other name of it is NXDOMAIN, never handed down the plugin chain
+// (the handler's serve_clusterset.go).
 
 // imported is what the clusterset zones answer of a group: its derived
 // Service, the ServiceImport's stand-in.
@@ -45,7 +41,7 @@ type imported struct {
 
 // buildImport computes the import of group k from its derived Service d,
 // returning old when it was built from the same object.
-func (x *index) buildImport(k object.GroupKey, d *object.Derived, old *imported) *imported {
+func (x *Index) buildImport(k object.GroupKey, d *object.Derived, old *imported) *imported {
 	if old != nil && old.from == d && object.Version(d) != "" {
 		return old
 	}
@@ -79,16 +75,16 @@ func (x *index) buildImport(k object.GroupKey, d *object.Derived, old *imported)
 
 // importTargets calls f with each SRV target of h, the name of a
 // ClusterSetIP import, until f returns false: the name itself, per port.
-func (h *hit) importTargets(f func(t target) bool) {
+func (h *Hit) importTargets(f func(t Target) bool) {
 	imp := h.g.imp
-	t := target{name: imp.names[h.r.zi], v4: imp.v4, v6: imp.v6, first: true}
+	t := Target{Name: imp.names[h.r.zi], V4: imp.v4, V6: imp.v6, First: true}
 	for j := range imp.ports {
 		if h.match(&imp.ports[j], imp.ports[:j]) {
-			t.port = uint16(imp.ports[j].Port)
+			t.Port = uint16(imp.ports[j].Port)
 			if !f(t) {
 				return
 			}
-			t.first = false
+			t.First = false
 		}
 	}
 }
@@ -119,19 +115,19 @@ type csEntry struct {
 // per clusterset zone, the Service's name and, for a Headless import, the
 // <cluster>.<svc> parent of each cluster's pods (pods are found below it,
 // as below a member's name); the PTR names of the ClusterSetIPs.
-func (x *index) csEntries(s *slot, g *group) []csEntry {
+func (x *Index) csEntries(s *slot, g *group) []csEntry {
 	if g == nil || g.imp == nil {
 		return nil
 	}
 	var out []csEntry
 	for zi := x.nMirror; zi < len(x.zones); zi++ {
-		out = append(out, csEntry{g.imp.names[zi], ref{s: s, m: -1, p: -1, zi: uint8(zi), kind: kindCS}})
+		out = append(out, csEntry{g.imp.names[zi], ref{s: s, m: -1, p: -1, zi: uint8(zi), kind: KindCS}})
 		if !g.imp.headless {
 			continue
 		}
 		for i, m := range g.members {
 			if len(m.pods) > 0 {
-				out = append(out, csEntry{m.names[zi], ref{s: s, m: int16(i), p: -1, zi: uint8(zi), kind: kindCSPod}})
+				out = append(out, csEntry{m.names[zi], ref{s: s, m: int16(i), p: -1, zi: uint8(zi), kind: KindCSPod}})
 			}
 		}
 	}
@@ -139,7 +135,7 @@ func (x *index) csEntries(s *slot, g *group) []csEntry {
 		// PTR records point into the first clusterset zone.
 		eachAddr(g.imp.v4, g.imp.v6, func(ip net.IP) {
 			if rev, err := dns.ReverseAddr(ip.String()); err == nil {
-				out = append(out, csEntry{rev, ref{s: s, m: -1, p: -1, zi: uint8(x.nMirror), kind: kindPTR}})
+				out = append(out, csEntry{rev, ref{s: s, m: -1, p: -1, zi: uint8(x.nMirror), kind: KindPTR}})
 			}
 		})
 	}
@@ -148,7 +144,7 @@ func (x *index) csEntries(s *slot, g *group) []csEntry {
 
 // installCS puts the clusterset names of g, group s's new build (nil: it
 // is gone), in place of those of old. x.mu is held.
-func (x *index) installCS(s *slot, old, g *group) {
+func (x *Index) installCS(s *slot, old, g *group) {
 	had, has := old != nil && old.imp != nil, g != nil && g.imp != nil
 	if had != has {
 		ns := s.key.NS
@@ -178,77 +174,77 @@ func (x *index) installCS(s *slot, old, g *group) {
 	}
 }
 
-// csWhat is what a name of a clusterset zone is.
-type csWhat uint8
+// CSWhat is what a name of a clusterset zone is.
+type CSWhat uint8
 
 const (
-	csNone    csWhat = iota // no such name: NXDOMAIN
-	csEmpty                 // an empty non-terminal: NODATA
-	csApex                  // the zone's apex: its SOA
-	csVersion               // dns-version: TXT
-	csName                  // a name of the cs table, or below one
+	CSNone    CSWhat = iota // no such name: NXDOMAIN
+	CSEmpty                 // an empty non-terminal: NODATA
+	CSApex                  // the zone's apex: its SOA
+	CSVersion               // dns-version: TXT
+	CSName                  // a name of the cs table, or below one: the Hit's
 )
 
-// findCS returns what name (lowercased) of the clusterset zone zone is,
+// FindCS returns what name (lowercased) of the clusterset zone zone is,
 // and its kind for the answers metric.
-func (x *index) findCS(name, zone string) (hit, csWhat, nameKind) {
+func (x *Index) FindCS(name, zone string) (Hit, CSWhat, Kind) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	switch rel := name[:len(name)-len(zone)]; {
 	case rel == "":
-		return hit{}, csApex, kindCSZone
+		return Hit{}, CSApex, KindCSZone
 	case rel == "dns-version.":
-		return hit{}, csVersion, kindCSZone
+		return Hit{}, CSVersion, KindCSZone
 	case rel == "svc.":
 		if len(x.csNS) > 0 {
-			return hit{}, csEmpty, kindCSZone
+			return Hit{}, CSEmpty, KindCSZone
 		}
-		return hit{}, csNone, kindCSZone
+		return Hit{}, CSNone, KindCSZone
 	case len(rel) > len(".svc.") && strings.HasSuffix(rel, ".svc.") && !strings.ContainsAny(rel[:len(rel)-5], `.\`):
 		if x.csNS[rel[:len(rel)-5]] > 0 {
-			return hit{}, csEmpty, kindCSZone
+			return Hit{}, CSEmpty, KindCSZone
 		}
-		return hit{}, csNone, kindCSZone
+		return Hit{}, CSNone, KindCSZone
 	}
 	if name[0] != '_' {
 		if r, ok := x.resolveCS(name); ok {
-			return hit{g: r.s.g, r: r}, csName, r.kind
+			return Hit{g: r.s.g, r: r}, CSName, r.kind
 		}
-		return hit{}, csNone, x.csBelow(name, zone)
+		return Hit{}, CSNone, x.csBelow(name, zone)
 	}
 	// _<proto>.<name> and _<port>._<proto>.<name>, on a Service or a pod.
 	first, rest, ok := cutLabel(name)
 	if !ok {
-		return hit{}, csNone, kindSRV
+		return Hit{}, CSNone, KindSRV
 	}
-	h := hit{proto: first[1:]}
+	h := Hit{proto: first[1:]}
 	if rest[0] == '_' {
 		var second string
 		if second, rest, ok = cutLabel(rest); !ok {
-			return hit{}, csNone, kindSRV
+			return Hit{}, CSNone, KindSRV
 		}
 		h.port, h.proto = first[1:], second[1:]
 	}
-	if r, ok := x.resolveCS(rest); ok && (r.kind == kindCS || r.p >= 0) {
+	if r, ok := x.resolveCS(rest); ok && (r.kind == KindCS || r.p >= 0) {
 		h.g, h.r = r.s.g, r
-		return h, csName, kindSRV
+		return h, CSName, KindSRV
 	}
-	return hit{}, csNone, x.csBelow(name, zone)
+	return Hit{}, CSNone, x.csBelow(name, zone)
 }
 
 // resolveCS returns the ref of a name of a clusterset zone: a name of the
 // cs table, or a pod below its cluster's <cluster>.<svc> name. x.mu is
 // held.
-func (x *index) resolveCS(name string) (ref, bool) {
+func (x *Index) resolveCS(name string) (ref, bool) {
 	if r, ok := x.cs[name]; ok {
-		return r, r.kind != kindPTR
+		return r, r.kind != KindPTR
 	}
 	host, parent, ok := cutLabel(name)
 	if !ok {
 		return ref{}, false
 	}
 	r, ok := x.cs[parent]
-	if !ok || r.kind != kindCSPod || r.p >= 0 {
+	if !ok || r.kind != KindCSPod || r.p >= 0 {
 		return ref{}, false
 	}
 	p := r.s.g.members[r.m].findPod(host, name, int(r.zi))
@@ -262,66 +258,14 @@ func (x *index) resolveCS(name string) (ref, bool) {
 // csBelow returns the kind of a name of zone that does not exist, for the
 // answers metric: below an import's names, an unknown pod or port; else
 // the zone's.
-func (x *index) csBelow(name, zone string) nameKind {
+func (x *Index) csBelow(name, zone string) Kind {
 	for off, end := dns.NextLabel(name, 0); !end && len(name)-off > len(zone); off, end = dns.NextLabel(name, off) {
-		if r, ok := x.cs[name[off:]]; ok && r.kind != kindPTR {
+		if r, ok := x.cs[name[off:]]; ok && r.kind != KindPTR {
 			if name[0] == '_' {
-				return kindSRV
+				return KindSRV
 			}
-			return kindCSPod
+			return KindCSPod
 		}
 	}
-	return kindCSZone
-}
-
-// serveClusterset answers r, for qname (lowercased) in the clusterset zone
-// m.Zones[zi]. Nothing follows mcmirror there: a name it does not have is
-// NXDOMAIN (SERVFAIL before the first sync), whatever fallthrough says.
-func (m *MCMirror) serveClusterset(w dns.ResponseWriter, r *dns.Msg, qname string, zi int) (int, error) {
-	q := r.Question[0]
-	if isTransfer(q.Qtype) || q.Qclass != dns.ClassINET {
-		return dns.RcodeRefused, nil
-	}
-	h, what, kind := m.index.findCS(qname, m.Zones[zi])
-	var msg *dns.Msg
-	switch what {
-	case csApex:
-		if q.Qtype == dns.TypeSOA {
-			msg = newReply(r, dns.RcodeSuccess)
-			msg.Answer = []dns.RR{dns.Copy(m.soa[zi][0])}
-		}
-	case csVersion:
-		if q.Qtype == dns.TypeTXT {
-			msg = newReply(r, dns.RcodeSuccess)
-			msg.Answer = []dns.RR{&dns.TXT{
-				Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: m.index.ttl},
-				Txt: []string{csSchemaVersion},
-			}}
-		}
-	case csName:
-		state := request.Request{W: w, Req: r}
-		limit, extra := maxRecords(state.Size()), 0
-		if r.IsEdns0() != nil {
-			extra = 1 // room for the OPT record the server's writer adds
-		}
-		msg = h.answer(r, qname, m.index.ttl, limit, extra)
-		if msg == nil && (h.proto != "" && !h.exists() || h.proto == "" && h.r.kind == kindCS && h.g.csVoid()) {
-			what, kind = csNone, h.kind()
-		}
-	}
-	if what == csNone {
-		rcode := dns.RcodeNameError
-		if !m.src.HasSynced() {
-			rcode = dns.RcodeServerFailure
-		}
-		return m.negative(w, r, zi, kind, rcode)
-	}
-	if msg == nil {
-		return m.negative(w, r, zi, kind, dns.RcodeSuccess) // NODATA
-	}
-	if !m.write(w, r, msg) {
-		return dns.RcodeServerFailure, errNotWritten
-	}
-	countAnswer(kind, dns.RcodeSuccess)
-	return dns.RcodeSuccess, nil
+	return KindCSZone
 }

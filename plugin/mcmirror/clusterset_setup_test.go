@@ -61,7 +61,8 @@ func TestParseClusterSet(t *testing.T) {
 // specification's names, and the local derived Services are watched.
 func TestSetupClusterSet(t *testing.T) {
 	kc := writeKubeconfig(t, "east")
-	c := caddy.NewTestController("dns", "mcmirror cluster.local clusterset.local in-addr.arpa {\ncluster east\nkubeconfig "+kc+"\nclusterset\n}")
+	corefile := "mcmirror cluster.local clusterset.local in-addr.arpa {\ncluster east\nkubeconfig " + kc + "\nclusterset\n}"
+	c := caddy.NewTestController("dns", corefile)
 	c.ServerBlockKeys = []string{".:53"}
 	if err := setup(c); err != nil {
 		t.Fatal(err)
@@ -75,7 +76,15 @@ func TestSetupClusterSet(t *testing.T) {
 	m.Next = fromNext
 	runCase(t, m, testCase("dns-version.clusterset.local.", dns.TypeTXT, txt("dns-version.clusterset.local.", "1.0.0")), false)
 	runCase(t, m, next("dns-version.cluster.local."), false)
-	if m.watch.cluster("east").derived == nil {
+	// The watches are told to watch the derived Services (package watch
+	// tests that they then do).
+	c = caddy.NewTestController("dns", corefile)
+	c.ServerBlockKeys = []string{".:53"}
+	cfg, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.options().watchOptions().ClusterSet {
 		t.Error("the derived Services are not watched")
 	}
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // The strings are Linkerd's (pkg/k8s/labels.go, the service mirror's
@@ -31,24 +30,6 @@ func TestFederatedLinkerdStrings(t *testing.T) {
 			t.Errorf("got %q, want %q", got, want)
 		}
 	}
-}
-
-// fedService is the local federated Service ns default/name as Linkerd's
-// service mirror makes it: a mirror without a cluster name, with a
-// ClusterIP and no endpoints; an annotation is left out when its value is
-// "-".
-func fedService(name, remote, local string) *corev1.Service {
-	ann := map[string]string{}
-	if remote != "-" {
-		ann[labels.RemoteDiscoveryAnnotation] = remote
-	}
-	if local != "-" {
-		ann[labels.LocalDiscoveryAnnotation] = local
-	}
-	s := service(name, map[string]string{labels.MirroredService: labels.MirroredServiceValue}, "10.96.9.9",
-		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
-	s.Annotations = ann
-	return s
 }
 
 // fedFixture: web-federated, whose members are web in east (this

@@ -12,7 +12,6 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -36,7 +35,7 @@ func TestReady(t *testing.T) {
 // later has not synced (it never will) and while groups are rebuilt.
 func TestNoServfailAfterFirstSync(t *testing.T) {
 	west := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
-	m := startWith(t, remotetest.NewClientset(), time.Hour, 0, "west", west)
+	m := startPlugin(t, remotetest.NewClientset(), time.Hour, "west", west)
 	waitFor(t, eventBound, "the first answer", answersA(t, m, "web-west"+z, "10.1.0.1"))
 	if !m.Ready() {
 		t.Fatal("not ready after Start")
@@ -45,12 +44,15 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := testutil.ToFloat64(linkErrors.WithLabelValues("late", link.FailureUnreachable))
+	lateErrors := func() float64 {
+		return metricValue(t, "link_errors_total", "cluster", "late", "reason", link.FailureUnreachable)
+	}
+	before := lateErrors()
 	if err := m.AddLink("late", dead); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, eventBound, "the late link tried", func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("late", link.FailureUnreachable)) > before
+		return lateErrors() > before
 	})
 	if !m.Ready() {
 		t.Error("a link added later made the server unready")

@@ -13,7 +13,7 @@ import (
 // The clusterset zones (clusterset.local) answer the names of the
 // Multi-Cluster Services DNS specification (KEP-1645, schema 1.0.0), from
 // the same index as mcmirror's own names, for every Service this cluster
-// imports: one with a derived Service (package watch, clusterset_watch.go).
+// imports: one with a derived Service (watch/clusterset.go).
 //
 //	<svc>.<ns>.svc.<zone>                     ClusterSetIP: the derived Service's ClusterIPs;
 //	                                          Headless: every cluster's ready addresses

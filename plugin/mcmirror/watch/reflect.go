@@ -1,4 +1,4 @@
-package mcmirror
+package watch
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // into store, through remote.Requests (each request reported to the
 // cluster's health, retried while the cluster is unreachable), a relist
 // waiting for the relist gate.
-func (c *watcher) reflector(cl *cluster, w int, kind remote.Kind, selector string, store *objectStore) *cache.Reflector {
+func (c *Watcher) reflector(cl *cluster, w int, kind remote.Kind, selector string, store *objectStore) *cache.Reflector {
 	what := cl.name + "/" + watchNames[w]
 	req := remote.Requests(cl.client, kind, selector, cl.health.core, w)
 	lw := &cache.ListWatch{
@@ -61,7 +61,7 @@ func (c *watcher) reflector(cl *cluster, w int, kind remote.Kind, selector strin
 // list, when the store's relist already holds one (a request of the same
 // relist, such as client-go's consistency check of a watch-list), or when
 // ctx ended while waiting.
-func (c *watcher) awaitRelist(ctx context.Context, store *objectStore, what string) *relistSlot {
+func (c *Watcher) awaitRelist(ctx context.Context, store *objectStore, what string) *relistSlot {
 	if !store.HasSynced() || store.relisting() {
 		return nil
 	}

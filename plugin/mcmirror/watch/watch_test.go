@@ -1,9 +1,10 @@
-package mcmirror
+package watch
 
 import (
 	"context"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,60 +12,147 @@ import (
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 )
 
 // These tests run the informer layer against client-go's fake clientsets:
-// narrow checks of the wiring. The end-to-end tests run it against real API
-// servers.
+// narrow checks of the wiring, read back through the index it feeds. The
+// end-to-end tests run it against real API servers.
 
-func service(name string, lbls map[string]string, clusterIP string, ports ...corev1.ServicePort) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: lbls},
-		Spec:       corev1.ServiceSpec{ClusterIP: clusterIP, Ports: ports},
+// The API objects of the tests (watchtest).
+var (
+	service       = watchtest.Service
+	mirrorService = watchtest.MirrorService
+	endpointSlice = watchtest.EndpointSlice
+	podEndpoint   = watchtest.PodEndpoint
+	flatSlice     = watchtest.FlatSlice
+	exportedGW    = watchtest.ExportedGateway
+	flatExport    = watchtest.ExportedFlat
+	waitFor       = watchtest.WaitFor
+	eventBound    = watchtest.EventBound
+)
+
+// clusterSetZone is the clusterset zone of the index, with clusterset.
+const clusterSetZone = "clusterset.local."
+
+// The names of Services of namespace default: mcmirror's, and the
+// clusterset zone's.
+const (
+	z  = ".default.svc.cluster.local."
+	cs = ".default.svc." + clusterSetZone
+)
+
+// stack is what the plugin runs of the watches: a Watcher of cluster east,
+// and the index it feeds and is the Source of.
+type stack struct {
+	watch *Watcher
+	index *index.Index
+	// startup is the startup timeout, for start.
+	startup time.Duration
+}
+
+// newStack returns the watches of cluster east through local with the
+// settings o, and their index: mcmirror's names in cluster.local, with PTR
+// names, and, with o.ClusterSet, the clusterset.local zone's.
+func newStack(t *testing.T, local kubernetes.Interface, o Options) *stack {
+	t.Helper()
+	o.Cluster = "east"
+	w, err := New(local, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io := index.Options{Cluster: "east", Zones: []string{"cluster.local."}, PTR: true}
+	if o.ClusterSet {
+		io.ClusterSet = []string{clusterSetZone}
+	}
+	return &stack{watch: w, index: index.New(w, io), startup: o.StartupTimeout}
+}
+
+// start starts the watches, feeding the index, until the test ends, and
+// waits for their first sync: once every cluster has synced, or, for a
+// link that does not, startup_timeout has passed; it fails t when that has
+// not come within startup_timeout and eventBound: a first sync that waited
+// for a link that never syncs would never come, and that is what the bound
+// tells apart from a slow machine.
+func (m *stack) start(t *testing.T) {
+	t.Helper()
+	m.startFeeding(t, m.index)
+}
+
+// startFeeding is start, the watches feeding ix (the index, or a wrapper
+// of it).
+func (m *stack) startFeeding(t *testing.T, ix Index) {
+	t.Helper()
+	m.watch.Start(ix)
+	t.Cleanup(m.watch.Stop)
+	waitFor(t, m.startup+eventBound, "the first sync, or startup_timeout "+m.startup.String(), m.watch.HasSynced)
+}
+
+// startWith starts the watches of cluster east over local, with links
+// (name, client pairs) added in order, startup_timeout startup and
+// stale_max_age maxAge.
+func startWith(t *testing.T, local kubernetes.Interface, startup, maxAge time.Duration, links ...any) *stack {
+	t.Helper()
+	m := newStack(t, local, Options{StartupTimeout: startup, StaleMaxAge: maxAge})
+	m.link(t, links...)
+	m.start(t)
+	return m
+}
+
+// link adds links, name and client pairs, in order.
+func (m *stack) link(t *testing.T, links ...any) {
+	t.Helper()
+	for i := 0; i < len(links); i += 2 {
+		if err := m.watch.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
-var exportedGW = map[string]string{labels.Exported: labels.ExportGateway}
+// passedOn stands for the answer of the next plugin: a name not claimed.
+const passedOn = "192.0.2.53"
 
-func mirrorService(name, cluster, headlessOf, clusterIP string) *corev1.Service {
-	l := map[string]string{labels.MirroredService: "true", labels.ClusterName: cluster}
-	if headlessOf != "" {
-		l[labels.HeadlessMirrorSvcName] = headlessOf
+// askA is what the plugin answers an A query of name with (the handler's
+// ServeDNS, made from the index): the rcode and the addresses, sorted;
+// passedOn alone when the name is not mcmirror's and goes on down the
+// plugin chain. A name mcmirror claims but does not have is NXDOMAIN, or
+// SERVFAIL before the first sync.
+func askA(t *testing.T, m *stack, name string) (int, []string) {
+	t.Helper()
+	missing := dns.RcodeNameError
+	if !m.watch.HasSynced() {
+		missing = dns.RcodeServerFailure
 	}
-	return service(name, l, clusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	if strings.HasSuffix(name, "."+clusterSetZone) {
+		h, what, _ := m.index.FindCS(name, clusterSetZone)
+		switch {
+		case what == index.CSNone, what == index.CSName && !h.Exists():
+			return missing, nil
+		case what != index.CSName:
+			return dns.RcodeSuccess, nil
+		}
+		return dns.RcodeSuccess, addresses(&h)
+	}
+	if h := m.index.Lookup(name); h != nil {
+		return dns.RcodeSuccess, addresses(h)
+	}
+	if _, ok := m.index.Claimed(name, "cluster.local."); ok {
+		return missing, nil
+	}
+	return dns.RcodeSuccess, []string{passedOn}
 }
 
-func endpointSlice(name, svc string, eps ...discovery.Endpoint) *discovery.EndpointSlice {
-	return &discovery.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{labels.ServiceName: svc}},
-		AddressType: discovery.AddressTypeIPv4,
-		Ports:       []discovery.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolTCP)}},
-		Endpoints:   eps,
-	}
-}
-
-func podEndpoint(host, ip string, ready bool) discovery.Endpoint {
-	return discovery.Endpoint{Addresses: []string{ip}, Hostname: ptr.To(host), Conditions: discovery.EndpointConditions{Ready: ptr.To(ready)}}
-}
-
-// addrs returns the A and AAAA addresses of name in the index x, sorted,
-// and whether the name is there at all.
-func addrs(x *index.Index, name string) ([]string, bool) {
-	h := x.Lookup(name)
-	if h == nil {
-		return nil, false
-	}
+// addresses returns the A and AAAA addresses of h, sorted.
+func addresses(h *index.Hit) []string {
 	var out []string
 	for _, fam := range []struct {
 		v    []byte
@@ -75,72 +163,46 @@ func addrs(x *index.Index, name string) ([]string, bool) {
 		}
 	}
 	slices.Sort(out)
-	return out, true
+	return out
 }
 
-// wantAddrs fails t unless name is in the index x with the addresses want.
-func wantAddrs(t *testing.T, x *index.Index, name string, want ...string) {
+// addrs returns the A and AAAA addresses of name in the index, sorted, and
+// whether the name is there at all.
+func addrs(m *stack, name string) ([]string, bool) {
+	if h := m.index.Lookup(name); h != nil {
+		return addresses(h), true
+	}
+	return nil, false
+}
+
+// wantAddrs fails t unless name is in the index with the addresses want.
+func wantAddrs(t *testing.T, m *stack, name string, want ...string) {
 	t.Helper()
-	if got, ok := addrs(x, name); !ok || !slices.Equal(got, want) {
+	if got, ok := addrs(m, name); !ok || !slices.Equal(got, want) {
 		t.Errorf("%s: %v (in the index: %t), want %v", name, got, ok, want)
 	}
 }
 
-// wantAbsent fails t when name is in the index x.
-func wantAbsent(t *testing.T, x *index.Index, name string) {
+// wantAbsent fails t when name is in the index.
+func wantAbsent(t *testing.T, m *stack, name string) {
 	t.Helper()
-	if got, ok := addrs(x, name); ok {
+	if got, ok := addrs(m, name); ok {
 		t.Errorf("%s: in the index (%v), want it gone", name, got)
 	}
 }
 
-// eventBound is how long a test waits for something the code under test
-// does in milliseconds (an informer syncs, an event reaches the index, a
-// refused connection is counted) before it fails: a machine at load 4,
-// under -race, meets it by far, so that a test fails only when the event
-// never comes. The tests wait for events, not for this clock; a bound on
-// how fast the code is belongs to the benchmarks.
-const eventBound = 30 * time.Second
+// answersA reports whether name is answered with the addresses want.
+func answersA(t *testing.T, m *stack, name string, want ...string) func() bool {
+	return func() bool {
+		rc, got := askA(t, m, name)
+		return rc == dns.RcodeSuccess && slices.Equal(got, want)
+	}
+}
 
 // eventually polls f until it holds, failing t after eventBound.
 func eventually(t *testing.T, what string, f func() bool) {
 	t.Helper()
 	waitFor(t, eventBound, what, f)
-}
-
-// startBounded runs m.Start, which returns once every cluster has synced or
-// startup_timeout has passed, and fails t when it has not returned within
-// startup_timeout and eventBound: a Start that waited for a link that never
-// syncs would never return, and that is what the bound tells apart from a
-// slow machine.
-func startBounded(t *testing.T, m *MCMirror) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- m.Start() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(m.startupTimeout + eventBound):
-		t.Fatalf("Start has not returned %s after startup_timeout %s", eventBound, m.startupTimeout)
-	}
-}
-
-func startPlugin(t *testing.T, local kubernetes.Interface, links map[string]kubernetes.Interface, timeout time.Duration) *MCMirror {
-	t.Helper()
-	m, err := New(local, Options{Zones: []string{"cluster.local.", "in-addr.arpa."}, Cluster: "east", TTL: 5, StartupTimeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, c := range links {
-		if err := m.AddLink(name, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { m.Stop() })
-	startBounded(t, m)
-	return m
 }
 
 func TestControllerWatches(t *testing.T) {
@@ -157,8 +219,8 @@ func TestControllerWatches(t *testing.T) {
 	)
 	// startup_timeout is not what is tested: Start returns once both
 	// have synced, however long a loaded machine takes.
-	m := startPlugin(t, local, map[string]kubernetes.Interface{"west": west}, eventBound)
-	if !m.Ready() {
+	m := startWith(t, local, eventBound, 0, "west", west)
+	if !m.watch.HasSynced() {
 		t.Fatal("not ready after Start")
 	}
 	if got := testutil.ToFloat64(linkSynced.WithLabelValues("west")); got != 1 {
@@ -168,14 +230,14 @@ func TestControllerWatches(t *testing.T) {
 		return testutil.ToFloat64(linkObjects.WithLabelValues("west", "service")) == 1 && // the fake's watch would send both
 			testutil.ToFloat64(linkObjects.WithLabelValues("east", "mirror")) == 3
 	})
-	wantAddrs(t, m.index, "nginx-svc-west"+z, "10.96.0.10")
-	wantAbsent(t, m.index, "private-west"+z)
+	wantAddrs(t, m, "nginx-svc-west"+z, "10.96.0.10")
+	wantAbsent(t, m, "private-west"+z)
 
 	// Scale up: a new ready pod, whose mirror exists.
 	west.DiscoveryV1().EndpointSlices("default").Update(ctx, endpointSlice("nginx-svc-1", "nginx-svc",
 		podEndpoint("nginx-set-0", "10.1.0.10", true), podEndpoint("nginx-set-1", "10.1.0.11", true)), metav1.UpdateOptions{})
 	eventually(t, "the new pod", func() bool {
-		a, _ := addrs(m.index, "nginx-svc-west"+z)
+		a, _ := addrs(m, "nginx-svc-west"+z)
 		return slices.Equal(a, []string{"10.96.0.10", "10.96.0.11"})
 	})
 
@@ -183,7 +245,7 @@ func TestControllerWatches(t *testing.T) {
 	west.DiscoveryV1().EndpointSlices("default").Create(ctx, endpointSlice("nginx-svc-2", "nginx-svc", podEndpoint("nginx-set-2", "10.1.0.12", true)), metav1.CreateOptions{})
 	local.CoreV1().Services("default").Create(ctx, mirrorService("nginx-set-2-west", "west", "nginx-svc-west", "10.96.0.12"), metav1.CreateOptions{})
 	eventually(t, "the pod whose mirror came", func() bool {
-		a, _ := addrs(m.index, "nginx-set-2.nginx-svc-west"+z)
+		a, _ := addrs(m, "nginx-set-2.nginx-svc-west"+z)
 		return slices.Equal(a, []string{"10.96.0.12"})
 	})
 
@@ -197,14 +259,14 @@ func TestControllerWatches(t *testing.T) {
 	private := service("private", map[string]string{labels.Exported: labels.ExportFlat}, "10.100.0.9")
 	west.CoreV1().Services("default").Update(ctx, private, metav1.UpdateOptions{})
 	eventually(t, "the newly exported Service", func() bool {
-		a, _ := addrs(m.index, "private-west"+z)
+		a, _ := addrs(m, "private-west"+z)
 		return slices.Equal(a, []string{"10.1.0.20"})
 	})
 
 	// The link goes: so do its names.
-	m.RemoveLink("west")
+	m.watch.RemoveLink("west")
 	eventually(t, "link removal", func() bool { return m.index.Lookup("private-west"+z) == nil })
-	if err := m.AddLink("east", remotetest.NewClientset()); err == nil {
+	if err := m.watch.AddLink("east", remotetest.NewClientset()); err == nil {
 		t.Error("a link named like the local cluster was accepted")
 	}
 }
@@ -219,9 +281,9 @@ func TestControllerLocalExports(t *testing.T) {
 			return s
 		}(),
 	)
-	m := startPlugin(t, local, nil, eventBound)
-	wantAddrs(t, m.index, "api-global"+z, "10.100.0.7")
-	wantAbsent(t, m.index, "db-west-global"+z)
+	m := startWith(t, local, eventBound, 0)
+	wantAddrs(t, m, "api-global"+z, "10.100.0.7")
+	wantAbsent(t, m, "db-west-global"+z)
 }
 
 func TestControllerDeadLink(t *testing.T) {
@@ -235,9 +297,9 @@ func TestControllerDeadLink(t *testing.T) {
 
 	before := testutil.ToFloat64(linkErrors.WithLabelValues("paris", link.FailureUnreachable))
 	// Start returns (startBounded) although paris never syncs.
-	m := startPlugin(t, local, map[string]kubernetes.Interface{"west": west, "paris": dead}, 300*time.Millisecond)
-	eventually(t, "readiness despite the dead link", m.Ready)
-	eventually(t, "west's answer", func() bool { a, _ := addrs(m.index, "web-west"+z); return slices.Equal(a, []string{"10.96.0.20"}) })
+	m := startWith(t, local, 300*time.Millisecond, 0, "west", west, "paris", dead)
+	eventually(t, "readiness despite the dead link", m.watch.HasSynced)
+	eventually(t, "west's answer", func() bool { a, _ := addrs(m, "web-west"+z); return slices.Equal(a, []string{"10.96.0.20"}) })
 	// Evidence paris was tried before its not being synced counts.
 	eventually(t, "watch errors counted", func() bool {
 		return testutil.ToFloat64(linkErrors.WithLabelValues("paris", link.FailureUnreachable)) > before
@@ -252,19 +314,16 @@ func TestControllerNotReadyBeforeTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(remotetest.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", StartupTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Ready() {
+	m := newStack(t, remotetest.NewClientset(), Options{StartupTimeout: time.Hour})
+	if m.watch.HasSynced() {
 		t.Error("ready before start")
 	}
-	if err := m.AddLink("notyet", dead); err != nil {
+	if err := m.watch.AddLink("notyet", dead); err != nil {
 		t.Fatal(err)
 	}
 	before := testutil.ToFloat64(linkErrors.WithLabelValues("notyet", link.FailureUnreachable))
-	m.watch.start()
-	defer m.Stop()
+	m.watch.Start(m.index)
+	defer m.watch.Stop()
 	// Positive evidence that the watches run before their absence of
 	// readiness counts: the local cluster has synced, and the link has
 	// been tried and has failed. Only the link's time left holds
@@ -273,7 +332,7 @@ func TestControllerNotReadyBeforeTimeout(t *testing.T) {
 	eventually(t, "the dead link tried and counted", func() bool {
 		return testutil.ToFloat64(linkErrors.WithLabelValues("notyet", link.FailureUnreachable)) > before
 	})
-	if m.Ready() {
+	if m.watch.HasSynced() {
 		t.Error("ready with a link that has not synced and has time left")
 	}
 }
@@ -281,7 +340,7 @@ func TestControllerNotReadyBeforeTimeout(t *testing.T) {
 func TestControllerProgrammingLatency(t *testing.T) {
 	ctx := context.Background()
 	west := remotetest.NewClientset(service("web", map[string]string{labels.Exported: labels.ExportFlat}, "10.100.0.1"))
-	m := startPlugin(t, remotetest.NewClientset(), map[string]kubernetes.Interface{"latency": west}, eventBound)
+	m := startWith(t, remotetest.NewClientset(), eventBound, 0, "latency", west)
 
 	h := programmingLatency.WithLabelValues("latency").(prometheus.Histogram)
 	count := func() uint64 {
@@ -295,27 +354,16 @@ func TestControllerProgrammingLatency(t *testing.T) {
 	s := endpointSlice("web-1", "web", podEndpoint("", "10.1.0.1", true))
 	s.Annotations = map[string]string{labels.EndpointsLastChangeTriggerTime: time.Now().Add(-time.Second).Format(time.RFC3339Nano)}
 	west.DiscoveryV1().EndpointSlices("default").Create(ctx, s, metav1.CreateOptions{})
-	eventually(t, "the endpoint", func() bool { a, _ := addrs(m.index, "web-latency"+z); return len(a) == 1 })
+	eventually(t, "the endpoint", func() bool { a, _ := addrs(m, "web-latency"+z); return len(a) == 1 })
 	eventually(t, "a latency sample", func() bool { return count() == before+1 })
-}
-
-// TestControllerServeDNS answers a query end to end through the informers.
-func TestControllerServeDNS(t *testing.T) {
-	west := remotetest.NewClientset(service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
-	local := remotetest.NewClientset(mirrorService("web-west", "west", "", "10.96.0.20"))
-	m := startPlugin(t, local, map[string]kubernetes.Interface{"west": west}, eventBound)
-	m.Next = fromNext
-	runCase(t, m, testCase("web-west"+z, dns.TypeA, a("web-west"+z, "10.96.0.20")), false)
-	runCase(t, m, testCase("20.0.96.10.in-addr.arpa.", dns.TypePTR, ptrRR("20.0.96.10.in-addr.arpa.", "web-west"+z)), false)
-	runCase(t, m, next("web-paris"+z), false)
 }
 
 func TestControllerReplaceLink(t *testing.T) {
 	flat := map[string]string{labels.Exported: labels.ExportFlat}
 	a := remotetest.NewClientset(service("web", flat, "10.100.0.1"), endpointSlice("web-1", "web", podEndpoint("", "10.1.0.1", true)))
 	b := remotetest.NewClientset(service("web", flat, "10.100.0.1"), endpointSlice("web-1", "web", podEndpoint("", "10.1.0.2", true)))
-	m := startPlugin(t, remotetest.NewClientset(), map[string]kubernetes.Interface{"west": a}, eventBound)
-	wantAddrs(t, m.index, "web-west"+z, "10.1.0.1")
+	m := startWith(t, remotetest.NewClientset(), eventBound, 0, "west", a)
+	wantAddrs(t, m, "web-west"+z, "10.1.0.1")
 	first := m.watch.cluster("west")
 
 	// A configuration that cannot connect: the last known state stays.
@@ -324,7 +372,7 @@ func TestControllerReplaceLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := testutil.ToFloat64(linkErrors.WithLabelValues("west", link.FailureUnreachable))
-	if err := m.ReplaceLink("west", dead); err != nil {
+	if err := m.watch.ReplaceLink("west", dead); err != nil {
 		t.Fatal(err)
 	}
 	// Positive evidence the broken configuration was tried: its watches
@@ -340,17 +388,17 @@ func TestControllerReplaceLink(t *testing.T) {
 		}
 		return pending && testutil.ToFloat64(linkErrors.WithLabelValues("west", link.FailureUnreachable)) >= before+3
 	})
-	wantAddrs(t, m.index, "web-west"+z, "10.1.0.1")
+	wantAddrs(t, m, "web-west"+z, "10.1.0.1")
 	if m.watch.cluster("west") != first {
 		t.Error("a configuration that never synced took over")
 	}
 
 	// A working one takes over once it has synced.
-	if err := m.ReplaceLink("west", b); err != nil {
+	if err := m.watch.ReplaceLink("west", b); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the new configuration's answers", func() bool {
-		got, _ := addrs(m.index, "web-west"+z)
+		got, _ := addrs(m, "web-west"+z)
 		return slices.Equal(got, []string{"10.1.0.2"})
 	})
 	if got := m.watch.Links(); !slices.Equal(got, []string{"west"}) {
@@ -358,22 +406,8 @@ func TestControllerReplaceLink(t *testing.T) {
 	}
 
 	// A new name is a plain add.
-	if err := m.ReplaceLink("paris", a); err != nil {
+	if err := m.watch.ReplaceLink("paris", a); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the added link", func() bool { return m.index.Lookup("web-paris"+z) != nil })
-}
-
-func TestLinkHandler(t *testing.T) {
-	m := startPlugin(t, remotetest.NewClientset(), nil, 100*time.Millisecond)
-	h := m.LinkHandler()
-	h.Add("west", &rest.Config{Host: "http://127.0.0.1:1"})
-	if got := m.watch.Links(); !slices.Equal(got, []string{"west"}) {
-		t.Fatalf("links %v after Add", got)
-	}
-	h.Add("West", &rest.Config{Host: "http://127.0.0.1:1"}) // not a cluster name: logged, ignored
-	h.Remove("west")
-	if got := m.watch.Links(); len(got) != 0 {
-		t.Fatalf("links %v after Remove", got)
-	}
 }

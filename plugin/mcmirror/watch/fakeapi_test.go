@@ -1,4 +1,4 @@
-package mcmirror
+package watch
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package mcmirror
+package watch
 
 import (
 	"context"
@@ -125,7 +125,7 @@ func TestLinkMetricsGenerations(t *testing.T) {
 		t.Fatal(err)
 	}
 	errs := testutil.ToFloat64(linkErrors.WithLabelValues("gen", link.FailureUnreachable))
-	if err := m.ReplaceLink("gen", dead); err != nil {
+	if err := m.watch.ReplaceLink("gen", dead); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the replacement tried", func() bool {
@@ -146,7 +146,7 @@ func TestLinkMetricsGenerations(t *testing.T) {
 		}
 	}
 
-	m.RemoveLink("gen")
+	m.watch.RemoveLink("gen")
 	if n := seriesOf("gen"); n != 0 {
 		t.Fatalf("%d series of a removed link", n)
 	}

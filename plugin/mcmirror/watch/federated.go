@@ -1,4 +1,4 @@
-package mcmirror
+package watch
 
 import (
 	"slices"
@@ -18,7 +18,7 @@ import (
 // =member, which the export selector does not select) the federated
 // members. A federated member is not exported: it makes no <svc>-<cluster>
 // name, nor <svc>-global; it answers its federated Service's name
-// (federated.go), which the local mirror store holds. The slices of a
+// (index/federated.go), which the local mirror store holds. The slices of a
 // Service any store holds are kept.
 
 // fedTransform returns the informer transform of the federated members
@@ -64,8 +64,8 @@ func fedMembers(obj any) ([]string, error) {
 	return out, nil
 }
 
-// Member implements source.
-func (c *watcher) Member(cluster, ns, name string) *object.Service {
+// Member implements index.Source.
+func (c *Watcher) Member(cluster, ns, name string) *object.Service {
 	cl := c.cluster(cluster)
 	if cl == nil || cl.health.withdrawn.Load() {
 		return nil
@@ -76,8 +76,8 @@ func (c *watcher) Member(cluster, ns, name string) *object.Service {
 	return cl.service(ns + "/" + name)
 }
 
-// Federations implements source.
-func (c *watcher) Federations(ns, member string) []string {
+// Federations implements index.Source.
+func (c *Watcher) Federations(ns, member string) []string {
 	cl := c.cluster(c.local)
 	if cl == nil || cl.mirrors == nil {
 		return nil

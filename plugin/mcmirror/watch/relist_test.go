@@ -1,4 +1,4 @@
-package mcmirror
+package watch
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 )
 
@@ -164,36 +165,32 @@ func (p *relistProxy) counts() (lists, held int) {
 	return p.lists, p.held
 }
 
-// startCounting starts the plugin on links (name, client pairs) and counts
-// the group builds by group.
-func startCounting(t *testing.T, links ...any) (*MCMirror, func(object.GroupKey) int) {
+// counting is the index, counting the group builds by group.
+type counting struct {
+	*index.Index
+	mu     sync.Mutex
+	builds map[object.GroupKey]int
+}
+
+func (c *counting) Sync(k object.GroupKey) []object.GroupKey {
+	c.mu.Lock()
+	c.builds[k]++
+	c.mu.Unlock()
+	return c.Index.Sync(k)
+}
+
+// startCounting starts the watches on links (name, client pairs) and
+// counts the group builds by group.
+func startCounting(t *testing.T, links ...any) (*stack, func(object.GroupKey) int) {
 	t.Helper()
-	m, err := New(remotetest.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	builds := map[object.GroupKey]int{}
-	sync := m.watch.sync
-	m.watch.sync = func(k object.GroupKey) []object.GroupKey {
-		mu.Lock()
-		builds[k]++
-		mu.Unlock()
-		return sync(k)
-	}
-	for i := 0; i < len(links); i += 2 {
-		if err := m.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop() })
+	m := newStack(t, remotetest.NewClientset(), Options{StartupTimeout: 5 * time.Second})
+	m.link(t, links...)
+	c := &counting{Index: m.index, builds: map[object.GroupKey]int{}}
+	m.startFeeding(t, c)
 	return m, func(k object.GroupKey) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return builds[k]
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.builds[k]
 	}
 }
 
@@ -203,7 +200,7 @@ func startCounting(t *testing.T, links ...any) (*MCMirror, func(object.GroupKey)
 const linkWatches = 6
 
 // idle reports whether no group is queued or being built.
-func idle(m *MCMirror) func() bool {
+func idle(m *stack) func() bool {
 	return func() bool { return m.watch.queue.Len() == 0 && m.watch.inflight.Load() == 0 }
 }
 
@@ -251,7 +248,7 @@ func TestRelistsOneAtATime(t *testing.T) {
 	paris.expire()
 	waitFor(t, 5*time.Second, "every watch's relist at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 2*linkWatches })
 	paris.api.put(flatSlice("web-1", "web", "10.2.0.9"))
-	if !m.Ready() {
+	if !m.watch.HasSynced() {
 		t.Fatal("not ready while relisting")
 	}
 	if n, _ := paris.counts(); n != parisLists {
@@ -307,21 +304,11 @@ func TestFirstListsNotGated(t *testing.T) {
 	api := newRelistProxy(t)
 	api.api.put(service("web", flatExport, corev1.ClusterIPNone))
 	api.api.put(flatSlice("web-1", "web", "10.2.0.1"))
-	m, err := New(remotetest.NewClientset(), Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newStack(t, remotetest.NewClientset(), Options{StartupTimeout: 5 * time.Second})
 	sl := m.watch.relists.acquire(context.Background(), "test")
 	defer sl.release()
-	for name, c := range map[string]kubernetes.Interface{"west": west, "paris": api.client(t)} {
-		if err := m.AddLink(name, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Stop() })
+	m.link(t, "west", west, "paris", api.client(t))
+	m.start(t)
 	waitFor(t, 5*time.Second, "every link listed while the gate is held", func() bool {
 		return answersA(t, m, "api-west"+z, "10.1.0.1")() && answersA(t, m, "web-paris"+z, "10.2.0.1")()
 	})

@@ -1,4 +1,4 @@
-package mcmirror
+package watch
 
 import (
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
@@ -33,10 +33,10 @@ func handler[T any](add func(T, bool), update func(T, T), del func(T)) storeHand
 // serviceHandler handles the changes of one of the cluster's three stores
 // of Services (serviceStores), whose objects count as kind. A Service's
 // slices come by their own watch, selected by the same way of export.
-func (c *watcher) serviceHandler(cl *cluster, kind int) storeHandler {
+func (c *Watcher) serviceHandler(cl *cluster, kind int) storeHandler {
 	enqueue := func(s *object.Service, delta int64) {
 		cl.touched(kind, delta)
-		c.enqueue(object.ServiceKey(s.Namespace, s.Name))
+		c.Enqueue(object.ServiceKey(s.Namespace, s.Name))
 	}
 	return handler(
 		func(s *object.Service, _ bool) { enqueue(s, 1) },
@@ -45,7 +45,7 @@ func (c *watcher) serviceHandler(cl *cluster, kind int) storeHandler {
 	)
 }
 
-func (c *watcher) sliceHandler(cl *cluster) storeHandler {
+func (c *Watcher) sliceHandler(cl *cluster) storeHandler {
 	// The stores hold only slices of exported Services (remote.Way.Slices).
 	return handler(
 		func(s *object.Slice, initial bool) {
@@ -54,33 +54,33 @@ func (c *watcher) sliceHandler(cl *cluster) storeHandler {
 			if !initial && !s.TriggerTime.IsZero() {
 				c.noteTrigger(k, cl.name, s.TriggerTime)
 			}
-			c.enqueue(k)
+			c.Enqueue(k)
 		},
 		func(old, s *object.Slice) {
 			cl.touched(objSlice, 0)
 			if old.Service != s.Service {
-				c.enqueue(object.ServiceKey(old.Namespace, old.Service))
+				c.Enqueue(object.ServiceKey(old.Namespace, old.Service))
 			}
 			k := object.ServiceKey(s.Namespace, s.Service)
 			if !s.TriggerTime.IsZero() && !s.TriggerTime.Equal(old.TriggerTime) {
 				c.noteTrigger(k, cl.name, s.TriggerTime)
 			}
-			c.enqueue(k)
+			c.Enqueue(k)
 		},
 		func(s *object.Slice) {
 			cl.touched(objSlice, -1)
-			c.enqueue(object.ServiceKey(s.Namespace, s.Service))
+			c.Enqueue(object.ServiceKey(s.Namespace, s.Service))
 		},
 	)
 }
 
-func (c *watcher) mirrorHandler(cl *cluster) storeHandler {
+func (c *Watcher) mirrorHandler(cl *cluster) storeHandler {
 	enqueue := func(m *object.Mirror) {
 		if k, ok := object.MirrorGroup(m); ok {
-			c.enqueue(k)
+			c.Enqueue(k)
 		}
 		if k, ok := object.FederatedGroup(m); ok {
-			c.enqueue(k)
+			c.Enqueue(k)
 		}
 	}
 	return handler(

@@ -1,4 +1,4 @@
-package mcmirror
+package watch
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // A Service is exported by the export selector (Linkerd's label) or by the
@@ -31,9 +30,6 @@ func stamp(mode string, more ...map[string]string) map[string]string {
 	}
 	return l
 }
-
-// passedOn is the answer of the next plugin (fromNext): a name not claimed.
-const passedOn = "192.0.2.53"
 
 // The two watches make one set of exported Services: a Service stamped
 // only is answered, in the stamp's mode; one in both watches is answered
@@ -170,7 +166,6 @@ func TestServiceExportRelist(t *testing.T) {
 	west.api.put(service("both", stamp(labels.ModeFlat, flatExport), corev1.ClusterIPNone))
 	west.api.put(flatSlice("both-1", "both", "10.1.0.3"))
 	m, _ := startCounting(t, "west", west.client(t))
-	m.Next = fromNext
 	waitFor(t, 5*time.Second, "the first answers", func() bool {
 		return answersA(t, m, "lk-west"+z, "10.1.0.1")() && answersA(t, m, "mcs-west"+z, "10.1.0.2")() &&
 			answersA(t, m, "both-west"+z, "10.1.0.3")()
@@ -243,7 +238,7 @@ func TestServiceExportRelist(t *testing.T) {
 // have listed: a stamped Service is answered from the first sync on.
 func TestServiceExportWatchSynced(t *testing.T) {
 	west := remotetest.NewClientset(service("mcs", stamp(labels.ModeFlat), corev1.ClusterIPNone), flatSlice("mcs-1", "mcs", "10.1.0.2"))
-	m := startPlugin(t, remotetest.NewClientset(), map[string]kubernetes.Interface{"west": west}, eventBound)
+	m := startWith(t, remotetest.NewClientset(), eventBound, 0, "west", west)
 	cl := m.watch.cluster("west")
 	if !cl.synced.Load() {
 		t.Fatal("west not synced after Start")
@@ -251,5 +246,5 @@ func TestServiceExportWatchSynced(t *testing.T) {
 	if !cl.mcsServices.HasSynced() {
 		t.Error("west synced before its ServiceExport watch listed")
 	}
-	wantAddrs(t, m.index, "mcs-west"+z, "10.1.0.2")
+	wantAddrs(t, m, "mcs-west"+z, "10.1.0.2")
 }

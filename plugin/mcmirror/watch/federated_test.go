@@ -1,4 +1,4 @@
-package mcmirror
+package watch
 
 import (
 	"context"
@@ -25,6 +25,24 @@ var fedMember = map[string]string{labels.Federated: labels.FederatedMember}
 // answered. Losing the label drops it and its slices; the local pod
 // unready, nothing is left and the name goes down the chain; labelled
 // again, its slices are sent again and it is answered again.
+// fedService is the local federated Service ns default/name as Linkerd's
+// service mirror makes it: a mirror without a cluster name, with a
+// ClusterIP and no endpoints; an annotation is left out when its value is
+// "-".
+func fedService(name, remote, local string) *corev1.Service {
+	ann := map[string]string{}
+	if remote != "-" {
+		ann[labels.RemoteDiscoveryAnnotation] = remote
+	}
+	if local != "-" {
+		ann[labels.LocalDiscoveryAnnotation] = local
+	}
+	s := service(name, map[string]string{labels.MirroredService: labels.MirroredServiceValue}, "10.96.9.9",
+		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	s.Annotations = ann
+	return s
+}
+
 func TestFederatedMembersWatch(t *testing.T) {
 	ctx := context.Background()
 	port := corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}

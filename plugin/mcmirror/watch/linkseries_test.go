@@ -1,4 +1,4 @@
-package mcmirror
+package watch
 
 import (
 	"testing"
@@ -48,16 +48,16 @@ func TestReloadDropsSeriesOfUnlinkedClusters(t *testing.T) {
 				return testutil.ToFloat64(linkSynced.WithLabelValues(keep)) == 1 && testutil.ToFloat64(linkSynced.WithLabelValues(drop)) == 1
 			})
 
-			var next *MCMirror
+			var next *stack
 			if tc.newReadyFirst {
 				next = startWith(t, remotetest.NewClientset(), time.Second, 0, keep, linkedCluster())
 				waitFor(t, 5*time.Second, "the new instance ready", next.watch.HasSynced)
 				if n := seriesOf(drop); n == 0 {
 					t.Fatalf("%s's series gone while the old instance still watches it", drop)
 				}
-				old.Stop()
+				old.watch.Stop()
 			} else {
-				old.Stop()
+				old.watch.Stop()
 				// Nobody knows yet whether a link Secret brings it back.
 				if n := seriesOf(drop); n == 0 {
 					t.Fatalf("%s's series gone before any instance knows its links", drop)

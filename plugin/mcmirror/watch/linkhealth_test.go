@@ -1,7 +1,6 @@
-package mcmirror
+package watch
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"slices"
@@ -9,18 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coredns/coredns/plugin/pkg/dnstest"
-	"github.com/coredns/coredns/plugin/test"
-
-	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
-	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -28,70 +21,18 @@ import (
 // These tests run the watches against fakeAPI, a server on a real socket
 // that goes down, comes back and refuses credentials.
 
-// startWith starts a plugin for cluster east over local, with links added
-// in order and stale_max_age maxAge.
-func startWith(t *testing.T, local kubernetes.Interface, startup, maxAge time.Duration, links ...any) *MCMirror {
-	t.Helper()
-	m, err := New(local, Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: startup})
-	if err != nil {
-		t.Fatal(err)
+// stale_max_age (Options.StaleMaxAge) is every link's, and never the
+// local cluster's, whose state is never withdrawn.
+func TestStaleMaxAgeOption(t *testing.T) {
+	m := newStack(t, remotetest.NewClientset(), Options{StaleMaxAge: 90 * time.Second})
+	t.Cleanup(m.watch.Stop)
+	m.link(t, "west", remotetest.NewClientset())
+	if h := m.watch.cluster("west").health; h.maxAge != 90*time.Second {
+		t.Errorf("link west stale_max_age %s", h.maxAge)
 	}
-	m.watch.staleMaxAge = maxAge
-	for i := 0; i < len(links); i += 2 {
-		if err := m.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)); err != nil {
-			t.Fatal(err)
-		}
+	if h := m.watch.cluster("east").health; h.maxAge != 0 {
+		t.Errorf("the local cluster's state is withdrawn after %s", h.maxAge)
 	}
-	t.Cleanup(func() { m.Stop() })
-	startBounded(t, m)
-	m.Next = fromNext
-	return m
-}
-
-// askA answers an A query through ServeDNS: the rcode and the addresses.
-func askA(t *testing.T, m *MCMirror, name string) (int, []string) {
-	t.Helper()
-	rec := dnstest.NewRecorder(&test.ResponseWriter{})
-	if _, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: name, Qtype: dns.TypeA}.Msg()); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, rr := range rec.Msg.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			out = append(out, a.A.String())
-		}
-	}
-	slices.Sort(out)
-	return rec.Msg.Rcode, out
-}
-
-// waitFor polls f until it holds, failing t after d.
-func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func answersA(t *testing.T, m *MCMirror, name string, want ...string) func() bool {
-	return func() bool {
-		rc, got := askA(t, m, name)
-		return rc == dns.RcodeSuccess && slices.Equal(got, want)
-	}
-}
-
-var flatExport = map[string]string{labels.Exported: labels.ExportFlat}
-
-func flatSlice(name, svc string, ips ...string) *discovery.EndpointSlice {
-	s := endpointSlice(name, svc)
-	for _, ip := range ips {
-		s.Endpoints = append(s.Endpoints, podEndpoint("", ip, true))
-	}
-	return s
 }
 
 // A linked cluster whose API server goes away keeps its last answers;
@@ -208,7 +149,7 @@ func TestRefusedLink(t *testing.T) {
 			// never syncs.
 			m := startWith(t, remotetest.NewClientset(), 300*time.Millisecond, 0, "good", good, cl, refused.client())
 			waitFor(t, eventBound, "the good link", answersA(t, m, "web-good"+z, "10.1.0.9"))
-			waitFor(t, eventBound, "readiness with the refused link", m.Ready)
+			waitFor(t, eventBound, "readiness with the refused link", m.watch.HasSynced)
 			waitFor(t, eventBound, "the refusal counted by reason", func() bool {
 				return testutil.ToFloat64(linkErrors.WithLabelValues(cl, tc.reason)) > before
 			})
@@ -221,7 +162,7 @@ func TestRefusedLink(t *testing.T) {
 			later.put(service("web", flatExport, corev1.ClusterIPNone))
 			later.put(flatSlice("web-1", "web", "10.1.0.7"))
 			cl2 := "expired-" + tc.reason
-			if err := m.AddLink(cl2, later.client()); err != nil {
+			if err := m.watch.AddLink(cl2, later.client()); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, eventBound, "the late link", answersA(t, m, "web-"+cl2+z, "10.1.0.7"))
@@ -281,7 +222,7 @@ func TestHangingLink(t *testing.T) {
 	good := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
 	before := testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable))
 	m := startWith(t, remotetest.NewClientset(), 500*time.Millisecond, 0, "good", good, "hang", hang)
-	waitFor(t, eventBound, "readiness", m.Ready)
+	waitFor(t, eventBound, "readiness", m.watch.HasSynced)
 	if testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable)) > before {
 		t.Error("ready only once the hanging link had failed, not at startup_timeout")
 	}

@@ -1,4 +1,4 @@
-package mcmirror
+package watch
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // derivedService is the derived Service of import name, as the controller
@@ -39,17 +38,9 @@ func TestClusterSetWatch(t *testing.T) {
 		derivedService("api", "10.97.0.1", true),
 		derivedService("fake", "10.97.0.2", false), // not the controller's
 	)
-	m, err := New(local, Options{Zones: []string{"cluster.local.", "clusterset.local."}, ClusterSet: []string{"clusterset.local."},
-		Cluster: "east", TTL: 5, StartupTimeout: eventBound})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.AddLink("west", west); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Stop() })
-	startBounded(t, m)
-	m.Next = fromNext
+	m := newStack(t, local, Options{StartupTimeout: eventBound, ClusterSet: true})
+	m.link(t, "west", west)
+	m.start(t)
 
 	eventually(t, "the ClusterSetIP import", answersA(t, m, "api"+cs, "10.97.0.1"))
 	if rc, _ := askA(t, m, "fake"+cs); rc != dns.RcodeNameError {
@@ -86,7 +77,7 @@ func TestClusterSetWatch(t *testing.T) {
 // Without clusterset, no derived Service is watched.
 func TestClusterSetNoWatch(t *testing.T) {
 	local := remotetest.NewClientset(derivedService("api", "10.97.0.1", true))
-	m := startPlugin(t, local, map[string]kubernetes.Interface{}, time.Second)
+	m := startWith(t, local, time.Second, 0)
 	if cl := m.watch.cluster("east"); cl.derived != nil {
 		t.Error("derived Services watched without clusterset")
 	}

@@ -1,4 +1,4 @@
-package mcmirror
+package watch
 
 import (
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
@@ -19,7 +19,7 @@ import (
 const derivedImportIndex = "import"
 
 // newDerivedStore makes the store of the local cluster's derived Services.
-func (c *watcher) newDerivedStore(cl *cluster) *objectStore {
+func (c *Watcher) newDerivedStore(cl *cluster) *objectStore {
 	return newObjectStore(object.ToDerived, func(obj any) bool {
 		d, ok := obj.(*object.Derived)
 		return ok && d.Managed && d.Import != ""
@@ -34,10 +34,10 @@ func (c *watcher) newDerivedStore(cl *cluster) *objectStore {
 
 // derivedHandler queues the group of the import a derived Service stands
 // for (both, when its label changed).
-func (c *watcher) derivedHandler(cl *cluster) storeHandler {
+func (c *Watcher) derivedHandler(cl *cluster) storeHandler {
 	enqueue := func(d *object.Derived) {
 		if d.Import != "" {
-			c.enqueue(object.ServiceKey(d.Namespace, d.Import))
+			c.Enqueue(object.ServiceKey(d.Namespace, d.Import))
 		}
 	}
 	return handler(
@@ -47,9 +47,9 @@ func (c *watcher) derivedHandler(cl *cluster) storeHandler {
 	)
 }
 
-// Derived implements source: the derived Service of import ns/name, or nil.
+// Derived implements index.Source: the derived Service of import ns/name, or nil.
 // Should there be several, the first by name answers.
-func (c *watcher) Derived(ns, name string) *object.Derived {
+func (c *Watcher) Derived(ns, name string) *object.Derived {
 	cl := c.cluster(c.local)
 	if cl == nil || cl.derived == nil {
 		return nil

@@ -20,6 +20,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -451,14 +452,14 @@ func TestGatewayHealthRebuildsOnlyItsGroups(t *testing.T) {
 func TestGatewayHealthController(t *testing.T) {
 	flat := map[string]string{labels.Exported: labels.ExportFlat}
 	west := remotetest.NewClientset(
-		service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}),
-		service("db", flat, "10.100.0.2", corev1.ServicePort{Name: "http", Port: 80}),
-		endpointSlice("db-1", "db", podEndpoint("", "10.1.0.2", true)),
+		watchtest.Service("web", watchtest.ExportedGateway, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}),
+		watchtest.Service("db", flat, "10.100.0.2", corev1.ServicePort{Name: "http", Port: 80}),
+		watchtest.EndpointSlice("db-1", "db", watchtest.PodEndpoint("", "10.1.0.2", true)),
 	)
-	paris := remotetest.NewClientset(service("web", exportedGW, "10.101.0.1", corev1.ServicePort{Name: "http", Port: 80}))
+	paris := remotetest.NewClientset(watchtest.Service("web", watchtest.ExportedGateway, "10.101.0.1", corev1.ServicePort{Name: "http", Port: 80}))
 	local := remotetest.NewClientset(
-		mirrorService("web-west", "west", "", "10.96.0.20"),
-		mirrorService("web-paris", "paris", "", "10.96.1.20"),
+		watchtest.MirrorService("web-west", "west", "", "10.96.0.20"),
+		watchtest.MirrorService("web-paris", "paris", "", "10.96.1.20"),
 	)
 	peers := newPeersServer(t, map[string]bool{"paris": true, "west": true})
 	m, err := New(local, Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: time.Second,

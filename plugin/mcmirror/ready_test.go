@@ -8,6 +8,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
@@ -34,9 +35,9 @@ func TestReady(t *testing.T) {
 // for a name that does not exist under a claimed one, while a link added
 // later has not synced (it never will) and while groups are rebuilt.
 func TestNoServfailAfterFirstSync(t *testing.T) {
-	west := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
+	west := remotetest.NewClientset(watchtest.Service("web", watchtest.ExportedFlat, corev1.ClusterIPNone), watchtest.FlatSlice("web-1", "web", "10.1.0.1"))
 	m := startPlugin(t, remotetest.NewClientset(), time.Hour, "west", west)
-	waitFor(t, eventBound, "the first answer", answersA(t, m, "web-west"+z, "10.1.0.1"))
+	watchtest.WaitFor(t, watchtest.EventBound, "the first answer", answersA(t, m, "web-west"+z, "10.1.0.1"))
 	if !m.Ready() {
 		t.Fatal("not ready after Start")
 	}
@@ -51,7 +52,7 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 	if err := m.AddLink("late", dead); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, eventBound, "the late link tried", func() bool {
+	watchtest.WaitFor(t, watchtest.EventBound, "the late link tried", func() bool {
 		return lateErrors() > before
 	})
 	if !m.Ready() {
@@ -70,13 +71,13 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 	const rebuildsWanted = 5
 	rebuilds, asked := 0, 0
 	last := "10.1.0.1"
-	deadline := time.Now().Add(eventBound)
+	deadline := time.Now().Add(watchtest.EventBound)
 	for i := 0; rebuilds < rebuildsWanted; i++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("after %d updates and %d queries, %d rebuilds seen, want %d", i, asked, rebuilds, rebuildsWanted)
 		}
 		_, _ = west.DiscoveryV1().EndpointSlices("default").Update(context.Background(),
-			flatSlice("web-1", "web", "10.1.0."+string(rune('1'+i%9))), metav1.UpdateOptions{})
+			watchtest.FlatSlice("web-1", "web", "10.1.0."+string(rune('1'+i%9))), metav1.UpdateOptions{})
 		if rc, _ := askA(t, m, "web-9.web-west"+z); rc != dns.RcodeNameError {
 			t.Fatalf("unknown pod during churn: %s, want NXDOMAIN", dns.RcodeToString[rc])
 		}

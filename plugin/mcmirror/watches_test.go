@@ -23,25 +23,13 @@ import (
 // client-go's fake clientsets: the handler, the index and the watches
 // together. Package watch tests the watches themselves.
 
-// The API objects of the tests (watchtest).
-var (
-	service       = watchtest.Service
-	mirrorService = watchtest.MirrorService
-	endpointSlice = watchtest.EndpointSlice
-	podEndpoint   = watchtest.PodEndpoint
-	flatSlice     = watchtest.FlatSlice
-	exportedGW    = watchtest.ExportedGateway
-	flatExport    = watchtest.ExportedFlat
-	waitFor       = watchtest.WaitFor
-	eventBound    = watchtest.EventBound
-)
-
 // startPlugin starts a plugin of cluster east over local, with links
 // (name, client pairs) added in order and startup_timeout startup. It
 // fails t when Start, which returns once every cluster has synced or
 // startup_timeout has passed, has not returned within startup_timeout and
-// eventBound: a Start that waited for a link that never syncs would never
-// return, and that is what the bound tells apart from a slow machine.
+// watchtest.EventBound: a Start that waited for a link that never syncs
+// would never return, and that is what the bound tells apart from a slow
+// machine.
 func startPlugin(t *testing.T, local kubernetes.Interface, startup time.Duration, links ...any) *MCMirror {
 	t.Helper()
 	m, err := New(local, Options{Zones: []string{"cluster.local.", "in-addr.arpa."}, Cluster: "east", TTL: 5, StartupTimeout: startup})
@@ -61,8 +49,8 @@ func startPlugin(t *testing.T, local kubernetes.Interface, startup time.Duration
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(startup + eventBound):
-		t.Fatalf("Start has not returned %s after startup_timeout %s", eventBound, startup)
+	case <-time.After(startup + watchtest.EventBound):
+		t.Fatalf("Start has not returned %s after startup_timeout %s", watchtest.EventBound, startup)
 	}
 	m.Next = fromNext
 	return m
@@ -126,9 +114,9 @@ func metricValue(t *testing.T, name string, labels ...string) float64 {
 
 // TestControllerServeDNS answers a query end to end through the informers.
 func TestControllerServeDNS(t *testing.T) {
-	west := remotetest.NewClientset(service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
-	local := remotetest.NewClientset(mirrorService("web-west", "west", "", "10.96.0.20"))
-	m := startPlugin(t, local, eventBound, "west", west)
+	west := remotetest.NewClientset(watchtest.Service("web", watchtest.ExportedGateway, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
+	local := remotetest.NewClientset(watchtest.MirrorService("web-west", "west", "", "10.96.0.20"))
+	m := startPlugin(t, local, watchtest.EventBound, "west", west)
 	runCase(t, m, testCase("web-west"+z, dns.TypeA, a("web-west"+z, "10.96.0.20")), false)
 	runCase(t, m, testCase("20.0.96.10.in-addr.arpa.", dns.TypePTR, ptrRR("20.0.96.10.in-addr.arpa.", "web-west"+z)), false)
 	runCase(t, m, next("web-paris"+z), false)

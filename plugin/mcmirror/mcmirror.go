@@ -121,7 +121,7 @@ func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
 	if o.StartupTimeout == 0 {
 		o.StartupTimeout = defaultStartupTimeout
 	}
-	m, io, err := newHandler(o)
+	m, ixOpts, err := newHandler(o)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.watch, m.src, m.index = w, w, index.New(w, io)
+	m.watch, m.src, m.index = w, w, index.New(w, ixOpts)
 	m.requeue = w.Enqueue
 	return m, nil
 }
@@ -148,11 +148,11 @@ func (o Options) watchOptions() watch.Options {
 // newWithSource returns an MCMirror over src, which tests fake: a group is
 // rebuilt at once when it is requeued.
 func newWithSource(src index.Source, o Options) (*MCMirror, error) {
-	m, io, err := newHandler(o)
+	m, ixOpts, err := newHandler(o)
 	if err != nil {
 		return nil, err
 	}
-	m.src, m.index = src, index.New(src, io)
+	m.src, m.index = src, index.New(src, ixOpts)
 	m.requeue = m.syncNow
 	return m, nil
 }
@@ -162,7 +162,7 @@ func newWithSource(src index.Source, o Options) (*MCMirror, error) {
 // index.
 func newHandler(o Options) (*MCMirror, index.Options, error) {
 	m := &MCMirror{Fall: o.Fall, ttl: o.TTL, startupTimeout: o.StartupTimeout}
-	io := index.Options{Cluster: o.Cluster, AllowedCIDRs: o.AllowedCIDRs, GatewayHealth: o.GatewayHealthURL != ""}
+	ixOpts := index.Options{Cluster: o.Cluster, AllowedCIDRs: o.AllowedCIDRs, GatewayHealth: o.GatewayHealthURL != ""}
 	cs := map[string]bool{}
 	for _, z := range o.ClusterSet {
 		cs[dns.Fqdn(strings.ToLower(z))] = true
@@ -174,22 +174,22 @@ func newHandler(o Options) (*MCMirror, index.Options, error) {
 		switch {
 		case isReverse(z):
 			if cs[z] {
-				return nil, io, fmt.Errorf("clusterset zone %s is a reverse zone", z)
+				return nil, ixOpts, fmt.Errorf("clusterset zone %s is a reverse zone", z)
 			}
-			io.PTR = true
+			ixOpts.PTR = true
 		case cs[z]:
-			io.ClusterSet = append(io.ClusterSet, z)
+			ixOpts.ClusterSet = append(ixOpts.ClusterSet, z)
 		default:
-			io.Zones = append(io.Zones, z)
+			ixOpts.Zones = append(ixOpts.Zones, z)
 		}
 	}
 	for z := range cs {
 		if !slices.Contains(m.Zones, z) {
-			return nil, io, fmt.Errorf("clusterset zone %s is not one of the zones", z)
+			return nil, ixOpts, fmt.Errorf("clusterset zone %s is not one of the zones", z)
 		}
 	}
-	if len(io.Zones)+len(io.ClusterSet) == 0 {
-		return nil, io, errors.New("non-reverse zone name must be used")
+	if len(ixOpts.Zones)+len(ixOpts.ClusterSet) == 0 {
+		return nil, ixOpts, errors.New("non-reverse zone name must be used")
 	}
 	serial := uint32(time.Now().Unix())
 	for _, z := range m.Zones {
@@ -208,7 +208,7 @@ func newHandler(o Options) (*MCMirror, index.Options, error) {
 		m.health = newGatewayHealth(o.GatewayHealthURL, o.GatewayHealthInterval, o.Cluster, m.gatewaysChanged)
 		m.health.client = healthClient(o.GatewayHealthResolver)
 	}
-	return m, io, nil
+	return m, ixOpts, nil
 }
 
 // AddLink watches a linked cluster through client. It fails when the name

@@ -70,11 +70,11 @@ func newStack(t *testing.T, local kubernetes.Interface, o Options) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	io := index.Options{Cluster: "east", Zones: []string{"cluster.local."}, PTR: true}
+	ixOpts := index.Options{Cluster: "east", Zones: []string{"cluster.local."}, PTR: true}
 	if o.ClusterSet {
-		io.ClusterSet = []string{clusterSetZone}
+		ixOpts.ClusterSet = []string{clusterSetZone}
 	}
-	return &stack{watch: w, index: index.New(w, io), startup: o.StartupTimeout}
+	return &stack{watch: w, index: index.New(w, ixOpts), startup: o.StartupTimeout}
 }
 
 // start starts the watches, feeding the index, until the test ends, and

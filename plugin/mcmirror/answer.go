@@ -3,8 +3,7 @@ package mcmirror
 import (
 	"net"
 
-	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
-
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 	"github.com/miekg/dns"
 )
 
@@ -51,11 +50,11 @@ func (rp *reply) init(r *dns.Msg, rcode int) *dns.Msg {
 // asked for (NODATA): at most limit answer records, with TC set if that
 // left some out, and room for extra more records (the OPT record the
 // server's writer adds).
-func (h *hit) answer(r *dns.Msg, name string, ttl uint32, limit, extra int) *dns.Msg {
+func answer(h *index.Hit, r *dns.Msg, name string, ttl uint32, limit, extra int) *dns.Msg {
 	switch qtype := r.Question[0].Qtype; qtype {
 	case dns.TypeA, dns.TypeAAAA:
 		v6 := qtype == dns.TypeAAAA
-		v := h.addresses(v6)
+		v := h.Addresses(v6)
 		n := len(v) / 4
 		if v6 {
 			n = len(v) / 16
@@ -70,12 +69,12 @@ func (h *hit) answer(r *dns.Msg, name string, ttl uint32, limit, extra int) *dns
 			return withRecords(r, rrs, len(rrs), extra, cut)
 		}
 	case dns.TypeSRV:
-		if h.r.kind != kindPTR && (h.proto == "" || h.port != "") {
-			return h.srvReply(r, name, ttl, limit, extra)
+		if h.SRV() {
+			return srvReply(h, r, name, ttl, limit, extra)
 		}
 	case dns.TypePTR:
-		if h.r.kind == kindPTR {
-			return withRecords(r, h.ptrRR(name, ttl, extra), 1, extra, false)
+		if target, ok := h.PTR(); ok {
+			return withRecords(r, ptrRecords(name, target, ttl, extra), 1, extra, false)
 		}
 	}
 	return nil
@@ -108,43 +107,6 @@ type srvRec struct {
 // fit. A reply cut there has TC set by the plugin; the server's writer
 // truncates it further to the client's buffer.
 func maxRecords(size int) int { return size / 16 }
-
-// addresses returns the A (v4) or AAAA addresses of h.
-func (h *hit) addresses(v6 bool) []byte {
-	g := h.g
-	if h.proto != "" || h.r.kind == kindPTR {
-		return nil
-	}
-	var v []byte
-	switch {
-	case h.r.kind == kindCS && !g.imp.headless:
-		v = g.imp.v4 // the ClusterSetIPs
-		if v6 {
-			v = g.imp.v6
-		}
-	case h.r.kind == kindCSPod && h.r.p < 0:
-		return nil // <cluster>.<svc>: no records of its own
-	case h.r.m < 0:
-		v = g.v4
-		if v6 {
-			v = g.v6
-		}
-	case h.r.p < 0:
-		m := g.members[h.r.m]
-		v = m.v4
-		if v6 {
-			v = m.v6
-		}
-	default:
-		m := g.members[h.r.m]
-		p := &m.pods[h.r.p]
-		v = m.podV4(p)
-		if v6 {
-			v = m.podV6(p)
-		}
-	}
-	return v
-}
 
 // addressRRs returns the A or AAAA records of v, owned by name, at most
 // limit of them, in one allocation besides rrs, and whether that left
@@ -251,122 +213,25 @@ func fewAddressReply(r *dns.Msg, name string, v []byte, v6 bool, ttl uint32, ext
 	return m
 }
 
-// match reports whether port p, after the ports before it in its list,
-// answers h: every distinct port number for the name itself, the named
-// ports of h.proto for _<proto>, and port h.port of it for
-// _<port>._<proto>.
-func (h *hit) match(p *object.Port, before []object.Port) bool {
-	if h.proto == "" {
-		for i := range before {
-			if before[i].Port == p.Port {
-				return false
-			}
-		}
-		return true
-	}
-	return p.Name != "" && p.Protocol == h.proto && (h.port == "" || p.Name == h.port)
-}
-
-// target is one SRV target as eachTarget hands it out.
-type target struct {
-	name   string
-	port   uint16
-	v4, v6 []byte
-	// first is whether this is the first target of the name: its glue
-	// goes in once.
-	first bool
-}
-
-// eachTarget calls f with each SRV target of h, in order (the members in
-// group order, the local one first; pods by name; ports in order), until f
-// returns false.
-func (h *hit) eachTarget(f func(t target) bool) {
-	g := h.g
-	zi := int(h.r.zi)
-	switch {
-	case h.r.kind == kindCS && !g.imp.headless:
-		h.importTargets(f)
-		return
-	case h.r.kind == kindCSPod && h.r.p < 0:
-		return
-	}
-	lo, hi := 0, len(g.members)
-	if h.r.m >= 0 {
-		lo, hi = int(h.r.m), int(h.r.m)+1
-	}
-	var t target
-	for i := lo; i < hi; i++ {
-		if h.r.m < 0 && g.hidden[i] {
-			continue
-		}
-		m := g.members[i]
-		if len(m.pods) == 0 {
-			if h.r.kind == kindCS {
-				// A clusterset zone names pods only: a member without
-				// any (a ClusterIP export of a Headless import) has no
-				// name to be a target.
-				continue
-			}
-			t = target{name: m.names[zi], v4: m.v4, v6: m.v6, first: true}
-			for j := range m.ports {
-				if h.match(&m.ports[j], m.ports[:j]) {
-					t.port = uint16(m.ports[j].Port)
-					if !f(t) {
-						return
-					}
-					t.first = false
-				}
-			}
-			continue
-		}
-		plo, phi := 0, len(m.pods)
-		if h.r.p >= 0 {
-			plo, phi = int(h.r.p), int(h.r.p)+1
-		}
-		for j := plo; j < phi; j++ {
-			p := &m.pods[j]
-			ports := m.portSets[p.ports]
-			t = target{name: m.podName(j, zi), v4: m.podV4(p), v6: m.podV6(p), first: true}
-			for k := range ports {
-				if h.match(&ports[k], ports[:k]) {
-					t.port = uint16(ports[k].Port)
-					if !f(t) {
-						return
-					}
-					t.first = false
-				}
-			}
-		}
-	}
-}
-
-// exists reports whether the SRV name (or the _<proto> above one) of h has
-// a target: if not, it does not exist.
-func (h *hit) exists() bool {
-	found := false
-	h.eachTarget(func(target) bool { found = true; return false })
-	return found
-}
-
 // srvReply returns the reply to r of the SRV records of h owned by name,
 // at most limit, and the glue of their targets, with room for extra more
 // records, or nil if h has no target. The weights split 100 evenly, as
 // CoreDNS's kubernetes plugin does. A reply of one target (a pod, a
 // ClusterIP Service of one port) is one allocation; others three, and
 // more only when a target has several addresses of a family.
-func (h *hit) srvReply(r *dns.Msg, name string, ttl uint32, limit, extra int) *dns.Msg {
+func srvReply(h *index.Hit, r *dns.Msg, name string, ttl uint32, limit, extra int) *dns.Msg {
 	n, g4, g6, total := 0, 0, 0, 0
-	var first target
-	h.eachTarget(func(t target) bool {
+	var first index.Target
+	h.EachTarget(func(t index.Target) bool {
 		if total == 0 {
 			first = t
 		}
 		total++
 		if n < limit {
 			n++
-			if t.first {
-				g4 += len(t.v4) / 4
-				g6 += len(t.v6) / 16
+			if t.First {
+				g4 += len(t.V4) / 4
+				g6 += len(t.V6) / 16
 			}
 		}
 		return true
@@ -390,35 +255,35 @@ func (h *hit) srvReply(r *dns.Msg, name string, ttl uint32, limit, extra int) *d
 		aaaas = make([]dns.AAAA, g6)
 	}
 	i, i4, i6 := 0, 0, 0
-	h.eachTarget(func(t target) bool {
+	h.EachTarget(func(t index.Target) bool {
 		if i == n {
 			return false
 		}
-		recs[i].srv = dns.SRV{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: ttl}, Weight: weight, Port: t.port, Target: t.name}
+		recs[i].srv = dns.SRV{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: ttl}, Weight: weight, Port: t.Port, Target: t.Name}
 		rrs[i] = &recs[i].srv
 		i++
-		if !t.first {
+		if !t.First {
 			return true
 		}
-		for j := 0; j < len(t.v4) && i4 < g4; j += 4 {
+		for j := 0; j < len(t.V4) && i4 < g4; j += 4 {
 			var a *dns.A
 			if as != nil {
 				a = &as[i4]
 			} else {
 				a = &recs[i4].a
 			}
-			*a = dns.A{Hdr: dns.RR_Header{Name: t.name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.IP(t.v4[j : j+4 : j+4])}
+			*a = dns.A{Hdr: dns.RR_Header{Name: t.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.IP(t.V4[j : j+4 : j+4])}
 			rrs = append(rrs, a)
 			i4++
 		}
-		for j := 0; j < len(t.v6) && i6 < g6; j += 16 {
+		for j := 0; j < len(t.V6) && i6 < g6; j += 16 {
 			var a *dns.AAAA
 			if aaaas != nil {
 				a = &aaaas[i6]
 			} else {
 				a = &recs[i6].aaaa
 			}
-			*a = dns.AAAA{Hdr: dns.RR_Header{Name: t.name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: net.IP(t.v6[j : j+16 : j+16])}
+			*a = dns.AAAA{Hdr: dns.RR_Header{Name: t.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: net.IP(t.V6[j : j+16 : j+16])}
 			rrs = append(rrs, a)
 			i6++
 		}
@@ -430,22 +295,22 @@ func (h *hit) srvReply(r *dns.Msg, name string, ttl uint32, limit, extra int) *d
 // oneSRVReply returns the reply to r of the one SRV record of t, owned by
 // name, and the glue of t (at most one address of each family), with room
 // for extra more records, in one allocation.
-func oneSRVReply(r *dns.Msg, name string, t target, ttl uint32, extra int) *dns.Msg {
+func oneSRVReply(r *dns.Msg, name string, t index.Target, ttl uint32, extra int) *dns.Msg {
 	rp := &struct {
 		reply
 		srvRec
 		rrs [4]dns.RR
 	}{}
 	m := rp.init(r, dns.RcodeSuccess)
-	rp.srv = dns.SRV{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: ttl}, Weight: 100, Port: t.port, Target: t.name}
+	rp.srv = dns.SRV{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: ttl}, Weight: 100, Port: t.Port, Target: t.Name}
 	rp.rrs[0] = &rp.srv
 	rrs := rp.rrs[:1]
-	if len(t.v4) == 4 {
-		rp.a = dns.A{Hdr: dns.RR_Header{Name: t.name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.IP(t.v4[:4:4])}
+	if len(t.V4) == 4 {
+		rp.a = dns.A{Hdr: dns.RR_Header{Name: t.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.IP(t.V4[:4:4])}
 		rrs = append(rrs, &rp.a)
 	}
-	if len(t.v6) == 16 {
-		rp.aaaa = dns.AAAA{Hdr: dns.RR_Header{Name: t.name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: net.IP(t.v6[:16:16])}
+	if len(t.V6) == 16 {
+		rp.aaaa = dns.AAAA{Hdr: dns.RR_Header{Name: t.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: net.IP(t.V6[:16:16])}
 		rrs = append(rrs, &rp.aaaa)
 	}
 	m.Answer = rrs[:1:1]
@@ -455,17 +320,9 @@ func oneSRVReply(r *dns.Msg, name string, t target, ttl uint32, extra int) *dns.
 	return m
 }
 
-// ptrRR returns the PTR record of h, owned by name.
-func (h *hit) ptrRR(name string, ttl uint32, extra int) []dns.RR {
-	var target string
-	switch {
-	case h.r.m < 0: // a ClusterSetIP
-		target = h.g.imp.names[h.r.zi]
-	case h.r.p >= 0:
-		target = h.g.members[h.r.m].podName(int(h.r.p), 0)
-	default:
-		target = h.g.members[h.r.m].names[0]
-	}
+// ptrRecords returns the PTR record owned by name that points at target, with
+// room for extra more records.
+func ptrRecords(name, target string, ttl uint32, extra int) []dns.RR {
 	rp := &struct {
 		ptr dns.PTR
 		rrs [2]dns.RR

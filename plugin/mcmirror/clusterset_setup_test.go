@@ -7,6 +7,7 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/miekg/dns"
 )
 
 func TestParseClusterSet(t *testing.T) {
@@ -60,7 +61,8 @@ func TestParseClusterSet(t *testing.T) {
 // specification's names, and the local derived Services are watched.
 func TestSetupClusterSet(t *testing.T) {
 	kc := writeKubeconfig(t, "east")
-	c := caddy.NewTestController("dns", "mcmirror cluster.local clusterset.local in-addr.arpa {\ncluster east\nkubeconfig "+kc+"\nclusterset\n}")
+	corefile := "mcmirror cluster.local clusterset.local in-addr.arpa {\ncluster east\nkubeconfig " + kc + "\nclusterset\n}"
+	c := caddy.NewTestController("dns", corefile)
 	c.ServerBlockKeys = []string{".:53"}
 	if err := setup(c); err != nil {
 		t.Fatal(err)
@@ -69,10 +71,20 @@ func TestSetupClusterSet(t *testing.T) {
 	if !slices.Equal(m.clusterset, []bool{false, true, false}) {
 		t.Errorf("clusterset zones %v of %v", m.clusterset, m.Zones)
 	}
-	if !slices.Equal(m.index.zones, []string{"cluster.local.", "clusterset.local."}) || m.index.nMirror != 1 {
-		t.Errorf("index zones %v, %d of mcmirror's", m.index.zones, m.index.nMirror)
+	// The index answers the specification's names in clusterset.local,
+	// and not in cluster.local.
+	m.Next = fromNext
+	runCase(t, m, testCase("dns-version.clusterset.local.", dns.TypeTXT, txt("dns-version.clusterset.local.", "1.0.0")), false)
+	runCase(t, m, next("dns-version.cluster.local."), false)
+	// The watches are told to watch the derived Services (package watch
+	// tests that they then do).
+	c = caddy.NewTestController("dns", corefile)
+	c.ServerBlockKeys = []string{".:53"}
+	cfg, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if m.watch.cluster("east").derived == nil {
+	if !cfg.options().watchOptions().ClusterSet {
 		t.Error("the derived Services are not watched")
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
@@ -36,27 +38,27 @@ const (
 //	anon       Headless: west's export is mirrored as a ClusterIP
 //
 // flat (west) is exported and not imported: no derived Service.
-func csFixture() *fakeSource {
-	f := fixture()
-	f.imports("default", "web", []string{"10.97.0.1", "fd00:97::1"}, httpPort, dnsPort)
-	f.imports("default", "nginx-svc", nil, httpPort)
+func csFixture() *indextest.Source {
+	f := indextest.Fixture()
+	f.AddImport("default", "web", []string{"10.97.0.1", "fd00:97::1"}, httpPort, dnsPort)
+	f.AddImport("default", "nginx-svc", nil, httpPort)
 
-	f.svc("paris", "default", "db", labels.Flat, nil, httpPort)
-	f.slice("paris", "default", "db", []object.Port{httpPort}, ep("", "10.2.0.5", true))
-	f.imports("default", "db", nil, httpPort)
+	f.AddService("paris", "default", "db", labels.Flat, nil, httpPort)
+	f.AddSlice("paris", "default", "db", []object.Port{httpPort}, ep("", "10.2.0.5", true))
+	f.AddImport("default", "db", nil, httpPort)
 
-	f.svc("west", "default", "idle", labels.Flat, nil, httpPort)
-	f.slice("west", "default", "idle", []object.Port{httpPort}, ep("idle-0", "10.1.0.60", false))
-	f.imports("default", "idle", nil, httpPort)
+	f.AddService("west", "default", "idle", labels.Flat, nil, httpPort)
+	f.AddSlice("west", "default", "idle", []object.Port{httpPort}, ep("idle-0", "10.1.0.60", false))
+	f.AddImport("default", "idle", nil, httpPort)
 
-	f.imports("default", "orphan", []string{"10.97.0.9"}, httpPort)
-	f.imports("default", "anon", nil, httpPort)
+	f.AddImport("default", "orphan", []string{"10.97.0.9"}, httpPort)
+	f.AddImport("default", "anon", nil, httpPort)
 	return f
 }
 
 // newCSPlugin returns a plugin over src answering cluster.local as ever
 // and clusterset.local as the MCS specification has it.
-func newCSPlugin(t testing.TB, src *fakeSource, fl fall.F) *MCMirror {
+func newCSPlugin(t testing.TB, src *indextest.Source, fl fall.F) *MCMirror {
 	t.Helper()
 	m, err := newWithSource(src, Options{
 		Zones:      []string{"cluster.local.", "clusterset.local.", "in-addr.arpa.", "ip6.arpa."},
@@ -216,7 +218,7 @@ func TestClusterSetNegative(t *testing.T) {
 	runCase(t, m, csNXDOMAIN("nope"+cs, dns.TypeA), false)
 	runCase(t, m, csNXDOMAIN("nginx-set-9.west.nginx-svc"+cs, dns.TypeA), false)
 	runCase(t, m, next("nginx-set-9.nginx-svc-west"+z), false) // cluster.local falls through
-	src.synced = false
+	src.Synced = false
 	runCase(t, m, test.Case{Qname: "nope" + cs, Qtype: dns.TypeA, Rcode: dns.RcodeServerFailure, Ns: []dns.RR{test.SOA(csSOA)}}, false)
 	runCase(t, m, testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.1")), false)
 }
@@ -255,15 +257,15 @@ func TestClusterSetClassAndCase(t *testing.T) {
 // A derived Service appearing, changing type and going: the names follow
 // at the group's next build, the namespace's empty non-terminal with them.
 func TestClusterSetDerivedChanges(t *testing.T) {
-	src := fixture()
+	src := indextest.Fixture()
 	m := newCSPlugin(t, src, fall.Zero)
-	web := groupKey{"default", "web"}
+	web := object.ServiceKey("default", "web")
 	runCase(t, m, csNXDOMAIN("web"+cs, dns.TypeA), false)
 	runCase(t, m, csNXDOMAIN("default.svc.clusterset.local.", dns.TypeA), false)
 	runCase(t, m, csNXDOMAIN("svc.clusterset.local.", dns.TypeA), false)
 	runCase(t, m, next("10.0.97.10.in-addr.arpa."), false)
 
-	src.imports("default", "web", []string{"10.97.0.10"}, httpPort)
+	src.AddImport("default", "web", []string{"10.97.0.10"}, httpPort)
 	m.syncNow(web)
 	runCase(t, m, testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.10")), false)
 	runCase(t, m, test.Case{Qname: "web" + cs, Qtype: dns.TypeSRV,
@@ -274,7 +276,7 @@ func TestClusterSetDerivedChanges(t *testing.T) {
 	runCase(t, m, testCase("web-west"+z, dns.TypeA, a("web-west"+z, "10.96.0.20")), false)
 
 	// Its ClusterSetIP changes: the old PTR goes.
-	src.imports("default", "web", []string{"10.97.0.11"}, httpPort)
+	src.AddImport("default", "web", []string{"10.97.0.11"}, httpPort)
 	m.syncNow(web)
 	runCase(t, m, testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.11")), false)
 	runCase(t, m, next("10.0.97.10.in-addr.arpa."), false)
@@ -282,51 +284,45 @@ func TestClusterSetDerivedChanges(t *testing.T) {
 
 	// The import becomes Headless (west's Service is ClusterIP): its
 	// address is the mirror's, and no ClusterSetIP has a PTR any more.
-	src.imports("default", "web", nil, httpPort)
+	src.AddImport("default", "web", nil, httpPort)
 	m.syncNow(web)
 	runCase(t, m, testCase("web"+cs, dns.TypeA, a("web"+cs, "10.96.0.20")), false)
 	runCase(t, m, testCase("web"+cs, dns.TypeAAAA, aaaa("web"+cs, "fd00::20")), false)
 	runCase(t, m, next("11.0.97.10.in-addr.arpa."), false)
 
 	// A pod appears in a Headless import's cluster: its names come.
-	nginx := groupKey{"default", "nginx-svc"}
-	src.imports("default", "nginx-svc", nil, httpPort)
+	nginx := object.ServiceKey("default", "nginx-svc")
+	src.AddImport("default", "nginx-svc", nil, httpPort)
 	m.syncNow(nginx)
 	runCase(t, m, testCase("nginx-set-0.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10")), false)
 	runCase(t, m, csNXDOMAIN("nginx-set-1.paris.nginx-svc"+cs, dns.TypeA), false)
-	src.mirror("default", "nginx-set-1-paris", "paris", "nginx-svc-paris", []string{"10.96.1.11"}, httpPort)
+	src.AddMirror("default", "nginx-set-1-paris", "paris", "nginx-svc-paris", []string{"10.96.1.11"}, httpPort)
 	m.syncNow(nginx)
 	runCase(t, m, testCase("nginx-set-1.paris.nginx-svc"+cs, dns.TypeA, a("nginx-set-1.paris.nginx-svc"+cs, "10.96.1.11")), false)
 
 	// The derived Services go: so do the names, and the namespace.
-	delete(src.derived, [2]string{"default", "web"})
+	delete(src.Imports, [2]string{"default", "web"})
 	m.syncNow(web)
 	runCase(t, m, csNXDOMAIN("web"+cs, dns.TypeA), false)
 	runCase(t, m, csNODATA("default.svc.clusterset.local.", dns.TypeA), false) // nginx-svc is still imported
-	delete(src.derived, [2]string{"default", "nginx-svc"})
+	delete(src.Imports, [2]string{"default", "nginx-svc"})
 	m.syncNow(nginx)
 	runCase(t, m, csNXDOMAIN("nginx-set-0.west.nginx-svc"+cs, dns.TypeA), false)
 	runCase(t, m, csNXDOMAIN("west.nginx-svc"+cs, dns.TypeA), false)
 	runCase(t, m, csNXDOMAIN("default.svc.clusterset.local.", dns.TypeA), false)
 	runCase(t, m, csNXDOMAIN("svc.clusterset.local.", dns.TypeA), false)
-	if n := len(m.index.cs); n != 0 {
-		t.Errorf("%d clusterset names left: %v", n, m.index.cs)
-	}
 	// The mcmirror names never moved.
 	runCase(t, m, testCase("web-west"+z, dns.TypeA, a("web-west"+z, "10.96.0.20")), false)
 	runCase(t, m, testCase("nginx-set-1.nginx-svc-paris"+z, dns.TypeA, a("nginx-set-1.nginx-svc-paris"+z, "10.96.1.11")), false)
 
 	// A Service imported only (nobody exports it) then gone: no group left.
-	src.imports("default", "solo", []string{"10.97.0.12"}, httpPort)
-	solo := groupKey{"default", "solo"}
+	src.AddImport("default", "solo", []string{"10.97.0.12"}, httpPort)
+	solo := object.ServiceKey("default", "solo")
 	m.syncNow(solo)
 	runCase(t, m, testCase("solo"+cs, dns.TypeA, a("solo"+cs, "10.97.0.12")), false)
-	delete(src.derived, [2]string{"default", "solo"})
+	delete(src.Imports, [2]string{"default", "solo"})
 	m.syncNow(solo)
 	runCase(t, m, csNXDOMAIN("solo"+cs, dns.TypeA), false)
-	if _, ok := m.index.slots[solo]; ok {
-		t.Error("the slot of a group nobody exports or imports is kept")
-	}
 }
 
 // A gateway whose health hides a cluster hides it from the Service name of
@@ -334,15 +330,8 @@ func TestClusterSetDerivedChanges(t *testing.T) {
 func TestClusterSetHidden(t *testing.T) {
 	src := csFixture()
 	m := newCSPlugin(t, src, fall.Zero)
-	k := groupKey{"default", "nginx-svc"}
-	g := m.index.slots[k].g
-	hidden := *g
-	hidden.hidden = make([]bool, len(g.members))
-	for i, mb := range g.members {
-		hidden.hidden[i] = mb.cluster == "west"
-	}
-	hidden.v4, hidden.v6 = globalAddrs(&hidden)
-	m.index.install(k, &hidden)
+	m.gatewaysChanged(map[string]bool{"west": true}, []string{"west"})
+	m.syncNow(object.ServiceKey("default", "nginx-svc")) // the index keeps no gateway groups without gateway_health
 	runCase(t, m, testCase("nginx-svc"+cs, dns.TypeA, a("nginx-svc"+cs, "10.0.0.10"), a("nginx-svc"+cs, "10.96.1.10")), false)
 	runCase(t, m, test.Case{Qname: "_http._tcp.nginx-svc" + cs, Qtype: dns.TypeSRV,
 		Answer: []dns.RR{
@@ -368,9 +357,6 @@ func TestClusterSetOff(t *testing.T) {
 	runCase(t, m, testCase("web-west"+c, dns.TypeA, a("web-west"+c, "10.96.0.20")), false)
 	runCase(t, m, next("web"+c), false)
 	runCase(t, m, next("dns-version.clusterset.local."), false)
-	if m.watch != nil || len(m.index.cs) != 0 {
-		t.Errorf("clusterset names without clusterset: %v", m.index.cs)
-	}
 }
 
 // A server block of clusterset.local alone (CoreDNS forwarding it there):
@@ -388,7 +374,7 @@ func TestClusterSetOnly(t *testing.T) {
 	runCase(t, m, testCase("1.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("1.0.97.10.in-addr.arpa.", "web"+cs)), false)
 	runCase(t, m, next("20.0.96.10.in-addr.arpa."), false) // a mirror's: no zone of mcmirror's to name it in
 	runCase(t, m, next("web-west"+z), false)
-	if n := m.index.len(); n != 0 {
+	if n := m.index.Len(); n != 0 {
 		t.Errorf("%d names of mcmirror's zones without one", n)
 	}
 }
@@ -399,7 +385,7 @@ func TestClusterSetOptions(t *testing.T) {
 		{Zones: []string{"cluster.local.", "in-addr.arpa."}, ClusterSet: []string{"in-addr.arpa."}},
 	} {
 		o.Cluster = "east"
-		if _, err := newWithSource(newFakeSource(), o); err == nil {
+		if _, err := newWithSource(indextest.NewSource(), o); err == nil {
 			t.Errorf("%v: no error", o.ClusterSet)
 		}
 	}
@@ -407,23 +393,23 @@ func TestClusterSetOptions(t *testing.T) {
 
 func TestClusterSetMetrics(t *testing.T) {
 	m := newCSPlugin(t, csFixture(), fall.Zero)
-	count := func(k nameKind, rcode string) float64 {
+	count := func(k index.Kind, rcode string) float64 {
 		return testutil.ToFloat64(answers.WithLabelValues(k.String(), rcode))
 	}
 	for _, tt := range []struct {
 		tc    test.Case
-		kind  nameKind
+		kind  index.Kind
 		rcode string
 	}{
-		{testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.1")), kindCS, "NOERROR"},
-		{csNXDOMAIN("idle"+cs, dns.TypeA), kindCS, "NXDOMAIN"},
-		{testCase("nginx-set-0.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10")), kindCSPod, "NOERROR"},
-		{csNODATA("west.nginx-svc"+cs, dns.TypeA), kindCSPod, "NOERROR"},
-		{csNXDOMAIN("nginx-set-9.west.nginx-svc"+cs, dns.TypeA), kindCSPod, "NXDOMAIN"},
-		{csNXDOMAIN("_x._tcp.web"+cs, dns.TypeSRV), kindSRV, "NXDOMAIN"},
-		{testCase("dns-version.clusterset.local.", dns.TypeTXT, txt("dns-version.clusterset.local.", "1.0.0")), kindCSZone, "NOERROR"},
-		{csNXDOMAIN("nope.clusterset.local.", dns.TypeA), kindCSZone, "NXDOMAIN"},
-		{testCase("1.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("1.0.97.10.in-addr.arpa.", "web"+cs)), kindPTR, "NOERROR"},
+		{testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.1")), index.KindCS, "NOERROR"},
+		{csNXDOMAIN("idle"+cs, dns.TypeA), index.KindCS, "NXDOMAIN"},
+		{testCase("nginx-set-0.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10")), index.KindCSPod, "NOERROR"},
+		{csNODATA("west.nginx-svc"+cs, dns.TypeA), index.KindCSPod, "NOERROR"},
+		{csNXDOMAIN("nginx-set-9.west.nginx-svc"+cs, dns.TypeA), index.KindCSPod, "NXDOMAIN"},
+		{csNXDOMAIN("_x._tcp.web"+cs, dns.TypeSRV), index.KindSRV, "NXDOMAIN"},
+		{testCase("dns-version.clusterset.local.", dns.TypeTXT, txt("dns-version.clusterset.local.", "1.0.0")), index.KindCSZone, "NOERROR"},
+		{csNXDOMAIN("nope.clusterset.local.", dns.TypeA), index.KindCSZone, "NXDOMAIN"},
+		{testCase("1.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("1.0.97.10.in-addr.arpa.", "web"+cs)), index.KindPTR, "NOERROR"},
 	} {
 		before := count(tt.kind, tt.rcode)
 		runCase(t, m, tt.tc, false)

@@ -2,7 +2,6 @@ package mcmirror
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"testing"
 
@@ -10,11 +9,12 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // The strings are Linkerd's (pkg/k8s/labels.go, the service mirror's
@@ -32,66 +32,20 @@ func TestFederatedLinkerdStrings(t *testing.T) {
 	}
 }
 
-// fedService is the local federated Service ns default/name as Linkerd's
-// service mirror makes it: a mirror without a cluster name, with a
-// ClusterIP and no endpoints; an annotation is left out when its value is
-// "-".
-func fedService(name, remote, local string) *corev1.Service {
-	ann := map[string]string{}
-	if remote != "-" {
-		ann[labels.RemoteDiscoveryAnnotation] = remote
-	}
-	if local != "-" {
-		ann[labels.LocalDiscoveryAnnotation] = local
-	}
-	s := service(name, map[string]string{labels.MirroredService: labels.MirroredServiceValue}, "10.96.9.9",
-		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
-	s.Annotations = ann
-	return s
-}
-
-// A federated Service's group is its own, not a cluster's mirror's (the
-// annotations themselves are read in package object).
-func TestFederatedGroup(t *testing.T) {
-	m, _ := object.ToMirror(fedService("web-federated", "web@west", "web"))
-	if k, ok := federatedGroup(m.(*object.Mirror)); !ok || k != fedKey("default", "web-federated") || k.String() != "default/web-federated (federated)" {
-		t.Errorf("federatedGroup = %v, %t", k, ok)
-	}
-	if _, ok := mirrorGroup(m.(*object.Mirror)); ok {
-		t.Error("a federated Service counts as a cluster's mirror")
-	}
-}
-
-// member adds a federated member; ips empty means headless.
-func (f *fakeSource) member(cluster, ns, name string, mode labels.Mode, ips []string, ports ...object.Port) *object.Service {
-	s := &object.Service{Meta: object.Meta{Name: name, Namespace: ns}, Exported: true, Mode: mode,
-		Headless: len(ips) == 0, ClusterIPs: ips, Ports: ports}
-	f.members[[3]string{cluster, ns, name}] = s
-	return s
-}
-
-// federate adds the local federated Service name with its annotations.
-func (f *fakeSource) federate(name, remote, local string) {
-	m, _ := object.ToMirror(fedService(name, remote, local))
-	f.mirrors[[2]string{"default", name}] = m.(*object.Mirror)
-}
-
-var targetPort = object.Port{Name: "http", Protocol: "tcp", Port: 8080}
-
 // fedFixture: web-federated, whose members are web in east (this
 // cluster: ClusterIP 10.96.5.5, one ready pod), in west (flat: two ready
 // pods, one not ready), in paris (gateway mode) and in a cluster not
 // linked.
-func fedFixture() *fakeSource {
-	f := newFakeSource("paris", "west")
-	f.member("east", "default", "web", labels.Gateway, []string{"10.96.5.5"}, httpPort)
-	f.slice("east", "default", "web", []object.Port{targetPort}, ep("", "10.0.0.5", true))
-	f.member("west", "default", "web", labels.Flat, []string{"10.100.0.7"}, httpPort)
-	f.slice("west", "default", "web", []object.Port{targetPort}, ep("", "10.1.0.1", true), ep("", "10.1.0.2", true), ep("", "10.1.0.3", false))
-	f.member("paris", "default", "web", labels.Gateway, []string{"10.100.1.7"}, httpPort)
-	f.slice("paris", "default", "web", []object.Port{targetPort}, ep("", "10.2.0.1", true))
-	f.mirror("default", "web-paris", "paris", "", []string{"10.96.0.7"}, httpPort)
-	f.federate("web-federated", "web@paris,web@west,web@nowhere", "web")
+func fedFixture() *indextest.Source {
+	f := indextest.NewSource("paris", "west")
+	f.AddMember("east", "default", "web", labels.Gateway, []string{"10.96.5.5"}, httpPort)
+	f.AddSlice("east", "default", "web", []object.Port{indextest.TargetPort}, ep("", "10.0.0.5", true))
+	f.AddMember("west", "default", "web", labels.Flat, []string{"10.100.0.7"}, httpPort)
+	f.AddSlice("west", "default", "web", []object.Port{indextest.TargetPort}, ep("", "10.1.0.1", true), ep("", "10.1.0.2", true), ep("", "10.1.0.3", false))
+	f.AddMember("paris", "default", "web", labels.Gateway, []string{"10.100.1.7"}, httpPort)
+	f.AddSlice("paris", "default", "web", []object.Port{indextest.TargetPort}, ep("", "10.2.0.1", true))
+	f.AddMirror("default", "web-paris", "paris", "", []string{"10.96.0.7"}, httpPort)
+	f.Federate("web-federated", "web@paris,web@west,web@nowhere", "web")
 	return f
 }
 
@@ -131,7 +85,9 @@ func TestFederatedAnswers(t *testing.T) {
 	if got := ask(t, m, fed, dns.TypeA); got == nil || got.Answer[0].(*dns.A).A.String() != "10.96.5.5" {
 		t.Errorf("the local member is not first: %v", got)
 	}
-	counted := func() float64 { return testutil.ToFloat64(answers.WithLabelValues(kindFederated.String(), "NOERROR")) }
+	counted := func() float64 {
+		return testutil.ToFloat64(answers.WithLabelValues(index.KindFederated.String(), "NOERROR"))
+	}
 	before := counted()
 	ask(t, m, fed, dns.TypeA)
 	if got := counted(); got != before+1 {
@@ -143,28 +99,28 @@ func TestFederatedAnswers(t *testing.T) {
 // else the next plugin answers it (the kubernetes plugin, the Service's
 // own ClusterIP), whatever fallthrough says.
 func TestFederatedNotClaimed(t *testing.T) {
-	f := newFakeSource("paris", "west")
-	f.member("west", "default", "idle", labels.Flat, []string{"10.100.0.8"}, httpPort)
-	f.slice("west", "default", "idle", []object.Port{targetPort}, ep("", "10.1.0.8", false))
-	f.member("paris", "default", "gw", labels.Gateway, []string{"10.100.1.8"}, httpPort)
-	f.slice("paris", "default", "gw", []object.Port{targetPort}, ep("", "10.2.0.8", true))
-	f.mirror("default", "gw-paris", "paris", "", []string{"10.96.0.8"}, httpPort)
-	f.member("east", "default", "lonely", labels.Gateway, []string{"10.96.5.8"}, httpPort)
-	f.slice("east", "default", "lonely", []object.Port{targetPort}, ep("", "10.0.0.8", false))
-	f.member("west", "default", "empty", labels.Flat, []string{"10.100.0.9"}, httpPort)
-	f.federate("idle-federated", "idle@west", "-")       // no ready pod
-	f.federate("gw-federated", "gw@paris", "-")          // gateway mode only
-	f.federate("lonely-federated", "-", "lonely")        // a local ClusterIP without a ready pod
-	f.federate("ghost-federated", "ghost@west", "ghost") // members that do not exist
-	f.federate("empty-federated", "empty@west", "-")     // no slice at all
-	f.federate("bad-federated", "idle,@west", "Bad")     // nothing well formed
+	f := indextest.NewSource("paris", "west")
+	f.AddMember("west", "default", "idle", labels.Flat, []string{"10.100.0.8"}, httpPort)
+	f.AddSlice("west", "default", "idle", []object.Port{indextest.TargetPort}, ep("", "10.1.0.8", false))
+	f.AddMember("paris", "default", "gw", labels.Gateway, []string{"10.100.1.8"}, httpPort)
+	f.AddSlice("paris", "default", "gw", []object.Port{indextest.TargetPort}, ep("", "10.2.0.8", true))
+	f.AddMirror("default", "gw-paris", "paris", "", []string{"10.96.0.8"}, httpPort)
+	f.AddMember("east", "default", "lonely", labels.Gateway, []string{"10.96.5.8"}, httpPort)
+	f.AddSlice("east", "default", "lonely", []object.Port{indextest.TargetPort}, ep("", "10.0.0.8", false))
+	f.AddMember("west", "default", "empty", labels.Flat, []string{"10.100.0.9"}, httpPort)
+	f.Federate("idle-federated", "idle@west", "-")       // no ready pod
+	f.Federate("gw-federated", "gw@paris", "-")          // gateway mode only
+	f.Federate("lonely-federated", "-", "lonely")        // a local ClusterIP without a ready pod
+	f.Federate("ghost-federated", "ghost@west", "ghost") // members that do not exist
+	f.Federate("empty-federated", "empty@west", "-")     // no slice at all
+	f.Federate("bad-federated", "idle,@west", "Bad")     // nothing well formed
 	m := newTestPlugin(t, f, 5, fall.Root)
 	m.Next = fromNext
 	for _, n := range []string{"idle", "gw", "lonely", "ghost", "empty", "bad"} {
 		runCase(t, m, next(n+"-federated"+z), false)
 		runCase(t, m, next("west."+n+"-federated"+z), false)
 	}
-	if n := m.index.len(); n != 0 {
+	if n := m.index.Len(); n != 0 {
 		t.Errorf("%d names in the index, want none", n)
 	}
 }
@@ -178,7 +134,7 @@ func TestFederatedMembersChange(t *testing.T) {
 	m := newTestPlugin(t, f, 5, fall.Zero)
 	m.Next = fromNext
 	fed := "web-federated" + z
-	web := groupKey{"default", "web"}
+	web := object.ServiceKey("default", "web")
 	wantA := func(want ...string) {
 		t.Helper()
 		if got := answerA(t, m, fed); !slices.Equal(got, want) {
@@ -188,44 +144,44 @@ func TestFederatedMembersChange(t *testing.T) {
 	wantA("10.1.0.1", "10.1.0.2", "10.96.5.5")
 
 	// West's pods become unready: the local member alone.
-	f.slices[[3]string{"west", "default", "web"}] = nil
-	f.slice("west", "default", "web", []object.Port{targetPort}, ep("", "10.1.0.1", false), ep("", "10.1.0.2", false))
+	f.EndpointSlices[[3]string{"west", "default", "web"}] = nil
+	f.AddSlice("west", "default", "web", []object.Port{indextest.TargetPort}, ep("", "10.1.0.1", false), ep("", "10.1.0.2", false))
 	m.requeue(web)
 	wantA("10.96.5.5")
 	runCase(t, m, nxdomain("west.web-federated"+z, dns.TypeA), false)
 
 	// The local pod becomes unready too: no ready member, not claimed.
-	f.slices[[3]string{"east", "default", "web"}] = nil
-	f.slice("east", "default", "web", []object.Port{targetPort}, ep("", "10.0.0.5", false))
+	f.EndpointSlices[[3]string{"east", "default", "web"}] = nil
+	f.AddSlice("east", "default", "web", []object.Port{indextest.TargetPort}, ep("", "10.0.0.5", false))
 	m.requeue(web)
 	runCase(t, m, next(fed), false)
 	runCase(t, m, next("west.web-federated"+z), false)
 
 	// West ready again.
-	f.slices[[3]string{"west", "default", "web"}] = nil
-	f.slice("west", "default", "web", []object.Port{targetPort}, ep("", "10.1.0.4", true))
+	f.EndpointSlices[[3]string{"west", "default", "web"}] = nil
+	f.AddSlice("west", "default", "web", []object.Port{indextest.TargetPort}, ep("", "10.1.0.4", true))
 	m.requeue(web)
 	wantA("10.1.0.4")
 
 	// West's member goes (no longer federated nor exported): not claimed.
-	delete(f.members, [3]string{"west", "default", "web"})
+	delete(f.Members, [3]string{"west", "default", "web"})
 	m.requeue(web)
 	runCase(t, m, next(fed), false)
 
 	// Back, and the local pod ready: both; then the federated Service
 	// lists west no more, then goes.
-	f.member("west", "default", "web", labels.Flat, []string{"10.100.0.7"}, httpPort)
-	f.slices[[3]string{"east", "default", "web"}] = nil
-	f.slice("east", "default", "web", []object.Port{targetPort}, ep("", "10.0.0.5", true))
+	f.AddMember("west", "default", "web", labels.Flat, []string{"10.100.0.7"}, httpPort)
+	f.EndpointSlices[[3]string{"east", "default", "web"}] = nil
+	f.AddSlice("east", "default", "web", []object.Port{indextest.TargetPort}, ep("", "10.0.0.5", true))
 	m.requeue(web)
 	wantA("10.1.0.4", "10.96.5.5")
-	f.federate("web-federated", "web@paris", "web")
-	m.requeue(fedKey("default", "web-federated"))
+	f.Federate("web-federated", "web@paris", "web")
+	m.requeue(object.FederatedKey("default", "web-federated"))
 	wantA("10.96.5.5")
-	delete(f.mirrors, [2]string{"default", "web-federated"})
-	m.requeue(fedKey("default", "web-federated"))
+	delete(f.Mirrors, [2]string{"default", "web-federated"})
+	m.requeue(object.FederatedKey("default", "web-federated"))
 	runCase(t, m, next(fed), false)
-	if n := m.index.len(); n != 0 {
+	if n := m.index.Len(); n != 0 {
 		t.Errorf("%d names left in the index, want none", n)
 	}
 }
@@ -234,13 +190,13 @@ func TestFederatedMembersChange(t *testing.T) {
 // exported names; the federated name answers it in its export mode: flat,
 // or, in gateway mode, not at all.
 func TestFederatedMemberAlsoExported(t *testing.T) {
-	f := newFakeSource("west")
-	f.svc("west", "default", "api", labels.Flat, []string{"10.100.0.5"}, httpPort)
-	f.slice("west", "default", "api", []object.Port{targetPort}, ep("", "10.1.0.5", true))
-	f.svc("west", "default", "gw", labels.Gateway, []string{"10.100.0.6"}, httpPort)
-	f.mirror("default", "gw-west", "west", "", []string{"10.96.0.6"}, httpPort)
-	f.federate("api-federated", "api@west", "-")
-	f.federate("gw-federated", "gw@west", "-")
+	f := indextest.NewSource("west")
+	f.AddService("west", "default", "api", labels.Flat, []string{"10.100.0.5"}, httpPort)
+	f.AddSlice("west", "default", "api", []object.Port{indextest.TargetPort}, ep("", "10.1.0.5", true))
+	f.AddService("west", "default", "gw", labels.Gateway, []string{"10.100.0.6"}, httpPort)
+	f.AddMirror("default", "gw-west", "west", "", []string{"10.96.0.6"}, httpPort)
+	f.Federate("api-federated", "api@west", "-")
+	f.Federate("gw-federated", "gw@west", "-")
 	m := newTestPlugin(t, f, 5, fall.Zero)
 	m.Next = fromNext
 	for _, tc := range []test.Case{
@@ -250,29 +206,5 @@ func TestFederatedMemberAlsoExported(t *testing.T) {
 		{Qname: "gw-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("gw-west"+z, "10.96.0.6")}},
 	} {
 		runCase(t, m, tc, false)
-	}
-}
-
-// allowed_cidrs bounds a federated member's addresses as any flat-mode
-// address of its cluster: one outside is not answered, and counted once.
-func TestFederatedAllowedCIDRs(t *testing.T) {
-	f := newFakeSource("west")
-	f.member("west", "default", "web", labels.Flat, []string{"10.100.0.7"}, httpPort)
-	f.slice("west", "default", "web", []object.Port{targetPort}, ep("", "10.1.0.1", true), ep("", "10.96.0.1", true))
-	f.federate("web-federated", "web@west", "-")
-	m, err := newWithSource(f, Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5,
-		AllowedCIDRs: map[string][]netip.Prefix{"west": {netip.MustParsePrefix("10.1.0.0/16")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Next = fromNext
-	before := testutil.ToFloat64(droppedAddresses.WithLabelValues("west"))
-	syncAll(m, f)
-	m.requeue(groupKey{"default", "web"}) // built again: counted once
-	if got := answerA(t, m, "web-federated"+z); !slices.Equal(got, []string{"10.1.0.1"}) {
-		t.Errorf("web-federated: %v, want the allowed address only", got)
-	}
-	if got := testutil.ToFloat64(droppedAddresses.WithLabelValues("west")) - before; got != 1 {
-		t.Errorf("%v addresses counted dropped, want 1", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,9 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 
 	"github.com/miekg/dns"
 )
@@ -202,9 +206,10 @@ func seedPackets() [][]byte {
 // plugin.Zones.Matches, miekg/dns's label splitting), and the answer must
 // not depend on the case of the query.
 func FuzzName(f *testing.F) {
-	m := newTestPlugin(f, fixture(), 5, fall.F{})
+	src := indextest.Fixture()
+	m := newTestPlugin(f, src, 5, fall.F{})
 	m.Next = nextMarker
-	for _, name := range slices.Sorted(maps.Keys(m.index.names)) {
+	for _, name := range indexNames(m, src) {
 		for _, qtype := range []uint16{dns.TypeA, dns.TypeSRV, dns.TypePTR} {
 			f.Add(name, qtype)
 		}
@@ -238,7 +243,7 @@ func FuzzName(f *testing.F) {
 			t.Fatalf("%s and %s differ:\n%s\n%s", qname, upper.Question[0].Name, got, other)
 		}
 
-		ours := zi >= 0 && (m.index.lookup(lower) != nil || refClaimed(m.index, lower))
+		ours := zi >= 0 && (m.index.Lookup(lower) != nil || refClaimed(m.index, lower))
 		if got.passed {
 			if ours {
 				t.Fatalf("%s %s: ours, but passed on", qname, dns.TypeToString[qtype])
@@ -282,12 +287,51 @@ func wireQuestion(name string, qtype uint16) *dns.Msg {
 	return r
 }
 
-// refClaimed is index.claimed the slow way: whether a proper suffix of name,
-// split into labels by miekg/dns, is a name of the index.
-func refClaimed(x *index, name string) bool {
+// indexNames returns the names the index of src answers in cluster.local
+// and the reverse zones, sorted: each group's per-cluster and -global
+// names, the SRV targets below them, and the reverse names of their
+// addresses.
+func indexNames(m *MCMirror, src *indextest.Source) []string {
+	seen := map[string]bool{}
+	add := func(name string) *index.Hit {
+		h := m.index.Lookup(name)
+		if h != nil {
+			seen[name] = true
+		}
+		return h
+	}
+	reverse := func(ip net.IP) {
+		if rev, err := dns.ReverseAddr(ip.String()); err == nil {
+			add(rev)
+		}
+	}
+	for _, k := range src.Keys() {
+		for _, c := range append(src.Links(), labels.Global) {
+			h := add(k.Svc + "-" + c + "." + k.NS + ".svc.cluster.local.")
+			if h == nil {
+				continue
+			}
+			h.EachTarget(func(t index.Target) bool {
+				add(t.Name)
+				for i := 0; i < len(t.V4); i += 4 {
+					reverse(net.IP(t.V4[i : i+4]))
+				}
+				for i := 0; i < len(t.V6); i += 16 {
+					reverse(net.IP(t.V6[i : i+16]))
+				}
+				return true
+			})
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// refClaimed is index.Claimed the slow way: whether a proper suffix of
+// name, split into labels by miekg/dns, is a name of the index.
+func refClaimed(x *index.Index, name string) bool {
 	labels := dns.SplitDomainName(name)
 	for i := 1; i < len(labels); i++ {
-		if x.lookup(strings.Join(labels[i:], ".")+".") != nil {
+		if x.Lookup(strings.Join(labels[i:], ".")+".") != nil {
 			return true
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 
 	"github.com/miekg/dns"
 )
@@ -82,7 +83,7 @@ func startWireServer(tb testing.TB, m *MCMirror) *wireServer {
 
 // newWireFixture is the fixture's plugin behind a wire server.
 func newWireFixture(tb testing.TB) (*MCMirror, *wireServer) {
-	m := newTestPlugin(tb, fixture(), 5, fall.F{})
+	m := newTestPlugin(tb, indextest.Fixture(), 5, fall.F{})
 	return m, startWireServer(tb, m)
 }
 

@@ -7,18 +7,19 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/peers"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 )
 
 // The gateway health: with gateway_health, the plugin polls the gateway's
 // GET /peers (gateway/probe.go, internal/peers), and the gateway-mode members of a cluster
 // whose gateway is down leave the -global names; its own names keep
-// answering. A health change rebuilds only the groups that have gateway-mode
-// members of the clusters that changed, through the same queue as any other
-// change, so a query costs what it costs without gateway_health.
+// answering (index/gateways.go). A health change rebuilds only the groups
+// that have gateway-mode members of the clusters that changed, through the
+// same queue as any other change, so a query costs what it costs without
+// gateway_health.
 
 const (
 	// defaultHealthInterval is gateway_health's INTERVAL: the gateway
@@ -33,20 +34,6 @@ const (
 	// maxHealthBody bounds what is read of an answer.
 	maxHealthBody = 1 << 20
 )
-
-// healthState is which clusters' gateways are down, as the plugin sees it.
-// It is immutable: a change installs a new one, so that a build can tell,
-// by comparing pointers, whether the state changed while it ran.
-type healthState struct {
-	down map[string]bool
-}
-
-// hides reports whether m stays out of the -global names: it is a
-// gateway-mode member of a cluster whose gateway is down. Flat-mode members
-// need no gateway, and the local cluster's are never gateway members.
-func (s *healthState) hides(m *member) bool {
-	return s != nil && m.gateway && s.down[m.cluster]
-}
 
 // logger is what gatewayHealth logs with: the plugin's log, a recorder in
 // tests.
@@ -67,14 +54,13 @@ type gatewayHealth struct {
 	local  string
 	client *http.Client
 	log    logger
-	// changed is told the clusters whose state changed, after the new
-	// state is in place: the plugin requeues their groups.
-	changed func(clusters []string)
-
-	// state is nil while every gateway is alive.
-	state atomic.Pointer[healthState]
+	// changed is told the clusters whose gateways are down, and those
+	// whose state changed: the plugin has the index take the new state
+	// and requeues the groups it names.
+	changed func(down map[string]bool, clusters []string)
 
 	// Owned by the poll loop.
+	down     map[string]bool // the clusters whose gateway is down
 	lastRead time.Time       // last good read, or the start
 	failing  bool            // the last read failed; logged once
 	open     bool            // failed open; logged once
@@ -84,7 +70,7 @@ type gatewayHealth struct {
 	done   chan struct{}
 }
 
-func newGatewayHealth(url string, interval time.Duration, local string, changed func([]string)) *gatewayHealth {
+func newGatewayHealth(url string, interval time.Duration, local string, changed func(map[string]bool, []string)) *gatewayHealth {
 	if interval <= 0 {
 		interval = defaultHealthInterval
 	}
@@ -117,15 +103,6 @@ func healthClient(resolver string) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = d.DialContext
 	return &http.Client{Transport: t}
-}
-
-// load returns the current state; nil (every gateway alive) when h is nil
-// or nothing is down.
-func (h *gatewayHealth) load() *healthState {
-	if h == nil {
-		return nil
-	}
-	return h.state.Load()
 }
 
 // start polls, at once and then every interval, until stop. Without
@@ -257,10 +234,7 @@ func (h *gatewayHealth) apply(alive map[string]bool) {
 		}
 	}
 
-	var was map[string]bool
-	if s := h.state.Load(); s != nil {
-		was = s.down
-	}
+	was := h.down
 	var changed []string
 	for c := range down {
 		if !was[c] {
@@ -277,80 +251,25 @@ func (h *gatewayHealth) apply(alive map[string]bool) {
 	if len(changed) == 0 {
 		return
 	}
-	if len(down) == 0 {
-		h.state.Store(nil)
-	} else {
-		h.state.Store(&healthState{down: down})
-	}
+	h.down = down
 	slices.Sort(changed)
-	h.changed(changed)
+	h.changed(down, changed)
 }
 
-// noteGateways records, with x.mu held, the clusters that have a
-// gateway-mode member in group k; only with gateway_health.
-func (x *index) noteGateways(k groupKey, clusters []string) {
-	if x.health == nil {
-		return
-	}
-	if len(clusters) == 0 {
-		delete(x.gateways, k)
-		return
-	}
-	if x.gateways == nil {
-		x.gateways = map[groupKey][]string{}
-	}
-	x.gateways[k] = clusters
-}
-
-// gatewayGroups returns the groups that have a gateway-mode member of one
-// of clusters: those a change of their health rebuilds.
-func (x *index) gatewayGroups(clusters []string) []groupKey {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	var ks []groupKey
-	for k, cs := range x.gateways {
-		if slices.ContainsFunc(cs, func(c string) bool { return slices.Contains(clusters, c) }) {
-			ks = append(ks, k)
-		}
-	}
-	slices.SortFunc(ks, func(a, b groupKey) int {
-		if groupLess(a, b) {
-			return -1
-		}
-		if groupLess(b, a) {
-			return 1
-		}
-		return 0
-	})
-	return ks
-}
-
-// gatewayClusters returns the clusters that have a gateway-mode member in
-// members, sorted.
-func gatewayClusters(members []*member) []string {
-	var cs []string
-	for _, m := range members {
-		if m.gateway && !slices.Contains(cs, m.cluster) {
-			cs = append(cs, m.cluster)
-		}
-	}
-	slices.Sort(cs)
-	return slices.Clip(cs)
-}
-
-// gatewaysChanged rebuilds the groups that have gateway-mode members of
+// gatewaysChanged has the index take down, the clusters whose gateways
+// are down, and rebuilds the groups that have gateway-mode members of
 // clusters, whose gateways went down or came back; no other group.
-func (m *MCMirror) gatewaysChanged(clusters []string) {
-	for _, k := range m.index.gatewayGroups(clusters) {
+func (m *MCMirror) gatewaysChanged(down map[string]bool, clusters []string) {
+	for _, k := range m.index.SetGatewaysDown(down, clusters) {
 		m.requeue(k)
 	}
 }
 
 // syncNow rebuilds group k, and the groups that build asks for, at once:
 // the requeue of an MCMirror over a fake source, which has no queue.
-func (m *MCMirror) syncNow(k groupKey) {
-	for queue := []groupKey{k}; len(queue) > 0; {
+func (m *MCMirror) syncNow(k object.GroupKey) {
+	for queue := []object.GroupKey{k}; len(queue) > 0; {
 		k, queue = queue[0], queue[1:]
-		queue = append(queue, m.index.sync(k)...)
+		queue = append(queue, m.index.Sync(k)...)
 	}
 }

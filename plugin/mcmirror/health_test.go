@@ -18,7 +18,9 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/peers"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -119,34 +121,34 @@ func (l *logRecorder) count(s string) int {
 //	paris: headless nginx-svc (gateway): nginx-set-0 with its mirror
 //	tokyo: headless nginx-svc (flat mode): nginx-set-0
 //	east:  headless nginx-svc exported, one pod
-func healthFixture() *fakeSource {
-	f := newFakeSource("paris", "tokyo", "west")
-	f.svc("west", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("west", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.1.0.10", true), ep("nginx-set-1", "10.1.0.11", true))
-	f.mirror("default", "nginx-svc-west", "west", "", nil, httpPort)
-	f.mirror("default", "nginx-set-0-west", "west", "nginx-svc-west", []string{"10.96.0.10"}, httpPort)
-	f.mirror("default", "nginx-set-1-west", "west", "nginx-svc-west", []string{"10.96.0.11"}, httpPort)
-	f.svc("west", "default", "web", labels.Gateway, []string{"10.100.0.1"}, httpPort)
-	f.mirror("default", "web-west", "west", "", []string{"10.96.0.20"}, httpPort)
-	f.svc("west", "default", "flat", labels.Flat, []string{"10.100.0.3"}, httpPort)
-	f.slice("west", "default", "flat", []object.Port{httpPort}, ep("", "10.1.0.30", true))
+func healthFixture() *indextest.Source {
+	f := indextest.NewSource("paris", "tokyo", "west")
+	f.AddService("west", "default", "nginx-svc", labels.Gateway, nil, httpPort)
+	f.AddSlice("west", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.1.0.10", true), ep("nginx-set-1", "10.1.0.11", true))
+	f.AddMirror("default", "nginx-svc-west", "west", "", nil, httpPort)
+	f.AddMirror("default", "nginx-set-0-west", "west", "nginx-svc-west", []string{"10.96.0.10"}, httpPort)
+	f.AddMirror("default", "nginx-set-1-west", "west", "nginx-svc-west", []string{"10.96.0.11"}, httpPort)
+	f.AddService("west", "default", "web", labels.Gateway, []string{"10.100.0.1"}, httpPort)
+	f.AddMirror("default", "web-west", "west", "", []string{"10.96.0.20"}, httpPort)
+	f.AddService("west", "default", "flat", labels.Flat, []string{"10.100.0.3"}, httpPort)
+	f.AddSlice("west", "default", "flat", []object.Port{httpPort}, ep("", "10.1.0.30", true))
 
-	f.svc("paris", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("paris", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.2.0.10", true))
-	f.mirror("default", "nginx-svc-paris", "paris", "", nil, httpPort)
-	f.mirror("default", "nginx-set-0-paris", "paris", "nginx-svc-paris", []string{"10.96.1.10"}, httpPort)
+	f.AddService("paris", "default", "nginx-svc", labels.Gateway, nil, httpPort)
+	f.AddSlice("paris", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.2.0.10", true))
+	f.AddMirror("default", "nginx-svc-paris", "paris", "", nil, httpPort)
+	f.AddMirror("default", "nginx-set-0-paris", "paris", "nginx-svc-paris", []string{"10.96.1.10"}, httpPort)
 
-	f.svc("tokyo", "default", "nginx-svc", labels.Flat, nil, httpPort)
-	f.slice("tokyo", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.3.0.10", true))
+	f.AddService("tokyo", "default", "nginx-svc", labels.Flat, nil, httpPort)
+	f.AddSlice("tokyo", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.3.0.10", true))
 
-	f.svc("east", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("east", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.0.0.10", true))
+	f.AddService("east", "default", "nginx-svc", labels.Gateway, nil, httpPort)
+	f.AddSlice("east", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.0.0.10", true))
 	return f
 }
 
 // newHealthPlugin returns a plugin over src, every group built, that reads
 // the peer states at url every interval once started.
-func newHealthPlugin(t *testing.T, src *fakeSource, url string, interval time.Duration) *MCMirror {
+func newHealthPlugin(t *testing.T, src *indextest.Source, url string, interval time.Duration) *MCMirror {
 	t.Helper()
 	m, err := newWithSource(src, Options{
 		Zones:                 []string{"cluster.local.", "in-addr.arpa."},
@@ -414,19 +416,19 @@ func TestGatewayHealthRead(t *testing.T) {
 // with gateway-mode members of the cluster that changed, no other.
 func TestGatewayHealthRebuildsOnlyItsGroups(t *testing.T) {
 	src := healthFixture()
-	src.svc("paris", "default", "api", labels.Gateway, []string{"10.100.1.1"}, httpPort)
-	src.mirror("default", "api-paris", "paris", "", []string{"10.96.1.1"}, httpPort)
+	src.AddService("paris", "default", "api", labels.Gateway, []string{"10.100.1.1"}, httpPort)
+	src.AddMirror("default", "api-paris", "paris", "", []string{"10.96.1.1"}, httpPort)
 	peers := newPeersServer(t, map[string]bool{"west": false, "tokyo": false})
 	m := newHealthPlugin(t, src, peers.URL, time.Second)
-	nginx, web, api := groupKey{"default", "nginx-svc"}, groupKey{"default", "web"}, groupKey{"default", "api"}
+	nginx, web, api := object.ServiceKey("default", "nginx-svc"), object.ServiceKey("default", "web"), object.ServiceKey("default", "api")
 
-	assert.Equal(t, []groupKey{api, nginx}, m.index.gatewayGroups([]string{"paris"}))
-	assert.Empty(t, m.index.gatewayGroups([]string{"tokyo"}), "flat mode only")
+	assert.Equal(t, []object.GroupKey{api, nginx}, m.index.GatewayGroups([]string{"paris"}))
+	assert.Empty(t, m.index.GatewayGroups([]string{"tokyo"}), "flat mode only")
 
-	var rebuilt []groupKey
-	m.requeue = func(k groupKey) { rebuilt = append(rebuilt, k); m.syncNow(k) }
+	var rebuilt []object.GroupKey
+	m.requeue = func(k object.GroupKey) { rebuilt = append(rebuilt, k); m.syncNow(k) }
 	m.health.poll(context.Background(), time.Now())
-	assert.Equal(t, []groupKey{nginx, web}, rebuilt)
+	assert.Equal(t, []object.GroupKey{nginx, web}, rebuilt)
 	assert.Equal(t, globalNoWest, answerA(t, m, "nginx-svc-global"+z))
 
 	// Nothing changed: nothing rebuilt.
@@ -435,13 +437,13 @@ func TestGatewayHealthRebuildsOnlyItsGroups(t *testing.T) {
 	assert.Empty(t, rebuilt)
 
 	// The group goes: it is forgotten.
-	delete(src.services, [3]string{"paris", "default", "api"})
-	m.index.sync(api)
-	assert.Equal(t, []groupKey{nginx}, m.index.gatewayGroups([]string{"paris"}))
+	delete(src.Services, [3]string{"paris", "default", "api"})
+	m.index.Sync(api)
+	assert.Equal(t, []object.GroupKey{nginx}, m.index.GatewayGroups([]string{"paris"}))
 
 	// Without gateway_health nothing is recorded.
 	plain := newTestPlugin(t, healthFixture(), 5, fall.Zero)
-	assert.Empty(t, plain.index.gateways)
+	assert.Empty(t, plain.index.GatewayGroups([]string{"paris", "west"}))
 	assert.Nil(t, plain.health)
 }
 
@@ -450,14 +452,14 @@ func TestGatewayHealthRebuildsOnlyItsGroups(t *testing.T) {
 func TestGatewayHealthController(t *testing.T) {
 	flat := map[string]string{labels.Exported: labels.ExportFlat}
 	west := remotetest.NewClientset(
-		service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}),
-		service("db", flat, "10.100.0.2", corev1.ServicePort{Name: "http", Port: 80}),
-		endpointSlice("db-1", "db", podEndpoint("", "10.1.0.2", true)),
+		watchtest.Service("web", watchtest.ExportedGateway, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}),
+		watchtest.Service("db", flat, "10.100.0.2", corev1.ServicePort{Name: "http", Port: 80}),
+		watchtest.EndpointSlice("db-1", "db", watchtest.PodEndpoint("", "10.1.0.2", true)),
 	)
-	paris := remotetest.NewClientset(service("web", exportedGW, "10.101.0.1", corev1.ServicePort{Name: "http", Port: 80}))
+	paris := remotetest.NewClientset(watchtest.Service("web", watchtest.ExportedGateway, "10.101.0.1", corev1.ServicePort{Name: "http", Port: 80}))
 	local := remotetest.NewClientset(
-		mirrorService("web-west", "west", "", "10.96.0.20"),
-		mirrorService("web-paris", "paris", "", "10.96.1.20"),
+		watchtest.MirrorService("web-west", "west", "", "10.96.0.20"),
+		watchtest.MirrorService("web-paris", "paris", "", "10.96.1.20"),
 	)
 	peers := newPeersServer(t, map[string]bool{"paris": true, "west": true})
 	m, err := New(local, Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: time.Second,
@@ -487,7 +489,7 @@ func TestGatewayHealthController(t *testing.T) {
 
 // hookSource runs hook once, at the start of the next build.
 type hookSource struct {
-	*fakeSource
+	*indextest.Source
 	hook func()
 }
 
@@ -496,7 +498,7 @@ func (h *hookSource) Links() []string {
 		h.hook = nil
 		f()
 	}
-	return h.fakeSource.Links()
+	return h.Source.Links()
 }
 
 // TestGatewayHealthChangeDuringBuild: a change that lands while a group is
@@ -504,20 +506,20 @@ func (h *hookSource) Links() []string {
 // has that build asked for again.
 func TestGatewayHealthChangeDuringBuild(t *testing.T) {
 	peers := newPeersServer(t, map[string]bool{"west": true})
-	src := &hookSource{fakeSource: healthFixture()}
+	src := &hookSource{Source: healthFixture()}
 	m, err := newWithSource(src, Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5,
 		GatewayHealthURL: peers.URL, GatewayHealthInterval: time.Second})
 	require.NoError(t, err)
 	m.Next = fromNext
-	nginx := groupKey{"default", "nginx-svc"}
+	nginx := object.ServiceKey("default", "nginx-svc")
 
 	src.hook = func() {
 		peers.set("west", false)
 		m.health.poll(context.Background(), time.Now())
 	}
-	again := m.index.sync(nginx)
+	again := m.index.Sync(nginx)
 	require.Equal(t, globalAll, answerA(t, m, "nginx-svc-global"+z), "built with the state it started with")
-	require.Equal(t, []groupKey{nginx}, again)
+	require.Equal(t, []object.GroupKey{nginx}, again)
 	for _, k := range again {
 		m.syncNow(k)
 	}

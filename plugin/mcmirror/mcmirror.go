@@ -4,12 +4,19 @@
 //	<svc>-<cluster>.<ns>.svc.<zone>          a Service exported by a linked cluster
 //	<host>.<svc>-<cluster>.<ns>.svc.<zone>   one pod of a headless one
 //	<svc>-global.<ns>.svc.<zone>             every cluster exporting <svc>
-//	<svc>-federated.<ns>.svc.<zone>          a Linkerd federated Service (federated.go)
+//	<svc>-federated.<ns>.svc.<zone>          a Linkerd federated Service (index/federated.go)
 //	_<port>._<proto>.<any of those>          SRV, with glue
 //
 // and PTR for the mirror ClusterIPs; in the clusterset zones, the names of
-// the Multi-Cluster Services DNS specification (clusterset.go). See
+// the Multi-Cluster Services DNS specification (serve_clusterset.go). See
 // README.md.
+//
+// The plugin is three packages, each importing only those below it:
+// mcmirror, the handler (setup, ServeDNS, the records made of what the
+// index holds, gateway_health); watch, the informer layer (the clusters'
+// watches, their health, relists), which feeds the index and is its
+// Source; index, the names and what they answer, pure data; and object,
+// the trimmed objects and the group keys all three share.
 package mcmirror
 
 import (
@@ -25,8 +32,10 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnsutil"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/request"
-	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch"
 
 	"github.com/miekg/dns"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
@@ -44,10 +53,13 @@ type MCMirror struct {
 
 	// src tells whether the watches have synced; it is the watcher,
 	// or a fake in tests.
-	src   source
-	index *index
+	src index.Source
+	// index is what the answers are made of, built from src.
+	index *index.Index
+	// ttl is the TTL of every record.
+	ttl uint32
 	// watch is the informer layer; nil when src is a fake.
-	watch *watcher
+	watch *watch.Watcher
 	// soa is the SOA record of each zone, for the authority section of
 	// NXDOMAIN and NODATA answers.
 	soa [][]dns.RR
@@ -57,7 +69,7 @@ type MCMirror struct {
 	health *gatewayHealth
 	// requeue has a group rebuilt: through the watcher's queue, or at
 	// once over a fake source.
-	requeue func(groupKey)
+	requeue func(object.GroupKey)
 }
 
 // Options are the settings of an MCMirror.
@@ -77,6 +89,9 @@ type Options struct {
 	// StartupTimeout is how long a link that cannot sync holds up
 	// readiness and Start. Zero means the default, 5s.
 	StartupTimeout time.Duration
+	// StaleMaxAge is how long the last known state of a linked cluster
+	// whose watches fail is answered (stale_max_age); 0 is forever.
+	StaleMaxAge time.Duration
 	// ExportSelector selects exported Services; nil means
 	// labels.DefaultExportSelector.
 	ExportSelector k8slabels.Selector
@@ -103,43 +118,55 @@ const defaultStartupTimeout = 5 * time.Second
 // New returns an MCMirror that watches the local cluster through local.
 // Links are added with AddLink (or AddLinkSecrets); Start starts watching.
 func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
-	if err := labels.ValidateClusterName(o.Cluster); err != nil {
-		return nil, err
-	}
-	sel := o.ExportSelector
-	if sel == nil {
-		var err error
-		if sel, err = k8slabels.Parse(labels.DefaultExportSelector); err != nil {
-			return nil, err
-		}
-	}
 	if o.StartupTimeout == 0 {
 		o.StartupTimeout = defaultStartupTimeout
 	}
-	w := newWatcher(o.Cluster, sel, o.StartupTimeout)
-	w.clusterset = len(o.ClusterSet) > 0
-	m, err := newWithSource(w, o)
+	m, ixOpts, err := newHandler(o)
 	if err != nil {
 		return nil, err
 	}
-	m.watch = w
-	w.sync = m.index.sync
-	m.requeue = w.enqueue
-	if err := w.addCluster(o.Cluster, local); err != nil {
+	w, err := watch.New(local, o.watchOptions())
+	if err != nil {
 		return nil, err
 	}
+	m.watch, m.src, m.index = w, w, index.New(w, ixOpts)
+	m.requeue = w.Enqueue
 	return m, nil
 }
 
-// newWithSource returns an MCMirror over src, which tests fake.
-func newWithSource(src source, o Options) (*MCMirror, error) {
-	m := &MCMirror{Fall: o.Fall, src: src, startupTimeout: o.StartupTimeout}
+// watchOptions are the settings of the informer layer.
+func (o Options) watchOptions() watch.Options {
+	return watch.Options{
+		Cluster:        o.Cluster,
+		ExportSelector: o.ExportSelector,
+		StartupTimeout: o.StartupTimeout,
+		StaleMaxAge:    o.StaleMaxAge,
+		ClusterSet:     len(o.ClusterSet) > 0,
+	}
+}
+
+// newWithSource returns an MCMirror over src, which tests fake: a group is
+// rebuilt at once when it is requeued.
+func newWithSource(src index.Source, o Options) (*MCMirror, error) {
+	m, ixOpts, err := newHandler(o)
+	if err != nil {
+		return nil, err
+	}
+	m.src, m.index = src, index.New(src, ixOpts)
+	m.requeue = m.syncNow
+	return m, nil
+}
+
+// newHandler returns an MCMirror without its source and index: its zones,
+// their SOA records, and the gateway_health poller; and the options of its
+// index.
+func newHandler(o Options) (*MCMirror, index.Options, error) {
+	m := &MCMirror{Fall: o.Fall, ttl: o.TTL, startupTimeout: o.StartupTimeout}
+	ixOpts := index.Options{Cluster: o.Cluster, AllowedCIDRs: o.AllowedCIDRs, GatewayHealth: o.GatewayHealthURL != ""}
 	cs := map[string]bool{}
 	for _, z := range o.ClusterSet {
 		cs[dns.Fqdn(strings.ToLower(z))] = true
 	}
-	var forward, csZones []string
-	reverse := false
 	for _, z := range o.Zones {
 		z = dns.Fqdn(strings.ToLower(z))
 		m.Zones = append(m.Zones, z)
@@ -147,22 +174,22 @@ func newWithSource(src source, o Options) (*MCMirror, error) {
 		switch {
 		case isReverse(z):
 			if cs[z] {
-				return nil, fmt.Errorf("clusterset zone %s is a reverse zone", z)
+				return nil, ixOpts, fmt.Errorf("clusterset zone %s is a reverse zone", z)
 			}
-			reverse = true
+			ixOpts.PTR = true
 		case cs[z]:
-			csZones = append(csZones, z)
+			ixOpts.ClusterSet = append(ixOpts.ClusterSet, z)
 		default:
-			forward = append(forward, z)
+			ixOpts.Zones = append(ixOpts.Zones, z)
 		}
 	}
 	for z := range cs {
 		if !slices.Contains(m.Zones, z) {
-			return nil, fmt.Errorf("clusterset zone %s is not one of the zones", z)
+			return nil, ixOpts, fmt.Errorf("clusterset zone %s is not one of the zones", z)
 		}
 	}
-	if len(forward)+len(csZones) == 0 {
-		return nil, errors.New("non-reverse zone name must be used")
+	if len(ixOpts.Zones)+len(ixOpts.ClusterSet) == 0 {
+		return nil, ixOpts, errors.New("non-reverse zone name must be used")
 	}
 	serial := uint32(time.Now().Unix())
 	for _, z := range m.Zones {
@@ -177,59 +204,43 @@ func newWithSource(src source, o Options) (*MCMirror, error) {
 			Minttl:  o.TTL,
 		}})
 	}
-	m.index = newIndex(src, o.Cluster, append(forward, csZones...), o.TTL, reverse)
-	m.index.nMirror = len(forward)
-	for c, l := range o.AllowedCIDRs {
-		if m.index.allowed == nil {
-			m.index.allowed = map[string]cidrs{}
-		}
-		m.index.allowed[c] = cidrs(l)
-	}
-	m.requeue = m.syncNow
 	if o.GatewayHealthURL != "" {
 		m.health = newGatewayHealth(o.GatewayHealthURL, o.GatewayHealthInterval, o.Cluster, m.gatewaysChanged)
 		m.health.client = healthClient(o.GatewayHealthResolver)
-		m.index.health = m.health
 	}
-	return m, nil
+	return m, ixOpts, nil
 }
 
 // AddLink watches a linked cluster through client. It fails when the name
 // is taken (by the local cluster or another link) or is not a valid cluster
 // name.
 func (m *MCMirror) AddLink(name string, client kubernetes.Interface) error {
-	if err := labels.ValidateClusterName(name); err != nil {
-		return err
-	}
-	return m.watch.addCluster(name, client)
+	return m.watch.AddLink(name, client)
 }
 
 // ReplaceLink watches a linked cluster through client, the one already
 // linked by that name (if any) going on serving until client's watches have
 // synced: for a kubeconfig that changed.
 func (m *MCMirror) ReplaceLink(name string, client kubernetes.Interface) error {
-	if err := labels.ValidateClusterName(name); err != nil {
-		return err
-	}
-	return m.watch.replaceCluster(name, client)
+	return m.watch.ReplaceLink(name, client)
 }
 
 // RemoveLink stops watching a linked cluster; its names go away.
-func (m *MCMirror) RemoveLink(name string) { m.watch.removeCluster(name) }
+func (m *MCMirror) RemoveLink(name string) { m.watch.RemoveLink(name) }
 
 // AddLinkSecrets has the link Secrets that w finds added and removed as
 // links; Start starts w. The Handler w calls is the one LinkHandler returns.
-func (m *MCMirror) AddLinkSecrets(w *link.SecretWatcher) { m.watch.secrets = w }
+func (m *MCMirror) AddLinkSecrets(w *link.SecretWatcher) { m.watch.WatchSecrets(w) }
 
 // Start starts watching and waits, at most the startup timeout, until the
 // index is ready to answer.
 func (m *MCMirror) Start() error {
 	m.health.start()
-	m.watch.start()
+	m.watch.Start(m.index)
 	deadline := time.Now().Add(m.startupTimeout)
 	for !m.watch.HasSynced() {
 		if time.Now().After(deadline) {
-			log.Warningf("Starting with clusters that have not synced: %s", strings.Join(m.watch.unsynced(), ", "))
+			log.Warningf("Starting with clusters that have not synced: %s", strings.Join(m.watch.Unsynced(), ", "))
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -240,7 +251,7 @@ func (m *MCMirror) Start() error {
 // Stop stops watching.
 func (m *MCMirror) Stop() error {
 	m.health.stop()
-	m.watch.stop()
+	m.watch.Stop()
 	return nil
 }
 
@@ -263,7 +274,7 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	// as the server refuses it without the chaos plugin (the kubernetes
 	// plugin answers it with IN records); so are zone transfers.
 	refused := isTransfer(q.Qtype) || q.Qclass != dns.ClassINET
-	h, found := m.index.find(qname)
+	h, found := m.index.Find(qname)
 	var msg *dns.Msg
 	if found && !refused {
 		state := request.Request{W: w, Req: r}
@@ -271,13 +282,13 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		if r.IsEdns0() != nil {
 			extra = 1 // room for the OPT record the server's writer adds
 		}
-		msg = h.answer(r, qname, m.index.ttl, limit, extra)
+		msg = answer(&h, r, qname, m.ttl, limit, extra)
 	}
-	if found && msg == nil && h.proto != "" && !h.exists() {
+	if found && msg == nil && !h.Exists() {
 		found = false // _<port>._<proto> of a port the name does not have
 	}
 	if !found {
-		kind, ok := m.index.claimed(qname, m.Zones[zi])
+		kind, ok := m.index.Claimed(qname, m.Zones[zi])
 		if !ok {
 			// Not ours: a local Service named like a mirror, a cluster we
 			// do not link, a Service nobody exports.
@@ -298,7 +309,7 @@ func (m *MCMirror) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	if refused {
 		return dns.RcodeRefused, nil
 	}
-	kind := h.kind()
+	kind := h.Kind()
 	if msg == nil {
 		return m.negative(w, r, zi, kind, dns.RcodeSuccess) // NODATA
 	}
@@ -315,7 +326,7 @@ var errNotWritten = errors.New("reply not written")
 
 // negative writes an answer without records: NXDOMAIN, NODATA or SERVFAIL,
 // with the zone's SOA in the authority section.
-func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind nameKind, rcode int) (int, error) {
+func (m *MCMirror) negative(w dns.ResponseWriter, r *dns.Msg, zi int, kind index.Kind, rcode int) (int, error) {
 	msg := newReply(r, rcode)
 	msg.Ns = m.soa[zi]
 	if !m.write(w, r, msg) {

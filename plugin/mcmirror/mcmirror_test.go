@@ -13,64 +13,42 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
 
-	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// fixture is east's view of a fleet: east (local), west and paris linked.
-//
-//	west:  headless nginx-svc (gateway): nginx-set-0, -1 ready, -2 not ready
-//	       ClusterIP web (gateway), dual-stack mirror
-//	       headless anon (gateway) without hostnames: mirrored as ClusterIP
-//	       ClusterIP nomirror (gateway) whose mirror does not exist yet
-//	       ClusterIP flat (flat mode): one ready, one not-ready endpoint
-//	       headless pub (flat mode) publishing not-ready addresses
-//	paris: headless nginx-svc (gateway): nginx-set-0's mirror exists,
-//	       nginx-set-1's does not yet
-//	east:  headless nginx-svc exported, one pod
-func fixture() *fakeSource {
-	f := newFakeSource("paris", "west")
+// The fixtures' endpoints and ports (indextest).
+var (
+	ep       = indextest.EP
+	httpPort = indextest.HTTPPort
+	dnsPort  = indextest.DNSPort
+)
 
-	f.svc("west", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("west", "default", "nginx-svc", []object.Port{httpPort},
-		ep("nginx-set-0", "10.1.0.10", true),
-		ep("nginx-set-1", "10.1.0.11", true),
-		ep("nginx-set-2", "10.1.0.12", false))
-	f.mirror("default", "nginx-svc-west", "west", "", nil, httpPort)
-	f.mirror("default", "nginx-set-0-west", "west", "nginx-svc-west", []string{"10.96.0.10"}, httpPort)
-	f.mirror("default", "nginx-set-1-west", "west", "nginx-svc-west", []string{"10.96.0.11"}, httpPort)
-	f.mirror("default", "nginx-set-2-west", "west", "nginx-svc-west", []string{"10.96.0.12"}, httpPort)
+// newTestPlugin returns a plugin over src with every group built.
+func newTestPlugin(t testing.TB, src *indextest.Source, ttl uint32, fl fall.F) *MCMirror {
+	t.Helper()
+	m, err := newWithSource(src, Options{
+		Zones:   []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa."},
+		Cluster: "east",
+		TTL:     ttl,
+		Fall:    fl,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncAll(m, src)
+	return m
+}
 
-	f.svc("west", "default", "web", labels.Gateway, []string{"10.100.0.1"}, httpPort, dnsPort)
-	f.mirror("default", "web-west", "west", "", []string{"10.96.0.20", "fd00::20"}, httpPort, dnsPort)
-
-	f.svc("west", "default", "anon", labels.Gateway, nil, httpPort)
-	f.slice("west", "default", "anon", []object.Port{httpPort}, ep("", "10.1.0.50", true))
-	f.mirror("default", "anon-west", "west", "", []string{"10.96.0.30"}, httpPort)
-
-	f.svc("west", "default", "nomirror", labels.Gateway, []string{"10.100.0.2"}, httpPort)
-
-	target := object.Port{Name: "http", Protocol: "tcp", Port: 8080}
-	f.svc("west", "default", "flat", labels.Flat, []string{"10.100.0.3"}, httpPort)
-	f.slice("west", "default", "flat", []object.Port{target}, ep("", "10.1.0.30", true), ep("", "10.1.0.31", false))
-
-	pub := f.svc("west", "default", "pub", labels.Flat, nil, httpPort)
-	pub.PublishNotReady = true
-	f.slice("west", "default", "pub", []object.Port{target},
-		ep("db-0", "10.1.0.40", true), ep("db-1", "10.1.0.41", false), ep("", "10.1.0.42", true))
-
-	f.svc("paris", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("paris", "default", "nginx-svc", []object.Port{httpPort},
-		ep("nginx-set-0", "10.2.0.10", true), ep("nginx-set-1", "10.2.0.11", true))
-	f.mirror("default", "nginx-svc-paris", "paris", "", nil, httpPort)
-	f.mirror("default", "nginx-set-0-paris", "paris", "nginx-svc-paris", []string{"10.96.1.10"}, httpPort)
-
-	f.svc("east", "default", "nginx-svc", labels.Gateway, nil, httpPort)
-	f.slice("east", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.0.0.10", true))
-	return f
+// syncAll builds every group of src, and the groups those builds ask for.
+func syncAll(m *MCMirror, src *indextest.Source) {
+	for queue := src.Keys(); len(queue) > 0; {
+		k := queue[0]
+		queue = append(queue[1:], m.index.Sync(k)...)
+	}
 }
 
 const (
@@ -228,7 +206,7 @@ var dnsTestCases = []test.Case{
 }
 
 func TestServeDNS(t *testing.T) {
-	m := newTestPlugin(t, fixture(), 5, fall.Zero)
+	m := newTestPlugin(t, indextest.Fixture(), 5, fall.Zero)
 	m.Next = fromNext
 	for _, tc := range dnsTestCases {
 		t.Run(fmt.Sprintf("%s/%s", dns.TypeToString[tc.Qtype], tc.Qname), func(t *testing.T) {
@@ -261,7 +239,7 @@ func runCase(t *testing.T, m *MCMirror, tc test.Case, tcp bool) *dns.Msg {
 }
 
 func TestServeDNSCase(t *testing.T) {
-	m := newTestPlugin(t, fixture(), 5, fall.Zero)
+	m := newTestPlugin(t, indextest.Fixture(), 5, fall.Zero)
 	m.Next = fromNext
 	q := "NGINX-Set-0.Nginx-Svc-WEST.Default.svc.Cluster.Local."
 	rec := dnstest.NewRecorder(&test.ResponseWriter{})
@@ -280,7 +258,7 @@ func TestServeDNSCase(t *testing.T) {
 }
 
 func TestServeDNSFallthrough(t *testing.T) {
-	m := newTestPlugin(t, fixture(), 5, fall.Root)
+	m := newTestPlugin(t, indextest.Fixture(), 5, fall.Root)
 	m.Next = fromNext
 	for _, tc := range []test.Case{
 		next("nginx-set-9.nginx-svc-west" + z), // NXDOMAIN falls through
@@ -292,16 +270,16 @@ func TestServeDNSFallthrough(t *testing.T) {
 	}
 
 	// Fallthrough for another zone only.
-	m = newTestPlugin(t, fixture(), 5, fall.F{Zones: []string{"example.org."}})
+	m = newTestPlugin(t, indextest.Fixture(), 5, fall.F{Zones: []string{"example.org."}})
 	m.Next = fromNext
 	runCase(t, m, nxdomain("nginx-set-9.nginx-svc-west"+z, dns.TypeA), false)
 }
 
 func TestServeDNSNotSynced(t *testing.T) {
-	src := fixture()
+	src := indextest.Fixture()
 	m := newTestPlugin(t, src, 5, fall.Zero)
 	m.Next = fromNext
-	src.synced = false
+	src.Synced = false
 	// What would be NXDOMAIN may just not be known yet.
 	runCase(t, m, test.Case{Qname: "nginx-set-9.nginx-svc-west" + z, Qtype: dns.TypeA, Rcode: dns.RcodeServerFailure, Ns: []dns.RR{test.SOA(soa)}}, false)
 	// What is known is answered.
@@ -309,7 +287,7 @@ func TestServeDNSNotSynced(t *testing.T) {
 }
 
 func TestServeDNSTTL(t *testing.T) {
-	m := newTestPlugin(t, fixture(), 30, fall.Zero)
+	m := newTestPlugin(t, indextest.Fixture(), 30, fall.Zero)
 	m.Next = fromNext
 	runCase(t, m, test.Case{Qname: "web-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{test.A("web-west" + z + " 30 IN A 10.96.0.20")}}, false)
 	runCase(t, m, test.Case{Qname: "_dns._udp.web-west" + z, Qtype: dns.TypeSRV,
@@ -324,25 +302,7 @@ func TestServeDNSTTL(t *testing.T) {
 
 // bigFixture exports a 300-pod headless Service from west and paris (150
 // pods each), with every per-pod mirror.
-func bigFixture() *fakeSource { return podsFixture(150) }
-
-// podsFixture exports a headless Service big from west and paris, with n
-// pods each, and every per-pod mirror.
-func podsFixture(n int) *fakeSource {
-	f := newFakeSource("paris", "west")
-	for ci, c := range []string{"west", "paris"} {
-		f.svc(c, "default", "big", labels.Gateway, nil, httpPort)
-		f.mirror("default", "big-"+c, c, "", nil, httpPort)
-		var eps []object.Endpoint
-		for i := range n {
-			host := fmt.Sprintf("big-%d", i)
-			eps = append(eps, ep(host, fmt.Sprintf("10.%d.%d.%d", ci+1, i/250, i%250+1), true))
-			f.mirror("default", host+"-"+c, c, "big-"+c, []string{fmt.Sprintf("10.9%d.%d.%d", ci, i/250, i%250+1)}, httpPort)
-		}
-		f.slice(c, "default", "big", []object.Port{httpPort}, eps...)
-	}
-	return f
-}
+func bigFixture() *indextest.Source { return indextest.Pods(150) }
 
 func TestServeDNSTruncation(t *testing.T) {
 	m := newTestPlugin(t, bigFixture(), 5, fall.Zero)
@@ -406,12 +366,12 @@ func TestServeDNSTruncation(t *testing.T) {
 // before the cache saw it, and every query went past the cache.
 func TestCacheInFrontKeepsWholeReply(t *testing.T) {
 	// 20 SRV records: fewer than maxRecords, more than 512 octets hold.
-	m := newTestPlugin(t, podsFixture(10), 5, fall.Zero)
+	m := newTestPlugin(t, indextest.Pods(10), 5, fall.Zero)
 	m.Next = fromNext
 	c := cache.New()
 	c.Next = m
 	name := "_http._tcp.big-global" + z
-	asked := func() float64 { return testutil.ToFloat64(answers.WithLabelValues(kindSRV.String(), "NOERROR")) }
+	asked := func() float64 { return testutil.ToFloat64(answers.WithLabelValues(index.KindSRV.String(), "NOERROR")) }
 	before := asked()
 
 	ask := func(tcp bool) *dns.Msg {
@@ -464,21 +424,21 @@ func TestCutReplyIsTruncated(t *testing.T) {
 }
 
 func TestServeDNSMetrics(t *testing.T) {
-	m := newTestPlugin(t, fixture(), 5, fall.Zero)
+	m := newTestPlugin(t, indextest.Fixture(), 5, fall.Zero)
 	m.Next = fromNext
-	count := func(k nameKind, rcode string) float64 {
+	count := func(k index.Kind, rcode string) float64 {
 		return testutil.ToFloat64(answers.WithLabelValues(k.String(), rcode))
 	}
 	tests := []struct {
 		tc    test.Case
-		kind  nameKind
+		kind  index.Kind
 		rcode string
 	}{
-		{test.Case{Qname: "web-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("web-west"+z, "10.96.0.20")}}, kindCluster, "NOERROR"},
-		{nodata("nginx-svc-global"+z, dns.TypeAAAA), kindGlobal, "NOERROR"},
-		{nxdomain("nope.nginx-svc-west"+z, dns.TypeA), kindPod, "NXDOMAIN"},
-		{nxdomain("_x._tcp.nginx-svc-west"+z, dns.TypeSRV), kindSRV, "NXDOMAIN"},
-		{test.Case{Qname: "20.0.96.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{ptrRR("20.0.96.10.in-addr.arpa.", "web-west"+z)}}, kindPTR, "NOERROR"},
+		{test.Case{Qname: "web-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("web-west"+z, "10.96.0.20")}}, index.KindCluster, "NOERROR"},
+		{nodata("nginx-svc-global"+z, dns.TypeAAAA), index.KindGlobal, "NOERROR"},
+		{nxdomain("nope.nginx-svc-west"+z, dns.TypeA), index.KindPod, "NXDOMAIN"},
+		{nxdomain("_x._tcp.nginx-svc-west"+z, dns.TypeSRV), index.KindSRV, "NXDOMAIN"},
+		{test.Case{Qname: "20.0.96.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{ptrRR("20.0.96.10.in-addr.arpa.", "web-west"+z)}}, index.KindPTR, "NOERROR"},
 	}
 	for _, tt := range tests {
 		before := count(tt.kind, tt.rcode)

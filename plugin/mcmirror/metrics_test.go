@@ -3,12 +3,13 @@ package mcmirror
 import (
 	"testing"
 
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestCountAnswer(t *testing.T) {
-	for k := range numKinds {
+	for k := range index.NumKinds {
 		for _, rc := range answerRcodes {
 			c := answers.WithLabelValues(k.String(), dns.RcodeToString[rc])
 			before := testutil.ToFloat64(c)
@@ -19,8 +20,8 @@ func TestCountAnswer(t *testing.T) {
 		}
 	}
 	// An rcode the plugin never gives is not counted, nor a new series made.
-	countAnswer(kindPod, dns.RcodeRefused)
-	if n := testutil.CollectAndCount(answers); n != int(numKinds)*len(answerRcodes) {
-		t.Errorf("%d answer series, want %d", n, int(numKinds)*len(answerRcodes))
+	countAnswer(index.KindPod, dns.RcodeRefused)
+	if n := testutil.CollectAndCount(answers); n != int(index.NumKinds)*len(answerRcodes) {
+		t.Errorf("%d answer series, want %d", n, int(index.NumKinds)*len(answerRcodes))
 	}
 }

@@ -7,11 +7,12 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -19,12 +20,12 @@ import (
 )
 
 func TestReady(t *testing.T) {
-	src := fixture()
+	src := indextest.Fixture()
 	m := newTestPlugin(t, src, 5, fall.Zero)
 	if !m.Ready() {
 		t.Error("not ready with a synced source")
 	}
-	src.synced = false
+	src.Synced = false
 	if m.Ready() {
 		t.Error("ready with a source that has not synced")
 	}
@@ -34,9 +35,9 @@ func TestReady(t *testing.T) {
 // for a name that does not exist under a claimed one, while a link added
 // later has not synced (it never will) and while groups are rebuilt.
 func TestNoServfailAfterFirstSync(t *testing.T) {
-	west := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
-	m := startWith(t, remotetest.NewClientset(), time.Hour, 0, "west", west)
-	waitFor(t, eventBound, "the first answer", answersA(t, m, "web-west"+z, "10.1.0.1"))
+	west := remotetest.NewClientset(watchtest.Service("web", watchtest.ExportedFlat, corev1.ClusterIPNone), watchtest.FlatSlice("web-1", "web", "10.1.0.1"))
+	m := startPlugin(t, remotetest.NewClientset(), time.Hour, "west", west)
+	watchtest.WaitFor(t, watchtest.EventBound, "the first answer", answersA(t, m, "web-west"+z, "10.1.0.1"))
 	if !m.Ready() {
 		t.Fatal("not ready after Start")
 	}
@@ -44,12 +45,15 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := testutil.ToFloat64(linkErrors.WithLabelValues("late", link.FailureUnreachable))
+	lateErrors := func() float64 {
+		return metricValue(t, "link_errors_total", "cluster", "late", "reason", link.FailureUnreachable)
+	}
+	before := lateErrors()
 	if err := m.AddLink("late", dead); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, eventBound, "the late link tried", func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("late", link.FailureUnreachable)) > before
+	watchtest.WaitFor(t, watchtest.EventBound, "the late link tried", func() bool {
+		return lateErrors() > before
 	})
 	if !m.Ready() {
 		t.Error("a link added later made the server unready")
@@ -67,13 +71,13 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 	const rebuildsWanted = 5
 	rebuilds, asked := 0, 0
 	last := "10.1.0.1"
-	deadline := time.Now().Add(eventBound)
+	deadline := time.Now().Add(watchtest.EventBound)
 	for i := 0; rebuilds < rebuildsWanted; i++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("after %d updates and %d queries, %d rebuilds seen, want %d", i, asked, rebuilds, rebuildsWanted)
 		}
 		_, _ = west.DiscoveryV1().EndpointSlices("default").Update(context.Background(),
-			flatSlice("web-1", "web", "10.1.0."+string(rune('1'+i%9))), metav1.UpdateOptions{})
+			watchtest.FlatSlice("web-1", "web", "10.1.0."+string(rune('1'+i%9))), metav1.UpdateOptions{})
 		if rc, _ := askA(t, m, "web-9.web-west"+z); rc != dns.RcodeNameError {
 			t.Fatalf("unknown pod during churn: %s, want NXDOMAIN", dns.RcodeToString[rc])
 		}

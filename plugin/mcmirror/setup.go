@@ -417,6 +417,25 @@ func parseClusterSet(c *caddy.Controller, cfg *config) error {
 // where returns the file and line the dispenser is at.
 func where(c *caddy.Controller) string { return fmt.Sprintf("%s:%d", c.File(), c.Line()) }
 
+// options are the settings of the plugin the stanza makes.
+func (cfg *config) options() Options {
+	return Options{
+		Zones:          cfg.zones,
+		Cluster:        cfg.cluster,
+		TTL:            cfg.ttl,
+		StartupTimeout: cfg.startupTimeout,
+		StaleMaxAge:    cfg.staleMaxAge,
+		ExportSelector: cfg.exportSel,
+		Fall:           cfg.fall,
+
+		GatewayHealthURL:      cfg.healthURL,
+		GatewayHealthInterval: cfg.healthInterval,
+		GatewayHealthResolver: cfg.healthResolver,
+		AllowedCIDRs:          cfg.allowed.lists,
+		ClusterSet:            cfg.clusterset,
+	}
+}
+
 // build makes the plugin: it loads the kubeconfigs and makes the clients.
 func (cfg *config) build() (*MCMirror, error) {
 	localCfg, err := cfg.localConfig()
@@ -427,24 +446,10 @@ func (cfg *config) build() (*MCMirror, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := New(local, Options{
-		Zones:          cfg.zones,
-		Cluster:        cfg.cluster,
-		TTL:            cfg.ttl,
-		StartupTimeout: cfg.startupTimeout,
-		ExportSelector: cfg.exportSel,
-		Fall:           cfg.fall,
-
-		GatewayHealthURL:      cfg.healthURL,
-		GatewayHealthInterval: cfg.healthInterval,
-		GatewayHealthResolver: cfg.healthResolver,
-		AllowedCIDRs:          cfg.allowed.lists,
-		ClusterSet:            cfg.clusterset,
-	})
+	m, err := New(local, cfg.options())
 	if err != nil {
 		return nil, err
 	}
-	m.watch.staleMaxAge = cfg.staleMaxAge
 	reserved := []string{cfg.cluster}
 	for i, l := range cfg.links {
 		rc, err := l.Config()

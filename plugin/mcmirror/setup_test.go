@@ -318,27 +318,29 @@ func TestSetupGatewayHealth(t *testing.T) {
 	if m.health == nil || m.health.url != "http://127.0.0.1:1/peers" || m.health.interval != time.Second || m.health.grace != 5*time.Second {
 		t.Fatalf("health %+v", m.health)
 	}
-	if m.index.health != m.health {
-		t.Error("the index does not read the health")
+	if m.health.changed == nil {
+		t.Error("the index is not told the gateways' health")
 	}
 }
 
 func TestSetupStaleMaxAge(t *testing.T) {
 	kc := writeKubeconfig(t, "east", "west")
-	c := caddy.NewTestController("dns", "mcmirror {\ncluster east\nkubeconfig "+kc+"\nlink west "+kc+" west\nstale_max_age 90s\n}")
+	corefile := "mcmirror {\ncluster east\nkubeconfig " + kc + "\nlink west " + kc + " west\nstale_max_age 90s\n}"
+	c := caddy.NewTestController("dns", corefile)
 	c.ServerBlockKeys = []string{"cluster.local.:53"}
 	if err := setup(c); err != nil {
 		t.Fatal(err)
 	}
-	m := dnsserver.GetConfig(c).Plugin[0](nil).(*MCMirror)
-	if m.watch.staleMaxAge != 90*time.Second {
-		t.Errorf("controller stale_max_age %s", m.watch.staleMaxAge)
+	// The watches are given stale_max_age (package watch tests that it
+	// is each link's, and not the local cluster's).
+	c = caddy.NewTestController("dns", corefile)
+	c.ServerBlockKeys = []string{"cluster.local.:53"}
+	cfg, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if h := m.watch.cluster("west").health; h.maxAge != 90*time.Second {
-		t.Errorf("link west stale_max_age %s", h.maxAge)
-	}
-	if h := m.watch.cluster("east").health; h.maxAge != 0 {
-		t.Errorf("the local cluster's state is withdrawn after %s", h.maxAge)
+	if got := cfg.options().watchOptions().StaleMaxAge; got != 90*time.Second {
+		t.Errorf("the watches' stale_max_age %s", got)
 	}
 }
 

@@ -105,8 +105,8 @@ var formParts = []struct{ fn, what string }{
 	{"request.(*ScrubWriter).WriteMsg", "server's writer"},
 	{"dns.(*Msg).Truncate", "of which fitting (Truncate)"},
 	{"dns.(*Msg).PackBuffer", "of which packing"},
-	{"mcmirror.(*index).find", "plugin: lookup"},
-	{"mcmirror.(*hit).answer", "plugin: answer made"},
+	{"index.(*Index).Find", "plugin: lookup"},
+	{"mcmirror.answer", "plugin: answer made"},
 	{"runtime.mallocgc", "allocation"},
 }
 

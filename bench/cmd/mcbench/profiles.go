@@ -77,9 +77,9 @@ func dropHeader(s string) string {
 // writer, allocation, GC and goroutine stack growth.
 var sharedFuncs = []string{
 	"mcmirror.(*MCMirror).ServeDNS",
-	"mcmirror.(*index).find",
-	"mcmirror.(*member).findPod",
-	"mcmirror.(*hit).answer",
+	"index.(*Index).Find",
+	"index.(*member).findPod",
+	"mcmirror.answer",
 	"request.(*ScrubWriter).WriteMsg",
 	"runtime.mallocgc",
 	"runtime.gcBgMarkWorker",
@@ -120,8 +120,8 @@ func profileShares(binary string, profs []serverProfile) []string {
 
 // cumShares reads `go tool pprof -top -cum` output: the cum% of each
 // function, by its name less the module path
-// (github.com/mcmirror/mcmirror/plugin/mcmirror.(*index).find is
-// mcmirror.(*index).find).
+// (github.com/mcmirror/mcmirror/plugin/mcmirror/index.(*Index).Find is
+// index.(*Index).Find).
 func cumShares(top string) map[string]float64 {
 	m := map[string]float64{}
 	for _, line := range strings.Split(top, "\n") {

@@ -141,7 +141,7 @@ func TestFormProfileRows(t *testing.T) {
 		shares: map[string]float64{
 			"mcmirror.(*MCMirror).ServeDNS":   80,
 			"request.(*ScrubWriter).WriteMsg": 40,
-			"mcmirror.(*hit).answer":          20,
+			"mcmirror.answer":                 20,
 		},
 	}})
 	want := "| cluster/SRV | 1200 ns, 3 allocs | 50 % (600 ns) | 0 % (0 ns) | 0 % (0 ns) | 0 % (0 ns) | 25 % (300 ns) | 0 % (0 ns) |"

@@ -1,0 +1,57 @@
+package index
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
+)
+
+// Every pod is found by its name, whatever the number of pods (the search
+// starts where the host's hash would be and walks from there), and a name
+// that is no pod's is not.
+func TestFindPod(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 10, 100, 1500} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			x := testIndex(indextest.Pods(n))
+			for _, c := range []string{"west", "paris"} {
+				for i := range n {
+					name := fmt.Sprintf("big-%d.big-%s%s", i, c, z)
+					h, ok := x.Find(name)
+					if !ok || h.r.kind != KindPod {
+						t.Fatalf("%s: not found as a pod", name)
+					}
+					if got := h.g.members[h.r.m].podName(int(h.r.p), int(h.r.zi)); got != name {
+						t.Fatalf("%s: found pod %s", name, got)
+					}
+				}
+				for _, host := range []string{fmt.Sprintf("big-%d", n), "big-", "big", "big-0x", "x"} {
+					if name := host + ".big-" + c + z; x.Lookup(name) != nil {
+						t.Errorf("%s: found, but no pod has that name", name)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Pods whose hosts share a hash are told apart by their names.
+func TestFindPodSameHash(t *testing.T) {
+	m := &member{names: []string{"svc-west" + z}, pods: make([]pod, 3)}
+	for _, h := range []string{"a", "b", "c"} {
+		m.podNames = append(m.podNames, h+"."+m.names[0])
+	}
+	// Pretend a and b collide: both under a's hash.
+	ha := hostHash("a")
+	m.byHash = []uint64{ha | 0, ha | 1, hostHash("c") | 2}
+	slices.Sort(m.byHash)
+	for name, want := range map[string]int{"a.svc-west" + z: 0, "b.svc-west" + z: 1, "d.svc-west" + z: -1} {
+		if got := m.findPod("a", name, 0); got != want {
+			t.Errorf("findPod(a, %s) = %d, want %d", name, got, want)
+		}
+	}
+	if got := m.findPod("c", "c.svc-west"+z, 0); got != 2 {
+		t.Errorf("findPod(c) = %d, want 2", got)
+	}
+}

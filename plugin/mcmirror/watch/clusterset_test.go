@@ -1,0 +1,87 @@
+package watch
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// derivedService is the derived Service of import name, as the controller
+// makes it; clusterIP "None" for a Headless import.
+func derivedService(name, clusterIP string, managed bool) *corev1.Service {
+	l := map[string]string{labels.ServiceImport: name}
+	if managed {
+		l[labels.ManagedBy] = labels.ManagedByValue
+	}
+	s := service("derived-"+name, l, clusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	if clusterIP != corev1.ClusterIPNone {
+		s.Spec.ClusterIPs = []string{clusterIP}
+	}
+	return s
+}
+
+// The local derived Services are watched, with clusterset only: one the
+// controller did not make is ignored; a change, a new one and a deletion
+// show in the answers.
+func TestClusterSetWatch(t *testing.T) {
+	ctx := context.Background()
+	west := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
+	local := remotetest.NewClientset(
+		derivedService("api", "10.97.0.1", true),
+		derivedService("fake", "10.97.0.2", false), // not the controller's
+	)
+	m := newStack(t, local, Options{StartupTimeout: eventBound, ClusterSet: true})
+	m.link(t, "west", west)
+	m.start(t)
+
+	eventually(t, "the ClusterSetIP import", answersA(t, m, "api"+cs, "10.97.0.1"))
+	if rc, _ := askA(t, m, "fake"+cs); rc != dns.RcodeNameError {
+		t.Errorf("a Service the controller did not make answers: rcode %s", dns.RcodeToString[rc])
+	}
+	if rc, _ := askA(t, m, "web"+cs); rc != dns.RcodeNameError {
+		t.Errorf("web, exported but not imported: rcode %s", dns.RcodeToString[rc])
+	}
+	eventually(t, "the derived Services counted", func() bool {
+		return testutil.ToFloat64(linkObjects.WithLabelValues("east", "derived")) == 1
+	})
+
+	// web is imported: Headless, west's pod.
+	if _, err := local.CoreV1().Services("default").Create(ctx, derivedService("web", corev1.ClusterIPNone, true), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Headless import", answersA(t, m, "web"+cs, "10.1.0.1"))
+	eventually(t, "its pod", answersA(t, m, "10-1-0-1.west.web"+cs, "10.1.0.1"))
+	if !answersA(t, m, "web-west"+z, "10.1.0.1")() {
+		t.Error("web-west no longer answered")
+	}
+
+	// api's derived Service gets a new ClusterIP, then goes.
+	if _, err := local.CoreV1().Services("default").Update(ctx, derivedService("api", "10.97.0.3", true), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new ClusterSetIP", answersA(t, m, "api"+cs, "10.97.0.3"))
+	if err := local.CoreV1().Services("default").Delete(ctx, "derived-api", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "api gone", func() bool { rc, _ := askA(t, m, "api"+cs); return rc == dns.RcodeNameError })
+}
+
+// Without clusterset, no derived Service is watched.
+func TestClusterSetNoWatch(t *testing.T) {
+	local := remotetest.NewClientset(derivedService("api", "10.97.0.1", true))
+	m := startWith(t, local, time.Second, 0)
+	if cl := m.watch.cluster("east"); cl.derived != nil {
+		t.Error("derived Services watched without clusterset")
+	}
+	if d := m.watch.Derived("default", "api"); d != nil {
+		t.Errorf("Derived(api) = %+v without clusterset", d)
+	}
+}

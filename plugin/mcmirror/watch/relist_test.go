@@ -1,0 +1,439 @@
+package watch
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+)
+
+// relistProxy fronts a fakeAPI the way a restarted API server looks to a
+// reflector: expire ends every watch (expireWhere those it selects), and a
+// watch that resumes from a resourceVersion the proxy has expired is
+// refused as too old (410), so the reflectors list again, by watch-list.
+// hold keeps those watch-lists waiting, before any object is sent, until
+// let.
+type relistProxy struct {
+	api *fakeAPI
+	srv *httptest.Server
+
+	mu        sync.Mutex
+	expiredTo int          // resumed watches from this resourceVersion or older are refused
+	watches   []proxyWatch // the watches served, to end
+	hold      chan struct{}
+	held      int // watch-lists waiting for let
+	lists     int // watch-lists (sendInitialEvents=true) served
+	plain     int // lists (not watches) served
+}
+
+func newRelistProxy(t *testing.T) *relistProxy {
+	p := &relistProxy{api: newFakeAPI(t), expiredTo: -1}
+	p.srv = httptest.NewServer(p)
+	t.Cleanup(func() {
+		p.let()
+		p.expire() // ends the watches, so Close does not wait for them
+		p.srv.Close()
+	})
+	return p
+}
+
+func (p *relistProxy) client(t *testing.T) kubernetes.Interface {
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: p.srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (p *relistProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("watch") != "true" && q.Get("watch") != "1" {
+		p.mu.Lock()
+		p.plain++
+		p.mu.Unlock()
+		p.api.handle(w, r)
+		return
+	}
+	initial := q.Get("sendInitialEvents") == "true"
+	p.mu.Lock()
+	if rv, err := parseRV(q.Get("resourceVersion")); !initial && err == nil && rv <= p.expiredTo {
+		p.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_ = json.NewEncoder(w).Encode(map[string]any{"type": "ERROR", "object": &metav1.Status{
+			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+			Reason: metav1.StatusReasonExpired, Code: http.StatusGone, Message: "too old resource version"}})
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	p.watches = append(p.watches, proxyWatch{cancel: cancel, selector: q.Get("labelSelector")})
+	var hold chan struct{}
+	if initial {
+		p.lists++
+		if hold = p.hold; hold != nil {
+			p.held++
+		}
+	}
+	p.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		p.held--
+		p.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	p.api.handle(w, r.WithContext(ctx))
+}
+
+func parseRV(s string) (int, error) {
+	var rv int
+	err := json.Unmarshal([]byte(s), &rv)
+	return rv, err
+}
+
+// proxyWatch is a watch the proxy serves.
+type proxyWatch struct {
+	cancel   context.CancelFunc
+	selector string // its label selector
+}
+
+// expire ends every open watch and refuses to resume one from what has
+// been sent so far.
+func (p *relistProxy) expire() { p.expireWhere(func(string) bool { return true }) }
+
+// expireWhere ends the open watches whose label selector match selects,
+// and refuses to resume any watch from what has been sent so far: only
+// those it ended ask.
+func (p *relistProxy) expireWhere(match func(selector string) bool) {
+	p.api.mu.Lock()
+	rv := p.api.rv
+	p.api.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.expiredTo = rv
+	kept := p.watches[:0]
+	for _, w := range p.watches {
+		if match(w.selector) {
+			w.cancel()
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	p.watches = kept
+}
+
+// holdLists has the next watch-lists wait for let.
+func (p *relistProxy) holdLists() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold = make(chan struct{})
+}
+
+func (p *relistProxy) let() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold != nil {
+		close(p.hold)
+		p.hold = nil
+	}
+}
+
+func (p *relistProxy) counts() (lists, held int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lists, p.held
+}
+
+// counting is the index, counting the group builds by group.
+type counting struct {
+	*index.Index
+	mu     sync.Mutex
+	builds map[object.GroupKey]int
+}
+
+func (c *counting) Sync(k object.GroupKey) []object.GroupKey {
+	c.mu.Lock()
+	c.builds[k]++
+	c.mu.Unlock()
+	return c.Index.Sync(k)
+}
+
+// startCounting starts the watches on links (name, client pairs) and
+// counts the group builds by group.
+func startCounting(t *testing.T, links ...any) (*stack, func(object.GroupKey) int) {
+	t.Helper()
+	m := newStack(t, remotetest.NewClientset(), Options{StartupTimeout: 5 * time.Second})
+	m.link(t, links...)
+	c := &counting{Index: m.index, builds: map[object.GroupKey]int{}}
+	m.startFeeding(t, c)
+	return m, func(k object.GroupKey) int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.builds[k]
+	}
+}
+
+// linkWatches is the number of watches of a linked cluster, each of which
+// relists: per way of export (the export selector, the ServiceExport
+// stamp, federated members) its Services and their EndpointSlices.
+const linkWatches = 6
+
+// idle reports whether no group is queued or being built.
+func idle(m *stack) func() bool {
+	return func() bool { return m.watch.queue.Len() == 0 && m.watch.inflight.Load() == 0 }
+}
+
+// When every link relists at once, they relist one at a time: while one
+// link's relist is in its list, the others' do not even ask their API
+// servers, and relist_in_progress is 1 until the last one is done. A
+// relist keeps the objects that did not change (the very same ones) and
+// rebuilds only the groups that did.
+func TestRelistsOneAtATime(t *testing.T) {
+	west, paris := newRelistProxy(t), newRelistProxy(t)
+	west.api.put(service("api", flatExport, corev1.ClusterIPNone))
+	west.api.put(flatSlice("api-1", "api", "10.1.0.1"))
+	paris.api.put(service("web", flatExport, corev1.ClusterIPNone))
+	paris.api.put(flatSlice("web-1", "web", "10.2.0.1"))
+	paris.api.put(service("db", flatExport, corev1.ClusterIPNone))
+	paris.api.put(flatSlice("db-1", "db", "10.2.0.5"))
+	m, builds := startCounting(t, "west", west.client(t), "paris", paris.client(t))
+	waitFor(t, 5*time.Second, "the first answers", func() bool {
+		return answersA(t, m, "api-west"+z, "10.1.0.1")() && answersA(t, m, "web-paris"+z, "10.2.0.1")() &&
+			answersA(t, m, "db-paris"+z, "10.2.0.5")()
+	})
+	waitFor(t, 5*time.Second, "the groups built", idle(m))
+	if active, held := m.watch.relists.stats(); active != 0 || held != 0 {
+		t.Fatalf("first lists went through the relist gate: %d active, %d held", active, held)
+	}
+	pc := m.watch.cluster("paris")
+	dbSvc, _, _ := pc.services.idx.GetByKey("default/db")
+	dbSlice, _, _ := pc.slices[0].idx.GetByKey("default/db-1")
+	webSlice, _, _ := pc.slices[0].idx.GetByKey("default/web-1")
+	before := map[object.GroupKey]int{}
+	for _, svc := range []string{"api", "db", "web"} {
+		k := object.ServiceKey("default", svc)
+		before[k] = builds(k)
+	}
+
+	// West relists first, and its list hangs: it holds the turn.
+	west.holdLists()
+	west.expire()
+	waitFor(t, 5*time.Second, "west's first relist in its list", func() bool { _, held := west.counts(); return held == 1 })
+	if v := testutil.ToFloat64(relistsActive); v != 1 {
+		t.Errorf("relist_in_progress %v during a relist, want 1", v)
+	}
+	// Paris relists too, and a slice changes while it waits.
+	parisLists, _ := paris.counts()
+	paris.expire()
+	waitFor(t, 5*time.Second, "every watch's relist at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 2*linkWatches })
+	paris.api.put(flatSlice("web-1", "web", "10.2.0.9"))
+	if !m.watch.HasSynced() {
+		t.Fatal("not ready while relisting")
+	}
+	if n, _ := paris.counts(); n != parisLists {
+		t.Errorf("paris was asked %d watch-lists while west held the turn", n-parisLists)
+	}
+	if n, _ := west.counts(); n != linkWatches+1 { // the first lists and the held relist
+		t.Errorf("west was asked %d watch-lists, want %d", n, linkWatches+1)
+	}
+	// The last known state is answered meanwhile.
+	if !answersA(t, m, "web-paris"+z, "10.2.0.1")() {
+		t.Error("paris's last known state not answered while it waits")
+	}
+
+	west.let()
+	waitFor(t, 10*time.Second, "every relist done", func() bool {
+		active, held := m.watch.relists.stats()
+		return active == 0 && held == 2*linkWatches
+	})
+	waitFor(t, 5*time.Second, "paris's change answered", answersA(t, m, "web-paris"+z, "10.2.0.9"))
+	waitFor(t, 5*time.Second, "the groups built", idle(m))
+	if v := testutil.ToFloat64(relistsActive); v != 0 {
+		t.Errorf("relist_in_progress %v after the relists, want 0", v)
+	}
+	for name, p := range map[string]*relistProxy{"west": west, "paris": paris} {
+		if n, _ := p.counts(); n != 2*linkWatches {
+			t.Errorf("%s served %d watch-lists, want %d (%[3]d first lists, %[3]d relists)", name, n, 2*linkWatches, linkWatches)
+		}
+	}
+	if got, _, _ := pc.services.idx.GetByKey("default/db"); got != dbSvc {
+		t.Error("the unchanged Service db was replaced by the relist")
+	}
+	if got, _, _ := pc.slices[0].idx.GetByKey("default/db-1"); got != dbSlice {
+		t.Error("the unchanged slice db-1 was replaced by the relist")
+	}
+	if got, _, _ := pc.slices[0].idx.GetByKey("default/web-1"); got == webSlice {
+		t.Error("the changed slice web-1 was not replaced")
+	}
+	for k, n := range before {
+		got := builds(k) - n
+		switch {
+		case k.Svc == "web" && got == 0:
+			t.Error("the changed group web was not rebuilt")
+		case k.Svc != "web" && got != 0:
+			t.Errorf("group %s rebuilt %d times by a relist that changed nothing in it", k.Svc, got)
+		}
+	}
+}
+
+// A first list never waits for the gate, even while a relist holds it:
+// the cold start lists every link at once.
+func TestFirstListsNotGated(t *testing.T) {
+	west := remotetest.NewClientset(service("api", flatExport, corev1.ClusterIPNone), flatSlice("api-1", "api", "10.1.0.1"))
+	api := newRelistProxy(t)
+	api.api.put(service("web", flatExport, corev1.ClusterIPNone))
+	api.api.put(flatSlice("web-1", "web", "10.2.0.1"))
+	m := newStack(t, remotetest.NewClientset(), Options{StartupTimeout: 5 * time.Second})
+	sl := m.watch.relists.acquire(context.Background(), "test")
+	defer sl.release()
+	m.link(t, "west", west, "paris", api.client(t))
+	m.start(t)
+	waitFor(t, 5*time.Second, "every link listed while the gate is held", func() bool {
+		return answersA(t, m, "api-west"+z, "10.1.0.1")() && answersA(t, m, "web-paris"+z, "10.2.0.1")()
+	})
+}
+
+// The gate: one holder at a time, in turn; a holder that does not end
+// gives the turn up after maxHold; a waiter whose context ends leaves.
+func TestRelistGate(t *testing.T) {
+	var busy []bool
+	var mu sync.Mutex
+	g := newRelistGate(func(b bool) { mu.Lock(); busy = append(busy, b); mu.Unlock() })
+	g.maxHold = time.Hour
+	ctx := context.Background()
+	a := g.acquire(ctx, "a")
+	var got atomic.Pointer[relistSlot]
+	done := make(chan struct{})
+	go func() { got.Store(g.acquire(ctx, "b")); close(done) }()
+	waitFor(t, 5*time.Second, "b waiting", func() bool { active, _ := g.stats(); return active == 2 })
+	if got.Load() != nil {
+		t.Fatal("b got the slot while a held it")
+	}
+	// A waiter whose context ends leaves, without the slot.
+	cctx, cancel := context.WithCancel(ctx)
+	cdone := make(chan *relistSlot)
+	go func() { cdone <- g.acquire(cctx, "c") }()
+	waitFor(t, 5*time.Second, "c waiting", func() bool { active, _ := g.stats(); return active == 3 })
+	cancel()
+	if c := <-cdone; c != nil {
+		t.Fatal("c got a slot after its context ended")
+	}
+	a.release()
+	a.release() // twice is once
+	<-done
+	b := got.Load()
+	if b == nil {
+		t.Fatal("b got no slot")
+	}
+	if active, held := g.stats(); active != 1 || held != 2 {
+		t.Errorf("stats %d active, %d held; want 1, 2", active, held)
+	}
+	b.release()
+	mu.Lock()
+	if len(busy) != 2 || !busy[0] || busy[1] {
+		t.Errorf("busy told %v, want [true false]", busy)
+	}
+	mu.Unlock()
+
+	// A holder that hangs: the next one starts after maxHold.
+	g.maxHold = 50 * time.Millisecond
+	h := g.acquire(ctx, "hangs")
+	start := time.Now()
+	n := g.acquire(ctx, "next")
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Errorf("next started %s after the hanging one, before maxHold", took)
+	}
+	h.release() // late: gives back nothing twice
+	n.release()
+	if active, _ := g.stats(); active != 0 {
+		t.Errorf("%d active after every release", active)
+	}
+	// The slot is free.
+	select {
+	case g.slot <- struct{}{}:
+		<-g.slot
+	default:
+		t.Error("the slot is held after every release")
+	}
+}
+
+// A relist whose list fails gives its turn back, and its retry waits for
+// a turn again: it never runs beside the relist that holds the turn.
+func TestRelistRetryWaitsItsTurn(t *testing.T) {
+	west, paris := newRelistProxy(t), newRelistProxy(t)
+	west.api.put(service("api", flatExport, corev1.ClusterIPNone))
+	west.api.put(flatSlice("api-1", "api", "10.1.0.1"))
+	paris.api.put(service("web", flatExport, corev1.ClusterIPNone))
+	paris.api.put(flatSlice("web-1", "web", "10.2.0.1"))
+	m, _ := startCounting(t, "west", west.client(t), "paris", paris.client(t))
+	waitFor(t, 5*time.Second, "the first answers", func() bool {
+		return answersA(t, m, "api-west"+z, "10.1.0.1")() && answersA(t, m, "web-paris"+z, "10.2.0.1")()
+	})
+	west.holdLists()
+	west.expire()
+	waitFor(t, 5*time.Second, "west's first relist in its list", func() bool { _, held := west.counts(); return held == 1 })
+	parisLists, _ := paris.counts()
+	paris.holdLists()
+	paris.expire()
+	waitFor(t, 5*time.Second, "every watch's relist at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 2*linkWatches })
+
+	// West's held list fails (its stream ends before any object): the turn
+	// goes to the next relist, and the failed one's retry (a watch-list or
+	// a plain list) waits at the gate again, not beside the one in its
+	// list.
+	west.mu.Lock()
+	plain := west.plain + paris.plain
+	west.mu.Unlock()
+	westLists, _ := west.counts()
+	west.expire()
+	waitFor(t, 10*time.Second, "the turn handed on, the failed relist back at the gate", func() bool {
+		active, held := m.watch.relists.stats()
+		return held == 2 && active == 2*linkWatches
+	})
+	waitFor(t, 5*time.Second, "the next relist in its list", func() bool {
+		_, w := west.counts()
+		_, p := paris.counts()
+		return w+p == 1
+	})
+	_, w := west.counts()
+	_, p := paris.counts()
+	if active, held := m.watch.relists.stats(); active != 2*linkWatches || held != 2 || w+p != 1 {
+		t.Errorf("%d relists active, %d given the turn, %d in their lists (west %d, paris %d); want %d, 2, 1", active, held, w+p, w, p, 2*linkWatches)
+	}
+	wl, _ := west.counts()
+	pl, _ := paris.counts()
+	west.mu.Lock()
+	plain = west.plain + paris.plain - plain
+	west.mu.Unlock()
+	if plain != 0 || wl+pl-westLists-parisLists != 1 {
+		t.Errorf("%d lists and %d watch-lists asked since the failure, while one relist holds the turn; want 0 and 1", plain, wl+pl-westLists-parisLists)
+	}
+	paris.let()
+	west.let()
+	waitFor(t, 10*time.Second, "every relist done", func() bool { active, _ := m.watch.relists.stats(); return active == 0 })
+	waitFor(t, 5*time.Second, "west answered", answersA(t, m, "api-west"+z, "10.1.0.1"))
+	if n, _ := paris.counts(); n != parisLists+linkWatches {
+		t.Errorf("paris served %d relists, want %d", n-parisLists, linkWatches)
+	}
+}

@@ -1,0 +1,299 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/remote"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// recorder is a storeHandler that records what it is told.
+type recorder struct{ events []string }
+
+func (r *recorder) handler() storeHandler {
+	name := func(obj any) string { return obj.(*object.Slice).Name + "@" + obj.(*object.Slice).Version }
+	return storeHandler{
+		add:    func(obj any, initial bool) { r.events = append(r.events, "add "+name(obj)) },
+		update: func(_, obj any) { r.events = append(r.events, "update "+name(obj)) },
+		del:    func(obj any) { r.events = append(r.events, "del "+name(obj)) },
+	}
+}
+
+func rawSlice(name, svc, rv string) *discovery.EndpointSlice {
+	s := endpointSlice(name, svc)
+	s.ResourceVersion = rv
+	return s
+}
+
+func keys(s *objectStore) []string {
+	k := s.idx.ListKeys()
+	slices.Sort(k)
+	return k
+}
+
+// sliceKeys returns the keys of the slices a cluster holds, every way.
+func sliceKeys(cl *cluster) []string {
+	var k []string
+	for _, st := range cl.slices {
+		k = append(k, st.idx.ListKeys()...)
+	}
+	slices.Sort(k)
+	return slices.Compact(k)
+}
+
+// Only the EndpointSlices of exported Services cross the network: the
+// API server selects them by the labels the EndpointSlice controller
+// copies from their Service. A Service with slices that becomes exported
+// has them sent (and answered) as they are relabelled, and they go when
+// it is unexported.
+func TestOnlyExportedSlicesSent(t *testing.T) {
+	ctx := context.Background()
+	objs := []runtime.Object{service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1")}
+	for _, svc := range []string{"a", "b", "c"} {
+		objs = append(objs, service(svc, nil, corev1.ClusterIPNone),
+			flatSlice(svc+"-1", svc, "10.2.0.1", "10.2.0.2"), flatSlice(svc+"-2", svc, "10.2.0.3"))
+	}
+	west := remotetest.NewClientset(objs...)
+	m := startWith(t, remotetest.NewClientset(), 5*time.Second, 0, "held", west)
+	waitFor(t, 5*time.Second, "the exported Service", answersA(t, m, "web-held"+z, "10.1.0.1"))
+	cl := m.watch.cluster("held")
+	if got := sliceKeys(cl); !slices.Equal(got, []string{"default/web-1"}) {
+		t.Errorf("slices held %v, want only the exported Service's", got)
+	}
+	if v := testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")); v != 1 {
+		t.Errorf("link_objects{endpointslice} = %v, want 1", v)
+	}
+	received := func() float64 {
+		return testutil.ToFloat64(remote.Received.WithLabelValues("held", "endpointslice"))
+	}
+	if v := received(); v != 1 {
+		t.Errorf("%v slices received, want 1: the unexported Services' six are never sent", v)
+	}
+
+	a := service("a", flatExport, corev1.ClusterIPNone)
+	if _, err := west.CoreV1().Services("default").Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "every endpoint of the newly exported Service", answersA(t, m, "a-held"+z, "10.2.0.1", "10.2.0.2", "10.2.0.3"))
+	if v := testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")); v != 3 {
+		t.Errorf("link_objects{endpointslice} = %v, want 3", v)
+	}
+
+	a = service("a", nil, corev1.ClusterIPNone)
+	if _, err := west.CoreV1().Services("default").Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the unexported Service's slices dropped", func() bool {
+		return slices.Equal(sliceKeys(cl), []string{"default/web-1"}) &&
+			testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")) == 1
+	})
+}
+
+// The metric series of a link belong to the watches that serve it: a
+// replacement that has not synced does not touch them, and once a link is
+// removed its series are gone and stay gone, whatever its old watches do.
+func TestLinkMetricsGenerations(t *testing.T) {
+	west := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.1"))
+	m := startWith(t, remotetest.NewClientset(), time.Second, 0, "gen", west)
+	waitFor(t, 5*time.Second, "the first answer", answersA(t, m, "web-gen"+z, "10.1.0.1"))
+	old := m.watch.cluster("gen")
+
+	// A kubeconfig that cannot connect: the old watches keep serving,
+	// and the metrics keep saying so.
+	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := testutil.ToFloat64(linkErrors.WithLabelValues("gen", link.FailureUnreachable))
+	if err := m.watch.ReplaceLink("gen", dead); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the replacement tried", func() bool {
+		return testutil.ToFloat64(linkErrors.WithLabelValues("gen", link.FailureUnreachable)) > errs
+	})
+	for _, g := range []struct {
+		name string
+		c    prometheus.Collector
+		want float64
+	}{
+		{"link_synced", linkSynced.WithLabelValues("gen"), 1},
+		{"link_up", linkUp.WithLabelValues("gen"), 1},
+		{"link_objects{service}", linkObjects.WithLabelValues("gen", "service"), 1},
+		{"link_objects{endpointslice}", linkObjects.WithLabelValues("gen", "endpointslice"), 1},
+	} {
+		if v := testutil.ToFloat64(g.c); v != g.want {
+			t.Errorf("%s = %v while the old watches serve, want %v", g.name, v, g.want)
+		}
+	}
+
+	m.watch.RemoveLink("gen")
+	if n := seriesOf("gen"); n != 0 {
+		t.Fatalf("%d series of a removed link", n)
+	}
+	// What its watches might still do as they stop writes nothing.
+	old.touched(objSlice, 1)
+	old.health.result(watchServices, errors.New("no answer"))
+	old.health.result(watchServices, nil)
+	old.health.setSynced()
+	old.health.contact()
+	old.health.latency(time.Second)
+	m.watch.noteTrigger(object.ServiceKey("default", "web"), "gen", time.Now())
+	m.watch.observe(object.ServiceKey("default", "web"))
+	if n := seriesOf("gen"); n != 0 {
+		t.Errorf("%d series of a removed link re-created", n)
+	}
+}
+
+// seriesOf counts the plugin's series with cluster="name".
+// clusterSeries are the metrics whose series of a cluster go with it: the
+// watches' and the index's dropped addresses.
+var clusterSeries = []string{"link_synced", "link_up", "link_withdrawn", "link_last_sync_timestamp_seconds",
+	"link_errors_total", "link_objects", "dropped_addresses_total", "programming_duration_seconds"}
+
+// seriesOf returns the number of series of cluster name in clusterSeries,
+// as the process's registry has them.
+func seriesOf(name string) int {
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		panic(err)
+	}
+	n := 0
+	for _, f := range families {
+		if !slices.Contains(clusterSeries, strings.TrimPrefix(f.GetName(), "coredns_mcmirror_")) {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cluster" && l.GetValue() == name {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+func TestReplaceKeepsUnchanged(t *testing.T) {
+	rec := &recorder{}
+	s := newObjectStore(object.ToSlice, nil, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
+		return []string{obj.(*object.Slice).Namespace + "/" + obj.(*object.Slice).Service}, nil
+	}}, rec.handler())
+	if err := s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "2"), rawSlice("b-1", "b", "3")}, "3"); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]any{}
+	for _, k := range keys(s) {
+		held[k], _, _ = s.idx.GetByKey(k)
+	}
+	rec.events = nil
+
+	// The reflector trims a watch-list's objects as they come.
+	if got, _ := s.Transformer()(rawSlice("a-1", "a", "1")); got != held["default/a-1"] {
+		t.Error("trim of an unchanged object did not return the held one")
+	}
+	if got, _ := s.Transformer()(rawSlice("a-1", "a", "7")); got == held["default/a-1"] || got.(*object.Slice).Version != "7" {
+		t.Error("trim of a changed object returned the held one")
+	}
+
+	// Nothing changed: nothing told, the same objects held.
+	if err := s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "2"), rawSlice("b-1", "b", "3")}, "3"); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.events) != 0 {
+		t.Errorf("a relist that changed nothing told %v", rec.events)
+	}
+	for k, o := range held {
+		if got, _, _ := s.idx.GetByKey(k); got != o {
+			t.Errorf("%s replaced by a relist that did not change it", k)
+		}
+	}
+
+	// a-2 changed, b-1 gone, c-1 new.
+	if err := s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "5"), rawSlice("c-1", "c", "6")}, "6"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"update a-2@5", "add c-1@6", "del b-1@3"}
+	if !slices.Equal(rec.events, want) {
+		t.Errorf("events %v, want %v", rec.events, want)
+	}
+	if got, _, _ := s.idx.GetByKey("default/a-1"); got != held["default/a-1"] {
+		t.Error("unchanged a-1 replaced")
+	}
+	if got := keys(s); !slices.Equal(got, []string{"default/a-1", "default/a-2", "default/c-1"}) {
+		t.Errorf("held %v", got)
+	}
+	if objs, _ := s.idx.ByIndex(sliceServiceIndex, "default/b"); len(objs) != 0 {
+		t.Errorf("the index still holds %d slices of b", len(objs))
+	}
+	if objs, _ := s.idx.ByIndex(sliceServiceIndex, "default/a"); len(objs) != 2 {
+		t.Errorf("the index holds %d slices of a, want 2", len(objs))
+	}
+}
+
+func TestServiceTransform(t *testing.T) {
+	sel, _ := k8slabels.Parse(labels.DefaultExportSelector)
+	tr := serviceTransform(sel)
+	in := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", ResourceVersion: "7",
+			Labels:      map[string]string{labels.Exported: labels.ExportFlat},
+			Annotations: map[string]string{"big": "annotation"}},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: "10.0.0.1", ClusterIPs: []string{"10.0.0.1", "fd00::1"},
+			Ports:                    []corev1.ServicePort{{Name: "http", Port: 80}, {Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}},
+			PublishNotReadyAddresses: true,
+		},
+	}
+	out, err := tr(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &object.Service{
+		Meta: object.Meta{Name: "web", Namespace: "default", Version: "7"}, Exported: true, Mode: labels.Flat,
+		ClusterIPs: []string{"10.0.0.1", "fd00::1"},
+		Ports:      []object.Port{{Name: "http", Protocol: "tcp", Port: 80}, {Name: "dns", Protocol: "udp", Port: 53}}, PublishNotReady: true,
+	}
+	if !reflect.DeepEqual(out, want) {
+		t.Errorf("got %+v\nwant %+v", out, want)
+	}
+	// Idempotent: a transform may see its own output again.
+	if again, _ := tr(out); again != out {
+		t.Error("transform of a trimmed Service made a new object")
+	}
+	// Keys work on the trimmed object.
+	if k, err := cache.MetaNamespaceKeyFunc(out); err != nil || k != "default/web" {
+		t.Errorf("key %q, %v", k, err)
+	}
+	if c := out.(*object.Service).DeepCopyObject().(*object.Service); !reflect.DeepEqual(c, want) || &c.Ports[0] == &want.Ports[0] {
+		t.Error("DeepCopyObject is not a deep copy")
+	}
+
+	headless, _ := tr(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "h", Labels: map[string]string{"other": "x"}}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone}})
+	if h := headless.(*object.Service); !h.Headless || h.ClusterIPs != nil || h.Exported || h.Mode != labels.Gateway {
+		t.Errorf("headless, unexported: %+v", h)
+	}
+	// Tombstones pass through.
+	tomb := cache.DeletedFinalStateUnknown{Key: "a/b"}
+	if got, _ := tr(tomb); got != tomb {
+		t.Error("tombstone changed")
+	}
+}

@@ -1,0 +1,413 @@
+package watch
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// These tests run the informer layer against client-go's fake clientsets:
+// narrow checks of the wiring, read back through the index it feeds. The
+// end-to-end tests run it against real API servers.
+
+// The API objects of the tests (watchtest).
+var (
+	service       = watchtest.Service
+	mirrorService = watchtest.MirrorService
+	endpointSlice = watchtest.EndpointSlice
+	podEndpoint   = watchtest.PodEndpoint
+	flatSlice     = watchtest.FlatSlice
+	exportedGW    = watchtest.ExportedGateway
+	flatExport    = watchtest.ExportedFlat
+	waitFor       = watchtest.WaitFor
+	eventBound    = watchtest.EventBound
+)
+
+// clusterSetZone is the clusterset zone of the index, with clusterset.
+const clusterSetZone = "clusterset.local."
+
+// The names of Services of namespace default: mcmirror's, and the
+// clusterset zone's.
+const (
+	z  = ".default.svc.cluster.local."
+	cs = ".default.svc." + clusterSetZone
+)
+
+// stack is what the plugin runs of the watches: a Watcher of cluster east,
+// and the index it feeds and is the Source of.
+type stack struct {
+	watch *Watcher
+	index *index.Index
+	// startup is the startup timeout, for start.
+	startup time.Duration
+}
+
+// newStack returns the watches of cluster east through local with the
+// settings o, and their index: mcmirror's names in cluster.local, with PTR
+// names, and, with o.ClusterSet, the clusterset.local zone's.
+func newStack(t *testing.T, local kubernetes.Interface, o Options) *stack {
+	t.Helper()
+	o.Cluster = "east"
+	w, err := New(local, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ixOpts := index.Options{Cluster: "east", Zones: []string{"cluster.local."}, PTR: true}
+	if o.ClusterSet {
+		ixOpts.ClusterSet = []string{clusterSetZone}
+	}
+	return &stack{watch: w, index: index.New(w, ixOpts), startup: o.StartupTimeout}
+}
+
+// start starts the watches, feeding the index, until the test ends, and
+// waits for their first sync: once every cluster has synced, or, for a
+// link that does not, startup_timeout has passed; it fails t when that has
+// not come within startup_timeout and eventBound: a first sync that waited
+// for a link that never syncs would never come, and that is what the bound
+// tells apart from a slow machine.
+func (m *stack) start(t *testing.T) {
+	t.Helper()
+	m.startFeeding(t, m.index)
+}
+
+// startFeeding is start, the watches feeding ix (the index, or a wrapper
+// of it).
+func (m *stack) startFeeding(t *testing.T, ix Index) {
+	t.Helper()
+	m.watch.Start(ix)
+	t.Cleanup(m.watch.Stop)
+	waitFor(t, m.startup+eventBound, "the first sync, or startup_timeout "+m.startup.String(), m.watch.HasSynced)
+}
+
+// startWith starts the watches of cluster east over local, with links
+// (name, client pairs) added in order, startup_timeout startup and
+// stale_max_age maxAge.
+func startWith(t *testing.T, local kubernetes.Interface, startup, maxAge time.Duration, links ...any) *stack {
+	t.Helper()
+	m := newStack(t, local, Options{StartupTimeout: startup, StaleMaxAge: maxAge})
+	m.link(t, links...)
+	m.start(t)
+	return m
+}
+
+// link adds links, name and client pairs, in order.
+func (m *stack) link(t *testing.T, links ...any) {
+	t.Helper()
+	for i := 0; i < len(links); i += 2 {
+		if err := m.watch.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// passedOn stands for the answer of the next plugin: a name not claimed.
+const passedOn = "192.0.2.53"
+
+// askA is what the plugin answers an A query of name with (the handler's
+// ServeDNS, made from the index): the rcode and the addresses, sorted;
+// passedOn alone when the name is not mcmirror's and goes on down the
+// plugin chain. A name mcmirror claims but does not have is NXDOMAIN, or
+// SERVFAIL before the first sync.
+func askA(t *testing.T, m *stack, name string) (int, []string) {
+	t.Helper()
+	missing := dns.RcodeNameError
+	if !m.watch.HasSynced() {
+		missing = dns.RcodeServerFailure
+	}
+	if strings.HasSuffix(name, "."+clusterSetZone) {
+		h, what, _ := m.index.FindCS(name, clusterSetZone)
+		switch {
+		case what == index.CSNone, what == index.CSName && !h.Exists():
+			return missing, nil
+		case what != index.CSName:
+			return dns.RcodeSuccess, nil
+		}
+		return dns.RcodeSuccess, addresses(&h)
+	}
+	if h := m.index.Lookup(name); h != nil {
+		return dns.RcodeSuccess, addresses(h)
+	}
+	if _, ok := m.index.Claimed(name, "cluster.local."); ok {
+		return missing, nil
+	}
+	return dns.RcodeSuccess, []string{passedOn}
+}
+
+// addresses returns the A and AAAA addresses of h, sorted.
+func addresses(h *index.Hit) []string {
+	var out []string
+	for _, fam := range []struct {
+		v    []byte
+		size int
+	}{{h.Addresses(false), net.IPv4len}, {h.Addresses(true), net.IPv6len}} {
+		for i := 0; i < len(fam.v); i += fam.size {
+			out = append(out, net.IP(fam.v[i:i+fam.size]).String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// addrs returns the A and AAAA addresses of name in the index, sorted, and
+// whether the name is there at all.
+func addrs(m *stack, name string) ([]string, bool) {
+	if h := m.index.Lookup(name); h != nil {
+		return addresses(h), true
+	}
+	return nil, false
+}
+
+// wantAddrs fails t unless name is in the index with the addresses want.
+func wantAddrs(t *testing.T, m *stack, name string, want ...string) {
+	t.Helper()
+	if got, ok := addrs(m, name); !ok || !slices.Equal(got, want) {
+		t.Errorf("%s: %v (in the index: %t), want %v", name, got, ok, want)
+	}
+}
+
+// wantAbsent fails t when name is in the index.
+func wantAbsent(t *testing.T, m *stack, name string) {
+	t.Helper()
+	if got, ok := addrs(m, name); ok {
+		t.Errorf("%s: in the index (%v), want it gone", name, got)
+	}
+}
+
+// answersA reports whether name is answered with the addresses want.
+func answersA(t *testing.T, m *stack, name string, want ...string) func() bool {
+	return func() bool {
+		rc, got := askA(t, m, name)
+		return rc == dns.RcodeSuccess && slices.Equal(got, want)
+	}
+}
+
+// eventually polls f until it holds, failing t after eventBound.
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	waitFor(t, eventBound, what, f)
+}
+
+func TestControllerWatches(t *testing.T) {
+	ctx := context.Background()
+	west := remotetest.NewClientset(
+		service("nginx-svc", exportedGW, corev1.ClusterIPNone, corev1.ServicePort{Name: "http", Port: 80}),
+		endpointSlice("nginx-svc-1", "nginx-svc", podEndpoint("nginx-set-0", "10.1.0.10", true)),
+		service("private", nil, "10.100.0.9"), // not exported
+	)
+	local := remotetest.NewClientset(
+		mirrorService("nginx-svc-west", "west", "", corev1.ClusterIPNone),
+		mirrorService("nginx-set-0-west", "west", "nginx-svc-west", "10.96.0.10"),
+		mirrorService("nginx-set-1-west", "west", "nginx-svc-west", "10.96.0.11"),
+	)
+	// startup_timeout is not what is tested: Start returns once both
+	// have synced, however long a loaded machine takes.
+	m := startWith(t, local, eventBound, 0, "west", west)
+	if !m.watch.HasSynced() {
+		t.Fatal("not ready after Start")
+	}
+	if got := testutil.ToFloat64(linkSynced.WithLabelValues("west")); got != 1 {
+		t.Errorf("link_synced{cluster=west} = %v", got)
+	}
+	eventually(t, "objects metric", func() bool {
+		return testutil.ToFloat64(linkObjects.WithLabelValues("west", "service")) == 1 && // the fake's watch would send both
+			testutil.ToFloat64(linkObjects.WithLabelValues("east", "mirror")) == 3
+	})
+	wantAddrs(t, m, "nginx-svc-west"+z, "10.96.0.10")
+	wantAbsent(t, m, "private-west"+z)
+
+	// Scale up: a new ready pod, whose mirror exists.
+	west.DiscoveryV1().EndpointSlices("default").Update(ctx, endpointSlice("nginx-svc-1", "nginx-svc",
+		podEndpoint("nginx-set-0", "10.1.0.10", true), podEndpoint("nginx-set-1", "10.1.0.11", true)), metav1.UpdateOptions{})
+	eventually(t, "the new pod", func() bool {
+		a, _ := addrs(m, "nginx-svc-west"+z)
+		return slices.Equal(a, []string{"10.96.0.10", "10.96.0.11"})
+	})
+
+	// A mirror's ClusterIP appears for a pod that had none.
+	west.DiscoveryV1().EndpointSlices("default").Create(ctx, endpointSlice("nginx-svc-2", "nginx-svc", podEndpoint("nginx-set-2", "10.1.0.12", true)), metav1.CreateOptions{})
+	local.CoreV1().Services("default").Create(ctx, mirrorService("nginx-set-2-west", "west", "nginx-svc-west", "10.96.0.12"), metav1.CreateOptions{})
+	eventually(t, "the pod whose mirror came", func() bool {
+		a, _ := addrs(m, "nginx-set-2.nginx-svc-west"+z)
+		return slices.Equal(a, []string{"10.96.0.12"})
+	})
+
+	// Unexport: the label goes.
+	west.CoreV1().Services("default").Update(ctx, service("nginx-svc", nil, corev1.ClusterIPNone), metav1.UpdateOptions{})
+	eventually(t, "unexport", func() bool { return m.index.Lookup("nginx-svc-west"+z) == nil })
+
+	// Export a Service whose slices are already there: they come as the
+	// EndpointSlice controller labels them.
+	west.DiscoveryV1().EndpointSlices("default").Create(ctx, endpointSlice("private-1", "private", podEndpoint("p", "10.1.0.20", true)), metav1.CreateOptions{})
+	private := service("private", map[string]string{labels.Exported: labels.ExportFlat}, "10.100.0.9")
+	west.CoreV1().Services("default").Update(ctx, private, metav1.UpdateOptions{})
+	eventually(t, "the newly exported Service", func() bool {
+		a, _ := addrs(m, "private-west"+z)
+		return slices.Equal(a, []string{"10.1.0.20"})
+	})
+
+	// The link goes: so do its names.
+	m.watch.RemoveLink("west")
+	eventually(t, "link removal", func() bool { return m.index.Lookup("private-west"+z) == nil })
+	if err := m.watch.AddLink("east", remotetest.NewClientset()); err == nil {
+		t.Error("a link named like the local cluster was accepted")
+	}
+}
+
+func TestControllerLocalExports(t *testing.T) {
+	local := remotetest.NewClientset(
+		service("api", exportedGW, "10.100.0.7", corev1.ServicePort{Name: "http", Port: 80}),
+		// A mirror carrying the export label is never exported again.
+		func() *corev1.Service {
+			s := mirrorService("db-west", "west", "", "10.96.0.40")
+			s.Labels[labels.Exported] = labels.ExportGateway
+			return s
+		}(),
+	)
+	m := startWith(t, local, eventBound, 0)
+	wantAddrs(t, m, "api-global"+z, "10.100.0.7")
+	wantAbsent(t, m, "db-west-global"+z)
+}
+
+func TestControllerDeadLink(t *testing.T) {
+	// Nothing listens on port 1: the link never syncs.
+	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	west := remotetest.NewClientset(service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
+	local := remotetest.NewClientset(mirrorService("web-west", "west", "", "10.96.0.20"))
+
+	before := testutil.ToFloat64(linkErrors.WithLabelValues("paris", link.FailureUnreachable))
+	// Start returns (startBounded) although paris never syncs.
+	m := startWith(t, local, 300*time.Millisecond, 0, "west", west, "paris", dead)
+	eventually(t, "readiness despite the dead link", m.watch.HasSynced)
+	eventually(t, "west's answer", func() bool { a, _ := addrs(m, "web-west"+z); return slices.Equal(a, []string{"10.96.0.20"}) })
+	// Evidence paris was tried before its not being synced counts.
+	eventually(t, "watch errors counted", func() bool {
+		return testutil.ToFloat64(linkErrors.WithLabelValues("paris", link.FailureUnreachable)) > before
+	})
+	if got := testutil.ToFloat64(linkSynced.WithLabelValues("paris")); got != 0 {
+		t.Errorf("link_synced{cluster=paris} = %v, want 0", got)
+	}
+}
+
+func TestControllerNotReadyBeforeTimeout(t *testing.T) {
+	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newStack(t, remotetest.NewClientset(), Options{StartupTimeout: time.Hour})
+	if m.watch.HasSynced() {
+		t.Error("ready before start")
+	}
+	if err := m.watch.AddLink("notyet", dead); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(linkErrors.WithLabelValues("notyet", link.FailureUnreachable))
+	m.watch.Start(m.index)
+	defer m.watch.Stop()
+	// Positive evidence that the watches run before their absence of
+	// readiness counts: the local cluster has synced, and the link has
+	// been tried and has failed. Only the link's time left holds
+	// readiness up now.
+	eventually(t, "the local cluster synced", func() bool { return m.watch.cluster("east").synced.Load() })
+	eventually(t, "the dead link tried and counted", func() bool {
+		return testutil.ToFloat64(linkErrors.WithLabelValues("notyet", link.FailureUnreachable)) > before
+	})
+	if m.watch.HasSynced() {
+		t.Error("ready with a link that has not synced and has time left")
+	}
+}
+
+func TestControllerProgrammingLatency(t *testing.T) {
+	ctx := context.Background()
+	west := remotetest.NewClientset(service("web", map[string]string{labels.Exported: labels.ExportFlat}, "10.100.0.1"))
+	m := startWith(t, remotetest.NewClientset(), eventBound, 0, "latency", west)
+
+	h := programmingLatency.WithLabelValues("latency").(prometheus.Histogram)
+	count := func() uint64 {
+		var d dto.Metric
+		if err := h.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.GetHistogram().GetSampleCount()
+	}
+	before := count()
+	s := endpointSlice("web-1", "web", podEndpoint("", "10.1.0.1", true))
+	s.Annotations = map[string]string{labels.EndpointsLastChangeTriggerTime: time.Now().Add(-time.Second).Format(time.RFC3339Nano)}
+	west.DiscoveryV1().EndpointSlices("default").Create(ctx, s, metav1.CreateOptions{})
+	eventually(t, "the endpoint", func() bool { a, _ := addrs(m, "web-latency"+z); return len(a) == 1 })
+	eventually(t, "a latency sample", func() bool { return count() == before+1 })
+}
+
+func TestControllerReplaceLink(t *testing.T) {
+	flat := map[string]string{labels.Exported: labels.ExportFlat}
+	a := remotetest.NewClientset(service("web", flat, "10.100.0.1"), endpointSlice("web-1", "web", podEndpoint("", "10.1.0.1", true)))
+	b := remotetest.NewClientset(service("web", flat, "10.100.0.1"), endpointSlice("web-1", "web", podEndpoint("", "10.1.0.2", true)))
+	m := startWith(t, remotetest.NewClientset(), eventBound, 0, "west", a)
+	wantAddrs(t, m, "web-west"+z, "10.1.0.1")
+	first := m.watch.cluster("west")
+
+	// A configuration that cannot connect: the last known state stays.
+	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(linkErrors.WithLabelValues("west", link.FailureUnreachable))
+	if err := m.watch.ReplaceLink("west", dead); err != nil {
+		t.Fatal(err)
+	}
+	// Positive evidence the broken configuration was tried: its watches
+	// run as the pending replacement, and have failed, and failed again
+	// at their retries (a second apart at most). Only then does the old
+	// answer that stays count.
+	eventually(t, "the new configuration tried and refused, three times", func() bool {
+		m.watch.mu.RLock()
+		serving, pending := m.watch.clusters["west"], first.next != nil
+		m.watch.mu.RUnlock()
+		if serving != first {
+			t.Fatal("a configuration that never synced took over")
+		}
+		return pending && testutil.ToFloat64(linkErrors.WithLabelValues("west", link.FailureUnreachable)) >= before+3
+	})
+	wantAddrs(t, m, "web-west"+z, "10.1.0.1")
+	if m.watch.cluster("west") != first {
+		t.Error("a configuration that never synced took over")
+	}
+
+	// A working one takes over once it has synced.
+	if err := m.watch.ReplaceLink("west", b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new configuration's answers", func() bool {
+		got, _ := addrs(m, "web-west"+z)
+		return slices.Equal(got, []string{"10.1.0.2"})
+	})
+	if got := m.watch.Links(); !slices.Equal(got, []string{"west"}) {
+		t.Errorf("links %v", got)
+	}
+
+	// A new name is a plain add.
+	if err := m.watch.ReplaceLink("paris", a); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the added link", func() bool { return m.index.Lookup("web-paris"+z) != nil })
+}

@@ -1,8 +1,10 @@
 // Package remote is the one way mcmirror watches what a cluster exports:
 // the Services it exports, each way they can be exported, and their
 // EndpointSlices, listed and watched with the backoff, the watchdog and
-// the health every consumer shares. The DNS plugin and the controller
-// watch each linked cluster through it, the gateway's ingress its own.
+// the health every consumer shares (listwatch.go, health.go, ways.go); and
+// the lifecycle of linked clusters, added, replaced when their kubeconfig
+// changes, and removed (links.go). The DNS plugin and the controller watch
+// each linked cluster through it, the gateway's ingress its own cluster.
 //
 // Only exported objects cross the network: every list and watch carries
 // the label selector of one way of export (ways.go), and the EndpointSlice

@@ -2,7 +2,6 @@ package watch
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -17,12 +16,13 @@ import (
 )
 
 // A cluster's watches: each generation of them (a kubeconfig that changes
-// makes a new one, which takes over once it has synced), its stores, and
-// their lifecycle (add, replace, remove, start).
+// makes a new one, which takes over once it has synced: remote.Links), its
+// stores, and how it starts.
 
-// cluster is one generation of the watches of one cluster: a kubeconfig
-// that changes makes a new one, which takes over once it has synced.
+// cluster is one generation of the watches of one cluster; it is a
+// remote.Generation.
 type cluster struct {
+	w      *Watcher
 	name   string
 	local  bool
 	client kubernetes.Interface
@@ -40,13 +40,9 @@ type cluster struct {
 	// series while this generation serves it.
 	health *linkHealth
 
-	started time.Time // when its watches started, for the startup timeout
-	ctx     context.Context
-	cancel  context.CancelFunc
-	// next is the replacement being synced after a kubeconfig change;
-	// guarded by Watcher.mu.
-	next   *cluster
-	synced atomic.Bool
+	// started is when its watches started, for the startup timeout.
+	started atomic.Pointer[time.Time]
+	synced  atomic.Bool
 }
 
 const (
@@ -62,75 +58,42 @@ var objKinds = [...]string{"service", "endpointslice", "mirror", "mcs-service", 
 
 const sliceServiceIndex = "service"
 
-// addCluster watches the cluster client talks to, from now if the
-// Watcher runs, else from Start.
-func (c *Watcher) addCluster(name string, client kubernetes.Interface) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.clusters[name]; ok {
-		return fmt.Errorf("cluster %q is already watched", name)
-	}
-	cl := c.newCluster(name, client)
-	cl.health.own()
-	c.clusters[name] = cl
-	if !cl.local {
-		links := append(slices.Clone(c.links), name)
-		slices.Sort(links)
-		c.links = links
-	}
-	if c.ctx != nil {
-		c.startCluster(cl)
-	}
-	return nil
+// linkConsumer is the Watcher as remote.Links sees it: the links'
+// generations, and which one serves.
+type linkConsumer struct{ c *Watcher }
+
+var (
+	_ remote.Consumer[*cluster] = linkConsumer{}
+	_ remote.Generation         = (*cluster)(nil)
+)
+
+// New makes the stores of a generation of link name.
+func (lc linkConsumer) New(name string, client kubernetes.Interface, _ bool) (*cluster, error) {
+	return lc.c.newCluster(name, client), nil
 }
 
-// replaceCluster watches a linked cluster through a new client (its
-// kubeconfig changed). The old watches keep serving, and own the metrics,
-// until the new ones have synced, so the change costs no gap; if the new
-// ones never sync, the last known state stays, as for any link that breaks.
-func (c *Watcher) replaceCluster(name string, client kubernetes.Interface) error {
-	c.mu.Lock()
-	old, ok := c.clusters[name]
-	if !ok || c.ctx == nil {
-		c.mu.Unlock()
-		if ok {
-			c.removeCluster(name)
-		}
-		return c.addCluster(name, client)
-	}
-	if old.local {
-		c.mu.Unlock()
-		return fmt.Errorf("cluster %q is the local cluster", name)
-	}
-	next := c.newCluster(name, client)
-	if old.next != nil {
-		old.next.cancel() // an earlier replacement that had not synced
-		old.next.health.stop(false)
-	}
-	old.next = next
-	c.startCluster(next)
-	c.mu.Unlock()
-
-	go func() {
-		ctx := next.ctx
-		if !cache.WaitForCacheSync(ctx.Done(), next.synced.Load) {
-			return // replaced again, removed, or stopped
-		}
-		c.mu.Lock()
-		if c.clusters[name] != old || old.next != next {
-			c.mu.Unlock()
-			return
-		}
-		c.clusters[name] = next
+// Serve gives cl the link's metric series; a generation it replaces loses
+// them, and every group either exports is rebuilt.
+func (lc linkConsumer) Serve(name string, cl, old *cluster, replaced bool) {
+	if replaced {
 		old.health.stop(false)
-		next.health.own()
-		c.mu.Unlock()
-		old.cancel()
-		c.enqueueAll(old)
-		c.enqueueAll(next)
+	}
+	cl.health.own()
+	if replaced {
+		lc.c.enqueueAll(old)
+		lc.c.enqueueAll(cl)
 		log.Infof("Cluster %s: now watched with its new configuration", name)
-	}()
-	return nil
+	}
+}
+
+// Stop ends cl's health; a removed link's series go, and every group it
+// exported loses its share.
+func (lc linkConsumer) Stop(name string, cl *cluster, removed bool) {
+	cl.health.stop(removed)
+	if removed {
+		lc.c.enqueueAll(cl)
+		log.Infof("Stopped watching cluster %s", name)
+	}
 }
 
 // enqueueAll queues every group a cluster exports, either way, or
@@ -145,39 +108,13 @@ func (c *Watcher) enqueueAll(cl *cluster) {
 	}
 }
 
-// removeCluster stops watching a linked cluster and drops its names and
-// its metric series, which no late event of its watches writes again.
-func (c *Watcher) removeCluster(name string) {
-	c.mu.Lock()
-	cl, ok := c.clusters[name]
-	if !ok || cl.local {
-		c.mu.Unlock()
-		return
-	}
-	delete(c.clusters, name)
-	c.links = slices.DeleteFunc(slices.Clone(c.links), func(n string) bool { return n == name })
-	next := cl.next
-	c.mu.Unlock()
-
-	if next != nil {
-		next.cancel()
-		next.health.stop(false)
-	}
-	if cl.cancel != nil {
-		cl.cancel()
-	}
-	cl.health.stop(true)
-	// Every group the cluster exported loses its share.
-	c.enqueueAll(cl)
-	log.Infof("Stopped watching cluster %s", name)
-}
-
-// startCluster runs the watches of cl: per way of export its Services
-// and their slices, and the local cluster's mirrors and derived Services.
-func (c *Watcher) startCluster(cl *cluster) {
-	ctx, cancel := context.WithCancel(c.ctx)
-	cl.ctx, cl.cancel = ctx, cancel
-	cl.started = time.Now()
+// Start runs the watches of cl until ctx ends: per way of export its
+// Services and their slices, and the local cluster's mirrors and derived
+// Services. It implements remote.Generation.
+func (cl *cluster) Start(ctx context.Context) {
+	now := time.Now()
+	cl.started.Store(&now)
+	c := cl.w
 	// The reflectors' own error log would repeat at every retry: the
 	// health logs each change once.
 	quiet := klog.NewContext(ctx, klog.Logger{})
@@ -215,11 +152,28 @@ func (cl *cluster) watchSync(ctx context.Context) {
 	log.Infof("Synced with cluster %s", cl.name)
 }
 
+// HasSynced reports whether every watch of cl has listed once; it
+// implements remote.Generation.
+func (cl *cluster) HasSynced() bool { return cl.synced.Load() }
+
+// waiting reports whether cl has not synced and may still hold up
+// readiness: the local cluster always, a link for timeout after its
+// watches started.
+func (cl *cluster) waiting(timeout time.Duration) bool {
+	if cl.synced.Load() {
+		return false
+	}
+	started := cl.started.Load()
+	return cl.local || started == nil || time.Since(*started) < timeout
+}
+
 // cluster returns the generation of cluster name that serves it, or nil.
 func (c *Watcher) cluster(name string) *cluster {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.clusters[name]
+	if name == c.local {
+		return c.localCluster
+	}
+	cl, _ := c.links.Get(name)
+	return cl
 }
 
 // slicesOf returns the slices of Service key that the cluster holds.
@@ -246,7 +200,7 @@ func (cl *cluster) slicesOf(key string) []*object.Slice {
 // API server (remote.Way), and a Service that stopped matching (a watch
 // that does not filter) is dropped as it comes.
 func (c *Watcher) newCluster(name string, client kubernetes.Interface) *cluster {
-	cl := &cluster{name: name, local: name == c.local, client: client}
+	cl := &cluster{w: c, name: name, local: name == c.local, client: client}
 	cl.health = newLinkHealth(name, cl.local, c.staleMaxAge, func(bool) { c.enqueueAll(cl) })
 
 	exported := func(obj any) bool {

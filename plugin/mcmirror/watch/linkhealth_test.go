@@ -69,14 +69,14 @@ func TestStaleServingAndRecovery(t *testing.T) {
 
 	// Changed while away; back, and answered at the next retry, without
 	// a restart: within the longest delay between two retries
-	// (linkBackoff's cap and its jitter, 3 s) and what a loaded machine
+	// (remote.Backoff's cap and its jitter, 3 s) and what a loaded machine
 	// takes to list, watch and rebuild. client-go's own backoff would
 	// have grown to 6.4 s by now, and its jitter doubles that. How fast
 	// it comes back is for the benchmarks; the log says it.
 	api.put(flatSlice("web-1", "web", "10.1.0.2"))
 	api.up()
 	back := time.Now()
-	retry := time.Duration(float64(linkBackoff.Cap) * (1 + linkBackoff.Jitter))
+	retry := time.Duration(float64(remote.Backoff.Cap) * (1 + remote.Backoff.Jitter))
 	waitFor(t, retry+7*time.Second, "the change made during the outage", answersA(t, m, name, "10.1.0.2"))
 	t.Logf("answered %s after the API server came back (retries at most %s apart)", time.Since(back).Round(time.Millisecond), retry)
 	waitFor(t, eventBound, "link_up back to 1", func() bool { return testutil.ToFloat64(linkUp.WithLabelValues("stale")) == 1 })

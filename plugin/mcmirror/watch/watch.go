@@ -8,6 +8,7 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -89,13 +90,15 @@ type Watcher struct {
 	// (linkseries.go).
 	knowsLinks atomic.Bool
 
-	mu       sync.RWMutex
-	stopped  bool // stop has run
-	clusters map[string]*cluster
-	links    []string // the linked clusters' names, sorted; replaced, never modified
-	ctx      context.Context
-	cancel   context.CancelFunc
-	started  time.Time
+	// localCluster is the local cluster's watches.
+	localCluster *cluster
+	// links are the linked clusters' (cluster.go).
+	links *remote.Links[*cluster]
+
+	mu      sync.RWMutex
+	stopped bool // stop has run
+	ctx     context.Context
+	cancel  context.CancelFunc
 
 	// relists lets one store relist at a time.
 	relists *relistGate
@@ -113,10 +116,6 @@ type trigger struct {
 	at      time.Time
 	cluster string
 }
-
-// linkBackoff is how the reflectors retry what remote.Requests does not
-// (a 410 Expired, a 429): as remote.Backoff.
-var linkBackoff = remote.Backoff
 
 // New returns a Watcher of the local cluster, through local. Links are
 // added with AddLink (or link Secrets, WatchSecrets); Start starts
@@ -138,15 +137,14 @@ func New(local kubernetes.Interface, o Options) (*Watcher, error) {
 		startupTimeout: o.StartupTimeout,
 		staleMaxAge:    o.StaleMaxAge,
 		clusterset:     o.ClusterSet,
-		backoff:        linkBackoff,
+		backoff:        remote.Backoff, // for what remote.Requests does not retry (a 410 Expired, a 429)
 		queue:          workqueue.NewTyped[object.GroupKey](),
-		clusters:       map[string]*cluster{},
 		triggers:       map[object.GroupKey]trigger{},
 		relists:        newRelistGate(relistBusy),
 	}
-	if err := c.addCluster(o.Cluster, local); err != nil {
-		return nil, err
-	}
+	c.localCluster = c.newCluster(o.Cluster, local)
+	c.localCluster.health.own()
+	c.links = remote.NewLinks(o.Cluster, linkConsumer{c})
 	return c, nil
 }
 
@@ -157,7 +155,11 @@ func (c *Watcher) AddLink(name string, client kubernetes.Interface) error {
 	if err := labels.ValidateClusterName(name); err != nil {
 		return err
 	}
-	return c.addCluster(name, client)
+	if _, ok := c.links.Get(name); ok || name == c.local {
+		return fmt.Errorf("cluster %q is already watched", name)
+	}
+	c.links.AddClient(name, client)
+	return nil
 }
 
 // ReplaceLink watches a linked cluster through client, the one already
@@ -167,11 +169,15 @@ func (c *Watcher) ReplaceLink(name string, client kubernetes.Interface) error {
 	if err := labels.ValidateClusterName(name); err != nil {
 		return err
 	}
-	return c.replaceCluster(name, client)
+	if name == c.local {
+		return fmt.Errorf("cluster %q is the local cluster", name)
+	}
+	c.links.AddClient(name, client)
+	return nil
 }
 
 // RemoveLink stops watching a linked cluster; its names go away.
-func (c *Watcher) RemoveLink(name string) { c.removeCluster(name) }
+func (c *Watcher) RemoveLink(name string) { c.links.Remove(name) }
 
 // WatchSecrets has the links that s finds in link Secrets added and removed;
 // Start starts s.
@@ -183,12 +189,10 @@ func (c *Watcher) Start(ix Index) {
 	c.index = ix
 	c.mu.Lock()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.started = time.Now()
-	for _, cl := range c.clusters {
-		c.startCluster(cl)
-	}
 	ctx := c.ctx
 	c.mu.Unlock()
+	c.localCluster.Start(ctx)
+	c.links.Start(ctx)
 	if c.secrets != nil {
 		go c.secrets.Run(ctx)
 	}
@@ -207,13 +211,9 @@ func (c *Watcher) Stop() {
 	if c.knowsLinks.CompareAndSwap(true, false) {
 		instanceStopped()
 	}
-	for _, cl := range c.clusters {
-		cl.health.stop(false)
-		if cl.next != nil {
-			cl.next.health.stop(false)
-		}
-	}
 	c.mu.Unlock()
+	c.links.Stop()
+	c.localCluster.health.stop(false)
 	c.queue.ShutDown()
 }
 
@@ -280,11 +280,11 @@ func (c *Watcher) HasSynced() bool {
 	if c.secrets != nil && !c.secrets.HasSynced() {
 		return false
 	}
-	for _, cl := range c.clusters {
-		if cl.synced.Load() {
-			continue
-		}
-		if cl.local || time.Since(cl.started) < c.startupTimeout {
+	if c.localCluster.waiting(c.startupTimeout) {
+		return false
+	}
+	for _, cl := range c.links.Serving() {
+		if cl.waiting(c.startupTimeout) {
 			return false
 		}
 	}
@@ -300,10 +300,11 @@ func (c *Watcher) HasSynced() bool {
 
 // Unsynced returns the clusters that have not synced, for the log.
 func (c *Watcher) Unsynced() []string {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
 	var names []string
-	for n, cl := range c.clusters {
+	if !c.localCluster.synced.Load() {
+		names = append(names, c.local)
+	}
+	for n, cl := range c.links.Serving() {
 		if !cl.synced.Load() {
 			names = append(names, n)
 		}
@@ -317,11 +318,7 @@ func (c *Watcher) Unsynced() []string {
 var _ index.Source = (*Watcher)(nil)
 
 // Links implements index.Source.
-func (c *Watcher) Links() []string {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.links
-}
+func (c *Watcher) Links() []string { return c.links.Names() }
 
 // Service implements index.Source: the Service as the export selector's watch
 // holds it, else as the ServiceExport stamp's does.

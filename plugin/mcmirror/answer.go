@@ -461,8 +461,8 @@ func (h *hit) ptrRR(name string, ttl uint32, extra int) []dns.RR {
 	switch {
 	case h.r.m < 0: // a ClusterSetIP
 		target = h.g.imp.names[h.r.zi]
-	case h.r.p >= 0:
-		target = h.g.members[h.r.m].podName(int(h.r.p), 0)
+	case h.r.p >= 0: // a pod, in a mirror zone or a clusterset zone
+		target = h.g.members[h.r.m].podName(int(h.r.p), int(h.r.zi))
 	default:
 		target = h.g.members[h.r.m].names[0]
 	}

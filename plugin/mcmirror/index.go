@@ -49,7 +49,7 @@ const (
 	kindPod                     // <host>.<svc>-<cluster>.<ns>.svc.<zone>
 	kindGlobal                  // <svc>-global.<ns>.svc.<zone>
 	kindSRV                     // _<port>._<proto>.<any of the above>
-	kindPTR                     // reverse name of a mirror ClusterIP or of a ClusterSetIP
+	kindPTR                     // reverse name of a mirror ClusterIP, of a ClusterSetIP, or of a flat-mode pod of a Headless import
 	kindCS                      // <svc>.<ns>.svc.<clusterset zone>
 	// kindCSPod is <host>.<cluster>.<svc>.<ns>.svc.<clusterset zone> of a
 	// Headless import, and, as a ref without a pod (p < 0), the empty
@@ -122,6 +122,9 @@ type index struct {
 	// non-terminals <ns>.svc and svc of the clusterset zones.
 	cs   map[string]ref
 	csNS map[string]int
+	// csLosers are, by PTR name of the cs table, the groups that want it
+	// while another holds it (installCS): rebuilt when it lets go.
+	csLosers map[string][]groupKey
 	// counts of addresses and names, for the records metric.
 	counts recordCounts
 
@@ -158,17 +161,18 @@ func (c *recordCounts) add(g *group, sign int) {
 
 func newIndex(src source, local string, zones []string, ttl uint32, ptr bool) *index {
 	return &index{
-		src:     src,
-		local:   local,
-		zones:   zones,
-		nMirror: len(zones),
-		ttl:     ttl,
-		ptr:     ptr,
-		names:   map[string]ref{},
-		slots:   map[groupKey]*slot{},
-		losers:  map[string][]groupKey{},
-		cs:      map[string]ref{},
-		csNS:    map[string]int{},
+		src:      src,
+		local:    local,
+		zones:    zones,
+		nMirror:  len(zones),
+		ttl:      ttl,
+		ptr:      ptr,
+		names:    map[string]ref{},
+		slots:    map[groupKey]*slot{},
+		losers:   map[string][]groupKey{},
+		cs:       map[string]ref{},
+		csNS:     map[string]int{},
+		csLosers: map[string][]groupKey{},
 	}
 }
 

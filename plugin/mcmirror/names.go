@@ -66,7 +66,7 @@ func (x *index) install(k groupKey, g *group) []groupKey {
 		}
 	}
 	s.g = g
-	x.installCS(s, old, g)
+	x.installCS(s, old, g, &again)
 	if g == nil {
 		delete(x.slots, k)
 		x.publish()

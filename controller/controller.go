@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/endpointpolicy"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote"
 
@@ -114,7 +115,23 @@ type Options struct {
 	// ServiceExport without the mcmirror.dev/mode annotation (default
 	// gateway).
 	ServiceExportMode string
+	// EndpointPolicy is which endpoints of a linked cluster's flat-mode
+	// export an import carries (importscreen.go); the zero value believes
+	// only Pods of the Service's namespace listed by the EndpointSlice
+	// controller.
+	EndpointPolicy endpointpolicy.Policy
+	// MaxImportEndpoints bounds the endpoints one import carries, all
+	// its sources together (default defaultMaxImportEndpoints).
+	MaxImportEndpoints int
+	// LinkStartupTimeout bounds how long an import that a link which has
+	// not synced takes part in waits for it (importheld.go); zero: it
+	// goes on at once, keeping that link's part as it was.
+	LinkStartupTimeout time.Duration
 }
+
+// defaultMaxImportEndpoints is Kubernetes' scalability threshold for the
+// backends of one Service.
+const defaultMaxImportEndpoints = 5000
 
 // Controller keeps the local mirrors of the exported Services of linked
 // clusters.
@@ -194,6 +211,16 @@ type Controller struct {
 	starved map[string]bool
 	// status is what each key's last sync left, for the gauges.
 	status map[string]keyStatus
+	// startedAt is when Run started the links, for the wait for link
+	// Secrets not read yet (importheld.go).
+	startedAt time.Time
+	// keptNoted are, by cluster, the imports told that they keep that
+	// cluster's part while its link has not synced (noteKept).
+	keptNoted map[string]map[string]bool
+	// importRefused is what each import (namespace/name) leaves out of
+	// its sources' endpoints, for the import_endpoints_refused gauge and
+	// the Events told when it changes (importrefused.go).
+	importRefused map[string]refusals
 }
 
 // keyStatus is the result of one key's last sync.
@@ -220,8 +247,10 @@ type remoteCluster struct {
 	// after, and enqueued is set.
 	synced   atomic.Bool
 	enqueued atomic.Bool
-	// started is set when the informers run.
-	started bool
+	// started is set when the informers run; startedAt is when, which
+	// begins the start-up wait of the imports it takes part in.
+	started   bool
+	startedAt time.Time
 	// handlersSynced report whether the handlers have seen the first
 	// lists, not only the informers' stores.
 	handlersSynced []cache.InformerSynced
@@ -253,6 +282,9 @@ func New(opts Options) (*Controller, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = 4
 	}
+	if opts.MaxImportEndpoints <= 0 {
+		opts.MaxImportEndpoints = defaultMaxImportEndpoints
+	}
 	switch opts.ServiceExportMode {
 	case "":
 		opts.ServiceExportMode = labels.ModeGateway
@@ -280,6 +312,7 @@ func New(opts Options) (*Controller, error) {
 		status:   map[string]keyStatus{},
 		ways:     []remote.Way{remote.Selected(opts.ExportSelector), remote.Stamped},
 	}
+	c.keptNoted, c.importRefused = map[string]map[string]bool{}, map[string]refusals{}
 	c.recorder = opts.Recorder
 	if c.recorder == nil {
 		c.broadcaster = record.NewBroadcaster()
@@ -363,6 +396,7 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	c.mu.Lock()
 	c.ctx = ctx
+	c.startedAt = c.now()
 	c.running.Store(true)
 	for _, r := range c.links {
 		c.startLink(ctx, r)
@@ -400,22 +434,6 @@ func (c *Controller) Run(ctx context.Context) error {
 // Secret has not been read yet, and its mirrors are not orphans.
 func (c *Controller) linkSourcesSynced() bool {
 	return c.opts.LinksSynced == nil || c.opts.LinksSynced()
-}
-
-// linksSynced reports whether the link sources and every linked cluster
-// have synced, and the clusters' keys are in the queue.
-func (c *Controller) linksSynced() bool {
-	if !c.linkSourcesSynced() {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, r := range c.links {
-		if !r.enqueued.Load() {
-			return false
-		}
-	}
-	return true
 }
 
 // sweep enqueues every key the controller has objects for, and every

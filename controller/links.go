@@ -75,6 +75,8 @@ func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 	}
 	c.links[name] = r
 	delete(c.removed, name)
+	linkSynced.WithLabelValues(name).Set(0)
+	linkStartupTimeouts.WithLabelValues(name)
 	linksGauge.Set(float64(len(c.links)))
 	klog.InfoS("Linked cluster", "cluster", name)
 	if c.running.Load() {
@@ -89,15 +91,27 @@ func (c *Controller) startLink(ctx context.Context, r *remoteCluster) {
 		return
 	}
 	r.started = true
+	r.startedAt = c.now()
 	ctx, r.cancel = context.WithCancel(ctx)
 	for _, inf := range r.informers() {
 		go inf.Run(ctx.Done())
 	}
+	// The imports the link takes part in wait for its sync this long
+	// at most (importheld.go).
+	timer := time.AfterFunc(c.opts.LinkStartupTimeout, func() {
+		if ctx.Err() == nil {
+			c.linkStartupExpired(r)
+		}
+	})
 	go func() {
 		if !cache.WaitForCacheSync(ctx.Done(), r.handlersSynced...) {
+			timer.Stop()
 			return
 		}
+		timer.Stop()
 		r.synced.Store(true)
+		linkSynced.WithLabelValues(r.name).Set(1)
+		c.linkSyncedForImports(r.name)
 		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.exportedKeys()))
 		c.enqueueCluster(r)
 		r.enqueued.Store(true)
@@ -117,6 +131,7 @@ func (c *Controller) Remove(name string) {
 		}
 		r.health.Stop()
 		deleteLinkSeries(name)
+		delete(c.keptNoted, name)
 		c.removed[name] = c.now()
 	}
 	linksGauge.Set(float64(len(c.links)))

@@ -93,6 +93,8 @@ func newLinkHealth(name string, watches []string, replacement bool) *remote.Heal
 // deleteLinkSeries deletes the series of a removed link.
 func deleteLinkSeries(name string) {
 	linkUp.DeleteLabelValues(name)
+	linkSynced.DeleteLabelValues(name)
+	linkStartupTimeouts.DeleteLabelValues(name)
 	for _, r := range link.FailureReasons {
 		linkErrors.DeleteLabelValues(name, r)
 	}

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/endpointpolicy"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote"
 
@@ -114,7 +115,23 @@ type Options struct {
 	// ServiceExport without the mcmirror.dev/mode annotation (default
 	// gateway).
 	ServiceExportMode string
+	// EndpointPolicy is which endpoints of a linked cluster's flat-mode
+	// export an import carries (importscreen.go); the zero value believes
+	// only Pods of the Service's namespace listed by the EndpointSlice
+	// controller.
+	EndpointPolicy endpointpolicy.Policy
+	// MaxImportEndpoints bounds the endpoints one import carries, all
+	// its sources together (default defaultMaxImportEndpoints).
+	MaxImportEndpoints int
+	// LinkStartupTimeout bounds how long an import that a link which has
+	// not synced takes part in waits for it (importheld.go); zero: it
+	// goes on at once, keeping that link's part as it was.
+	LinkStartupTimeout time.Duration
 }
+
+// defaultMaxImportEndpoints is Kubernetes' scalability threshold for the
+// backends of one Service.
+const defaultMaxImportEndpoints = 5000
 
 // Controller keeps the local mirrors of the exported Services of linked
 // clusters.
@@ -193,6 +210,16 @@ type Controller struct {
 	starved map[string]bool
 	// status is what each key's last sync left, for the gauges.
 	status map[string]keyStatus
+	// startedAt is when Run started the links, for the wait for link
+	// Secrets not read yet (importheld.go).
+	startedAt time.Time
+	// keptNoted are, by cluster, the imports told that they keep that
+	// cluster's part while its link has not synced (noteKept).
+	keptNoted map[string]map[string]bool
+	// importRefused is what each import (namespace/name) leaves out of
+	// its sources' endpoints, for the import_endpoints_refused gauge and
+	// the Events told when it changes (importrefused.go).
+	importRefused map[string]refusals
 }
 
 // keyStatus is the result of one key's last sync.
@@ -218,12 +245,15 @@ type remoteCluster struct {
 	// after, and enqueued is set.
 	synced   atomic.Bool
 	enqueued atomic.Bool
-	// onSynced is called once, when synced is set.
-	onSynced func()
 	// serving is set once the informers serve the link, in place of
 	// those of an earlier kubeconfig or first: from then on its health
 	// writes link_up.
 	serving atomic.Bool
+	// startedAt is when the informers started, which begins the start-up
+	// wait of the imports it takes part in; guarded by Controller.mu.
+	startedAt time.Time
+	// c is the controller the link serves.
+	c *Controller
 	// handlersSynced report whether the handlers have seen the first
 	// lists, not only the informers' stores.
 	handlersSynced []cache.InformerSynced
@@ -255,6 +285,9 @@ func New(opts Options) (*Controller, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = 4
 	}
+	if opts.MaxImportEndpoints <= 0 {
+		opts.MaxImportEndpoints = defaultMaxImportEndpoints
+	}
 	switch opts.ServiceExportMode {
 	case "":
 		opts.ServiceExportMode = labels.ModeGateway
@@ -282,6 +315,7 @@ func New(opts Options) (*Controller, error) {
 		ways:     []remote.Way{remote.Selected(opts.ExportSelector), remote.Stamped},
 	}
 	c.links = remote.NewLinks(opts.Cluster, linkConsumer{c})
+	c.keptNoted, c.importRefused = map[string]map[string]bool{}, map[string]refusals{}
 	c.recorder = opts.Recorder
 	if c.recorder == nil {
 		c.broadcaster = record.NewBroadcaster()
@@ -363,6 +397,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.restorePorts(logger)
 	c.initEgress()
 
+	c.mu.Lock()
+	c.startedAt = c.now()
+	c.mu.Unlock()
 	c.running.Store(true)
 	c.links.Start(ctx)
 
@@ -390,20 +427,6 @@ func (c *Controller) Run(ctx context.Context) error {
 // Secret has not been read yet, and its mirrors are not orphans.
 func (c *Controller) linkSourcesSynced() bool {
 	return c.opts.LinksSynced == nil || c.opts.LinksSynced()
-}
-
-// linksSynced reports whether the link sources and every linked cluster
-// have synced, and the clusters' keys are in the queue.
-func (c *Controller) linksSynced() bool {
-	if !c.linkSourcesSynced() {
-		return false
-	}
-	for _, r := range c.serving() {
-		if !r.enqueued.Load() {
-			return false
-		}
-	}
-	return true
 }
 
 // sweep enqueues every key the controller has objects for, and every

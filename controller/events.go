@@ -47,6 +47,25 @@ const (
 	ReasonWriteFailed = "MirrorWriteFailed"
 )
 
+// Reasons of the Events the controller records on a ServiceImport.
+const (
+	// ReasonImportEndpointsRefused: endpoints of a linked cluster's
+	// flat-mode export are not imported, for the endpoint policy's
+	// reason (internal/endpointpolicy): a hand-written slice, a target
+	// that is no Pod of the Service's namespace, a selector-less Service
+	// not opted in, an address never believed.
+	ReasonImportEndpointsRefused = "ImportEndpointsRefused"
+
+	// ReasonImportEndpointsLimited: the sources offer more endpoints than
+	// --max-import-endpoints; each cluster keeps a fair part.
+	ReasonImportEndpointsLimited = "ImportEndpointsLimited"
+
+	// ReasonImportSourceNotSynced: a linked cluster that the import
+	// names has not synced within --link-startup-timeout; the import
+	// goes on and keeps that cluster's part as it last was.
+	ReasonImportSourceNotSynced = "ImportSourceNotSynced"
+)
+
 // notMirroredReasons are the reasons the not_mirrored gauge is kept for.
 var notMirroredReasons = []string{ReasonNameTaken, ReasonNameTooLong, ReasonHeadlessWithoutPorts, ReasonExternalName,
 	ReasonNamespaceMissing, ReasonPortsExhausted, ReasonPodNameCollides}

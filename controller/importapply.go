@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote"
@@ -23,16 +24,13 @@ import (
 
 // syncImport brings the import of one namespace/name to its plan: the
 // ServiceImport, then the derived Service, then its EndpointSlices, each
-// written only when it differs. sources are importSources' for it.
-func (c *Controller) syncImport(ctx context.Context, key string, sources []importSource) error {
+// written only when it differs. sources and links are importSources'.
+func (c *Controller) syncImport(ctx context.Context, key string, sources []importSource, links linkState) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil
 	}
-	if !c.linksSynced() {
-		return errLinksNotSynced
-	}
-	in := importInput{ns: ns, name: name, sources: sources}
+	in := importInput{ns: ns, name: name, sources: sources, policy: &c.opts.EndpointPolicy, maxEndpoints: c.opts.MaxImportEndpoints}
 	var si *mcsv1alpha1.ServiceImport
 	if obj, ok, _ := c.mcs.imports.GetIndexer().GetByKey(key); ok {
 		si, _ = obj.(*mcsv1alpha1.ServiceImport)
@@ -55,6 +53,18 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 		c.derivedTaken(in.derived, name)
 		return nil
 	}
+	existing := c.importSlices(ns, name)
+	held, until := c.heldClusters(links, existingClusters(si, existing))
+	if len(held) > 0 {
+		if now := c.now(); now.Before(until) {
+			return importHeld{after: until.Sub(now)}
+		}
+		if len(sources) == 0 {
+			// Nothing synced says anything of it: left as it is.
+			return nil
+		}
+		in.kept = keptSlices(held, existing)
+	}
 	if in.sources != nil && !c.namespaceExists(ns) {
 		return nil
 	}
@@ -66,6 +76,7 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 	}
 	p := planImport(in)
 	if !p.exists() {
+		c.forgetRefusals(key)
 		return c.deleteImport(ctx, ns, name, si, in.derived)
 	}
 	if si == nil {
@@ -79,10 +90,14 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 		in.importUID = si.UID
 		p = planImport(in)
 	}
+	if len(held) > 0 {
+		c.noteKept(si, held)
+	}
 	if in.derived, err = c.applyDerived(ctx, in.derived, p); err != nil {
 		return err
 	}
 	p = planImport(in)
+	c.noteRefusals(si, p.refused)
 	if err := c.applyImportSlices(ctx, ns, name, p.slices); err != nil {
 		return err
 	}
@@ -106,20 +121,34 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 }
 
 // importSources are the exports of namespace/name that this cluster can
-// reach: its own, and every linked cluster's.
-func (c *Controller) importSources(ns, name string) []importSource {
+// reach: its own, and every synced link's; and what is known of the
+// links, read in the same look (a link that syncs meanwhile is either a
+// source or waited for, never neither).
+func (c *Controller) importSources(ns, name string) ([]importSource, linkState) {
 	var out []importSource
 	if obj, ok, _ := c.services.GetIndexer().GetByKey(ns + "/" + name); ok {
 		if svc, _ := obj.(*corev1.Service); svc != nil && c.exportedLocally(svc) {
 			s := peerExport(c.opts.Cluster, svc)
-			src := importSource{cluster: c.opts.Cluster, created: s.Created, service: svc}
+			src := importSource{cluster: c.opts.Cluster, created: s.Created, service: svc, families: svc.Spec.IPFamilies}
 			for _, inf := range c.mcs.exportSlices {
 				src.slices = appendSlices(src.slices, inf, ns+"/"+name)
 			}
 			out = append(out, src)
 		}
 	}
+	ls := linkState{waiting: map[string]time.Time{}, linked: map[string]bool{}}
+	sourcesSynced := c.linkSourcesSynced()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !sourcesSynced {
+		ls.sourcesUntil = c.startupDeadline(c.startedAt)
+	}
 	for _, r := range c.serving() {
+		ls.linked[r.name] = true
+		if !r.synced.Load() {
+			ls.waiting[r.name] = c.startupDeadline(r.startedAt)
+			continue
+		}
 		svc := r.exportedService(ns, name)
 		if svc == nil {
 			continue
@@ -127,15 +156,25 @@ func (c *Controller) importSources(ns, name string) []importSource {
 		s := peerExport(r.name, svc)
 		src := importSource{cluster: r.name, created: s.Created, service: svc}
 		if labels.ExportMode(svc.Labels) == labels.Flat {
-			src.slices = r.slicesOf(ns, name)
+			src.slices, src.screened, src.families = r.slicesOf(ns, name), true, svc.Spec.IPFamilies
 		} else if mirror, err := labels.MirrorName(name, r.name); err == nil {
 			// The mirror's own slices: the egress, or the per-pod
-			// mirrors of a headless Service.
+			// mirrors of a headless Service; of the egress's families.
 			src.slices = appendSlices(nil, c.slices, ns+"/"+mirror)
+			src.families = sliceFamilies(src.slices)
 		}
 		out = append(out, src)
 	}
-	return out
+	return out, ls
+}
+
+// startupDeadline is when a start-up wait that began at start ends (one
+// not begun yet begins now).
+func (c *Controller) startupDeadline(start time.Time) time.Time {
+	if start.IsZero() {
+		start = c.now()
+	}
+	return start.Add(c.opts.LinkStartupTimeout)
 }
 
 // exportedLocally reports whether the local Service svc is exported: by

@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/endpointpolicy"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/mcs"
 
@@ -65,6 +67,14 @@ type importSource struct {
 	// cluster copies: the local Service's own slices, a gateway-mode
 	// remote's mirror slices, or a flat remote's slices.
 	slices []*discoveryv1.EndpointSlice
+	// screened is set for a flat remote: its slices are anyone's who may
+	// write EndpointSlices there, and pass the endpoint policy
+	// (importscreen.go).
+	screened bool
+	// families are the IP families by which this cluster reaches the
+	// source: the local or flat remote Service's own, a gateway-mode
+	// remote's mirror slices' (the egress's).
+	families []corev1.IPFamily
 }
 
 // importInput is what the sync of one namespace/name reads.
@@ -76,6 +86,14 @@ type importInput struct {
 	// importUID is the ServiceImport's UID once it exists, for the
 	// derived Service's owner reference.
 	importUID types.UID
+	// policy screens the endpoints of flat remotes; maxEndpoints bounds
+	// the endpoints of all sources together (importscreen.go).
+	policy       *endpointpolicy.Policy
+	maxEndpoints int
+	// kept are the existing slices of the clusters whose links have not
+	// synced within the start-up wait (importheld.go): kept as they are,
+	// by cluster.
+	kept map[string][]*discoveryv1.EndpointSlice
 }
 
 // importPlan is what should exist. With no sources, nothing: the
@@ -94,6 +112,9 @@ type importPlan struct {
 	// slices are the desired EndpointSlices of the derived Service, by
 	// name; empty until the derived Service exists (they name its UID).
 	slices map[string]*discoveryv1.EndpointSlice
+	// refused counts the endpoints the slices leave out, by source
+	// cluster and reason; computed with the slices.
+	refused refusals
 }
 
 // exists reports whether the import should exist.
@@ -113,7 +134,14 @@ func planImport(in importInput) importPlan {
 	for _, c := range p.merged.Clusters {
 		p.clusters = append(p.clusters, mcsv1alpha1.ClusterStatus{Cluster: c})
 	}
+	for _, c := range slices.Sorted(maps.Keys(in.kept)) {
+		if !slices.Contains(p.merged.Clusters, c) {
+			p.clusters = append(p.clusters, mcsv1alpha1.ClusterStatus{Cluster: c})
+		}
+	}
 	headless := p.spec.Type == mcsv1alpha1.Headless
+	families := importFamilies(in, p.merged.Clusters)
+	p.spec.IPFamilies = families
 	p.derived = &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      DerivedName(in.ns, in.name),
@@ -139,10 +167,8 @@ func planImport(in importInput) importPlan {
 	}
 	if headless {
 		p.derived.Spec.ClusterIP = corev1.ClusterIPNone
-	} else if len(p.spec.IPFamilies) > 1 {
-		// Both families where the cluster has both; one where it has
-		// one (the mirrors decide the same way).
-		p.derived.Spec.IPFamilyPolicy = new(corev1.IPFamilyPolicyPreferDualStack)
+	} else {
+		setFamilies(p.derived, families)
 	}
 	for _, port := range p.spec.Ports {
 		p.derived.Spec.Ports = append(p.derived.Spec.Ports, corev1.ServicePort{
@@ -150,25 +176,40 @@ func planImport(in importInput) importPlan {
 		})
 	}
 	if in.derived != nil {
-		p.replace = (in.derived.Spec.ClusterIP == corev1.ClusterIPNone) != headless
+		p.replace = (in.derived.Spec.ClusterIP == corev1.ClusterIPNone) != headless ||
+			!headless && lostPrimary(in.derived, families)
 		if !p.replace && !headless {
 			p.spec.IPs = slices.Clone(in.derived.Spec.ClusterIPs)
+			// The families of the ClusterSetIPs it has.
+			p.spec.IPFamilies = slices.Clone(in.derived.Spec.IPFamilies)
 		}
 	}
 	if in.derived == nil || p.replace {
 		return p
 	}
 	p.slices = map[string]*discoveryv1.EndpointSlice{}
+	p.refused = refusals{}
 	imported := map[string]int32{}
 	for _, port := range p.spec.Ports {
 		imported[port.Name+"/"+string(port.Protocol)] = port.Port
 	}
+	var offers []*offer
 	for _, s := range in.sources {
-		if !slices.Contains(p.merged.Clusters, s.cluster) {
-			continue
+		if slices.Contains(p.merged.Clusters, s.cluster) {
+			offers = append(offers, makeOffer(s, sourcePorts(s.service, imported), in.policy, p.refused))
 		}
-		for _, es := range importSlices(in, s, sourcePorts(s.service, imported)) {
+	}
+	if in.maxEndpoints > 0 {
+		bound(offers, in.maxEndpoints, p.refused)
+	}
+	for _, o := range offers {
+		for _, es := range importSlices(in, o) {
 			p.slices[es.Name] = es
+		}
+	}
+	for _, kept := range in.kept {
+		for _, es := range kept {
+			p.slices[es.Name] = keptSlice(in, es)
 		}
 	}
 	return p
@@ -194,79 +235,44 @@ func sourcePorts(svc *corev1.Service, imported map[string]int32) map[string]bool
 	return out
 }
 
-// importSlices are the derived Service's EndpointSlices for source s, one
-// per address type its endpoints have: the endpoints of its slices, each
-// once, with the ports the import has (matched by name and protocol).
-func importSlices(in importInput, s importSource, wanted map[string]bool) []*discoveryv1.EndpointSlice {
-	type group struct {
-		eps   []discoveryv1.Endpoint
-		seen  map[string]bool
-		ports map[string]discoveryv1.EndpointPort
-	}
-	groups := map[discoveryv1.AddressType]*group{}
-	for _, es := range s.slices {
-		if es.AddressType != discoveryv1.AddressTypeIPv4 && es.AddressType != discoveryv1.AddressTypeIPv6 {
-			continue
-		}
-		g := groups[es.AddressType]
-		if g == nil {
-			g = &group{seen: map[string]bool{}, ports: map[string]discoveryv1.EndpointPort{}}
-			groups[es.AddressType] = g
-		}
-		for _, port := range es.Ports {
-			name, proto := "", corev1.ProtocolTCP
-			if port.Name != nil {
-				name = *port.Name
-			}
-			if port.Protocol != nil {
-				proto = *port.Protocol
-			}
-			if k := name + "/" + string(proto); wanted[k] && port.Port != nil {
-				g.ports[k] = discoveryv1.EndpointPort{Name: new(name), Protocol: new(proto), Port: new(*port.Port), AppProtocol: port.AppProtocol}
-			}
-		}
-		for _, ep := range es.Endpoints {
-			if len(ep.Addresses) == 0 || g.seen[ep.Addresses[0]] {
-				continue
-			}
-			g.seen[ep.Addresses[0]] = true
-			g.eps = append(g.eps, discoveryv1.Endpoint{
-				Addresses:  slices.Clone(ep.Addresses),
-				Hostname:   ep.Hostname,
-				Conditions: ep.Conditions,
-			})
-		}
-	}
+// importSlices are the derived Service's EndpointSlices for offer o, one
+// per address type its slices have, with its endpoints sorted and the
+// ports the import has (matched by name and protocol).
+func importSlices(in importInput, o *offer) []*discoveryv1.EndpointSlice {
 	var out []*discoveryv1.EndpointSlice
 	for _, at := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
-		g := groups[at]
-		if g == nil {
+		eps, ok := o.eps[at]
+		if !ok {
 			continue
 		}
-		base := in.derived.Name + "-" + s.cluster
+		base := in.derived.Name + "-" + o.cluster
 		if at == discoveryv1.AddressTypeIPv6 {
 			base += "-ipv6"
 		}
-		var ports []discoveryv1.EndpointPort
-		for _, port := range g.ports {
-			ports = append(ports, port)
-		}
+		ports := slices.Collect(maps.Values(o.ports[at]))
 		slices.SortFunc(ports, func(a, b discoveryv1.EndpointPort) int {
 			return cmp.Or(strings.Compare(*a.Name, *b.Name), strings.Compare(string(*a.Protocol), string(*b.Protocol)))
 		})
-		slices.SortFunc(g.eps, func(a, b discoveryv1.Endpoint) int { return strings.Compare(a.Addresses[0], b.Addresses[0]) })
+		slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return strings.Compare(a.Addresses[0], b.Addresses[0]) })
 		// One slice, named for the cluster, holds the first
 		// maxEndpointsPerSlice endpoints; the rest go to <name>-<n>.
-		for i := 0; i == 0 || i*maxEndpointsPerSlice < len(g.eps); i++ {
+		for i := 0; i == 0 || i*maxEndpointsPerSlice < len(eps); i++ {
 			name := base
 			if i > 0 {
 				name += "-" + strconv.Itoa(i)
 			}
-			chunk := g.eps[i*maxEndpointsPerSlice : min(len(g.eps), (i+1)*maxEndpointsPerSlice)]
-			out = append(out, importSlice(in, s.cluster, name, at, chunk, ports))
+			chunk := eps[i*maxEndpointsPerSlice : min(len(eps), (i+1)*maxEndpointsPerSlice)]
+			out = append(out, importSlice(in, o.cluster, name, at, chunk, ports))
 		}
 	}
 	return out
+}
+
+// keptSlice is es, an existing slice of a cluster whose link has not
+// synced (importheld.go), as it is but owned by the derived Service as it
+// is now.
+func keptSlice(in importInput, es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	return importSlice(in, es.Labels[mcsv1alpha1.LabelSourceCluster], es.Name, es.AddressType, es.Endpoints, es.Ports)
 }
 
 // importSlice is one EndpointSlice of the derived Service.

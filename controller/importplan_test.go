@@ -146,18 +146,6 @@ func TestPlanImport(t *testing.T) {
 		assert.Equal(t, discoveryv1.AddressTypeIPv6, p.slices[base+"-ipv6"].AddressType)
 	})
 
-	t.Run("dual-stack exports: a dual-stack ClusterSetIP where the cluster has both", func(t *testing.T) {
-		src := west
-		src.service = importService(func(s *corev1.Service) {
-			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
-		})
-		p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{src}})
-		assert.Equal(t, ptr.To(corev1.IPFamilyPolicyPreferDualStack), p.derived.Spec.IPFamilyPolicy)
-		assert.Empty(t, p.derived.Spec.IPFamilies, "the API server picks the cluster's families")
-		p = planImport(importInput{ns: "shop", name: "web", sources: []importSource{west}})
-		assert.Nil(t, p.derived.Spec.IPFamilyPolicy, "single-stack exports: the default")
-	})
-
 	t.Run("same port name, another number: the loser's endpoints do not take the port", func(t *testing.T) {
 		// StrictPortConflict of the MCS conformance suite: west is older
 		// and exports tcp/42, east tcp/4242 under the same name.

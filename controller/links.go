@@ -42,7 +42,7 @@ var (
 // New makes the informers of link name.
 func (lc linkConsumer) New(name string, client kubernetes.Interface, replacement bool) (*remoteCluster, error) {
 	c := lc.c
-	r := &remoteCluster{name: name, client: client}
+	r := &remoteCluster{name: name, client: client, c: c}
 	r.health = newLinkHealth(name, watchNames(c.ways), replacement, &r.serving)
 	r.ways = linkWays(r, c.ways)
 	// Fresh informers that have not run take handlers without error.
@@ -64,14 +64,6 @@ func (lc linkConsumer) New(name string, client kubernetes.Interface, replacement
 		regE, _ := w.slices.AddEventHandler(onSlice)
 		r.handlersSynced = append(r.handlersSynced, regS.HasSynced, regE.HasSynced)
 	}
-	// Once its handlers have seen the first lists, every key of the
-	// cluster is enqueued.
-	r.onSynced = func() {
-		klog.InfoS("Linked cluster synced", "cluster", name, "exported", len(r.exportedKeys()))
-		c.enqueueCluster(r)
-		r.enqueued.Store(true)
-		c.enqueueMCS()
-	}
 	return r, nil
 }
 
@@ -85,6 +77,9 @@ func (lc linkConsumer) Serve(name string, r, old *remoteCluster, replaced bool) 
 		// What the new informers hold is synced: a Service the old ones
 		// held and the new ones do not is deleted.
 		c.enqueueCluster(r)
+	} else {
+		linkSynced.WithLabelValues(name).Set(b2f(r.synced.Load()))
+		linkStartupTimeouts.WithLabelValues(name)
 	}
 	c.mu.Lock()
 	delete(c.removed, name)
@@ -102,6 +97,7 @@ func (lc linkConsumer) Stop(name string, r *remoteCluster, removed bool) {
 	}
 	deleteLinkSeries(name)
 	c.mu.Lock()
+	delete(c.keptNoted, name)
 	c.removed[name] = c.now()
 	c.mu.Unlock()
 	linksGauge.Set(float64(len(c.links.Names())))
@@ -113,17 +109,36 @@ func (lc linkConsumer) Stop(name string, r *remoteCluster, removed bool) {
 	c.enqueueMCS()
 }
 
-// Start runs r's informers; it implements remote.Generation.
+// Start runs r's informers; it implements remote.Generation. Once their
+// handlers have seen the first lists, every key of the cluster is
+// enqueued; the imports the link takes part in wait for that for
+// LinkStartupTimeout at most (importheld.go).
 func (r *remoteCluster) Start(ctx context.Context) {
+	c := r.c
+	c.mu.Lock()
+	r.startedAt = c.now()
+	c.mu.Unlock()
 	for _, inf := range r.informers() {
 		go inf.Run(ctx.Done())
 	}
+	timer := time.AfterFunc(c.opts.LinkStartupTimeout, func() {
+		if ctx.Err() == nil {
+			c.linkStartupExpired(r)
+		}
+	})
 	go func() {
+		defer timer.Stop()
 		if !cache.WaitForCacheSync(ctx.Done(), r.handlersSynced...) {
 			return
 		}
+		timer.Stop()
 		r.synced.Store(true)
-		r.onSynced()
+		linkSynced.WithLabelValues(r.name).Set(1)
+		c.linkSyncedForImports(r.name)
+		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.exportedKeys()))
+		c.enqueueCluster(r)
+		r.enqueued.Store(true)
+		c.enqueueMCS()
 	}()
 }
 

@@ -99,6 +99,8 @@ func newLinkHealth(name string, watches []string, replacement bool, serving *ato
 // deleteLinkSeries deletes the series of a removed link.
 func deleteLinkSeries(name string) {
 	linkUp.DeleteLabelValues(name)
+	linkSynced.DeleteLabelValues(name)
+	linkStartupTimeouts.DeleteLabelValues(name)
 	for _, r := range link.FailureReasons {
 		linkErrors.DeleteLabelValues(name, r)
 	}

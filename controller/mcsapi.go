@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 
@@ -176,10 +175,6 @@ func (c *Controller) runMCS(ctx context.Context, workers int) {
 	<-ctx.Done()
 }
 
-// errLinksNotSynced defers an import until every link has been listed: a
-// cluster missing from its sources would lose its EndpointSlices.
-var errLinksNotSynced = errors.New("links not synced yet")
-
 func (c *Controller) processNextMCS(ctx context.Context) bool {
 	m := c.mcs
 	key, quit := m.queue.Get()
@@ -189,16 +184,23 @@ func (c *Controller) processNextMCS(ctx context.Context) bool {
 	defer m.queue.Done(key)
 	// Both sides read the clusterset's exports of the key: once.
 	var sources []importSource
+	var links linkState
 	if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
-		sources = c.importSources(ns, name)
+		sources, links = c.importSources(ns, name)
 	}
-	err := errors.Join(c.syncExport(ctx, key, sources), c.syncImport(ctx, key, sources))
+	exportErr := c.syncExport(ctx, key, sources)
+	importErr := c.syncImport(ctx, key, sources, links)
+	if held, ok := importErr.(importHeld); ok {
+		// Not a failure: the links' sync, or the end of their wait,
+		// enqueues every key; this is the latest the key is looked at.
+		importErr = nil
+		m.queue.AddAfter(key, held.after)
+	}
+	err := errors.Join(exportErr, importErr)
 	switch {
 	case err == nil:
 		m.queue.Forget(key)
 		syncsTotal.WithLabelValues("success").Inc()
-	case errors.Is(err, errLinksNotSynced):
-		m.queue.AddAfter(key, time.Second)
 	case m.queue.NumRequeues(key) < maxRetries:
 		syncsTotal.WithLabelValues("error").Inc()
 		klog.FromContext(ctx).V(2).Info("MCS sync failed, retrying", "key", key, "err", err)

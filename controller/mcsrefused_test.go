@@ -56,8 +56,8 @@ func (f *mcsFixture) syncMCS(key string) []string {
 	f.mcs.ClearActions()
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	require.NoError(f.t, err)
-	sources := f.c.importSources(ns, name)
-	require.NoError(f.t, errors.Join(f.c.syncExport(f.ctx, key, sources), f.c.syncImport(f.ctx, key, sources)))
+	sources, links := f.c.importSources(ns, name)
+	require.NoError(f.t, errors.Join(f.c.syncExport(f.ctx, key, sources), f.c.syncImport(f.ctx, key, sources, links)))
 	var writes []string
 	for _, a := range append(f.local.Actions(), f.mcs.Actions()...) {
 		var name string
@@ -131,7 +131,7 @@ func (f *mcsFixture) eventsWith(reason string) []string {
 	return out
 }
 
-func refusals(reason string) float64 {
+func mcsRefused(reason string) float64 {
 	return testutil.ToFloat64(mcsRefusedTotal.WithLabelValues(reason))
 }
 
@@ -155,7 +155,7 @@ func TestStampWithoutServiceExportRemoved(t *testing.T) {
 		map[string]string{labels.ServiceExportMode: labels.ModeGateway, "team": "a"},
 		map[string]string{labels.ServiceExportCreated: "1970-01-01T00:00:00Z", "note": "kept"})
 	f := newMCSFixture(t, []runtime.Object{svc}, nil, nil)
-	before := refusals(ReasonStampRefused)
+	before := mcsRefused(ReasonStampRefused)
 
 	assert.Equal(t, []string{"patch services web"}, f.syncMCS("default/web"), "the stamp removed, nothing imported")
 	got := f.service("default", "web")
@@ -163,7 +163,7 @@ func TestStampWithoutServiceExportRemoved(t *testing.T) {
 	assert.Equal(t, map[string]string{"team": "a"}, got.Labels)
 	assert.Equal(t, map[string]string{"note": "kept"}, got.Annotations)
 	assert.Len(t, f.eventsWith(ReasonStampRefused), 1)
-	assert.Equal(t, before+1, refusals(ReasonStampRefused))
+	assert.Equal(t, before+1, mcsRefused(ReasonStampRefused))
 	assert.Empty(t, f.syncMCS("default/web"), "second sync of unchanged state")
 	_, err := f.mcs.MulticlusterV1alpha1().ServiceImports("default").Get(f.ctx, "web", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "no ServiceImport: %v", err)
@@ -179,7 +179,7 @@ func TestServiceExportOfDerivedServiceInvalid(t *testing.T) {
 		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1alpha1.LabelServiceName: "web"}, nil)
 	se := &mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Generation: 1}}
 	f := newMCSFixture(t, []runtime.Object{derived}, []runtime.Object{se}, nil)
-	before := refusals(reasonDerivedService)
+	before := mcsRefused(reasonDerivedService)
 
 	assert.Equal(t, []string{"update serviceexports/status " + name}, f.syncMCS("default/"+name))
 	got, err := f.mcs.MulticlusterV1alpha1().ServiceExports("default").Get(f.ctx, name, metav1.GetOptions{})
@@ -193,11 +193,11 @@ func TestServiceExportOfDerivedServiceInvalid(t *testing.T) {
 	ev := f.eventsWith(ReasonServiceExportInvalid)
 	require.Len(t, ev, 1)
 	assert.Contains(t, ev[0], reasonDerivedService)
-	assert.Equal(t, before+1, refusals(reasonDerivedService))
+	assert.Equal(t, before+1, mcsRefused(reasonDerivedService))
 
 	assert.Empty(t, f.syncMCS("default/"+name), "second sync of unchanged state")
 	assert.Empty(t, f.eventsWith(ReasonServiceExportInvalid), "said once")
-	assert.Equal(t, before+1, refusals(reasonDerivedService))
+	assert.Equal(t, before+1, mcsRefused(reasonDerivedService))
 }
 
 // Two imports of one namespace whose derived names collided in 40 bits
@@ -254,7 +254,7 @@ func TestDerivedServiceOfAnotherImportLeftAlone(t *testing.T) {
 	}})
 	f.converge("west/default/web")
 	f.drainEvents()
-	before := refusals(ReasonDerivedServiceTaken)
+	before := mcsRefused(ReasonDerivedServiceTaken)
 
 	assert.Empty(t, f.syncMCS("default/web"), "nothing written")
 	assert.Equal(t, held.Labels, f.service("default", name).Labels)
@@ -263,7 +263,7 @@ func TestDerivedServiceOfAnotherImportLeftAlone(t *testing.T) {
 	ev := f.eventsWith(ReasonDerivedServiceTaken)
 	require.Len(t, ev, 1)
 	assert.Contains(t, ev[0], "ServiceImport api")
-	assert.Equal(t, before+1, refusals(ReasonDerivedServiceTaken))
+	assert.Equal(t, before+1, mcsRefused(ReasonDerivedServiceTaken))
 }
 
 // legacyName is the derived Service's name in earlier releases:

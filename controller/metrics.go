@@ -149,4 +149,38 @@ var (
 		Name:      "link_errors_total",
 		Help:      "Failed lists and watches of a linked cluster, by reason (unreachable, unauthorized, forbidden, error).",
 	}, []string{"cluster", "reason"})
+
+	// linkSynced is whether each link's informers have listed (1), which
+	// the imports it takes part in wait for, up to the start-up timeout.
+	linkSynced = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "link_synced",
+		Help:      "Whether the linked cluster's informers have synced (1) or not yet (0).",
+	}, []string{"cluster"})
+	// linkStartupTimeouts counts the start-up waits that ended before
+	// their link synced: its imports went on without it.
+	linkStartupTimeouts = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "link_startup_timeouts_total",
+		Help:      "Links not synced within --link-startup-timeout: the imports they take part in went on without them.",
+	}, []string{"cluster"})
+
+	// importEndpointsRefused is the number of endpoints the imports
+	// leave out now, by reason: the endpoint policy's (address,
+	// denied_cidr, selectorless, unmanaged_slice, not_a_pod) and limit
+	// (--max-import-endpoints); every reason starts at 0.
+	importEndpointsRefused = func() *prometheus.GaugeVec {
+		g := promauto.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: metricsNamespace,
+			Subsystem: metricsSubsystem,
+			Name:      "import_endpoints_refused",
+			Help:      "Endpoints of the exporting clusters that the ServiceImports leave out now, by reason (address, denied_cidr, selectorless, unmanaged_slice, not_a_pod, limit).",
+		}, []string{"reason"})
+		for _, r := range importRefusedReasons {
+			g.WithLabelValues(r)
+		}
+		return g
+	}()
 )

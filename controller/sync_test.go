@@ -125,6 +125,20 @@ func (f *fixture) start() {
 	require.Eventually(f.t, c.linksSynced, 10*time.Second, time.Millisecond)
 }
 
+// linksSynced reports whether the link sources and every linked cluster
+// have synced, and the clusters' keys are in the queue.
+func (c *Controller) linksSynced() bool {
+	if !c.linkSourcesSynced() {
+		return false
+	}
+	for _, r := range c.serving() {
+		if !r.enqueued.Load() {
+			return false
+		}
+	}
+	return true
+}
+
 // sync runs one sync of key and returns the writes it made to the local
 // cluster; then it waits until the informers have seen them.
 func (f *fixture) sync(key string) []string {

@@ -265,7 +265,7 @@ func endpoints(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, d Desti
 			if err != nil {
 				continue
 			}
-			if why := policy.refusal(svc, es, ep, addr); why != "" {
+			if why := policy.Refusal(svc, es, ep, addr); why != "" {
 				if refused != nil {
 					refused(why)
 				}

@@ -83,7 +83,7 @@ func exportsPair(t *testing.T, configure ...func(*Ingress, *Egress)) (*pair, *se
 	exports := NewExports(client, sel)
 	// westObjects are selector-less Services with slices written by hand,
 	// every endpoint on loopback: opted in, loopback let in for tests.
-	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"*"}, loopback: true})
+	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"*"}}.AllowLoopback())
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	require.NoError(t, exports.Run(ctx))

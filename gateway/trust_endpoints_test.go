@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/mcmirror/mcmirror/internal/endpointpolicy"
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"github.com/stretchr/testify/assert"
@@ -63,33 +64,33 @@ func TestEndpointPolicy(t *testing.T) {
 	}{
 		{name: "a pod of the Service's namespace, from the EndpointSlice controller", svc: web, slice: podSlice(web, "10.0.0.1")},
 		{name: "IPv6 pod", svc: web, slice: podSlice(web, "fd00::1")},
-		{name: "a pod of another namespace", svc: web, slice: podSlice(web, "10.0.0.1", target("Pod", "kube-system")), refuse: refusedNotPod},
-		{name: "no targetRef", svc: web, slice: podSlice(web, "10.0.0.1", target("", "")), refuse: refusedNotPod},
-		{name: "a node as target", svc: web, slice: podSlice(web, "10.0.0.1", target("Node", "")), refuse: refusedNotPod},
-		{name: "a slice of the Service's name in another namespace", svc: web, slice: podSlice(web, "10.0.0.1", func(es *discoveryv1.EndpointSlice) { es.Namespace = "tenant" }), refuse: refusedNotPod},
-		{name: "a hand-written slice naming a pod", svc: web, slice: podSlice(web, "10.0.0.1", func(es *discoveryv1.EndpointSlice) { es.Labels[discoveryv1.LabelManagedBy] = "someone" }), refuse: refusedUnmanaged},
+		{name: "a pod of another namespace", svc: web, slice: podSlice(web, "10.0.0.1", target("Pod", "kube-system")), refuse: endpointpolicy.NotAPod},
+		{name: "no targetRef", svc: web, slice: podSlice(web, "10.0.0.1", target("", "")), refuse: endpointpolicy.NotAPod},
+		{name: "a node as target", svc: web, slice: podSlice(web, "10.0.0.1", target("Node", "")), refuse: endpointpolicy.NotAPod},
+		{name: "a slice of the Service's name in another namespace", svc: web, slice: podSlice(web, "10.0.0.1", func(es *discoveryv1.EndpointSlice) { es.Namespace = "tenant" }), refuse: endpointpolicy.NotAPod},
+		{name: "a hand-written slice naming a pod", svc: web, slice: podSlice(web, "10.0.0.1", func(es *discoveryv1.EndpointSlice) { es.Labels[discoveryv1.LabelManagedBy] = "someone" }), refuse: endpointpolicy.Unmanaged},
 		{name: "the EndpointSlice mirroring controller's slice (from Endpoints anyone with edit once could write)", svc: web, slice: podSlice(web, "10.0.0.1", func(es *discoveryv1.EndpointSlice) {
 			es.Labels[discoveryv1.LabelManagedBy] = "endpointslicemirroring-controller.k8s.io"
-		}), refuse: refusedUnmanaged},
-		{name: "selector-less, not opted in: the API server's ClusterIP", svc: legacy, slice: podSlice(legacy, "10.96.0.1", handWritten), refuse: refusedSelectorless},
-		{name: "selector-less, not opted in: another namespace's pod", svc: legacy, slice: podSlice(legacy, "10.0.9.9", handWritten, target("Pod", "kube-system")), refuse: refusedSelectorless},
+		}), refuse: endpointpolicy.Unmanaged},
+		{name: "selector-less, not opted in: the API server's ClusterIP", svc: legacy, slice: podSlice(legacy, "10.96.0.1", handWritten), refuse: endpointpolicy.Selectorless},
+		{name: "selector-less, not opted in: another namespace's pod", svc: legacy, slice: podSlice(legacy, "10.0.9.9", handWritten, target("Pod", "kube-system")), refuse: endpointpolicy.Selectorless},
 		{name: "selector-less, opted in by name", svc: legacy, slice: podSlice(legacy, "10.0.5.5", handWritten), policy: EndpointPolicy{Selectorless: []string{"shop/legacy"}}},
 		{name: "selector-less, opted in by namespace", svc: legacy, slice: podSlice(legacy, "10.0.5.5", handWritten), policy: EndpointPolicy{Selectorless: []string{"shop/*"}}},
 		{name: "selector-less, opted in: all", svc: legacy, slice: podSlice(legacy, "10.0.5.5", handWritten), policy: EndpointPolicy{Selectorless: []string{"*"}}},
-		{name: "selector-less, another Service opted in", svc: legacy, slice: podSlice(legacy, "10.0.5.5", handWritten), policy: EndpointPolicy{Selectorless: []string{"shop/other", "tenant/*"}}, refuse: refusedSelectorless},
-		{name: "selector-less, opted in, in a denied range", svc: legacy, slice: podSlice(legacy, "10.96.0.1", handWritten), policy: EndpointPolicy{Selectorless: []string{"*"}, Deny: infra}, refuse: refusedDenied},
-		{name: "a pod in a denied range (a host-network pod on a node)", svc: web, slice: podSlice(web, "192.168.0.7"), policy: EndpointPolicy{Deny: infra}, refuse: refusedDenied},
-		{name: "loopback", svc: legacy, slice: podSlice(legacy, "127.0.0.1", handWritten), policy: EndpointPolicy{Selectorless: []string{"*"}}, refuse: refusedAddress},
-		{name: "loopback, even a pod's", svc: web, slice: podSlice(web, "127.0.0.1"), refuse: refusedAddress},
-		{name: "IPv6 loopback", svc: web, slice: podSlice(web, "::1"), refuse: refusedAddress},
-		{name: "IPv4-mapped loopback", svc: web, slice: podSlice(web, "::ffff:127.0.0.1"), refuse: refusedAddress},
-		{name: "link-local: the cloud's metadata service", svc: legacy, slice: podSlice(legacy, "169.254.169.254", handWritten), policy: EndpointPolicy{Selectorless: []string{"*"}}, refuse: refusedAddress},
-		{name: "IPv6 link-local", svc: web, slice: podSlice(web, "fe80::1"), refuse: refusedAddress},
-		{name: "unspecified", svc: web, slice: podSlice(web, "0.0.0.0"), refuse: refusedAddress},
-		{name: "IPv6 unspecified", svc: web, slice: podSlice(web, "::"), refuse: refusedAddress},
-		{name: "multicast", svc: web, slice: podSlice(web, "224.0.0.251"), refuse: refusedAddress},
-		{name: "IPv6 multicast", svc: web, slice: podSlice(web, "ff02::1"), refuse: refusedAddress},
-		{name: "broadcast", svc: web, slice: podSlice(web, "255.255.255.255"), refuse: refusedAddress},
+		{name: "selector-less, another Service opted in", svc: legacy, slice: podSlice(legacy, "10.0.5.5", handWritten), policy: EndpointPolicy{Selectorless: []string{"shop/other", "tenant/*"}}, refuse: endpointpolicy.Selectorless},
+		{name: "selector-less, opted in, in a denied range", svc: legacy, slice: podSlice(legacy, "10.96.0.1", handWritten), policy: EndpointPolicy{Selectorless: []string{"*"}, Deny: infra}, refuse: endpointpolicy.DeniedCIDR},
+		{name: "a pod in a denied range (a host-network pod on a node)", svc: web, slice: podSlice(web, "192.168.0.7"), policy: EndpointPolicy{Deny: infra}, refuse: endpointpolicy.DeniedCIDR},
+		{name: "loopback", svc: legacy, slice: podSlice(legacy, "127.0.0.1", handWritten), policy: EndpointPolicy{Selectorless: []string{"*"}}, refuse: endpointpolicy.Address},
+		{name: "loopback, even a pod's", svc: web, slice: podSlice(web, "127.0.0.1"), refuse: endpointpolicy.Address},
+		{name: "IPv6 loopback", svc: web, slice: podSlice(web, "::1"), refuse: endpointpolicy.Address},
+		{name: "IPv4-mapped loopback", svc: web, slice: podSlice(web, "::ffff:127.0.0.1"), refuse: endpointpolicy.Address},
+		{name: "link-local: the cloud's metadata service", svc: legacy, slice: podSlice(legacy, "169.254.169.254", handWritten), policy: EndpointPolicy{Selectorless: []string{"*"}}, refuse: endpointpolicy.Address},
+		{name: "IPv6 link-local", svc: web, slice: podSlice(web, "fe80::1"), refuse: endpointpolicy.Address},
+		{name: "unspecified", svc: web, slice: podSlice(web, "0.0.0.0"), refuse: endpointpolicy.Address},
+		{name: "IPv6 unspecified", svc: web, slice: podSlice(web, "::"), refuse: endpointpolicy.Address},
+		{name: "multicast", svc: web, slice: podSlice(web, "224.0.0.251"), refuse: endpointpolicy.Address},
+		{name: "IPv6 multicast", svc: web, slice: podSlice(web, "ff02::1"), refuse: endpointpolicy.Address},
+		{name: "broadcast", svc: web, slice: podSlice(web, "255.255.255.255"), refuse: endpointpolicy.Address},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := Destination{Namespace: "shop", Service: tc.svc.Name, Port: 80}
@@ -114,15 +115,4 @@ func TestEndpointPolicy(t *testing.T) {
 			assert.Equal(t, before+1, value(endpointsRefused.WithLabelValues(tc.refuse)), "counted by its reason")
 		})
 	}
-}
-
-// Loopback endpoints are refused unless a unit test's policy lets them in
-// (a fake clientset takes them; an API server does not): the hatch exists
-// only as an unexported field.
-func TestEndpointPolicyLoopbackOnlyInTests(t *testing.T) {
-	p := EndpointPolicy{}
-	assert.Equal(t, refusedAddress, p.addressRefusal(netip.MustParseAddr("127.0.0.1")))
-	p.loopback = true
-	assert.Empty(t, p.addressRefusal(netip.MustParseAddr("127.0.0.1")))
-	assert.Equal(t, refusedAddress, p.addressRefusal(netip.MustParseAddr("169.254.169.254")), "only loopback")
 }

@@ -56,7 +56,7 @@ func guardedPairLabelled(t *testing.T, lbls map[string]string, setup ...func(*fa
 	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
 	require.NoError(t, err)
 	exports := NewExports(client, sel)
-	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"default/web"}, loopback: true})
+	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"default/web"}}.AllowLoopback())
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	require.NoError(t, exports.Run(ctx))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/endpointpolicy"
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/mcs"
 	"github.com/mcmirror/mcmirror/internal/options"
@@ -257,8 +258,11 @@ func (c *controllerConfig) controllerOptions(rec record.EventRecorder, mcsClient
 		HeadlessGrace:    o.HeadlessGrace,
 		Workers:          o.Workers,
 
-		MCS:               mcsClient,
-		ServiceExportMode: o.ServiceExportMode,
+		MCS:                mcsClient,
+		ServiceExportMode:  o.ServiceExportMode,
+		EndpointPolicy:     endpointpolicy.Policy{Selectorless: o.AllowSelectorless, Deny: o.DenyCIDRs},
+		MaxImportEndpoints: o.MaxImportEndpoints,
+		LinkStartupTimeout: o.LinkStartupTimeout,
 	}
 }
 

@@ -60,6 +60,14 @@ type Controller struct {
 	MCSAPI bool
 	// ServiceExportMode is the mode of a ServiceExport that names none.
 	ServiceExportMode string
+	// EndpointPolicy is which endpoints of a linked cluster's flat-mode
+	// export an import carries.
+	EndpointPolicy
+	// MaxImportEndpoints bounds the endpoints one ServiceImport carries.
+	MaxImportEndpoints int
+	// LinkStartupTimeout bounds how long the imports that a link shares
+	// in wait for its first sync.
+	LinkStartupTimeout time.Duration
 }
 
 // NewController returns the controller's defaults.
@@ -80,6 +88,10 @@ func NewController() *Controller {
 		KubeAPIBurst:      100,
 		MCSAPI:            true,
 		ServiceExportMode: labels.ModeGateway,
+		// Kubernetes' scalability threshold for the backends of one
+		// Service.
+		MaxImportEndpoints: 5000,
+		LinkStartupTimeout: 30 * time.Second,
 	}
 }
 
@@ -108,6 +120,9 @@ func (o *Controller) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "burst of queries to the local API server")
 	fs.BoolVar(&o.MCSAPI, "mcs-api", o.MCSAPI, "act on the Multi-Cluster Services API (multicluster.x-k8s.io: export by ServiceExport, import as ServiceImport) when its CRDs are installed")
 	fs.StringVar(&o.ServiceExportMode, "service-export-mode", o.ServiceExportMode, "mode of a ServiceExport without the "+labels.ModeLabel+" annotation: gateway or flat")
+	o.EndpointPolicy.addFlags(fs, "a flat-mode import carries", "no import carries")
+	fs.IntVar(&o.MaxImportEndpoints, "max-import-endpoints", o.MaxImportEndpoints, "endpoints one ServiceImport carries at most, shared fairly among the exporting clusters; the rest are left out, with an Event")
+	fs.DurationVar(&o.LinkStartupTimeout, "link-startup-timeout", o.LinkStartupTimeout, "how long the imports a link takes part in wait for its first sync; then they go on, keeping its part as last seen")
 	fs.Var(&o.Links, "link", "NAME=KUBECONFIG[:CONTEXT]: link a cluster (repeatable)")
 	fs.Func("allow-insecure-kubeconfig", "what the kubeconfigs of link Secrets may use, comma-separated: "+link.AllowValues()+" (default: none)",
 		func(v string) error {
@@ -188,6 +203,10 @@ func (o *Controller) validateScalars() error {
 		return errors.New("--workers must be at least 1")
 	case o.PodGrace < 0, o.LinkRemovalGrace < 0, o.HeadlessGrace < 0:
 		return errors.New("--pod-grace, --link-removal-grace and --headless-grace must not be negative")
+	case o.MaxImportEndpoints < 1:
+		return errors.New("--max-import-endpoints must be at least 1")
+	case o.LinkStartupTimeout < 0:
+		return errors.New("--link-startup-timeout must not be negative")
 	case o.KubeAPIQPS <= 0, o.KubeAPIBurst < 1:
 		return errors.New("--kube-api-qps must be positive and --kube-api-burst at least 1")
 	case o.ServiceExportMode != labels.ModeGateway && o.ServiceExportMode != labels.ModeFlat:

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 	"github.com/mcmirror/mcmirror/internal/trust"
 
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Gateway is the configuration of `coredns-mc gateway`, one field a flag
@@ -70,10 +68,8 @@ type Gateway struct {
 
 	// EgressPorts is the controller's --egress-ports; empty: any port.
 	EgressPorts string
-	// AllowSelectorless are the selector-less Services the ingress dials.
-	AllowSelectorless []string
-	// DenyCIDRs are the ranges the ingress never dials.
-	DenyCIDRs []netip.Prefix
+	// EndpointPolicy is what the ingress dials.
+	EndpointPolicy
 
 	// What one source may hold (gateway/README.md, "Abuse").
 
@@ -152,21 +148,7 @@ func (o *Gateway) addTrustFlags(fs *flag.FlagSet) {
 		o.EgressPorts = s
 		return nil
 	})
-	fs.Func("allow-selectorless", "NAMESPACE/NAME, NAMESPACE/* or *: selector-less exported Services whose EndpointSlices the ingress dials whoever wrote them (repeatable; default none: only Pods of the Service's namespace listed by the EndpointSlice controller)", func(s string) error {
-		if err := ValidateSelectorless(s); err != nil {
-			return err
-		}
-		o.AllowSelectorless = append(o.AllowSelectorless, s)
-		return nil
-	})
-	fs.Func("deny-cidr", "CIDR the ingress never dials, such as the node, Service and API-server ranges (repeatable)", func(s string) error {
-		p, err := netip.ParsePrefix(strings.TrimSpace(s))
-		if err != nil {
-			return fmt.Errorf("want a CIDR such as 10.96.0.0/12: %w", err)
-		}
-		o.DenyCIDRs = append(o.DenyCIDRs, p.Masked())
-		return nil
-	})
+	o.EndpointPolicy.addFlags(fs, "the ingress dials", "the ingress never dials")
 }
 
 // addLimitFlags adds the flags of what one source may hold.
@@ -287,25 +269,4 @@ func (o *Gateway) allowedClusters() map[string]bool {
 		out[c] = true
 	}
 	return out
-}
-
-// ValidateSelectorless checks one --allow-selectorless entry.
-func ValidateSelectorless(s string) error {
-	if s == "*" {
-		return nil
-	}
-	ns, name, ok := strings.Cut(s, "/")
-	if !ok {
-		return fmt.Errorf("%q: want NAMESPACE/NAME, NAMESPACE/* or *", s)
-	}
-	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return fmt.Errorf("%q: namespace: %s", s, strings.Join(errs, "; "))
-	}
-	if name == "*" {
-		return nil
-	}
-	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
-		return fmt.Errorf("%q: Service name: %s", s, strings.Join(errs, "; "))
-	}
-	return nil
 }

@@ -39,6 +39,9 @@ func TestControllerDefaults(t *testing.T) {
 	assert.Equal(t, ":9154", o.MetricsAddress)
 	assert.True(t, o.MCSAPI)
 	assert.Equal(t, labels.ModeGateway, o.ServiceExportMode)
+	assert.Equal(t, 5000, o.MaxImportEndpoints)
+	assert.Equal(t, 30*time.Second, o.LinkStartupTimeout)
+	assert.Empty(t, o.AllowSelectorless, "no selector-less Service is believed by default")
 
 	// The help shows the defaults of the constructor.
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
@@ -85,6 +88,8 @@ func TestControllerValidate(t *testing.T) {
 		{append(base, "--link", "east=/x"), "--link east: that is this cluster's name"},
 		{append(base, "--service-export-mode", "mesh"), `--service-export-mode "mesh": want gateway or flat`},
 		{append(base, "--leader-elect", "--leader-elect-renew-deadline", "20s"), "--leader-elect-lease-duration must exceed"},
+		{append(base, "--max-import-endpoints", "0"), "--max-import-endpoints must be at least 1"},
+		{append(base, "--link-startup-timeout", "-1s"), "--link-startup-timeout must not be negative"},
 	} {
 		o := NewController()
 		require.NoError(t, parse(o.AddFlags, tc.args...), "%q", tc.args)
@@ -92,6 +97,17 @@ func TestControllerValidate(t *testing.T) {
 		require.Error(t, err, "%q", tc.args)
 		assert.Contains(t, err.Error(), tc.want, "%q", tc.args)
 	}
+}
+
+// The controller's imports take the gateway's endpoint policy flags.
+func TestControllerImportFlags(t *testing.T) {
+	o := NewController()
+	require.NoError(t, parse(o.AddFlags, "--allow-selectorless", "shop/db", "--deny-cidr", "10.96.0.0/12",
+		"--max-import-endpoints", "20", "--link-startup-timeout", "5s"))
+	assert.Equal(t, EndpointPolicy{AllowSelectorless: []string{"shop/db"}, DenyCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}, o.EndpointPolicy)
+	assert.Equal(t, 20, o.MaxImportEndpoints)
+	assert.Equal(t, 5*time.Second, o.LinkStartupTimeout)
+	assert.Error(t, parse(NewController().AddFlags, "--allow-selectorless", "shop"))
 }
 
 func TestLinks(t *testing.T) {

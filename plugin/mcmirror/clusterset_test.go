@@ -156,6 +156,12 @@ var csTestCases = []test.Case{
 	{Qname: "db" + cs, Qtype: dns.TypeSRV,
 		Answer: []dns.RR{srv("db"+cs, 100, 80, "10-2-0-5.paris.db"+cs)},
 		Extra:  []dns.RR{a("10-2-0-5.paris.db"+cs, "10.2.0.5")}},
+	// PTR of a flat-mode pod of a Headless import: its clusterset name
+	// (2.4.3); a local pod's is the kubernetes plugin's, a not ready
+	// one has none.
+	testCase("5.0.2.10.in-addr.arpa.", dns.TypePTR, ptrRR("5.0.2.10.in-addr.arpa.", "10-2-0-5.paris.db"+cs)),
+	next("10.0.0.10.in-addr.arpa."),
+	next("60.0.1.10.in-addr.arpa."),
 	// Headless, no ready endpoint anywhere: NXDOMAIN, as the
 	// specification says.
 	csNXDOMAIN("idle"+cs, dns.TypeA),
@@ -323,6 +329,52 @@ func TestClusterSetDerivedChanges(t *testing.T) {
 	delete(src.Imports, [2]string{"default", "solo"})
 	m.syncNow(solo)
 	runCase(t, m, csNXDOMAIN("solo"+cs, dns.TypeA), false)
+}
+
+// PTR for the pods of a Headless import's flat-mode exports follows them,
+// both families; a linked cluster whose pod claims a ClusterSetIP, or
+// another import's pod address, takes neither's PTR record: a
+// ClusterSetIP's is its import's, a pod address's the first import's to
+// name it, and the other's once that one lets go.
+func TestClusterSetPodPTR(t *testing.T) {
+	src := indextest.Fixture()
+	src.AddImport("default", "web", []string{"10.97.0.1"}, httpPort)
+	src.AddService("west", "default", "db", labels.Flat, nil, httpPort)
+	src.AddSlice("west", "default", "db", []object.Port{httpPort},
+		indextest.EP("db-0", "10.1.0.70", true), indextest.EP("db-1", "fd00:1::71", true), indextest.EP("db-2", "10.97.0.1", true))
+	src.AddImport("default", "db", nil, httpPort)
+	m := newCSPlugin(t, src, fall.Zero)
+	db, web := object.ServiceKey("default", "db"), object.ServiceKey("default", "web")
+	const rev71 = "1.7.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.1.0.0.0.0.0.d.f.ip6.arpa."
+	runCase(t, m, testCase("70.0.1.10.in-addr.arpa.", dns.TypePTR, ptrRR("70.0.1.10.in-addr.arpa.", "db-0.west.db"+cs)), false)
+	runCase(t, m, testCase(rev71, dns.TypePTR, ptrRR(rev71, "db-1.west.db"+cs)), false)
+	runCase(t, m, testCase("1.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("1.0.97.10.in-addr.arpa.", "web"+cs)), false)
+	// The ClusterSetIP rebuilt after the pod: still its import's.
+	m.syncNow(web)
+	runCase(t, m, testCase("1.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("1.0.97.10.in-addr.arpa.", "web"+cs)), false)
+
+	// Another import whose pod has db-0's address: db keeps the PTR
+	// record until it lets go of the address.
+	src.AddService("paris", "default", "cache", labels.Flat, nil, httpPort)
+	src.AddSlice("paris", "default", "cache", []object.Port{httpPort}, indextest.EP("cache-0", "10.1.0.70", true))
+	src.AddImport("default", "cache", nil, httpPort)
+	cache := object.ServiceKey("default", "cache")
+	m.syncNow(cache)
+	runCase(t, m, testCase("70.0.1.10.in-addr.arpa.", dns.TypePTR, ptrRR("70.0.1.10.in-addr.arpa.", "db-0.west.db"+cs)), false)
+	m.syncNow(cache)
+	runCase(t, m, testCase("70.0.1.10.in-addr.arpa.", dns.TypePTR, ptrRR("70.0.1.10.in-addr.arpa.", "db-0.west.db"+cs)), false)
+	src.EndpointSlices[[3]string{"west", "default", "db"}] = nil
+	src.AddSlice("west", "default", "db", []object.Port{httpPort}, indextest.EP("db-1", "fd00:1::71", true))
+	m.syncNow(db)
+	runCase(t, m, testCase("70.0.1.10.in-addr.arpa.", dns.TypePTR, ptrRR("70.0.1.10.in-addr.arpa.", "cache-0.paris.cache"+cs)), false)
+
+	// The pod goes, then the import: so do their PTR records.
+	src.EndpointSlices[[3]string{"paris", "default", "cache"}] = nil
+	m.syncNow(cache)
+	runCase(t, m, next("70.0.1.10.in-addr.arpa."), false)
+	delete(src.Imports, [2]string{"default", "db"})
+	m.syncNow(db)
+	runCase(t, m, next(rev71), false)
 }
 
 // A gateway whose health hides a cluster hides it from the Service name of

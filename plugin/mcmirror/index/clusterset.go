@@ -3,6 +3,7 @@ package index
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
@@ -21,7 +22,10 @@ import (
 //	_<port>._<proto>.<either of those>        SRV
 //	dns-version.<zone>                        TXT "1.0.0"
 //
-// and PTR for the ClusterSetIPs. A clusterset zone is mcmirror's alone:
+// and PTR for the ClusterSetIPs, and for the pod addresses of a Headless
+// import's flat-mode exports (2.4.3: the only ones without a PTR record
+// already; a local pod's is the kubernetes plugin's, a per-pod mirror's
+// mcmirror's in its own zone). A clusterset zone is mcmirror's alone:
 // every other name of it is NXDOMAIN, never handed down the plugin chain
 // (the handler's serve_clusterset.go).
 
@@ -114,7 +118,9 @@ type csEntry struct {
 // csEntries lists the names group g puts in the cs table through slot s:
 // per clusterset zone, the Service's name and, for a Headless import, the
 // <cluster>.<svc> parent of each cluster's pods (pods are found below it,
-// as below a member's name); the PTR names of the ClusterSetIPs.
+// as below a member's name); the PTR names of the ClusterSetIPs, and of
+// the pod addresses of a Headless import's flat-mode members, which point
+// at <host>.<cluster>.<svc>.<ns>.svc in the first clusterset zone.
 func (x *Index) csEntries(s *slot, g *group) []csEntry {
 	if g == nil || g.imp == nil {
 		return nil
@@ -131,20 +137,47 @@ func (x *Index) csEntries(s *slot, g *group) []csEntry {
 			}
 		}
 	}
-	if x.ptr && len(out) > 0 {
-		// PTR records point into the first clusterset zone.
-		eachAddr(g.imp.v4, g.imp.v6, func(ip net.IP) {
-			if rev, err := dns.ReverseAddr(ip.String()); err == nil {
-				out = append(out, csEntry{rev, ref{s: s, m: -1, p: -1, zi: uint8(x.nMirror), kind: KindPTR}})
-			}
-		})
+	if !x.ptr || len(out) == 0 {
+		return out
+	}
+	// PTR records point into the first clusterset zone.
+	eachAddr(g.imp.v4, g.imp.v6, func(ip net.IP) {
+		if rev, err := dns.ReverseAddr(ip.String()); err == nil {
+			out = append(out, csEntry{rev, ref{s: s, m: -1, p: -1, zi: uint8(x.nMirror), kind: KindPTR}})
+		}
+	})
+	if !g.imp.headless {
+		return out
+	}
+	for i, m := range g.members {
+		if m.local || m.gateway {
+			continue
+		}
+		for p := range m.pods {
+			eachAddr(m.podV4(&m.pods[p]), m.podV6(&m.pods[p]), func(ip net.IP) {
+				if rev, err := dns.ReverseAddr(ip.String()); err == nil {
+					out = append(out, csEntry{rev, ref{s: s, m: int16(i), p: int32(p), zi: uint8(x.nMirror), kind: KindPTR}})
+				}
+			})
+		}
 	}
 	return out
 }
 
+// podPTR reports whether r is the PTR name of a pod address.
+func (r ref) podPTR() bool { return r.kind == KindPTR && r.m >= 0 }
+
 // installCS puts the clusterset names of g, group s's new build (nil: it
-// is gone), in place of those of old. x.mu is held.
-func (x *Index) installCS(s *slot, old, g *group) {
+// is gone), in place of those of old, and adds to again the groups to
+// rebuild because s let go of a name they want. x.mu is held.
+//
+// The names of the Services are each one group's by construction. The
+// PTR name of an address is not: a linked cluster chooses its pods'
+// addresses, and may choose one that is a ClusterSetIP or another
+// import's pod. A ClusterSetIP's PTR name is always its import's; a pod
+// address's goes to the first group that names it, the others wait (in
+// csLosers) until it lets go.
+func (x *Index) installCS(s *slot, old, g *group, again *[]object.GroupKey) {
 	had, has := old != nil && old.imp != nil, g != nil && g.imp != nil
 	if had != has {
 		ns := s.key.NS
@@ -160,16 +193,52 @@ func (x *Index) installCS(s *slot, old, g *group) {
 		for i := range was {
 			same = same && was[i] == now[i]
 		}
+		for i := 0; same && i < len(now); i++ {
+			same = x.cs[now[i].name] == now[i].r // not lost to another group
+		}
 		if same {
 			return // the same names, meaning the same members of the slot's group
 		}
 	}
+	var keeps map[string]bool // now's names, once a name let go has losers
+	wanted := func(name string) bool {
+		if keeps == nil {
+			keeps = make(map[string]bool, len(now))
+			for _, n := range now {
+				keeps[n.name] = true
+			}
+		}
+		return keeps[name]
+	}
 	for _, e := range was {
-		if have, ok := x.cs[e.name]; ok && have.s == s {
+		have, ok := x.cs[e.name]
+		switch {
+		case ok && have.s == s:
 			delete(x.cs, e.name)
+			if len(x.csLosers[e.name]) > 0 && !wanted(e.name) {
+				*again = append(*again, x.csLosers[e.name]...)
+				delete(x.csLosers, e.name)
+			}
+		case len(x.csLosers[e.name]) > 0 && !wanted(e.name):
+			// A name lost to another group, and no longer wanted.
+			left := slices.DeleteFunc(slices.Clone(x.csLosers[e.name]), func(k object.GroupKey) bool { return k == s.key })
+			if len(left) == 0 {
+				delete(x.csLosers, e.name)
+			} else {
+				x.csLosers[e.name] = left
+			}
 		}
 	}
 	for _, e := range now {
+		if have, ok := x.cs[e.name]; ok && have.s != s && (e.r.podPTR() || !have.podPTR()) {
+			if !slices.Contains(x.csLosers[e.name], s.key) {
+				x.csLosers[e.name] = append(x.csLosers[e.name], s.key)
+			}
+			continue
+		} else if ok && have.s != s && !slices.Contains(x.csLosers[e.name], have.s.key) {
+			// A ClusterSetIP's PTR name, held by another import's pod.
+			x.csLosers[e.name] = append(x.csLosers[e.name], have.s.key)
+		}
 		x.cs[e.name] = e.r
 	}
 }

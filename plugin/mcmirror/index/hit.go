@@ -58,8 +58,8 @@ func (h *Hit) PTR() (string, bool) {
 	switch {
 	case h.r.m < 0: // a ClusterSetIP
 		return h.g.imp.names[h.r.zi], true
-	case h.r.p >= 0:
-		return h.g.members[h.r.m].podName(int(h.r.p), 0), true
+	case h.r.p >= 0: // a pod, in a mirror zone or a clusterset zone
+		return h.g.members[h.r.m].podName(int(h.r.p), int(h.r.zi)), true
 	default:
 		return h.g.members[h.r.m].names[0], true
 	}

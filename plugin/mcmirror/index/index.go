@@ -57,7 +57,7 @@ const (
 	KindPod                 // <host>.<svc>-<cluster>.<ns>.svc.<zone>
 	KindGlobal              // <svc>-global.<ns>.svc.<zone>
 	KindSRV                 // _<port>._<proto>.<any of the above>
-	KindPTR                 // reverse name of a mirror ClusterIP or of a ClusterSetIP
+	KindPTR                 // reverse name of a mirror ClusterIP, of a ClusterSetIP, or of a flat-mode pod of a Headless import
 	KindCS                  // <svc>.<ns>.svc.<clusterset zone>
 	// KindCSPod is <host>.<cluster>.<svc>.<ns>.svc.<clusterset zone> of a
 	// Headless import, and, as a ref without a pod (p < 0), the empty
@@ -118,6 +118,9 @@ type Index struct {
 	// non-terminals <ns>.svc and svc of the clusterset zones.
 	cs   map[string]ref
 	csNS map[string]int
+	// csLosers are, by PTR name of the cs table, the groups that want it
+	// while another holds it (installCS): rebuilt when it lets go.
+	csLosers map[string][]object.GroupKey
 	// counts of addresses and names, for the records metric.
 	counts recordCounts
 
@@ -190,6 +193,7 @@ func New(src Source, o Options) *Index {
 		losers:        map[string][]object.GroupKey{},
 		cs:            map[string]ref{},
 		csNS:          map[string]int{},
+		csLosers:      map[string][]object.GroupKey{},
 	}
 	for c, l := range o.AllowedCIDRs {
 		if x.allowed == nil {

@@ -67,7 +67,7 @@ func (x *Index) install(k object.GroupKey, g *group) []object.GroupKey {
 		}
 	}
 	s.g = g
-	x.installCS(s, old, g)
+	x.installCS(s, old, g, &again)
 	if g == nil {
 		delete(x.slots, k)
 		x.publish()

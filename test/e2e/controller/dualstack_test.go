@@ -271,3 +271,60 @@ func TestDualStackDNS(t *testing.T) {
 		assert.Empty(c, ask(c, "plain-west."+ns+"."+zone, dns.TypeAAAA))
 	}, wait, tick)
 }
+
+// flatDualService is dualService exported in flat mode: the import reaches
+// its pods directly, in the families of the Service itself.
+func flatDualService(ns, svc, policy string, families ...string) string {
+	return strings.Replace(dualService(ns, svc, policy, families...), labels.Exported+`: "true"`, labels.Exported+`: "`+labels.ExportFlat+`"`, 1)
+}
+
+// The derived Service of a ClusterSetIP import takes the IP families of
+// its exports, on every sync and both ways: west's api, single-stack IPv4,
+// then dual-stack, then single-stack again, is followed in place (the same
+// derived Service, the same primary ClusterSetIP), and the ServiceImport
+// advertises only the ClusterSetIPs there are; west's v6, IPv6 only, gets
+// an IPv6 ClusterSetIP, not east's default family.
+func TestDualStackImport(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const ns = "e2e-dual-import"
+	namespace(t, ns, "east", "west")
+	west := env.Cluster("west")
+	require.NoError(t, west.Apply(ctx, flatDualService(ns, "api", "")))
+	require.NoError(t, west.Apply(ctx, flatDualService(ns, "v6", "SingleStack", "IPv6")))
+	p := startController(t, "controller")
+
+	v4, v6 := corev1.IPv4Protocol, corev1.IPv6Protocol
+	// check reads the import of name and checks its derived Service's
+	// families and what the ServiceImport advertises.
+	check := func(c *assert.CollectT, name string, families ...corev1.IPFamily) corev1.Service {
+		imp, ok := readImport(c, ns, name)
+		require.True(c, ok, "ServiceImport %s", name)
+		assertFamilies(c, *imp.derived, families...)
+		assert.Equal(c, imp.derived.Spec.ClusterIPs, imp.si.Spec.IPs, "%s: the ClusterSetIPs there are", name)
+		assert.Equal(c, families, imp.si.Spec.IPFamilies, name)
+		return *imp.derived
+	}
+	var api corev1.Service
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		api = check(c, "api", v4)
+		check(c, "v6", v6)
+	}, wait, tick)
+
+	require.NoError(t, west.Apply(ctx, flatDualService(ns, "api", "PreferDualStack")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := check(c, "api", v4, v6)
+		assert.Equal(c, api.UID, got.UID, "the same derived Service")
+		assert.Equal(c, api.Spec.ClusterIP, got.Spec.ClusterIP, "the same primary ClusterSetIP")
+	}, wait, tick)
+
+	// The IPv6 export goes: so do the IPv6 ClusterSetIP and its
+	// advertisement.
+	require.NoError(t, west.Apply(ctx, flatDualService(ns, "api", "SingleStack")))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := check(c, "api", v4)
+		assert.Equal(c, api.UID, got.UID, "the same derived Service")
+		assert.Equal(c, api.Spec.ClusterIP, got.Spec.ClusterIP, "the same primary ClusterSetIP")
+	}, wait, tick)
+	env.RequireAlive(t, p)
+}

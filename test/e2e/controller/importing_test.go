@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -63,6 +64,49 @@ func endpointsOf(es discoveryv1.EndpointSlice) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// podIPs are the addresses of the pods of ns in cluster that have one, by
+// name.
+func podIPs(c require.TestingT, cluster *harness.Cluster, ns string) map[string]string {
+	pods, err := cluster.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	require.NoError(c, err)
+	out := map[string]string{}
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" {
+			out[p.Name] = p.Status.PodIP
+		}
+	}
+	return out
+}
+
+// byHostname renders a slice as the first address of each endpoint, by
+// hostname.
+func byHostname(es discoveryv1.EndpointSlice) map[string]string {
+	out := map[string]string{}
+	for _, ep := range es.Endpoints {
+		out[ptr.Deref(ep.Hostname, "")] = ep.Addresses[0]
+	}
+	return out
+}
+
+// exportLocalAPI exports east's own ns/api, endpoint 10.200.0.1:8080. East
+// runs no EndpointSlice controller, so the test writes the slice it
+// would, with the Service's labels copied.
+func exportLocalAPI(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	east := env.Cluster("east")
+	require.NoError(t, east.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
+	_, err := east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "api-local", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "api", labels.Exported: labels.ExportGateway,
+			discoveryv1.LabelManagedBy: labels.EndpointSliceControllerName}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.200.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(8080))}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
 }
 
 // Every Service the clusterset exports gets, in east, a ServiceImport, a
@@ -123,16 +167,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 	// East exports its own api: its endpoints join, directly. East runs no
 	// EndpointSlice controller, so the test writes the slice it would,
 	// with the Service's labels copied.
-	require.NoError(t, east.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
-	_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "api-local", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "api", labels.Exported: labels.ExportGateway,
-			discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.200.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(8080))}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	exportLocalAPI(t, ns)
 	// The oldest export first, by the Services' creation (a second's
 	// resolution), then the lowest cluster ID.
 	order := []mcsv1alpha1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}
@@ -207,25 +242,14 @@ func TestServiceImportHeadlessFlat(t *testing.T) {
 	startController(t, "controller")
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "db", 2, labels.ExportFlat)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		pods, err := paris.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		require.NoError(c, err)
-		want := map[string]string{}
-		for _, p := range pods.Items {
-			if p.Status.PodIP != "" {
-				want[p.Name] = p.Status.PodIP
-			}
-		}
+		want := podIPs(c, paris, ns)
 		require.Len(c, want, 2)
 		imp, ok := readImport(c, ns, "db")
 		require.True(c, ok)
 		assert.Equal(c, mcsv1alpha1.Headless, imp.si.Spec.Type)
 		assert.Empty(c, imp.si.Spec.IPs)
 		assert.Equal(c, corev1.ClusterIPNone, imp.derived.Spec.ClusterIP)
-		got := map[string]string{}
-		for _, ep := range imp.slices["paris"].Endpoints {
-			got[ptr.Deref(ep.Hostname, "")] = ep.Addresses[0]
-		}
-		assert.Equal(c, want, got, "paris's pods by hostname")
+		assert.Equal(c, want, byHostname(imp.slices["paris"]), "paris's pods by hostname")
 	}, wait, tick)
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/mcmirror/mcmirror/controller"
@@ -13,8 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // A linked cluster that cannot be reached delays no other, and its mirrors
@@ -26,14 +23,7 @@ func TestUnreachableLink(t *testing.T) {
 	namespace(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
 
-	// Nothing listens on port 1.
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["dead"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
-	cfg.AuthInfos["dead"] = &clientcmdapi.AuthInfo{Token: "x"}
-	cfg.Contexts["dead"] = &clientcmdapi.Context{Cluster: "dead", AuthInfo: "dead"}
-	cfg.CurrentContext = "dead"
-	path := filepath.Join(t.TempDir(), "dead.kubeconfig")
-	require.NoError(t, clientcmd.WriteToFile(*cfg, path))
+	path := deadKubeconfig(t)
 
 	// A mirror of dead's, as a previous run left it.
 	require.NoError(t, east.Apply(ctx, fmt.Sprintf(`

@@ -138,6 +138,11 @@ func TestClusterSetNames(t *testing.T) {
 	r = s.Ask(t, "tcp", "_http._tcp."+name("db"), dns.TypeSRV)
 	assert.Equal(t, []string{"80 " + name("db-0.east.db"), "80 " + name("db-0.west.db"), "80 " + name("db-1.west.db")}, harness.Answers(r))
 	assert.Equal(t, map[string]string{name("db-0.east.db"): "10.204.1.1", name("db-0.west.db"): "10.204.0.1", name("db-1.west.db"): "10.204.0.2"}, glue(r))
+	// PTR of a ready pod of west's flat-mode export: its clusterset name
+	// (2.4.3).
+	rev, err = dns.ReverseAddr("10.204.0.2")
+	require.NoError(t, err)
+	assert.Equal(t, []string{name("db-1.west.db")}, harness.Answers(s.Ask(t, "udp", rev, dns.TypePTR)), "PTR of west's flat-mode pod")
 
 	// NODATA for the empty non-terminals and a type without records;
 	// NXDOMAIN, authoritative, for what does not exist, mcmirror's own

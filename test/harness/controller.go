@@ -155,15 +155,18 @@ var (
 	portWindow atomic.Int32
 )
 
-// EgressPortWindow returns a range of 100 egress ports, lo to hi, that no
-// other call of this run returned before the hundredth: a test that runs a
+// PortRange is a range of ports, Lo to Hi.
+type PortRange struct{ Lo, Hi int }
+
+// String is "lo-hi", as --egress-ports takes it.
+func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.Lo, r.Hi) }
+
+// EgressPortWindow returns a range of 100 egress ports that no other call
+// of this run returned before the hundredth: a test that runs a
 // controller and a gateway of its own gives them one, so that no two tests
 // (nor a mirror a test before left behind) share an egress port.
-func EgressPortWindow() (lo, hi int) {
+func EgressPortWindow() PortRange {
 	i := int(portWindow.Add(1) - 1)
-	lo = 20000 + (portBase-20000+100*i)%10000
-	return lo, lo + 99
+	lo := 20000 + (portBase-20000+100*i)%10000
+	return PortRange{lo, lo + 99}
 }
-
-// PortRange is "lo-hi", as --egress-ports takes it.
-func PortRange(lo, hi int) string { return fmt.Sprintf("%d-%d", lo, hi) }

@@ -13,13 +13,22 @@ import (
 // mcmirror block, lines that end in a newline: LinkLines' links,
 // "gateway_health URL", "ttl 5", ...
 func MirrorCorefile(local *Cluster, block string) string {
+	return mirrorCorefile(local, nil, block)
+}
+
+// mirrorCorefile is MirrorCorefile with the lines plugins before mcmirror.
+func mirrorCorefile(local *Cluster, plugins []string, block string) string {
+	var before strings.Builder
+	for _, p := range plugins {
+		fmt.Fprintf(&before, "    %s\n", p)
+	}
 	return fmt.Sprintf(`
 . {
     bind {HOST}
     errors
     ready {HOST}:{READY}
     prometheus {HOST}:{METRICS}
-    mcmirror cluster.local in-addr.arpa ip6.arpa {
+%[4]s    mcmirror cluster.local in-addr.arpa ip6.arpa {
         cluster %[1]s
         kubeconfig %[2]s
 %[3]s
@@ -30,7 +39,7 @@ func MirrorCorefile(local *Cluster, block string) string {
         fallthrough in-addr.arpa ip6.arpa
     }
 }
-`, local.Name, local.Kubeconfig, block)
+`, local.Name, local.Kubeconfig, block, before.String())
 }
 
 // LinkLines returns the lines of an mcmirror block that link each remote

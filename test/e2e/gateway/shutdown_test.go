@@ -38,11 +38,11 @@ func TestShutdownDrainsStreams(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "hello from west/web-a\n", greeting)
 
-	proc := f.west.Process()
+	proc := f.Gateways["west"].Process()
 	require.NoError(t, proc.Signal(syscall.SIGTERM))
 	// Evidence that the signal was taken: readiness fails.
 	require.Eventually(t, func() bool {
-		resp, err := http.Get(f.west.MetricsURL + "/readyz")
+		resp, err := http.Get(f.Gateways["west"].MetricsURL + "/readyz")
 		if err != nil {
 			return false
 		}

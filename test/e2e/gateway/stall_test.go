@@ -67,14 +67,11 @@ func TestStalledReadersWithinMemoryLimit(t *testing.T) {
 		require.Positive(t, sources, "MCMIRROR_STALL_SOURCES")
 	}
 	ns := env.UniqueNamespace(t, "stall")
-	west, eastCluster := env.Cluster("west"), env.Cluster("east")
-	tls := env.GatewayTLS(t, "east", "west")
-	limits := []string{"--max-connections", strconv.Itoa(stallMaxConns)}
-	westGW := env.StartGateway(t, west, harness.GatewayOptions{TLS: tls["west"], Ingress: true, MemoryLimit: stallMemoryLimit,
-		Args: append([]string{"--allow-selectorless", "*"}, limits...)})
-	eastGW := env.StartGateway(t, eastCluster, harness.GatewayOptions{TLS: tls["east"], Egress: true, MemoryLimit: stallMemoryLimit,
-		Peers: map[string]string{"west": westGW.IngressAddr}, Args: limits})
-	startController(t)
+	west := env.Cluster("west")
+	o := fleet()
+	o.Gateway = harness.GatewayOptions{MemoryLimit: stallMemoryLimit, Args: []string{"--max-connections", strconv.Itoa(stallMaxConns)}}
+	f := env.StartFleet(t, o)
+	westGW, eastGW := f.Gateways["west"], f.Gateways["east"]
 
 	flood := west.RunPod(t, "flood-0", harness.FloodServer(podPort, stallFlood))
 	exportService(t, ns, "flood", false, []*harness.Pod{flood})

@@ -31,8 +31,8 @@ func TestServiceThroughGateway(t *testing.T) {
 
 	m := waitMirror(t, ns, "web-west")
 	addr := harness.LoopbackAddr(m.EgressPort)
-	egressBefore := metric(t, f.east, "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "west", "direction": "egress"})
-	ingressBefore := metric(t, f.west, "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "east", "direction": "ingress"})
+	egressBefore := metric(t, f.Gateways["east"], "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "west", "direction": "egress"})
+	ingressBefore := metric(t, f.Gateways["west"], "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "east", "direction": "ingress"})
 
 	// The egress opens the port once it has read the mirror; from then on
 	// every connection must work.
@@ -53,11 +53,11 @@ func TestServiceThroughGateway(t *testing.T) {
 	// Each side counted the streams it carried (those made while the
 	// egress port was opening failed before either counted them).
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		eg := metric(c, f.east, "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "west", "direction": "egress"})
-		in := metric(c, f.west, "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "east", "direction": "ingress"})
+		eg := metric(c, f.Gateways["east"], "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "west", "direction": "egress"})
+		in := metric(c, f.Gateways["west"], "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "east", "direction": "ingress"})
 		assert.GreaterOrEqual(c, eg-egressBefore, float64(connections), "east: egress streams to west")
 		assert.GreaterOrEqual(c, in-ingressBefore, float64(connections), "west: ingress streams from east")
-		assert.Positive(c, metric(c, f.east, "coredns_mcmirror_gateway_bytes_total", map[string]string{"peer": "west", "direction": "egress", "way": "received"}))
+		assert.Positive(c, metric(c, f.Gateways["east"], "coredns_mcmirror_gateway_bytes_total", map[string]string{"peer": "west", "direction": "egress", "way": "received"}))
 	}, 10*time.Second, tick)
 }
 

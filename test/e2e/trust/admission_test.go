@@ -2,8 +2,6 @@ package trust_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,12 +61,11 @@ func TestAdmissionPolicy(t *testing.T) {
 	}, wait, tick, "the admission policy is in force")
 
 	// The controller, as its ServiceAccount, mirrors west's export.
-	kc, err := g.ServiceAccountKubeconfig(ctx, "mcmirror", "mcmirror-controller")
+	kc, err := g.ServiceAccountKubeconfigFile(ctx, t.TempDir(), "mcmirror", "mcmirror-controller")
 	require.NoError(t, err)
-	kcPath := filepath.Join(t.TempDir(), "controller.kubeconfig")
-	require.NoError(t, os.WriteFile(kcPath, kc, 0o600))
 	exportService(t, shop, "web", map[string]string{"web-0": "192.0.2.33"})
-	ctl := startController(t, g, kcPath, egressPorts())
+	ctl := env.StartFleet(t, harness.FleetOptions{Local: g.Name, Remotes: []string{"west"}, Parts: harness.FleetController,
+		EgressPorts: harness.EgressPortWindow().String(), Controller: harness.ControllerOptions{Kubeconfig: kc}}).Controller.Process
 	mirror, port := waitMirror(t, g, shop, "web-west")
 	assert.Equal(t, labels.ManagedByValue, mirror.Labels[labels.ManagedBy])
 	t.Logf("the controller, as %s, made %s/%s with egress port %d", labels.ControllerServiceAccount, shop, mirror.Name, port)

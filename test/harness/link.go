@@ -17,7 +17,7 @@ import (
 // kubeconfig with the token of its read-only ServiceAccount: what another
 // cluster links c with.
 func (c *Cluster) LinkKubeconfig(ctx context.Context) ([]byte, error) {
-	manifest, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "remote-link.yaml"))
+	manifest, err := os.ReadFile(RepoPath("deploy", "remote-link.yaml"))
 	if err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}

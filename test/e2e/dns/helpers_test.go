@@ -64,12 +64,19 @@ func waitEndpoints(t *testing.T, c *harness.Cluster, ns, svc string, n int) map[
 	return eps
 }
 
-// startController runs the mirror controller for local, linking remotes,
-// for the test t. Traffic is not part of these tests: the egress address
-// is only written into the mirrors' EndpointSlices.
-func startController(t *testing.T, local *harness.Cluster, remotes ...*harness.Cluster) {
+// startController runs east's mirror controller, linked to remotes, for
+// the test t. Traffic is not part of these tests: the egress address is
+// only written into the mirrors' EndpointSlices.
+func startController(t *testing.T, remotes ...string) {
 	t.Helper()
-	env.StartController(t, local, harness.ControllerOptions{Remotes: remotes, EgressAddress: "10.255.0.1", EgressPorts: "30000-39999"})
+	env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes, Parts: harness.FleetController, EgressPorts: "30000-39999"})
+}
+
+// startDNS runs east's DNS for the test t: mcmirror, linked to remotes
+// and with the lines block in its block, before kubernetes.
+func startDNS(t *testing.T, remotes []string, block ...string) *harness.DNSServer {
+	t.Helper()
+	return env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes, Parts: harness.FleetDNS, Block: block}).DNS
 }
 
 // waitMirrors waits until local holds exactly n per-pod mirrors of remote's

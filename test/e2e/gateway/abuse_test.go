@@ -385,7 +385,7 @@ func TestIngressUnderAbuse(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	m := waitMirror(t, ns, "web-west")
-	addr := harness.LoopbackAddr(m.EgressPort)
+	addr := m.addr()
 	waitGreet(t, addr, wait, "web-west is reached before the abuse")
 
 	pid := west.Process().PID

@@ -25,15 +25,12 @@ import (
 func TestGlobalFollowsGatewayHealth(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
-	ns := env.UniqueNamespace(t, "gw-dns")
-	east, west := env.Cluster("east"), env.Cluster("west")
-	pods := west.RunEchoPods(t, podPort, "web-a", "web-b")
+	east := env.Cluster("east")
 	o := fleet()
 	o.Parts = harness.AllParts
 	f := env.StartFleet(t, o)
-	exportService(t, ns, "web", false, pods)
-	m := waitMirror(t, ns, "web-west")
-	waitGreet(t, harness.LoopbackAddr(m.EgressPort), wait, "web-west is reached while west's gateway runs")
+	ns, m := exportWeb(t, "gw-dns", nil, "web-a", "web-b")
+	waitGreet(t, m.addr(), wait, "web-west is reached while west's gateway runs")
 
 	// East exports its own web too: its member stays in web-global
 	// whatever happens to west, which proves an answer without west's

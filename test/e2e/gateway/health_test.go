@@ -6,8 +6,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // healthBound is the promise: a dead gateway is seen within 10 s of
@@ -20,13 +18,9 @@ const healthBound = 10 * time.Second
 // on the same address: alive is 1 again within 10 s and connections work.
 func TestIngressDownAndBack(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := env.UniqueNamespace(t, "gw-health")
-	west := env.Cluster("west")
-	pods := west.RunEchoPods(t, podPort, "web-a", "web-b")
 	f := startFleet(t)
-	exportService(t, ns, "web", false, pods)
-	m := waitMirror(t, ns, "web-west")
-	addr := harness.LoopbackAddr(m.EgressPort)
+	_, m := exportWeb(t, "gw-health", nil, "web-a", "web-b")
+	addr := m.addr()
 	waitGreet(t, addr, wait, "web-west is reached while west's gateway runs")
 
 	// East probes west from its start: alive is 1 before anything fails.

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // A destination west no longer exports is refused by west's ingress, and
@@ -19,13 +18,10 @@ import (
 // west's ingress follows its own cluster's export live.
 func TestNotExportedRefused(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := env.UniqueNamespace(t, "gw-refused")
 	west := env.Cluster("west")
-	pods := west.RunEchoPods(t, podPort, "web-a", "web-b")
 	f := startFleet(t)
-	exportService(t, ns, "web", false, pods)
-	m := waitMirror(t, ns, "web-west")
-	addr := harness.LoopbackAddr(m.EgressPort)
+	ns, m := exportWeb(t, "gw-refused", nil, "web-a", "web-b")
+	addr := m.addr()
 	waitGreet(t, addr, wait, "web-west is reached while exported")
 
 	f.Controller.Stop()

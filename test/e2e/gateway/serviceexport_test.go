@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // streamEndBound bounds the time from the API write that withdraws an
@@ -33,14 +32,10 @@ const streamEndBound = 5 * time.Second
 // streams are refused by west's ingress.
 func TestServiceExportStampThroughGateway(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := env.UniqueNamespace(t, "gw-mcs")
 	west := env.Cluster("west")
-	pods := west.RunEchoPods(t, podPort, "web-a", "web-b")
 	f := startFleet(t)
-	exportServiceLabelled(t, ns, "web", false, pods, map[string]string{labels.ServiceExportMode: labels.ModeGateway})
-
-	m := waitMirror(t, ns, "web-west")
-	addr := harness.LoopbackAddr(m.EgressPort)
+	ns, m := exportWeb(t, "gw-mcs", map[string]string{labels.ServiceExportMode: labels.ModeGateway}, "web-a", "web-b")
+	addr := m.addr()
 	const gw = "coredns_mcmirror_gateway_"
 	ingress := map[string]string{"peer": "east", "direction": "ingress"}
 	ingressBefore := metric(t, f.Gateways["west"], gw+"connections_total", ingress)

@@ -76,7 +76,7 @@ func TestStalledReadersWithinMemoryLimit(t *testing.T) {
 	flood := west.RunPod(t, "flood-0", harness.FloodServer(podPort, stallFlood))
 	exportService(t, ns, "flood", false, []*harness.Pod{flood})
 	exportService(t, ns, "echo", false, west.RunEchoPods(t, podPort, "echo-0"))
-	floodAddr, echoAddr := harness.LoopbackAddr(waitMirror(t, ns, "flood-west").EgressPort), harness.LoopbackAddr(waitMirror(t, ns, "echo-west").EgressPort)
+	floodAddr, echoAddr := waitMirror(t, ns, "flood-west").addr(), waitMirror(t, ns, "echo-west").addr()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		conn, err := net.DialTimeout("tcp", floodAddr, 2*time.Second)
 		require.NoError(c, err)

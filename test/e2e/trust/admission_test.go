@@ -41,8 +41,8 @@ func TestAdmissionPolicy(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
 	g, west := env.Cluster("guarded"), env.Cluster("west")
-	require.NoError(t, g.Apply(ctx, manifest(t, "controller.yaml")))
-	require.NoError(t, g.Apply(ctx, manifest(t, "admission-policy.yaml")))
+	require.NoError(t, g.Apply(ctx, harness.RepoFile(t, "deploy", "controller.yaml")))
+	require.NoError(t, g.Apply(ctx, harness.RepoFile(t, "deploy", "admission-policy.yaml")))
 	shop := env.UniqueNamespace(t, "shop", g, west)
 	tenant := env.UniqueNamespace(t, "tenant", g)
 
@@ -163,7 +163,7 @@ func TestAdmissionPolicy(t *testing.T) {
 
 	// The controller was refused nothing, and its mirror is as it made it.
 	for _, refusal := range []string{"denied request", "forbidden"} {
-		assert.NotContains(t, strings.ToLower(logOf(t, ctl)), refusal, "the controller's writes were all admitted")
+		assert.NotContains(t, strings.ToLower(ctl.Log(t)), refusal, "the controller's writes were all admitted")
 	}
 	after, err := g.Client.CoreV1().Services(shop).Get(ctx, "web-west", metav1.GetOptions{})
 	require.NoError(t, err)

@@ -16,9 +16,6 @@ package trust_test
 import (
 	"context"
 	"os"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -48,15 +45,6 @@ const (
 	podPort     = 8080
 	servicePort = 80
 )
-
-// manifest returns the text of deploy/<name>.
-func manifest(t *testing.T, name string) string {
-	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "..", "deploy", name))
-	require.NoError(t, err)
-	return string(b)
-}
 
 // startFleet starts, for the test t, east's controller linked to west,
 // west's gateway (ingress) with westArgs and east's gateway (egress), on
@@ -145,26 +133,4 @@ func editor(t *testing.T, c *harness.Cluster, ns, name string) kubernetes.Interf
 		assert.NoError(ct, err)
 	}, wait, tick, "%s/%s may edit %s", ns, name, ns)
 	return client
-}
-
-// logOf returns what p has logged so far.
-func logOf(t require.TestingT, p *harness.Process) string {
-	b, err := os.ReadFile(p.LogPath)
-	require.NoError(t, err)
-	return string(b)
-}
-
-// logLines returns the lines of p's log that contain every one of parts.
-func logLines(t require.TestingT, p *harness.Process, parts ...string) []string {
-	var out []string
-	for line := range strings.SplitSeq(logOf(t, p), "\n") {
-		ok := true
-		for _, s := range parts {
-			ok = ok && strings.Contains(line, s)
-		}
-		if ok {
-			out = append(out, line)
-		}
-	}
-	return out
 }

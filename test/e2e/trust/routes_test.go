@@ -124,13 +124,13 @@ func TestForgedServiceChangesNoRoute(t *testing.T) {
 		assert.Equal(c, 51.0, metric(c, f.Gateways["east"], gw+"egress_claims_ignored", map[string]string{"reason": "deleting"}))
 		// Mirrors of the other tests' windows are out of this range too.
 		assert.GreaterOrEqual(c, metric(c, f.Gateways["east"], gw+"egress_claims_ignored", map[string]string{"reason": "out_of_range"}), 1.0)
-		conflict := logLines(c, f.Gateways["east"].Process(), "serving the first", shop+"/web-west", tenant+"/evil-west", tenant+"/old-west")
+		conflict := f.Gateways["east"].Process().LogLines(c, "serving the first", shop+"/web-west", tenant+"/evil-west", tenant+"/old-west")
 		if assert.NotEmpty(c, conflict, "the conflict is logged") {
 			line := conflict[len(conflict)-1]
 			assert.Less(c, strings.Index(line, shop+"/web-west"), strings.Index(line, tenant+"/"), "the real mirror first: %s", line)
 		}
-		assert.NotEmpty(c, logLines(c, f.Gateways["east"].Process(), "Ignored a Service's claim on egress ports", tenant+"/hog-west", "deleting"))
-		assert.NotEmpty(c, logLines(c, f.Gateways["east"].Process(), "Ignored a Service's claim on egress ports", tenant+"/evil-west", "out_of_range"))
+		assert.NotEmpty(c, f.Gateways["east"].Process().LogLines(c, "Ignored a Service's claim on egress ports", tenant+"/hog-west", "deleting"))
+		assert.NotEmpty(c, f.Gateways["east"].Process().LogLines(c, "Ignored a Service's claim on egress ports", tenant+"/evil-west", "out_of_range"))
 	}, wait, tick, "the egress logged and counted the forged Services")
 	// No port of the forged claims is open.
 	assert.Equal(t, 1.0, metric(t, f.Gateways["east"], gw+"egress_ports", nil), "the egress listens on the real mirror's port only")

@@ -46,10 +46,10 @@ func TestGatewayWalkthrough(t *testing.T) {
 	startController(t, "west", "paris")
 	mirrors := map[string]map[string]string{}
 	for _, c := range []*harness.Cluster{west, paris} {
-		waitEndpoints(t, c, ns, "nginx-svc", 3)
+		c.WaitEndpoints(t, ns, "nginx-svc", 3)
 		mirrors[c.Name] = waitMirrors(t, east, c, ns, "nginx-svc", 3)
 	}
-	local := waitEndpoints(t, east, ns, "nginx-svc", 3)
+	local := east.WaitEndpoints(t, ns, "nginx-svc", 3)
 
 	// A local Service whose name merely ends in a linked cluster's name.
 	require.NoError(t, east.Apply(ctx, `{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "foo-west", "namespace": "`+ns+`"},
@@ -152,7 +152,7 @@ func TestRemoteChanges(t *testing.T) {
 	startController(t, "west", "paris")
 	for _, c := range []*harness.Cluster{west, paris} {
 		require.NoError(t, c.Apply(ctx, statefulSet(ns, 3, labels.ExportGateway)))
-		waitEndpoints(t, c, ns, "nginx-svc", 3)
+		c.WaitEndpoints(t, ns, "nginx-svc", 3)
 		waitMirrors(t, east, c, ns, "nginx-svc", 3)
 	}
 	s := startDNS(t, []string{"west", "paris"})
@@ -162,7 +162,7 @@ func TestRemoteChanges(t *testing.T) {
 	// Scale west 3 → 5: two more pods, once the controller has mirrored
 	// them.
 	require.NoError(t, west.Scale(ctx, ns, "nginx-set", 5))
-	waitEndpoints(t, west, ns, "nginx-svc", 5)
+	west.WaitEndpoints(t, ns, "nginx-svc", 5)
 	ips := waitMirrors(t, east, west, ns, "nginx-svc", 5)
 	eventuallyAnswers(t, s, "nginx-svc-west."+ns+"."+zone, values(ips))
 	eventuallyCount(t, s, global, 8)
@@ -170,7 +170,7 @@ func TestRemoteChanges(t *testing.T) {
 	// Scale west 5 → 2: the answers follow the remote endpoints at once,
 	// although the controller keeps the per-pod mirrors for a grace period.
 	require.NoError(t, west.Scale(ctx, ns, "nginx-set", 2))
-	waitEndpoints(t, west, ns, "nginx-svc", 2)
+	west.WaitEndpoints(t, ns, "nginx-svc", 2)
 	eventuallyCount(t, s, "nginx-svc-west."+ns+"."+zone, 2)
 	eventuallyCount(t, s, global, 5)
 
@@ -199,7 +199,7 @@ func TestFlatMode(t *testing.T) {
 	paris := env.Cluster("paris")
 	const ns = "flat"
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 3, labels.ExportFlat)))
-	eps := waitEndpoints(t, paris, ns, "nginx-svc", 3)
+	eps := paris.WaitEndpoints(t, ns, "nginx-svc", 3)
 	s := startDNS(t, []string{"paris"})
 
 	for host, ip := range eps {
@@ -209,7 +209,7 @@ func TestFlatMode(t *testing.T) {
 	assert.Equal(t, values(eps), harness.Answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
 
 	require.NoError(t, paris.Scale(ctx, ns, "nginx-set", 4))
-	eps = waitEndpoints(t, paris, ns, "nginx-svc", 4)
+	eps = paris.WaitEndpoints(t, ns, "nginx-svc", 4)
 	eventuallyAnswers(t, s, "nginx-svc-global."+ns+"."+zone, values(eps))
 }
 
@@ -221,7 +221,7 @@ func TestLinkSecrets(t *testing.T) {
 	east, west := env.Cluster("east"), env.Cluster("west")
 	const ns = "secrets"
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 2, labels.ExportFlat)))
-	eps := waitEndpoints(t, west, ns, "nginx-svc", 2)
+	eps := west.WaitEndpoints(t, ns, "nginx-svc", 2)
 
 	require.NoError(t, east.Apply(ctx, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"linkerd-multicluster"}}`))
 	s := startDNS(t, nil, "link_secrets linkerd-multicluster")
@@ -243,7 +243,7 @@ func TestUnreachableLink(t *testing.T) {
 	paris := env.Cluster("paris")
 	const ns = "dead"
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
-	eps := waitEndpoints(t, paris, ns, "nginx-svc", 1)
+	eps := paris.WaitEndpoints(t, ns, "nginx-svc", 1)
 
 	// A kubeconfig for an API server that is not there.
 	dead := strings.Replace(string(paris.LinkData(t)), paris.Server, fmt.Sprintf("https://127.0.0.1:%d", harness.FreePort(t)), 1)

@@ -32,38 +32,6 @@ func statefulSet(ns string, replicas int, export string) string {
 	return harness.Namespace(ns) + harness.StatefulSet(ns, "nginx-svc", "nginx-set", replicas, lbl)
 }
 
-// endpoints returns hostname → IP of the ready endpoints of a Service.
-func endpoints(ctx context.Context, c *harness.Cluster, ns, svc string) (map[string]string, error) {
-	list, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(ctx,
-		metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, s := range list.Items {
-		for _, ep := range s.Endpoints {
-			if ep.Hostname != nil && ep.Conditions.Ready != nil && *ep.Conditions.Ready {
-				out[*ep.Hostname] = ep.Addresses[0]
-			}
-		}
-	}
-	return out, nil
-}
-
-// waitEndpoints waits until the Service has exactly n ready named endpoints
-// and returns them.
-func waitEndpoints(t *testing.T, c *harness.Cluster, ns, svc string, n int) map[string]string {
-	t.Helper()
-	var eps map[string]string
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		var err error
-		eps, err = endpoints(context.Background(), c, ns, svc)
-		require.NoError(ct, err)
-		assert.Len(ct, eps, n)
-	}, 60*time.Second, 50*time.Millisecond, "%s: %s/%s with %d ready endpoints", c.Name, ns, svc, n)
-	return eps
-}
-
 // startController runs east's mirror controller, linked to remotes, for
 // the test t. Traffic is not part of these tests: the egress address is
 // only written into the mirrors' EndpointSlices.

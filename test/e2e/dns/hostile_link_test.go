@@ -120,8 +120,8 @@ func TestHostileLinkSecrets(t *testing.T) {
 	const ns, linkNS = "hostile", "hostile-links"
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
-	westEPs := waitEndpoints(t, west, ns, "nginx-svc", 1)
-	parisEPs := waitEndpoints(t, paris, ns, "nginx-svc", 1)
+	westEPs := west.WaitEndpoints(t, ns, "nginx-svc", 1)
+	parisEPs := paris.WaitEndpoints(t, ns, "nginx-svc", 1)
 	require.NoError(t, east.Apply(ctx, harness.Namespace(linkNS)))
 	secrets := east.Client.CoreV1().Secrets(linkNS)
 

@@ -33,7 +33,7 @@ func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
 	west := env.Cluster("west")
 	const ns = "reload"
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
-	eps := waitEndpoints(t, west, ns, "nginx-svc", 1)
+	eps := west.WaitEndpoints(t, ns, "nginx-svc", 1)
 
 	// reload's shortest interval is 2s.
 	s := env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: []string{"west"}, Parts: harness.FleetDNS,

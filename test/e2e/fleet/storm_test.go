@@ -34,15 +34,8 @@ func TestUnexportedChurnIsNeverSent(t *testing.T) {
 	west := env.Cluster("west")
 	const ns = "storm"
 	require.NoError(t, west.Apply(ctx, harness.Namespace(ns)+
-		harness.StatefulSet(ns, "web", "web", 1, map[string]string{labels.Exported: labels.ExportFlat})+fmt.Sprintf(`
----
-apiVersion: v1
-kind: Service
-metadata: {name: noise, namespace: %s}
-spec:
-  selector: {app: noise}
-  ports: [{name: http, port: 80}]
-`, ns)))
+		harness.StatefulSet(ns, "web", "web", 1, map[string]string{labels.Exported: labels.ExportFlat})+"---\n"+
+		harness.ClusterIPService(ns, "noise", 80, nil)))
 	f := env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: []string{"west"}, Parts: harness.FleetDNS | harness.FleetController,
 		Controller: harness.ControllerOptions{Metrics: true}})
 

@@ -6,17 +6,11 @@ import (
 	"testing"
 )
 
-// MirrorCorefile returns the Corefile of local's cluster DNS as StartDNS
-// runs it: bound to {HOST}, with the ready and prometheus plugins, and
-// mcmirror before kubernetes for cluster.local and the reverse zones, both
-// reaching local's API server as its admin. block is the rest of the
-// mcmirror block, lines that end in a newline: LinkLines' links,
-// "gateway_health URL", "ttl 5", ...
-func MirrorCorefile(local *Cluster, block string) string {
-	return mirrorCorefile(local, nil, block)
-}
-
-// mirrorCorefile is MirrorCorefile with the lines plugins before mcmirror.
+// mirrorCorefile returns the Corefile of local's DNS as a fleet runs it:
+// bound to {HOST}, with the ready and prometheus plugins, then plugins,
+// and mcmirror before kubernetes for cluster.local and the reverse zones,
+// both reaching local's API server as its admin. block is the rest of the
+// mcmirror block, lines that end in a newline.
 func mirrorCorefile(local *Cluster, plugins []string, block string) string {
 	var before strings.Builder
 	for _, p := range plugins {
@@ -51,12 +45,12 @@ func LinkLines(t testing.TB, remotes ...*Cluster) string {
 	for _, r := range remotes {
 		ls = append(ls, Link{Name: r.Name, Kubeconfig: r.LinkFile(t)})
 	}
-	return LinkLinesOf(ls...)
+	return linkLines(ls...)
 }
 
-// LinkLinesOf returns the lines of an mcmirror block that link each of ls
+// linkLines returns the lines of an mcmirror block that link each of ls
 // with its kubeconfig file.
-func LinkLinesOf(ls ...Link) string {
+func linkLines(ls ...Link) string {
 	var b strings.Builder
 	for _, l := range ls {
 		fmt.Fprintf(&b, "        link %s %s\n", l.Name, l.Kubeconfig)

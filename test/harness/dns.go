@@ -66,33 +66,10 @@ func (e *Env) StartDNSWith(t testing.TB, name, corefile string, o DNSOptions) *D
 	return s
 }
 
-// StartClusterDNS runs coredns-mc with corefile as cluster c's DNS, for the
-// test t: in c's node namespace on port 53, where kube-system/kube-dns
-// (DNSServiceIP) sends the queries of c's pods. {READY}, {METRICS} and
-// {HOST} are replaced as for StartDNS, {HOST} by the node's address.
-func (e *Env) StartClusterDNS(t testing.TB, c *Cluster, corefile string) *DNSServer {
-	t.Helper()
-	name := c.Name + "/cluster-dns"
-	s, err := e.launchDNS(t.Context(), name, c, corefile, t.TempDir(), DNSOptions{}, func(argv ...string) (*Process, error) {
-		return e.StartInNode(t, c, name, nil, argv...), nil
-	})
-	require.NoError(t, err)
-	return s
-}
-
-// LaunchClusterDNS is StartClusterDNS outside tests (the demo): the server
-// runs until the environment stops.
-func (e *Env) LaunchClusterDNS(ctx context.Context, c *Cluster, corefile string) (*DNSServer, error) {
-	name := c.Name + "/cluster-dns"
-	return e.launchDNS(ctx, name, c, corefile, c.dir, DNSOptions{}, func(argv ...string) (*Process, error) {
-		return e.LaunchInNode(c, name, nil, argv...)
-	})
-}
-
 // LaunchDNS is StartDNS outside tests: the server runs until the
 // environment stops.
 func (e *Env) LaunchDNS(ctx context.Context, name, corefile string) (*DNSServer, error) {
-	dir, err := os.MkdirTemp(e.Dir, "dns-")
+	dir, err := e.tempDir(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -102,8 +79,9 @@ func (e *Env) LaunchDNS(ctx context.Context, name, corefile string) (*DNSServer,
 }
 
 // launchDNS writes corefile into dir, starts the server it describes with
-// start, in the node of c (on port 53) or, with c nil, on a free port of
-// 127.0.0.1, and waits a minute at most until it answers.
+// start, in the node of c on port 53 (where kube-system/kube-dns sends the
+// queries of c's pods; {HOST} is the node's address) or, with c nil, on a
+// free port of 127.0.0.1, and waits a minute at most until it answers.
 func (e *Env) launchDNS(ctx context.Context, name string, c *Cluster, corefile, dir string, o DNSOptions, start func(...string) (*Process, error)) (*DNSServer, error) {
 	host, port := netip.MustParseAddr("127.0.0.1"), 53
 	if c != nil {

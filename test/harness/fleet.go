@@ -150,23 +150,26 @@ func (e *Env) startFleet(ctx context.Context, t testing.TB, o FleetOptions) (*Fl
 			return nil, err
 		}
 	}
+	run := e.starter(t)
 	if o.Parts&FleetController != 0 {
 		co := o.Controller
-		co.Remotes, co.Links, co.LinkSecrets, co.EgressPorts = nil, links, o.LinkSecrets, o.EgressPorts
+		co.Links, co.LinkSecrets, co.EgressPorts = links, o.LinkSecrets, o.EgressPorts
 		if co.EgressAddress == "" && local.DataPlane {
 			co.EgressAddress = local.NodeIP().String()
 		}
-		var err error
-		if t != nil {
-			f.Controller = e.StartController(t, local, co)
-		} else if f.Controller, err = e.launchController(local, co); err != nil {
+		ctl, name, argv, err := controllerCommand(local, co)
+		if err != nil {
 			return nil, err
 		}
+		if ctl.Process, err = run(name, nil, argv...); err != nil {
+			return nil, err
+		}
+		f.Controller = ctl
 	}
 	if o.Parts&FleetDNS == 0 {
 		return f, nil
 	}
-	block := LinkLinesOf(links...)
+	block := linkLines(links...)
 	if o.LinkSecrets != "" {
 		block += "        link_secrets " + o.LinkSecrets + "\n"
 	}
@@ -176,28 +179,50 @@ func (e *Env) startFleet(ctx context.Context, t testing.TB, o FleetOptions) (*Fl
 	for _, l := range o.Block {
 		block += "        " + l + "\n"
 	}
-	var err error
-	switch plugins := o.Plugins; {
-	case local.DataPlane && t != nil:
-		f.DNS = e.StartClusterDNS(t, local, mirrorCorefile(local, append([]string{"loadbalance"}, plugins...), block))
-	case local.DataPlane:
-		f.DNS, err = e.LaunchClusterDNS(ctx, local, mirrorCorefile(local, append([]string{"loadbalance"}, plugins...), block))
-	case t != nil:
-		f.DNS = e.StartDNS(t, o.Local+"/coredns-mc", mirrorCorefile(local, plugins, block))
-	default:
-		f.DNS, err = e.LaunchDNS(ctx, o.Local+"/coredns-mc", mirrorCorefile(local, plugins, block))
+	// The cluster DNS in the node, as kube-dns's pods; otherwise a server
+	// on 127.0.0.1.
+	name, plugins, node := o.Local+"/coredns-mc", o.Plugins, (*Cluster)(nil)
+	if local.DataPlane {
+		name, plugins, node = o.Local+"/cluster-dns", append([]string{"loadbalance"}, plugins...), local
 	}
+	dir, err := e.tempDir(t)
+	if err != nil {
+		return nil, err
+	}
+	f.DNS, err = e.launchDNS(ctx, name, node, mirrorCorefile(local, plugins, block), dir, DNSOptions{}, func(argv ...string) (*Process, error) {
+		if node != nil {
+			argv = append([]string{"ip", "netns", "exec", node.node.netns}, argv...)
+		}
+		return run(name, nil, argv...)
+	})
 	return f, err
+}
+
+// starter starts a process for the test t, stopped when t ends, or, when
+// t is nil, until the environment stops.
+func (e *Env) starter(t testing.TB) func(name string, env []string, argv ...string) (*Process, error) {
+	if t == nil {
+		return e.Launch
+	}
+	return func(name string, env []string, argv ...string) (*Process, error) {
+		return e.StartProcess(t, name, env, argv...), nil
+	}
+}
+
+// tempDir is a new directory for the test t or, when t is nil, for the
+// environment.
+func (e *Env) tempDir(t testing.TB) (string, error) {
+	if t == nil {
+		return os.MkdirTemp(e.Dir, "fleet-")
+	}
+	return t.TempDir(), nil
 }
 
 // startGateways starts the ingress of each remote, then the local egress
 // with the remotes as its peers.
 func (e *Env) startGateways(t testing.TB, o FleetOptions, f *Fleet) error {
-	var dir string
-	var err error
-	if t != nil {
-		dir = t.TempDir()
-	} else if dir, err = os.MkdirTemp(e.Dir, "gateway-tls-"); err != nil {
+	dir, err := e.tempDir(t)
+	if err != nil {
 		return err
 	}
 	tls, err := e.gatewayTLS(dir, append([]string{o.Local}, o.Remotes...)...)

@@ -191,7 +191,9 @@ func (e *Env) startFleet(ctx context.Context, t testing.TB, o FleetOptions) (*Fl
 	}
 	f.DNS, err = e.launchDNS(ctx, name, node, mirrorCorefile(local, plugins, block), dir, DNSOptions{}, func(argv ...string) (*Process, error) {
 		if node != nil {
-			argv = append([]string{"ip", "netns", "exec", node.node.netns}, argv...)
+			if argv, err = node.inNode(argv...); err != nil {
+				return nil, err
+			}
 		}
 		return run(name, nil, argv...)
 	})

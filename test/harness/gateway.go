@@ -114,11 +114,10 @@ func (e *Env) newGateway(c *Cluster, o GatewayOptions) (*Gateway, error) {
 	host := "127.0.0.1"
 	var argv []string
 	if o.InNode {
-		if c.node == nil {
-			return nil, fmt.Errorf("%s has no data plane", c.Name)
+		if argv, err = c.inNode(); err != nil {
+			return nil, err
 		}
 		host = c.node.ip.String()
-		argv = []string{"ip", "netns", "exec", c.node.netns}
 	}
 	metricsPort, err := freePort()
 	if err != nil {

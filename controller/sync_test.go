@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -94,8 +93,7 @@ func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Obj
 	}
 	f.c = c
 	for name, objs := range remotes {
-		f.remotes[name] = fake.NewClientset(objs...)
-		copyServiceLabels(t, f.remotes[name])
+		f.remotes[name] = remotetest.NewClientset(objs...)
 		c.AddClient(name, f.remotes[name])
 	}
 	f.start()
@@ -256,32 +254,11 @@ func (f *fixture) remote(cluster string, objs ...runtime.Object) {
 			require.NoError(f.t, cs.Tracker().Add(o))
 		}
 	}
-	copyServiceLabels(f.t, cs)
+	// Each slice carries its Service's labels, as the EndpointSlice
+	// controller writes them: the watches of a way of export select the
+	// slices of the Services it exports.
+	require.NoError(f.t, remotetest.RelabelAll(cs))
 	f.waitRemote(cluster)
-}
-
-// copyServiceLabels does what the EndpointSlice controller does for a
-// remote's slices: each carries the labels of its Service, so that the
-// watches of a way of export select the slices of the Services it
-// exports.
-func copyServiceLabels(t testing.TB, cs *fake.Clientset) {
-	t.Helper()
-	svcGVR := corev1.SchemeGroupVersion.WithResource("services")
-	esGVR := discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
-	es, err := cs.Tracker().List(esGVR, discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
-	require.NoError(t, err)
-	for _, s := range es.(*discoveryv1.EndpointSliceList).Items {
-		obj, err := cs.Tracker().Get(svcGVR, s.Namespace, s.Labels[discoveryv1.LabelServiceName])
-		if err != nil {
-			continue
-		}
-		want := remotetest.SliceLabels(obj.(*corev1.Service).Labels, s.Labels)
-		if maps.Equal(want, s.Labels) {
-			continue
-		}
-		s.Labels = want
-		require.NoError(t, cs.Tracker().Update(esGVR, &s, s.Namespace))
-	}
 }
 
 func (f *fixture) deleteRemote(cluster string, gvr string, ns, name string) {

@@ -123,9 +123,7 @@ func TestIngressRefusesCertificatesNotFromTheirClustersIntermediate(t *testing.T
 	t.Run("through two intermediates", func(t *testing.T) {
 		certPEM, keyPEM, rootPEM := deeperChain(t, "east")
 		writeFile(t, filepath.Join(p.dir, "ca.crt"), append(append([]byte{}, p.ca.CertPEM...), rootPEM...))
-		changed, err := p.west.Reload()
-		require.NoError(t, err)
-		require.True(t, changed)
+		reloaded(t, p.west)
 		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		require.NoError(t, err)
 		before := refusals("east", DirectionIngress, ReasonIssuerMismatch)
@@ -206,15 +204,7 @@ func TestEgressRefusesIngressNotFromItsClustersIntermediate(t *testing.T) {
 // reload: a mistake shows at once, with what is wrong and how to fix it,
 // and a reload to such files keeps the previous ones.
 func TestLoadCertsRefusesCertificateNotFromItsClustersIntermediate(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := gatewaytest.NewCA("root")
-	require.NoError(t, err)
-	good, err := ca.IssueFiles(dir, "west", gatewaytest.Options{})
-	require.NoError(t, err)
-	files := CertFiles{Cert: good.Cert, Key: good.Key, CA: good.CA}
-	c, err := LoadCerts(files)
-	require.NoError(t, err)
-	assert.Equal(t, "west", c.Cluster())
+	ca, files, c := loadIssued(t, "west")
 
 	writeSet := func(t *testing.T, sub string, certPEM, keyPEM, caPEM []byte) CertFiles {
 		t.Helper()
@@ -262,17 +252,12 @@ func TestLoadCertsRefusesCertificateNotFromItsClustersIntermediate(t *testing.T)
 			require.ErrorContains(t, err, tc.want)
 
 			// And as a reload: refused, counted, the old set kept.
-			failed := value(certReloads.WithLabelValues("error"))
 			for src, dst := range map[string]string{tc.files.Cert: files.Cert, tc.files.Key: files.Key, tc.files.CA: files.CA} {
 				b, err := os.ReadFile(src)
 				require.NoError(t, err)
 				writeFile(t, dst, b)
 			}
-			changed, err := c.Reload()
-			require.Error(t, err)
-			assert.False(t, changed)
-			assert.Equal(t, failed+1, value(certReloads.WithLabelValues("error")))
-			assert.Equal(t, "west", c.Cluster())
+			reloadRefused(t, c, "")
 		})
 	}
 }
@@ -290,17 +275,14 @@ func TestCertExpiryIsTheChains(t *testing.T) {
 	require.NoError(t, err)
 	files, err := westCA.IssueFiles(dir, "west", gatewaytest.Options{NotAfter: leafEnd})
 	require.NoError(t, err)
-	c, err := LoadCerts(CertFiles{Cert: files.Cert, Key: files.Key, CA: files.CA})
-	require.NoError(t, err)
+	c := load(t, files)
 	assert.Equal(t, float64(interEnd.Unix()), value(certExpiry), "the intermediate's end, not the certificate's")
 
 	// A certificate that ends first: its own end.
 	shortEnd := time.Now().Add(24 * time.Hour).Truncate(time.Second)
 	_, err = westCA.IssueFiles(dir, "west", gatewaytest.Options{NotAfter: shortEnd})
 	require.NoError(t, err)
-	changed, err := c.Reload()
-	require.NoError(t, err)
-	require.True(t, changed)
+	reloaded(t, c)
 	assert.Equal(t, float64(shortEnd.Unix()), value(certExpiry))
 
 	raw := func(path string) []byte {
@@ -330,29 +312,19 @@ func TestRootRotationWithBundle(t *testing.T) {
 	require.NoError(t, err)
 	westFiles, err := oldRoot.IssueFiles(dir, "west", gatewaytest.Options{})
 	require.NoError(t, err)
-	load := func(f gatewaytest.Files) *Certs {
-		c, err := LoadCerts(CertFiles{Cert: f.Cert, Key: f.Key, CA: f.CA})
-		require.NoError(t, err)
-		return c
-	}
-	east, west := load(eastFiles), load(westFiles)
+	east, west := load(t, eastFiles), load(t, westFiles)
 	require.NotNil(t, clientSerial(t, east, west))
 
 	// 1. The bundle, everywhere (both read the one ca.crt here).
 	writeFile(t, eastFiles.CA, append(append([]byte{}, oldRoot.CertPEM...), newRoot.CertPEM...))
-	for _, c := range []*Certs{east, west} {
-		changed, err := c.Reload()
-		require.NoError(t, err)
-		require.True(t, changed)
-	}
+	reloaded(t, east)
+	reloaded(t, west)
 	// 2. West moves to the new root's intermediate; east has not yet.
 	is, err := newRoot.Issue("west", gatewaytest.Options{})
 	require.NoError(t, err)
 	writeFile(t, westFiles.Cert, is.CertPEM)
 	writeFile(t, westFiles.Key, is.KeyPEM)
-	changed, err := west.Reload()
-	require.NoError(t, err)
-	require.True(t, changed)
+	reloaded(t, west)
 	require.NotNil(t, clientSerial(t, east, west), "east (old root) to west (new root)")
 	assert.Equal(t, parseCert(t, is.CertPEM).SerialNumber, clientSerial(t, west, east), "west (new root) to east (old root)")
 	// A forgery under the new root is still one.

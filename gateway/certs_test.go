@@ -26,6 +26,47 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// load loads the files f names.
+func load(t *testing.T, f gatewaytest.Files) *Certs {
+	t.Helper()
+	c, err := LoadCerts(CertFiles{Cert: f.Cert, Key: f.Key, CA: f.CA})
+	require.NoError(t, err)
+	return c
+}
+
+// loadIssued issues cluster's files from a new root into a directory of
+// the test's and loads them.
+func loadIssued(t *testing.T, cluster string) (*gatewaytest.CA, gatewaytest.Files, *Certs) {
+	t.Helper()
+	ca, err := gatewaytest.NewCA("root")
+	require.NoError(t, err)
+	files, err := ca.IssueFiles(t.TempDir(), cluster, gatewaytest.Options{})
+	require.NoError(t, err)
+	c := load(t, files)
+	assert.Equal(t, cluster, c.Cluster())
+	return ca, files, c
+}
+
+// reloaded requires c to switch to the files it reads.
+func reloaded(t *testing.T, c *Certs) {
+	t.Helper()
+	changed, err := c.Reload()
+	require.NoError(t, err)
+	require.True(t, changed)
+}
+
+// reloadRefused requires c to refuse the files it reads with an error
+// that contains want, counted, and to keep its material.
+func reloadRefused(t *testing.T, c *Certs, want string) {
+	t.Helper()
+	cluster, before := c.Cluster(), value(certReloads.WithLabelValues("error"))
+	changed, err := c.Reload()
+	require.ErrorContains(t, err, want)
+	assert.False(t, changed)
+	assert.Equal(t, before+1, value(certReloads.WithLabelValues("error")))
+	assert.Equal(t, cluster, c.Cluster())
+}
+
 func parseCert(t *testing.T, certPEM []byte) *x509.Certificate {
 	t.Helper()
 	block, _ := pem.Decode(certPEM)
@@ -152,11 +193,8 @@ func TestCertRotationUnderLoad(t *testing.T) {
 	reloads := value(certReloads.WithLabelValues("success"))
 	newWest := p.reissue(t, "west", gatewaytest.Options{})
 	newEast := p.reissue(t, "east", gatewaytest.Options{})
-	for _, c := range []*Certs{p.west, p.east} {
-		changed, err := c.Reload()
-		require.NoError(t, err)
-		require.True(t, changed)
-	}
+	reloaded(t, p.west)
+	reloaded(t, p.east)
 	assert.Equal(t, reloads+2, value(certReloads.WithLabelValues("success")))
 
 	// The streams keep moving after the switch...
@@ -215,13 +253,8 @@ func TestCertReloadKeepsOldOnError(t *testing.T) {
 		{"key file gone", func() { require.NoError(t, os.Remove(files.Key)) }, "west.key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := value(certReloads.WithLabelValues("error"))
 			tc.write()
-			changed, err := p.west.Reload()
-			require.ErrorContains(t, err, tc.want)
-			assert.False(t, changed)
-			assert.Equal(t, before+1, value(certReloads.WithLabelValues("error")))
-			assert.Equal(t, "west", p.west.Cluster())
+			reloadRefused(t, p.west, tc.want)
 			assert.Equal(t, old, p.ingressSerial(t), "the ingress stopped presenting its certificate")
 			assert.Equal(t, oldExpiry, value(certExpiry))
 		})
@@ -231,14 +264,12 @@ func TestCertReloadKeepsOldOnError(t *testing.T) {
 	notAfter := time.Now().Add(72 * time.Hour).Truncate(time.Second)
 	good := p.reissue(t, "west", gatewaytest.Options{NotAfter: notAfter})
 	success := value(certReloads.WithLabelValues("success"))
-	changed, err := p.west.Reload()
-	require.NoError(t, err)
-	assert.True(t, changed)
+	reloaded(t, p.west)
 	assert.Equal(t, success+1, value(certReloads.WithLabelValues("success")))
 	assert.Equal(t, good.SerialNumber, p.ingressSerial(t))
 	assert.Equal(t, float64(notAfter.Unix()), value(certExpiry))
 	// The same files once more: nothing to do, nothing counted.
-	changed, err = p.west.Reload()
+	changed, err := p.west.Reload()
 	require.NoError(t, err)
 	assert.False(t, changed)
 	assert.Equal(t, success+1, value(certReloads.WithLabelValues("success")))
@@ -264,16 +295,9 @@ func TestCertWatch(t *testing.T) {
 
 // LoadCerts refuses a set that would not work, saying which file.
 func TestLoadCertsErrors(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := gatewaytest.NewCA("root")
-	require.NoError(t, err)
-	good, err := ca.IssueFiles(dir, "east", gatewaytest.Options{})
-	require.NoError(t, err)
-	files := CertFiles{Cert: good.Cert, Key: good.Key, CA: good.CA}
-	c, err := LoadCerts(files)
-	require.NoError(t, err)
-	assert.Equal(t, "east", c.Cluster())
+	ca, good, c := loadIssued(t, "east")
 	assert.Equal(t, trust.DefaultTrustDomain, c.TrustDomain())
+	dir := filepath.Dir(good.Cert)
 
 	noID, err := ca.IssueFiles(t.TempDir(), "east", gatewaytest.Options{NoIdentity: true})
 	require.NoError(t, err)
@@ -327,9 +351,7 @@ func TestReloadEndsSessionResumption(t *testing.T) {
 			}
 			_, err := p.ca.IssueFiles(p.dir, cluster, gatewaytest.Options{})
 			require.NoError(t, err)
-			changed, err := certs.Reload()
-			require.NoError(t, err)
-			require.True(t, changed)
+			reloaded(t, certs)
 			assert.False(t, probe(), "after the %s's reload the handshake is full", side)
 			assert.True(t, probe(), "and resumes again afterwards")
 		})

@@ -42,7 +42,7 @@ func binaryDir() (string, error) {
 // runTool runs test/tools/NAME, which prints one line on success, and
 // returns that line; the script's log goes to stderr.
 func runTool(name string) (string, error) {
-	script := filepath.Join(repoRoot(), "test", "tools", name)
+	script := RepoPath("test", "tools", name)
 	var out bytes.Buffer
 	cmd := exec.Command("bash", script)
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr

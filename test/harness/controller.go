@@ -1,20 +1,18 @@
 package harness
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
-	"testing"
 )
 
-// EgressAddress is the gateway egress address a controller started by
-// StartController writes into its mirrors' EndpointSlices unless told
-// otherwise: an address of TEST-NET-1, which the API server accepts as an
-// endpoint and nothing here routes to. Tests that carry traffic connect to
-// the egress ports on 127.0.0.1, or run a fleet (LaunchFleet), whose
-// controller points at the egress on the node.
+// EgressAddress is the gateway egress address a fleet's controller writes
+// into its mirrors' EndpointSlices unless told otherwise: an address of
+// TEST-NET-1, which the API server accepts as an endpoint and nothing here
+// routes to. Tests that carry traffic connect to
+// the egress ports on 127.0.0.1, or run in a fleet of clusters with a
+// data plane, whose controller points at the egress on the node.
 const EgressAddress = "192.0.2.10"
 
 // Link is one cluster a coredns-mc process links to: the name it is
@@ -23,7 +21,8 @@ type Link struct {
 	Name, Kubeconfig string
 }
 
-// ControllerOptions describes one `coredns-mc controller` of a cluster.
+// ControllerOptions describes one `coredns-mc controller` of a cluster, as
+// a fleet runs it (FleetOptions.Controller).
 type ControllerOptions struct {
 	// Name is the process's name after "<cluster>/" (default
 	// "controller"); a test that starts several gives each its own.
@@ -31,10 +30,7 @@ type ControllerOptions struct {
 	// Kubeconfig is how the controller reaches its own cluster (default
 	// the cluster's admin kubeconfig).
 	Kubeconfig string
-	// Remotes are linked with the read-only credentials of
-	// deploy/remote-link.yaml (Cluster.LinkKubeconfigFile).
-	Remotes []*Cluster
-	// Links are linked with the kubeconfig files given, after Remotes.
+	// Links are linked with the kubeconfig files given.
 	Links []Link
 	// LinkSecrets is the namespace of the cluster whose link Secrets the
 	// controller follows (--link-secrets); none when empty.
@@ -69,31 +65,6 @@ func (c *Controller) MetricsURL() string {
 		return ""
 	}
 	return "http://" + c.MetricsAddr + "/metrics"
-}
-
-// StartController runs `coredns-mc controller` for cluster c and the test
-// t; it is stopped when t ends. It logs at --v 2.
-func (e *Env) StartController(t testing.TB, c *Cluster, o ControllerOptions) *Controller {
-	t.Helper()
-	ctl, name, argv, err := controllerCommand(c, o)
-	if err != nil {
-		t.Fatalf("harness: controller of %s: %v", c.Name, err)
-	}
-	ctl.Process = e.StartProcess(t, name, nil, argv...)
-	return ctl
-}
-
-// launchController is StartController outside tests (LaunchFleet): the
-// controller runs until the environment stops.
-func (e *Env) launchController(c *Cluster, o ControllerOptions) (*Controller, error) {
-	ctl, name, argv, err := controllerCommand(c, o)
-	if err != nil {
-		return nil, err
-	}
-	if ctl.Process, err = e.Launch(name, nil, argv...); err != nil {
-		return nil, err
-	}
-	return ctl, nil
 }
 
 // controllerCommand returns the controller o describes (its process not
@@ -131,13 +102,6 @@ func controllerCommand(c *Cluster, o ControllerOptions) (*Controller, string, []
 		argv = append(argv, "--egress-address", egress)
 	}
 	argv = append(argv, "--egress-ports", ports, "--metrics-addr", ctl.MetricsAddr, "--v", "2")
-	for _, r := range o.Remotes {
-		path, err := r.LinkKubeconfigFile(context.Background())
-		if err != nil {
-			return nil, "", nil, err
-		}
-		argv = append(argv, "--link", r.Name+"="+path)
-	}
 	for _, l := range o.Links {
 		argv = append(argv, "--link", l.Name+"="+l.Kubeconfig)
 	}
@@ -155,15 +119,18 @@ var (
 	portWindow atomic.Int32
 )
 
-// EgressPortWindow returns a range of 100 egress ports, lo to hi, that no
-// other call of this run returned before the hundredth: a test that runs a
+// PortRange is a range of ports, Lo to Hi.
+type PortRange struct{ Lo, Hi int }
+
+// String is "lo-hi", as --egress-ports takes it.
+func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.Lo, r.Hi) }
+
+// EgressPortWindow returns a range of 100 egress ports that no other call
+// of this run returned before the hundredth: a test that runs a
 // controller and a gateway of its own gives them one, so that no two tests
 // (nor a mirror a test before left behind) share an egress port.
-func EgressPortWindow() (lo, hi int) {
+func EgressPortWindow() PortRange {
 	i := int(portWindow.Add(1) - 1)
-	lo = 20000 + (portBase-20000+100*i)%10000
-	return lo, lo + 99
+	lo := 20000 + (portBase-20000+100*i)%10000
+	return PortRange{lo, lo + 99}
 }
-
-// PortRange is "lo-hi", as --egress-ports takes it.
-func PortRange(lo, hi int) string { return fmt.Sprintf("%d-%d", lo, hi) }

@@ -27,7 +27,7 @@ func CorednsMC() (string, error) {
 			cmcPath = p
 			return
 		}
-		root := repoRoot()
+		root := RepoPath()
 		cache, err := os.UserCacheDir()
 		if err != nil {
 			cmcErr = err
@@ -61,7 +61,7 @@ func CorednsMCRelease() (string, error) {
 		}
 		relPath = filepath.Join(cache, "mcmirror", "coredns-mc-release")
 		cmd := exec.Command("go", "build", "-trimpath", "-o", relPath, "./cmd/coredns-mc")
-		cmd.Dir, cmd.Stdout, cmd.Stderr = repoRoot(), os.Stderr, os.Stderr
+		cmd.Dir, cmd.Stdout, cmd.Stderr = RepoPath(), os.Stderr, os.Stderr
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if err := cmd.Run(); err != nil {
 			relErr = fmt.Errorf("harness: build coredns-mc: %w", err)

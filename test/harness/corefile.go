@@ -6,20 +6,23 @@ import (
 	"testing"
 )
 
-// MirrorCorefile returns the Corefile of local's cluster DNS as StartDNS
-// runs it: bound to {HOST}, with the ready and prometheus plugins, and
-// mcmirror before kubernetes for cluster.local and the reverse zones, both
-// reaching local's API server as its admin. block is the rest of the
-// mcmirror block, lines that end in a newline: LinkLines' links,
-// "gateway_health URL", "ttl 5", ...
-func MirrorCorefile(local *Cluster, block string) string {
+// mirrorCorefile returns the Corefile of local's DNS as a fleet runs it:
+// bound to {HOST}, with the ready and prometheus plugins, then plugins,
+// and mcmirror before kubernetes for cluster.local and the reverse zones,
+// both reaching local's API server as its admin. block is the rest of the
+// mcmirror block, lines that end in a newline.
+func mirrorCorefile(local *Cluster, plugins []string, block string) string {
+	var before strings.Builder
+	for _, p := range plugins {
+		fmt.Fprintf(&before, "    %s\n", p)
+	}
 	return fmt.Sprintf(`
 . {
     bind {HOST}
     errors
     ready {HOST}:{READY}
     prometheus {HOST}:{METRICS}
-    mcmirror cluster.local in-addr.arpa ip6.arpa {
+%[4]s    mcmirror cluster.local in-addr.arpa ip6.arpa {
         cluster %[1]s
         kubeconfig %[2]s
 %[3]s
@@ -30,7 +33,7 @@ func MirrorCorefile(local *Cluster, block string) string {
         fallthrough in-addr.arpa ip6.arpa
     }
 }
-`, local.Name, local.Kubeconfig, block)
+`, local.Name, local.Kubeconfig, block, before.String())
 }
 
 // LinkLines returns the lines of an mcmirror block that link each remote
@@ -42,12 +45,12 @@ func LinkLines(t testing.TB, remotes ...*Cluster) string {
 	for _, r := range remotes {
 		ls = append(ls, Link{Name: r.Name, Kubeconfig: r.LinkFile(t)})
 	}
-	return LinkLinesOf(ls...)
+	return linkLines(ls...)
 }
 
-// LinkLinesOf returns the lines of an mcmirror block that link each of ls
+// linkLines returns the lines of an mcmirror block that link each of ls
 // with its kubeconfig file.
-func LinkLinesOf(ls ...Link) string {
+func linkLines(ls ...Link) string {
 	var b strings.Builder
 	for _, l := range ls {
 		fmt.Fprintf(&b, "        link %s %s\n", l.Name, l.Kubeconfig)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -37,8 +36,8 @@ func (c *Cluster) NodeNetns() string {
 
 // DNSServiceIP is the ClusterIP of the cluster DNS Service, kube-system/
 // kube-dns: the tenth address of the service CIDR, as kubeadm picks it.
-// Every pod's resolv.conf names it. It answers once a test runs a cluster
-// DNS server with StartClusterDNS.
+// Every pod's resolv.conf names it. It answers once a test runs a fleet
+// with a DNS server (StartFleet).
 func (c *Cluster) DNSServiceIP() netip.Addr {
 	a := c.ServiceCIDR.Addr().As4()
 	a[3] += 10
@@ -61,7 +60,7 @@ func (c *Cluster) startDataPlane(ctx context.Context) error {
 
 // createDNSService creates kube-system/kube-dns at DNSServiceIP, port 53
 // over UDP and TCP, with an EndpointSlice that points at the node's
-// address, where StartClusterDNS runs the server.
+// address, where a fleet's DNS runs.
 func (c *Cluster) createDNSService(ctx context.Context) error {
 	ports := []corev1.ServicePort{
 		{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP},
@@ -95,24 +94,14 @@ func (c *Cluster) createDNSService(ctx context.Context) error {
 	return nil
 }
 
-// StartInNode starts argv in the network namespace of c's node, as a
-// hostNetwork pod runs, for the test t: it reaches the API servers, its own
-// cluster's pods and ClusterIPs, and the other nodes; the host reaches it
-// at NodeIP.
-func (e *Env) StartInNode(t testing.TB, c *Cluster, name string, env []string, argv ...string) *Process {
-	t.Helper()
-	if c.node == nil {
-		t.Fatalf("%s has no data plane", c.Name)
-	}
-	return e.StartProcess(t, name, env, append([]string{"ip", "netns", "exec", c.node.netns}, argv...)...)
-}
-
-// LaunchInNode is StartInNode outside tests (the demo): Stop stops it.
-func (e *Env) LaunchInNode(c *Cluster, name string, env []string, argv ...string) (*Process, error) {
+// inNode returns argv run in the network namespace of c's node, as a
+// hostNetwork pod runs: it reaches the API servers, its own cluster's pods
+// and ClusterIPs, and the other nodes; the host reaches it at NodeIP.
+func (c *Cluster) inNode(argv ...string) ([]string, error) {
 	if c.node == nil {
 		return nil, fmt.Errorf("%s has no data plane", c.Name)
 	}
-	return e.Launch(name, env, append([]string{"ip", "netns", "exec", c.node.netns}, argv...)...)
+	return append([]string{"ip", "netns", "exec", c.node.netns}, argv...), nil
 }
 
 // RoutePodsBetweenClusters turns the routes between the nodes for each

@@ -28,6 +28,9 @@ type DNSServer struct {
 	MetricsURL string
 	// Process is the coredns-mc process.
 	Process *Process
+	// Corefile is the path of the Corefile the server reads, its
+	// placeholders replaced.
+	Corefile string
 
 	readyURL string
 	hasReady bool   // the Corefile runs the ready plugin
@@ -56,69 +59,64 @@ func (e *Env) StartDNS(t testing.TB, name, corefile string) *DNSServer {
 // StartDNSWith is StartDNS with the binary and the readiness probe of o.
 func (e *Env) StartDNSWith(t testing.TB, name, corefile string, o DNSOptions) *DNSServer {
 	t.Helper()
-	port := freeDNSPort(t)
-	return e.startDNS(t, name, corefile, o, netip.MustParseAddr("127.0.0.1"), port, func(argv ...string) *Process {
-		return e.StartProcess(t, name, nil, argv...)
+	s, err := e.launchDNS(t.Context(), name, nil, corefile, t.TempDir(), o, func(argv ...string) (*Process, error) {
+		return e.StartProcess(t, name, nil, argv...), nil
 	})
-}
-
-// StartClusterDNS runs coredns-mc with corefile as cluster c's DNS, for the
-// test t: in c's node namespace on port 53, where kube-system/kube-dns
-// (DNSServiceIP) sends the queries of c's pods. {READY}, {METRICS} and
-// {HOST} are replaced as for StartDNS, {HOST} by the node's address.
-func (e *Env) StartClusterDNS(t testing.TB, c *Cluster, corefile string) *DNSServer {
-	t.Helper()
-	return e.startDNS(t, c.Name+"/cluster-dns", corefile, DNSOptions{}, c.NodeIP(), 53, func(argv ...string) *Process {
-		return e.StartInNode(t, c, c.Name+"/cluster-dns", nil, argv...)
-	})
-}
-
-func (e *Env) startDNS(t testing.TB, name, corefile string, o DNSOptions, host netip.Addr, port int, start func(...string) *Process) *DNSServer {
-	t.Helper()
-	s, argv, err := newDNSServer(host, port, corefile, t.TempDir(), o)
 	require.NoError(t, err)
-	s.Process = start(argv...)
-	// A server that exited fails at once, not after the wait.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if done, err := s.Process.Exited(); done {
-			t.Fatalf("%s exited: %v\n%s", name, err, s.Process.Tail(20))
-		}
-		err := s.answers()
-		if err == nil {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within 60s: %v\n%s", name, err, s.Process.Tail(20))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return s
 }
 
-// LaunchClusterDNS is StartClusterDNS outside tests (the demo): the server
-// runs until the environment stops.
-func (e *Env) LaunchClusterDNS(ctx context.Context, c *Cluster, corefile string) (*DNSServer, error) {
-	s, argv, err := newDNSServer(c.NodeIP(), 53, corefile, c.dir, DNSOptions{})
+// LaunchDNS is StartDNS outside tests: the server runs until the
+// environment stops.
+func (e *Env) LaunchDNS(ctx context.Context, name, corefile string) (*DNSServer, error) {
+	dir, err := e.tempDir(nil)
 	if err != nil {
 		return nil, err
 	}
-	if s.Process, err = e.LaunchInNode(c, c.Name+"/cluster-dns", nil, argv...); err != nil {
+	return e.launchDNS(ctx, name, nil, corefile, dir, DNSOptions{}, func(argv ...string) (*Process, error) {
+		return e.Launch(name, nil, argv...)
+	})
+}
+
+// launchDNS writes corefile into dir, starts the server it describes with
+// start, in the node of c on port 53 (where kube-system/kube-dns sends the
+// queries of c's pods; {HOST} is the node's address) or, with c nil, on a
+// free port of 127.0.0.1, and waits a minute at most until it answers.
+func (e *Env) launchDNS(ctx context.Context, name string, c *Cluster, corefile, dir string, o DNSOptions, start func(...string) (*Process, error)) (*DNSServer, error) {
+	host, port := netip.MustParseAddr("127.0.0.1"), 53
+	if c != nil {
+		host = c.NodeIP()
+	} else {
+		p, err := freeUDPTCPPort()
+		if err != nil {
+			return nil, err
+		}
+		port = p
+	}
+	s, argv, err := newDNSServer(host, port, corefile, dir, o)
+	if err != nil {
+		return nil, err
+	}
+	if s.Process, err = start(argv...); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	var last error
-	err = e.poll(ctx, c.Name+"/cluster-dns", func(context.Context) (bool, error) {
+	for {
+		// A server that exited fails at once, not after the wait.
 		if done, err := s.Process.Exited(); done {
-			return false, fmt.Errorf("coredns-mc exited: %v\n%s", err, s.Process.Tail(20))
+			return nil, fmt.Errorf("%s exited: %v\n%s", name, err, s.Process.Tail(20))
 		}
-		last = s.answers()
-		return last == nil, nil
-	})
-	if err != nil && last != nil {
-		err = fmt.Errorf("%w (last: %v)", err, last)
+		err := s.answers()
+		if err == nil {
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s not ready within 60s: %v\n%s", name, err, s.Process.Tail(20))
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return s, err
 }
 
 // newDNSServer writes corefile, with its placeholders replaced, into dir
@@ -151,11 +149,26 @@ func newDNSServer(host netip.Addr, port int, corefile, dir string, o DNSOptions)
 	s := &DNSServer{
 		Addr:       net.JoinHostPort(h, strconv.Itoa(port)),
 		MetricsURL: "http://" + net.JoinHostPort(h, strconv.Itoa(metricsPort)) + "/metrics",
+		Corefile:   path,
 		readyURL:   "http://" + net.JoinHostPort(h, strconv.Itoa(readyPort)) + "/ready",
 		hasReady:   strings.Contains(corefile, "ready "),
 		probe:      dns.Fqdn(probe),
 	}
 	return s, []string{bin, "-conf", path, "-dns.port", strconv.Itoa(port)}, nil
+}
+
+// EditCorefile rewrites the server's Corefile with what edit makes of it,
+// by a rename, so that the reload plugin never reads half a file, and
+// returns the new text.
+func (s *DNSServer) EditCorefile(t testing.TB, edit func(string) string) string {
+	t.Helper()
+	old, err := os.ReadFile(s.Corefile)
+	require.NoError(t, err)
+	text := edit(string(old))
+	tmp := s.Corefile + ".new"
+	require.NoError(t, os.WriteFile(tmp, []byte(text), 0o644))
+	require.NoError(t, os.Rename(tmp, s.Corefile))
+	return text
 }
 
 // Ready reports whether the ready plugin answers 200 (the Corefile must
@@ -284,23 +297,28 @@ func (s *DNSServer) Metrics(t testing.TB) []string {
 	return strings.Split(string(body), "\n")
 }
 
-// freeDNSPort returns a port free for both UDP and TCP on 127.0.0.1.
-func freeDNSPort(t testing.TB) int {
-	t.Helper()
+// freeUDPTCPPort returns a port free for both UDP and TCP on 127.0.0.1.
+func freeUDPTCPPort() (int, error) {
 	for range 50 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
+		if err != nil {
+			return 0, err
+		}
 		port := l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", l.Addr().String())
 		l.Close()
 		if err == nil {
 			u.Close()
-			return port
+			return port, nil
 		}
 	}
-	t.Fatal("no port free for both UDP and TCP")
-	return 0
+	return 0, fmt.Errorf("no port free for both UDP and TCP")
 }
 
 // FreePort returns a port on 127.0.0.1 free for both UDP and TCP.
-func FreePort(t testing.TB) int { t.Helper(); return freeDNSPort(t) }
+func FreePort(t testing.TB) int {
+	t.Helper()
+	p, err := freeUDPTCPPort()
+	require.NoError(t, err)
+	return p
+}

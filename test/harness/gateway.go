@@ -98,12 +98,7 @@ func (e *Env) LaunchGateway(c *Cluster, o GatewayOptions) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := e.Launch(g.name, nil, g.argv...)
-	if err != nil {
-		return nil, err
-	}
-	g.proc = p
-	return g, g.waitReady(p)
+	return g, g.Launch()
 }
 
 // newGateway works out a gateway's flags and addresses.
@@ -119,11 +114,10 @@ func (e *Env) newGateway(c *Cluster, o GatewayOptions) (*Gateway, error) {
 	host := "127.0.0.1"
 	var argv []string
 	if o.InNode {
-		if c.node == nil {
-			return nil, fmt.Errorf("%s has no data plane", c.Name)
+		if argv, err = c.inNode(); err != nil {
+			return nil, err
 		}
 		host = c.node.ip.String()
-		argv = []string{"ip", "netns", "exec", c.node.netns}
 	}
 	metricsPort, err := freePort()
 	if err != nil {
@@ -165,11 +159,26 @@ func (e *Env) newGateway(c *Cluster, o GatewayOptions) (*Gateway, error) {
 // ends.
 func (g *Gateway) Start(t testing.TB) {
 	t.Helper()
+	if err := g.start(func(env, argv []string) (*Process, error) {
+		return g.env.StartProcess(t, g.name, env, argv...), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Launch is Start outside a test (the demo, a package's gateway a test
+// stops): the gateway runs until Stop or until the environment stops.
+func (g *Gateway) Launch() error {
+	return g.start(func(env, argv []string) (*Process, error) { return g.env.Launch(g.name, env, argv...) })
+}
+
+// start runs the gateway's process with run and waits until it is ready.
+func (g *Gateway) start(run func(env, argv []string) (*Process, error)) error {
 	g.mu.Lock()
 	if g.proc != nil {
 		if done, _ := g.proc.Exited(); !done {
 			g.mu.Unlock()
-			t.Fatalf("%s: started while running", g.name)
+			return fmt.Errorf("%s: started while running", g.name)
 		}
 	}
 	argv, env := g.argv, []string(nil)
@@ -177,12 +186,15 @@ func (g *Gateway) Start(t testing.TB) {
 		argv = g.mem.Wrap(argv)
 		env = []string{"GOMEMLIMIT=" + strconv.FormatInt(g.mem.Limit, 10)}
 	}
-	p := g.env.StartProcess(t, g.name, env, argv...)
-	g.proc = p
-	g.mu.Unlock()
-	if err := g.waitReady(p); err != nil {
-		t.Fatal(err)
+	p, err := run(env, argv)
+	if err == nil {
+		g.proc = p
 	}
+	g.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return g.waitReady(p)
 }
 
 // waitReady waits until the gateway's /readyz answers 200, for a minute at

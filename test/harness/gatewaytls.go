@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
@@ -10,11 +11,16 @@ import (
 // environment start: one for the environment, made at its first use.
 func (e *Env) GatewayCA(t testing.TB) *gatewaytest.CA {
 	t.Helper()
-	e.gwCAOnce.Do(func() { e.gwCA, e.gwCAErr = gatewaytest.NewCA("mcmirror e2e gateways") })
-	if e.gwCAErr != nil {
-		t.Fatalf("harness: gateway CA: %v", e.gwCAErr)
+	ca, err := e.gatewayCA()
+	if err != nil {
+		t.Fatalf("harness: gateway CA: %v", err)
 	}
-	return e.gwCA
+	return ca
+}
+
+func (e *Env) gatewayCA() (*gatewaytest.CA, error) {
+	e.gwCAOnce.Do(func() { e.gwCA, e.gwCAErr = gatewaytest.NewCA("mcmirror e2e gateways") })
+	return e.gwCA, e.gwCAErr
 }
 
 // GatewayTLS issues, from GatewayCA, a gateway certificate for each
@@ -22,14 +28,24 @@ func (e *Env) GatewayCA(t testing.TB) *gatewaytest.CA {
 // cluster.
 func (e *Env) GatewayTLS(t testing.TB, clusters ...string) map[string]gatewaytest.Files {
 	t.Helper()
-	ca, dir := e.GatewayCA(t), t.TempDir()
-	out := map[string]gatewaytest.Files{}
-	for _, c := range clusters {
-		f, err := ca.IssueFiles(dir, c, gatewaytest.Options{})
-		if err != nil {
-			t.Fatalf("harness: gateway certificate of %s: %v", c, err)
-		}
-		out[c] = f
+	out, err := e.gatewayTLS(t.TempDir(), clusters...)
+	if err != nil {
+		t.Fatalf("harness: %v", err)
 	}
 	return out
+}
+
+// gatewayTLS is GatewayTLS into dir.
+func (e *Env) gatewayTLS(dir string, clusters ...string) (map[string]gatewaytest.Files, error) {
+	ca, err := e.gatewayCA()
+	if err != nil {
+		return nil, fmt.Errorf("gateway CA: %w", err)
+	}
+	out := map[string]gatewaytest.Files{}
+	for _, c := range clusters {
+		if out[c], err = ca.IssueFiles(dir, c, gatewaytest.Options{}); err != nil {
+			return nil, fmt.Errorf("gateway certificate of %s: %w", c, err)
+		}
+	}
+	return out, nil
 }

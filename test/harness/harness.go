@@ -96,8 +96,8 @@ type ClusterOptions struct {
 	// Workloads): its simulated node gets a network namespace with
 	// kube-proxy programming the Services, every pod KWOK runs there gets a
 	// namespace with its pod IP and a server on its container ports, and
-	// kube-system/kube-dns points at the node, where StartClusterDNS runs a
-	// DNS server. The API servers of every cluster then listen on the node
+	// kube-system/kube-dns points at the node, where a fleet's DNS runs
+	// (StartFleet). The API servers of every cluster then listen on the node
 	// network's host address instead of 127.0.0.1.
 	DataPlane bool
 	// RealNode gives the cluster a node of real parts instead of KWOK's:

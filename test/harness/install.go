@@ -7,16 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"time"
 )
-
-// repoRoot is the root of this checkout.
-func repoRoot() string {
-	_, self, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(self), "..", "..")
-}
 
 // InstallFromREADME runs the section "Install, step by step" of
 // deploy/README.md on the clusters of e, as a user runs it: its shell
@@ -32,7 +25,7 @@ func repoRoot() string {
 // The clusters must have real nodes and kubeadm's CoreDNS
 // (InstallKubeadmDNS), which the chart's hook patches.
 func (e *Env) InstallFromREADME(ctx context.Context) (string, error) {
-	readme, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "README.md"))
+	readme, err := os.ReadFile(RepoPath("deploy", "README.md"))
 	if err != nil {
 		return "", err
 	}
@@ -62,7 +55,7 @@ func (e *Env) InstallFromREADME(ctx context.Context) (string, error) {
 // READMEBlocks returns the sh blocks of the section heading (say
 // "## Uninstalling") of deploy/README.md.
 func READMEBlocks(heading string) ([]string, error) {
-	readme, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "README.md"))
+	readme, err := os.ReadFile(RepoPath("deploy", "README.md"))
 	if err != nil {
 		return nil, err
 	}
@@ -136,8 +129,8 @@ func (e *Env) installDir() (string, error) {
 		return "", err
 	}
 	for _, l := range [][2]string{
-		{filepath.Join(repoRoot(), "charts"), filepath.Join(work, "charts")},
-		{filepath.Join(repoRoot(), "deploy"), filepath.Join(work, "deploy")},
+		{RepoPath("charts"), filepath.Join(work, "charts")},
+		{RepoPath("deploy"), filepath.Join(work, "deploy")},
 		{mc, filepath.Join(work, "bin", "coredns-mc")},
 		{kubectl, filepath.Join(work, "path", "kubectl")},
 		{helm, filepath.Join(work, "path", "helm")},

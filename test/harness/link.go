@@ -6,13 +6,18 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcmirror/mcmirror/internal/grant"
 )
 
 // LinkKubeconfig applies deploy/remote-link.yaml to c and returns a
 // kubeconfig with the token of its read-only ServiceAccount: what another
 // cluster links c with.
 func (c *Cluster) LinkKubeconfig(ctx context.Context) ([]byte, error) {
-	manifest, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "remote-link.yaml"))
+	manifest, err := os.ReadFile(RepoPath("deploy", "remote-link.yaml"))
 	if err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
@@ -51,4 +56,29 @@ func (c *Cluster) LinkFile(t testing.TB) string {
 		t.Fatalf("harness: link kubeconfig of %s: %v", c.Name, err)
 	}
 	return p
+}
+
+// LinkData is the kubeconfig LinkFile holds, for the test t: what a link
+// Secret for c carries.
+func (c *Cluster) LinkData(t testing.TB) []byte {
+	t.Helper()
+	kc, err := os.ReadFile(c.LinkFile(t))
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	return kc
+}
+
+// CreateLinkSecret creates in c, in namespace ns, the link Secret of
+// cluster that `coredns-mc link` writes (grant.LinkSecret), holding
+// kubeconfig, and deletes it when t ends.
+func (c *Cluster) CreateLinkSecret(t testing.TB, ns, cluster string, kubeconfig []byte) *corev1.Secret {
+	t.Helper()
+	secrets := c.Client.CoreV1().Secrets(ns)
+	s, err := secrets.Create(context.Background(), grant.LinkSecret(grant.Options{Cluster: cluster, LinkNamespace: ns}, kubeconfig), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("harness: %s: link Secret of %s in %s: %v", c.Name, cluster, ns, err)
+	}
+	t.Cleanup(func() { _ = secrets.Delete(context.Background(), s.Name, metav1.DeleteOptions{}) })
+	return s
 }

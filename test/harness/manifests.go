@@ -55,6 +55,20 @@ spec:
 `, ns, svc, set, replicas, flowMap(svcLabels), NodeName, strings.Join(sp, ", "), strings.Join(cp, ", "))
 }
 
+// ClusterIPService returns the manifest of a ClusterIP Service name with
+// the given labels (e.g. the export label) and one port http, in front of
+// the pods labelled app=name. The namespace must exist.
+func ClusterIPService(ns, name string, port int, svcLabels map[string]string) string {
+	return fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: %[2]s, namespace: %[1]s, labels: %[4]s}
+spec:
+  selector: {app: %[2]s}
+  ports: [{name: http, port: %[3]d}]
+`, ns, name, port, flowMap(svcLabels))
+}
+
 // ClientPod returns the manifest of a pod of ClientImage, bound to the
 // simulated node: with a data plane it gets a network namespace and a
 // resolv.conf, and Exec runs commands in it.

@@ -10,12 +10,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // stopGrace is how long a process gets between SIGTERM and SIGKILL.
@@ -140,6 +143,26 @@ func (p *Process) Signal(sig syscall.Signal) error { return syscall.Kill(p.PID, 
 
 // Tail returns at most n last lines of the process's log.
 func (p *Process) Tail(n int) string { return tailFile(p.LogPath, 0, n) }
+
+// Log is what the process has logged so far. t may be a *testing.T or,
+// inside EventuallyWithT, the collector.
+func (p *Process) Log(t require.TestingT) string {
+	b, err := os.ReadFile(p.LogPath)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// LogLines are the lines of the process's log that contain every one of
+// parts.
+func (p *Process) LogLines(t require.TestingT, parts ...string) []string {
+	var out []string
+	for line := range strings.SplitSeq(p.Log(t), "\n") {
+		if !slices.ContainsFunc(parts, func(s string) bool { return !strings.Contains(line, s) }) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
 
 // statFields returns the fields of /proc/PID/stat from the state on (field
 // 3, then 4, ...). The command name before them may hold spaces and

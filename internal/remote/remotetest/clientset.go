@@ -78,15 +78,45 @@ func Relabel(cs *fake.Clientset, svc *corev1.Service) {
 	if err != nil {
 		return
 	}
-	for _, es := range l.(*discoveryv1.EndpointSliceList).Items {
-		if es.Labels[discoveryv1.LabelServiceName] != svc.Name {
+	var all []*discoveryv1.EndpointSlice
+	for i := range l.(*discoveryv1.EndpointSliceList).Items {
+		all = append(all, &l.(*discoveryv1.EndpointSliceList).Items[i])
+	}
+	for _, es := range Relabeled(svc, all) {
+		_ = cs.Tracker().Update(slicesGVR, es, es.Namespace)
+	}
+}
+
+// RelabelAll is Relabel for every Service of cs: what the EndpointSlice
+// controller has done once objects written straight into the tracker
+// settle.
+func RelabelAll(cs *fake.Clientset) error {
+	l, err := cs.Tracker().List(servicesGVR, corev1.SchemeGroupVersion.WithKind("Service"), "")
+	if err != nil {
+		return err
+	}
+	for i := range l.(*corev1.ServiceList).Items {
+		Relabel(cs, &l.(*corev1.ServiceList).Items[i])
+	}
+	return nil
+}
+
+// Relabeled returns the slices among slices that belong to Service svc
+// and do not carry the labels the EndpointSlice controller gives them,
+// each a copy with those labels.
+func Relabeled(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
+	var out []*discoveryv1.EndpointSlice
+	for _, es := range slices {
+		if es.Namespace != svc.Namespace || es.Labels[discoveryv1.LabelServiceName] != svc.Name {
 			continue
 		}
 		if want := SliceLabels(svc.Labels, es.Labels); !maps.Equal(want, es.Labels) {
+			es = es.DeepCopy()
 			es.Labels = want
-			_ = cs.Tracker().Update(slicesGVR, &es, es.Namespace)
+			out = append(out, es)
 		}
 	}
+	return out
 }
 
 // SliceLabels are the labels the EndpointSlice controller gives a slice of

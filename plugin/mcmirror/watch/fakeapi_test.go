@@ -3,7 +3,6 @@ package watch
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -141,16 +140,14 @@ func (f *fakeAPI) put(obj metav1.Object) {
 		}
 	case *corev1.Service:
 		f.putLocked(obj)
+		var all []*discovery.EndpointSlice
 		for _, other := range f.objs {
-			es, ok := other.(*discovery.EndpointSlice)
-			if !ok || es.Namespace != o.Namespace || es.Labels[discovery.LabelServiceName] != o.Name {
-				continue
+			if es, ok := other.(*discovery.EndpointSlice); ok {
+				all = append(all, es)
 			}
-			if want := remotetest.SliceLabels(o.Labels, es.Labels); !maps.Equal(want, es.Labels) {
-				es = es.DeepCopy()
-				es.Labels = want
-				f.putLocked(es)
-			}
+		}
+		for _, es := range remotetest.Relabeled(o, all) {
+			f.putLocked(es)
 		}
 		return
 	}

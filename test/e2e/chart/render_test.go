@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -28,14 +27,8 @@ import (
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
-// root is the repository's root.
-func root() string {
-	_, self, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(self), "..", "..", "..")
-}
-
 // chartDir is charts/mcmirror.
-func chartDir() string { return filepath.Join(root(), "charts", "mcmirror") }
+func chartDir() string { return harness.RepoPath("charts", "mcmirror") }
 
 // helmBin returns the project's helm.
 func helmBin(t *testing.T) string {
@@ -152,7 +145,7 @@ func TestLint(t *testing.T) {
 // deploy/'s plain manifests are the chart's output: generate.sh --check
 // renders the chart again and compares every file.
 func TestDeployIsGenerated(t *testing.T) {
-	cmd := exec.Command(filepath.Join(root(), "deploy", "generate.sh"), "--check", "--helm", helmBin(t))
+	cmd := exec.Command(harness.RepoPath("deploy", "generate.sh"), "--check", "--helm", helmBin(t))
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "deploy/ is not what the chart renders:\n%s", out)
 }

@@ -276,11 +276,11 @@ func TestStoppedPeerGateway(t *testing.T) {
 	f := setup(t)
 	healthy(t, f)
 
-	f.westGW.stop()
+	f.westGW.Stop()
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			require.NoError(t, f.westGW.start(context.Background()))
+			require.NoError(t, f.westGW.Launch())
 		}
 	})
 	_, res := failing(t, f, "peer-reachable", "west")
@@ -294,7 +294,7 @@ func TestStoppedPeerGateway(t *testing.T) {
 		return r.Status == "fail" && strings.Contains(r.Message, "the gateway cannot reach west's ingress at "+f.westIngress), r.Status + ": " + r.Message
 	})
 
-	require.NoError(t, f.westGW.start(context.Background()))
+	require.NoError(t, f.westGW.Launch())
 	restarted = true
 	healthy(t, f)
 }

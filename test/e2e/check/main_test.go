@@ -28,7 +28,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,10 +35,10 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/internal/grant"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 
-	"github.com/miekg/dns"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,10 +63,10 @@ const (
 	gatewayPod = "mcmirror-gateway-e2e"
 )
 
-// fleet is the installed and running east and west. It is not a
-// harness.LaunchFleet: what check reads is what deploy/*.yaml installs, so
-// every part runs with its Deployment's arguments and ServiceAccount, and
-// tests stop and start parts of it (proc) as pods that die and come back.
+// fleet is the installed and running east and west. East's parts are not
+// a harness fleet's: what check reads is what deploy/*.yaml installs, so
+// each runs with its Deployment's arguments and ServiceAccount. Tests stop
+// and start gateways as pods that die and come back.
 type fleet struct {
 	dir string
 	ca  *gatewaytest.CA
@@ -75,8 +74,9 @@ type fleet struct {
 	westIngress string
 	// dnsAddr is east's cluster DNS, for check's --dns-server.
 	dnsAddr string
-	// eastGW and westGW are the gateways' processes.
-	eastGW, westGW *proc
+	// eastGW is east's gateway's process, westGW west's gateway.
+	eastGW *proc
+	westGW *harness.Gateway
 }
 
 var (
@@ -155,16 +155,6 @@ func httpOK(url string) func() error {
 	}
 }
 
-func repoFile(parts ...string) string {
-	_, self, _, _ := runtime.Caller(0)
-	return filepath.Join(append([]string{filepath.Dir(self), "..", "..", ".."}, parts...)...)
-}
-
-func readFile(parts ...string) (string, error) {
-	b, err := os.ReadFile(repoFile(parts...))
-	return string(b), err
-}
-
 func freePort(host string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
@@ -220,32 +210,21 @@ func start(ctx context.Context) (*fleet, error) {
 	if err := west.Apply(ctx, harness.StatefulSet(ns, "nginx-svc", "nginx-set", 1, map[string]string{labels.Exported: labels.ExportGateway})); err != nil {
 		return nil, err
 	}
-	ingressPort, err := freePort("127.0.0.1")
-	if err != nil {
+	if f.westGW, err = env.LaunchGateway(west, harness.GatewayOptions{TLS: westTLS, Ingress: true,
+		Args: []string{"--allow-cluster=east", "--drain-delay=0s"}}); err != nil {
 		return nil, err
 	}
-	westMetrics, err := freePort("127.0.0.1")
-	if err != nil {
-		return nil, err
-	}
-	f.westIngress = "127.0.0.1:" + strconv.Itoa(ingressPort)
-	f.westGW = &proc{name: "west/gateway", argv: append([]string{bin, "gateway", "--cluster=west", "--kubeconfig=" + west.Kubeconfig,
-		"--ingress-address=" + f.westIngress, "--metrics-addr=127.0.0.1:" + strconv.Itoa(westMetrics), "--egress=false",
-		"--allow-cluster=east", "--drain-delay=0s"}, westTLS.Args()...),
-		ready: httpOK("http://127.0.0.1:" + strconv.Itoa(westMetrics) + "/readyz")}
-	if err := f.westGW.start(ctx); err != nil {
-		return nil, err
-	}
+	f.westIngress = f.westGW.IngressAddr
 
 	// East: every file of deploy/, the DNS patched as kubeadm's CoreDNS
 	// is, the gateway's certificate Secret, the link Secret, and the
 	// gateway's --peer west.
 	for _, file := range []string{"remote-link.yaml", "controller.yaml", "coredns.yaml", "gateway.yaml"} {
-		text, err := readFile("deploy", file)
+		text, err := os.ReadFile(harness.RepoPath("deploy", file))
 		if err != nil {
 			return nil, err
 		}
-		if err := east.Apply(ctx, text); err != nil {
+		if err := east.Apply(ctx, string(text)); err != nil {
 			return nil, err
 		}
 	}
@@ -256,11 +235,11 @@ func start(ctx context.Context) (*fleet, error) {
 	if err := east.Apply(ctx, harness.KubeadmCoreDNSDeployment("kube-system", "registry.k8s.io/coredns/coredns:v1.11.3")); err != nil {
 		return nil, err
 	}
-	patch, err := readFile("deploy", "patches", "coredns.yaml")
+	patch, err := os.ReadFile(harness.RepoPath("deploy", "patches", "coredns.yaml"))
 	if err != nil {
 		return nil, err
 	}
-	patchJSON, err := utilyaml.ToJSON([]byte(patch))
+	patchJSON, err := utilyaml.ToJSON(patch)
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +319,7 @@ func start(ctx context.Context) (*fleet, error) {
 	if err := startController(ctx, f.dir, bin); err != nil {
 		return nil, err
 	}
-	if f.dnsAddr, err = startDNS(ctx, f.dir, bin); err != nil {
+	if f.dnsAddr, err = startDNS(ctx, f.dir); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -349,13 +328,8 @@ func start(ctx context.Context) (*fleet, error) {
 // createLinkSecret writes east's link Secret for west, in the Linkerd
 // format, as coredns-mc link and deploy/README.md make it.
 func createLinkSecret(ctx context.Context, kubeconfig []byte) error {
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: labels.LinkSecretNamePrefix + "west", Namespace: "mcmirror-links",
-			Labels: map[string]string{labels.LinkClusterName: "west"}},
-		Type: corev1.SecretType(labels.LinkSecretType),
-		Data: map[string][]byte{labels.LinkSecretKey: kubeconfig},
-	}
-	_, err := env.Cluster("east").Client.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+	_, err := env.Cluster("east").Client.CoreV1().Secrets(grant.DefaultLinkNamespace).Create(ctx,
+		grant.LinkSecret(grant.Options{Cluster: "west"}, kubeconfig), metav1.CreateOptions{})
 	return err
 }
 
@@ -459,7 +433,7 @@ func startController(ctx context.Context, dir, bin string) error {
 // startDNS runs coredns-mc with the Corefile of the ConfigMap the patched
 // DNS Deployment mounts, adapted to a process on this host (loopback and
 // free ports, the ServiceAccount's kubeconfig), and returns its address.
-func startDNS(ctx context.Context, dir, bin string) (string, error) {
+func startDNS(ctx context.Context, dir string) (string, error) {
 	east := env.Cluster("east")
 	d, err := east.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
 	if err != nil {
@@ -479,36 +453,19 @@ func startDNS(ctx context.Context, dir, bin string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var ports [4]int
-	for i := range ports {
-		if ports[i], err = freePort("127.0.0.1"); err != nil {
-			return "", err
-		}
+	health, err := freePort("127.0.0.1")
+	if err != nil {
+		return "", err
 	}
-	cf, err := harness.HostCorefile(cm.Data["Corefile"], kc, ports[1])
+	cf, err := harness.HostCorefile(cm.Data["Corefile"], kc, health)
 	if err != nil {
 		return "", fmt.Errorf("ConfigMap kube-system/%s: %w", cmName, err)
 	}
-	cf = strings.NewReplacer("{READY}", strconv.Itoa(ports[2]), "{METRICS}", strconv.Itoa(ports[3])).Replace(cf)
-	path := filepath.Join(dir, "Corefile")
-	if err := os.WriteFile(path, []byte(cf), 0o644); err != nil {
+	s, err := env.LaunchDNS(ctx, "east/coredns", cf)
+	if err != nil {
 		return "", err
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
-	p := &proc{name: "east/coredns", argv: []string{bin, "-conf", path, "-dns.port", strconv.Itoa(ports[0])},
-		ready: func() error {
-			if err := httpOK(fmt.Sprintf("http://127.0.0.1:%d/ready", ports[2]))(); err != nil {
-				return err
-			}
-			m := new(dns.Msg)
-			m.SetQuestion("kubernetes.default.svc.cluster.local.", dns.TypeA)
-			r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, addr)
-			if err == nil && r.Rcode != dns.RcodeSuccess {
-				err = errors.New(dns.RcodeToString[r.Rcode])
-			}
-			return err
-		}}
-	return addr, p.start(ctx)
+	return s.Addr, nil
 }
 
 // ---- running check ----

@@ -24,7 +24,7 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 	const ns = "e2e-dns"
 	const zone = "svc.cluster.local."
 	namespace(t, ns, "east", "west", "paris")
-	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	west, paris := env.Cluster("west"), env.Cluster("paris")
 	startController(t, "controller")
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, "nginx-svc", 3, "true")))
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "nginx-svc", 2, "true")))
@@ -41,7 +41,7 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)
 
-	s := startDNS(t, east, west, paris)
+	s := startDNS(t, "west", "paris")
 	ask := func(c require.TestingT, name string, qtype uint16) []string {
 		r := s.Ask(c, "tcp", name, qtype)
 		var out []string
@@ -92,13 +92,9 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 	}, wait, tick)
 }
 
-// startDNS runs coredns-mc as east's cluster DNS, linked to remotes with
-// their admins' kubeconfigs, and returns it once it answers.
-func startDNS(t *testing.T, local *harness.Cluster, remotes ...*harness.Cluster) *harness.DNSServer {
+// startDNS runs coredns-mc as east's cluster DNS, linked to remotes, and
+// returns it once it answers.
+func startDNS(t *testing.T, remotes ...string) *harness.DNSServer {
 	t.Helper()
-	var links []harness.Link
-	for _, r := range remotes {
-		links = append(links, harness.Link{Name: r.Name, Kubeconfig: r.Kubeconfig})
-	}
-	return env.StartDNS(t, local.Name+"/coredns-mc", harness.MirrorCorefile(local, harness.LinkLinesOf(links...)))
+	return env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes, Parts: harness.FleetDNS}).DNS
 }

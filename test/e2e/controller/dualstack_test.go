@@ -101,10 +101,8 @@ func dualStatefulSet(ns, svc string, replicas int) string {
 // the egress Service gwNS/gw-egress.
 func startDualController(t *testing.T, gwNS string) *harness.Process {
 	t.Helper()
-	return env.StartController(t, env.Cluster("east"), harness.ControllerOptions{
-		EgressService: gwNS + "/gw-egress",
-		Links:         []harness.Link{{Name: "west", Kubeconfig: env.Cluster("west").Kubeconfig}},
-	}).Process
+	return env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: []string{"west"}, Parts: harness.FleetController,
+		Controller: harness.ControllerOptions{EgressService: gwNS + "/gw-egress"}}).Controller.Process
 }
 
 // assertFamilies checks that mirror s has ClusterIPs of the given families,
@@ -238,7 +236,7 @@ func TestDualStackDNS(t *testing.T) {
 	const zone = "svc.cluster.local."
 	namespace(t, ns, "east", "west")
 	namespace(t, gwNS, "east")
-	east, west := env.Cluster("east"), env.Cluster("west")
+	west := env.Cluster("west")
 	dualGateway(t, gwNS)
 	require.NoError(t, west.Apply(ctx, dualService(ns, "web", "PreferDualStack")))
 	require.NoError(t, west.Apply(ctx, dualService(ns, "plain", "")))
@@ -256,7 +254,7 @@ func TestDualStackDNS(t *testing.T) {
 		assertFamilies(c, m["plain-west"], corev1.IPv4Protocol)
 	}, wait, tick)
 
-	s := startDNS(t, east, west)
+	s := startDNS(t, "west")
 	ask := func(c require.TestingT, name string, qtype uint16) []string {
 		return harness.Answers(s.Ask(c, "tcp", name, qtype))
 	}

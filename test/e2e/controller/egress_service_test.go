@@ -3,7 +3,6 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -66,16 +65,7 @@ func assertEgressSlices(c *assert.CollectT, ctx context.Context, ns string, m ma
 			got = append(got, ep.Addresses[0])
 		}
 		assert.Equal(c, want, got, "%s: the egress addresses", name)
-		var ports []string
-		for _, p := range es.Ports {
-			ports = append(ports, fmt.Sprint(*p.Port))
-		}
-		var recorded []string
-		for _, kv := range strings.Split(s.Annotations[controller.EgressPorts], ",") {
-			_, p, _ := strings.Cut(kv, "=")
-			recorded = append(recorded, p)
-		}
-		assert.ElementsMatch(c, recorded, ports, "%s: slice ports are the recorded egress ports", name)
+		assertSlicePorts(c, s, es)
 	}
 }
 
@@ -118,11 +108,8 @@ spec: {clusterIP: None}
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, "nginx-svc", 2, "true")))
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
 
-	ctl := env.StartController(t, east, harness.ControllerOptions{
-		EgressService: gwNS + "/gw-egress",
-		Links:         []harness.Link{{Name: "west", Kubeconfig: west.Kubeconfig}},
-		Metrics:       true,
-	})
+	ctl := env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: []string{"west"}, Parts: harness.FleetController,
+		Controller: harness.ControllerOptions{EgressService: gwNS + "/gw-egress", Metrics: true}}).Controller
 	proc, metrics := ctl.Process, ctl.MetricsAddr
 
 	expect := func(want ...string) {
@@ -144,9 +131,8 @@ spec: {clusterIP: None}
 	// No ready address: the mirrors keep the last ones.
 	update("192.0.2.23!", "192.0.2.21!")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		b, err := os.ReadFile(proc.LogPath)
-		require.NoError(c, err)
-		assert.Contains(c, string(b), "Egress Service has no ready address")
+		b := proc.Log(c)
+		assert.Contains(c, b, "Egress Service has no ready address")
 	}, wait, tick)
 	expect("192.0.2.21", "192.0.2.23")
 }

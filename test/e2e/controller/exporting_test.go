@@ -25,13 +25,8 @@ import (
 // address.
 func startExporter(t *testing.T, name, other string, extra ...string) (*harness.Process, string) {
 	t.Helper()
-	ctl := env.StartController(t, env.Cluster(name), harness.ControllerOptions{
-		EgressAddress: map[string]string{"west": "192.0.2.20", "paris": "192.0.2.30"}[name],
-		EgressPorts:   "31000-31999",
-		Links:         []harness.Link{{Name: other, Kubeconfig: env.Cluster(other).Kubeconfig}},
-		Metrics:       true,
-		Args:          extra,
-	})
+	ctl := env.StartFleet(t, harness.FleetOptions{Local: name, Remotes: []string{other}, Parts: harness.FleetController, EgressPorts: "31000-31999",
+		Controller: harness.ControllerOptions{EgressAddress: map[string]string{"west": "192.0.2.20", "paris": "192.0.2.30"}[name], Metrics: true, Args: extra}}).Controller
 	return ctl.Process, ctl.MetricsAddr
 }
 

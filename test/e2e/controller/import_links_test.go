@@ -80,14 +80,13 @@ func TestImportsWithUnsyncedLink(t *testing.T) {
 	ctx := context.Background()
 	const ns = "e2e-mcs-unsynced"
 	namespace(t, ns, "east", "west")
-	east, west := env.Cluster("east"), env.Cluster("west")
+	west := env.Cluster("west")
 	leftImport(t, ns, "db", "tokyo", "10.250.0.7")
 
-	ctl := env.StartController(t, east, harness.ControllerOptions{
-		Links:   []harness.Link{{Name: "west", Kubeconfig: west.Kubeconfig}, {Name: "tokyo", Kubeconfig: deadKubeconfig(t)}},
-		Metrics: true,
-		Args:    []string{"--link-startup-timeout", "5s"},
-	})
+	ctl := env.StartFleet(t, harness.FleetOptions{Local: "east", Parts: harness.FleetController,
+		Links:      []harness.Link{{Name: "west", Kubeconfig: west.Kubeconfig}, {Name: "tokyo", Kubeconfig: deadKubeconfig(t)}},
+		Controller: harness.ControllerOptions{Metrics: true, Args: []string{"--link-startup-timeout", "5s"}},
+	}).Controller
 	exportLocalAPI(t, ns)
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "db", 80, labels.ExportGateway)))
 

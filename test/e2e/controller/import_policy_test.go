@@ -44,10 +44,10 @@ func TestServiceImportEndpointPolicy(t *testing.T) {
 	const ns = "e2e-mcs-policy"
 	namespace(t, ns, "east", "west")
 	west := env.Cluster("west")
-	ctl := env.StartController(t, env.Cluster("east"), harness.ControllerOptions{
-		Links:   []harness.Link{{Name: "west", Kubeconfig: west.Kubeconfig}},
-		Metrics: true,
-	})
+	ctl := env.StartFleet(t, harness.FleetOptions{Local: "east", Parts: harness.FleetController,
+		Links:      []harness.Link{{Name: "west", Kubeconfig: west.Kubeconfig}},
+		Controller: harness.ControllerOptions{Metrics: true},
+	}).Controller
 	refused := func(c require.TestingT, reason string) float64 {
 		return metric(c, ctl.MetricsAddr, "coredns_mcmirror_controller_import_endpoints_refused", map[string]string{"reason": reason})
 	}

@@ -262,8 +262,10 @@ func TestServiceImportClusterUnlinked(t *testing.T) {
 	namespace(t, ns, "east", "paris")
 	namespace(t, secretNS, "east")
 	east, paris := env.Cluster("east"), env.Cluster("paris")
-	secret := linkSecret(t, paris, secretNS)
-	p := startController(t, "controller", "--no-static-links", "--link-secrets", secretNS)
+	secret := east.CreateLinkSecret(t, secretNS, "paris", paris.LinkData(t))
+	o := eastController("controller")
+	o.LinkSecrets = secretNS
+	p := env.StartFleet(t, o).Controller.Process
 	require.NoError(t, paris.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		imp, ok := readImport(c, ns, "api")

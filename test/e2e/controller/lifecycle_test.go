@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/test/harness"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -137,12 +138,7 @@ func TestLeaderElection(t *testing.T) {
 		assert.Equal(c, followerName, holder(c))
 	}, wait, tick)
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "two", 80, "true")))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
-		assert.Equal(c, []string{"one-west", "two-west"}, names(m))
-		assertConsistent(c, ctx, ns, m)
-	}, wait, tick)
+	waitMirrors(t, ns, "one-west", "two-west")
 }
 
 // Links from Linkerd-format Secrets: a link Secret for paris links it;
@@ -158,7 +154,7 @@ func TestLinkSecretRemoval(t *testing.T) {
 	// What `coredns-mc link` (or `linkerd multicluster link`) sets up: a
 	// ServiceAccount in the remote cluster that may list and watch
 	// Services and EndpointSlices, and its kubeconfig in a Secret here.
-	secret := linkSecret(t, paris, "e2e-link-secrets")
+	secret := east.CreateLinkSecret(t, "e2e-link-secrets", "paris", paris.LinkData(t))
 
 	// An unrelated Service named like a paris mirror, made by someone
 	// else, must survive the sweep.
@@ -169,16 +165,12 @@ metadata: {name: bystander-paris, namespace: %s}
 spec: {ports: [{port: 1}]}
 `, ns)))
 
-	startController(t, "controller", "--no-static-links",
-		"--link", "west="+west.Kubeconfig, "--link-secrets", "e2e-link-secrets")
+	o := eastController("controller")
+	o.Remotes, o.Links, o.LinkSecrets = nil, []harness.Link{{Name: "west", Kubeconfig: west.LinkFile(t)}}, "e2e-link-secrets"
+	env.StartFleet(t, o)
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "db", 2, "true")))
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
-		assert.Equal(c, []string{"db-paris", "db-set-0-paris", "db-set-1-paris", "web-west"}, names(m))
-		assertConsistent(c, ctx, ns, m)
-	}, wait, tick)
+	waitMirrors(t, ns, "db-paris", "db-set-0-paris", "db-set-1-paris", "web-west")
 	bystander, err := east.Client.CoreV1().Services(ns).Get(ctx, "bystander-paris", metav1.GetOptions{})
 	require.NoError(t, err)
 
@@ -233,14 +225,7 @@ func TestRollingUpdateKeepsPodMirrors(t *testing.T) {
 	startController(t, "controller", "--pod-grace", "30s")
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, "db", 3, "true")))
 	want := []string{"db-set-0-west", "db-set-1-west", "db-set-2-west", "db-west"}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
-		assert.Equal(c, want, names(m))
-		assertConsistent(c, ctx, ns, m)
-	}, wait, tick)
-	before, err := env.Cluster("east").Mirrors(ctx, ns)
-	require.NoError(t, err)
+	before := waitMirrors(t, ns, want...)
 
 	// Delete every pod, as a rollout does one by one; the StatefulSet
 	// recreates them.

@@ -46,18 +46,18 @@ const (
 	tick = 100 * time.Millisecond
 )
 
-// startController starts `coredns-mc controller` in east, linked to west
-// and paris (with their admins' kubeconfigs) unless extra says
-// "--no-static-links"; extra holds more flags.
+// eastController is east's `coredns-mc controller`, named name, linked to
+// west and paris with their link credentials, with short graces (pods 2s,
+// removed links 1s) and the flags extra.
+func eastController(name string, extra ...string) harness.FleetOptions {
+	return harness.FleetOptions{Local: "east", Remotes: []string{"west", "paris"}, Parts: harness.FleetController,
+		Controller: harness.ControllerOptions{Name: name, Args: append([]string{"--pod-grace", "2s", "--link-removal-grace", "1s"}, extra...)}}
+}
+
+// startController starts eastController(name, extra...) for the test t.
 func startController(t *testing.T, name string, extra ...string) *harness.Process {
 	t.Helper()
-	o := harness.ControllerOptions{Name: name, Args: append([]string{"--pod-grace", "2s", "--link-removal-grace", "1s"},
-		slices.DeleteFunc(slices.Clone(extra), func(s string) bool { return s == "--no-static-links" })...)}
-	if !slices.Contains(extra, "--no-static-links") {
-		o.Links = []harness.Link{{Name: "west", Kubeconfig: env.Cluster("west").Kubeconfig},
-			{Name: "paris", Kubeconfig: env.Cluster("paris").Kubeconfig}}
-	}
-	return env.StartController(t, env.Cluster("east"), o).Process
+	return env.StartFleet(t, eastController(name, extra...)).Controller.Process
 }
 
 // namespace creates ns in the given clusters; it is deleted again from the
@@ -75,27 +75,21 @@ func namespace(t *testing.T, ns string, clusters ...string) {
 // pods behind it; export is the mirror.linkerd.io/exported value ("" for
 // none).
 func statefulSet(ns, svc string, replicas int, export string) string {
-	lbl := map[string]string{}
-	if export != "" {
-		lbl[labels.Exported] = export
-	}
-	return harness.StatefulSet(ns, svc, svc+"-set", replicas, lbl)
+	return harness.StatefulSet(ns, svc, svc+"-set", replicas, exported(export))
 }
 
-// clusterIPService is a ClusterIP Service (no pods needed).
+// clusterIPService is a ClusterIP Service (no pods needed), exported as
+// statefulSet's.
 func clusterIPService(ns, svc string, port int, export string) string {
-	lbl := ""
-	if export != "" {
-		lbl = fmt.Sprintf("labels: {%s: %q}", labels.Exported, export)
+	return harness.ClusterIPService(ns, svc, port, exported(export))
+}
+
+// exported is the export label of value export, none when empty.
+func exported(export string) map[string]string {
+	if export == "" {
+		return nil
 	}
-	return fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: %[2]s, namespace: %[1]s, %[4]s}
-spec:
-  selector: {app: %[2]s}
-  ports: [{name: http, port: %[3]d}]
-`, ns, svc, port, lbl)
+	return map[string]string{labels.Exported: export}
 }
 
 func names[V any](m map[string]V) []string {
@@ -158,16 +152,7 @@ func assertConsistent(c *assert.CollectT, ctx context.Context, ns string, m map[
 			es := all[0]
 			require.Len(c, es.Endpoints, 1)
 			assert.Equal(c, []string{egress}, es.Endpoints[0].Addresses)
-			var got []string
-			for _, p := range es.Ports {
-				got = append(got, fmt.Sprint(*p.Port))
-			}
-			var want []string
-			for _, kv := range strings.Split(s.Annotations[controller.EgressPorts], ",") {
-				_, p, _ := strings.Cut(kv, "=")
-				want = append(want, p)
-			}
-			assert.ElementsMatch(c, want, got, "%s: slice ports are the recorded egress ports", name)
+			assertSlicePorts(c, s, es)
 			continue
 		}
 		var want, got []string
@@ -189,6 +174,36 @@ func assertConsistent(c *assert.CollectT, ctx context.Context, ns string, m map[
 	}
 }
 
+// waitMirrors waits until east's mirrors of ns are those named want, each
+// as the DNS plugin and the gateway need it (assertConsistent), and
+// returns them.
+func waitMirrors(t *testing.T, ns string, want ...string) map[string]corev1.Service {
+	t.Helper()
+	var m map[string]corev1.Service
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		m, err = env.Cluster("east").Mirrors(context.Background(), ns)
+		require.NoError(c, err)
+		assert.Equal(c, want, names(m))
+		assertConsistent(c, context.Background(), ns, m)
+	}, wait, tick)
+	return m
+}
+
+// assertSlicePorts checks that the ports of es, the EndpointSlice of
+// mirror s, are the egress ports recorded on s.
+func assertSlicePorts(c *assert.CollectT, s corev1.Service, es discoveryv1.EndpointSlice) {
+	var got, want []string
+	for _, p := range es.Ports {
+		got = append(got, fmt.Sprint(*p.Port))
+	}
+	for _, kv := range strings.Split(s.Annotations[controller.EgressPorts], ",") {
+		_, p, _ := strings.Cut(kv, "=")
+		want = append(want, p)
+	}
+	assert.ElementsMatch(c, want, got, "%s: slice ports are the recorded egress ports", s.Name)
+}
+
 // assertPortsUnique checks that no egress port is given twice in east.
 func assertPortsUnique(c *assert.CollectT, ctx context.Context) {
 	all, err := env.Cluster("east").EgressPorts(ctx, "")
@@ -201,9 +216,7 @@ func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 // logSize is where the process's log ends now: later lines are after it.
 func logSize(t *testing.T, p *harness.Process) int {
 	t.Helper()
-	b, err := os.ReadFile(p.LogPath)
-	require.NoError(t, err)
-	return len(b)
+	return len(p.Log(t))
 }
 
 // syncedRE matches the line that ends each sync (controller --v 4).
@@ -212,13 +225,12 @@ var syncedRE = regexp.MustCompile(`"Synced".* key="([^"]+)".* writes=(\d+)`)
 // syncedAfter returns, by key, the write counts of the syncs the process
 // logged after offset.
 func syncedAfter(t require.TestingT, p *harness.Process, offset int) map[string][]int {
-	b, err := os.ReadFile(p.LogPath)
-	require.NoError(t, err)
+	b := p.Log(t)
 	out := map[string][]int{}
 	if offset > len(b) {
 		return out
 	}
-	for _, m := range syncedRE.FindAllStringSubmatch(string(b[offset:]), -1) {
+	for _, m := range syncedRE.FindAllStringSubmatch(b[offset:], -1) {
 		n, err := strconv.Atoi(m[2])
 		require.NoError(t, err)
 		out[m[1]] = append(out[m[1]], n)
@@ -241,25 +253,4 @@ func waitSynced(t *testing.T, p *harness.Process, offset int, keys ...string) ma
 	}, wait, tick)
 	env.RequireAlive(t, p)
 	return got
-}
-
-// linkSecret links east to remote through a link Secret in secretNS, with
-// the kubeconfig of deploy/remote-link.yaml's ServiceAccount (what
-// `coredns-mc link` sets up); the Secret is deleted when the test ends.
-func linkSecret(t *testing.T, remote *harness.Cluster, secretNS string) *corev1.Secret {
-	t.Helper()
-	ctx := context.Background()
-	kc, err := remote.LinkKubeconfig(ctx)
-	require.NoError(t, err)
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: labels.LinkSecretNamePrefix + remote.Name, Namespace: secretNS,
-			Labels: map[string]string{labels.LinkClusterName: remote.Name}},
-		Type: labels.LinkSecretType,
-		Data: map[string][]byte{labels.LinkSecretKey: kc},
-	}
-	secrets := env.Cluster("east").Client.CoreV1().Secrets(secretNS)
-	secret, err = secrets.Create(ctx, secret, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = secrets.Delete(context.Background(), secret.Name, metav1.DeleteOptions{}) })
-	return secret
 }

@@ -75,12 +75,7 @@ func TestExportScaleUnexport(t *testing.T) {
 	// Unexport (Linkerd #8475): every mirror of west's nginx-svc goes,
 	// per-pod ones included; paris's stay.
 	require.NoError(t, west.LabelService(ctx, ns, "nginx-svc", labels.Exported, ""))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
-		assert.Equal(c, []string{"nginx-svc-paris", "nginx-svc-set-0-paris", "nginx-svc-set-1-paris", "web-west"}, names(m))
-		assertConsistent(c, ctx, ns, m)
-	}, wait, tick)
+	waitMirrors(t, ns, "nginx-svc-paris", "nginx-svc-set-0-paris", "nginx-svc-set-1-paris", "web-west")
 }
 
 // A Service (and an EndpointSlice) that the controller did not make keeps

@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -25,19 +24,13 @@ func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
 	namespace(t, ns, "east", "paris")
 	namespace(t, secretNS, "east")
 	east, paris := env.Cluster("east"), env.Cluster("paris")
-	secret := linkSecret(t, paris, secretNS)
-	args := []string{"--no-static-links", "--link-secrets", secretNS, "--v", "4"}
-	first := startController(t, "controller", args...)
+	secret := east.CreateLinkSecret(t, secretNS, "paris", paris.LinkData(t))
+	o := eastController("controller", "--v", "4")
+	o.LinkSecrets = secretNS
+	first := env.StartFleet(t, o).Controller.Process
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "db", 2, "true")))
 	want := []string{"db-paris", "db-set-0-paris", "db-set-1-paris"}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
-		assert.Equal(c, want, names(m))
-		assertConsistent(c, ctx, ns, m)
-	}, wait, tick)
-	before, err := env.Cluster("east").Mirrors(ctx, ns)
-	require.NoError(t, err)
+	before := waitMirrors(t, ns, want...)
 
 	// The Secret is edited: the same server, through an exec plugin,
 	// which is refused.
@@ -52,18 +45,17 @@ func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
 	_, err = east.Client.CoreV1().Secrets(secretNS).Update(ctx, secret, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		b, err := os.ReadFile(first.LogPath)
-		require.NoError(c, err)
-		assert.Contains(c, string(b), "link secret "+secretNS+"/"+secret.Name+" refused (exec)")
+		b := first.Log(c)
+		assert.Contains(c, b, "link secret "+secretNS+"/"+secret.Name+" refused (exec)")
 	}, wait, tick)
 
 	// A restart (or a leader failover): the Secret links nothing now.
 	first.Stop()
-	second := startController(t, "controller-restarted", args...)
+	o.Controller.Name = "controller-restarted"
+	second := env.StartFleet(t, o).Controller.Process
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		b, err := os.ReadFile(second.LogPath)
-		require.NoError(c, err)
-		assert.Regexp(c, `"Synced".* key="paris/`+ns+`/db".* skipped="link secret refused"`, string(b))
+		b := second.Log(c)
+		assert.Regexp(c, `"Synced".* key="paris/`+ns+`/db".* skipped="link secret refused"`, b)
 	}, wait, tick, "the sweep's sync of paris's mirrors leaves them alone")
 	env.RequireAlive(t, second)
 	after, err := env.Cluster("east").Mirrors(ctx, ns)

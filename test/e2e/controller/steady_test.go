@@ -43,12 +43,7 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	want := []string{"db-set-0-west", "db-set-1-west", "db-west", "dns-west", "plain-west"}
 	keys := []string{"west/" + ns + "/db", "west/" + ns + "/dns", "west/" + ns + "/plain"}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
-		assert.Equal(c, want, names(m))
-		assertConsistent(c, ctx, ns, m)
-	}, wait, tick)
+	waitMirrors(t, ns, want...)
 	// Converged: each key has had a sync that wrote nothing, and each
 	// export has its ServiceImport, derived Service and west's slice,
 	// with an endpoint for each pod or the egress.

@@ -3,7 +3,6 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/mcmirror/mcmirror/controller"
@@ -46,9 +45,8 @@ spec: {ports: [{name: http, port: 80}]}
 	// The start-up sweep's sync of dead's mirror was seen, and left it
 	// alone; the controller still runs.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		b, err := os.ReadFile(p.LogPath)
-		require.NoError(c, err)
-		assert.Regexp(c, `"Synced".* key="dead/`+ns+`/api".* skipped="link not synced"`, string(b))
+		b := p.Log(c)
+		assert.Regexp(c, `"Synced".* key="dead/`+ns+`/api".* skipped="link not synced"`, b)
 	}, wait, tick)
 	env.RequireAlive(t, p)
 	_, err := east.Client.CoreV1().Services(ns).Get(ctx, "api-dead", metav1.GetOptions{})

@@ -5,6 +5,9 @@
 // bind, with the arguments and the Corefile the manifests carry, and must
 // mirror and answer what west exports. The Deployments cannot run here (no
 // kubelet pulls images): it is enough that the API server accepts them.
+// The processes are not a harness fleet's: each runs with what its
+// manifest says (arguments, ServiceAccount, Corefile), which is what is
+// proved.
 package deploy_test
 
 import (
@@ -18,7 +21,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,15 +62,6 @@ const (
 
 // ---- manifests -----------------------------------------------------------
 
-// manifest returns the text of deploy/<name>.
-func manifest(t *testing.T, name string) string {
-	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "..", "deploy", name))
-	require.NoError(t, err)
-	return string(b)
-}
-
 // object decodes the object kind ns/name of a manifest into out.
 func object(t *testing.T, text, kind, ns, name string, out any) {
 	t.Helper()
@@ -92,7 +85,7 @@ func object(t *testing.T, text, kind, ns, name string, out any) {
 func controllerDeployment(t *testing.T) *appsv1.Deployment {
 	t.Helper()
 	d := &appsv1.Deployment{}
-	object(t, manifest(t, "controller.yaml"), "Deployment", "mcmirror", "mcmirror-controller", d)
+	object(t, harness.RepoFile(t, "deploy", "controller.yaml"), "Deployment", "mcmirror", "mcmirror-controller", d)
 	return d
 }
 
@@ -114,14 +107,14 @@ func applyManifests(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
-	require.NoError(t, west.Apply(ctx, manifest(t, "remote-link.yaml")))
-	require.NoError(t, east.Apply(ctx, manifest(t, "controller.yaml")))
+	require.NoError(t, west.Apply(ctx, harness.RepoFile(t, "deploy", "remote-link.yaml")))
+	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "controller.yaml")))
 	_, err := east.Client.CoreV1().ServiceAccounts("kube-system").Create(ctx,
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: "kube-system"}}, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		require.NoError(t, err)
 	}
-	require.NoError(t, east.Apply(ctx, manifest(t, "coredns.yaml")))
+	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "coredns.yaml")))
 }
 
 // saKubeconfig writes a kubeconfig of east's ServiceAccount ns/name and
@@ -208,19 +201,11 @@ func startController(t *testing.T, name string) *controllerProc {
 	return p
 }
 
-// log returns the process's log so far.
-func log(t *testing.T, p *harness.Process) string {
-	t.Helper()
-	b, err := os.ReadFile(p.LogPath)
-	require.NoError(t, err)
-	return string(b)
-}
-
 // corefile returns the Corefile of deploy/coredns.yaml's ConfigMap.
 func corefile(t *testing.T) string {
 	t.Helper()
 	cm := &corev1.ConfigMap{}
-	object(t, manifest(t, "coredns.yaml"), "ConfigMap", "kube-system", "coredns-mcmirror", cm)
+	object(t, harness.RepoFile(t, "deploy", "coredns.yaml"), "ConfigMap", "kube-system", "coredns-mcmirror", cm)
 	require.Contains(t, cm.Data, "Corefile")
 	return cm.Data["Corefile"]
 }
@@ -303,7 +288,7 @@ func TestManifests(t *testing.T) {
 
 	// The Lease the Role lets it renew is the one the flags name.
 	role := &rbacv1.Role{}
-	object(t, manifest(t, "controller.yaml"), "Role", "mcmirror", "mcmirror-controller-leader-election", role)
+	object(t, harness.RepoFile(t, "deploy", "controller.yaml"), "Role", "mcmirror", "mcmirror-controller-leader-election", role)
 	var names []string
 	for _, r := range role.Rules {
 		names = append(names, r.ResourceNames...)
@@ -321,7 +306,7 @@ func TestManifests(t *testing.T) {
 		{"coredns.yaml", "mcmirror-coredns-link-secrets"},
 	} {
 		r := &rbacv1.Role{}
-		object(t, manifest(t, f.file), "Role", linkNS, f.role, r)
+		object(t, harness.RepoFile(t, "deploy", f.file), "Role", linkNS, f.role, r)
 	}
 }
 
@@ -387,7 +372,7 @@ spec:
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		leading, following := 0, 0
 		for _, r := range replicas {
-			l := log(t, r.proc)
+			l := r.proc.Log(t)
 			if strings.Contains(l, `"Leading"`) {
 				leading++
 			}
@@ -417,7 +402,7 @@ spec:
 
 	// Nothing it tried was refused.
 	for _, r := range replicas {
-		assert.NotContains(t, strings.ToLower(log(t, r.proc)), "forbidden", "%s: every call was allowed", r.proc.Name)
+		assert.NotContains(t, strings.ToLower(r.proc.Log(t)), "forbidden", "%s: every call was allowed", r.proc.Name)
 	}
 }
 
@@ -472,7 +457,7 @@ func TestCoreDNSRBACSuffices(t *testing.T) {
 	}, wait, tick, "nginx-svc-west.%s answers west's pods", flat)
 
 	for _, p := range []*harness.Process{s.Process, ctrl.proc} {
-		assert.NotContains(t, strings.ToLower(log(t, p)), "forbidden", "%s: every call was allowed", p.Name)
+		assert.NotContains(t, strings.ToLower(p.Log(t)), "forbidden", "%s: every call was allowed", p.Name)
 	}
 }
 
@@ -605,7 +590,7 @@ func shellBlocks(t *testing.T) []string {
 	var blocks []string
 	var cur []string
 	in, indent := false, ""
-	for _, line := range strings.Split(manifest(t, "README.md"), "\n") {
+	for _, line := range strings.Split(harness.RepoFile(t, "deploy", "README.md"), "\n") {
 		trimmed := strings.TrimLeft(line, " ")
 		switch {
 		case !in && trimmed == "```sh":

@@ -188,24 +188,19 @@ func dnsHook(t *testing.T, kubeconfig string, args ...string) (int, string) {
 		require.True(t, errors.As(err, &exit), "coredns-mc dns %q: %v", args, err)
 		code = exit.ExitCode()
 	}
-	out := log(t, p)
+	out := p.Log(t)
 	t.Logf("coredns-mc dns %q: exit %d\n%s", args, code, out)
 	return code, out
 }
 
 // projectPatch is the absolute path of deploy/patches/coredns.yaml.
-func projectPatch(t *testing.T) string {
-	t.Helper()
-	path, err := filepath.Abs(filepath.Join("..", "..", "..", "deploy", "patches", "coredns.yaml"))
-	require.NoError(t, err)
-	return path
-}
+var projectPatch = harness.RepoPath("deploy", "patches", "coredns.yaml")
 
 // nextPatch writes the patch of a next version into a file of its own:
 // another image, and kubeadm's readiness failure threshold left alone.
 func nextPatch(t *testing.T) string {
 	t.Helper()
-	text := manifest(t, "patches/coredns.yaml")
+	text := harness.RepoFile(t, "deploy", "patches/coredns.yaml")
 	for _, r := range []struct{ old, new string }{
 		{"value: ghcr.io/mcmirror/coredns-mc:latest", "value: ghcr.io/mcmirror/coredns-mc:v2"},
 		{"- {op: add, path: /spec/template/spec/containers/0/readinessProbe/failureThreshold, value: 2}\n", ""},
@@ -240,13 +235,13 @@ func TestDNSHook(t *testing.T) {
 
 	// What kubectl patch makes of kubeadm's CoreDNS.
 	recreateCoreDNS(t, east, ref, kubeadmDeployment(ref))
-	kubectlPatch(t, ref, projectPatch(t))
+	kubectlPatch(t, ref, projectPatch)
 	want := getCoreDNS(t, east, ref)
 
 	// Install: the patch, and the original recorded, in one write.
 	created := recreateCoreDNS(t, east, "kube-system", kubeadmDeployment("kube-system"))
 	require.Empty(t, created.Annotations, "a Deployment without annotations: the annotations map is added")
-	code, out := dnsHook(t, kubeconfig, hookArgs("apply", "--patch-file", projectPatch(t))...)
+	code, out := dnsHook(t, kubeconfig, hookArgs("apply", "--patch-file", projectPatch)...)
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, "kube-system/coredns: first apply: recording the pod template, strategy and minReadySeconds in annotation "+dnspatch.Annotation)
 	assert.Contains(t, out, fmt.Sprintf("every test of it held: generation %d -> %d", created.Generation, created.Generation+1))
@@ -261,7 +256,7 @@ func TestDNSHook(t *testing.T) {
 	assert.Nil(t, orig.MinReadySeconds, "kubeadm's has none")
 
 	// Again (a hook rerun): nothing changes.
-	code, out = dnsHook(t, kubeconfig, hookArgs("apply", "--patch-file", projectPatch(t))...)
+	code, out = dnsHook(t, kubeconfig, hookArgs("apply", "--patch-file", projectPatch)...)
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, "annotation "+dnspatch.Annotation+" present (applied before)")
 	assert.Contains(t, out, fmt.Sprintf("the spec was that already (generation %d): no new rollout", applied.Generation))
@@ -348,7 +343,7 @@ func TestDNSHookRefuses(t *testing.T) {
 	east := env.Cluster("east")
 	env.TempNamespace(t, ns, east)
 	kubeconfig := hookKubeconfig(t, east, ns)
-	apply := []string{"apply", "--deployment", ns + "/coredns", "--patch-file", projectPatch(t), "--wait=false"}
+	apply := []string{"apply", "--deployment", ns + "/coredns", "--patch-file", projectPatch, "--wait=false"}
 	unchanged := func(before *appsv1.Deployment) {
 		t.Helper()
 		after := getCoreDNS(t, east, ns)
@@ -365,7 +360,7 @@ func TestDNSHookRefuses(t *testing.T) {
 	before := recreateCoreDNS(t, east, ns, m)
 	code, out := dnsHook(t, kubeconfig, apply...)
 	assert.Equal(t, 1, code, out)
-	assert.Contains(t, out, "coredns-mc dns apply: "+ns+"/coredns is not laid out as kubeadm lays out its CoreDNS, which "+projectPatch(t)+" expects: "+
+	assert.Contains(t, out, "coredns-mc dns apply: "+ns+"/coredns is not laid out as kubeadm lays out its CoreDNS, which "+projectPatch+" expects: "+
 		`operation 4 of the patch: /spec/template/spec/containers/0/volumeMounts/0/name is "coredns-config", where the patch tests for "config-volume". `+
 		"The patch changed nothing")
 	unchanged(before)
@@ -373,11 +368,11 @@ func TestDNSHookRefuses(t *testing.T) {
 	// Patched by hand with the README's kubectl command: recorded as the
 	// original, it would be what uninstall puts back.
 	recreateCoreDNS(t, east, ns, kubeadmDeployment(ns))
-	kubectlPatch(t, ns, projectPatch(t))
+	kubectlPatch(t, ns, projectPatch)
 	before = getCoreDNS(t, east, ns)
 	code, out = dnsHook(t, kubeconfig, apply...)
 	assert.Equal(t, 1, code, out)
-	assert.Contains(t, out, ns+"/coredns already is what "+projectPatch(t)+" makes of it, but has no annotation "+dnspatch.Annotation+" (patched by hand")
+	assert.Contains(t, out, ns+"/coredns already is what "+projectPatch+" makes of it, but has no annotation "+dnspatch.Annotation+" (patched by hand")
 	assert.Contains(t, out, "kubectl -n "+ns+" rollout undo deployment coredns")
 	unchanged(before)
 
@@ -459,7 +454,7 @@ func TestDNSHookRollout(t *testing.T) {
 	// The project's patch with a minReadySeconds of 1: 35 makes a minute
 	// and more of two pods.
 	quick := filepath.Join(t.TempDir(), "coredns-quick.yaml")
-	text := manifest(t, "patches/coredns.yaml")
+	text := harness.RepoFile(t, "deploy", "patches/coredns.yaml")
 	require.Equal(t, 1, strings.Count(text, "{op: add, path: /spec/minReadySeconds, value: 35}"))
 	text = strings.Replace(text, "{op: add, path: /spec/minReadySeconds, value: 35}", "{op: add, path: /spec/minReadySeconds, value: 1}", 1)
 	require.NoError(t, os.WriteFile(quick, []byte(text), 0o600))
@@ -502,7 +497,7 @@ func TestDNSHookRollout(t *testing.T) {
 	// Still going at --timeout: pods that are never bound, kubeadm's
 	// deadline (600 s).
 	recreateCoreDNS(t, west, ns, kubeadm())
-	code, out = hook("apply", "--patch-file", projectPatch(t), "--timeout=10s")
+	code, out = hook("apply", "--patch-file", projectPatch, "--timeout=10s")
 	assert.Equal(t, 1, code, out)
 	assert.Contains(t, out, "coredns-mc dns apply: "+ns+"/coredns: timed out: --timeout 10s passed before the rollout completed: ")
 }

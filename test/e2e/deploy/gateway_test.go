@@ -55,7 +55,7 @@ const (
 func gatewayDeployment(t *testing.T) *appsv1.Deployment {
 	t.Helper()
 	d := &appsv1.Deployment{}
-	object(t, manifest(t, "gateway.yaml"), "Deployment", gatewayNS, gatewayName, d)
+	object(t, harness.RepoFile(t, "deploy", "gateway.yaml"), "Deployment", gatewayNS, gatewayName, d)
 	return d
 }
 
@@ -281,7 +281,7 @@ func TestGatewayManifest(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
 	east := env.Cluster("east")
-	text := manifest(t, "gateway.yaml")
+	text := harness.RepoFile(t, "deploy", "gateway.yaml")
 	require.NoError(t, east.Apply(ctx, text))
 
 	d := gatewayDeployment(t)
@@ -429,7 +429,7 @@ func gatewaySuffices(t *testing.T, ns string, extraEnv ...string) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
 	east := env.Cluster("east")
-	require.NoError(t, east.Apply(ctx, manifest(t, "gateway.yaml")))
+	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "gateway.yaml")))
 	pki := newGatewayPKI(t)
 	peer := startFakePeer(t, pki.west) // down: answers 503
 	gw := startGateway(t, pki, peer.addr, extraEnv...)
@@ -515,7 +515,7 @@ spec:
 	peer.up.Store(false)
 	waitEvent("PeerGatewayDown", 2)
 
-	assert.NotContains(t, strings.ToLower(log(t, gw.proc)), "forbidden", "every call of the gateway was allowed")
+	assert.NotContains(t, strings.ToLower(gw.proc.Log(t)), "forbidden", "every call of the gateway was allowed")
 }
 
 // The gateway's ServiceAccount may read Services and EndpointSlices and
@@ -525,7 +525,7 @@ spec:
 func TestGatewayRBACRefuses(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
-	require.NoError(t, env.Cluster("east").Apply(ctx, manifest(t, "gateway.yaml")))
+	require.NoError(t, env.Cluster("east").Apply(ctx, harness.RepoFile(t, "deploy", "gateway.yaml")))
 	const disc = "discovery.k8s.io"
 	allowed := []access{
 		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
@@ -609,7 +609,7 @@ func TestREADMEGatewayCertRecipe(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
-	require.NoError(t, east.Apply(ctx, manifest(t, "gateway.yaml")))
+	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "gateway.yaml")))
 	// The namespace of the Secret, in west (the Deployment is not
 	// applied there: west runs pods).
 	require.NoError(t, west.Apply(ctx, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+gatewayNS+"}\n"))
@@ -700,12 +700,12 @@ func TestGatewayEgressService(t *testing.T) {
 	assert.Equal(t, gatewayNS, svc.Namespace)
 	assert.Equal(t, gatewayName+"-egress", svc.Name)
 	eg := &corev1.Service{}
-	object(t, manifest(t, "gateway.yaml"), "Service", svc.Namespace, svc.Name, eg)
+	object(t, harness.RepoFile(t, "deploy", "gateway.yaml"), "Service", svc.Namespace, svc.Name, eg)
 	assert.Equal(t, corev1.ClusterIPNone, eg.Spec.ClusterIP, "headless: its endpoints are the pods' IPs")
 	assert.True(t, k8slabels.SelectorFromSet(eg.Spec.Selector).Matches(k8slabels.Set(gatewayDeployment(t).Spec.Template.Labels)))
 
 	// No scheduler here: the pod template names KWOK's node.
-	gw := manifest(t, "gateway.yaml")
+	gw := harness.RepoFile(t, "deploy", "gateway.yaml")
 	const sa = "      serviceAccountName: " + gatewayName + "\n"
 	require.Equal(t, 1, strings.Count(gw, sa))
 	gw = strings.Replace(gw, sa, sa+"      nodeName: "+harness.NodeName+"\n", 1)

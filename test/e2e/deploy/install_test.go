@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -29,13 +28,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
-
-// deployDir is the path of deploy/.
-func deployDir(t *testing.T) string {
-	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(self), "..", "..", "..", "deploy")
-}
 
 // contextsKubeconfig writes into dir a kubeconfig with one context per
 // cluster, named after it (east, the current one, and west), as the
@@ -65,7 +57,7 @@ func shell(t *testing.T, kubeconfig, script string) (string, error) {
 	kubectl, err := harness.Binary("kubectl")
 	require.NoError(t, err)
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
-	cmd.Dir = filepath.Dir(deployDir(t))
+	cmd.Dir = harness.RepoPath()
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig,
 		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
@@ -79,7 +71,7 @@ func chartGatewayDeployment(t *testing.T, args ...string) *appsv1.Deployment {
 	t.Helper()
 	helm, err := harness.Binary("helm")
 	require.NoError(t, err)
-	chart := filepath.Join(filepath.Dir(deployDir(t)), "charts", "mcmirror")
+	chart := filepath.Join(harness.RepoPath(), "charts", "mcmirror")
 	cmd := exec.Command(helm, append([]string{"template", "mcmirror", chart, "--namespace", gatewayNS,
 		"--show-only", "templates/gateway.yaml"}, args...)...)
 	home := t.TempDir()
@@ -117,9 +109,9 @@ func TestApplyDeployDirectory(t *testing.T) {
 	_, err = east.Client.AppsV1().Deployments("mcmirror").Get(ctx, "mcmirror-gateway", metav1.GetOptions{})
 	require.NoError(t, err)
 	// The patch is where `apply -f deploy/` (without -R) does not look.
-	_, err = os.Stat(filepath.Join(deployDir(t), "patches", "coredns.yaml"))
+	_, err = os.Stat(filepath.Join(harness.RepoPath("deploy"), "patches", "coredns.yaml"))
 	require.NoError(t, err)
-	entries, err := os.ReadDir(deployDir(t))
+	entries, err := os.ReadDir(harness.RepoPath("deploy"))
 	require.NoError(t, err)
 	for _, e := range entries {
 		if !e.IsDir() && strings.HasSuffix(e.Name(), ".yaml") {

@@ -377,7 +377,7 @@ func TestLeastPrivilege(t *testing.T) {
 		t.Run(a.ns+"/"+a.name, func(t *testing.T) {
 			c := env.Cluster(a.cluster)
 			for _, m := range a.manifests {
-				require.NoError(t, c.Apply(ctx, manifest(t, m)))
+				require.NoError(t, c.Apply(ctx, harness.RepoFile(t, "deploy", m)))
 			}
 			client := saClient(t, c, a.ns, a.name)
 			user := fmt.Sprintf("system:serviceaccount:%s:%s", a.ns, a.name)

@@ -36,8 +36,8 @@ func TestBadInputLikeKubernetes(t *testing.T) {
 	const ns = "badinput"
 	require.NoError(t, east.Apply(ctx, statefulSet(ns, 1, "")))
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
-	eastIP := waitEndpoints(t, east, ns, "nginx-svc", 1)["nginx-set-0"]
-	westIP := waitEndpoints(t, west, ns, "nginx-svc", 1)["nginx-set-0"]
+	eastIP := east.WaitEndpoints(t, ns, "nginx-svc", 1)["nginx-set-0"]
+	westIP := west.WaitEndpoints(t, ns, "nginx-svc", 1)["nginx-set-0"]
 
 	chaosPort := harness.FreePort(t)
 	block := func(key, extra string) string {

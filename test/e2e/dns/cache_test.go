@@ -20,13 +20,11 @@ import (
 // over TCP, and neither query after the first reaches mcmirror.
 func TestCacheInFrontKeepsBigReplies(t *testing.T) {
 	env.LogOnFailure(t)
-	east, west := env.Cluster("east"), env.Cluster("west")
+	west := env.Cluster("west")
 	const ns, pods = "cached", 20
 	exportHeadless(t, west, ns, "peers", 1, pods, func(n int) string { return fmt.Sprintf("10.202.0.%d", n+1) })
 
-	corefile := strings.Replace(harness.MirrorCorefile(east, harness.LinkLines(t, west)), "    errors\n", "    errors\n    cache 30\n", 1)
-	require.Contains(t, corefile, "cache 30")
-	s := env.StartDNS(t, "east/coredns-mc-cache", corefile)
+	s := env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: []string{"west"}, Parts: harness.FleetDNS, Plugins: []string{"cache 30"}}).DNS
 
 	// The slice is indexed whole once its last pod answers (a name the
 	// SRV queries below do not share a cache entry with).

@@ -17,7 +17,6 @@ import (
 	"github.com/miekg/dns"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,7 +39,7 @@ func TestNoServfailDuringChurn(t *testing.T) {
 	require.NoError(t, west.Apply(ctx, sliceOf(t, ns, "web", map[string]string{"web-0": "10.201.2.1"})))
 	require.NoError(t, east.Apply(ctx, harness.Namespace("linkerd-multicluster")))
 
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west)+"        link_secrets linkerd-multicluster\n"))
+	s := startDNS(t, []string{"west"}, "link_secrets linkerd-multicluster")
 	name := "web-west." + ns + "." + zone
 	eventuallyAnswers(t, s, name, []string{"10.201.2.1"})
 	missing := "web-9." + name
@@ -72,18 +71,8 @@ func TestNoServfailDuringChurn(t *testing.T) {
 
 	// A link Secret for a cluster whose API server is not there: the link
 	// is added, and never syncs.
-	kc, _ := linkKubeconfig(t, west)
-	dead := strings.Replace(string(kc), west.Server, fmt.Sprintf("https://127.0.0.1:%d", harness.FreePort(t)), 1)
-	_, err := east.Client.CoreV1().Secrets("linkerd-multicluster").Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "cluster-credentials-moon", Namespace: "linkerd-multicluster",
-			Labels: map[string]string{labels.LinkClusterName: "moon"}},
-		Type: corev1.SecretType(labels.LinkSecretType),
-		Data: map[string][]byte{labels.LinkSecretKey: []byte(dead)},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = east.Client.CoreV1().Secrets("linkerd-multicluster").Delete(context.Background(), "cluster-credentials-moon", metav1.DeleteOptions{})
-	})
+	dead := strings.Replace(string(west.LinkData(t)), west.Server, fmt.Sprintf("https://127.0.0.1:%d", harness.FreePort(t)), 1)
+	east.CreateLinkSecret(t, "linkerd-multicluster", "moon", []byte(dead))
 
 	// Query for longer than the default startup_timeout (5 s), which a
 	// link added late used to hold the answers and readiness up for.
@@ -128,7 +117,7 @@ func TestNoServfailDuringChurn(t *testing.T) {
 func TestOnlyExportedSlicesSent(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	west := env.Cluster("west")
 	const ns = "held"
 	require.NoError(t, west.Apply(ctx, selectorless(ns, "web")))
 	require.NoError(t, west.Apply(ctx, sliceOf(t, ns, "web", map[string]string{"web-0": "10.201.3.1"})))
@@ -150,7 +139,7 @@ func TestOnlyExportedSlicesSent(t *testing.T) {
 			require.NoError(t, west.Apply(ctx, strings.Replace(sliceLabelled(t, ns, svc, eps, nil), svc+"-manual", fmt.Sprintf("%s-%d", svc, j), 1)))
 		}
 	}
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west)))
+	s := startDNS(t, []string{"west"})
 	eventuallyAnswers(t, s, "web-west."+ns+"."+zone, []string{"10.201.3.1"})
 
 	const held = `coredns_mcmirror_link_objects{cluster="west",kind="endpointslice"}`

@@ -196,7 +196,7 @@ func TestClusterSetForwardMode(t *testing.T) {
 	east, west := env.Cluster("east"), env.Cluster("west")
 	const ns = "clusterset-fwd"
 	webIP := applyClusterset(t, ns)
-	_, path := linkKubeconfig(t, west)
+	path := west.LinkFile(t)
 	s := env.StartDNS(t, "east/coredns-mc", fmt.Sprintf(`
 cluster.local {
     bind 127.0.0.1

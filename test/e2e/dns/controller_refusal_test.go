@@ -17,10 +17,10 @@ import (
 
 // startLinkController runs the mirror controller of east over the link
 // Secrets of linkNS, with extra flags, and returns it and its /metrics.
-func startLinkController(t *testing.T, east *harness.Cluster, linkNS string, extra ...string) (*harness.Process, string) {
+func startLinkController(t *testing.T, linkNS string, extra ...string) (*harness.Process, string) {
 	t.Helper()
-	ctl := env.StartController(t, east, harness.ControllerOptions{LinkSecrets: linkNS,
-		EgressAddress: "10.255.0.1", EgressPorts: "30000-39999", Metrics: true, Args: extra})
+	ctl := env.StartFleet(t, harness.FleetOptions{Local: "east", LinkSecrets: linkNS, Parts: harness.FleetController,
+		EgressPorts: "30000-39999", Controller: harness.ControllerOptions{Metrics: true, Args: extra}}).Controller
 	return ctl.Process, ctl.MetricsURL()
 }
 
@@ -35,7 +35,7 @@ func TestControllerRefusesHostileLinkSecret(t *testing.T) {
 	require.NoError(t, east.Apply(ctx, harness.Namespace(linkNS)))
 	marker := filepath.Join(t.TempDir(), "exec-ran")
 
-	p, metrics := startLinkController(t, east, linkNS)
+	p, metrics := startLinkController(t, linkNS)
 	const series = `coredns_mcmirror_controller_link_refused_total{reason="exec"}`
 	var before float64
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -44,8 +44,7 @@ func TestControllerRefusesHostileLinkSecret(t *testing.T) {
 		require.NoError(c, err)
 	}, 30*time.Second, 50*time.Millisecond, "controller metrics")
 
-	_, err := east.Client.CoreV1().Secrets(linkNS).Create(ctx, linkSecret(linkNS, "west", execKubeconfig(t, west, marker)), metav1.CreateOptions{})
-	require.NoError(t, err)
+	east.CreateLinkSecret(t, linkNS, "west", execKubeconfig(t, west, marker))
 
 	// Positive evidence: the Event on the Secret, the metric, the log.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -67,7 +66,7 @@ func TestControllerRefusesHostileLinkSecret(t *testing.T) {
 	p.Stop()
 
 	// Allowed, the command runs: the controller lists west through it.
-	p2, _ := startLinkController(t, east, linkNS, "--allow-insecure-kubeconfig", "exec")
+	p2, _ := startLinkController(t, linkNS, "--allow-insecure-kubeconfig", "exec")
 	require.Eventually(t, func() bool { return fileExists(marker) }, 30*time.Second, 50*time.Millisecond,
 		"the allowed exec plugin did not run\n%s", p2.Tail(20))
 	waitLogLine(t, p2, "Linked cluster synced")

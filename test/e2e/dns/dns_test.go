@@ -15,7 +15,6 @@ import (
 	"github.com/miekg/dns"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -33,16 +32,6 @@ func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
 
 const zone = "svc.cluster.local."
 
-// linkKubeconfig returns a kubeconfig for remote with the read-only
-// credentials of deploy/remote-link.yaml, and its path.
-func linkKubeconfig(t *testing.T, remote *harness.Cluster) ([]byte, string) {
-	t.Helper()
-	path := remote.LinkFile(t)
-	kc, err := os.ReadFile(path)
-	require.NoError(t, err)
-	return kc, path
-}
-
 // The seed walkthrough in gateway mode: a StatefulSet exported by west and by
 // paris, and by east itself, is reached per pod through the mirror ClusterIPs
 // in east, and its peers in every cluster are found by one SRV query.
@@ -54,13 +43,13 @@ func TestGatewayWalkthrough(t *testing.T) {
 	for _, c := range []*harness.Cluster{east, west, paris} {
 		require.NoError(t, c.Apply(ctx, statefulSet(ns, 3, labels.ExportGateway)))
 	}
-	startController(t, east, west, paris)
+	startController(t, "west", "paris")
 	mirrors := map[string]map[string]string{}
 	for _, c := range []*harness.Cluster{west, paris} {
-		waitEndpoints(t, c, ns, "nginx-svc", 3)
+		c.WaitEndpoints(t, ns, "nginx-svc", 3)
 		mirrors[c.Name] = waitMirrors(t, east, c, ns, "nginx-svc", 3)
 	}
-	local := waitEndpoints(t, east, ns, "nginx-svc", 3)
+	local := east.WaitEndpoints(t, ns, "nginx-svc", 3)
 
 	// A local Service whose name merely ends in a linked cluster's name.
 	require.NoError(t, east.Apply(ctx, `{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "foo-west", "namespace": "`+ns+`"},
@@ -68,7 +57,7 @@ func TestGatewayWalkthrough(t *testing.T) {
 	foo, err := east.Client.CoreV1().Services(ns).Get(ctx, "foo-west", metav1.GetOptions{})
 	require.NoError(t, err)
 
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west, paris)))
+	s := startDNS(t, []string{"west", "paris"})
 
 	for _, c := range []*harness.Cluster{west, paris} {
 		for host, ip := range mirrors[c.Name] {
@@ -160,20 +149,20 @@ func TestRemoteChanges(t *testing.T) {
 	const ns = "changes"
 	// Mirrors go only to namespaces that exist locally.
 	require.NoError(t, east.Apply(ctx, harness.Namespace(ns)))
-	startController(t, east, west, paris)
+	startController(t, "west", "paris")
 	for _, c := range []*harness.Cluster{west, paris} {
 		require.NoError(t, c.Apply(ctx, statefulSet(ns, 3, labels.ExportGateway)))
-		waitEndpoints(t, c, ns, "nginx-svc", 3)
+		c.WaitEndpoints(t, ns, "nginx-svc", 3)
 		waitMirrors(t, east, c, ns, "nginx-svc", 3)
 	}
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west, paris)))
+	s := startDNS(t, []string{"west", "paris"})
 	global := "nginx-svc-global." + ns + "." + zone
 	require.Len(t, harness.Answers(s.Ask(t, "udp", global, dns.TypeA)), 6)
 
 	// Scale west 3 → 5: two more pods, once the controller has mirrored
 	// them.
 	require.NoError(t, west.Scale(ctx, ns, "nginx-set", 5))
-	waitEndpoints(t, west, ns, "nginx-svc", 5)
+	west.WaitEndpoints(t, ns, "nginx-svc", 5)
 	ips := waitMirrors(t, east, west, ns, "nginx-svc", 5)
 	eventuallyAnswers(t, s, "nginx-svc-west."+ns+"."+zone, values(ips))
 	eventuallyCount(t, s, global, 8)
@@ -181,7 +170,7 @@ func TestRemoteChanges(t *testing.T) {
 	// Scale west 5 → 2: the answers follow the remote endpoints at once,
 	// although the controller keeps the per-pod mirrors for a grace period.
 	require.NoError(t, west.Scale(ctx, ns, "nginx-set", 2))
-	waitEndpoints(t, west, ns, "nginx-svc", 2)
+	west.WaitEndpoints(t, ns, "nginx-svc", 2)
 	eventuallyCount(t, s, "nginx-svc-west."+ns+"."+zone, 2)
 	eventuallyCount(t, s, global, 5)
 
@@ -207,11 +196,11 @@ func TestRemoteChanges(t *testing.T) {
 func TestFlatMode(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
-	east, paris := env.Cluster("east"), env.Cluster("paris")
+	paris := env.Cluster("paris")
 	const ns = "flat"
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 3, labels.ExportFlat)))
-	eps := waitEndpoints(t, paris, ns, "nginx-svc", 3)
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, paris)))
+	eps := paris.WaitEndpoints(t, ns, "nginx-svc", 3)
+	s := startDNS(t, []string{"paris"})
 
 	for host, ip := range eps {
 		assert.True(t, paris.PodCIDR.Contains(mustAddr(t, ip)))
@@ -220,7 +209,7 @@ func TestFlatMode(t *testing.T) {
 	assert.Equal(t, values(eps), harness.Answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
 
 	require.NoError(t, paris.Scale(ctx, ns, "nginx-set", 4))
-	eps = waitEndpoints(t, paris, ns, "nginx-svc", 4)
+	eps = paris.WaitEndpoints(t, ns, "nginx-svc", 4)
 	eventuallyAnswers(t, s, "nginx-svc-global."+ns+"."+zone, values(eps))
 }
 
@@ -232,24 +221,14 @@ func TestLinkSecrets(t *testing.T) {
 	east, west := env.Cluster("east"), env.Cluster("west")
 	const ns = "secrets"
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 2, labels.ExportFlat)))
-	eps := waitEndpoints(t, west, ns, "nginx-svc", 2)
-	kc, _ := linkKubeconfig(t, west)
+	eps := west.WaitEndpoints(t, ns, "nginx-svc", 2)
 
 	require.NoError(t, east.Apply(ctx, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"linkerd-multicluster"}}`))
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, "        link_secrets linkerd-multicluster\n"))
+	s := startDNS(t, nil, "link_secrets linkerd-multicluster")
 	name := "nginx-svc-west." + ns + "." + zone
 	assert.NotEqual(t, dns.RcodeSuccess, s.Ask(t, "udp", name, dns.TypeA).Rcode, "no link yet")
 
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "cluster-credentials-west", Namespace: "linkerd-multicluster",
-			Labels: map[string]string{labels.LinkClusterName: "west"},
-		},
-		Type: corev1.SecretType(labels.LinkSecretType),
-		Data: map[string][]byte{labels.LinkSecretKey: kc},
-	}
-	_, err := east.Client.CoreV1().Secrets("linkerd-multicluster").Create(ctx, secret, metav1.CreateOptions{})
-	require.NoError(t, err)
+	secret := east.CreateLinkSecret(t, "linkerd-multicluster", "west", west.LinkData(t))
 	eventuallyAnswers(t, s, name, values(eps))
 
 	require.NoError(t, east.Client.CoreV1().Secrets("linkerd-multicluster").Delete(ctx, secret.Name, metav1.DeleteOptions{}))
@@ -261,18 +240,17 @@ func TestLinkSecrets(t *testing.T) {
 func TestUnreachableLink(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
-	east, paris := env.Cluster("east"), env.Cluster("paris")
+	paris := env.Cluster("paris")
 	const ns = "dead"
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
-	eps := waitEndpoints(t, paris, ns, "nginx-svc", 1)
+	eps := paris.WaitEndpoints(t, ns, "nginx-svc", 1)
 
 	// A kubeconfig for an API server that is not there.
-	kc, _ := linkKubeconfig(t, paris)
-	dead := strings.Replace(string(kc), paris.Server, fmt.Sprintf("https://127.0.0.1:%d", harness.FreePort(t)), 1)
+	dead := strings.Replace(string(paris.LinkData(t)), paris.Server, fmt.Sprintf("https://127.0.0.1:%d", harness.FreePort(t)), 1)
 	deadPath := filepath.Join(t.TempDir(), "dead.kubeconfig")
 	require.NoError(t, os.WriteFile(deadPath, []byte(dead), 0o600))
 
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, paris)+"        link moon "+deadPath+"\n        startup_timeout 2s\n"))
+	s := startDNS(t, []string{"paris"}, "link moon "+deadPath, "startup_timeout 2s")
 	assert.Equal(t, values(eps), harness.Answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))
 	// The dead link is visible to an operator.
 	env.RequireAlive(t, s.Process)
@@ -286,12 +264,12 @@ func TestUnreachableLink(t *testing.T) {
 // there and served whole over TCP.
 func TestLargeAnswerOverTCP(t *testing.T) {
 	env.LogOnFailure(t)
-	east, west := env.Cluster("east"), env.Cluster("west")
+	west := env.Cluster("west")
 	const ns = "large"
 	// Three slices of 100 endpoints, as the EndpointSlice controller would
 	// split them.
 	exportHeadless(t, west, ns, "big", 3, 100, func(n int) string { return fmt.Sprintf("10.201.%d.%d", 10+n/250, 1+n%250) })
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west)))
+	s := startDNS(t, []string{"west"})
 	name := "_http._tcp.big-global." + ns + "." + zone
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -52,7 +52,7 @@ func TestFederatedService(t *testing.T) {
 	}
 	localWeb, fedIP := clusterIP(east, "web"), clusterIP(east, "web-federated")
 
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, harness.LinkLines(t, west, paris)))
+	s := startDNS(t, []string{"west", "paris"})
 	name := func(n string) string { return n + "." + ns + "." + zone }
 	fed := name("web-federated")
 	all := []string{"10.205.0.1", "10.205.0.2", localWeb}

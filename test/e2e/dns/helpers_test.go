@@ -32,44 +32,19 @@ func statefulSet(ns string, replicas int, export string) string {
 	return harness.Namespace(ns) + harness.StatefulSet(ns, "nginx-svc", "nginx-set", replicas, lbl)
 }
 
-// endpoints returns hostname → IP of the ready endpoints of a Service.
-func endpoints(ctx context.Context, c *harness.Cluster, ns, svc string) (map[string]string, error) {
-	list, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(ctx,
-		metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, s := range list.Items {
-		for _, ep := range s.Endpoints {
-			if ep.Hostname != nil && ep.Conditions.Ready != nil && *ep.Conditions.Ready {
-				out[*ep.Hostname] = ep.Addresses[0]
-			}
-		}
-	}
-	return out, nil
+// startController runs east's mirror controller, linked to remotes, for
+// the test t. Traffic is not part of these tests: the egress address is
+// only written into the mirrors' EndpointSlices.
+func startController(t *testing.T, remotes ...string) {
+	t.Helper()
+	env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes, Parts: harness.FleetController, EgressPorts: "30000-39999"})
 }
 
-// waitEndpoints waits until the Service has exactly n ready named endpoints
-// and returns them.
-func waitEndpoints(t *testing.T, c *harness.Cluster, ns, svc string, n int) map[string]string {
+// startDNS runs east's DNS for the test t: mcmirror, linked to remotes
+// and with the lines block in its block, before kubernetes.
+func startDNS(t *testing.T, remotes []string, block ...string) *harness.DNSServer {
 	t.Helper()
-	var eps map[string]string
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		var err error
-		eps, err = endpoints(context.Background(), c, ns, svc)
-		require.NoError(ct, err)
-		assert.Len(ct, eps, n)
-	}, 60*time.Second, 50*time.Millisecond, "%s: %s/%s with %d ready endpoints", c.Name, ns, svc, n)
-	return eps
-}
-
-// startController runs the mirror controller for local, linking remotes,
-// for the test t. Traffic is not part of these tests: the egress address
-// is only written into the mirrors' EndpointSlices.
-func startController(t *testing.T, local *harness.Cluster, remotes ...*harness.Cluster) {
-	t.Helper()
-	env.StartController(t, local, harness.ControllerOptions{Remotes: remotes, EgressAddress: "10.255.0.1", EgressPorts: "30000-39999"})
+	return env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes, Parts: harness.FleetDNS, Block: block}).DNS
 }
 
 // waitMirrors waits until local holds exactly n per-pod mirrors of remote's

@@ -16,7 +16,6 @@ import (
 	"github.com/miekg/dns"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -30,8 +29,7 @@ import (
 // token. Used, it works; so only its refusal keeps the marker away.
 func execKubeconfig(t *testing.T, remote *harness.Cluster, marker string) []byte {
 	t.Helper()
-	kc, _ := linkKubeconfig(t, remote)
-	cfg, err := clientcmd.Load(kc)
+	cfg, err := clientcmd.Load(remote.LinkData(t))
 	require.NoError(t, err)
 	user := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
 	cred := fmt.Sprintf(`{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":%q}}`, user.Token)
@@ -90,14 +88,6 @@ func (c *tokenCatcher) caPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.srv.Certificate().Raw})
 }
 
-func linkSecret(ns, cluster string, kc []byte) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "cluster-credentials-" + cluster, Namespace: ns},
-		Type:       corev1.SecretType(labels.LinkSecretType),
-		Data:       map[string][]byte{labels.LinkSecretKey: kc},
-	}
-}
-
 // waitMetricAbove waits until series exceeds before. The metrics listener
 // may be away for a moment (a reload restarts it): a failed read is a
 // "not yet".
@@ -113,9 +103,8 @@ func waitMetricAbove(t *testing.T, s *harness.DNSServer, series string, before f
 func waitLogLine(t *testing.T, p *harness.Process, want string) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		log, err := os.ReadFile(p.LogPath)
-		require.NoError(c, err)
-		assert.Contains(c, string(log), want)
+		log := p.Log(c)
+		assert.Contains(c, log, want)
 	}, 30*time.Second, 50*time.Millisecond, "log line %q", want)
 }
 
@@ -131,8 +120,8 @@ func TestHostileLinkSecrets(t *testing.T) {
 	const ns, linkNS = "hostile", "hostile-links"
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
-	westEPs := waitEndpoints(t, west, ns, "nginx-svc", 1)
-	parisEPs := waitEndpoints(t, paris, ns, "nginx-svc", 1)
+	westEPs := west.WaitEndpoints(t, ns, "nginx-svc", 1)
+	parisEPs := paris.WaitEndpoints(t, ns, "nginx-svc", 1)
 	require.NoError(t, east.Apply(ctx, harness.Namespace(linkNS)))
 	secrets := east.Client.CoreV1().Secrets(linkNS)
 
@@ -142,17 +131,13 @@ func TestHostileLinkSecrets(t *testing.T) {
 	require.NoError(t, os.WriteFile(tokenFile, []byte("pod-token"), 0o600))
 	catcher := newTokenCatcher(t)
 
-	block := "        link_secrets " + linkNS + "\n"
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, block))
+	s := startDNS(t, nil, "link_secrets "+linkNS)
 	const execSeries, filesSeries = `coredns_mcmirror_link_refused_total{reason="exec"}`, `coredns_mcmirror_link_refused_total{reason="files"}`
 	execBefore, filesBefore := s.Value(t, execSeries), s.Value(t, filesSeries)
 
-	_, err := secrets.Create(ctx, linkSecret(linkNS, "paris", mustLinkKubeconfig(t, paris)), metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = secrets.Create(ctx, linkSecret(linkNS, "west", execKubeconfig(t, west, westMarker)), metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = secrets.Create(ctx, linkSecret(linkNS, "tokyo", tokenFileKubeconfig(t, catcher.srv.URL, catcher.caPEM(), tokenFile)), metav1.CreateOptions{})
-	require.NoError(t, err)
+	east.CreateLinkSecret(t, linkNS, "paris", paris.LinkData(t))
+	east.CreateLinkSecret(t, linkNS, "west", execKubeconfig(t, west, westMarker))
+	east.CreateLinkSecret(t, linkNS, "tokyo", tokenFileKubeconfig(t, catcher.srv.URL, catcher.caPEM(), tokenFile))
 
 	// Positive evidence first: both refusals counted and logged, the good
 	// Secret linked, the process alive.
@@ -188,7 +173,7 @@ func TestHostileLinkSecrets(t *testing.T) {
 	// Allowed, the same Secrets are used: the commands run, west is
 	// answered through the exec credential, and the file's token goes to
 	// the server the kubeconfig names.
-	s2 := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, block+"        allow_insecure_kubeconfig exec files\n"))
+	s2 := startDNS(t, nil, "link_secrets "+linkNS, "allow_insecure_kubeconfig exec files")
 	eventuallyAnswers(t, s2, "nginx-svc-west."+ns+"."+zone, values(westEPs))
 	eventuallyAnswers(t, s2, parisName, values(parisEPs))
 	assert.FileExists(t, westMarker)
@@ -203,16 +188,8 @@ func TestHostileLinkSecrets(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "the token of the file was not sent: %q", catcher.requests())
 	env.RequireAlive(t, s2.Process)
 	assert.Zero(t, s2.Value(t, execSeries)+s2.Value(t, filesSeries), "nothing refused when allowed")
-	out, err := os.ReadFile(s2.Process.LogPath)
-	require.NoError(t, err)
-	assert.NotContains(t, string(out), "refused (")
-}
-
-// mustLinkKubeconfig is the read-only link kubeconfig of remote.
-func mustLinkKubeconfig(t *testing.T, remote *harness.Cluster) []byte {
-	t.Helper()
-	kc, _ := linkKubeconfig(t, remote)
-	return kc
+	out := s2.Process.Log(t)
+	assert.NotContains(t, out, "refused (")
 }
 
 // The other refusals, one Secret each: plain http, a server whose
@@ -224,9 +201,9 @@ func TestRefusalReasons(t *testing.T) {
 	east, west := env.Cluster("east"), env.Cluster("west")
 	const linkNS = "refused-links"
 	require.NoError(t, east.Apply(ctx, harness.Namespace(linkNS)))
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east, "        link_secrets "+linkNS+"\n"))
+	s := startDNS(t, nil, "link_secrets "+linkNS)
 
-	good := mustLinkKubeconfig(t, west)
+	good := west.LinkData(t)
 	edit := func(f func(u *clientcmdapi.AuthInfo, c *clientcmdapi.Cluster)) []byte {
 		cfg, err := clientcmd.Load(good)
 		require.NoError(t, err)
@@ -252,15 +229,13 @@ func TestRefusalReasons(t *testing.T) {
 	} {
 		series := `coredns_mcmirror_link_refused_total{reason="` + tc.reason + `"}`
 		before := s.Value(t, series)
-		_, err := east.Client.CoreV1().Secrets(linkNS).Create(ctx, linkSecret(linkNS, tc.cluster, tc.kc), metav1.CreateOptions{})
-		require.NoError(t, err)
+		east.CreateLinkSecret(t, linkNS, tc.cluster, tc.kc)
 		waitMetricAbove(t, s, series, before)
 		waitLogLine(t, s.Process, "link secret "+linkNS+"/cluster-credentials-"+tc.cluster+" refused ("+tc.reason+")")
 	}
 	env.RequireAlive(t, s.Process)
-	log, err := os.ReadFile(s.Process.LogPath)
-	require.NoError(t, err)
-	assert.NotContains(t, string(log), "Linked cluster plain")
-	assert.NotContains(t, string(log), "Linked cluster unverified")
-	assert.NotContains(t, string(log), "Linked cluster provider")
+	log := s.Process.Log(t)
+	assert.NotContains(t, log, "Linked cluster plain")
+	assert.NotContains(t, log, "Linked cluster unverified")
+	assert.NotContains(t, log, "Linked cluster provider")
 }

@@ -23,9 +23,3 @@ func ctlLinkUp(c require.TestingT, ctl *harness.Controller, cluster string) floa
 	}
 	return v
 }
-
-// ctlLogsDown reports whether the controller logged cluster down for
-// reason.
-func ctlLogsDown(ctl *harness.Controller, cluster, reason string) bool {
-	return logHas(ctl.Process, "Link down", fmt.Sprintf("cluster=%q", cluster), fmt.Sprintf("reason=%q", reason))
-}

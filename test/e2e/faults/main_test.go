@@ -14,7 +14,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -45,27 +44,11 @@ const (
 	staleOption = "stale_max_age"
 )
 
-// writeFile writes data into the test's directory and returns its path.
-func writeFile(t *testing.T, name string, data []byte) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	require.NoError(t, os.WriteFile(p, data, 0o600))
-	return p
-}
-
 // startDNS runs coredns-mc as east's cluster DNS with the given links;
-// extra holds more lines of the mcmirror block.
-func startDNS(t *testing.T, name string, ls []harness.Link, extra ...string) *harness.DNSServer {
+// block holds more lines of the mcmirror block.
+func startDNS(t *testing.T, ls []harness.Link, block ...string) *harness.DNSServer {
 	t.Helper()
-	return env.StartDNS(t, "east/"+name, corefile(ls, extra...))
-}
-
-func corefile(ls []harness.Link, extra ...string) string {
-	block := harness.LinkLinesOf(ls...)
-	for _, e := range extra {
-		block += "        " + e + "\n"
-	}
-	return harness.MirrorCorefile(env.Cluster("east"), block)
+	return env.StartFleet(t, harness.FleetOptions{Local: "east", Links: ls, Parts: harness.FleetDNS, Block: block}).DNS
 }
 
 // startController runs `coredns-mc controller` in east with the given
@@ -73,14 +56,9 @@ func corefile(ls []harness.Link, extra ...string) string {
 // (east's own when empty).
 func startController(t *testing.T, name, kubeconfig string, ls []harness.Link, extra ...string) *harness.Controller {
 	t.Helper()
-	return env.StartController(t, env.Cluster("east"), harness.ControllerOptions{
-		Name:        name,
-		Kubeconfig:  kubeconfig,
-		Links:       ls,
-		EgressPorts: "30000-39999",
-		Metrics:     true,
-		Args:        append([]string{"--pod-grace", "2s", "--link-removal-grace", "1s"}, extra...),
-	})
+	return env.StartFleet(t, harness.FleetOptions{Local: "east", Links: ls, Parts: harness.FleetController, EgressPorts: "30000-39999",
+		Controller: harness.ControllerOptions{Name: name, Kubeconfig: kubeconfig, Metrics: true,
+			Args: append([]string{"--pod-grace", "2s", "--link-removal-grace", "1s"}, extra...)}}).Controller
 }
 
 // counterBaseline returns the value of the counter series at url before
@@ -108,6 +86,23 @@ func linkErrorsBaseline(c require.TestingT, s *harness.DNSServer, cluster, reaso
 
 func linkErrorsSeries(cluster, reason string) string {
 	return fmt.Sprintf(`coredns_mcmirror_link_errors_total{cluster=%q,reason=%q}`, cluster, reason)
+}
+
+// outage stops c's API server (APIServerOutage; restart starts it again)
+// and waits for the evidence that s saw it: link_up of c 0, its
+// unreachable errors counted, and a line of s's log with every one of
+// logged. down is when the API server stopped.
+func outage(t *testing.T, s *harness.DNSServer, c *harness.Cluster, logged ...string) (down time.Time, restart func()) {
+	t.Helper()
+	before := linkErrorsBaseline(t, s, c.Name, "unreachable")
+	down = time.Now()
+	restart = c.APIServerOutage(t)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		assert.Equal(ct, float64(0), linkUp(ct, s, c.Name), "link_up")
+		assert.Greater(ct, linkErrors(ct, s, c.Name, "unreachable"), before, "link_errors_total")
+		assert.NotEmpty(ct, s.Process.LogLines(ct, logged...), "logged")
+	}, 30*time.Second, 200*time.Millisecond, "%s's outage is seen", c.Name)
+	return down, restart
 }
 
 // linkUp is the DNS server's coredns_mcmirror_link_up of cluster, -1 when
@@ -231,28 +226,6 @@ func answered(c require.TestingT, s *harness.DNSServer, name string) []string {
 	a := addrs(r)
 	require.NotEmpty(c, a, name)
 	return a
-}
-
-// logHas reports whether the log of p contains every one of subs on one
-// line.
-func logHas(p *harness.Process, subs ...string) bool {
-	data, err := os.ReadFile(p.LogPath)
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		ok := true
-		for _, s := range subs {
-			if !strings.Contains(line, s) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return true
-		}
-	}
-	return false
 }
 
 // mirrorIPs returns name → ClusterIP of the mirrors in ns.

@@ -3,8 +3,6 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -49,10 +47,10 @@ func TestFullMesh(t *testing.T) {
 	for i, c := range clusters {
 		for _, r := range clusters {
 			if r != c {
-				putLinkSecret(t, c, r)
+				c.CreateLinkSecret(t, linkNS, r.Name, r.LinkData(t))
 			}
 		}
-		servers[i] = env.StartDNS(t, c.Name+"/coredns-mc", corefile(c, "        link_secrets "+linkNS+"\n"))
+		servers[i] = env.StartFleet(t, harness.FleetOptions{Local: c.Name, Parts: harness.FleetDNS, LinkSecrets: linkNS}).DNS
 	}
 
 	// Every cluster answers every other's web: 90 names.
@@ -75,7 +73,7 @@ func TestFullMesh(t *testing.T) {
 	waitA(t, servers[4], webName(to), nil, "c4 no longer answers c7's web")
 	every("after the unlink", func(i, j int) bool { return i == 4 && j == 7 })
 	// Relink: back.
-	putLinkSecret(t, from, to)
+	from.CreateLinkSecret(t, linkNS, to.Name, to.LinkData(t))
 	waitA(t, servers[4], webName(to), []string{webAddr(7)}, "c4 answers c7's web again")
 
 	// c3's API server restarts: every other cluster's link to it goes
@@ -143,49 +141,20 @@ func exportWeb(t *testing.T, c *harness.Cluster, addr string) {
 	require.NoError(t, err)
 }
 
-// putLinkSecret writes in c the link Secret of remote, as `coredns-mc
-// link` writes one.
-func putLinkSecret(t *testing.T, c, remote *harness.Cluster) {
-	t.Helper()
-	_, err := c.Client.CoreV1().Secrets(linkNS).Create(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: labels.LinkSecretNamePrefix + remote.Name, Namespace: linkNS,
-			Labels: map[string]string{labels.LinkClusterName: remote.Name}},
-		Type: labels.LinkSecretType,
-		Data: map[string][]byte{labels.LinkSecretKey: linkKubeconfig(t, remote)},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-}
-
 // waitA waits until s answers name with exactly want (NXDOMAIN or no
 // record for none).
 func waitA(t *testing.T, s *harness.DNSServer, name string, want []string, msg string, args ...any) {
 	t.Helper()
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		assert.Equal(ct, want, answerA(ct, s, name))
+		assert.Equal(ct, want, harness.Answers(s.Ask(ct, "udp", name, dns.TypeA)))
 	}, time.Minute, 50*time.Millisecond, append([]any{msg}, args...)...)
-}
-
-func answerA(t require.TestingT, s *harness.DNSServer, name string) []string {
-	m := s.Ask(t, "udp", name, dns.TypeA)
-	var out []string
-	for _, rr := range m.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			out = append(out, a.A.String())
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // waitMetric waits until s exports series with value want.
 func waitMetric(t *testing.T, s *harness.DNSServer, series string, want float64, msg string, args ...any) {
 	t.Helper()
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		v, ok := s.Metric(t, series)
-		require.True(ct, ok, "no series %s", series)
-		f, err := strconv.ParseFloat(v, 64)
-		require.NoError(ct, err)
-		assert.Equal(ct, want, f)
+		assert.Equal(ct, want, harness.RequireSeries(ct, s.MetricsURL, series))
 	}, time.Minute, 50*time.Millisecond, append([]any{msg}, args...)...)
 }
 
@@ -217,11 +186,7 @@ func watchAnswers(t *testing.T, servers []*harness.DNSServer, clusters []*harnes
 				r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, s.Addr)
 				var got []string
 				if err == nil {
-					for _, rr := range r.Answer {
-						if a, isA := rr.(*dns.A); isA {
-							got = append(got, a.A.String())
-						}
-					}
+					got = harness.Answers(r)
 				}
 				mu.Lock()
 				asked++

@@ -3,9 +3,7 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -33,54 +31,32 @@ const stormPods = 1000
 func TestUnexportedChurnIsNeverSent(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	west := env.Cluster("west")
 	const ns = "storm"
 	require.NoError(t, west.Apply(ctx, harness.Namespace(ns)+
-		harness.StatefulSet(ns, "web", "web", 1, map[string]string{labels.Exported: labels.ExportFlat})+fmt.Sprintf(`
----
-apiVersion: v1
-kind: Service
-metadata: {name: noise, namespace: %s}
-spec:
-  selector: {app: noise}
-  ports: [{name: http, port: 80}]
-`, ns)))
-	link := linkFile(t, west)
-
-	dnsSrv := env.StartDNS(t, "east/coredns-mc", corefile(east, "        link west "+link+"\n"))
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	metricsAddr := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
-	ctl := env.StartProcess(t, "east/controller", nil, bin, "controller", "--kubeconfig", east.Kubeconfig, "--cluster", "east",
-		"--egress-address", "10.255.0.1", "--egress-ports", "30000-39999", "--metrics-addr", metricsAddr,
-		"--link", "west="+link)
+		harness.StatefulSet(ns, "web", "web", 1, map[string]string{labels.Exported: labels.ExportFlat})+"---\n"+
+		harness.ClusterIPService(ns, "noise", 80, nil)))
+	f := env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: []string{"west"}, Parts: harness.FleetDNS | harness.FleetController,
+		Controller: harness.ControllerOptions{Metrics: true}})
 
 	name := "web-west." + ns + ".svc.cluster.local."
 	webAddrs := func() []string { return podAddrs(t, west, ns, "web") }
-	waitAnswers(t, dnsSrv, name, 1, webAddrs)
+	waitAnswers(t, f.DNS, name, 1, webAddrs)
 
 	// What each consumer has received of west's slices so far; and, seen
 	// from west's side, every event of the exported Service's slices from
 	// now on (w), and of the unexported one's (noise).
+	westSlices := map[string]string{"cluster": "west", "kind": "endpointslice"}
 	received := map[string]func() float64{
 		"dns": func() float64 {
-			v, ok := dnsSrv.Metric(t, `coredns_mcmirror_remote_events_received_total{cluster="west",kind="endpointslice"}`)
-			require.True(t, ok, "the DNS server exports no remote_events_received_total of west's slices")
-			f, err := strconv.ParseFloat(v, 64)
-			require.NoError(t, err)
-			return f
+			return harness.RequireMetric(t, f.DNS.MetricsURL, "coredns_mcmirror_remote_events_received_total", westSlices)
 		},
 		"controller": func() float64 {
-			v, ok, err := harness.ScrapeMetric("http://"+metricsAddr+"/metrics", "coredns_mcmirror_remote_events_received_total",
-				map[string]string{"cluster": "west", "kind": "endpointslice"})
-			require.NoError(t, err)
-			require.True(t, ok, "the controller exports no remote_events_received_total of west's slices")
-			return v
+			return harness.RequireMetric(t, f.Controller.MetricsURL(), "coredns_mcmirror_remote_events_received_total", westSlices)
 		},
 	}
-	require.Eventually(t, func() bool {
-		v, ok, _ := harness.ScrapeMetric("http://"+metricsAddr+"/metrics", "coredns_mcmirror_controller_link_up", map[string]string{"cluster": "west"})
-		return ok && v == 1
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 1.0, harness.RequireMetric(c, f.Controller.MetricsURL(), "coredns_mcmirror_controller_link_up", map[string]string{"cluster": "west"}))
 	}, 60*time.Second, 50*time.Millisecond, "the controller's link to west up")
 	web := countEvents(t, west, ns, "web")
 	noise := countEvents(t, west, ns, "noise")
@@ -99,20 +75,18 @@ spec:
 		storm(t, west, ns)
 	}()
 	require.NoError(t, west.Scale(ctx, ns, "web", 2))
-	waitAnswers(t, dnsSrv, name, 2, webAddrs)
+	waitAnswers(t, f.DNS, name, 2, webAddrs)
 	wg.Wait()
 	require.Eventually(t, func() bool {
 		return podCount(t, west, ns, "noise") == 0 && readyEndpoints(t, west, ns, "noise") == 0
 	}, 3*time.Minute, 100*time.Millisecond, "the storm's pods gone from noise's slices")
 	// An exported change after the storm still arrives: the watches live.
 	require.NoError(t, west.Scale(ctx, ns, "web", 1))
-	waitAnswers(t, dnsSrv, name, 1, webAddrs)
+	waitAnswers(t, f.DNS, name, 1, webAddrs)
 	require.Eventually(t, func() bool {
 		return received["controller"]() > before["controller"]
 	}, 30*time.Second, 50*time.Millisecond, "the controller received web's change")
-	exited, err := ctl.Exited()
-	require.NoError(t, err)
-	require.False(t, exited, "the controller exited")
+	env.RequireAlive(t, f.Processes()...)
 
 	// Every event either consumer received since is one of web's, which
 	// west's watch saw too (once it has caught up with web's slices as
@@ -263,14 +237,6 @@ func waitAnswers(t *testing.T, s *harness.DNSServer, name string, n int, addrs f
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		want := addrs()
 		require.Len(ct, want, n)
-		m := s.Ask(ct, "udp", name, dns.TypeA)
-		var got []string
-		for _, rr := range m.Answer {
-			if a, ok := rr.(*dns.A); ok {
-				got = append(got, netip.MustParseAddr(a.A.String()).String())
-			}
-		}
-		slices.Sort(got)
-		assert.Equal(ct, want, got)
+		assert.Equal(ct, want, harness.Answers(s.Ask(ct, "udp", name, dns.TypeA)))
 	}, 2*time.Minute, 50*time.Millisecond, "%s answers %d addresses", name, n)
 }

@@ -359,26 +359,20 @@ func TestIngressUnderAbuse(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
 	ns := env.UniqueNamespace(t, "gw-abuse")
-	eastC, westC := env.Cluster("east"), env.Cluster("west")
+	westC := env.Cluster("west")
 	pods := westC.RunEchoPods(t, podPort, "abuse-web-0")
-	tlsFiles := env.GatewayTLS(t, "east", "west")
-	paris, err := env.GatewayCA(t).IssueFiles(t.TempDir(), "paris", gatewaytest.Options{})
-	require.NoError(t, err)
+	// Clients of west's ingress: east, as east's egress is, and paris.
+	clientTLS := env.GatewayTLS(t, "east", "paris")
 
-	west := env.StartGateway(t, westC, harness.GatewayOptions{TLS: tlsFiles["west"], Ingress: true, Args: []string{
-		"--allow-selectorless", "*",
-		"--allow-cluster", "east",
+	f := startFleet(t,
 		"--max-connections", strconv.Itoa(abuseMaxConns),
 		"--handshake-timeout", abuseHandshakeTimeout.String(),
 		"--max-header-bytes", strconv.Itoa(abuseMaxHeader),
-		"--v", "1",
-	}})
-	east := env.StartGateway(t, eastC, harness.GatewayOptions{TLS: tlsFiles["east"], Egress: true,
-		Peers: map[string]string{"west": west.IngressAddr}})
-	startController(t)
+		"--v", "1")
+	west, east := f.Gateways["west"], f.Gateways["east"]
 	exportService(t, ns, "web", false, pods)
 	// An unexported Service with a ready endpoint: the pod.
-	_, err = westC.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+	_, err := westC.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "secret", Namespace: ns},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: portName, Port: servicePort, Protocol: corev1.ProtocolTCP}}},
 	}, metav1.CreateOptions{})
@@ -391,7 +385,7 @@ func TestIngressUnderAbuse(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	m := waitMirror(t, ns, "web-west")
-	addr := harness.LoopbackAddr(m.EgressPort)
+	addr := m.addr()
 	waitGreet(t, addr, wait, "web-west is reached before the abuse")
 
 	pid := west.Process().PID
@@ -400,7 +394,7 @@ func TestIngressUnderAbuse(t *testing.T) {
 	peaks := samplePeaks(pid)
 	legit := startLegitLoop(addr)
 	defer legit.end()
-	asEast := newIngressClient(t, west.IngressAddr, tlsFiles["east"])
+	asEast := newIngressClient(t, west.IngressAddr, clientTLS["east"])
 
 	t.Run("unexported targets", func(t *testing.T) {
 		legit.during(t, "unexported targets", func() {
@@ -428,7 +422,7 @@ func TestIngressUnderAbuse(t *testing.T) {
 	})
 
 	t.Run("cluster not linked", func(t *testing.T) {
-		asParis := newIngressClient(t, west.IngressAddr, paris)
+		asParis := newIngressClient(t, west.IngressAddr, clientTLS["paris"])
 		legit.during(t, "cluster not linked", func() {
 			expectRefusals(t, west, asParis, "paris", 100, http.StatusForbidden, gateway.ReasonClusterNotAllowed, func(i int) string {
 				if i%10 == 0 {

@@ -25,13 +25,12 @@ import (
 func TestGlobalFollowsGatewayHealth(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
-	ns := env.UniqueNamespace(t, "gw-dns")
-	east, west := env.Cluster("east"), env.Cluster("west")
-	pods := west.RunEchoPods(t, podPort, "web-a", "web-b")
-	f := startFleet(t)
-	exportService(t, ns, "web", false, pods)
-	m := waitMirror(t, ns, "web-west")
-	waitGreet(t, harness.LoopbackAddr(m.EgressPort), wait, "web-west is reached while west's gateway runs")
+	east := env.Cluster("east")
+	o := fleet()
+	o.Parts = harness.AllParts
+	f := env.StartFleet(t, o)
+	ns, m := exportWeb(t, "gw-dns", nil, "web-a", "web-b")
+	waitGreet(t, m.addr(), wait, "web-west is reached while west's gateway runs")
 
 	// East exports its own web too: its member stays in web-global
 	// whatever happens to west, which proves an answer without west's
@@ -42,8 +41,7 @@ func TestGlobalFollowsGatewayHealth(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	s := env.StartDNS(t, "east/coredns-mc", harness.MirrorCorefile(east,
-		harness.LinkLines(t, west)+"        gateway_health "+f.east.MetricsURL+"/peers\n"))
+	s := f.DNS
 
 	zone := ns + ".svc.cluster.local."
 	global, perCluster := "web-global."+zone, "web-west."+zone
@@ -66,7 +64,7 @@ func TestGlobalFollowsGatewayHealth(t *testing.T) {
 		expect(c, both, sorted(localTarget, westTarget))
 	}, wait, tick, "while west's gateway is up, web-global has east's and west's members")
 
-	f.west.Stop()
+	f.Gateways["west"].Stop()
 	stopped := time.Now()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		// The DNS server is the process under test: it must be serving,
@@ -74,7 +72,7 @@ func TestGlobalFollowsGatewayHealth(t *testing.T) {
 		// without west to mean anything.
 		done, _ := s.Process.Exited()
 		require.False(c, done, "coredns-mc exited")
-		peers, err := f.east.Peers()
+		peers, err := f.Gateways["east"].Peers()
 		require.NoError(c, err)
 		assert.False(c, peers["west"].Alive, "east's /peers: west")
 		expect(c, []string{local.Spec.ClusterIP}, []string{localTarget})
@@ -82,7 +80,7 @@ func TestGlobalFollowsGatewayHealth(t *testing.T) {
 	t.Logf("west's member left web-global %v after west's gateway stopped", time.Since(stopped).Round(time.Millisecond))
 
 	restarted := time.Now()
-	f.west.Start(t)
+	f.Gateways["west"].Start(t)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		expect(c, both, sorted(localTarget, westTarget))
 	}, healthBound, tick, "within %v of west's gateway starting again, west's member is back in web-global", healthBound)

@@ -6,8 +6,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // healthBound is the promise: a dead gateway is seen within 10 s of
@@ -20,47 +18,43 @@ const healthBound = 10 * time.Second
 // on the same address: alive is 1 again within 10 s and connections work.
 func TestIngressDownAndBack(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := env.UniqueNamespace(t, "gw-health")
-	west := env.Cluster("west")
-	pods := west.RunEchoPods(t, podPort, "web-a", "web-b")
 	f := startFleet(t)
-	exportService(t, ns, "web", false, pods)
-	m := waitMirror(t, ns, "web-west")
-	addr := harness.LoopbackAddr(m.EgressPort)
+	_, m := exportWeb(t, "gw-health", nil, "web-a", "web-b")
+	addr := m.addr()
 	waitGreet(t, addr, wait, "web-west is reached while west's gateway runs")
 
 	// East probes west from its start: alive is 1 before anything fails.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		v, ok := alive(c, f.east, "west")
+		v, ok := alive(c, f.Gateways["east"], "west")
 		require.True(c, ok, "east exports gateway_alive{cluster=west}")
 		assert.Equal(c, 1.0, v)
 	}, healthBound, tick, "east sees west's gateway alive")
 
 	dialFailed := map[string]string{"peer": "west", "direction": "egress", "reason": "dial_failed"}
-	dialFailedBefore := metric(t, f.east, "coredns_mcmirror_gateway_refusals_total", dialFailed)
+	dialFailedBefore := metric(t, f.Gateways["east"], "coredns_mcmirror_gateway_refusals_total", dialFailed)
 
-	f.west.Stop()
+	f.Gateways["west"].Stop()
 	stopped := time.Now()
 
 	t.Logf("west's gateway down: a new connection through the egress is reset after %v", expectReset(t, addr, 2*time.Second))
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		v, ok := alive(c, f.east, "west")
+		v, ok := alive(c, f.Gateways["east"], "west")
 		require.True(c, ok)
 		assert.Equal(c, 0.0, v, "gateway_alive{cluster=west}")
-		peers, err := f.east.Peers()
+		peers, err := f.Gateways["east"].Peers()
 		require.NoError(c, err)
 		assert.False(c, peers["west"].Alive, "/peers: west")
 	}, healthBound-time.Since(stopped), tick, "east sees west's gateway down within %v", healthBound)
 	t.Logf("west's gateway seen down %v after it stopped", time.Since(stopped).Round(time.Millisecond))
-	assert.Greater(t, metric(t, f.east, "coredns_mcmirror_gateway_refusals_total", dialFailed), dialFailedBefore,
+	assert.Greater(t, metric(t, f.Gateways["east"], "coredns_mcmirror_gateway_refusals_total", dialFailed), dialFailedBefore,
 		"east counted the refused connection: refusals_total %v", dialFailed)
-	env.RequireAlive(t, f.east.Process())
+	env.RequireAlive(t, f.Gateways["east"].Process())
 
 	restarted := time.Now()
-	f.west.Start(t)
+	f.Gateways["west"].Start(t)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		v, _ := alive(c, f.east, "west")
+		v, _ := alive(c, f.Gateways["east"], "west")
 		assert.Equal(c, 1.0, v, "gateway_alive{cluster=west}")
 	}, healthBound, tick, "east sees west's gateway back within %v", healthBound)
 	t.Logf("west's gateway seen back %v after it was started again", time.Since(restarted).Round(time.Millisecond))

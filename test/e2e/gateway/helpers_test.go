@@ -37,11 +37,29 @@ func exportServiceLabelled(t *testing.T, ns, name string, headless bool, pods []
 		Port: servicePort, TargetPort: podPort, Endpoints: harness.PodAddrs(pods)})
 }
 
+// exportWeb runs echo pods named pods in west and exports them as web,
+// labelled lbls (exported in gateway mode when nil), in a new namespace
+// named from base; it returns the namespace and east's mirror of web,
+// once east's controller has made it.
+func exportWeb(t *testing.T, base string, lbls map[string]string, pods ...string) (string, mirror) {
+	t.Helper()
+	ns := env.UniqueNamespace(t, base)
+	if lbls == nil {
+		lbls = map[string]string{labels.Exported: labels.ExportGateway}
+	}
+	exportServiceLabelled(t, ns, "web", false, env.Cluster("west").RunEchoPods(t, podPort, pods...), lbls)
+	return ns, waitMirror(t, ns, "web-west")
+}
+
 // mirror is what east's controller made for a remote Service or pod.
 type mirror struct {
 	ClusterIP  string
 	EgressPort int
 }
+
+// addr is where a client in east connects to reach the mirror: its egress
+// port on 127.0.0.1, where east's gateway binds its egress ports.
+func (m mirror) addr() string { return harness.LoopbackAddr(m.EgressPort) }
 
 // waitMirror waits until east holds the mirror Service ns/name with a
 // ClusterIP and an egress port recorded for the Service port, and returns

@@ -32,11 +32,6 @@ const (
 	wait = 60 * time.Second
 	tick = 50 * time.Millisecond
 
-	// egressAddress is what the controller writes into the mirrors'
-	// EndpointSlices. Nothing routes to it here: clients connect to the
-	// egress port on 127.0.0.1, where east's gateway binds its egress ports.
-	egressAddress = harness.EgressAddress
-
 	// podPort is where the echo pods listen; servicePort is the Service
 	// port, mapped to podPort by the port's name, as kube-proxy does.
 	podPort     = 8080
@@ -44,43 +39,23 @@ const (
 	portName    = "http"
 )
 
-// fleet is one test's set of processes: east's controller linked to west,
-// west's gateway (ingress) and east's gateway (egress, peer west). Each
-// test starts its own rather than one harness.LaunchFleet for the package:
-// the tests stop and restart gateways, give west's ingress flags of their
-// own, and need no data plane (clients connect to the egress ports on
-// 127.0.0.1), which a fleet's parts, run in the nodes, would need.
-type fleet struct {
-	controller *harness.Process
-	west, east *harness.Gateway
+// fleet is what each test starts for itself, rather than one fleet for the
+// package: east's controller linked to west, west's gateway (ingress) with
+// westArgs and east's gateway (egress), on 127.0.0.1, with a window of
+// egress ports of their own, so that no two tests (nor a mirror a test
+// before left in east) share a port. The tests stop and restart gateways
+// and give west's ingress flags of their own.
+func fleet(westArgs ...string) harness.FleetOptions {
+	return harness.FleetOptions{Local: "east", Remotes: []string{"west"}, Parts: harness.FleetController | harness.FleetGateways,
+		EgressPorts: harness.EgressPortWindow().String(),
+		// West's Services are selector-less, their slices written by the
+		// tests (no kube-controller-manager runs here): opted in, as an
+		// operator does.
+		IngressArgs: append([]string{"--allow-selectorless", "*"}, westArgs...)}
 }
 
-// startFleet starts the gateways and the controller for the test t. The
-// controller gets a range of egress ports of its own, so that no two tests
-// (or a mirror a previous test left in east) share a port.
-func startFleet(t *testing.T, westArgs ...string) *fleet {
+// startFleet starts fleet(westArgs...) for the test t.
+func startFleet(t *testing.T, westArgs ...string) *harness.Fleet {
 	t.Helper()
-	east, west := env.Cluster("east"), env.Cluster("west")
-	tls := env.GatewayTLS(t, "east", "west")
-	f := &fleet{}
-	// West's Services are selector-less, their slices written by the tests
-	// (no kube-controller-manager runs here): opted in, as an operator does.
-	f.west = env.StartGateway(t, west, harness.GatewayOptions{TLS: tls["west"], Ingress: true,
-		Args: append([]string{"--allow-selectorless", "*"}, westArgs...)})
-	f.east = env.StartGateway(t, east, harness.GatewayOptions{TLS: tls["east"], Egress: true,
-		Peers: map[string]string{"west": f.west.IngressAddr}})
-	f.controller = startController(t)
-	return f
-}
-
-// startController starts `coredns-mc controller` for east, linked to west
-// with the read-only credentials of deploy/remote-link.yaml, with a window
-// of egress ports of its own.
-func startController(t *testing.T) *harness.Process {
-	t.Helper()
-	return env.StartController(t, env.Cluster("east"), harness.ControllerOptions{
-		Remotes:       []*harness.Cluster{env.Cluster("west")},
-		EgressAddress: egressAddress,
-		EgressPorts:   harness.PortRange(harness.EgressPortWindow()),
-	}).Process
+	return env.StartFleet(t, fleet(westArgs...))
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // A destination west no longer exports is refused by west's ingress, and
@@ -19,24 +18,21 @@ import (
 // west's ingress follows its own cluster's export live.
 func TestNotExportedRefused(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := env.UniqueNamespace(t, "gw-refused")
 	west := env.Cluster("west")
-	pods := west.RunEchoPods(t, podPort, "web-a", "web-b")
 	f := startFleet(t)
-	exportService(t, ns, "web", false, pods)
-	m := waitMirror(t, ns, "web-west")
-	addr := harness.LoopbackAddr(m.EgressPort)
+	ns, m := exportWeb(t, "gw-refused", nil, "web-a", "web-b")
+	addr := m.addr()
 	waitGreet(t, addr, wait, "web-west is reached while exported")
 
-	f.controller.Stop()
+	f.Controller.Stop()
 	exported := func(c require.TestingT) float64 {
-		return metric(c, f.west, "coredns_mcmirror_gateway_ingress_exported_services", nil)
+		return metric(c, f.Gateways["west"], "coredns_mcmirror_gateway_ingress_exported_services", nil)
 	}
 	ingressRefusals := map[string]string{"peer": "east", "direction": "ingress", "reason": "not_exported"}
 	egressRefusals := map[string]string{"peer": "west", "direction": "egress", "reason": "peer_refused"}
 	exportedBefore := exported(t)
-	refusedBefore := metric(t, f.west, "coredns_mcmirror_gateway_refusals_total", ingressRefusals)
-	peerRefusedBefore := metric(t, f.east, "coredns_mcmirror_gateway_refusals_total", egressRefusals)
+	refusedBefore := metric(t, f.Gateways["west"], "coredns_mcmirror_gateway_refusals_total", ingressRefusals)
+	peerRefusedBefore := metric(t, f.Gateways["east"], "coredns_mcmirror_gateway_refusals_total", egressRefusals)
 
 	require.NoError(t, west.LabelService(t.Context(), ns, "web", labels.Exported, ""))
 	// Positive evidence that west's ingress has seen the change: it
@@ -50,11 +46,11 @@ func TestNotExportedRefused(t *testing.T) {
 	// The refusal was the ingress's, for that reason, and the egress
 	// counted it as the peer's.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Greater(c, metric(c, f.west, "coredns_mcmirror_gateway_refusals_total", ingressRefusals), refusedBefore, "west: refusals_total %v", ingressRefusals)
-		assert.Greater(c, metric(c, f.east, "coredns_mcmirror_gateway_refusals_total", egressRefusals), peerRefusedBefore, "east: refusals_total %v", egressRefusals)
+		assert.Greater(c, metric(c, f.Gateways["west"], "coredns_mcmirror_gateway_refusals_total", ingressRefusals), refusedBefore, "west: refusals_total %v", ingressRefusals)
+		assert.Greater(c, metric(c, f.Gateways["east"], "coredns_mcmirror_gateway_refusals_total", egressRefusals), peerRefusedBefore, "east: refusals_total %v", egressRefusals)
 	}, 5*time.Second, tick)
-	env.RequireAlive(t, f.west.Process())
-	env.RequireAlive(t, f.east.Process())
+	env.RequireAlive(t, f.Gateways["west"].Process())
+	env.RequireAlive(t, f.Gateways["east"].Process())
 
 	// Exported again: the same port carries again, without a restart.
 	require.NoError(t, west.LabelService(t.Context(), ns, "web", labels.Exported, labels.ExportGateway))

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // streamEndBound bounds the time from the API write that withdraws an
@@ -33,17 +32,13 @@ const streamEndBound = 5 * time.Second
 // streams are refused by west's ingress.
 func TestServiceExportStampThroughGateway(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := env.UniqueNamespace(t, "gw-mcs")
 	west := env.Cluster("west")
-	pods := west.RunEchoPods(t, podPort, "web-a", "web-b")
 	f := startFleet(t)
-	exportServiceLabelled(t, ns, "web", false, pods, map[string]string{labels.ServiceExportMode: labels.ModeGateway})
-
-	m := waitMirror(t, ns, "web-west")
-	addr := harness.LoopbackAddr(m.EgressPort)
+	ns, m := exportWeb(t, "gw-mcs", map[string]string{labels.ServiceExportMode: labels.ModeGateway}, "web-a", "web-b")
+	addr := m.addr()
 	const gw = "coredns_mcmirror_gateway_"
 	ingress := map[string]string{"peer": "east", "direction": "ingress"}
-	ingressBefore := metric(t, f.west, gw+"connections_total", ingress)
+	ingressBefore := metric(t, f.Gateways["west"], gw+"connections_total", ingress)
 
 	first := waitGreet(t, addr, wait, "a connection through the egress port of web-west reaches a pod of west exported by its stamp")
 	seen := map[string]int{first: 1}
@@ -57,11 +52,11 @@ func TestServiceExportStampThroughGateway(t *testing.T) {
 		assert.Contains(t, []string{"west/web-a", "west/web-b"}, pod)
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.GreaterOrEqual(c, metric(c, f.west, gw+"connections_total", ingress)-ingressBefore, float64(connections), "west: ingress streams from east")
+		assert.GreaterOrEqual(c, metric(c, f.Gateways["west"], gw+"connections_total", ingress)-ingressBefore, float64(connections), "west: ingress streams from east")
 	}, 10*time.Second, tick)
 
 	// East keeps its mirror from now on, whatever west exports.
-	f.controller.Stop()
+	f.Controller.Stop()
 
 	// A stream through both gateways, open, bytes both ways.
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
@@ -81,9 +76,9 @@ func TestServiceExportStampThroughGateway(t *testing.T) {
 
 	ended := map[string]string{"peer": "east", "reason": "not_exported"}
 	refusals := map[string]string{"peer": "east", "direction": "ingress", "reason": "not_exported"}
-	endedBefore := metric(t, f.west, gw+"ingress_streams_ended_total", ended)
-	refusedBefore := metric(t, f.west, gw+"refusals_total", refusals)
-	exportedBefore := metric(t, f.west, gw+"ingress_exported_services", nil)
+	endedBefore := metric(t, f.Gateways["west"], gw+"ingress_streams_ended_total", ended)
+	refusedBefore := metric(t, f.Gateways["west"], gw+"refusals_total", refusals)
+	exportedBefore := metric(t, f.Gateways["west"], gw+"ingress_exported_services", nil)
 
 	// The stamp taken off: the stream ends, by west's ingress.
 	start := time.Now()
@@ -97,15 +92,15 @@ func TestServiceExportStampThroughGateway(t *testing.T) {
 	// Positive evidence that west's ingress has seen the change, and that
 	// it ended the stream: it accepts one Service fewer, and counted it.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, endedBefore+1, metric(c, f.west, gw+"ingress_streams_ended_total", ended), "west: ingress_streams_ended_total %v", ended)
-		assert.Equal(c, exportedBefore-1, metric(c, f.west, gw+"ingress_exported_services", nil), "west: exported Services")
+		assert.Equal(c, endedBefore+1, metric(c, f.Gateways["west"], gw+"ingress_streams_ended_total", ended), "west: ingress_streams_ended_total %v", ended)
+		assert.Equal(c, exportedBefore-1, metric(c, f.Gateways["west"], gw+"ingress_exported_services", nil), "west: exported Services")
 	}, 10*time.Second, tick)
 
 	// New streams: refused by west's ingress, a reset to the client.
 	t.Logf("the stamp taken off: a new connection is reset after %v", expectReset(t, addr, 2*time.Second))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Greater(c, metric(c, f.west, gw+"refusals_total", refusals), refusedBefore, "west: refusals_total %v", refusals)
+		assert.Greater(c, metric(c, f.Gateways["west"], gw+"refusals_total", refusals), refusedBefore, "west: refusals_total %v", refusals)
 	}, 5*time.Second, tick)
-	env.RequireAlive(t, f.west.Process())
-	env.RequireAlive(t, f.east.Process())
+	env.RequireAlive(t, f.Gateways["west"].Process())
+	env.RequireAlive(t, f.Gateways["east"].Process())
 }

@@ -12,8 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // On SIGTERM (a rolling update) the ingress fails its readiness and, after
@@ -22,11 +20,9 @@ import (
 // open go on; the process exits, cleanly, once the last one ends.
 func TestShutdownDrainsStreams(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := env.UniqueNamespace(t, "gw-drain")
-	pods := env.Cluster("west").RunEchoPods(t, podPort, "web-a")
 	f := startFleet(t, "--drain-delay", "0s")
-	exportService(t, ns, "web", false, pods)
-	addr := harness.LoopbackAddr(waitMirror(t, ns, "web-west").EgressPort)
+	_, m := exportWeb(t, "gw-drain", nil, "web-a")
+	addr := m.addr()
 	waitGreet(t, addr, wait, "the path works before the shutdown")
 
 	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
@@ -38,11 +34,11 @@ func TestShutdownDrainsStreams(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "hello from west/web-a\n", greeting)
 
-	proc := f.west.Process()
+	proc := f.Gateways["west"].Process()
 	require.NoError(t, proc.Signal(syscall.SIGTERM))
 	// Evidence that the signal was taken: readiness fails.
 	require.Eventually(t, func() bool {
-		resp, err := http.Get(f.west.MetricsURL + "/readyz")
+		resp, err := http.Get(f.Gateways["west"].MetricsURL + "/readyz")
 		if err != nil {
 			return false
 		}

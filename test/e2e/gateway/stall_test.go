@@ -67,19 +67,16 @@ func TestStalledReadersWithinMemoryLimit(t *testing.T) {
 		require.Positive(t, sources, "MCMIRROR_STALL_SOURCES")
 	}
 	ns := env.UniqueNamespace(t, "stall")
-	west, eastCluster := env.Cluster("west"), env.Cluster("east")
-	tls := env.GatewayTLS(t, "east", "west")
-	limits := []string{"--max-connections", strconv.Itoa(stallMaxConns)}
-	westGW := env.StartGateway(t, west, harness.GatewayOptions{TLS: tls["west"], Ingress: true, MemoryLimit: stallMemoryLimit,
-		Args: append([]string{"--allow-selectorless", "*"}, limits...)})
-	eastGW := env.StartGateway(t, eastCluster, harness.GatewayOptions{TLS: tls["east"], Egress: true, MemoryLimit: stallMemoryLimit,
-		Peers: map[string]string{"west": westGW.IngressAddr}, Args: limits})
-	startController(t)
+	west := env.Cluster("west")
+	o := fleet()
+	o.Gateway = harness.GatewayOptions{MemoryLimit: stallMemoryLimit, Args: []string{"--max-connections", strconv.Itoa(stallMaxConns)}}
+	f := env.StartFleet(t, o)
+	westGW, eastGW := f.Gateways["west"], f.Gateways["east"]
 
 	flood := west.RunPod(t, "flood-0", harness.FloodServer(podPort, stallFlood))
 	exportService(t, ns, "flood", false, []*harness.Pod{flood})
 	exportService(t, ns, "echo", false, west.RunEchoPods(t, podPort, "echo-0"))
-	floodAddr, echoAddr := harness.LoopbackAddr(waitMirror(t, ns, "flood-west").EgressPort), harness.LoopbackAddr(waitMirror(t, ns, "echo-west").EgressPort)
+	floodAddr, echoAddr := waitMirror(t, ns, "flood-west").addr(), waitMirror(t, ns, "echo-west").addr()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		conn, err := net.DialTimeout("tcp", floodAddr, 2*time.Second)
 		require.NoError(c, err)

@@ -7,8 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // connections is how many connections a test makes through one egress port
@@ -23,16 +21,11 @@ const connections = 12
 // gateways count the streams.
 func TestServiceThroughGateway(t *testing.T) {
 	env.LogOnFailure(t)
-	ns := env.UniqueNamespace(t, "gw-service")
-	west := env.Cluster("west")
-	pods := west.RunEchoPods(t, podPort, "web-a", "web-b", "web-c")
 	f := startFleet(t)
-	exportService(t, ns, "web", false, pods)
-
-	m := waitMirror(t, ns, "web-west")
-	addr := harness.LoopbackAddr(m.EgressPort)
-	egressBefore := metric(t, f.east, "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "west", "direction": "egress"})
-	ingressBefore := metric(t, f.west, "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "east", "direction": "ingress"})
+	_, m := exportWeb(t, "gw-service", nil, "web-a", "web-b", "web-c")
+	addr := m.addr()
+	egressBefore := metric(t, f.Gateways["east"], "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "west", "direction": "egress"})
+	ingressBefore := metric(t, f.Gateways["west"], "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "east", "direction": "ingress"})
 
 	// The egress opens the port once it has read the mirror; from then on
 	// every connection must work.
@@ -53,11 +46,11 @@ func TestServiceThroughGateway(t *testing.T) {
 	// Each side counted the streams it carried (those made while the
 	// egress port was opening failed before either counted them).
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		eg := metric(c, f.east, "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "west", "direction": "egress"})
-		in := metric(c, f.west, "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "east", "direction": "ingress"})
+		eg := metric(c, f.Gateways["east"], "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "west", "direction": "egress"})
+		in := metric(c, f.Gateways["west"], "coredns_mcmirror_gateway_connections_total", map[string]string{"peer": "east", "direction": "ingress"})
 		assert.GreaterOrEqual(c, eg-egressBefore, float64(connections), "east: egress streams to west")
 		assert.GreaterOrEqual(c, in-ingressBefore, float64(connections), "west: ingress streams from east")
-		assert.Positive(c, metric(c, f.east, "coredns_mcmirror_gateway_bytes_total", map[string]string{"peer": "west", "direction": "egress", "way": "received"}))
+		assert.Positive(c, metric(c, f.Gateways["east"], "coredns_mcmirror_gateway_bytes_total", map[string]string{"peer": "west", "direction": "egress", "way": "received"}))
 	}, 10*time.Second, tick)
 }
 
@@ -79,7 +72,7 @@ func TestPodThroughGateway(t *testing.T) {
 	require.NotEqual(t, byPod["web-0"].EgressPort, byPod["web-1"].EgressPort, "each pod has an egress port of its own")
 
 	for _, p := range []string{"web-0", "web-1"} {
-		addr := harness.LoopbackAddr(byPod[p].EgressPort)
+		addr := byPod[p].addr()
 		got := []string{waitGreet(t, addr, wait, "a connection to the egress port of "+p+"-west reaches a pod")}
 		for range connections - 1 {
 			pod, err := greet(addr)

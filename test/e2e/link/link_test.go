@@ -2,7 +2,6 @@ package link_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -44,21 +43,10 @@ func TestLinkUnlink(t *testing.T) {
 	assert.Equal(t, "west", secret.Labels[labels.LinkClusterName])
 	require.NoError(t, east.Apply(ctx, r.stdout), "the printed YAML is what kubectl apply -f - takes")
 
-	startController(t)
-	dnsServer := env.StartDNS(t, "east/coredns-mc", fmt.Sprintf(`
-cluster.local {
-    bind 127.0.0.1
-    ready 127.0.0.1:{READY}
-    mcmirror {
-        cluster east
-        kubeconfig %[1]s
-        link_secrets %[2]s
-    }
-    kubernetes cluster.local {
-        kubeconfig %[1]s
-    }
-}
-`, east.Kubeconfig, grant.DefaultLinkNamespace))
+	// East's DNS and controller follow the link Secrets, as deploy/ runs
+	// them.
+	dnsServer := env.StartFleet(t, harness.FleetOptions{Local: "east", LinkSecrets: grant.DefaultLinkNamespace,
+		Parts: harness.FleetDNS | harness.FleetController, Controller: harness.ControllerOptions{Args: []string{"--link-removal-grace", "1s"}}}).DNS
 	name := "nginx-svc-west." + ns + ".svc.cluster.local."
 	require.NoError(t, west.Apply(ctx, harness.StatefulSet(ns, "nginx-svc", "nginx-set", 2, map[string]string{labels.Exported: labels.ExportGateway})))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -359,10 +347,10 @@ subjects: [{kind: ServiceAccount, name: no-rbac, namespace: default}]
 		refused(t, "target cluster "+west.Server+": forbidden: system:serviceaccount:default:no-rbac may not "+
 			"create clusterroles.rbac.authorization.k8s.io, create clusterrolebindings.rbac.authorization.k8s.io, "+
 			"patch clusterroles.rbac.authorization.k8s.io, patch clusterrolebindings.rbac.authorization.k8s.io, which it needs to grant the link's access",
-			"link", "--cluster", "west", "--kubeconfig", writeFile(t, "no-rbac.kubeconfig", kc))
+			"link", "--cluster", "west", "--kubeconfig", harness.TempFile(t, "no-rbac.kubeconfig", kc))
 		assertGone(t, ctx, west) // checked before anything was written
 		refused(t, "may not delete clusterroles.rbac.authorization.k8s.io, delete clusterrolebindings.rbac.authorization.k8s.io, which it needs to remove the link's access",
-			"unlink", "--cluster", "west", "--kubeconfig", writeFile(t, "no-rbac.kubeconfig", kc))
+			"unlink", "--cluster", "west", "--kubeconfig", harness.TempFile(t, "no-rbac.kubeconfig", kc))
 	})
 
 	t.Run("no token controller", func(t *testing.T) {

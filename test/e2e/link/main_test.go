@@ -11,7 +11,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -78,17 +77,6 @@ func mustRun(t *testing.T, args ...string) result {
 	return r
 }
 
-// startController runs `coredns-mc controller` for east, linking the
-// clusters of the link Secrets in mcmirror-links, as deploy/controller.yaml
-// does.
-func startController(t *testing.T) *harness.Process {
-	t.Helper()
-	return env.StartController(t, env.Cluster("east"), harness.ControllerOptions{
-		LinkSecrets: grant.DefaultLinkNamespace,
-		Args:        []string{"--link-removal-grace", "1s"},
-	}).Process
-}
-
 // mirrors returns the names of east's mirror Services in ns.
 func mirrors(ctx context.Context, ns string) ([]string, error) {
 	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.MirrorSelector})
@@ -127,14 +115,7 @@ func badTokenKubeconfig(t *testing.T, c *harness.Cluster) string {
 	t.Helper()
 	kc, err := grant.Kubeconfig(grant.Options{Cluster: c.Name}, grant.Endpoint{Server: c.Server, CAData: env.CAPEM()}, []byte("not-a-token"))
 	require.NoError(t, err)
-	return writeFile(t, "bad.kubeconfig", kc)
-}
-
-func writeFile(t *testing.T, name string, data []byte) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	require.NoError(t, os.WriteFile(path, data, 0o600))
-	return path
+	return harness.TempFile(t, "bad.kubeconfig", kc)
 }
 
 // cleanLinks removes, when t ends, whatever a test left of links to c and

@@ -209,8 +209,24 @@ func cleanMesh(t *testing.T, cs ...*harness.Cluster) {
 // Secrets, its metrics on every address of this machine (the API server's
 // proxy reaches them at the pod's address), before kubernetes.
 func meshCorefile(c *harness.Cluster) string {
-	cf := harness.MirrorCorefile(c, "        link_secrets "+grant.DefaultLinkNamespace+"\n")
-	return strings.Replace(cf, "prometheus {HOST}:{METRICS}", "prometheus :{METRICS}", 1)
+	return fmt.Sprintf(`
+. {
+    bind {HOST}
+    errors
+    ready {HOST}:{READY}
+    prometheus :{METRICS}
+    mcmirror cluster.local in-addr.arpa ip6.arpa {
+        cluster %[1]s
+        kubeconfig %[2]s
+        link_secrets %[3]s
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig %[2]s
+        fallthrough in-addr.arpa ip6.arpa
+    }
+}
+`, c.Name, c.Kubeconfig, grant.DefaultLinkNamespace)
 }
 
 // startClusterDNS runs c's cluster DNS for t, and installs it as check

@@ -3,6 +3,8 @@
 // applied with kubectl as the Install section of the README says, pods
 // whose probes, volumes and securityContext the kubelet enforces, and a
 // client pod that reaches StatefulSet pods of another cluster by name.
+// mcmirror runs here as the pods deploy/ and the chart make, not as a
+// harness fleet's processes.
 package pods
 
 import (

@@ -51,18 +51,11 @@ func TestForwardModeThroughPlainCoreDNS(t *testing.T) {
 	east, west := env.Cluster("east"), env.Cluster("west")
 	const fns = "forward"
 	require.NoError(t, east.Apply(ctx, harness.Namespace(fns)))
-	require.NoError(t, west.Apply(ctx, harness.Namespace(fns)+fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: %s, labels: {%s: %q}}
-spec:
-  selector: {app: web}
-  ports: [{name: http, port: 80}]
-`, fns, labels.Exported, labels.ExportGateway)))
+	require.NoError(t, west.Apply(ctx, harness.Namespace(fns)+harness.ClusterIPService(fns, "web", 80, map[string]string{labels.Exported: labels.ExportGateway})))
 	westLink, err := west.LinkKubeconfigFile(ctx)
 	require.NoError(t, err)
 
-	env.StartController(t, east, harness.ControllerOptions{Links: []harness.Link{{Name: west.Name, Kubeconfig: west.Kubeconfig}}})
+	env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: []string{"west"}, Parts: harness.FleetController})
 	cmc, err := harness.CorednsMC()
 	require.NoError(t, err)
 

@@ -18,7 +18,6 @@ import (
 	"github.com/miekg/dns"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -89,15 +88,8 @@ func TestStockCoreDNSAnswers(t *testing.T) {
 
 	require.NoError(t, west.Apply(ctx, harness.Namespace(ns)+
 		harness.StatefulSet(ns, "web", "web", 2, map[string]string{labels.Exported: labels.ExportFlat})))
-	require.NoError(t, east.Apply(ctx, harness.Namespace(ns)+fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: %s, labels: {%s: %q}}
-spec:
-  selector: {app: web}
-  ports: [{name: http, port: 80}]
-`, ns, labels.Exported, labels.ExportGateway)))
-	pods := waitEndpoints(t, west, "web", 2)
+	require.NoError(t, east.Apply(ctx, harness.Namespace(ns)+harness.ClusterIPService(ns, "web", 80, map[string]string{labels.Exported: labels.ExportGateway})))
+	pods := west.WaitEndpoints(t, ns, "web", 2)
 	eastWeb, err := east.Client.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
 	require.NoError(t, err)
 	eastAPI, err := east.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
@@ -168,26 +160,4 @@ func startServer(t *testing.T, name, bin, corefile, probe string) (string, *harn
 	t.Helper()
 	s := env.StartDNSWith(t, name, corefile, harness.DNSOptions{Binary: bin, Probe: probe})
 	return s.Addr, s.Process
-}
-
-// waitEndpoints waits until Service ns/svc of c has exactly n ready
-// endpoints with a hostname, and returns hostname → address.
-func waitEndpoints(t *testing.T, c *harness.Cluster, svc string, n int) map[string]string {
-	t.Helper()
-	var eps map[string]string
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		list, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(context.Background(),
-			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
-		require.NoError(ct, err)
-		eps = map[string]string{}
-		for _, s := range list.Items {
-			for _, ep := range s.Endpoints {
-				if ep.Hostname != nil && ep.Conditions.Ready != nil && *ep.Conditions.Ready {
-					eps[*ep.Hostname] = ep.Addresses[0]
-				}
-			}
-		}
-		assert.Len(ct, eps, n)
-	}, 60*time.Second, 50*time.Millisecond, "%s: %s/%s with %d ready endpoints", c.Name, ns, svc, n)
-	return eps
 }

@@ -3,8 +3,6 @@ package trust_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,8 +68,8 @@ func TestAdmissionPolicy(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
 	g, west := env.Cluster("guarded"), env.Cluster("west")
-	require.NoError(t, g.Apply(ctx, manifest(t, "controller.yaml")))
-	require.NoError(t, g.Apply(ctx, manifest(t, "admission-policy.yaml")))
+	require.NoError(t, g.Apply(ctx, harness.RepoFile(t, "deploy", "controller.yaml")))
+	require.NoError(t, g.Apply(ctx, harness.RepoFile(t, "deploy", "admission-policy.yaml")))
 	shop := env.UniqueNamespace(t, "shop", g, west)
 	tenant := env.UniqueNamespace(t, "tenant", g)
 
@@ -90,12 +88,11 @@ func TestAdmissionPolicy(t *testing.T) {
 	}, wait, tick, "the admission policy is in force")
 
 	// The controller, as its ServiceAccount, mirrors west's export.
-	kc, err := g.ServiceAccountKubeconfig(ctx, "mcmirror", "mcmirror-controller")
+	kc, err := g.ServiceAccountKubeconfigFile(ctx, t.TempDir(), "mcmirror", "mcmirror-controller")
 	require.NoError(t, err)
-	kcPath := filepath.Join(t.TempDir(), "controller.kubeconfig")
-	require.NoError(t, os.WriteFile(kcPath, kc, 0o600))
 	exportService(t, shop, "web", map[string]string{"web-0": "192.0.2.33"})
-	ctl := startController(t, g, kcPath, egressPorts())
+	ctl := env.StartFleet(t, harness.FleetOptions{Local: g.Name, Remotes: []string{"west"}, Parts: harness.FleetController,
+		EgressPorts: harness.EgressPortWindow().String(), Controller: harness.ControllerOptions{Kubeconfig: kc}}).Controller.Process
 	mirror, port := waitMirror(t, g, shop, "web-west")
 	assert.Equal(t, labels.ManagedByValue, mirror.Labels[labels.ManagedBy])
 	t.Logf("the controller, as %s, made %s/%s with egress port %d", labels.ControllerServiceAccount, shop, mirror.Name, port)
@@ -192,7 +189,7 @@ func TestAdmissionPolicy(t *testing.T) {
 
 	// The controller was refused nothing, and its mirror is as it made it.
 	for _, refusal := range []string{"denied request", "forbidden"} {
-		assert.NotContains(t, strings.ToLower(logOf(t, ctl)), refusal, "the controller's writes were all admitted")
+		assert.NotContains(t, strings.ToLower(ctl.Log(t)), refusal, "the controller's writes were all admitted")
 	}
 	after, err := g.Client.CoreV1().Services(shop).Get(ctx, "web-west", metav1.GetOptions{})
 	require.NoError(t, err)

@@ -39,7 +39,7 @@ func TestIngressDialsOnlyWhatItMay(t *testing.T) {
 	other := env.UniqueNamespace(t, "other", east, west)
 	pod := west.RunEchoPods(t, podPort, "web-0")[0]
 	apiServer := west.ServiceCIDR.Addr().Next() // the kubernetes Service's ClusterIP
-	f := startFleet(t, "--allow-selectorless", shop+"/*", "--deny-cidr", west.ServiceCIDR.String())
+	f := startFleet(t, harness.EgressPortWindow(), "--allow-selectorless", shop+"/*", "--deny-cidr", west.ServiceCIDR.String())
 
 	exportService(t, shop, "web", map[string]string{"web-0": pod.IP.String()})
 	exportService(t, shop, "api", map[string]string{"kube-apiserver": apiServer.String()})
@@ -52,7 +52,7 @@ func TestIngressDialsOnlyWhatItMay(t *testing.T) {
 
 	const gw = "coredns_mcmirror_gateway_"
 	refusedBy := func(c require.TestingT, reason string) float64 {
-		return metric(c, f.west, gw+"ingress_endpoints_refused_total", map[string]string{"reason": reason})
+		return metric(c, f.Gateways["west"], gw+"ingress_endpoints_refused_total", map[string]string{"reason": reason})
 	}
 	deniedBefore, selectorlessBefore := refusedBy(t, "denied_cidr"), refusedBy(t, "selectorless")
 	// The egress opens the ports as it reads the mirrors; a refusal is a
@@ -65,7 +65,7 @@ func TestIngressDialsOnlyWhatItMay(t *testing.T) {
 		require.NoError(c, refused(harness.LoopbackAddr(otherWeb)))
 		assert.Greater(c, refusedBy(c, "selectorless"), selectorlessBefore, "a selector-less Service not opted in")
 	}, wait, tick)
-	assert.Positive(t, metric(t, f.west, gw+"refusals_total", map[string]string{"peer": "east", "direction": "ingress", "reason": "no_ready_endpoint"}))
+	assert.Positive(t, metric(t, f.Gateways["west"], gw+"refusals_total", map[string]string{"peer": "east", "direction": "ingress", "reason": "no_ready_endpoint"}))
 
 	// A stream through both gateways, open; then the export is withdrawn.
 	conn, err := net.DialTimeout("tcp", harness.LoopbackAddr(web), 5*time.Second)
@@ -76,7 +76,7 @@ func TestIngressDialsOnlyWhatItMay(t *testing.T) {
 	got, err := harness.Hello(r)
 	require.NoError(t, err)
 	require.Equal(t, "west/web-0", got)
-	endedBefore := metric(t, f.west, gw+"ingress_streams_ended_total", map[string]string{"peer": "east", "reason": "not_exported"})
+	endedBefore := metric(t, f.Gateways["west"], gw+"ingress_streams_ended_total", map[string]string{"peer": "east", "reason": "not_exported"})
 
 	svc, err := west.Client.CoreV1().Services(shop).Get(ctx, "web", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -91,7 +91,7 @@ func TestIngressDialsOnlyWhatItMay(t *testing.T) {
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the stream is still open %v after the export was withdrawn", took)
 	t.Logf("the stream ended %v after the export was withdrawn (%v)", took, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, endedBefore+1, metric(c, f.west, gw+"ingress_streams_ended_total", map[string]string{"peer": "east", "reason": "not_exported"}))
+		assert.Equal(c, endedBefore+1, metric(c, f.Gateways["west"], gw+"ingress_streams_ended_total", map[string]string{"peer": "east", "reason": "not_exported"}))
 	}, 10*time.Second, tick)
-	env.RequireAlive(t, f.east.Process(), f.west.Process())
+	env.RequireAlive(t, f.Gateways["east"].Process(), f.Gateways["west"].Process())
 }

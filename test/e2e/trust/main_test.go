@@ -16,9 +16,6 @@ package trust_test
 import (
 	"context"
 	"os"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -45,68 +42,19 @@ const (
 	wait = 60 * time.Second
 	tick = 50 * time.Millisecond
 
-	// egressAddress is what the controllers write into the mirrors'
-	// EndpointSlices; clients connect to 127.0.0.1 instead.
-	egressAddress = harness.EgressAddress
-
 	podPort     = 8080
 	servicePort = 80
 )
 
-// manifest returns the text of deploy/<name>.
-func manifest(t *testing.T, name string) string {
+// startFleet starts, for the test t, east's controller linked to west,
+// west's gateway (ingress) with westArgs and east's gateway (egress), on
+// 127.0.0.1 (no cluster has a data plane), with the egress port range
+// ports. Each test starts its own: tests give west's ingress flags of
+// their own.
+func startFleet(t *testing.T, ports harness.PortRange, westArgs ...string) *harness.Fleet {
 	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "..", "deploy", name))
-	require.NoError(t, err)
-	return string(b)
-}
-
-// portRange is a window of egress ports (harness.EgressPortWindow).
-type portRange struct{ lo, hi int }
-
-func (r portRange) String() string { return harness.PortRange(r.lo, r.hi) }
-
-func egressPorts() portRange {
-	lo, hi := harness.EgressPortWindow()
-	return portRange{lo, hi}
-}
-
-// startController starts `coredns-mc controller` for cluster c, linked to
-// west, with the kubeconfig given (c's admin's when empty).
-func startController(t *testing.T, c *harness.Cluster, kubeconfig string, ports portRange) *harness.Process {
-	t.Helper()
-	return env.StartController(t, c, harness.ControllerOptions{
-		Kubeconfig:    kubeconfig,
-		Remotes:       []*harness.Cluster{env.Cluster("west")},
-		EgressAddress: egressAddress,
-		EgressPorts:   ports.String(),
-	}).Process
-}
-
-// fleet is east's controller, west's gateway (ingress) and east's gateway
-// (egress). Each test starts its own rather than one harness.LaunchFleet
-// for the package: tests give west's ingress flags of their own and run
-// controllers under other identities, and no cluster has the data plane a
-// fleet's parts, run in the nodes, would need.
-type fleet struct {
-	controller *harness.Process
-	west, east *harness.Gateway
-	ports      portRange
-}
-
-// startFleet starts west's ingress with westArgs, east's egress with the
-// controller's port range, and east's controller.
-func startFleet(t *testing.T, westArgs ...string) *fleet {
-	t.Helper()
-	tls := env.GatewayTLS(t, "east", "west")
-	f := &fleet{ports: egressPorts()}
-	f.west = env.StartGateway(t, env.Cluster("west"), harness.GatewayOptions{TLS: tls["west"], Ingress: true,
-		Args: append([]string{"--allow-cluster", "east"}, westArgs...)})
-	f.east = env.StartGateway(t, env.Cluster("east"), harness.GatewayOptions{TLS: tls["east"], Egress: true,
-		Peers: map[string]string{"west": f.west.IngressAddr}, Args: []string{"--egress-ports", f.ports.String()}})
-	f.controller = startController(t, env.Cluster("east"), "", f.ports)
-	return f
+	return env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: []string{"west"},
+		Parts: harness.FleetController | harness.FleetGateways, EgressPorts: ports.String(), IngressArgs: westArgs})
 }
 
 // aggregateEdit gives c's edit ClusterRole (and view, which edit
@@ -185,26 +133,4 @@ func editor(t *testing.T, c *harness.Cluster, ns, name string) kubernetes.Interf
 		assert.NoError(ct, err)
 	}, wait, tick, "%s/%s may edit %s", ns, name, ns)
 	return client
-}
-
-// logOf returns what p has logged so far.
-func logOf(t require.TestingT, p *harness.Process) string {
-	b, err := os.ReadFile(p.LogPath)
-	require.NoError(t, err)
-	return string(b)
-}
-
-// logLines returns the lines of p's log that contain every one of parts.
-func logLines(t require.TestingT, p *harness.Process, parts ...string) []string {
-	var out []string
-	for line := range strings.SplitSeq(logOf(t, p), "\n") {
-		ok := true
-		for _, s := range parts {
-			ok = ok && strings.Contains(line, s)
-		}
-		if ok {
-			out = append(out, line)
-		}
-	}
-	return out
 }

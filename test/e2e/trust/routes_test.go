@@ -44,7 +44,8 @@ func TestForgedServiceChangesNoRoute(t *testing.T) {
 	shop := env.UniqueNamespace(t, "shop", east, west)
 	tenant := env.UniqueNamespace(t, "tenant", east)
 	pod := west.RunEchoPods(t, podPort, "web-0")[0]
-	f := startFleet(t, "--allow-selectorless", shop+"/*")
+	ports := harness.EgressPortWindow()
+	f := startFleet(t, ports, "--allow-selectorless", shop+"/*")
 	dev := editor(t, east, tenant, "dev")
 
 	// An ordinary Service of the tenant, older than the mirror.
@@ -59,7 +60,7 @@ func TestForgedServiceChangesNoRoute(t *testing.T) {
 	mirror, port := waitMirror(t, east, shop, "web-west")
 	addr := harness.LoopbackAddr(port)
 	require.Equal(t, "west/web-0", harness.WaitGreet(t, addr, wait, "the real mirror's egress port reaches west's pod"))
-	f.controller.Stop()
+	f.Controller.Stop()
 	t.Logf("real mirror %s/%s (made %s): egress port %d", shop, mirror.Name, mirror.CreationTimestamp, port)
 
 	claim := func(ports ...int) map[string]string {
@@ -86,7 +87,7 @@ func TestForgedServiceChangesNoRoute(t *testing.T) {
 	// 3. A Service claiming the port and fifty more of the range, held by
 	// a finalizer, deleted.
 	hogPorts := []int{port}
-	for p := f.ports.lo; len(hogPorts) < 51; p++ {
+	for p := ports.Lo; len(hogPorts) < 51; p++ {
 		if p != port {
 			hogPorts = append(hogPorts, p)
 		}
@@ -109,7 +110,7 @@ func TestForgedServiceChangesNoRoute(t *testing.T) {
 	// The egress saw the claims on the port...
 	const gw = "coredns_mcmirror_gateway_"
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, 1.0, metric(c, f.east, gw+"egress_port_conflicts", nil), "one port claimed thrice")
+		assert.Equal(c, 1.0, metric(c, f.Gateways["east"], gw+"egress_port_conflicts", nil), "one port claimed thrice")
 	}, wait, tick, "the egress saw the conflict")
 	// ... and the real mirror's port goes on reaching the real mirror's
 	// pod, connection after connection.
@@ -120,18 +121,18 @@ func TestForgedServiceChangesNoRoute(t *testing.T) {
 	}
 	// What it made of each forged Service, in its metrics and its log.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, 51.0, metric(c, f.east, gw+"egress_claims_ignored", map[string]string{"reason": "deleting"}))
+		assert.Equal(c, 51.0, metric(c, f.Gateways["east"], gw+"egress_claims_ignored", map[string]string{"reason": "deleting"}))
 		// Mirrors of the other tests' windows are out of this range too.
-		assert.GreaterOrEqual(c, metric(c, f.east, gw+"egress_claims_ignored", map[string]string{"reason": "out_of_range"}), 1.0)
-		conflict := logLines(c, f.east.Process(), "serving the first", shop+"/web-west", tenant+"/evil-west", tenant+"/old-west")
+		assert.GreaterOrEqual(c, metric(c, f.Gateways["east"], gw+"egress_claims_ignored", map[string]string{"reason": "out_of_range"}), 1.0)
+		conflict := f.Gateways["east"].Process().LogLines(c, "serving the first", shop+"/web-west", tenant+"/evil-west", tenant+"/old-west")
 		if assert.NotEmpty(c, conflict, "the conflict is logged") {
 			line := conflict[len(conflict)-1]
 			assert.Less(c, strings.Index(line, shop+"/web-west"), strings.Index(line, tenant+"/"), "the real mirror first: %s", line)
 		}
-		assert.NotEmpty(c, logLines(c, f.east.Process(), "Ignored a Service's claim on egress ports", tenant+"/hog-west", "deleting"))
-		assert.NotEmpty(c, logLines(c, f.east.Process(), "Ignored a Service's claim on egress ports", tenant+"/evil-west", "out_of_range"))
+		assert.NotEmpty(c, f.Gateways["east"].Process().LogLines(c, "Ignored a Service's claim on egress ports", tenant+"/hog-west", "deleting"))
+		assert.NotEmpty(c, f.Gateways["east"].Process().LogLines(c, "Ignored a Service's claim on egress ports", tenant+"/evil-west", "out_of_range"))
 	}, wait, tick, "the egress logged and counted the forged Services")
 	// No port of the forged claims is open.
-	assert.Equal(t, 1.0, metric(t, f.east, gw+"egress_ports", nil), "the egress listens on the real mirror's port only")
-	env.RequireAlive(t, f.east.Process(), f.west.Process())
+	assert.Equal(t, 1.0, metric(t, f.Gateways["east"], gw+"egress_ports", nil), "the egress listens on the real mirror's port only")
+	env.RequireAlive(t, f.Gateways["east"].Process(), f.Gateways["west"].Process())
 }

@@ -29,8 +29,7 @@ var (
 
 // startFleet exports nginx-set from every cluster in both modes'
 // namespaces, puts a client pod in east, and starts east's DNS, controller
-// and gateway and west's and paris's gateways. They run until the
-// package's tests end.
+// and gateway and west's and paris's gateways, for the test t.
 func startFleet(t *testing.T) *harness.Fleet {
 	t.Helper()
 	ctx := context.Background()
@@ -41,9 +40,7 @@ func startFleet(t *testing.T) *harness.Fleet {
 		}
 	}
 	require.NoError(t, east.Apply(ctx, harness.ClientPod("default", "client")))
-	f, err := env.LaunchFleet(ctx, harness.FleetOptions{Local: "east", Remotes: remotes})
-	require.NoError(t, err)
-	return f
+	return env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes})
 }
 
 // web is a ClusterIP Service in front of nginx-set's pods, exported in

@@ -136,7 +136,7 @@ func TestWalkthrough(t *testing.T) {
 				// Not resolving must be the answer of a DNS server that is
 				// there: the processes are alive and west still resolves
 				// and answers through the same path.
-				alive(t, fleet)
+				env.RequireAlive(t, fleet.Processes()...)
 				out, err := curl(t.Context(), fmt.Sprintf("http://nginx-set-0.nginx-svc-west.%s/", m.ns))
 				require.NoError(t, err)
 				assert.Equal(t, harness.Identity("west", m.ns, "nginx-set-0"), out)
@@ -151,7 +151,7 @@ func TestWalkthrough(t *testing.T) {
 						_, err := curl(t.Context(), "http://"+mirrorIP+"/")
 						assert.Error(c, err)
 					}, wait, tick, "paris's old mirror ClusterIP %s stops answering", mirrorIP)
-					alive(t, fleet)
+					env.RequireAlive(t, fleet.Processes()...)
 				}
 			})
 		})
@@ -173,18 +173,6 @@ func clusterSetIP(t *testing.T, ns, name string) string {
 		ip = si.Spec.IPs[0]
 	}, wait, tick, "east's ServiceImport %s/%s", ns, name)
 	return ip
-}
-
-// alive fails t unless every process of the fleet and of the environment
-// is running: a check that something stopped working proves nothing if
-// what should answer has died.
-func alive(t *testing.T, f *harness.Fleet) {
-	t.Helper()
-	procs := []*harness.Process{f.DNS.Process, f.Controller}
-	for _, g := range f.Gateways {
-		procs = append(procs, g.Process())
-	}
-	env.RequireAlive(t, procs...)
 }
 
 // curl runs the real curl in east's client pod and returns what it printed,

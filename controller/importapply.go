@@ -81,8 +81,9 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 	}
 	if si == nil {
 		si, err = c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, &mcsv1alpha1.ServiceImport{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{ManagedBy: ManagedByValue}},
-			Spec:       p.spec,
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{ManagedBy: ManagedByValue},
+				Annotations: map[string]string{DerivedServiceAnnotation: p.derived.Name}},
+			Spec: p.spec,
 		}, metav1.CreateOptions{})
 		if err := countWrite("create", "serviceimports", err); err != nil {
 			return err
@@ -101,9 +102,10 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 	if err := c.applyImportSlices(ctx, ns, name, p.slices); err != nil {
 		return err
 	}
-	if !apiequality.Semantic.DeepEqual(si.Spec, p.spec) {
+	if !apiequality.Semantic.DeepEqual(si.Spec, p.spec) || si.Annotations[DerivedServiceAnnotation] != p.derived.Name {
 		next := si.DeepCopy()
 		next.Spec = p.spec
+		metav1.SetMetaDataAnnotation(&next.ObjectMeta, DerivedServiceAnnotation, p.derived.Name)
 		si, err = c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).Update(ctx, next, metav1.UpdateOptions{})
 		if err := countWrite("update", "serviceimports", err); err != nil {
 			return err

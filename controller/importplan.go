@@ -96,6 +96,11 @@ type importInput struct {
 	kept map[string][]*discoveryv1.EndpointSlice
 }
 
+// DerivedServiceAnnotation names, on a ServiceImport, its derived Service:
+// Gateway API implementations read it to route a ServiceImport backendRef
+// to the Service that holds the ClusterSetIP and the endpoints.
+const DerivedServiceAnnotation = "multicluster.kubernetes.io/derived-service"
+
 // importPlan is what should exist. With no sources, nothing: the
 // ServiceImport, the derived Service and its slices are deleted.
 type importPlan struct {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -126,20 +124,4 @@ func (e *Env) RoutePodsBetweenClusters(on bool) error {
 		return fmt.Errorf("harness: no cluster has a data plane")
 	}
 	return e.nodes.setFlat(on)
-}
-
-// Dig asks the cluster DNS Service, from the node's network namespace (so
-// through kube-proxy, as a pod's query goes), for the A records of name,
-// once with a 1 s timeout, and returns the addresses it answered, one a
-// line ("" for none).
-func (c *Cluster) Dig(ctx context.Context, name string) (string, error) {
-	if c.node == nil {
-		return "", fmt.Errorf("%s: Dig needs a data plane", c.Name)
-	}
-	out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+c.node.netns, "--",
-		"dig", "+short", "+time=1", "+tries=1", "@"+c.DNSServiceIP().String(), name, "A").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%s: dig %s: %v: %s", c.Name, name, err, out)
-	}
-	return strings.TrimSpace(string(out)), nil
 }

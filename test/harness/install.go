@@ -32,11 +32,7 @@ func repoRoot() string {
 // The clusters must have real nodes and kubeadm's CoreDNS
 // (InstallKubeadmDNS), which the chart's hook patches.
 func (e *Env) InstallFromREADME(ctx context.Context) (string, error) {
-	readme, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "README.md"))
-	if err != nil {
-		return "", err
-	}
-	steps, err := installSteps(string(readme))
+	steps, err := deploySteps()
 	if err != nil {
 		return "", err
 	}
@@ -44,9 +40,6 @@ func (e *Env) InstallFromREADME(ctx context.Context) (string, error) {
 	for n := 2; n <= 8; n++ {
 		blocks := steps[n]
 		if n == 4 {
-			if len(blocks) != 2 {
-				return "", fmt.Errorf("step 4: want its load-balancer block and its node-port block, have %d blocks", len(blocks))
-			}
 			blocks = blocks[1:]
 		}
 		if len(blocks) == 0 {
@@ -70,16 +63,9 @@ func (e *Env) InstallFromRootREADME(ctx context.Context, name string) (string, e
 	if err != nil {
 		return "", err
 	}
-	readme, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "README.md"))
+	steps, err := deploySteps()
 	if err != nil {
 		return "", err
-	}
-	steps, err := installSteps(string(readme))
-	if err != nil {
-		return "", err
-	}
-	if len(steps[4]) != 2 {
-		return "", fmt.Errorf("deploy/README.md step 4: want its load-balancer block and its node-port block, have %d blocks", len(steps[4]))
 	}
 	if n := strings.Count(block, steps[4][0]); n != 1 {
 		return "", fmt.Errorf("README.md's install block holds deploy/README.md's step 4 load-balancer block %d times, want once", n)
@@ -206,6 +192,24 @@ func (e *Env) installDir(name string) (string, error) {
 	}
 	// The kubeconfig last: its presence says the directory is complete.
 	return work, e.WriteKubeconfig(filepath.Join(work, "kubeconfig"))
+}
+
+// deploySteps returns the sh blocks of each numbered step of deploy/
+// README.md's "Install, step by step", step 4 with its two blocks (the
+// load-balancer one, then the node-port one).
+func deploySteps() (map[int][]string, error) {
+	readme, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "README.md"))
+	if err != nil {
+		return nil, err
+	}
+	steps, err := installSteps(string(readme))
+	if err != nil {
+		return nil, err
+	}
+	if len(steps[4]) != 2 {
+		return nil, fmt.Errorf("deploy/README.md step 4: want its load-balancer block and its node-port block, have %d blocks", len(steps[4]))
+	}
+	return steps, nil
 }
 
 var stepRE = regexp.MustCompile(`(?m)^\*\*(\d+)\. `)

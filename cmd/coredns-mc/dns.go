@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/corefile"
 	"github.com/mcmirror/mcmirror/internal/dnspatch"
 	"github.com/mcmirror/mcmirror/internal/link"
 
@@ -25,6 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -51,7 +54,7 @@ const (
 
 var deploymentsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 
-const dnsUsage = `usage: coredns-mc dns apply --patch-file FILE [--deployment NAMESPACE/NAME] [--timeout 10m] [--wait=false] [--kubeconfig FILE] [--context CTX]
+const dnsUsage = `usage: coredns-mc dns apply --patch-file FILE [--corefile-stanza FILE [--upstream IP,...]] [--deployment NAMESPACE/NAME] [--timeout 10m] [--wait=false] [--kubeconfig FILE] [--context CTX]
        coredns-mc dns revert [--deployment NAMESPACE/NAME] [--timeout 10m] [--wait=false] [--kubeconfig FILE] [--context CTX]
 
 apply patches the cluster's CoreDNS Deployment into coredns-mc with a JSON
@@ -60,7 +63,18 @@ that also records, the first time, what the patch may change (the pod
 template, the strategy, minReadySeconds) in the annotation
 ` + dnspatch.Annotation + `. Applied again (an upgrade), it applies the
 patch to that recorded original. revert puts the original back and removes
-the annotation. Both then wait for the rollout. Run as Helm hooks; the
+the annotation. Both then wait for the rollout.
+
+With --corefile-stanza, apply first reads the Corefile the original pod
+template runs (the ConfigMap and key its -conf file comes from), adds the
+stanza (mcmirror's block) to the server block that answers the cluster
+domain, before its kubernetes plugin, keeping every other line, and writes
+the result, with the ConfigMap's other keys, to --corefile-configmap, which
+the patch points the Deployment at; it refuses a Corefile that would
+forward queries back to the DNS pods (a loopback nameserver in
+--resolv-conf) unless --upstream replaces that resolv.conf. revert deletes
+that ConfigMap once the original runs again; the cluster's own ConfigMap is
+never written. Run as Helm hooks; the
 ServiceAccount needs get and patch on that Deployment, nothing else.`
 
 // dnsCmd is one run of `coredns-mc dns apply` or `coredns-mc dns revert`.
@@ -76,6 +90,17 @@ type dnsCmd struct {
 	wait                bool
 	kubeconfig, context string
 	deployments         dynamic.ResourceInterface
+	// corefile: the Corefile step (--corefile-stanza), and the client of
+	// the Deployment's namespace's ConfigMaps it uses.
+	corefile corefileStep
+	clients  kubernetes.Interface
+	// pruneHistory: revert deletes the ReplicaSets of the patched template.
+	pruneHistory bool
+}
+
+// configMaps is the ConfigMaps of the Deployment's namespace.
+func (c *dnsCmd) configMaps() typedcorev1.ConfigMapInterface {
+	return c.clients.CoreV1().ConfigMaps(c.ns)
 }
 
 func runDNS(args []string, stdout, stderr io.Writer) int {
@@ -115,6 +140,19 @@ func (c *dnsCmd) parse(args []string) (code int, ok bool) {
 	if c.action == "apply" {
 		fs.StringVar(&c.patchFile, "patch-file", "", "the JSON patch to apply, as JSON or YAML, e.g. deploy/patches/coredns.yaml (required)")
 	}
+	var upstream string
+	if c.action == "apply" {
+		fs.StringVar(&c.corefile.stanzaFile, "corefile-stanza", "", "mcmirror's block, to add to the Corefile the Deployment runs, written to --corefile-configmap; without it the patch alone is applied")
+		fs.StringVar(&c.corefile.zone, "cluster-domain", "cluster.local", "the zone of the kubernetes plugin: the server block that answers it gets the stanza")
+		fs.StringVar(&upstream, "upstream", "", "comma-separated resolvers that replace each forward's resolv.conf in the Corefile (default: keep them)")
+		fs.StringVar(&c.corefile.resolvConf, "resolv-conf", corefile.ResolvConf, "the resolv.conf the DNS pods get (dnsPolicy Default: the node's); apply refuses a Corefile that would forward to a loopback nameserver of it; empty: no check")
+	}
+	if c.action == "apply" {
+		fs.StringVar(&c.corefile.configMap, "corefile-configmap", "coredns-mcmirror", "the ConfigMap, in the Deployment's namespace, that apply writes the Corefile to (with --corefile-stanza)")
+	} else {
+		fs.StringVar(&c.corefile.configMap, "corefile-configmap", "", "the ConfigMap, in the Deployment's namespace, that apply wrote the Corefile to: deleted once the original runs again (default: none)")
+		fs.BoolVar(&c.pruneHistory, "prune-history", false, "once the original runs again, delete the Deployment's ReplicaSets of the patched template (they carry the annotation "+dnspatch.Annotation+" and hold no pod): rollout undo cannot bring it back")
+	}
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "how long the run may take, the wait for the rollout included")
 	fs.BoolVar(&c.wait, "wait", true, "wait until the rollout completes; false: return once the Deployment is written")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: the in-cluster config of the pod's ServiceAccount)")
@@ -141,6 +179,9 @@ func (c *dnsCmd) parse(args []string) (code int, ok bool) {
 		return c.usage("--patch-file is required"), false
 	}
 	c.ns, c.name = ns, name
+	if err := c.parseCorefileFlags(upstream); err != nil {
+		return c.usage("%v", err), false
+	}
 	if c.action == "apply" {
 		data, err := os.ReadFile(c.patchFile)
 		if err != nil {
@@ -201,12 +242,18 @@ func (c *dnsCmd) connect() error {
 	// Unstructured: a field this binary's API types do not know is read,
 	// recorded and put back all the same.
 	c.deployments = client.Resource(deploymentsResource).Namespace(c.ns)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	c.clients = cs
 	return nil
 }
 
 // apply writes the patch, with the original recorded the first time, and
 // waits for the rollout.
 func (c *dnsCmd) apply(ctx context.Context) error {
+	written := false
 	before, after, err := c.write(ctx, func(u *unstructured.Unstructured, attempt int) (*dnspatch.Plan, error) {
 		p, err := dnspatch.Apply(u.Object, c.patch)
 		if err != nil {
@@ -224,6 +271,18 @@ func (c *dnsCmd) apply(ctx context.Context) error {
 				"Put the CoreDNS back first (kubectl -n %s rollout undo deployment %s), then apply again; nothing was changed",
 				c.ref(), c.patchFile, dnspatch.Annotation, c.ns, c.name)
 		}
+		if c.corefile.stanza != "" && !written {
+			// The Corefile first: once the Deployment points at it, it
+			// must be there. Every refusal of both comes before.
+			d, err := c.deriveCorefile(ctx, u)
+			if err != nil {
+				return nil, err
+			}
+			if err := c.writeCorefile(ctx, d); err != nil {
+				return nil, err
+			}
+			written = true
+		}
 		switch {
 		case attempt > 1:
 		case p.Records:
@@ -240,7 +299,7 @@ func (c *dnsCmd) apply(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.progress("%s", written(before, after, "patched with "+c.patchFile+", every test of it held"))
+	c.progress("%s", writtenLine(before, after, "patched with "+c.patchFile+", every test of it held"))
 	return c.rollout(ctx)
 }
 
@@ -262,17 +321,32 @@ func (c *dnsCmd) revert(ctx context.Context) error {
 	})
 	if apierrors.IsNotFound(err) {
 		c.progress("no such Deployment: nothing to revert")
-		return nil
+		return c.deleteCorefile(ctx)
 	}
 	if err != nil {
 		return err
 	}
 	if after == nil {
 		c.progress("no annotation %s: dns apply never patched it, or it was reverted already; nothing to do", dnspatch.Annotation)
+		return c.cleanUp(ctx, before)
+	}
+	c.progress("%s", writtenLine(before, after, "restored the pod template, strategy and minReadySeconds recorded in annotation "+dnspatch.Annotation+" and removed it"))
+	if err := c.rollout(ctx); err != nil {
+		return err
+	}
+	if !c.wait && (c.corefile.configMap != "" || c.pruneHistory) {
+		var left []string
+		if c.corefile.configMap != "" {
+			left = append(left, "ConfigMap "+c.corefile.configMap)
+		}
+		if c.pruneHistory {
+			left = append(left, "the ReplicaSets of the patched template")
+		}
+		c.progress("left while the rollout runs: %s; revert again once it has completed to delete them", strings.Join(left, " and "))
 		return nil
 	}
-	c.progress("%s", written(before, after, "restored the pod template, strategy and minReadySeconds recorded in annotation "+dnspatch.Annotation+" and removed it"))
-	return c.rollout(ctx)
+	// Only now that no pod reads them.
+	return c.cleanUp(ctx, after)
 }
 
 // doesNotApply says why a planned write would be refused: mostly, a test
@@ -340,8 +414,8 @@ func (c *dnsCmd) write(ctx context.Context, plan planFunc) (before, after *unstr
 	}
 }
 
-// written says what a write did: the generation moves when the spec changed.
-func written(before, after *unstructured.Unstructured, what string) string {
+// writtenLine says what a write did: the generation moves when the spec changed.
+func writtenLine(before, after *unstructured.Unstructured, what string) string {
 	if before.GetGeneration() == after.GetGeneration() {
 		return fmt.Sprintf("%s: the spec was that already (generation %d): no new rollout", what, after.GetGeneration())
 	}

@@ -30,8 +30,8 @@ func TestParseProjectPatch(t *testing.T) {
 			tests++
 		}
 	}
-	assert.Equal(t, 11, tests, "the patch's tests")
-	assert.Equal(t, Op{Op: "test", Path: "/spec/template/spec/containers/0/livenessProbe/httpGet/port", Value: json.RawMessage("8080")}, ops[8])
+	assert.Equal(t, 10, tests, "the patch's tests")
+	assert.Equal(t, Op{Op: "test", Path: "/spec/template/spec/containers/0/livenessProbe/httpGet/port", Value: json.RawMessage("8080")}, ops[7])
 	assert.Equal(t, Op{Op: "add", Path: "/spec/minReadySeconds", Value: json.RawMessage("35")}, ops[len(ops)-1])
 
 	js, err := json.Marshal(ops)

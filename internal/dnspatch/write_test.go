@@ -266,7 +266,7 @@ func TestNotKubeadm(t *testing.T) {
 		}, 4, `"coredns-config"`, `/spec/template/spec/containers/0/volumeMounts/0/name is "coredns-config", where the patch tests for "config-volume"`},
 		{"no liveness probe", func(obj map[string]any) {
 			delete(ctr(obj), "livenessProbe")
-		}, 8, "", `/spec/template/spec/containers/0/livenessProbe/httpGet/path is missing, where the patch tests for "/health"`},
+		}, 7, "", `/spec/template/spec/containers/0/livenessProbe/httpGet/path is missing, where the patch tests for "/health"`},
 		{"other args", func(obj map[string]any) {
 			ctr(obj)["args"] = []any{"-conf", "/etc/coredns/Corefile", "-dns.port", "1053"}
 		}, 3, `["-conf","/etc/coredns/Corefile","-dns.port","1053"]`, `/spec/template/spec/containers/0/args is ["-conf","/etc/coredns/Corefile","-dns.port","1053"], where the patch tests for ["-conf","/etc/coredns/Corefile"]`},

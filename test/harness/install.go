@@ -25,11 +25,7 @@ import (
 // The clusters must have real nodes and kubeadm's CoreDNS
 // (InstallKubeadmDNS), which the chart's hook patches.
 func (e *Env) InstallFromREADME(ctx context.Context) (string, error) {
-	readme, err := os.ReadFile(RepoPath("deploy", "README.md"))
-	if err != nil {
-		return "", err
-	}
-	steps, err := installSteps(string(readme))
+	steps, err := deploySteps()
 	if err != nil {
 		return "", err
 	}
@@ -37,9 +33,6 @@ func (e *Env) InstallFromREADME(ctx context.Context) (string, error) {
 	for n := 2; n <= 8; n++ {
 		blocks := steps[n]
 		if n == 4 {
-			if len(blocks) != 2 {
-				return "", fmt.Errorf("step 4: want its load-balancer block and its node-port block, have %d blocks", len(blocks))
-			}
 			blocks = blocks[1:]
 		}
 		if len(blocks) == 0 {
@@ -50,6 +43,27 @@ func (e *Env) InstallFromREADME(ctx context.Context) (string, error) {
 		}
 	}
 	return e.InstallShell(ctx, script.String())
+}
+
+// InstallFromRootREADME runs README.md's Install block (between its
+// markers "install") on the clusters of e, as a user pastes it, with
+// InstallShellIn in the directory name. One difference this machine
+// forces: nothing here hands out load-balancer addresses, so the block's
+// ingress() and the two lines after it, word for word deploy/README.md's
+// step 4 load-balancer block, are that step's node-port block instead.
+func (e *Env) InstallFromRootREADME(ctx context.Context, name string) (string, error) {
+	block, err := RootREADMEBlock("install")
+	if err != nil {
+		return "", err
+	}
+	steps, err := deploySteps()
+	if err != nil {
+		return "", err
+	}
+	if n := strings.Count(block, steps[4][0]); n != 1 {
+		return "", fmt.Errorf("README.md's install block holds deploy/README.md's step 4 load-balancer block %d times, want once", n)
+	}
+	return e.InstallShellIn(ctx, name, strings.Replace(block, steps[4][0], steps[4][1], 1))
 }
 
 // READMEBlocks returns the sh blocks of the section heading (say
@@ -70,6 +84,26 @@ func READMEBlocks(heading string) ([]string, error) {
 	return b, nil
 }
 
+// RootREADMEBlock returns the sh block of the top-level README.md that
+// stands between the lines "<!-- name: ... -->" and "<!-- /name -->".
+func RootREADMEBlock(name string) (string, error) {
+	readme, err := os.ReadFile(RepoPath("README.md"))
+	if err != nil {
+		return "", err
+	}
+	s := string(readme)
+	i := strings.Index(s, "\n<!-- "+name+":")
+	j := strings.Index(s, "\n<!-- /"+name+" -->")
+	if i < 0 || j < i {
+		return "", fmt.Errorf("README.md has no block between <!-- %s: ... --> and <!-- /%s -->", name, name)
+	}
+	b := shBlocks(s[i:j])
+	if len(b) != 1 {
+		return "", fmt.Errorf("README.md: want one sh block between the markers %q, have %d", name, len(b))
+	}
+	return b[0], nil
+}
+
 // InstallShell runs script with bash -euo pipefail as a user of the README
 // does, in one directory kept for the environment's life (the values files
 // the install writes are there for a later upgrade or uninstall): it holds
@@ -79,7 +113,14 @@ func READMEBlocks(heading string) ([]string, error) {
 // and `make build` does nothing (the binary is there). It returns the
 // script and what it printed.
 func (e *Env) InstallShell(ctx context.Context, script string) (string, error) {
-	work, err := e.installDir()
+	return e.InstallShellIn(ctx, "install", script)
+}
+
+// InstallShellIn is InstallShell in the directory name of the
+// environment's, made as InstallShell's: a checkout of its own, as a
+// second user's (its certificates, values files) would be.
+func (e *Env) InstallShellIn(ctx context.Context, name, script string) (string, error) {
+	work, err := e.installDir(name)
 	if err != nil {
 		return "", err
 	}
@@ -107,9 +148,9 @@ func (e *Env) InstallShell(ctx context.Context, script string) (string, error) {
 	return log, err
 }
 
-// installDir makes, once, the directory InstallShell runs in.
-func (e *Env) installDir() (string, error) {
-	work := filepath.Join(e.Dir, "install")
+// installDir makes, once, the directory name that InstallShellIn runs in.
+func (e *Env) installDir(name string) (string, error) {
+	work := filepath.Join(e.Dir, name)
 	if _, err := os.Stat(filepath.Join(work, "kubeconfig")); err == nil {
 		return work, nil
 	}
@@ -144,6 +185,24 @@ func (e *Env) installDir() (string, error) {
 	}
 	// The kubeconfig last: its presence says the directory is complete.
 	return work, e.WriteKubeconfig(filepath.Join(work, "kubeconfig"))
+}
+
+// deploySteps returns the sh blocks of each numbered step of deploy/
+// README.md's "Install, step by step", step 4 with its two blocks (the
+// load-balancer one, then the node-port one).
+func deploySteps() (map[int][]string, error) {
+	readme, err := os.ReadFile(RepoPath("deploy", "README.md"))
+	if err != nil {
+		return nil, err
+	}
+	steps, err := installSteps(string(readme))
+	if err != nil {
+		return nil, err
+	}
+	if len(steps[4]) != 2 {
+		return nil, fmt.Errorf("deploy/README.md step 4: want its load-balancer block and its node-port block, have %d blocks", len(steps[4]))
+	}
+	return steps, nil
 }
 
 var stepRE = regexp.MustCompile(`(?m)^\*\*(\d+)\. `)

@@ -81,3 +81,93 @@ Checks of values across fields, which values.schema.json cannot say.
 {{- fail "admissionPolicy.enabled needs controller.enabled: the policy lets only the controller write mirror labels" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+mcmirror's block of the Corefile, unindented: what `coredns-mc dns apply`
+adds to the cluster's own Corefile (dns-patch.yaml), and what the Corefile
+of coredns.yaml (dns.patchDeployment=false) holds.
+*/}}
+{{- define "mcmirror.dnsStanza" -}}
+mcmirror {{ .Values.dns.clusterDomain }} clusterset.local in-addr.arpa ip6.arpa {
+    # This cluster's name, as the other clusters link it, and as
+    # --cluster of the mirror controller (controller.yaml).
+    # Value: cluster.
+    cluster {{ .Values.cluster }}
+    # clusterset.local is served with the names of the
+    # Multi-Cluster Services API's DNS specification (the
+    # ServiceImports' ClusterSetIPs and Headless pods), and
+    # answered there alone.
+    clusterset clusterset.local
+    # Linked clusters: the Linkerd-format kubeconfig Secrets in this
+    # namespace, picked up and dropped at run time.
+    link_secrets {{ .Values.linkNamespace }}
+    ttl 5
+    # Gateway mode: leave the members of a cluster whose gateway is
+    # down out of the -global names, as this cluster's gateway sees
+    # them (its /peers, on the Service mcmirror-gateway-metrics,
+    # gateway.yaml). A Service name in this zone is looked up
+    # through this server itself: the DNS pods resolve other names
+    # with their node's resolver (dnsPolicy: Default).
+    # Value: dns.gatewayHealth (default: that Service, with the
+    # gateway).
+    {{- $health := .Values.dns.gatewayHealth }}
+    {{- if and (not $health) .Values.gateway.enabled }}
+    {{- $health = printf "http://mcmirror-gateway-metrics.%s.svc.%s:9155/peers" .Release.Namespace .Values.dns.clusterDomain }}
+    {{- end }}
+    {{- if $health }}
+    gateway_health {{ $health }}
+    {{- end }}
+    # Reverse lookups of addresses that are not mirror ClusterIPs go
+    # on to kubernetes.
+    fallthrough in-addr.arpa ip6.arpa
+}
+{{- end -}}
+
+{{/*
+Replace mode's check of the cluster's CoreDNS, before anything changes:
+the Deployment dns.coredns.deployment in kube-system, when `helm install`
+or `helm upgrade` finds it (`lookup`; `helm template` finds nothing and
+checks nothing), must be laid out as dns.coredns and the JSON patch
+(files/coredns-patch.yaml) say. Where it is not, the install fails with
+what differs and the value or mode to use, in helm's own output.
+*/}}
+{{- define "mcmirror.checkCoreDNS" -}}
+{{- $c := .Values.dns.coredns }}
+{{- $d := lookup "apps/v1" "Deployment" "kube-system" $c.deployment }}
+{{- if $d }}
+{{- $ref := printf "kube-system/%s" $c.deployment }}
+{{- $how := "Set the value named (helm upgrade --install with --set), or install with dns.mode=forward, which leaves the cluster DNS as it is (deploy/README.md, \"Replace or forward\"); nothing was changed" }}
+{{- $spec := $d.spec.template.spec }}
+{{- $sa := $spec.serviceAccountName | default "default" }}
+{{- if ne $sa $c.serviceAccount }}
+{{- fail (printf "%s runs as ServiceAccount %s, not %s (dns.coredns.serviceAccount=%s). %s" $ref $sa $c.serviceAccount $sa $how) }}
+{{- end }}
+{{- $ctr := index $spec.containers 0 }}
+{{- if ne $ctr.name $c.container }}
+{{- fail (printf "%s: its first container is named %s, not %s (dns.coredns.container=%s). %s" $ref $ctr.name $c.container $ctr.name $how) }}
+{{- end }}
+{{- $args := $ctr.args | default list }}
+{{- if not (and (eq (len $args) 2) (eq (index $args 0) "-conf") (eq (index $args 1) "/etc/coredns/Corefile")) }}
+{{- fail (printf "%s: container %s has the args %v, not [-conf /etc/coredns/Corefile]: replace mode cannot patch it. %s" $ref $ctr.name $args $how) }}
+{{- end }}
+{{- $mount := index ($ctr.volumeMounts | default (list dict)) 0 }}
+{{- if or (ne ($mount.mountPath | default "") "/etc/coredns") (ne ($mount.name | default "") $c.volume) }}
+{{- fail (printf "%s: container %s's first volume mount is %s at %s, not %s at /etc/coredns (where mounted at /etc/coredns: dns.coredns.volume=%s). %s" $ref $ctr.name ($mount.name | default "none") ($mount.mountPath | default "-") $c.volume ($mount.name | default "?") $how) }}
+{{- end }}
+{{- $vol := index ($spec.volumes | default (list dict)) 0 }}
+{{- if ne ($vol.name | default "") $c.volume }}
+{{- fail (printf "%s: its first volume is %s, not %s, the one mounted at /etc/coredns: replace mode patches the first volume. %s" $ref ($vol.name | default "none") $c.volume $how) }}
+{{- end }}
+{{- if not $vol.configMap }}
+{{- fail (printf "%s: volume %s is not a configMap volume: replace mode reads the Corefile from a ConfigMap. %s" $ref $vol.name $how) }}
+{{- end }}
+{{- if not (has $vol.configMap.name (list $c.configMap "coredns-mcmirror")) }}
+{{- fail (printf "%s: volume %s is the ConfigMap %s, not %s (dns.coredns.configMap=%s). %s" $ref $vol.name $vol.configMap.name $c.configMap $vol.configMap.name $how) }}
+{{- end }}
+{{- $live := (($ctr.livenessProbe | default dict).httpGet | default dict) }}
+{{- $ready := (($ctr.readinessProbe | default dict).httpGet | default dict) }}
+{{- if not (and (eq ($live.path | default "") "/health") (eq (toString ($live.port | default "")) "8080") (eq ($ready.path | default "") "/ready") (eq (toString ($ready.port | default "")) "8181")) }}
+{{- fail (printf "%s: container %s's probes are not liveness /health on 8080 and readiness /ready on 8181, which the Corefile's health and ready serve: replace mode cannot patch it. %s" $ref $ctr.name $how) }}
+{{- end }}
+{{- end }}
+{{- end -}}

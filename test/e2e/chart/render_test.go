@@ -9,6 +9,7 @@ package chart_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -19,6 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -113,12 +116,24 @@ func (r rendered) deployment(t *testing.T, name string) *appsv1.Deployment {
 	return d
 }
 
-// corefile returns the Corefile of the rendered ConfigMap.
+// corefile returns the Corefile of the rendered ConfigMap
+// (dns.patchDeployment=false).
 func (r rendered) corefile(t *testing.T) string {
 	t.Helper()
 	u, ok := r[key("ConfigMap", "kube-system", "coredns-mcmirror")]
 	require.True(t, ok, "ConfigMap kube-system/coredns-mcmirror not rendered")
 	s, _, _ := unstructured.NestedString(u.Object, "data", "Corefile")
+	return s
+}
+
+// stanza returns the mcmirror block the DNS hook Job adds to the
+// cluster's Corefile (dns.patchDeployment, the default).
+func (r rendered) stanza(t *testing.T) string {
+	t.Helper()
+	u, ok := r[key("ConfigMap", "mcmirror", "mcmirror-dns-patch")]
+	require.True(t, ok, "ConfigMap mcmirror/mcmirror-dns-patch not rendered")
+	s, _, _ := unstructured.NestedString(u.Object, "data", "mcmirror.stanza")
+	require.NotEmpty(t, s, "mcmirror-dns-patch has no key mcmirror.stanza")
 	return s
 }
 
@@ -205,12 +220,16 @@ func TestRenderGatewayMode(t *testing.T) {
 	assert.Equal(t, image, g.Spec.Template.Spec.Containers[0].Image)
 	assert.Equal(t, "mcmirror-gateway-tls", g.Spec.Template.Spec.Volumes[0].Secret.SecretName)
 
-	cf := r.corefile(t)
-	assert.Contains(t, cf, "\n        cluster paris\n")
+	cf := r.stanza(t)
+	assert.True(t, strings.HasPrefix(cf, "mcmirror cluster.local clusterset.local in-addr.arpa ip6.arpa {\n"), cf)
+	assert.Contains(t, cf, "\n    cluster paris\n")
 	assert.Contains(t, cf, "link_secrets mcmirror-links")
 	// The gateway's /peers by its Service's name, which the plugin looks
 	// up through its own server.
-	assert.Contains(t, cf, "\n        gateway_health http://mcmirror-gateway-metrics.mcmirror.svc.cluster.local:9155/peers\n")
+	assert.Contains(t, cf, "\n    gateway_health http://mcmirror-gateway-metrics.mcmirror.svc.cluster.local:9155/peers\n")
+	// The hook makes the Corefile from the cluster's own: the chart
+	// renders none.
+	assert.False(t, r.has("ConfigMap", "kube-system", "coredns-mcmirror"))
 
 	for _, k := range []string{
 		key("Namespace", "", "mcmirror-links"),
@@ -263,7 +282,7 @@ func TestRenderFlatMode(t *testing.T) {
 	assert.False(t, r.has("Deployment", "mcmirror", "mcmirror-gateway"), "%v", r.kinds())
 	assert.False(t, r.has("Service", "mcmirror", "mcmirror-gateway"))
 	assert.True(t, r.has("Deployment", "mcmirror", "mcmirror-controller"))
-	assert.NotContains(t, r.corefile(t), "gateway_health", "flat mode has no gateway to ask")
+	assert.NotContains(t, r.stanza(t), "gateway_health", "flat mode has no gateway to ask")
 }
 
 // Forward mode leaves the cluster DNS alone (nothing in kube-system, no
@@ -315,6 +334,34 @@ func TestRenderDNSOnly(t *testing.T) {
 	assert.True(t, r.has("Namespace", "", "mcmirror-links"), "%v", r.kinds())
 	assert.True(t, r.has("ConfigMap", "kube-system", "coredns-mcmirror"))
 	assert.False(t, r.has("Job", "mcmirror", "mcmirror-dns-apply"))
+}
+
+// The DNS hook Job adds the stanza to the cluster's own Corefile: its
+// arguments, the node's resolv.conf (dnsPolicy Default, for the loop
+// check) and dns.upstream; its Role reads dns.coredns.configMap and writes only
+// coredns-mcmirror. Patched by hand, the chart's Corefile forwards to
+// dns.upstream.
+func TestRenderDNSCorefile(t *testing.T) {
+	r := render(t, "--set", "cluster=east", "--set", "gateway.allowClusters={west}",
+		"--set", "dns.upstream={10.0.0.2,[fd00::2]:53}", "--set", "dns.coredns.configMap=dns-config", "--set", "dns.clusterDomain=example.internal")
+	u := r[key("Job", "mcmirror", "mcmirror-dns-apply")]
+	require.NotNil(t, u)
+	var job batchv1.Job
+	require.NoError(t, k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &job))
+	spec := job.Spec.Template.Spec
+	assert.Equal(t, corev1.DNSDefault, spec.DNSPolicy)
+	assert.Subset(t, spec.Containers[0].Args, []string{"--corefile-stanza=/etc/mcmirror/dns-patch/mcmirror.stanza",
+		"--cluster-domain=example.internal", "--upstream=10.0.0.2,[fd00::2]:53", "--corefile-configmap=coredns-mcmirror"})
+	assert.True(t, strings.HasPrefix(r.stanza(t), "mcmirror example.internal clusterset.local"))
+	role := r[key("Role", "kube-system", "mcmirror-dns-patch")]
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	assert.Contains(t, fmt.Sprint(rules), "resourceNames:[dns-config coredns-mcmirror]")
+
+	r = render(t, "--set", "cluster=east", "--set", "gateway.allowClusters={west}", "--set", "dns.patchDeployment=false",
+		"--set", "dns.upstream={10.0.0.2}")
+	assert.Contains(t, r.corefile(t), "\n    forward . 10.0.0.2 {\n")
+	r = render(t, "--set", "cluster=east", "--set", "gateway.allowClusters={west}", "--set", "dns.patchDeployment=false")
+	assert.Contains(t, r.corefile(t), "\n    forward . /etc/resolv.conf {\n")
 }
 
 // A digest wins over the tag, in every part and in the DNS patch; resources,
@@ -384,6 +431,7 @@ func TestBadValuesRefused(t *testing.T) {
 		{[]string{"cluster=east", "gateway.allowClusters={west}", "dns.gatewayHealth=ftp://x"}, "gatewayHealth"},
 		{[]string{"cluster=east", "gateway.allowClusters={west}", "dns.mode=proxy"}, "dns/mode"},
 		{[]string{"cluster=east", "gateway.allowClusters={west}", "dns.forward.clusterIP=dns.example"}, "clusterIP"},
+		{[]string{"cluster=east", "gateway.allowClusters={west}", "dns.upstream={resolver.example}"}, "upstream"},
 	} {
 		var args []string
 		for _, s := range c.set {

@@ -109,7 +109,7 @@ subjects: [{kind: ServiceAccount, name: dns-hook, namespace: %[1]s}]
 	dir := t.TempDir()
 	stanzaFile, resolv := filepath.Join(dir, "mcmirror.stanza"), filepath.Join(dir, "resolv.conf")
 	require.NoError(t, os.WriteFile(stanzaFile, []byte(stanza), 0o644))
-	apply := []string{"apply", "--deployment", ns + "/coredns", "--patch-file", projectPatch(t), "--wait=false",
+	apply := []string{"apply", "--deployment", ns + "/coredns", "--patch-file", projectPatch, "--wait=false",
 		"--corefile-stanza", stanzaFile, "--resolv-conf", resolv}
 
 	// A node whose resolver is local: refused, nothing written.

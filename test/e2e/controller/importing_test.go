@@ -317,7 +317,12 @@ func TestServiceImportDerivedNameUpgrade(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, old.Spec.ClusterIPs)
 	si.Spec.IPs = old.Spec.ClusterIPs
-	_, err = mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns).Update(ctx, si, metav1.UpdateOptions{})
+	si, err = mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns).Update(ctx, si, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	// Its status names the exporting cluster, as that release wrote it:
+	// the import waits for west's link before it changes anything.
+	si.Status.Clusters = []mcsv1alpha1.ClusterStatus{{Cluster: "west"}}
+	_, err = mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns).UpdateStatus(ctx, si, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: former + "-west", Labels: map[string]string{

@@ -136,6 +136,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 		assert.Equal(c, []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, imp.si.Spec.Ports)
 		assert.NotEmpty(c, imp.derived.Spec.ClusterIPs)
 		assert.Equal(c, imp.derived.Spec.ClusterIPs, imp.si.Spec.IPs, "the ClusterSetIP is the derived Service's ClusterIP")
+		assert.Equal(c, imp.derived.Name, imp.si.Annotations[controller.DerivedServiceAnnotation], "as Gateway API implementations find it")
 		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}}, imp.si.Status.Clusters)
 		assert.Equal(c, "api", imp.derived.Labels[labels.ServiceImport])
 		assert.Equal(c, "api", imp.derived.Labels[mcsv1alpha1.LabelServiceName])

@@ -33,7 +33,9 @@ func check(t *testing.T, ctx context.Context, cluster string) (checkReport, erro
 	t.Helper()
 	out, err := env.InstallShell(ctx, "s=0; bin/coredns-mc check --context "+cluster+" -o json 2>check.err || s=$?\n"+
 		"if [ -s check.err ]; then echo '--- stderr:'; cat check.err; fi; exit $s")
-	assert.NotContains(t, out, "--- stderr:", "check writes only its report")
+	// What the script printed, after InstallShell's copy of the script.
+	printed := out[strings.LastIndex(out, "\n--- output"):]
+	assert.NotContains(t, printed, "--- stderr:", "check writes only its report")
 	// InstallShell returns the script, then the output.
 	i := strings.Index(out, "\n{")
 	require.GreaterOrEqual(t, i, 0, "no JSON report:\n%s", out)

@@ -440,7 +440,7 @@ func (c *Controller) sweep() int {
 	for _, k := range c.slices.GetIndexer().ListIndexFuncValues(byKey) {
 		keys[k] = true
 	}
-	for _, r := range c.serving() {
+	for _, r := range c.links.Serving() {
 		if r.synced.Load() {
 			for _, k := range r.exportedKeys() {
 				keys[makeKey(r.name, k.Namespace, k.Name)] = true

@@ -79,7 +79,7 @@ func (c *Controller) onNamespace(obj any) {
 	if !ok {
 		return
 	}
-	for _, r := range c.serving() {
+	for _, r := range c.links.Serving() {
 		for _, k := range r.exportedKeys() {
 			if k.Namespace == m.GetName() {
 				c.queue.Add(makeKey(r.name, k.Namespace, k.Name))

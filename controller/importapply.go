@@ -145,7 +145,7 @@ func (c *Controller) importSources(ns, name string) ([]importSource, linkState) 
 	if !sourcesSynced {
 		ls.sourcesUntil = c.startupDeadline(c.startedAt)
 	}
-	for _, r := range c.serving() {
+	for _, r := range c.links.Serving() {
 		ls.linked[r.name] = true
 		if !r.synced.Load() {
 			ls.waiting[r.name] = c.startupDeadline(r.startedAt)

@@ -40,7 +40,7 @@ var (
 )
 
 // New makes the informers of link name.
-func (lc linkConsumer) New(name string, client kubernetes.Interface, replacement bool) (*remoteCluster, error) {
+func (lc linkConsumer) New(name string, client kubernetes.Interface, replacement bool) *remoteCluster {
 	c := lc.c
 	r := &remoteCluster{name: name, client: client, c: c}
 	r.health = newLinkHealth(name, watchNames(c.ways), replacement, &r.serving)
@@ -64,7 +64,7 @@ func (lc linkConsumer) New(name string, client kubernetes.Interface, replacement
 		regE, _ := w.slices.AddEventHandler(onSlice)
 		r.handlersSynced = append(r.handlersSynced, regS.HasSynced, regE.HasSynced)
 	}
-	return r, nil
+	return r
 }
 
 // Serve is told that r serves its cluster, first or in place of old.
@@ -131,7 +131,6 @@ func (r *remoteCluster) Start(ctx context.Context) {
 		if !cache.WaitForCacheSync(ctx.Done(), r.handlersSynced...) {
 			return
 		}
-		timer.Stop()
 		r.synced.Store(true)
 		linkSynced.WithLabelValues(r.name).Set(1)
 		c.linkSyncedForImports(r.name)
@@ -145,16 +144,6 @@ func (r *remoteCluster) Start(ctx context.Context) {
 // HasSynced reports whether r's handlers have seen the first lists; it
 // implements remote.Generation.
 func (r *remoteCluster) HasSynced() bool { return r.synced.Load() }
-
-// serving returns the links' informers that serve.
-func (c *Controller) serving() []*remoteCluster {
-	m := c.links.Serving()
-	out := make([]*remoteCluster, 0, len(m))
-	for _, r := range m {
-		out = append(out, r)
-	}
-	return out
-}
 
 // enqueueCluster enqueues every exported Service of r and every local key
 // of r's mirrors.

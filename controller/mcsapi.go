@@ -154,7 +154,7 @@ func (c *Controller) enqueueMCS() {
 			c.localServiceChanged(s)
 		}
 	}
-	for _, r := range c.serving() {
+	for _, r := range c.links.Serving() {
 		for _, k := range r.exportedKeys() {
 			c.mcs.queue.Add(k.Namespace + "/" + k.Name)
 		}

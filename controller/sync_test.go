@@ -129,7 +129,7 @@ func (c *Controller) linksSynced() bool {
 	if !c.linkSourcesSynced() {
 		return false
 	}
-	for _, r := range c.serving() {
+	for _, r := range c.links.Serving() {
 		if !r.enqueued.Load() {
 			return false
 		}

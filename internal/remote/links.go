@@ -32,10 +32,10 @@ type Consumer[G Generation] interface {
 	// New makes a generation of the watches of cluster name through
 	// client; it does not start them. replacement says another
 	// generation of the name serves.
-	New(name string, client kubernetes.Interface, replacement bool) (G, error)
+	New(name string, client kubernetes.Interface, replacement bool) G
 	// Serve is told that g serves cluster name from now, in place of old
-	// (ok false when g is the first), whose watches have stopped.
-	Serve(name string, g, old G, ok bool)
+	// (replaced false when g is the first), whose watches have stopped.
+	Serve(name string, g, old G, replaced bool)
 	// Stop is told that the watches of g stopped without it serving
 	// again: a replacement that gave way to a newer one before it synced
 	// (removed false), or the generation that served a cluster that is
@@ -99,11 +99,7 @@ func (l *Links[G]) AddClient(name string, client kubernetes.Interface) {
 	cur, linkedNow := l.clusters[name]
 	running := l.ctx != nil
 	l.mu.Unlock()
-	g, err := l.consumer.New(name, client, linkedNow)
-	if err != nil {
-		klog.ErrorS(err, "Cannot link cluster", "cluster", name)
-		return
-	}
+	g := l.consumer.New(name, client, linkedNow)
 	gen := &linked[G]{g: g}
 	if !linkedNow || !running {
 		// Nothing serves yet, or nothing runs: the new one serves at once.
@@ -235,13 +231,14 @@ func (l *Links[G]) Names() []string {
 	return l.names
 }
 
-// Serving returns the generation that serves each linked cluster.
-func (l *Links[G]) Serving() map[string]G {
+// Serving returns the generation that serves each linked cluster, in the
+// order of their names.
+func (l *Links[G]) Serving() []G {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[string]G, len(l.clusters))
-	for n, c := range l.clusters {
-		out[n] = c.g
+	out := make([]G, 0, len(l.names))
+	for _, n := range l.names {
+		out = append(out, l.clusters[n].g)
 	}
 	return out
 }

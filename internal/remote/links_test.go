@@ -39,14 +39,14 @@ type record struct {
 	calls []string
 }
 
-func (r *record) New(name string, _ kubernetes.Interface, replacement bool) (*gen, error) {
+func (r *record) New(name string, _ kubernetes.Interface, replacement bool) *gen {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.n++
 	g := &gen{id: r.n}
 	r.gens = append(r.gens, g)
 	r.calls = append(r.calls, fmt.Sprintf("new %s %d replacement=%t", name, g.id, replacement))
-	return g, nil
+	return g
 }
 
 func (r *record) Serve(name string, g, old *gen, replaced bool) {

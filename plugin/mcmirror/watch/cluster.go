@@ -68,8 +68,8 @@ var (
 )
 
 // New makes the stores of a generation of link name.
-func (lc linkConsumer) New(name string, client kubernetes.Interface, _ bool) (*cluster, error) {
-	return lc.c.newCluster(name, client), nil
+func (lc linkConsumer) New(name string, client kubernetes.Interface, _ bool) *cluster {
+	return lc.c.newCluster(name, client)
 }
 
 // Serve gives cl the link's metric series; a generation it replaces loses

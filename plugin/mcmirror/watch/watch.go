@@ -304,9 +304,9 @@ func (c *Watcher) Unsynced() []string {
 	if !c.localCluster.synced.Load() {
 		names = append(names, c.local)
 	}
-	for n, cl := range c.links.Serving() {
+	for _, cl := range c.links.Serving() {
 		if !cl.synced.Load() {
-			names = append(names, n)
+			names = append(names, cl.name)
 		}
 	}
 	slices.Sort(names)

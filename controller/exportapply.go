@@ -14,7 +14,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // ExportFieldManager is the field manager of the stamp: the controller
@@ -34,7 +34,7 @@ func (c *Controller) syncExport(ctx context.Context, key string, sources []impor
 	}
 	in := exportInput{cluster: c.opts.Cluster, defaultMode: c.opts.ServiceExportMode}
 	if obj, ok, _ := c.mcs.exports.GetIndexer().GetByKey(key); ok {
-		in.export, _ = obj.(*mcsv1alpha1.ServiceExport)
+		in.export, _ = obj.(*mcsv1beta1.ServiceExport)
 	}
 	if obj, ok, _ := c.services.GetIndexer().GetByKey(key); ok {
 		in.service, _ = obj.(*corev1.Service)
@@ -76,7 +76,7 @@ func (c *Controller) syncExport(ctx context.Context, key string, sources []impor
 	}
 	se := in.export.DeepCopy()
 	se.Status.Conditions = conds
-	_, err = c.mcs.client.MulticlusterV1alpha1().ServiceExports(ns).UpdateStatus(ctx, se, metav1.UpdateOptions{})
+	_, err = c.mcs.client.MulticlusterV1beta1().ServiceExports(ns).UpdateStatus(ctx, se, metav1.UpdateOptions{})
 	if err := countWrite("update", "serviceexports/status", err); err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // A ServiceExport's exportedLabels and exportedAnnotations ride in the
@@ -28,7 +28,7 @@ func TestPlanExportMetadata(t *testing.T) {
 	assert.Equal(t, `{"labels":{"dummy-label":"true"},"annotations":{"dummy-annotation":"true"}}`, p.stamp.metadata)
 	require.Len(t, p.refusedMetadata, 1)
 	assert.Contains(t, p.refusedMetadata[0], `exportedLabels "mcmirror.dev/managed-by": reserved`)
-	valid := condition(t, p, mcsv1alpha1.ServiceExportConditionValid)
+	valid := condition(t, p, mcsv1beta1.ServiceExportConditionValid)
 	assert.Equal(t, metav1.ConditionTrue, valid.Status)
 	assert.Contains(t, valid.Message, `not exported to the ServiceImports: exportedLabels "mcmirror.dev/managed-by"`)
 
@@ -42,7 +42,7 @@ func TestPlanExportMetadata(t *testing.T) {
 	assert.True(t, p.writeStamp)
 	assert.Equal(t, `{"labels":{"dummy-label":"false"},"annotations":{"dummy-annotation":"true"}}`, p.stamp.metadata)
 	assert.Empty(t, p.refusedMetadata)
-	assert.Equal(t, "the Service can be exported", condition(t, p, mcsv1alpha1.ServiceExportConditionValid).Message)
+	assert.Equal(t, "the Service can be exported", condition(t, p, mcsv1beta1.ServiceExportConditionValid).Message)
 
 	// Exported metadata written by hand beside a ServiceExport that
 	// exports none: set back, refused.
@@ -88,9 +88,9 @@ func TestExportedMetadataConflict(t *testing.T) {
 		se.Spec.ExportedLabels, se.Spec.ExportedAnnotations = tc.own.Labels, tc.own.Annotations
 		p := planExport(exportInput{cluster: tc.cluster, export: se, service: testExportService(nil), defaultMode: labels.ModeGateway,
 			peers: []mcs.Export{peerExport(tc.peer, tc.peerSvc)}})
-		c := condition(t, p, mcsv1alpha1.ServiceExportConditionConflict)
+		c := condition(t, p, mcsv1beta1.ServiceExportConditionConflict)
 		assert.Equal(t, metav1.ConditionTrue, c.Status, tc.cluster)
-		assert.Equal(t, string(mcsv1alpha1.ServiceExportReasonLabelsConflict), c.Reason, tc.cluster)
+		assert.Equal(t, string(mcsv1beta1.ServiceExportReasonLabelsConflict), c.Reason, tc.cluster)
 		assert.Contains(t, c.Message, `{"dummy-label":"true"} applies, the oldest export's (east)`, tc.cluster)
 		assert.Contains(t, c.Message, `the exports disagree on exported annotations`, tc.cluster)
 	}
@@ -141,7 +141,7 @@ func managedFields(t *testing.T, manager string, op metav1.ManagedFieldsOperatio
 // fields: its own Apply entry's keys, with the ServiceImport's values;
 // another manager's keys, and the owner label every apply carries, are not.
 func TestAppliedMetadata(t *testing.T) {
-	si := &mcsv1alpha1.ServiceImport{ObjectMeta: metav1.ObjectMeta{
+	si := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{
 		Namespace: "shop", Name: "web",
 		Labels:      map[string]string{ManagedBy: ManagedByValue, "dummy-label": "true", "by-hand": "yes"},
 		Annotations: map[string]string{DerivedServiceAnnotation: "derived-x", "dummy-annotation": "true"},
@@ -171,13 +171,13 @@ func TestAppliedMetadata(t *testing.T) {
 // and carries exactly the exported pairs: none is no annotations at all,
 // so that the ones applied before are removed.
 func TestImportMetadataApply(t *testing.T) {
-	si := &mcsv1alpha1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "si-uid"}}
+	si := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "si-uid"}}
 	body, err := importMetadataApply(si, mcs.Metadata{Labels: map[string]string{"dummy-label": "true"}, Annotations: map[string]string{"dummy-annotation": "true"}})
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"apiVersion":"multicluster.x-k8s.io/v1alpha1","kind":"ServiceImport","metadata":{"name":"web","namespace":"shop","uid":"si-uid",
+	assert.JSONEq(t, `{"apiVersion":"multicluster.x-k8s.io/v1beta1","kind":"ServiceImport","metadata":{"name":"web","namespace":"shop","uid":"si-uid",
 		"labels":{"mcmirror.dev/managed-by":"controller","dummy-label":"true"},"annotations":{"dummy-annotation":"true"}}}`, string(body))
 	body, err = importMetadataApply(si, mcs.Metadata{})
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"apiVersion":"multicluster.x-k8s.io/v1alpha1","kind":"ServiceImport","metadata":{"name":"web","namespace":"shop","uid":"si-uid",
+	assert.JSONEq(t, `{"apiVersion":"multicluster.x-k8s.io/v1beta1","kind":"ServiceImport","metadata":{"name":"web","namespace":"shop","uid":"si-uid",
 		"labels":{"mcmirror.dev/managed-by":"controller"}}}`, string(body))
 }

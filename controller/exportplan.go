@@ -10,7 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // The export side of the Multi-Cluster Services API: a ServiceExport in
@@ -51,7 +51,7 @@ type exportInput struct {
 	// cluster is this cluster's ID.
 	cluster string
 	// export is the ServiceExport; nil when there is none.
-	export *mcsv1alpha1.ServiceExport
+	export *mcsv1beta1.ServiceExport
 	// service is the local Service of the same name; nil when none.
 	service *corev1.Service
 	// owned is the stamp the controller owns on the Service now (from

@@ -12,13 +12,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 var exportCreated = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
-func testExport(annotations map[string]string) *mcsv1alpha1.ServiceExport {
-	return &mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{
+func testExport(annotations map[string]string) *mcsv1beta1.ServiceExport {
+	return &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{
 		Namespace: "shop", Name: "web", Generation: 3, Annotations: annotations,
 		CreationTimestamp: metav1.NewTime(exportCreated),
 	}}
@@ -39,7 +39,7 @@ func testExportService(mut func(*corev1.Service)) *corev1.Service {
 	return s
 }
 
-func condition(t *testing.T, p exportPlan, typ mcsv1alpha1.ServiceExportConditionType) metav1.Condition {
+func condition(t *testing.T, p exportPlan, typ mcsv1beta1.ServiceExportConditionType) metav1.Condition {
 	t.Helper()
 	c := meta.FindStatusCondition(p.conditions, string(typ))
 	require.NotNil(t, c, "no %s condition in %+v", typ, p.conditions)
@@ -129,13 +129,13 @@ func TestPlanExport(t *testing.T) {
 				Cluster: "west", Created: exportCreated.Add(-time.Minute),
 				Service: testExportService(func(s *corev1.Service) { s.Spec.Ports[0].Port = 8080 }),
 			}}},
-			stamp: gw, valid: "Valid", validTrue: true, ready: metav1.ConditionTrue, conflict: string(mcsv1alpha1.ServiceExportReasonPortConflict)},
+			stamp: gw, valid: "Valid", validTrue: true, ready: metav1.ConditionTrue, conflict: string(mcsv1beta1.ServiceExportReasonPortConflict)},
 		{name: "a peer headless: type conflict",
 			in: exportInput{export: testExport(nil), service: testExportService(nil), owned: gw, peers: []mcs.Export{{
 				Cluster: "west", Created: exportCreated.Add(time.Minute),
 				Service: testExportService(func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone }),
 			}}},
-			stamp: gw, valid: "Valid", validTrue: true, ready: metav1.ConditionTrue, conflict: string(mcsv1alpha1.ServiceExportReasonTypeConflict)},
+			stamp: gw, valid: "Valid", validTrue: true, ready: metav1.ConditionTrue, conflict: string(mcsv1beta1.ServiceExportReasonTypeConflict)},
 		{name: "a peer that agrees",
 			in: exportInput{export: testExport(nil), service: testExportService(nil), owned: gw, peers: []mcs.Export{{
 				Cluster: "west", Created: exportCreated, Service: testExportService(nil),
@@ -156,11 +156,11 @@ func TestPlanExport(t *testing.T) {
 				assert.Nil(t, p.conditions)
 				return
 			}
-			v := condition(t, p, mcsv1alpha1.ServiceExportConditionValid)
+			v := condition(t, p, mcsv1beta1.ServiceExportConditionValid)
 			assert.Equal(t, tc.valid, v.Reason)
 			assert.Equal(t, tc.validTrue, v.Status == metav1.ConditionTrue)
-			assert.Equal(t, tc.ready, condition(t, p, mcsv1alpha1.ServiceExportConditionReady).Status)
-			c := meta.FindStatusCondition(p.conditions, string(mcsv1alpha1.ServiceExportConditionConflict))
+			assert.Equal(t, tc.ready, condition(t, p, mcsv1beta1.ServiceExportConditionReady).Status)
+			c := meta.FindStatusCondition(p.conditions, string(mcsv1beta1.ServiceExportConditionConflict))
 			if tc.conflict == "" {
 				assert.Nil(t, c, "an invalid export has no Conflict condition")
 			} else {
@@ -181,7 +181,7 @@ func TestPlanExportAfterStamp(t *testing.T) {
 	in.owned = p.stamp
 	p = planExport(in)
 	assert.False(t, p.writeStamp)
-	assert.Equal(t, metav1.ConditionTrue, condition(t, p, mcsv1alpha1.ServiceExportConditionReady).Status)
+	assert.Equal(t, metav1.ConditionTrue, condition(t, p, mcsv1beta1.ServiceExportConditionReady).Status)
 	conds, changed := mcs.Apply(nil, 3, p.conditions...)
 	require.True(t, changed)
 	_, changed = mcs.Apply(conds, 3, planExport(in).conditions...)
@@ -233,8 +233,8 @@ func TestForgedExportTimeLoses(t *testing.T) {
 			sources = append(sources, importSource{cluster: cluster, created: e.Created, service: svc})
 		}
 		p := planImport(importInput{ns: "shop", name: "web", sources: sources})
-		assert.Equal(t, mcsv1alpha1.ClusterSetIP, p.spec.Type, "%v: the older export's type", forgedLabels)
-		assert.Equal(t, []mcsv1alpha1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}, p.clusters, "%v: the older export first", forgedLabels)
+		assert.Equal(t, mcsv1beta1.ClusterSetIP, p.spec.Type, "%v: the older export's type", forgedLabels)
+		assert.Equal(t, []mcsv1beta1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}, p.clusters, "%v: the older export first", forgedLabels)
 		require.NotEmpty(t, p.spec.Ports)
 		assert.Equal(t, int32(80), p.spec.Ports[0].Port, "%v: the older export's port", forgedLabels)
 
@@ -242,8 +242,8 @@ func TestForgedExportTimeLoses(t *testing.T) {
 		e := peerExport("west", forged)
 		plan := planExport(exportInput{cluster: "east", export: testExport(nil), service: genuine, defaultMode: labels.ModeGateway,
 			owned: stamp{mode: labels.ModeGateway, created: exportCreated.Format(time.RFC3339)}, peers: []mcs.Export{e}})
-		c := condition(t, plan, mcsv1alpha1.ServiceExportConditionConflict)
-		assert.Equal(t, string(mcsv1alpha1.ServiceExportReasonTypeConflict), c.Reason)
+		c := condition(t, plan, mcsv1beta1.ServiceExportConditionConflict)
+		assert.Equal(t, string(mcsv1beta1.ServiceExportReasonTypeConflict), c.Reason)
 		assert.Contains(t, c.Message, "ClusterSetIP applies, the oldest export's (east)", "%v", forgedLabels)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // A ServiceImport names its derived Service in the annotation Gateway API
@@ -22,7 +22,7 @@ func TestServiceImportNamesDerivedService(t *testing.T) {
 	}})
 	f.converge("west/shop/web")
 	f.convergeMCS("shop/web")
-	imports := f.mcs.MulticlusterV1alpha1().ServiceImports("shop")
+	imports := f.mcs.MulticlusterV1beta1().ServiceImports("shop")
 	si, err := imports.Get(f.ctx, "web", metav1.GetOptions{})
 	require.NoError(t, err)
 	derived := f.service("shop", DerivedName("shop", "web"))
@@ -34,7 +34,7 @@ func TestServiceImportNamesDerivedService(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		obj, ok, _ := f.c.mcs.imports.GetStore().GetByKey("shop/web")
-		return ok && obj.(*mcsv1alpha1.ServiceImport).Annotations[DerivedServiceAnnotation] == ""
+		return ok && obj.(*mcsv1beta1.ServiceImport).Annotations[DerivedServiceAnnotation] == ""
 	}, 10*time.Second, time.Millisecond, "the controller sees the ServiceImport without it")
 	f.convergeMCS("shop/web")
 	si, err = imports.Get(f.ctx, "web", metav1.GetOptions{})

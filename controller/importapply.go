@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // syncImport brings the import of one namespace/name to its plan: the
@@ -32,9 +32,9 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 		return nil
 	}
 	in := importInput{ns: ns, name: name, sources: sources, policy: &c.opts.EndpointPolicy, maxEndpoints: c.opts.MaxImportEndpoints}
-	var si *mcsv1alpha1.ServiceImport
+	var si *mcsv1beta1.ServiceImport
 	if obj, ok, _ := c.mcs.imports.GetIndexer().GetByKey(key); ok {
-		si, _ = obj.(*mcsv1alpha1.ServiceImport)
+		si, _ = obj.(*mcsv1beta1.ServiceImport)
 	}
 	if si != nil && si.Labels[ManagedBy] != ManagedByValue {
 		// Another MCS implementation's: mcmirror stays out of its way.
@@ -81,7 +81,7 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 		return c.deleteImport(ctx, ns, name, si, in.derived)
 	}
 	if si == nil {
-		si, err = c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, &mcsv1alpha1.ServiceImport{
+		si, err = c.mcs.client.MulticlusterV1beta1().ServiceImports(ns).Create(ctx, &mcsv1beta1.ServiceImport{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{ManagedBy: ManagedByValue},
 				Annotations: map[string]string{DerivedServiceAnnotation: p.derived.Name}},
 			Spec: p.spec,
@@ -108,7 +108,7 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 		next.ManagedFields = nil // the server keeps them as they are
 		next.Spec = p.spec
 		metav1.SetMetaDataAnnotation(&next.ObjectMeta, DerivedServiceAnnotation, p.derived.Name)
-		si, err = c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).Update(ctx, next, metav1.UpdateOptions{})
+		si, err = c.mcs.client.MulticlusterV1beta1().ServiceImports(ns).Update(ctx, next, metav1.UpdateOptions{})
 		if err := countWrite("update", "serviceimports", err); err != nil {
 			return err
 		}
@@ -117,7 +117,7 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 		next := si.DeepCopy()
 		next.ManagedFields = nil
 		next.Status.Clusters = p.clusters
-		_, err = c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		_, err = c.mcs.client.MulticlusterV1beta1().ServiceImports(ns).UpdateStatus(ctx, next, metav1.UpdateOptions{})
 		if err := countWrite("update", "serviceimports/status", err); err != nil {
 			return err
 		}
@@ -310,7 +310,7 @@ func (c *Controller) derivedSlices(ns, derived, name string) map[string]*discove
 	out := map[string]*discoveryv1.EndpointSlice{}
 	objs, _ := c.slices.GetIndexer().ByIndex(byService, ns+"/"+derived)
 	for _, obj := range objs {
-		if es, ok := obj.(*discoveryv1.EndpointSlice); ok && es.Labels[ManagedBy] == ManagedByValue && es.Labels[mcsv1alpha1.LabelServiceName] == name {
+		if es, ok := obj.(*discoveryv1.EndpointSlice); ok && es.Labels[ManagedBy] == ManagedByValue && es.Labels[mcsv1beta1.LabelServiceName] == name {
 			out[es.Name] = es
 		}
 	}
@@ -320,7 +320,7 @@ func (c *Controller) derivedSlices(ns, derived, name string) map[string]*discove
 // deleteImport deletes what the import of namespace/name left: its
 // EndpointSlices, the derived Service and the ServiceImport, those the
 // controller made.
-func (c *Controller) deleteImport(ctx context.Context, ns, name string, si *mcsv1alpha1.ServiceImport, derived *corev1.Service) error {
+func (c *Controller) deleteImport(ctx context.Context, ns, name string, si *mcsv1beta1.ServiceImport, derived *corev1.Service) error {
 	if err := c.applyImportSlices(ctx, ns, name, nil); err != nil {
 		return err
 	}
@@ -331,7 +331,7 @@ func (c *Controller) deleteImport(ctx context.Context, ns, name string, si *mcsv
 		}
 	}
 	if si != nil {
-		err := c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &si.UID}})
+		err := c.mcs.client.MulticlusterV1beta1().ServiceImports(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &si.UID}})
 		if err := countWrite("delete", "serviceimports", err); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}

@@ -28,7 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/klog/v2"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // linkState is what one MCS sync knows of the links, read with its
@@ -77,7 +77,7 @@ func (c *Controller) heldClusters(ls linkState, have []string) (held []string, u
 
 // existingClusters are the clusters an existing import names: in its
 // status, and in the source-cluster label of its slices (by name).
-func existingClusters(si *mcsv1alpha1.ServiceImport, existing map[string]*discoveryv1.EndpointSlice) []string {
+func existingClusters(si *mcsv1beta1.ServiceImport, existing map[string]*discoveryv1.EndpointSlice) []string {
 	var out []string
 	if si != nil {
 		for _, c := range si.Status.Clusters {
@@ -85,7 +85,7 @@ func existingClusters(si *mcsv1alpha1.ServiceImport, existing map[string]*discov
 		}
 	}
 	for _, es := range existing {
-		if c := es.Labels[mcsv1alpha1.LabelSourceCluster]; c != "" && !slices.Contains(out, c) {
+		if c := es.Labels[mcsv1beta1.LabelSourceCluster]; c != "" && !slices.Contains(out, c) {
 			out = append(out, c)
 		}
 	}
@@ -100,7 +100,7 @@ func keptSlices(held []string, existing map[string]*discoveryv1.EndpointSlice) m
 		out[h] = nil
 	}
 	for _, es := range existing {
-		if c := es.Labels[mcsv1alpha1.LabelSourceCluster]; slices.Contains(held, c) {
+		if c := es.Labels[mcsv1beta1.LabelSourceCluster]; slices.Contains(held, c) {
 			out[c] = append(out[c], es)
 		}
 	}
@@ -110,7 +110,7 @@ func keptSlices(held []string, existing map[string]*discoveryv1.EndpointSlice) m
 // noteKept tells, once per import and cluster until the cluster's link
 // syncs, that the import goes on keeping the cluster's part as it last
 // was: an Event on the ServiceImport, and the log.
-func (c *Controller) noteKept(si *mcsv1alpha1.ServiceImport, held []string) {
+func (c *Controller) noteKept(si *mcsv1beta1.ServiceImport, held []string) {
 	key := si.Namespace + "/" + si.Name
 	for _, h := range held {
 		c.mu.Lock()

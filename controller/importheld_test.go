@@ -9,7 +9,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // An import waits only for the links that have not synced and that it
@@ -39,10 +39,10 @@ func TestHeldClusters(t *testing.T) {
 
 // existingClusters reads an import's status and its slices' labels.
 func TestExistingClusters(t *testing.T) {
-	si := &mcsv1alpha1.ServiceImport{Status: mcsv1alpha1.ServiceImportStatus{Clusters: []mcsv1alpha1.ClusterStatus{{Cluster: "west"}, {Cluster: "tokyo"}}}}
+	si := &mcsv1beta1.ServiceImport{Status: mcsv1beta1.ServiceImportStatus{Clusters: []mcsv1beta1.ClusterStatus{{Cluster: "west"}, {Cluster: "tokyo"}}}}
 	existing := map[string]*discoveryv1.EndpointSlice{
-		"a": {ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{mcsv1alpha1.LabelSourceCluster: "tokyo"}}},
-		"b": {ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{mcsv1alpha1.LabelSourceCluster: "osaka"}}},
+		"a": {ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{mcsv1beta1.LabelSourceCluster: "tokyo"}}},
+		"b": {ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{mcsv1beta1.LabelSourceCluster: "osaka"}}},
 	}
 	assert.Equal(t, []string{"west", "tokyo", "osaka"}, existingClusters(si, existing))
 	assert.Equal(t, []string{"osaka"}, existingClusters(nil, map[string]*discoveryv1.EndpointSlice{"b": existing["b"]}))
@@ -63,7 +63,7 @@ func TestPlanImportKept(t *testing.T) {
 	existing := map[string]*discoveryv1.EndpointSlice{old.Name: old}
 	p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{west}, derived: replaced,
 		kept: keptSlices([]string{"tokyo"}, existing)})
-	assert.Equal(t, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}, {Cluster: "tokyo"}}, p.clusters)
+	assert.Equal(t, []mcsv1beta1.ClusterStatus{{Cluster: "west"}, {Cluster: "tokyo"}}, p.clusters)
 	k := p.slices[base+"-tokyo"]
 	require.NotNil(t, k)
 	assert.Equal(t, old.Endpoints, k.Endpoints, "as it last was")
@@ -74,6 +74,6 @@ func TestPlanImportKept(t *testing.T) {
 	// A held cluster without slices stays in the status.
 	p = planImport(importInput{ns: "shop", name: "web", sources: []importSource{west}, derived: replaced,
 		kept: keptSlices([]string{"osaka"}, existing)})
-	assert.Equal(t, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}, {Cluster: "osaka"}}, p.clusters)
+	assert.Equal(t, []mcsv1beta1.ClusterStatus{{Cluster: "west"}, {Cluster: "osaka"}}, p.clusters)
 	assert.NotContains(t, p.slices, base+"-tokyo", "only the held clusters' slices are kept")
 }

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // The exported labels and annotations of a ServiceImport: those of the
@@ -33,7 +33,7 @@ const ImportFieldManager = ExportFieldManager
 // informer keeps for that manager), with si's values: the exported labels
 // (but the owner label, ManagedBy, which every apply carries) and
 // annotations.
-func appliedMetadata(si *mcsv1alpha1.ServiceImport) (mcs.Metadata, error) {
+func appliedMetadata(si *mcsv1beta1.ServiceImport) (mcs.Metadata, error) {
 	var out mcs.Metadata
 	for _, f := range si.ManagedFields {
 		if f.Manager != ImportFieldManager || f.Operation != metav1.ManagedFieldsOperationApply || f.Subresource != "" || f.FieldsV1 == nil {
@@ -82,7 +82,7 @@ func ownedValues(owned map[string]json.RawMessage, have map[string]string) map[s
 // label (so that an apply that finds si gone makes nothing that is not
 // the controller's) and si's UID (so that it changes no other
 // ServiceImport of the name).
-func importMetadataApply(si *mcsv1alpha1.ServiceImport, want mcs.Metadata) ([]byte, error) {
+func importMetadataApply(si *mcsv1beta1.ServiceImport, want mcs.Metadata) ([]byte, error) {
 	lbls := map[string]string{ManagedBy: ManagedByValue}
 	for k, v := range want.Labels {
 		lbls[k] = v
@@ -92,7 +92,7 @@ func importMetadataApply(si *mcsv1alpha1.ServiceImport, want mcs.Metadata) ([]by
 		meta["annotations"] = want.Annotations
 	}
 	return json.Marshal(map[string]any{
-		"apiVersion": mcsv1alpha1.SchemeGroupVersion.String(),
+		"apiVersion": mcsv1beta1.SchemeGroupVersion.String(),
 		"kind":       "ServiceImport",
 		"metadata":   meta,
 	})
@@ -100,7 +100,7 @@ func importMetadataApply(si *mcsv1alpha1.ServiceImport, want mcs.Metadata) ([]by
 
 // applyImportMetadata gives si the exported labels and annotations want,
 // when they are not what the controller applied already.
-func (c *Controller) applyImportMetadata(ctx context.Context, si *mcsv1alpha1.ServiceImport, want mcs.Metadata) error {
+func (c *Controller) applyImportMetadata(ctx context.Context, si *mcsv1beta1.ServiceImport, want mcs.Metadata) error {
 	have, err := appliedMetadata(si)
 	if err != nil {
 		return err
@@ -112,7 +112,7 @@ func (c *Controller) applyImportMetadata(ctx context.Context, si *mcsv1alpha1.Se
 	if err != nil {
 		return err
 	}
-	_, err = c.mcs.client.MulticlusterV1alpha1().ServiceImports(si.Namespace).Patch(ctx, si.Name, types.ApplyPatchType, body,
+	_, err = c.mcs.client.MulticlusterV1beta1().ServiceImports(si.Namespace).Patch(ctx, si.Name, types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: ImportFieldManager, Force: ptr.To(true)})
 	if err := countWrite("apply", "serviceimports", err); err != nil {
 		return err

@@ -18,7 +18,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // The import side of the Multi-Cluster Services API: for every Service
@@ -110,8 +110,8 @@ type importPlan struct {
 	merged mcs.Merged
 	// spec and clusters are the ServiceImport's; spec.IPs are the derived
 	// Service's ClusterIPs once it has them.
-	spec     mcsv1alpha1.ServiceImportSpec
-	clusters []mcsv1alpha1.ClusterStatus
+	spec     mcsv1beta1.ServiceImportSpec
+	clusters []mcsv1beta1.ClusterStatus
 	// derived is the desired derived Service; replace is set when the
 	// existing one cannot be updated into it (headless and ClusterIP
 	// differ, and a ClusterIP is immutable).
@@ -140,14 +140,14 @@ func planImport(in importInput) importPlan {
 	p.merged = mcs.Merge(exports)
 	p.spec = p.merged.Spec
 	for _, c := range p.merged.Clusters {
-		p.clusters = append(p.clusters, mcsv1alpha1.ClusterStatus{Cluster: c})
+		p.clusters = append(p.clusters, mcsv1beta1.ClusterStatus{Cluster: c})
 	}
 	for _, c := range slices.Sorted(maps.Keys(in.kept)) {
 		if !slices.Contains(p.merged.Clusters, c) {
-			p.clusters = append(p.clusters, mcsv1alpha1.ClusterStatus{Cluster: c})
+			p.clusters = append(p.clusters, mcsv1beta1.ClusterStatus{Cluster: c})
 		}
 	}
-	headless := p.spec.Type == mcsv1alpha1.Headless
+	headless := p.spec.Type == mcsv1beta1.Headless
 	families := importFamilies(in, p.merged.Clusters)
 	p.spec.IPFamilies = families
 	p.derived = &corev1.Service{
@@ -157,7 +157,7 @@ func planImport(in importInput) importPlan {
 			Labels: map[string]string{
 				ManagedBy:                    ManagedByValue,
 				labels.ServiceImport:         in.name,
-				mcsv1alpha1.LabelServiceName: in.name,
+				mcsv1beta1.LabelServiceName: in.name,
 			},
 		},
 		Spec: corev1.ServiceSpec{
@@ -170,7 +170,7 @@ func planImport(in importInput) importPlan {
 	}
 	if in.importUID != "" {
 		p.derived.OwnerReferences = []metav1.OwnerReference{{
-			APIVersion: mcsv1alpha1.SchemeGroupVersion.String(), Kind: "ServiceImport", Name: in.name, UID: in.importUID,
+			APIVersion: mcsv1beta1.SchemeGroupVersion.String(), Kind: "ServiceImport", Name: in.name, UID: in.importUID,
 		}}
 	}
 	if headless {
@@ -280,7 +280,7 @@ func importSlices(in importInput, o *offer) []*discoveryv1.EndpointSlice {
 // synced (importheld.go), as it is but owned by the derived Service as it
 // is now.
 func keptSlice(in importInput, es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
-	return importSlice(in, es.Labels[mcsv1alpha1.LabelSourceCluster], es.Name, es.AddressType, es.Endpoints, es.Ports)
+	return importSlice(in, es.Labels[mcsv1beta1.LabelSourceCluster], es.Name, es.AddressType, es.Endpoints, es.Ports)
 }
 
 // importSlice is one EndpointSlice of the derived Service.
@@ -293,8 +293,8 @@ func importSlice(in importInput, cluster, name string, at discoveryv1.AddressTyp
 				discoveryv1.LabelServiceName:   in.derived.Name,
 				discoveryv1.LabelManagedBy:     EndpointSliceManagedBy,
 				ManagedBy:                      ManagedByValue,
-				mcsv1alpha1.LabelServiceName:   in.name,
-				mcsv1alpha1.LabelSourceCluster: cluster,
+				mcsv1beta1.LabelServiceName:   in.name,
+				mcsv1beta1.LabelSourceCluster: cluster,
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Service", Name: in.derived.Name, UID: in.derived.UID,

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 func importService(mut func(*corev1.Service)) *corev1.Service {
@@ -74,12 +74,12 @@ func TestPlanImport(t *testing.T) {
 	t.Run("before the derived Service: it, without slices", func(t *testing.T) {
 		p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{east, west}, importUID: "si-uid"})
 		require.True(t, p.exists())
-		assert.Equal(t, mcsv1alpha1.ClusterSetIP, p.spec.Type)
+		assert.Equal(t, mcsv1beta1.ClusterSetIP, p.spec.Type)
 		assert.Empty(t, p.spec.IPs)
-		assert.Equal(t, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}, p.clusters, "in order of precedence")
+		assert.Equal(t, []mcsv1beta1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}, p.clusters, "in order of precedence")
 		d := p.derived
 		assert.Equal(t, DerivedName("shop", "web"), d.Name)
-		assert.Equal(t, map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1alpha1.LabelServiceName: "web"}, d.Labels)
+		assert.Equal(t, map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1beta1.LabelServiceName: "web"}, d.Labels)
 		assert.Empty(t, d.Spec.ClusterIP, "allocated")
 		assert.Nil(t, d.Spec.Selector)
 		assert.Equal(t, []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, d.Spec.Ports)
@@ -95,8 +95,8 @@ func TestPlanImport(t *testing.T) {
 		base := DerivedName("shop", "web")
 		e := p.slices[base+"-east"]
 		require.NotNil(t, e)
-		assert.Equal(t, "east", e.Labels[mcsv1alpha1.LabelSourceCluster])
-		assert.Equal(t, "web", e.Labels[mcsv1alpha1.LabelServiceName])
+		assert.Equal(t, "east", e.Labels[mcsv1beta1.LabelSourceCluster])
+		assert.Equal(t, "web", e.Labels[mcsv1beta1.LabelServiceName])
 		assert.Equal(t, base, e.Labels[discoveryv1.LabelServiceName])
 		assert.Equal(t, EndpointSliceManagedBy, e.Labels[discoveryv1.LabelManagedBy])
 		assert.Equal(t, []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(8080))}}, e.Ports,
@@ -117,7 +117,7 @@ func TestPlanImport(t *testing.T) {
 		src.slices = []*discoveryv1.EndpointSlice{sourceSlice(discoveryv1.AddressTypeIPv4, 80, "10.2.0.1")}
 		src.slices[0].Endpoints[0].Hostname = ptr.To("web-0")
 		p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{src}})
-		assert.Equal(t, mcsv1alpha1.Headless, p.spec.Type)
+		assert.Equal(t, mcsv1beta1.Headless, p.spec.Type)
 		assert.Equal(t, corev1.ClusterIPNone, p.derived.Spec.ClusterIP)
 		p = planImport(importInput{ns: "shop", name: "web", sources: []importSource{src}, derived: liveDerived(true)})
 		assert.Empty(t, p.spec.IPs)
@@ -160,7 +160,7 @@ func TestPlanImport(t *testing.T) {
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.9"}}},
 			Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(4242))}}}}
 		p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{older, newer}, derived: liveDerived(false)})
-		assert.Equal(t, []mcsv1alpha1.ServicePort{{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 42}}, p.spec.Ports)
+		assert.Equal(t, []mcsv1beta1.ServicePort{{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 42}}, p.spec.Ports)
 		base := DerivedName("shop", "web")
 		require.Contains(t, p.slices, base+"-west")
 		assert.Len(t, p.slices[base+"-west"].Ports, 1, "the winner serves tcp")
@@ -173,6 +173,6 @@ func TestPlanImport(t *testing.T) {
 		src.service = importService(func(s *corev1.Service) { s.Spec.Ports[0].Protocol = corev1.ProtocolUDP })
 		p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{west, src}, derived: liveDerived(false)})
 		require.NotEmpty(t, p.merged.Conflicts)
-		assert.Equal(t, []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, p.spec.Ports)
+		assert.Equal(t, []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, p.spec.Ports)
 	})
 }

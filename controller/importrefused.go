@@ -10,7 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // The endpoints imports leave out (importscreen.go): the
@@ -29,7 +29,7 @@ var refusedWhat = map[string]string{
 // noteRefusals records what the import si leaves out now: the gauge, and
 // when it changed, the log and an Event per kind (the endpoint policy's
 // refusals, the limit's).
-func (c *Controller) noteRefusals(si *mcsv1alpha1.ServiceImport, now refusals) {
+func (c *Controller) noteRefusals(si *mcsv1beta1.ServiceImport, now refusals) {
 	key := si.Namespace + "/" + si.Name
 	c.mu.Lock()
 	old := c.importRefused[key]
@@ -75,8 +75,8 @@ func (c *Controller) noteRefusals(si *mcsv1alpha1.ServiceImport, now refusals) {
 
 // importRef is the reference of an Event on si: the recorder's scheme
 // (client-go's) does not know the MCS API's kinds.
-func importRef(si *mcsv1alpha1.ServiceImport) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: "ServiceImport", APIVersion: mcsv1alpha1.SchemeGroupVersion.String(),
+func importRef(si *mcsv1beta1.ServiceImport) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "ServiceImport", APIVersion: mcsv1beta1.SchemeGroupVersion.String(),
 		Namespace: si.Namespace, Name: si.Name, UID: si.UID, ResourceVersion: si.ResourceVersion}
 }
 

@@ -15,7 +15,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // podSlice is a slice of shop/web as the EndpointSlice controller writes
@@ -151,7 +151,7 @@ func TestPlanImportBound(t *testing.T) {
 // back when the import leaves nothing out.
 func TestNoteRefusals(t *testing.T) {
 	f := newFixture(t, fixtureOptions{}, nil)
-	si := &mcsv1alpha1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}}
+	si := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}}
 	value := func(reason string) float64 { return testutil.ToFloat64(importEndpointsRefused.WithLabelValues(reason)) }
 	before := value(endpointpolicy.Unmanaged)
 	f.c.noteRefusals(si, refusals{"west": {endpointpolicy.Unmanaged: 2, refusedLimit: 1}})

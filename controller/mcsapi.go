@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions/apis/v1alpha1"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions/apis/v1beta1"
 )
 
 // mcsAPI is the Multi-Cluster Services API side of the controller: the
@@ -139,8 +139,8 @@ func (c *Controller) localServiceChanged(svc metav1.Object) {
 func (c *Controller) ownedSliceChanged(m metav1.Object) {
 	l := m.GetLabels()
 	switch {
-	case l[mcsv1alpha1.LabelServiceName] != "":
-		c.mcsChanged(m.GetNamespace(), l[mcsv1alpha1.LabelServiceName])
+	case l[mcsv1beta1.LabelServiceName] != "":
+		c.mcsChanged(m.GetNamespace(), l[mcsv1beta1.LabelServiceName])
 	case l[RemoteService] != "":
 		c.mcsChanged(m.GetNamespace(), l[RemoteService])
 	}

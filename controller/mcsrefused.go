@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 const (
@@ -52,7 +52,7 @@ const (
 // the Valid condition of a ServiceExport that is not valid, and the Event
 // reasons of the other refusals.
 var mcsRefusedReasons = []string{
-	string(mcsv1alpha1.ServiceExportReasonNoService), string(mcsv1alpha1.ServiceExportReasonInvalidServiceType),
+	string(mcsv1beta1.ServiceExportReasonNoService), string(mcsv1beta1.ServiceExportReasonInvalidServiceType),
 	reasonInvalidMode, reasonMirrorService, reasonDerivedService,
 	ReasonStampRefused, ReasonDerivedServiceTaken, ReasonExportedMetadataRefused,
 }
@@ -77,8 +77,8 @@ var mcsRefusedTotal = func() *prometheus.CounterVec {
 
 // exportRefused records, once the conditions were written, a ServiceExport
 // that became invalid or is invalid for another reason now.
-func (c *Controller) exportRefused(se *mcsv1alpha1.ServiceExport, conds []metav1.Condition) {
-	valid := meta.FindStatusCondition(conds, string(mcsv1alpha1.ServiceExportConditionValid))
+func (c *Controller) exportRefused(se *mcsv1beta1.ServiceExport, conds []metav1.Condition) {
+	valid := meta.FindStatusCondition(conds, string(mcsv1beta1.ServiceExportConditionValid))
 	if valid == nil || valid.Status != metav1.ConditionFalse {
 		return
 	}
@@ -93,8 +93,8 @@ func (c *Controller) exportRefused(se *mcsv1alpha1.ServiceExport, conds []metav1
 // se's exported labels and annotations is left out (refused, non-empty),
 // when that changed: the Valid condition's message says what is left out,
 // so a change of it is a change of the message.
-func (c *Controller) exportMetadataRefused(se *mcsv1alpha1.ServiceExport, conds []metav1.Condition, refused []string) {
-	valid := meta.FindStatusCondition(conds, string(mcsv1alpha1.ServiceExportConditionValid))
+func (c *Controller) exportMetadataRefused(se *mcsv1beta1.ServiceExport, conds []metav1.Condition, refused []string) {
+	valid := meta.FindStatusCondition(conds, string(mcsv1beta1.ServiceExportConditionValid))
 	if len(refused) == 0 || valid == nil {
 		return
 	}
@@ -108,9 +108,9 @@ func (c *Controller) exportMetadataRefused(se *mcsv1alpha1.ServiceExport, conds 
 
 // exportRef is the reference of an Event on se: the recorder's scheme
 // (client-go's) does not know the MCS API's kinds.
-func exportRef(se *mcsv1alpha1.ServiceExport) *corev1.ObjectReference {
+func exportRef(se *mcsv1beta1.ServiceExport) *corev1.ObjectReference {
 	return &corev1.ObjectReference{
-		APIVersion: mcsv1alpha1.SchemeGroupVersion.String(), Kind: "ServiceExport",
+		APIVersion: mcsv1beta1.SchemeGroupVersion.String(), Kind: "ServiceExport",
 		Namespace: se.Namespace, Name: se.Name, UID: se.UID, ResourceVersion: se.ResourceVersion,
 	}
 }

@@ -25,7 +25,7 @@ import (
 	clientfeaturestesting "k8s.io/client-go/features/testing"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 )
 
@@ -95,25 +95,25 @@ func (f *mcsFixture) convergeMCS(key string) []string {
 func (f *mcsFixture) waitMCS() {
 	f.t.Helper()
 	require.Eventually(f.t, func() bool {
-		imports, err := f.mcs.MulticlusterV1alpha1().ServiceImports("").List(f.ctx, metav1.ListOptions{})
+		imports, err := f.mcs.MulticlusterV1beta1().ServiceImports("").List(f.ctx, metav1.ListOptions{})
 		if err != nil || len(imports.Items) != len(f.c.mcs.imports.GetStore().List()) {
 			return false
 		}
 		for i := range imports.Items {
 			got, ok, _ := f.c.mcs.imports.GetStore().Get(&imports.Items[i])
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*mcsv1alpha1.ServiceImport).Spec, imports.Items[i].Spec) ||
-				!apiequality.Semantic.DeepEqual(got.(*mcsv1alpha1.ServiceImport).Status, imports.Items[i].Status) ||
-				!apiequality.Semantic.DeepEqual(got.(*mcsv1alpha1.ServiceImport).Annotations, imports.Items[i].Annotations) {
+			if !ok || !apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceImport).Spec, imports.Items[i].Spec) ||
+				!apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceImport).Status, imports.Items[i].Status) ||
+				!apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceImport).Annotations, imports.Items[i].Annotations) {
 				return false
 			}
 		}
-		exports, err := f.mcs.MulticlusterV1alpha1().ServiceExports("").List(f.ctx, metav1.ListOptions{})
+		exports, err := f.mcs.MulticlusterV1beta1().ServiceExports("").List(f.ctx, metav1.ListOptions{})
 		if err != nil || len(exports.Items) != len(f.c.mcs.exports.GetStore().List()) {
 			return false
 		}
 		for i := range exports.Items {
 			got, ok, _ := f.c.mcs.exports.GetStore().Get(&exports.Items[i])
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*mcsv1alpha1.ServiceExport).Status, exports.Items[i].Status) {
+			if !ok || !apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceExport).Status, exports.Items[i].Status) {
 				return false
 			}
 		}
@@ -166,7 +166,7 @@ func TestStampWithoutServiceExportRemoved(t *testing.T) {
 	assert.Len(t, f.eventsWith(ReasonStampRefused), 1)
 	assert.Equal(t, before+1, mcsRefused(ReasonStampRefused))
 	assert.Empty(t, f.syncMCS("default/web"), "second sync of unchanged state")
-	_, err := f.mcs.MulticlusterV1alpha1().ServiceImports("default").Get(f.ctx, "web", metav1.GetOptions{})
+	_, err := f.mcs.MulticlusterV1beta1().ServiceImports("default").Get(f.ctx, "web", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "no ServiceImport: %v", err)
 }
 
@@ -177,15 +177,15 @@ func TestStampWithoutServiceExportRemoved(t *testing.T) {
 func TestServiceExportOfDerivedServiceInvalid(t *testing.T) {
 	name := DerivedName("default", "web")
 	derived := localService("default", name,
-		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1alpha1.LabelServiceName: "web"}, nil)
-	se := &mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Generation: 1}}
+		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1beta1.LabelServiceName: "web"}, nil)
+	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Generation: 1}}
 	f := newMCSFixture(t, []runtime.Object{derived}, []runtime.Object{se}, nil)
 	before := mcsRefused(reasonDerivedService)
 
 	assert.Equal(t, []string{"update serviceexports/status " + name}, f.syncMCS("default/"+name))
-	got, err := f.mcs.MulticlusterV1alpha1().ServiceExports("default").Get(f.ctx, name, metav1.GetOptions{})
+	got, err := f.mcs.MulticlusterV1beta1().ServiceExports("default").Get(f.ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
-	valid := meta.FindStatusCondition(got.Status.Conditions, string(mcsv1alpha1.ServiceExportConditionValid))
+	valid := meta.FindStatusCondition(got.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid))
 	require.NotNil(t, valid)
 	assert.Equal(t, metav1.ConditionFalse, valid.Status)
 	assert.Equal(t, reasonDerivedService, valid.Reason)
@@ -222,14 +222,14 @@ func TestDerivedNamesOfCollidingImports(t *testing.T) {
 		d := f.service("shop", DerivedName("shop", n))
 		require.NotNil(t, d, n)
 		assert.Equal(t, n, d.Labels[labels.ServiceImport], "%s's derived Service is its own", n)
-		si, err := f.mcs.MulticlusterV1alpha1().ServiceImports("shop").Get(f.ctx, n, metav1.GetOptions{})
+		si, err := f.mcs.MulticlusterV1beta1().ServiceImports("shop").Get(f.ctx, n, metav1.GetOptions{})
 		require.NoError(t, err)
 		require.Len(t, si.Spec.IPs, 1)
 		ips[si.Spec.IPs[0]] = true
 		assert.Equal(t, d.Spec.ClusterIPs, si.Spec.IPs)
 		es := f.slice("shop", d.Name+"-west")
 		require.NotNil(t, es, n)
-		assert.Equal(t, n, es.Labels[mcsv1alpha1.LabelServiceName])
+		assert.Equal(t, n, es.Labels[mcsv1beta1.LabelServiceName])
 	}
 	assert.Len(t, ips, 2, "a ClusterSetIP each")
 }
@@ -241,12 +241,12 @@ func TestDerivedNamesOfCollidingImports(t *testing.T) {
 func TestDerivedServiceOfAnotherImportLeftAlone(t *testing.T) {
 	name := DerivedName("default", "web")
 	held := localService("default", name,
-		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "api", mcsv1alpha1.LabelServiceName: "api"}, nil)
+		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "api", mcsv1beta1.LabelServiceName: "api"}, nil)
 	held.Spec.Ports = []corev1.ServicePort{tcp("grpc", 9090)}
 	heldSlice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-west", Labels: map[string]string{
 			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: EndpointSliceManagedBy, ManagedBy: ManagedByValue,
-			mcsv1alpha1.LabelServiceName: "api", mcsv1alpha1.LabelSourceCluster: "west"}},
+			mcsv1beta1.LabelServiceName: "api", mcsv1beta1.LabelSourceCluster: "west"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.2.3"}}},
 	}
@@ -278,12 +278,12 @@ func legacyName(ns, name string) string {
 func legacyDerived() (*corev1.Service, *discoveryv1.EndpointSlice) {
 	name := legacyName("default", "web")
 	svc := localService("default", name,
-		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1alpha1.LabelServiceName: "web"}, nil)
+		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1beta1.LabelServiceName: "web"}, nil)
 	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "10.96.200.7", []string{"10.96.200.7"}
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-west", Labels: map[string]string{
 			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: EndpointSliceManagedBy, ManagedBy: ManagedByValue,
-			mcsv1alpha1.LabelServiceName: "web", mcsv1alpha1.LabelSourceCluster: "west"}},
+			mcsv1beta1.LabelServiceName: "web", mcsv1beta1.LabelSourceCluster: "west"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{egressIP.String()}}},
 	}
@@ -297,10 +297,10 @@ func legacyDerived() (*corev1.Service, *discoveryv1.EndpointSlice) {
 // leaves nothing behind.
 func TestDerivedServiceRenamedOnUpgrade(t *testing.T) {
 	oldSvc, oldSlice := legacyDerived()
-	si := &mcsv1alpha1.ServiceImport{
+	si := &mcsv1beta1.ServiceImport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", Labels: map[string]string{ManagedBy: ManagedByValue}},
-		Spec: mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.ClusterSetIP, IPs: []string{"10.96.200.7"},
-			Ports: []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPs: []string{"10.96.200.7"},
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}
 	newName := func() string { return DerivedName("default", "web") }
 	web := []runtime.Object{exported("default", "web", labels.ExportGateway, false, tcp("http", 80)), endpoints("default", "web", "")}
@@ -339,7 +339,7 @@ func TestDerivedServiceRenamedOnUpgrade(t *testing.T) {
 			newName := newName()
 			if tc.unexport {
 				assert.Nil(t, f.service("default", newName))
-				_, err := f.mcs.MulticlusterV1alpha1().ServiceImports("default").Get(f.ctx, "web", metav1.GetOptions{})
+				_, err := f.mcs.MulticlusterV1beta1().ServiceImports("default").Get(f.ctx, "web", metav1.GetOptions{})
 				assert.True(t, apierrors.IsNotFound(err), "the ServiceImport is deleted: %v", err)
 				return
 			}
@@ -351,12 +351,12 @@ func TestDerivedServiceRenamedOnUpgrade(t *testing.T) {
 			} else {
 				assert.NotEqual(t, []string{"10.96.200.7"}, d.Spec.ClusterIPs)
 			}
-			got, err := f.mcs.MulticlusterV1alpha1().ServiceImports("default").Get(f.ctx, "web", metav1.GetOptions{})
+			got, err := f.mcs.MulticlusterV1beta1().ServiceImports("default").Get(f.ctx, "web", metav1.GetOptions{})
 			require.NoError(t, err)
 			assert.Equal(t, d.Spec.ClusterIPs, got.Spec.IPs)
 			es := f.slice("default", newName+"-west")
 			require.NotNil(t, es, "the import's slice under the new name")
-			assert.Equal(t, "web", es.Labels[mcsv1alpha1.LabelServiceName])
+			assert.Equal(t, "web", es.Labels[mcsv1beta1.LabelServiceName])
 		})
 	}
 }

@@ -8,23 +8,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // Valid says whether a ServiceExport's Service can be exported: it exists
 // (svc non-nil) and is not of type ExternalName, which has no endpoints to
 // reach. The condition has no transition time; Apply sets it.
 func Valid(svc *corev1.Service) metav1.Condition {
-	c := metav1.Condition{Type: string(mcsv1alpha1.ServiceExportConditionValid)}
+	c := metav1.Condition{Type: string(mcsv1beta1.ServiceExportConditionValid)}
 	switch {
 	case svc == nil:
-		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1alpha1.ServiceExportReasonNoService)
+		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoService)
 		c.Message = "there is no Service of this name in this namespace"
 	case svc.Spec.Type == corev1.ServiceTypeExternalName:
-		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1alpha1.ServiceExportReasonInvalidServiceType)
+		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonInvalidServiceType)
 		c.Message = "a Service of type ExternalName cannot be exported"
 	default:
-		c.Status, c.Reason = metav1.ConditionTrue, string(mcsv1alpha1.ServiceExportReasonValid)
+		c.Status, c.Reason = metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonValid)
 		c.Message = "the Service can be exported"
 	}
 	return c
@@ -38,17 +38,17 @@ func Valid(svc *corev1.Service) metav1.Condition {
 // Pending; an export that is not valid is False and Failed, whatever
 // published says, and the message carries the Valid condition's.
 func Ready(valid metav1.Condition, published bool) metav1.Condition {
-	c := metav1.Condition{Type: string(mcsv1alpha1.ServiceExportConditionReady)}
+	c := metav1.Condition{Type: string(mcsv1beta1.ServiceExportConditionReady)}
 	switch {
 	case valid.Status == metav1.ConditionFalse:
-		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1alpha1.ServiceExportReasonFailed)
+		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonFailed)
 		c.Message = fmt.Sprintf("the Service is not exported: %s (condition Valid, reason %s)", valid.Message, valid.Reason)
 	case valid.Status != metav1.ConditionTrue || !published:
-		c.Status, c.Reason = metav1.ConditionUnknown, string(mcsv1alpha1.ServiceExportReasonPending)
+		c.Status, c.Reason = metav1.ConditionUnknown, string(mcsv1beta1.ServiceExportReasonPending)
 		c.Message = "waiting for the mcmirror controller to publish the Service to the linked clusters; " +
 			"if this lasts, see the controller's Events and log"
 	default:
-		c.Status, c.Reason = metav1.ConditionTrue, string(mcsv1alpha1.ServiceExportReasonReady)
+		c.Status, c.Reason = metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonReady)
 		c.Message = "the Service is published: the linked clusters can import it"
 	}
 	return c
@@ -58,9 +58,9 @@ func Ready(valid metav1.Condition, published bool) metav1.Condition {
 // merged: the specification sets it on all of them alike. With more than one
 // conflict its reason is the first's and its message names them all.
 func ConflictCondition(m Merged) metav1.Condition {
-	c := metav1.Condition{Type: string(mcsv1alpha1.ServiceExportConditionConflict)}
+	c := metav1.Condition{Type: string(mcsv1beta1.ServiceExportConditionConflict)}
 	if len(m.Conflicts) == 0 {
-		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1alpha1.ServiceExportReasonNoConflicts)
+		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoConflicts)
 		c.Message = fmt.Sprintf("the exports of %s agree", strings.Join(m.Clusters, ", "))
 		return c
 	}

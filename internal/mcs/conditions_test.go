@@ -9,29 +9,29 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 func TestValid(t *testing.T) {
 	c := Valid(nil)
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
-	assert.Equal(t, string(mcsv1alpha1.ServiceExportReasonNoService), c.Reason)
+	assert.Equal(t, string(mcsv1beta1.ServiceExportReasonNoService), c.Reason)
 
 	c = Valid(svc(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeExternalName }))
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
-	assert.Equal(t, string(mcsv1alpha1.ServiceExportReasonInvalidServiceType), c.Reason)
+	assert.Equal(t, string(mcsv1beta1.ServiceExportReasonInvalidServiceType), c.Reason)
 
 	for _, typ := range []corev1.ServiceType{"", corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer} {
 		c = Valid(svc(func(s *corev1.Service) { s.Spec.Type = typ }))
 		assert.Equal(t, metav1.ConditionTrue, c.Status, typ)
-		assert.Equal(t, string(mcsv1alpha1.ServiceExportReasonValid), c.Reason, typ)
+		assert.Equal(t, string(mcsv1beta1.ServiceExportReasonValid), c.Reason, typ)
 	}
 }
 
 func TestConflictCondition(t *testing.T) {
 	c := ConflictCondition(Merge([]Export{{Cluster: "east", Created: t0, Service: svc(nil)}, {Cluster: "west", Created: t0, Service: svc(nil)}}))
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
-	assert.Equal(t, string(mcsv1alpha1.ServiceExportReasonNoConflicts), c.Reason)
+	assert.Equal(t, string(mcsv1beta1.ServiceExportReasonNoConflicts), c.Reason)
 
 	m := Merge([]Export{
 		{Cluster: "east", Created: t0, Service: svc(nil)},
@@ -42,7 +42,7 @@ func TestConflictCondition(t *testing.T) {
 	})
 	c = ConflictCondition(m)
 	assert.Equal(t, metav1.ConditionTrue, c.Status)
-	assert.Equal(t, string(mcsv1alpha1.ServiceExportReasonTypeConflict), c.Reason)
+	assert.Equal(t, string(mcsv1beta1.ServiceExportReasonTypeConflict), c.Reason)
 	assert.Contains(t, c.Message, "disagree on type")
 	assert.Contains(t, c.Message, "disagree on ports")
 }
@@ -54,7 +54,7 @@ func TestApply(t *testing.T) {
 	conds, changed := Apply(nil, 1, valid, ConflictCondition(Merged{Clusters: []string{"east"}}))
 	require.True(t, changed)
 	require.Len(t, conds, 2)
-	first := meta.FindStatusCondition(conds, string(mcsv1alpha1.ServiceExportConditionValid))
+	first := meta.FindStatusCondition(conds, string(mcsv1beta1.ServiceExportConditionValid))
 	require.NotNil(t, first)
 	assert.Equal(t, int64(1), first.ObservedGeneration)
 	assert.False(t, first.LastTransitionTime.IsZero())
@@ -68,13 +68,13 @@ func TestApply(t *testing.T) {
 	conds[0].LastTransitionTime, conds[1].LastTransitionTime = before, before
 	msg, changed := Apply(conds, 1, ConflictCondition(Merged{Clusters: []string{"east", "west"}}))
 	assert.True(t, changed)
-	c := meta.FindStatusCondition(msg, string(mcsv1alpha1.ServiceExportConditionConflict))
+	c := meta.FindStatusCondition(msg, string(mcsv1beta1.ServiceExportConditionConflict))
 	assert.Equal(t, "the exports of east, west agree", c.Message)
 	assert.Equal(t, before, c.LastTransitionTime)
 
 	gone, changed := Apply(conds, 2, Valid(nil))
 	assert.True(t, changed)
-	c = meta.FindStatusCondition(gone, string(mcsv1alpha1.ServiceExportConditionValid))
+	c = meta.FindStatusCondition(gone, string(mcsv1beta1.ServiceExportConditionValid))
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
 	assert.Equal(t, int64(2), c.ObservedGeneration)
 	assert.True(t, c.LastTransitionTime.After(before.Time))
@@ -89,39 +89,39 @@ func TestReady(t *testing.T) {
 		valid     metav1.Condition
 		published bool
 		status    metav1.ConditionStatus
-		reason    mcsv1alpha1.ServiceExportConditionReason
+		reason    mcsv1beta1.ServiceExportConditionReason
 		// message are substrings of the condition's message.
 		message []string
 	}{
 		{
 			name: "published", valid: Valid(svc(nil)), published: true,
-			status: metav1.ConditionTrue, reason: mcsv1alpha1.ServiceExportReasonReady,
+			status: metav1.ConditionTrue, reason: mcsv1beta1.ServiceExportReasonReady,
 			message: []string{"published", "linked clusters"},
 		},
 		{
 			name: "pending", valid: Valid(svc(nil)), published: false,
-			status: metav1.ConditionUnknown, reason: mcsv1alpha1.ServiceExportReasonPending,
+			status: metav1.ConditionUnknown, reason: mcsv1beta1.ServiceExportReasonPending,
 			message: []string{"waiting for the mcmirror controller", "Events"},
 		},
 		{
-			name: "validity unknown", valid: metav1.Condition{Type: string(mcsv1alpha1.ServiceExportConditionValid), Status: metav1.ConditionUnknown}, published: true,
-			status: metav1.ConditionUnknown, reason: mcsv1alpha1.ServiceExportReasonPending,
+			name: "validity unknown", valid: metav1.Condition{Type: string(mcsv1beta1.ServiceExportConditionValid), Status: metav1.ConditionUnknown}, published: true,
+			status: metav1.ConditionUnknown, reason: mcsv1beta1.ServiceExportReasonPending,
 		},
 		{
 			name: "no Service", valid: Valid(nil), published: false,
-			status: metav1.ConditionFalse, reason: mcsv1alpha1.ServiceExportReasonFailed,
-			message: []string{"not exported", Valid(nil).Message, string(mcsv1alpha1.ServiceExportReasonNoService)},
+			status: metav1.ConditionFalse, reason: mcsv1beta1.ServiceExportReasonFailed,
+			message: []string{"not exported", Valid(nil).Message, string(mcsv1beta1.ServiceExportReasonNoService)},
 		},
 		{
 			// Still marked from before the Service changed type: not Ready.
 			name: "ExternalName, still published", valid: external, published: true,
-			status: metav1.ConditionFalse, reason: mcsv1alpha1.ServiceExportReasonFailed,
-			message: []string{external.Message, string(mcsv1alpha1.ServiceExportReasonInvalidServiceType)},
+			status: metav1.ConditionFalse, reason: mcsv1beta1.ServiceExportReasonFailed,
+			message: []string{external.Message, string(mcsv1beta1.ServiceExportReasonInvalidServiceType)},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Ready(tc.valid, tc.published)
-			assert.Equal(t, string(mcsv1alpha1.ServiceExportConditionReady), c.Type)
+			assert.Equal(t, string(mcsv1beta1.ServiceExportConditionReady), c.Type)
 			assert.Equal(t, tc.status, c.Status)
 			assert.Equal(t, string(tc.reason), c.Reason)
 			assert.NotEmpty(t, c.Message)
@@ -144,7 +144,7 @@ func TestApplyReady(t *testing.T) {
 
 	ready, changed := Apply(conds, 3, valid, Ready(valid, true))
 	require.True(t, changed)
-	c := meta.FindStatusCondition(ready, string(mcsv1alpha1.ServiceExportConditionReady))
+	c := meta.FindStatusCondition(ready, string(mcsv1beta1.ServiceExportConditionReady))
 	require.NotNil(t, c)
 	assert.Equal(t, metav1.ConditionTrue, c.Status)
 	assert.Equal(t, int64(3), c.ObservedGeneration)

@@ -16,7 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // Export is one cluster's export of a Service.
@@ -35,7 +35,7 @@ type Export struct {
 
 // Conflict is one property on which the exports disagree.
 type Conflict struct {
-	Reason  mcsv1alpha1.ServiceExportConditionReason
+	Reason  mcsv1beta1.ServiceExportConditionReason
 	Message string
 }
 
@@ -43,7 +43,7 @@ type Conflict struct {
 type Merged struct {
 	// Spec is the ServiceImport's spec, all but IPs, which the importing
 	// cluster fills with its own ClusterSetIP.
-	Spec mcsv1alpha1.ServiceImportSpec
+	Spec mcsv1beta1.ServiceImportSpec
 	// Metadata are the ServiceImport's exported labels and annotations:
 	// those of the export that takes precedence.
 	Metadata Metadata
@@ -87,36 +87,36 @@ func Merge(exports []Export) Merged {
 	m.Spec.Ports = ports(ordered)
 	m.Spec.IPFamilies = families(ordered)
 
-	addExport := func(reason mcsv1alpha1.ServiceExportConditionReason, what string, value func(Export) string) {
+	addExport := func(reason mcsv1beta1.ServiceExportConditionReason, what string, value func(Export) string) {
 		if c, ok := differ(ordered, what, value); ok {
 			m.Conflicts = append(m.Conflicts, Conflict{Reason: reason, Message: c})
 		}
 	}
-	add := func(reason mcsv1alpha1.ServiceExportConditionReason, what string, value func(*corev1.Service) string) {
+	add := func(reason mcsv1beta1.ServiceExportConditionReason, what string, value func(*corev1.Service) string) {
 		addExport(reason, what, func(e Export) string { return value(e.Service) })
 	}
-	add(mcsv1alpha1.ServiceExportReasonTypeConflict, "type", func(s *corev1.Service) string { return string(importType(s)) })
-	add(mcsv1alpha1.ServiceExportReasonPortConflict, "ports", portsString)
-	add(mcsv1alpha1.ServiceExportReasonSessionAffinityConflict, "session affinity", func(s *corev1.Service) string { return string(affinity(s)) })
-	add(mcsv1alpha1.ServiceExportReasonSessionAffinityConfigConflict, "session affinity timeout", func(s *corev1.Service) string {
+	add(mcsv1beta1.ServiceExportReasonTypeConflict, "type", func(s *corev1.Service) string { return string(importType(s)) })
+	add(mcsv1beta1.ServiceExportReasonPortConflict, "ports", portsString)
+	add(mcsv1beta1.ServiceExportReasonSessionAffinityConflict, "session affinity", func(s *corev1.Service) string { return string(affinity(s)) })
+	add(mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict, "session affinity timeout", func(s *corev1.Service) string {
 		if c := affinityConfig(s); c != nil {
 			return fmt.Sprintf("%ds", *c.ClientIP.TimeoutSeconds)
 		}
 		return "none"
 	})
-	add(mcsv1alpha1.ServiceExportReasonInternalTrafficPolicyConflict, "internal traffic policy", func(s *corev1.Service) string {
+	add(mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict, "internal traffic policy", func(s *corev1.Service) string {
 		return string(ptr.Deref(s.Spec.InternalTrafficPolicy, corev1.ServiceInternalTrafficPolicyCluster))
 	})
-	add(mcsv1alpha1.ServiceExportReasonTrafficDistributionConflict, "traffic distribution", func(s *corev1.Service) string {
+	add(mcsv1beta1.ServiceExportReasonTrafficDistributionConflict, "traffic distribution", func(s *corev1.Service) string {
 		return ptr.Deref(s.Spec.TrafficDistribution, "none")
 	})
-	add(mcsv1alpha1.ServiceExportReasonIPFamilyConflict, "IP families", func(s *corev1.Service) string {
+	add(mcsv1beta1.ServiceExportReasonIPFamilyConflict, "IP families", func(s *corev1.Service) string {
 		return fmt.Sprint(s.Spec.IPFamilies)
 	})
-	addExport(mcsv1alpha1.ServiceExportReasonLabelsConflict, "exported labels", func(e Export) string {
+	addExport(mcsv1beta1.ServiceExportReasonLabelsConflict, "exported labels", func(e Export) string {
 		return metadataString(e.Metadata.Labels)
 	})
-	addExport(mcsv1alpha1.ServiceExportReasonAnnotationsConflict, "exported annotations", func(e Export) string {
+	addExport(mcsv1beta1.ServiceExportReasonAnnotationsConflict, "exported annotations", func(e Export) string {
 		return metadataString(e.Metadata.Annotations)
 	})
 	return m
@@ -124,11 +124,11 @@ func Merge(exports []Export) Merged {
 
 // importType is ClusterSetIP, or Headless for a Service without a cluster
 // IP.
-func importType(s *corev1.Service) mcsv1alpha1.ServiceImportType {
+func importType(s *corev1.Service) mcsv1beta1.ServiceImportType {
 	if s.Spec.ClusterIP == corev1.ClusterIPNone {
-		return mcsv1alpha1.Headless
+		return mcsv1beta1.Headless
 	}
-	return mcsv1alpha1.ClusterSetIP
+	return mcsv1beta1.ClusterSetIP
 }
 
 func affinity(s *corev1.Service) corev1.ServiceAffinity {
@@ -149,11 +149,11 @@ func affinityConfig(s *corev1.Service) *corev1.SessionAffinityConfig {
 }
 
 // ports is the union of the exports' ports, in order of precedence.
-func ports(ordered []Export) []mcsv1alpha1.ServicePort {
-	var merged []mcsv1alpha1.ServicePort
+func ports(ordered []Export) []mcsv1beta1.ServicePort {
+	var merged []mcsv1beta1.ServicePort
 	for _, e := range ordered {
 		for _, sp := range e.Service.Spec.Ports {
-			port := mcsv1alpha1.ServicePort{
+			port := mcsv1beta1.ServicePort{
 				Name:        sp.Name,
 				Protocol:    cmp.Or(sp.Protocol, corev1.ProtocolTCP),
 				AppProtocol: sp.AppProtocol,
@@ -162,7 +162,7 @@ func ports(ordered []Export) []mcsv1alpha1.ServicePort {
 			// By name first, then by protocol and port: a port that names or
 			// numbers one already taken is the same port or a clash, which
 			// the export with precedence, added first, wins.
-			if !slices.ContainsFunc(merged, func(q mcsv1alpha1.ServicePort) bool {
+			if !slices.ContainsFunc(merged, func(q mcsv1beta1.ServicePort) bool {
 				return q.Name == port.Name || (q.Protocol == port.Protocol && q.Port == port.Port)
 			}) {
 				merged = append(merged, port)

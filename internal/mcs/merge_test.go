@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 var t0 = time.Date(2026, 11, 26, 5, 0, 0, 0, time.UTC)
@@ -24,8 +24,8 @@ func svc(mutate func(*corev1.Service)) *corev1.Service {
 	return s
 }
 
-func reasons(m Merged) []mcsv1alpha1.ServiceExportConditionReason {
-	var out []mcsv1alpha1.ServiceExportConditionReason
+func reasons(m Merged) []mcsv1beta1.ServiceExportConditionReason {
+	var out []mcsv1beta1.ServiceExportConditionReason
 	for _, c := range m.Conflicts {
 		out = append(out, c.Reason)
 	}
@@ -39,8 +39,8 @@ func TestMergeAgreeing(t *testing.T) {
 	})
 	assert.Empty(t, m.Conflicts)
 	assert.Equal(t, []string{"east", "west"}, m.Clusters, "oldest export first")
-	assert.Equal(t, mcsv1alpha1.ClusterSetIP, m.Spec.Type)
-	assert.Equal(t, []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, m.Spec.Ports)
+	assert.Equal(t, mcsv1beta1.ClusterSetIP, m.Spec.Type)
+	assert.Equal(t, []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, m.Spec.Ports)
 	assert.Equal(t, corev1.ServiceAffinityNone, m.Spec.SessionAffinity)
 	assert.Nil(t, m.Spec.SessionAffinityConfig)
 	assert.Equal(t, []corev1.IPFamily{corev1.IPv4Protocol}, m.Spec.IPFamilies)
@@ -65,12 +65,12 @@ func TestMergePorts(t *testing.T) {
 		}
 	})
 	m := Merge([]Export{{Cluster: "west", Created: t0.Add(time.Second), Service: west}, {Cluster: "east", Created: t0, Service: east}})
-	assert.Equal(t, []mcsv1alpha1.ServicePort{
+	assert.Equal(t, []mcsv1beta1.ServicePort{
 		{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80},
 		{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53},
 		{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090},
 	}, m.Spec.Ports)
-	require.Equal(t, []mcsv1alpha1.ServiceExportConditionReason{mcsv1alpha1.ServiceExportReasonPortConflict}, reasons(m))
+	require.Equal(t, []mcsv1beta1.ServiceExportConditionReason{mcsv1beta1.ServiceExportReasonPortConflict}, reasons(m))
 	msg := m.Conflicts[0].Message
 	assert.Contains(t, msg, "dns=53/UDP http=80/TCP] in east")
 	assert.Contains(t, msg, "in west")
@@ -96,12 +96,12 @@ func TestMergeTypeAndAffinity(t *testing.T) {
 	} {
 		m := Merge(order)
 		assert.Equal(t, []string{"a", "b"}, m.Clusters)
-		assert.Equal(t, mcsv1alpha1.Headless, m.Spec.Type)
+		assert.Equal(t, mcsv1beta1.Headless, m.Spec.Type)
 		assert.Equal(t, corev1.ServiceAffinityNone, m.Spec.SessionAffinity)
-		assert.Equal(t, []mcsv1alpha1.ServiceExportConditionReason{
-			mcsv1alpha1.ServiceExportReasonTypeConflict,
-			mcsv1alpha1.ServiceExportReasonSessionAffinityConflict,
-			mcsv1alpha1.ServiceExportReasonSessionAffinityConfigConflict,
+		assert.Equal(t, []mcsv1beta1.ServiceExportConditionReason{
+			mcsv1beta1.ServiceExportReasonTypeConflict,
+			mcsv1beta1.ServiceExportReasonSessionAffinityConflict,
+			mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict,
 		}, reasons(m))
 	}
 }
@@ -124,7 +124,7 @@ func TestMergeAffinityTimeout(t *testing.T) {
 	assert.Equal(t, def, *m.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds)
 
 	m = Merge([]Export{{Cluster: "a", Created: t0.Add(time.Hour), Service: timeout(nil)}, {Cluster: "b", Created: t0, Service: timeout(&short)}})
-	assert.Equal(t, []mcsv1alpha1.ServiceExportConditionReason{mcsv1alpha1.ServiceExportReasonSessionAffinityConfigConflict}, reasons(m))
+	assert.Equal(t, []mcsv1beta1.ServiceExportConditionReason{mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict}, reasons(m))
 	assert.Equal(t, short, *m.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds, "b's export is older")
 }
 
@@ -136,7 +136,7 @@ func TestMergeFamilies(t *testing.T) {
 	})
 	m := Merge([]Export{{Cluster: "east", Created: t0.Add(time.Second), Service: svc(nil)}, {Cluster: "west", Created: t0, Service: dual}})
 	assert.Equal(t, []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}, m.Spec.IPFamilies)
-	assert.Equal(t, []mcsv1alpha1.ServiceExportConditionReason{mcsv1alpha1.ServiceExportReasonIPFamilyConflict}, reasons(m))
+	assert.Equal(t, []mcsv1beta1.ServiceExportConditionReason{mcsv1beta1.ServiceExportReasonIPFamilyConflict}, reasons(m))
 }
 
 // The traffic policies: unset is the default, and equal to it spelled out.
@@ -153,9 +153,9 @@ func TestMergeTrafficPolicies(t *testing.T) {
 		{Cluster: "a", Created: t0, Service: svc(func(s *corev1.Service) { s.Spec.InternalTrafficPolicy = &local })},
 		{Cluster: "b", Created: t0, Service: svc(func(s *corev1.Service) { s.Spec.TrafficDistribution = &prefer })},
 	})
-	assert.Equal(t, []mcsv1alpha1.ServiceExportConditionReason{
-		mcsv1alpha1.ServiceExportReasonInternalTrafficPolicyConflict,
-		mcsv1alpha1.ServiceExportReasonTrafficDistributionConflict,
+	assert.Equal(t, []mcsv1beta1.ServiceExportConditionReason{
+		mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict,
+		mcsv1beta1.ServiceExportReasonTrafficDistributionConflict,
 	}, reasons(m))
 	assert.Equal(t, &local, m.Spec.InternalTrafficPolicy)
 	assert.Nil(t, m.Spec.TrafficDistribution)

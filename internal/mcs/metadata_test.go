@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 func TestScreenMetadata(t *testing.T) {
@@ -91,8 +91,8 @@ func TestMergeMetadata(t *testing.T) {
 		{Cluster: "east", Created: t0, Service: svc(nil), Metadata: first},
 	})
 	assert.Equal(t, first, m.Metadata, "the oldest export's, whole")
-	assert.Equal(t, []mcsv1alpha1.ServiceExportConditionReason{
-		mcsv1alpha1.ServiceExportReasonLabelsConflict, mcsv1alpha1.ServiceExportReasonAnnotationsConflict,
+	assert.Equal(t, []mcsv1beta1.ServiceExportConditionReason{
+		mcsv1beta1.ServiceExportReasonLabelsConflict, mcsv1beta1.ServiceExportReasonAnnotationsConflict,
 	}, reasons(m))
 	assert.Equal(t, `the exports disagree on exported labels: {"dummy-label":"true"} in east; {"dummy-label2":"true"} in west; `+
 		`{"dummy-label":"true"} applies, the oldest export's (east)`, m.Conflicts[0].Message)
@@ -101,7 +101,7 @@ func TestMergeMetadata(t *testing.T) {
 	more := Metadata{Labels: map[string]string{"dummy-label": "true", "extra": "1"}, Annotations: first.Annotations}
 	m = Merge([]Export{{Cluster: "east", Created: t0, Service: svc(nil), Metadata: first}, {Cluster: "west", Created: t0.Add(time.Second), Service: svc(nil), Metadata: more}})
 	assert.Equal(t, first, m.Metadata)
-	assert.Equal(t, []mcsv1alpha1.ServiceExportConditionReason{mcsv1alpha1.ServiceExportReasonLabelsConflict}, reasons(m))
+	assert.Equal(t, []mcsv1beta1.ServiceExportConditionReason{mcsv1beta1.ServiceExportReasonLabelsConflict}, reasons(m))
 
 	// None against some is a conflict too (an export by Linkerd's label
 	// exports none).

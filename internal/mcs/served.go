@@ -5,14 +5,14 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // Served reports whether the cluster serves the ServiceExport and
 // ServiceImport resources of the version mcmirror uses: whether the CRDs
 // are installed.
 func Served(dc discovery.ServerResourcesInterface) (bool, error) {
-	gv := mcsv1alpha1.SchemeGroupVersion.String()
+	gv := mcsv1beta1.SchemeGroupVersion.String()
 	list, err := dc.ServerResourcesForGroupVersion(gv)
 	switch {
 	case apierrors.IsNotFound(err):

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -30,8 +30,8 @@ func TestMCSCRDs(t *testing.T) {
 	for _, c := range []*harness.Cluster{east, env.Cluster("paris")} {
 		mcs, err := mcsclient.NewForConfig(c.Config)
 		require.NoError(t, err)
-		exports := mcs.MulticlusterV1alpha1().ServiceExports("default")
-		se := &mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}}
+		exports := mcs.MulticlusterV1beta1().ServiceExports("default")
+		se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}}
 		_, err = exports.Create(ctx, se, metav1.CreateOptions{})
 		require.NoError(t, err, c.Name)
 		t.Cleanup(func() { _ = exports.Delete(context.Background(), se.Name, metav1.DeleteOptions{}) })
@@ -42,12 +42,12 @@ func TestMCSCRDs(t *testing.T) {
 		require.NoError(t, err, c.Name)
 		assert.Equal(t, got.UID, beta.UID, c.Name)
 
-		imports := mcs.MulticlusterV1alpha1().ServiceImports("default")
-		si := &mcsv1alpha1.ServiceImport{
+		imports := mcs.MulticlusterV1beta1().ServiceImports("default")
+		si := &mcsv1beta1.ServiceImport{
 			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
-			Spec: mcsv1alpha1.ServiceImportSpec{
-				Type:  mcsv1alpha1.ClusterSetIP,
-				Ports: []mcsv1alpha1.ServicePort{{Name: "http", Protocol: "TCP", Port: 80}},
+			Spec: mcsv1beta1.ServiceImportSpec{
+				Type:  mcsv1beta1.ClusterSetIP,
+				Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: "TCP", Port: 80}},
 			},
 		}
 		_, err = imports.Create(ctx, si, metav1.CreateOptions{})
@@ -60,6 +60,6 @@ func TestMCSCRDs(t *testing.T) {
 	}
 	mcs, err := mcsclient.NewForConfig(env.Cluster("west").Config)
 	require.NoError(t, err)
-	_, err = mcs.MulticlusterV1alpha1().ServiceExports("default").List(ctx, metav1.ListOptions{})
+	_, err = mcs.MulticlusterV1beta1().ServiceExports("default").List(ctx, metav1.ListOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "west, started without MCS, serves ServiceExports: %v", err)
 }

@@ -13,16 +13,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // createExportedMeta creates the ServiceExport of ns/name in cluster with
 // the exported labels and annotations given.
-func createExportedMeta(t *testing.T, cluster, ns, name string, lbls, annotations map[string]string) *mcsv1alpha1.ServiceExport {
+func createExportedMeta(t *testing.T, cluster, ns, name string, lbls, annotations map[string]string) *mcsv1beta1.ServiceExport {
 	t.Helper()
-	se, err := mcsClient(t, cluster).MulticlusterV1alpha1().ServiceExports(ns).Create(context.Background(), &mcsv1alpha1.ServiceExport{
+	se, err := mcsClient(t, cluster).MulticlusterV1beta1().ServiceExports(ns).Create(context.Background(), &mcsv1beta1.ServiceExport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       mcsv1alpha1.ServiceExportSpec{ExportedLabels: lbls, ExportedAnnotations: annotations},
+		Spec:       mcsv1beta1.ServiceExportSpec{ExportedLabels: lbls, ExportedAnnotations: annotations},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	return se
@@ -71,7 +71,7 @@ spec: {selector: {app: hello}, ports: [{name: http, port: 80}]}
 		map[string]string{"dummy-label": "true", controller.ManagedBy: "someone"},
 		map[string]string{"dummy-annotation": "true"})
 	requireConditions(t, "paris", ns, "hello", map[string]string{"Valid": "True/Valid", "Ready": "True/Ready", "Conflict": "False/NoConflicts"})
-	siClient := mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns)
+	siClient := mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		si, err := siClient.Get(ctx, "hello", metav1.GetOptions{})
 		require.NoError(c, err)
@@ -84,9 +84,9 @@ spec: {selector: {app: hello}, ports: [{name: http, port: 80}]}
 
 	// The reserved key: said on paris's ServiceExport, counted.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		se, err := mcsClient(c, "paris").MulticlusterV1alpha1().ServiceExports(ns).Get(ctx, "hello", metav1.GetOptions{})
+		se, err := mcsClient(c, "paris").MulticlusterV1beta1().ServiceExports(ns).Get(ctx, "hello", metav1.GetOptions{})
 		require.NoError(c, err)
-		valid := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1alpha1.ServiceExportConditionValid))
+		valid := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid))
 		require.NotNil(c, valid)
 		assert.Contains(c, valid.Message, `exportedLabels "mcmirror.dev/managed-by": reserved`)
 		events, err := env.Cluster("paris").Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
@@ -103,22 +103,22 @@ spec: {selector: {app: hello}, ports: [{name: http, port: 80}]}
 	// West exports later, with other labels and annotations: a conflict
 	// on both ServiceExports; east's import keeps paris's.
 	createExportedMeta(t, "west", ns, "hello", map[string]string{"dummy-label2": "true"}, map[string]string{"dummy-annotation2": "true"})
-	conflict := map[string]string{"Valid": "True/Valid", "Conflict": "True/" + string(mcsv1alpha1.ServiceExportReasonLabelsConflict)}
+	conflict := map[string]string{"Valid": "True/Valid", "Conflict": "True/" + string(mcsv1beta1.ServiceExportReasonLabelsConflict)}
 	requireConditions(t, "paris", ns, "hello", conflict)
 	requireConditions(t, "west", ns, "hello", conflict)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		si, err := siClient.Get(ctx, "hello", metav1.GetOptions{})
 		require.NoError(c, err)
 		// West's export is seen (positive evidence), and loses.
-		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "paris"}, {Cluster: "west"}}, si.Status.Clusters)
+		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "paris"}, {Cluster: "west"}}, si.Status.Clusters)
 		assert.Equal(c, "true", si.Labels["dummy-label"])
 		assert.Equal(c, "true", si.Annotations["dummy-annotation"])
 		assert.NotContains(c, si.Labels, "dummy-label2")
 		assert.NotContains(c, si.Annotations, "dummy-annotation2")
 	}, wait, tick)
-	se, err := mcsClient(t, "west").MulticlusterV1alpha1().ServiceExports(ns).Get(ctx, "hello", metav1.GetOptions{})
+	se, err := mcsClient(t, "west").MulticlusterV1beta1().ServiceExports(ns).Get(ctx, "hello", metav1.GetOptions{})
 	require.NoError(t, err)
-	c := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1alpha1.ServiceExportConditionConflict))
+	c := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
 	require.NotNil(t, c)
 	assert.Contains(t, c.Message, `{"dummy-label":"true"} applies, the oldest export's (paris)`)
 	assert.Contains(t, c.Message, "exported annotations")
@@ -128,7 +128,7 @@ spec: {selector: {app: hello}, ports: [{name: http, port: 80}]}
 	// stays.
 	_, err = siClient.Patch(ctx, "hello", types.MergePatchType, []byte(`{"metadata":{"labels":{"by-hand":"yes"}}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
-	_, err = mcsClient(t, "paris").MulticlusterV1alpha1().ServiceExports(ns).Patch(ctx, "hello", types.MergePatchType,
+	_, err = mcsClient(t, "paris").MulticlusterV1beta1().ServiceExports(ns).Patch(ctx, "hello", types.MergePatchType,
 		[]byte(`{"spec":{"exportedAnnotations":null}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

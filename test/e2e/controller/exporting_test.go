@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
@@ -36,10 +36,10 @@ func mcsClient(t require.TestingT, cluster string) mcsclient.Interface {
 	return c
 }
 
-func createServiceExport(t *testing.T, cluster, ns, name string) *mcsv1alpha1.ServiceExport {
+func createServiceExport(t *testing.T, cluster, ns, name string) *mcsv1beta1.ServiceExport {
 	t.Helper()
-	se, err := mcsClient(t, cluster).MulticlusterV1alpha1().ServiceExports(ns).Create(context.Background(),
-		&mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, metav1.CreateOptions{})
+	se, err := mcsClient(t, cluster).MulticlusterV1beta1().ServiceExports(ns).Create(context.Background(),
+		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	return se
 }
@@ -51,7 +51,7 @@ func requireConditions(t *testing.T, cluster, ns, name string, want map[string]s
 	t.Helper()
 	client := mcsClient(t, cluster)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		se, err := client.MulticlusterV1alpha1().ServiceExports(ns).Get(context.Background(), name, metav1.GetOptions{})
+		se, err := client.MulticlusterV1beta1().ServiceExports(ns).Get(context.Background(), name, metav1.GetOptions{})
 		require.NoError(c, err)
 		for typ, w := range want {
 			cond := meta.FindStatusCondition(se.Status.Conditions, typ)
@@ -103,7 +103,7 @@ func annotateExport(t *testing.T, cluster, ns, name, value string) {
 	if value == "" {
 		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, labels.ModeLabel)
 	}
-	_, err := mcsClient(t, cluster).MulticlusterV1alpha1().ServiceExports(ns).Patch(context.Background(), name,
+	_, err := mcsClient(t, cluster).MulticlusterV1beta1().ServiceExports(ns).Patch(context.Background(), name,
 		types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	require.NoError(t, err)
 }
@@ -171,7 +171,7 @@ spec:
 	requireConditions(t, "west", ns, "api", map[string]string{"Valid": "True/Valid", "Ready": "True/Ready"})
 	requireMirror(t, ns, "api-west", true)
 
-	require.NoError(t, mcsClient(t, "west").MulticlusterV1alpha1().ServiceExports(ns).Delete(ctx, "api", metav1.DeleteOptions{}))
+	require.NoError(t, mcsClient(t, "west").MulticlusterV1beta1().ServiceExports(ns).Delete(ctx, "api", metav1.DeleteOptions{}))
 	requireStamp(t, "west", ns, "api", "", time.Time{})
 	requireMirror(t, ns, "api-west", false)
 
@@ -213,7 +213,7 @@ spec: {selector: {app: db}, ports: [{name: sql, port: %d}]}
 	createServiceExport(t, "west", ns, "db")
 	requireConditions(t, "west", ns, "db", map[string]string{"Ready": "True/Ready", "Conflict": "False/NoConflicts"})
 	createServiceExport(t, "paris", ns, "db")
-	conflict := map[string]string{"Valid": "True/Valid", "Conflict": "True/" + string(mcsv1alpha1.ServiceExportReasonPortConflict)}
+	conflict := map[string]string{"Valid": "True/Valid", "Conflict": "True/" + string(mcsv1beta1.ServiceExportReasonPortConflict)}
 	requireConditions(t, "west", ns, "db", conflict)
 	requireConditions(t, "paris", ns, "db", conflict)
 

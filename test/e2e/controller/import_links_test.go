@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // deadKubeconfig writes a kubeconfig of a cluster that cannot be reached
@@ -41,27 +41,27 @@ func leftImport(t *testing.T, ns, name, cluster, addr string) {
 	t.Helper()
 	ctx := context.Background()
 	east := env.Cluster("east")
-	imports := mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns)
-	si, err := imports.Create(ctx, &mcsv1alpha1.ServiceImport{
+	imports := mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns)
+	si, err := imports.Create(ctx, &mcsv1beta1.ServiceImport{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{controller.ManagedBy: controller.ManagedByValue}},
-		Spec: mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.ClusterSetIP,
-			Ports: []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP,
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	si.Status.Clusters = []mcsv1alpha1.ClusterStatus{{Cluster: cluster}}
+	si.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: cluster}}
 	_, err = imports.UpdateStatus(ctx, si, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	derived, err := east.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: controller.DerivedName(ns, name),
-			Labels:          map[string]string{controller.ManagedBy: controller.ManagedByValue, labels.ServiceImport: name, mcsv1alpha1.LabelServiceName: name},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1alpha1.SchemeGroupVersion.String(), Kind: "ServiceImport", Name: name, UID: si.UID}}},
+			Labels:          map[string]string{controller.ManagedBy: controller.ManagedByValue, labels.ServiceImport: name, mcsv1beta1.LabelServiceName: name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1beta1.SchemeGroupVersion.String(), Kind: "ServiceImport", Name: name, UID: si.UID}}},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: derived.Name + "-" + cluster, Labels: map[string]string{
 			discoveryv1.LabelServiceName: derived.Name, discoveryv1.LabelManagedBy: controller.EndpointSliceManagedBy,
-			controller.ManagedBy: controller.ManagedByValue, mcsv1alpha1.LabelServiceName: name, mcsv1alpha1.LabelSourceCluster: cluster},
+			controller.ManagedBy: controller.ManagedByValue, mcsv1beta1.LabelServiceName: name, mcsv1beta1.LabelSourceCluster: cluster},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: derived.Name, UID: derived.UID}}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
@@ -107,7 +107,7 @@ func TestImportsWithUnsyncedLink(t *testing.T) {
 		assert.NotEmpty(c, msgs, "an Event on ServiceImport db")
 		imp, ok := readImport(c, ns, "db")
 		require.True(c, ok, "ServiceImport db kept")
-		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}, {Cluster: "tokyo"}}, imp.si.Status.Clusters)
+		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "west"}, {Cluster: "tokyo"}}, imp.si.Status.Clusters)
 		assert.Equal(c, []string{"http 10.250.0.7:8080"}, endpointsOf(imp.slices["tokyo"]), "tokyo's slice as it last was")
 		require.Contains(c, imp.slices, "west", "west joins")
 		assert.Len(c, endpointsOf(imp.slices["west"]), 1)

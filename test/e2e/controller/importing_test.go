@@ -20,13 +20,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // imported is what east has of the import of ns/name: the ServiceImport,
 // its derived Service and the derived Service's slices by source cluster.
 type imported struct {
-	si      *mcsv1alpha1.ServiceImport
+	si      *mcsv1beta1.ServiceImport
 	derived *corev1.Service
 	slices  map[string]discoveryv1.EndpointSlice
 }
@@ -35,7 +35,7 @@ func readImport(c *assert.CollectT, ns, name string) (imported, bool) {
 	ctx := context.Background()
 	east := env.Cluster("east")
 	var out imported
-	si, err := mcsClient(c, "east").MulticlusterV1alpha1().ServiceImports(ns).Get(ctx, name, metav1.GetOptions{})
+	si, err := mcsClient(c, "east").MulticlusterV1beta1().ServiceImports(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return out, false
 	}
@@ -44,11 +44,11 @@ func readImport(c *assert.CollectT, ns, name string) (imported, bool) {
 	out.derived, err = east.Client.CoreV1().Services(ns).Get(ctx, controller.DerivedName(ns, name), metav1.GetOptions{})
 	require.NoError(c, err)
 	list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
-		LabelSelector: mcsv1alpha1.LabelServiceName + "=" + name})
+		LabelSelector: mcsv1beta1.LabelServiceName + "=" + name})
 	require.NoError(c, err)
 	out.slices = map[string]discoveryv1.EndpointSlice{}
 	for _, es := range list.Items {
-		out.slices[es.Labels[mcsv1alpha1.LabelSourceCluster]] = es
+		out.slices[es.Labels[mcsv1beta1.LabelSourceCluster]] = es
 	}
 	return out, true
 }
@@ -132,14 +132,14 @@ func TestServiceImportLifecycle(t *testing.T) {
 		require.True(c, ok)
 		imp, ok := readImport(c, ns, "api")
 		require.True(c, ok, "ServiceImport api")
-		assert.Equal(c, mcsv1alpha1.ClusterSetIP, imp.si.Spec.Type)
-		assert.Equal(c, []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, imp.si.Spec.Ports)
+		assert.Equal(c, mcsv1beta1.ClusterSetIP, imp.si.Spec.Type)
+		assert.Equal(c, []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, imp.si.Spec.Ports)
 		assert.NotEmpty(c, imp.derived.Spec.ClusterIPs)
 		assert.Equal(c, imp.derived.Spec.ClusterIPs, imp.si.Spec.IPs, "the ClusterSetIP is the derived Service's ClusterIP")
 		assert.Equal(c, imp.derived.Name, imp.si.Annotations[controller.DerivedServiceAnnotation], "as Gateway API implementations find it")
-		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}}, imp.si.Status.Clusters)
+		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "west"}}, imp.si.Status.Clusters)
 		assert.Equal(c, "api", imp.derived.Labels[labels.ServiceImport])
-		assert.Equal(c, "api", imp.derived.Labels[mcsv1alpha1.LabelServiceName])
+		assert.Equal(c, "api", imp.derived.Labels[mcsv1beta1.LabelServiceName])
 		assert.Nil(c, imp.derived.Spec.Selector)
 		require.Contains(c, imp.slices, "west")
 		assert.Equal(c, []string{fmt.Sprintf("http %s:%d", egress, port)}, endpointsOf(imp.slices["west"]), "west through the egress")
@@ -171,13 +171,13 @@ func TestServiceImportLifecycle(t *testing.T) {
 	exportLocalAPI(t, ns)
 	// The oldest export first, by the Services' creation (a second's
 	// resolution), then the lowest cluster ID.
-	order := []mcsv1alpha1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}
+	order := []mcsv1beta1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}
 	eastAPI, err := east.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
 	require.NoError(t, err)
 	westAPI, err := west.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
 	require.NoError(t, err)
 	if westAPI.CreationTimestamp.Before(&eastAPI.CreationTimestamp) {
-		order = []mcsv1alpha1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}
+		order = []mcsv1beta1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		imp, ok := readImport(c, ns, "api")
@@ -200,7 +200,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		imp, ok := readImport(c, ns, "api")
 		require.True(c, ok)
-		assert.ElementsMatch(c, []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}, {Name: "grpc", Protocol: corev1.ProtocolTCP, Port: 9090}}, imp.si.Spec.Ports)
+		assert.ElementsMatch(c, []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}, {Name: "grpc", Protocol: corev1.ProtocolTCP, Port: 9090}}, imp.si.Spec.Ports)
 		assert.Len(c, imp.derived.Spec.Ports, 2)
 		assert.Len(c, endpointsOf(imp.slices["west"]), 2)
 		assert.Equal(c, []string{"http 10.200.0.1:8080"}, endpointsOf(imp.slices["east"]))
@@ -212,7 +212,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		imp, ok := readImport(c, ns, "api")
 		require.True(c, ok)
-		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "east"}}, imp.si.Status.Clusters)
+		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "east"}}, imp.si.Status.Clusters)
 		assert.NotContains(c, imp.slices, "west")
 		assert.Contains(c, imp.slices, "east")
 	}, wait, tick)
@@ -224,7 +224,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 		assert.False(c, ok, "ServiceImport deleted")
 		_, err := east.Client.CoreV1().Services(ns).Get(ctx, controller.DerivedName(ns, "api"), metav1.GetOptions{})
 		assert.True(c, apierrors.IsNotFound(err), "derived Service deleted: %v", err)
-		list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: mcsv1alpha1.LabelServiceName})
+		list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: mcsv1beta1.LabelServiceName})
 		require.NoError(c, err)
 		assert.Empty(c, list.Items, "slices deleted")
 	}, wait, tick)
@@ -247,7 +247,7 @@ func TestServiceImportHeadlessFlat(t *testing.T) {
 		require.Len(c, want, 2)
 		imp, ok := readImport(c, ns, "db")
 		require.True(c, ok)
-		assert.Equal(c, mcsv1alpha1.Headless, imp.si.Spec.Type)
+		assert.Equal(c, mcsv1beta1.Headless, imp.si.Spec.Type)
 		assert.Empty(c, imp.si.Spec.IPs)
 		assert.Equal(c, corev1.ClusterIPNone, imp.derived.Spec.ClusterIP)
 		assert.Equal(c, want, byHostname(imp.slices["paris"]), "paris's pods by hostname")
@@ -271,7 +271,7 @@ func TestServiceImportClusterUnlinked(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		imp, ok := readImport(c, ns, "api")
 		require.True(c, ok)
-		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "paris"}}, imp.si.Status.Clusters)
+		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "paris"}}, imp.si.Status.Clusters)
 		assert.Contains(c, imp.slices, "paris")
 	}, wait, tick)
 
@@ -279,7 +279,7 @@ func TestServiceImportClusterUnlinked(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, ok := readImport(c, ns, "api")
 		assert.False(c, ok, "ServiceImport deleted with paris unlinked")
-		list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: mcsv1alpha1.LabelSourceCluster + "=paris"})
+		list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: mcsv1beta1.LabelSourceCluster + "=paris"})
 		require.NoError(c, err)
 		assert.Empty(c, list.Items)
 	}, wait, tick)
@@ -303,32 +303,32 @@ func TestServiceImportDerivedNameUpgrade(t *testing.T) {
 	sum := sha256.Sum256([]byte(ns + "/api"))
 	former := "derived-" + hex.EncodeToString(sum[:])[:10]
 	require.NotEqual(t, former, controller.DerivedName(ns, "api"))
-	si, err := mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, &mcsv1alpha1.ServiceImport{
+	si, err := mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns).Create(ctx, &mcsv1beta1.ServiceImport{
 		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: ns, Labels: map[string]string{labels.ManagedBy: labels.ManagedByValue}},
-		Spec: mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.ClusterSetIP,
-			Ports: []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP,
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	old, err := east.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: former, Labels: map[string]string{
-			labels.ManagedBy: labels.ManagedByValue, labels.ServiceImport: "api", mcsv1alpha1.LabelServiceName: "api"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1alpha1.SchemeGroupVersion.String(), Kind: "ServiceImport", Name: "api", UID: si.UID}}},
+			labels.ManagedBy: labels.ManagedByValue, labels.ServiceImport: "api", mcsv1beta1.LabelServiceName: "api"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1beta1.SchemeGroupVersion.String(), Kind: "ServiceImport", Name: "api", UID: si.UID}}},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.NotEmpty(t, old.Spec.ClusterIPs)
 	si.Spec.IPs = old.Spec.ClusterIPs
-	si, err = mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns).Update(ctx, si, metav1.UpdateOptions{})
+	si, err = mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns).Update(ctx, si, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	// Its status names the exporting cluster, as that release wrote it:
 	// the import waits for west's link before it changes anything.
-	si.Status.Clusters = []mcsv1alpha1.ClusterStatus{{Cluster: "west"}}
-	_, err = mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns).UpdateStatus(ctx, si, metav1.UpdateOptions{})
+	si.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: "west"}}
+	_, err = mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns).UpdateStatus(ctx, si, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: former + "-west", Labels: map[string]string{
 			discoveryv1.LabelServiceName: former, discoveryv1.LabelManagedBy: controller.EndpointSliceManagedBy,
-			labels.ManagedBy: labels.ManagedByValue, mcsv1alpha1.LabelServiceName: "api", mcsv1alpha1.LabelSourceCluster: "west"}},
+			labels.ManagedBy: labels.ManagedByValue, mcsv1beta1.LabelServiceName: "api", mcsv1beta1.LabelSourceCluster: "west"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{egress}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(31000))}},

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // Export, scale 3→5→2, port change, unexport: the mirrors follow, per-pod
@@ -201,7 +201,7 @@ func TestFlatMode(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"db-paris"}, names(m))
 	// Flat mirrors have no slices (the import's derived Service has).
-	slices, err := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "!" + mcsv1alpha1.LabelServiceName})
+	slices, err := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "!" + mcsv1beta1.LabelServiceName})
 	require.NoError(t, err)
 	assert.Empty(t, slices.Items)
 }

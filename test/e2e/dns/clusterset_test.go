@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -44,7 +44,7 @@ metadata:
 spec:%s
   ports: [{name: http, port: 80}]
 `, controller.DerivedName(ns, svc), ns, labels.ManagedBy, labels.ManagedByValue, labels.ServiceImport, svc,
-		mcsv1alpha1.LabelServiceName, svc, ip)
+		mcsv1beta1.LabelServiceName, svc, ip)
 }
 
 // clustersetCorefile is a cluster DNS Corefile for local in replace mode:

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
@@ -34,7 +34,7 @@ spec:
   selector: {app: nginx}
   ports: [{name: http, port: 80}]
 ---
-apiVersion: multicluster.x-k8s.io/v1alpha1
+apiVersion: multicluster.x-k8s.io/v1beta1
 kind: ServiceExport
 metadata: {name: mcs-web, namespace: default}
 `))
@@ -44,9 +44,9 @@ metadata: {name: mcs-web, namespace: default}
 	client, err := mcsclient.NewForConfig(west.Config)
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		se, err := client.MulticlusterV1alpha1().ServiceExports("default").Get(ctx, "mcs-web", metav1.GetOptions{})
+		se, err := client.MulticlusterV1beta1().ServiceExports("default").Get(ctx, "mcs-web", metav1.GetOptions{})
 		require.NoError(c, err)
-		ready := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1alpha1.ServiceExportConditionReady))
+		ready := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady))
 		require.NotNil(c, ready, "conditions %v", se.Status.Conditions)
 		assert.Equal(c, metav1.ConditionTrue, ready.Status, ready.Message)
 	}, 2*time.Minute, time.Second, "west's ServiceExport mcs-web is Ready")
@@ -70,7 +70,7 @@ kubectl --context east -n mcmirror rollout status deployment mcmirror-dns --time
 	require.NoError(t, err)
 	si, err := mcsclient.NewForConfig(east.Config)
 	require.NoError(t, err)
-	imp, err := si.MulticlusterV1alpha1().ServiceImports("default").Get(ctx, "mcs-web", metav1.GetOptions{})
+	imp, err := si.MulticlusterV1beta1().ServiceImports("default").Get(ctx, "mcs-web", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.NotEmpty(t, imp.Spec.IPs)
 	eventually(t, ctx, fmt.Sprintf("nslookup mcs-web.default.svc.clusterset.local %s | grep -c '^Address: %s$'", svc.Spec.ClusterIP, imp.Spec.IPs[0]), "1")

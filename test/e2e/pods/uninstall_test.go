@@ -54,7 +54,7 @@ func TestHelmUninstallLeavesNothing(t *testing.T) {
 	// Something of each kind to clean: west's Service web (step 8 of the
 	// install) exported by a ServiceExport too, seen imported in east.
 	require.NoError(t, west.Apply(ctx, `
-apiVersion: multicluster.x-k8s.io/v1alpha1
+apiVersion: multicluster.x-k8s.io/v1beta1
 kind: ServiceExport
 metadata: {name: web, namespace: default}
 `))

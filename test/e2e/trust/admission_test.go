@@ -15,7 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -217,9 +217,9 @@ spec: {selector: {app: api}, ports: [{port: 80}]}
 `, ns)))
 	mcs, err := mcsclient.NewForConfig(g.Config)
 	require.NoError(t, err)
-	se, err := mcs.MulticlusterV1alpha1().ServiceExports(ns).Create(ctx, &mcsv1alpha1.ServiceExport{
+	se, err := mcs.MulticlusterV1beta1().ServiceExports(ns).Create(ctx, &mcsv1beta1.ServiceExport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"},
-		Spec:       mcsv1alpha1.ServiceExportSpec{ExportedLabels: map[string]string{"tier-export": "gold"}},
+		Spec:       mcsv1beta1.ServiceExportSpec{ExportedLabels: map[string]string{"tier-export": "gold"}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	created := se.CreationTimestamp.UTC().Format(time.RFC3339)
@@ -229,7 +229,7 @@ spec: {selector: {app: api}, ports: [{port: 80}]}
 		assert.Equal(c, labels.ModeGateway, svc.Labels[labels.ServiceExportMode])
 		assert.Equal(c, created, svc.Annotations[labels.ServiceExportCreated])
 		assert.Equal(c, `{"labels":{"tier-export":"gold"}}`, svc.Annotations[labels.ServiceExportMetadata])
-		si, err := mcs.MulticlusterV1alpha1().ServiceImports(ns).Get(ctx, "api", metav1.GetOptions{})
+		si, err := mcs.MulticlusterV1beta1().ServiceImports(ns).Get(ctx, "api", metav1.GetOptions{})
 		require.NoError(c, err)
 		assert.Equal(c, "gold", si.Labels["tier-export"], "the exported label, applied as the controller's ServiceAccount")
 	}, wait, tick, "the controller stamps %s/api for its ServiceExport", ns)
@@ -251,7 +251,7 @@ spec: {selector: {app: api}, ports: [{port: 80}]}
 	require.NoError(t, err, "a label of the Service's owner, beside the stamp")
 	assert.Equal(t, created, s.Annotations[labels.ServiceExportCreated])
 
-	require.NoError(t, mcs.MulticlusterV1alpha1().ServiceExports(ns).Delete(ctx, "api", metav1.DeleteOptions{}))
+	require.NoError(t, mcs.MulticlusterV1beta1().ServiceExports(ns).Delete(ctx, "api", metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		svc, err := g.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
 		require.NoError(c, err)

@@ -6,30 +6,35 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mcmirror/mcmirror/internal/endpointpolicy"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 )
 
 // In flat mode the plugin answers the endpoint addresses a linked cluster
 // publishes, so whoever can write an EndpointSlice there chooses where
 // clients here connect: this cluster's API server, a node, a metadata
-// service. allowed_cidrs bounds, per link, the addresses that are answered
-// (Options.AllowedCIDRs; the handler's setup_cidrs.go parses them).
+// service. A linked cluster's special addresses (loopback, link-local,
+// multicast, unspecified: endpointpolicy.Special, the rule the controller's
+// imports and the gateway follow too) are never answered, and
+// allowed_cidrs bounds, per link, the others (Options.AllowedCIDRs; the
+// handler's setup_cidrs.go parses them). The local cluster's own
+// addresses are answered as they are.
 
-// cidrs is the allow-list of one linked cluster; nil allows everything.
+// cidrs is the allow-list of one linked cluster; nil allows every address
+// that is not special.
 type cidrs []netip.Prefix
 
-// allows reports whether the endpoint address ip may be answered. An IPv4
-// address written as IPv6 (::ffff:10.96.0.1) is what it maps to, as the A
-// record the index makes of it: it is checked as IPv4.
-func (l cidrs) allows(ip string) bool {
+// allows reports whether the endpoint address a of a linked cluster may be
+// answered. An IPv4 address written as IPv6 (::ffff:10.96.0.1) is what it
+// maps to, as the A record the index makes of it: it is checked as IPv4.
+func (l cidrs) allows(a netip.Addr) bool {
+	a = a.Unmap()
+	if endpointpolicy.Special(a) {
+		return false
+	}
 	if l == nil {
 		return true
 	}
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		return false
-	}
-	a = a.Unmap()
 	for _, p := range l {
 		if p.Contains(a) {
 			return true
@@ -81,7 +86,7 @@ func (d *drops) note(k object.GroupKey, now []dropped) {
 			continue
 		}
 		droppedAddresses.WithLabelValues(e.cluster).Add(float64(len(fresh)))
-		log.Warningf("Cluster %s: EndpointSlice %s/%s of Service %s publishes %s, outside its allowed_cidrs: not answered",
+		log.Warningf("Cluster %s: EndpointSlice %s/%s of Service %s publishes %s: not answered (a loopback, link-local, multicast or unspecified address, or one outside its allowed_cidrs)",
 			e.cluster, e.ns, e.slice, e.svc, listSome(fresh, 5))
 	}
 	if d.seen == nil {

@@ -69,7 +69,8 @@ func assertLeftOut(t *testing.T, s *harness.DNSServer, ns string) {
 // mcmirror.dev/denied-namespaces): nothing west exports there gets a
 // name in east's DNS, a mirror or an import, while what it exports in
 // another namespace gets all three. Without the annotation, the link is
-// watched anew and the denied namespace's export comes.
+// watched anew and the denied namespace's export comes; with it again, it
+// goes.
 func TestLinkDeniedNamespace(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
@@ -90,9 +91,24 @@ func TestLinkDeniedNamespace(t *testing.T) {
 
 	// The annotation goes: the link is watched anew, every namespace.
 	secret.Annotations = nil
-	_, err = east.Client.CoreV1().Secrets(linkNS).Update(ctx, secret, metav1.UpdateOptions{})
+	secret, err = east.Client.CoreV1().Secrets(linkNS).Update(ctx, secret, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	requireComes(t, f.DNS, tenant)
+
+	// It comes back: what the namespace had here goes, the rest stays.
+	secret.Annotations = map[string]string{labels.LinkDeniedNamespaces: tenant}
+	_, err = east.Client.CoreV1().Secrets(linkNS).Update(ctx, secret, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		r := f.DNS.Ask(c, "tcp", "db-west."+tenant+"."+zone, dns.TypeA)
+		assert.Equal(c, dns.RcodeToString[dns.RcodeNameError], dns.RcodeToString[r.Rcode], "name")
+		m, err := east.Mirrors(ctx, tenant)
+		require.NoError(c, err)
+		assert.Empty(c, names(m), "mirrors")
+		_, ok := readImport(c, tenant, "db")
+		assert.False(c, ok, "ServiceImport")
+	}, wait, tick)
+	requireComes(t, f.DNS, shop)
 	env.RequireAlive(t, f.Processes()...)
 }
 

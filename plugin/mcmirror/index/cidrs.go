@@ -76,18 +76,26 @@ func (d *drops) note(k object.GroupKey, now []dropped) {
 		for _, a := range last[id] {
 			before[a] = true
 		}
-		var fresh []string
+		var special, outside []string
 		for _, a := range e.addrs {
-			if !before[a] {
-				fresh = append(fresh, a)
+			if before[a] {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a); err == nil && endpointpolicy.Special(ip) {
+				special = append(special, a)
+			} else {
+				outside = append(outside, a)
 			}
 		}
-		if len(fresh) == 0 {
-			continue
+		droppedAddresses.WithLabelValues(e.cluster).Add(float64(len(special) + len(outside)))
+		if len(special) > 0 {
+			log.Warningf("Cluster %s: EndpointSlice %s/%s of Service %s publishes %s, loopback, link-local, multicast or unspecified: never answered from a linked cluster",
+				e.cluster, e.ns, e.slice, e.svc, listSome(special, 5))
 		}
-		droppedAddresses.WithLabelValues(e.cluster).Add(float64(len(fresh)))
-		log.Warningf("Cluster %s: EndpointSlice %s/%s of Service %s publishes %s: not answered (a loopback, link-local, multicast or unspecified address, or one outside its allowed_cidrs)",
-			e.cluster, e.ns, e.slice, e.svc, listSome(fresh, 5))
+		if len(outside) > 0 {
+			log.Warningf("Cluster %s: EndpointSlice %s/%s of Service %s publishes %s, outside its allowed_cidrs: not answered",
+				e.cluster, e.ns, e.slice, e.svc, listSome(outside, 5))
+		}
 	}
 	if d.seen == nil {
 		d.seen = map[object.GroupKey]map[string][]string{}

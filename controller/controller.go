@@ -22,6 +22,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/endpointpolicy"
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote"
 
 	corev1 "k8s.io/api/core/v1"
@@ -239,6 +240,9 @@ type keyStatus struct {
 type remoteCluster struct {
 	name   string
 	client kubernetes.Interface
+	// namespaces are the namespaces of the link: only what they hold is
+	// listed and watched (remote.Requests).
+	namespaces link.Namespaces
 	// ways are the informers of each way of export (linkwatch.go).
 	ways []*linkWay
 	// health is whether the link's lists and watches are answered, for

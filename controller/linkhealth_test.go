@@ -207,7 +207,7 @@ func TestLinkHealth(t *testing.T) {
 			api := newFakeAPIServer(t, tc.mode, exportedService("default", "web"))
 			f := newFixture(t, fixtureOptions{}, nil)
 			cluster := "bad-" + strings.ToLower(tc.name)
-			f.c.Add(cluster, &rest.Config{Host: api.URL})
+			f.c.Add(cluster, &rest.Config{Host: api.URL}, link.Namespaces{})
 
 			// Down: retried and counted, logged once per watch.
 			require.Eventually(t, func() bool {
@@ -249,14 +249,14 @@ func TestLinkHealth(t *testing.T) {
 func TestLinkHealthReplaced(t *testing.T) {
 	api := newFakeAPIServer(t, answerOK)
 	f := newFixture(t, fixtureOptions{}, nil)
-	f.c.Add("replaced", &rest.Config{Host: api.URL})
+	f.c.Add("replaced", &rest.Config{Host: api.URL}, link.Namespaces{})
 	require.Eventually(t, func() bool { return testutil.ToFloat64(linkUp.WithLabelValues("replaced")) == 1 },
 		10*time.Second, 10*time.Millisecond)
 	old, _ := f.c.link("replaced")
 	require.Eventually(t, old.HasSynced, 10*time.Second, 10*time.Millisecond)
 
 	refusing := newFakeAPIServer(t, answerUnauthorized)
-	f.c.Add("replaced", &rest.Config{Host: refusing.URL})
+	f.c.Add("replaced", &rest.Config{Host: refusing.URL}, link.Namespaces{})
 	require.Eventually(t, func() bool {
 		return testutil.ToFloat64(linkErrors.WithLabelValues("replaced", link.FailureUnauthorized)) > 0
 	}, 10*time.Second, 10*time.Millisecond, "the new kubeconfig is tried")
@@ -265,7 +265,7 @@ func TestLinkHealthReplaced(t *testing.T) {
 	assert.Equal(t, float64(1), testutil.ToFloat64(linkUp.WithLabelValues("replaced")))
 
 	working := newFakeAPIServer(t, answerOK)
-	f.c.Add("replaced", &rest.Config{Host: working.URL})
+	f.c.Add("replaced", &rest.Config{Host: working.URL}, link.Namespaces{})
 	require.Eventually(t, func() bool {
 		cur, _ := f.c.link("replaced")
 		return cur != old && cur.HasSynced()

@@ -7,6 +7,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,12 +20,21 @@ import (
 // Links returns the names of the linked clusters, sorted.
 func (c *Controller) Links() []string { return c.links.Names() }
 
-// Add links cluster name through cfg; it implements link.Handler.
-func (c *Controller) Add(name string, cfg *rest.Config) { c.links.Add(name, cfg) }
+// Add links cluster name through cfg, narrowed to the namespaces ns; it
+// implements link.Handler.
+func (c *Controller) Add(name string, cfg *rest.Config, ns link.Namespaces) {
+	c.links.Add(name, cfg, ns)
+}
 
-// AddClient links cluster name through client.
+// AddClient links cluster name through client, every namespace of it.
 func (c *Controller) AddClient(name string, client kubernetes.Interface) {
 	c.links.AddClient(name, client)
+}
+
+// AddNarrowed links cluster name through client, narrowed to the
+// namespaces ns: no mirror nor import of the others.
+func (c *Controller) AddNarrowed(name string, client kubernetes.Interface, ns link.Namespaces) {
+	c.links.AddNarrowed(name, client, ns)
 }
 
 // Remove unlinks cluster name; it implements link.Handler. Its mirrors are
@@ -39,10 +49,10 @@ var (
 	_ remote.Generation               = (*remoteCluster)(nil)
 )
 
-// New makes the informers of link name.
-func (lc linkConsumer) New(name string, client kubernetes.Interface, replacement bool) *remoteCluster {
+// New makes the informers of link name, narrowed to ns.
+func (lc linkConsumer) New(name string, client kubernetes.Interface, ns link.Namespaces, replacement bool) *remoteCluster {
 	c := lc.c
-	r := &remoteCluster{name: name, client: client, c: c}
+	r := &remoteCluster{name: name, client: client, namespaces: ns, c: c}
 	r.health = newLinkHealth(name, watchNames(c.ways), replacement, &r.serving)
 	r.ways = linkWays(r, c.ways)
 	// Fresh informers that have not run take handlers without error.
@@ -75,8 +85,10 @@ func (lc linkConsumer) Serve(name string, r, old *remoteCluster, replaced bool) 
 	if replaced {
 		old.health.Stop()
 		// What the new informers hold is synced: a Service the old ones
-		// held and the new ones do not is deleted.
+		// held and the new ones do not (its namespace no longer linked,
+		// say) loses its mirrors and its part of the imports.
 		c.enqueueCluster(r)
+		c.enqueueMCS()
 	} else {
 		linkSynced.WithLabelValues(name).Set(b2f(r.synced.Load()))
 		linkStartupTimeouts.WithLabelValues(name)

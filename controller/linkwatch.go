@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -35,8 +34,8 @@ func linkWays(r *remoteCluster, ways []remote.Way) []*linkWay {
 	for i, w := range ways {
 		out[i] = &linkWay{
 			way:      w,
-			services: linkInformer(r.client, r.name, remote.Services, w.Services, w.Name, r.health, 2*i, nil),
-			slices: linkInformer(r.client, r.name, remote.EndpointSlices, w.Slices(), w.SlicesName(), r.health, 2*i+1,
+			services: linkInformer(r, remote.Services, w.Services, w.Name, 2*i, nil),
+			slices: linkInformer(r, remote.EndpointSlices, w.Slices(), w.SlicesName(), 2*i+1,
 				cache.Indexers{byService: indexSliceByService}),
 		}
 	}
@@ -52,13 +51,12 @@ func watchNames(ways []remote.Way) []string {
 	return names
 }
 
-func linkInformer(client kubernetes.Interface, cluster string, kind remote.Kind, sel k8slabels.Selector, what string,
-	h *remote.Health, w int, indexers cache.Indexers) cache.SharedIndexInformer {
+func linkInformer(r *remoteCluster, kind remote.Kind, sel k8slabels.Selector, what string, w int, indexers cache.Indexers) cache.SharedIndexInformer {
 	if indexers == nil {
 		indexers = cache.Indexers{}
 	}
-	inf := cache.NewSharedIndexInformerWithOptions(remote.ListWatch(client, kind, sel.String(), h, w), kind.Object(),
-		cache.SharedIndexInformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers, ObjectDescription: "mcmirror/" + cluster + "/" + what})
+	inf := cache.NewSharedIndexInformerWithOptions(remote.ListWatch(r.client, kind, sel.String(), r.namespaces, r.health, w), kind.Object(),
+		cache.SharedIndexInformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers, ObjectDescription: "mcmirror/" + r.name + "/" + what})
 	_ = inf.SetTransform(trim)
 	return inf
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,7 +74,7 @@ func NewExports(client kubernetes.Interface, selector k8slabels.Selector) *Expor
 		return obj, nil
 	}
 	informer := func(kind remote.Kind, sel k8slabels.Selector, w int, indexers cache.Indexers) cache.SharedIndexInformer {
-		inf := cache.NewSharedIndexInformer(remote.ListWatch(client, kind, sel.String(), health, w), kind.Object(), 0, indexers)
+		inf := cache.NewSharedIndexInformer(remote.ListWatch(client, kind, sel.String(), link.Namespaces{}, health, w), kind.Object(), 0, indexers)
 		_ = inf.SetTransform(trim)
 		return inf
 	}

@@ -229,8 +229,8 @@ func (c *controllerConfig) runController(ctx context.Context, mcsClient mcsclien
 	if err != nil {
 		return err
 	}
-	for i, l := range c.opts.Links {
-		ctrl.Add(l.Name, c.static[i])
+	for i, l := range c.parsed.Links {
+		ctrl.Add(l.Name, c.static[i], l.Namespaces)
 	}
 	if c.parsed.LinkSecretsNamespace != "" {
 		if watcher, err = c.watchLinkSecrets(ctx, ctrl); err != nil {

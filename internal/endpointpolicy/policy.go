@@ -68,15 +68,25 @@ func (p *Policy) SelectorlessAllowed(ns, name string) bool {
 		slices.Contains(p.Selectorless, ns+"/"+name)
 }
 
+// Special reports whether a is an address no linked cluster may send
+// anyone to, whatever the Service: loopback (the client's own host),
+// link-local (169.254.0.0/16, the cloud's metadata service, and
+// fe80::/10), multicast, unspecified, the IPv4 broadcast address, or not
+// an address at all. An IPv4 address written as IPv6 (::ffff:127.0.0.1)
+// is what it maps to. It is the one definition: the DNS plugin answers
+// none of them from a linked cluster, the controller's imports and the
+// gateway's ingress refuse them (AddressRefusal).
+func Special(a netip.Addr) bool {
+	a = a.Unmap()
+	return !a.IsValid() || a.IsUnspecified() || a.IsLoopback() || a.IsLinkLocalUnicast() ||
+		a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
 // AddressRefusal returns why a is not believed whatever the Service, or
 // "".
 func (p *Policy) AddressRefusal(a netip.Addr) string {
 	a = a.Unmap()
-	switch {
-	case !a.IsValid(), a.IsUnspecified(), a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast(),
-		a.IsInterfaceLocalMulticast(), a.IsMulticast(), a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		return Address
-	case a.IsLoopback() && !p.loopback:
+	if Special(a) && !(p.loopback && a.IsLoopback()) {
 		return Address
 	}
 	for _, d := range p.Deny {

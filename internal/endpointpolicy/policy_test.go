@@ -35,3 +35,39 @@ func TestSelectorlessAllowed(t *testing.T) {
 		assert.Equal(t, tc.want, p.SelectorlessAllowed("shop", "legacy"), "%v", tc.list)
 	}
 }
+
+// Special is the one list of addresses no linked cluster may send anyone
+// to; everything else is left to the lists and the rest of the policy.
+func TestSpecial(t *testing.T) {
+	for ip, want := range map[string]bool{
+		"127.0.0.1":              true,
+		"127.8.0.1":              true,
+		"::1":                    true,
+		"169.254.169.254":        true, // cloud metadata
+		"169.254.0.1":            true,
+		"fe80::1":                true,
+		"febf::1":                true,
+		"224.0.0.1":              true,
+		"239.255.255.250":        true,
+		"ff02::1":                true,
+		"ff05::2":                true,
+		"0.0.0.0":                true,
+		"::":                     true,
+		"255.255.255.255":        true,
+		"::ffff:127.0.0.1":       true, // what it maps to
+		"::ffff:169.254.169.254": true,
+		"10.1.0.30":              false,
+		"192.168.0.1":            false,
+		"100.64.0.1":             false,
+		"fd00::20":               false,
+		"fec0::1":                false, // site-local, deprecated: not link-local
+		"2001:db8::1":            false,
+		"::ffff:10.1.0.30":       false,
+	} {
+		a := netip.MustParseAddr(ip)
+		assert.Equal(t, want, Special(a), ip)
+		p := Policy{}
+		assert.Equal(t, want, p.AddressRefusal(a) == Address, "AddressRefusal(%s) agrees", ip)
+	}
+	assert.True(t, Special(netip.Addr{}), "no address at all")
+}

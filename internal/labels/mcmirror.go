@@ -110,6 +110,13 @@ const (
 	// DerivedSelector selects the derived Services: those the controller
 	// made (ManagedBy) for a ServiceImport.
 	DerivedSelector = ServiceImport + "," + ManagedBy + "=" + ManagedByValue
+
+	// LinkAllowedNamespaces and LinkDeniedNamespaces are the annotations
+	// of a link Secret that narrow what the link brings to some of the
+	// linked cluster's namespaces: a comma-separated list each; without
+	// either, every namespace (link.Namespaces).
+	LinkAllowedNamespaces = Domain + "/allowed-namespaces"
+	LinkDeniedNamespaces  = Domain + "/denied-namespaces"
 )
 
 // EgressPortKey names one port of a Service in the EgressPorts annotation:

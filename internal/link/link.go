@@ -27,25 +27,26 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// Handler is told about links as they come and go. Add is called again,
-// without a Remove, when the kubeconfig of a running link changes: the
-// handler replaces the link, ideally without a gap in what it serves. Calls
-// are made from one goroutine at a time.
+// Handler is told about links as they come and go: each through cfg,
+// narrowed to the namespaces ns. Add is called again, without a Remove,
+// when the kubeconfig or the namespaces of a running link change: the
+// handler replaces the link, ideally without a gap in what it serves.
+// Calls are made from one goroutine at a time.
 type Handler interface {
-	Add(name string, cfg *rest.Config)
+	Add(name string, cfg *rest.Config, ns Namespaces)
 	Remove(name string)
 }
 
 // HandlerFuncs adapts two functions to a Handler.
 type HandlerFuncs struct {
-	AddFunc    func(name string, cfg *rest.Config)
+	AddFunc    func(name string, cfg *rest.Config, ns Namespaces)
 	RemoveFunc func(name string)
 }
 
 // Add calls AddFunc when it is set.
-func (h HandlerFuncs) Add(name string, cfg *rest.Config) {
+func (h HandlerFuncs) Add(name string, cfg *rest.Config, ns Namespaces) {
 	if h.AddFunc != nil {
-		h.AddFunc(name, cfg)
+		h.AddFunc(name, cfg, ns)
 	}
 }
 
@@ -56,11 +57,13 @@ func (h HandlerFuncs) Remove(name string) {
 	}
 }
 
-// Static is a link given in configuration: NAME KUBECONFIG [CONTEXT].
+// Static is a link given in configuration: NAME KUBECONFIG [CONTEXT],
+// and the namespaces it is narrowed to.
 type Static struct {
 	Name       string
 	Kubeconfig string
 	Context    string // empty: the kubeconfig's current context
+	Namespaces Namespaces
 }
 
 // Config loads the link's kubeconfig; see LoadKubeconfig.

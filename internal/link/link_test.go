@@ -162,14 +162,14 @@ func TestFromSecret(t *testing.T) {
 func TestHandlerFuncs(t *testing.T) {
 	var added, removed string
 	h := HandlerFuncs{
-		AddFunc:    func(n string, _ *rest.Config) { added = n },
+		AddFunc:    func(n string, _ *rest.Config, _ Namespaces) { added = n },
 		RemoveFunc: func(n string) { removed = n },
 	}
-	h.Add("west", nil)
+	h.Add("west", nil, Namespaces{})
 	h.Remove("paris")
 	if added != "west" || removed != "paris" {
 		t.Errorf("added %q removed %q", added, removed)
 	}
-	HandlerFuncs{}.Add("x", nil) // nil funcs are no-ops
+	HandlerFuncs{}.Add("x", nil, Namespaces{}) // nil funcs are no-ops
 	HandlerFuncs{}.Remove("x")
 }

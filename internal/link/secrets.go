@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -73,9 +74,11 @@ type SecretWatcher struct {
 
 type secretLink struct {
 	name string
-	// sum identifies the kubeconfig, so that an update that changes
-	// something else (an annotation, say) does not restart the link.
+	// sum identifies the kubeconfig, and ns is the namespaces of the
+	// annotations, so that an update that changes something else (another
+	// annotation, say) does not restart the link.
 	sum [sha256.Size]byte
+	ns  Namespaces
 }
 
 // NewSecretWatcher returns a watcher of the link Secrets that client sees
@@ -176,7 +179,7 @@ func (w *SecretWatcher) upsert(s *corev1.Secret) {
 
 	k := key(s)
 	old, running := w.bySecret[k]
-	name, cfg, err := fromSecret(s, w.allow)
+	name, cfg, ns, err := fromLinkSecret(s, w.allow)
 	if err != nil {
 		reason := ReasonOf(err)
 		if running {
@@ -197,13 +200,14 @@ func (w *SecretWatcher) upsert(s *corev1.Secret) {
 		return
 	}
 	sum := sha256.Sum256(s.Data[labels.LinkSecretKey])
-	if running && old.name == name && old.sum == sum {
+	if running && old.name == name && old.sum == sum && old.ns.Equal(ns) {
 		return // nothing DNS depends on changed
 	}
 	if running && old.name == name {
-		// The kubeconfig changed: the handler restarts the link.
-		w.bySecret[k] = secretLink{name: name, sum: sum}
-		w.handler.Add(name, cfg)
+		// The kubeconfig or the namespaces changed: the handler restarts
+		// the link.
+		w.bySecret[k] = secretLink{name: name, sum: sum, ns: ns}
+		w.handler.Add(name, cfg, ns)
 		return
 	}
 	if running {
@@ -217,9 +221,9 @@ func (w *SecretWatcher) upsert(s *corev1.Secret) {
 		w.onRefused(s, ReasonDuplicate, err)
 		return
 	}
-	w.bySecret[k] = secretLink{name: name, sum: sum}
+	w.bySecret[k] = secretLink{name: name, sum: sum, ns: ns}
 	w.owner[name] = k
-	w.handler.Add(name, cfg)
+	w.handler.Add(name, cfg, ns)
 }
 
 func (w *SecretWatcher) delete(s *corev1.Secret) {
@@ -267,14 +271,29 @@ func (w *SecretWatcher) adopt(name string) {
 	})
 	for _, s := range candidates {
 		// A Secret that fails here was reported when it was seen.
-		n, cfg, err := fromSecret(s, w.allow)
+		n, cfg, ns, err := fromLinkSecret(s, w.allow)
 		if err != nil || n != name {
 			continue
 		}
 		k := key(s)
-		w.bySecret[k] = secretLink{name: name, sum: sha256.Sum256(s.Data[labels.LinkSecretKey])}
+		w.bySecret[k] = secretLink{name: name, sum: sha256.Sum256(s.Data[labels.LinkSecretKey]), ns: ns}
 		w.owner[name] = k
-		w.handler.Add(name, cfg)
+		w.handler.Add(name, cfg, ns)
 		return
 	}
+}
+
+// fromLinkSecret is fromSecret with the namespaces of the Secret's
+// annotations: a Secret whose annotations do not parse is refused as
+// invalid, as a bad kubeconfig is.
+func fromLinkSecret(s *corev1.Secret, allow Allow) (string, *rest.Config, Namespaces, error) {
+	name, cfg, err := fromSecret(s, allow)
+	if err != nil {
+		return "", nil, Namespaces{}, err
+	}
+	ns, err := NamespacesOf(s)
+	if err != nil {
+		return "", nil, Namespaces{}, err
+	}
+	return name, cfg, ns, nil
 }

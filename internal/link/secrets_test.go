@@ -19,16 +19,21 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// recorder is a Handler that logs its calls as "+name host" and "-name".
+// recorder is a Handler that logs its calls as "+name host" (and the
+// namespaces, when not all) and "-name".
 type recorder struct {
 	mu    sync.Mutex
 	calls []string
 }
 
-func (r *recorder) Add(name string, cfg *rest.Config) {
+func (r *recorder) Add(name string, cfg *rest.Config, ns Namespaces) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.calls = append(r.calls, "+"+name+" "+cfg.Host)
+	call := "+" + name + " " + cfg.Host
+	if !ns.All() {
+		call += " (" + ns.String() + ")"
+	}
+	r.calls = append(r.calls, call)
 }
 
 func (r *recorder) Remove(name string) {

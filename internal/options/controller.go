@@ -28,6 +28,9 @@ type Controller struct {
 	Cluster string
 	// Links are the clusters linked by a kubeconfig file (--link).
 	Links Links
+	// LinkAllowedNamespaces and LinkDeniedNamespaces narrow Links to
+	// some namespaces of their clusters.
+	LinkAllowedNamespaces, LinkDeniedNamespaces LinkNamespaces
 	// LinkSecrets is NAMESPACE[/SELECTOR] of the link Secrets; empty: none.
 	LinkSecrets string
 	// AllowInsecureKubeconfig is what the link Secrets' kubeconfigs may use.
@@ -129,6 +132,8 @@ func (o *Controller) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LinkStartupTimeout, "link-startup-timeout", o.LinkStartupTimeout, "how long the imports a link takes part in wait for its first sync; then they go on, keeping its part as last seen")
 	fs.BoolVar(&o.MirrorFlatEndpoints, "mirror-flat-endpoints", o.MirrorFlatEndpoints, "also give flat-mode mirrors EndpointSlices that copy the remote endpoints, for DNS in import mode (source import)")
 	fs.Var(&o.Links, "link", "NAME=KUBECONFIG[:CONTEXT]: link a cluster (repeatable)")
+	fs.Var(&o.LinkAllowedNamespaces, linkNamespacesFlags[0], "NAME=NAMESPACE[,NAMESPACE...]: the --link NAME brings these namespaces only (repeatable, one per link)")
+	fs.Var(&o.LinkDeniedNamespaces, linkNamespacesFlags[1], "NAME=NAMESPACE[,NAMESPACE...]: the --link NAME brings nothing of these namespaces (repeatable, one per link)")
 	fs.Func("allow-insecure-kubeconfig", "what the kubeconfigs of link Secrets may use, comma-separated: "+link.AllowValues()+" (default: none)",
 		func(v string) error {
 			for _, a := range strings.Split(v, ",") {
@@ -159,6 +164,8 @@ type CompletedController struct {
 	// LinkSecretsSelector is nil when it names no selector.
 	LinkSecretsNamespace string
 	LinkSecretsSelector  k8slabels.Selector
+	// Links are the --link links, with their namespaces.
+	Links []link.Static
 }
 
 // Validate returns o's first mistake, in the words the controller exits
@@ -194,6 +201,9 @@ func (o *Controller) Complete() (CompletedController, error) {
 		if l.Name == o.Cluster {
 			return c, fmt.Errorf("--link %s: that is this cluster's name", l.Name)
 		}
+	}
+	if c.Links, err = narrowLinks(o.Links, &o.LinkAllowedNamespaces, &o.LinkDeniedNamespaces); err != nil {
+		return c, err
 	}
 	return c, nil
 }

@@ -269,3 +269,40 @@ func TestVerbosity(t *testing.T) {
 	assert.Contains(t, err.Error(), `invalid value "loud" for flag -v`)
 	require.NoError(t, Verbosity{}.Apply(), "no -v: nothing to set")
 }
+
+// --link-allowed-namespaces and --link-denied-namespaces narrow a --link,
+// given before or after it; a list of no --link, or one that does not
+// make namespaces, is refused in the flags' words.
+func TestLinkNamespaces(t *testing.T) {
+	o := NewController()
+	require.NoError(t, parse(o.AddFlags, "--cluster", "east", "--egress-address", "10.0.0.1", "--egress-ports", "30000-30100",
+		"--link-denied-namespaces", "west=tenant-b, kube-system", "--link", "west=/etc/west.kubeconfig",
+		"--link", "paris=/etc/paris.kubeconfig", "--link-allowed-namespaces", "paris=shop"))
+	c, err := o.Complete()
+	require.NoError(t, err)
+	require.Len(t, c.Links, 2)
+	assert.Equal(t, link.Namespaces{Deny: []string{"kube-system", "tenant-b"}}, c.Links[0].Namespaces)
+	assert.Equal(t, link.Namespaces{Allow: []string{"shop"}}, c.Links[1].Namespaces)
+
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--link-allowed-namespaces", "tokyo=shop"}, `--link-allowed-namespaces tokyo: no --link named "tokyo" (those of a link Secret are its annotations mcmirror.dev/allowed-namespaces and mcmirror.dev/denied-namespaces)`},
+		{[]string{"--link-allowed-namespaces", "west=shop", "--link-denied-namespaces", "west=shop"}, `--link-allowed-namespaces and --link-denied-namespaces of link west: namespace "shop" is both allowed and denied`},
+		{[]string{"--link-denied-namespaces", "west=Shop"}, `denied namespaces: "Shop" is not a namespace name`},
+	} {
+		o := NewController()
+		require.NoError(t, parse(o.AddFlags, append([]string{"--cluster", "east", "--egress-address", "10.0.0.1", "--egress-ports", "30000-30100",
+			"--link", "west=/etc/west.kubeconfig"}, tc.args...)...))
+		assert.ErrorContains(t, o.Validate(), tc.err, "%v", tc.args)
+	}
+	for _, bad := range [][]string{
+		{"--link-denied-namespaces", "west"},
+		{"--link-denied-namespaces", "west="},
+		{"--link-denied-namespaces", "west=a,,b"},
+		{"--link-denied-namespaces", "west=a", "--link-denied-namespaces", "west=b"},
+	} {
+		assert.Error(t, parse(NewController().AddFlags, bad...), "%v", bad)
+	}
+}

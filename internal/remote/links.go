@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/mcmirror/mcmirror/internal/link"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -30,9 +32,9 @@ type Generation interface {
 // not change them.
 type Consumer[G Generation] interface {
 	// New makes a generation of the watches of cluster name through
-	// client; it does not start them. replacement says another
-	// generation of the name serves.
-	New(name string, client kubernetes.Interface, replacement bool) G
+	// client, narrowed to the namespaces ns (Requests); it does not start
+	// them. replacement says another generation of the name serves.
+	New(name string, client kubernetes.Interface, ns link.Namespaces, replacement bool) G
 	// Serve is told that g serves cluster name from now, in place of old
 	// (replaced false when g is the first), whose watches have stopped.
 	Serve(name string, g, old G, replaced bool)
@@ -44,10 +46,10 @@ type Consumer[G Generation] interface {
 }
 
 // Links holds the linked clusters of one consumer and their generations.
-// A cluster whose kubeconfig changes is watched anew; the generation that
-// serves keeps serving until the new one has synced, so the change costs
-// no gap, and if the new one never syncs the old one goes on as a link that
-// breaks would. It implements link.Handler.
+// A cluster whose kubeconfig or namespaces change is watched anew; the
+// generation that serves keeps serving until the new one has synced, so
+// the change costs no gap, and if the new one never syncs the old one goes
+// on as a link that breaks would. It implements link.Handler.
 type Links[G Generation] struct {
 	local    string
 	consumer Consumer[G]
@@ -75,20 +77,26 @@ func NewLinks[G Generation](local string, consumer Consumer[G]) *Links[G] {
 	return &Links[G]{local: local, consumer: consumer, clusters: map[string]*linked[G]{}}
 }
 
-// Add links cluster name through cfg, or watches it anew through cfg if
-// it is linked.
-func (l *Links[G]) Add(name string, cfg *rest.Config) {
+// Add links cluster name through cfg, narrowed to the namespaces ns, or
+// watches it anew so if it is linked.
+func (l *Links[G]) Add(name string, cfg *rest.Config, ns link.Namespaces) {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		klog.ErrorS(err, "Cannot link cluster", "cluster", name)
 		return
 	}
-	l.AddClient(name, client)
+	l.AddNarrowed(name, client, ns)
 }
 
-// AddClient links cluster name through client, or watches it anew through
-// client if it is linked.
+// AddClient links cluster name through client, every namespace of it, or
+// watches it anew so if it is linked.
 func (l *Links[G]) AddClient(name string, client kubernetes.Interface) {
+	l.AddNarrowed(name, client, link.Namespaces{})
+}
+
+// AddNarrowed links cluster name through client, narrowed to the
+// namespaces ns, or watches it anew so if it is linked.
+func (l *Links[G]) AddNarrowed(name string, client kubernetes.Interface, ns link.Namespaces) {
 	if name == l.local {
 		klog.InfoS("Ignoring a link to the local cluster", "cluster", name)
 		return
@@ -99,7 +107,10 @@ func (l *Links[G]) AddClient(name string, client kubernetes.Interface) {
 	cur, linkedNow := l.clusters[name]
 	running := l.ctx != nil
 	l.mu.Unlock()
-	g := l.consumer.New(name, client, linkedNow)
+	if !ns.All() {
+		klog.InfoS("Linked cluster narrowed to some namespaces", "cluster", name, "namespaces", ns.String())
+	}
+	g := l.consumer.New(name, client, ns, linkedNow)
 	gen := &linked[G]{g: g}
 	if !linkedNow || !running {
 		// Nothing serves yet, or nothing runs: the new one serves at once.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/link"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/kubernetes"
@@ -39,7 +41,7 @@ type record struct {
 	calls []string
 }
 
-func (r *record) New(name string, _ kubernetes.Interface, replacement bool) *gen {
+func (r *record) New(name string, _ kubernetes.Interface, _ link.Namespaces, replacement bool) *gen {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.n++

@@ -3,6 +3,8 @@ package remote
 import (
 	"context"
 
+	"github.com/mcmirror/mcmirror/internal/link"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -36,16 +38,18 @@ func (k Kind) Object() runtime.Object {
 }
 
 // Requests returns the list and watch of the objects of kind that selector
-// selects in the cluster client talks to, in every namespace. Each request
+// selects in the cluster client talks to, in the namespaces ns allows
+// (namespaces.go; every namespace for the zero value). Each request
 // is reported to h as its watch w; one that finds the cluster unreachable
 // or refusing is retried, Backoff apart, until answered, so that the
 // reflector above sees no failure and its own backoff (up to a minute
 // between tries) does not grow; other answers go to the reflector. Every
-// object received, listed or watched, is counted by cluster and kind.
+// object received, listed or watched, is counted by cluster and kind,
+// before what ns does not allow is left out.
 //
 // Wrap the functions to act around each request; cache.ToListWatcherWithWatchListSemantics
 // (or ListWatch) makes it a ListerWatcher.
-func Requests(client kubernetes.Interface, kind Kind, selector string, h *Health, w int) *cache.ListWatch {
+func Requests(client kubernetes.Interface, kind Kind, selector string, ns link.Namespaces, h *Health, w int) *cache.ListWatch {
 	var list func(context.Context, metav1.ListOptions) (runtime.Object, error)
 	var watchf func(context.Context, metav1.ListOptions) (watch.Interface, error)
 	switch kind {
@@ -65,17 +69,19 @@ func Requests(client kubernetes.Interface, kind Kind, selector string, h *Health
 		}
 	}
 	received := Received.WithLabelValues(h.Name(), kind.String())
+	fields := fieldSelector(ns)
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
+			o.LabelSelector, o.FieldSelector = selector, fields
 			l, err := retried(ctx, h, w, func() (runtime.Object, error) { return list(ctx, o) })
 			if err == nil {
 				received.Add(float64(meta.LenList(l)))
+				err = narrowList(ns, l)
 			}
 			return l, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
+			o.LabelSelector, o.FieldSelector = selector, fields
 			wi, err := retried(ctx, h, w, func() (watch.Interface, error) { return watchf(ctx, o) })
 			if err != nil {
 				return wi, err
@@ -85,13 +91,13 @@ func Requests(client kubernetes.Interface, kind Kind, selector string, h *Health
 				case watch.Added, watch.Modified, watch.Deleted:
 					received.Inc()
 				}
-				return e, true
+				return e, narrowEvent(ns, e)
 			}), nil
 		},
 	}
 }
 
 // ListWatch is Requests as a ListerWatcher.
-func ListWatch(client kubernetes.Interface, kind Kind, selector string, h *Health, w int) cache.ListerWatcher {
-	return cache.ToListWatcherWithWatchListSemantics(Requests(client, kind, selector, h, w), client)
+func ListWatch(client kubernetes.Interface, kind Kind, selector string, ns link.Namespaces, h *Health, w int) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(Requests(client, kind, selector, ns, h, w), client)
 }

@@ -11,6 +11,9 @@
 // controller copies a Service's labels onto its slices, so the API server
 // sends the slices of exported Services and nothing else. A linked
 // cluster's churn of what it does not export costs its readers nothing.
+// A link narrowed to some namespaces (link.Namespaces) has every list and
+// watch narrowed too, so that none of its consumers sees the others
+// (namespaces.go).
 package remote
 
 import (

@@ -230,6 +230,18 @@ func (m *MCMirror) ReplaceLink(name string, client kubernetes.Interface) error {
 	return m.watch.ReplaceLink(name, client)
 }
 
+// AddNarrowedLink is AddLink for a link narrowed to the namespaces ns:
+// no name of the others is answered.
+func (m *MCMirror) AddNarrowedLink(name string, client kubernetes.Interface, ns link.Namespaces) error {
+	return m.watch.AddNarrowedLink(name, client, ns)
+}
+
+// ReplaceNarrowedLink is ReplaceLink for a link narrowed to the
+// namespaces ns: for a kubeconfig, or namespaces, that changed.
+func (m *MCMirror) ReplaceNarrowedLink(name string, client kubernetes.Interface, ns link.Namespaces) error {
+	return m.watch.ReplaceNarrowedLink(name, client, ns)
+}
+
 // RemoveLink stops watching a linked cluster; its names go away.
 func (m *MCMirror) RemoveLink(name string) { m.watch.RemoveLink(name) }
 

@@ -81,10 +81,11 @@ type config struct {
 	healthURL      string // gateway_health; empty without it
 	healthResolver string // where gateway_health's host is looked up; empty: the system
 	healthInterval time.Duration
-	allowed        allowedCIDRs // allowed_cidrs, by linked cluster
-	clusterset     []string     // clusterset: the zones of the MCS names; none without it
-	imports        bool         // source import
-	sourceAt       string       // file:line of source; empty without it
+	allowed        allowedCIDRs   // allowed_cidrs, by linked cluster
+	clusterset     []string       // clusterset: the zones of the MCS names; none without it
+	namespaces     linkNamespaces // allowed_namespaces and denied_namespaces, by static link
+	imports        bool           // source import
+	sourceAt       string         // file:line of source; empty without it
 }
 
 // defaultClusterSetZone is the zone of clusterset without one: the
@@ -308,6 +309,11 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			}
 			cfg.sourceAt = where(c)
 
+		case "allowed_namespaces", "denied_namespaces":
+			if err := parseLinkNamespaces(c, cfg); err != nil {
+				return nil, err
+			}
+
 		default:
 			return nil, c.Errf("unknown property '%s'", prop)
 		}
@@ -329,6 +335,9 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 		return nil, fmt.Errorf("%s - Error during parsing: allow_insecure_kubeconfig without link_secrets: it applies to link Secrets only", cfg.allowAt)
 	}
 	if err := cfg.checkAllowedCIDRs(); err != nil {
+		return nil, err
+	}
+	if err := cfg.setLinkNamespaces(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -483,7 +492,7 @@ func (cfg *config) build() (*MCMirror, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: link %s: %w", cfg.linksAt[i], l.Name, err)
 		}
-		if err := m.AddLink(l.Name, client); err != nil {
+		if err := m.AddNarrowedLink(l.Name, client, l.Namespaces); err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.linksAt[i], err)
 		}
 		reserved = append(reserved, l.Name)
@@ -534,17 +543,17 @@ func newClient(rc *rest.Config) (kubernetes.Interface, error) {
 // what a link.SecretWatcher (or a controller of one's own) reports to.
 func (m *MCMirror) LinkHandler() link.Handler {
 	return link.HandlerFuncs{
-		AddFunc: func(name string, rc *rest.Config) {
+		AddFunc: func(name string, rc *rest.Config, ns link.Namespaces) {
 			client, err := newClient(rc)
 			if err != nil {
 				log.Errorf("Link %s: %v", name, err)
 				return
 			}
-			if err := m.ReplaceLink(name, client); err != nil {
+			if err := m.ReplaceNarrowedLink(name, client, ns); err != nil {
 				log.Errorf("Link %s: %v", name, err)
 				return
 			}
-			log.Infof("Linked cluster %s (%s)", name, rc.Host)
+			log.Infof("Linked cluster %s (%s), namespaces: %s", name, rc.Host, ns)
 		},
 		RemoveFunc: m.RemoveLink,
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
 
@@ -125,11 +126,11 @@ func TestControllerServeDNS(t *testing.T) {
 func TestLinkHandler(t *testing.T) {
 	m := startPlugin(t, remotetest.NewClientset(), 100*time.Millisecond)
 	h := m.LinkHandler()
-	h.Add("west", &rest.Config{Host: "http://127.0.0.1:1"})
+	h.Add("west", &rest.Config{Host: "http://127.0.0.1:1"}, link.Namespaces{})
 	if got := m.watch.Links(); !slices.Equal(got, []string{"west"}) {
 		t.Fatalf("links %v after Add", got)
 	}
-	h.Add("West", &rest.Config{Host: "http://127.0.0.1:1"}) // not a cluster name: logged, ignored
+	h.Add("West", &rest.Config{Host: "http://127.0.0.1:1"}, link.Namespaces{}) // not a cluster name: logged, ignored
 	h.Remove("west")
 	if got := m.watch.Links(); len(got) != 0 {
 		t.Fatalf("links %v after Remove", got)

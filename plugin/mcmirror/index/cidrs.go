@@ -6,30 +6,35 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mcmirror/mcmirror/internal/endpointpolicy"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 )
 
 // In flat mode the plugin answers the endpoint addresses a linked cluster
 // publishes, so whoever can write an EndpointSlice there chooses where
 // clients here connect: this cluster's API server, a node, a metadata
-// service. allowed_cidrs bounds, per link, the addresses that are answered
-// (Options.AllowedCIDRs; the handler's setup_cidrs.go parses them).
+// service. A linked cluster's special addresses (loopback, link-local,
+// multicast, unspecified: endpointpolicy.Special, the rule the controller's
+// imports and the gateway follow too) are never answered, and
+// allowed_cidrs bounds, per link, the others (Options.AllowedCIDRs; the
+// handler's setup_cidrs.go parses them). The local cluster's own
+// addresses are answered as they are.
 
-// cidrs is the allow-list of one linked cluster; nil allows everything.
+// cidrs is the allow-list of one linked cluster; nil allows every address
+// that is not special.
 type cidrs []netip.Prefix
 
-// allows reports whether the endpoint address ip may be answered. An IPv4
-// address written as IPv6 (::ffff:10.96.0.1) is what it maps to, as the A
-// record the index makes of it: it is checked as IPv4.
-func (l cidrs) allows(ip string) bool {
+// allows reports whether the endpoint address a of a linked cluster may be
+// answered. An IPv4 address written as IPv6 (::ffff:10.96.0.1) is what it
+// maps to, as the A record the index makes of it: it is checked as IPv4.
+func (l cidrs) allows(a netip.Addr) bool {
+	a = a.Unmap()
+	if endpointpolicy.Special(a) {
+		return false
+	}
 	if l == nil {
 		return true
 	}
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		return false
-	}
-	a = a.Unmap()
 	for _, p := range l {
 		if p.Contains(a) {
 			return true
@@ -71,18 +76,26 @@ func (d *drops) note(k object.GroupKey, now []dropped) {
 		for _, a := range last[id] {
 			before[a] = true
 		}
-		var fresh []string
+		var special, outside []string
 		for _, a := range e.addrs {
-			if !before[a] {
-				fresh = append(fresh, a)
+			if before[a] {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a); err == nil && endpointpolicy.Special(ip) {
+				special = append(special, a)
+			} else {
+				outside = append(outside, a)
 			}
 		}
-		if len(fresh) == 0 {
-			continue
+		droppedAddresses.WithLabelValues(e.cluster).Add(float64(len(special) + len(outside)))
+		if len(special) > 0 {
+			log.Warningf("Cluster %s: EndpointSlice %s/%s of Service %s publishes %s, loopback, link-local, multicast or unspecified: never answered from a linked cluster",
+				e.cluster, e.ns, e.slice, e.svc, listSome(special, 5))
 		}
-		droppedAddresses.WithLabelValues(e.cluster).Add(float64(len(fresh)))
-		log.Warningf("Cluster %s: EndpointSlice %s/%s of Service %s publishes %s, outside its allowed_cidrs: not answered",
-			e.cluster, e.ns, e.slice, e.svc, listSome(fresh, 5))
+		if len(outside) > 0 {
+			log.Warningf("Cluster %s: EndpointSlice %s/%s of Service %s publishes %s, outside its allowed_cidrs: not answered",
+				e.cluster, e.ns, e.slice, e.svc, listSome(outside, 5))
+		}
 	}
 	if d.seen == nil {
 		d.seen = map[object.GroupKey]map[string][]string{}

@@ -20,8 +20,14 @@ func TestCIDRsAllows(t *testing.T) {
 		ip   string
 		want bool
 	}{
-		{nil, "10.96.0.1", true}, // no list: everything, as without allowed_cidrs
-		{nil, "x", true},
+		{nil, "10.96.0.1", true}, // no list: everything not special
+		{nil, "169.254.169.254", false},
+		{nil, "127.0.0.1", false},
+		{nil, "::ffff:127.0.0.1", false},
+		{nil, "fe80::1", false},
+		{nil, "ff02::1", false},
+		{nil, "::", false},
+		{cidrs{netip.MustParsePrefix("0.0.0.0/0")}, "169.254.169.254", false}, // a list never lets one in
 		{list, "10.1.0.30", true},
 		{list, "10.1.255.255", true},
 		{list, "10.96.0.1", false}, // the local API server's ClusterIP
@@ -32,10 +38,9 @@ func TestCIDRsAllows(t *testing.T) {
 		{list, "::ffff:10.96.0.1", false},
 		{v6, "::ffff:10.96.0.1", false}, // would be A 10.96.0.1
 		{v6, "2001:db8::1", true},
-		{list, "not-an-ip", false},
 	}
 	for _, tc := range tests {
-		if got := tc.l.allows(tc.ip); got != tc.want {
+		if got := tc.l.allows(netip.MustParseAddr(tc.ip)); got != tc.want {
 			t.Errorf("%v allows %s = %v, want %v", tc.l, tc.ip, got, tc.want)
 		}
 	}

@@ -487,8 +487,8 @@ func named(sls []*object.Slice) bool {
 // and the local cluster's headless Services. A headless Service gets one
 // name per pod (its hostname, or its address with dashes as CoreDNS's
 // kubernetes plugin names it); a ClusterIP one answers all its endpoints.
-// Addresses are compared by value. Those allow does not allow are left
-// out, and added to out.
+// Addresses are compared by value. A linked cluster's (out set) that
+// allow does not allow are left out, and added to out.
 func (x *Index) endpoints(m, old *member, s *object.Service, sls []*object.Slice, allow cidrs, out *[]dropped) {
 	b := newBuilder(m, old)
 	for _, sl := range sls {
@@ -507,7 +507,7 @@ func (x *Index) endpoints(m, old *member, s *object.Service, sls []*object.Slice
 				if err != nil || a.Zone() != "" {
 					continue
 				}
-				if !allow.allows(ip) {
+				if out != nil && !allow.allows(a) {
 					if !b.seen[a.Unmap()] {
 						bad = append(bad, ip)
 					}

@@ -33,13 +33,13 @@ var (
 	}, []string{"type"})
 
 	// droppedAddresses counts the flat-mode endpoint addresses of a linked
-	// cluster left out of the answers for being outside its allowed_cidrs,
-	// when an EndpointSlice first shows them.
+	// cluster left out of the answers, special (endpointpolicy.Special) or
+	// outside its allowed_cidrs, when an EndpointSlice first shows them.
 	droppedAddresses = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "mcmirror",
 		Name:      "dropped_addresses_total",
-		Help:      "Number of endpoint addresses of a linked cluster not answered for being outside its allowed_cidrs, counted when an EndpointSlice first shows them.",
+		Help:      "Number of endpoint addresses of a linked cluster not answered for being loopback, link-local, multicast or unspecified, or outside its allowed_cidrs, counted when an EndpointSlice first shows them.",
 	}, []string{"cluster"})
 
 	invalidNames = promauto.NewCounterVec(prometheus.CounterOpts{

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
@@ -26,6 +27,8 @@ type cluster struct {
 	name   string
 	local  bool
 	client kubernetes.Interface
+	// namespaces are the link's: only what they hold is watched.
+	namespaces link.Namespaces
 
 	services    *objectStore // Services the export selector exports
 	mcsServices *objectStore // Services a ServiceExport exports (the stamp)
@@ -71,9 +74,11 @@ var (
 	_ remote.Generation         = (*cluster)(nil)
 )
 
-// New makes the stores of a generation of link name.
-func (lc linkConsumer) New(name string, client kubernetes.Interface, _ bool) *cluster {
-	return lc.c.newCluster(name, client)
+// New makes the stores of a generation of link name, narrowed to ns.
+func (lc linkConsumer) New(name string, client kubernetes.Interface, ns link.Namespaces, _ bool) *cluster {
+	cl := lc.c.newCluster(name, client)
+	cl.namespaces = ns
+	return cl
 }
 
 // Serve gives cl the link's metric series; a generation it replaces loses

@@ -20,7 +20,7 @@ import (
 // waiting for the relist gate.
 func (c *Watcher) reflector(cl *cluster, w int, kind remote.Kind, selector string, store *objectStore) *cache.Reflector {
 	what := cl.name + "/" + watchNames[w]
-	req := remote.Requests(cl.client, kind, selector, cl.health.core, w)
+	req := remote.Requests(cl.client, kind, selector, cl.namespaces, cl.health.core, w)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			if o.Continue == "" {

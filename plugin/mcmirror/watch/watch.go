@@ -8,7 +8,6 @@ package watch
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -156,38 +155,16 @@ func New(local kubernetes.Interface, o Options) (*Watcher, error) {
 	return c, nil
 }
 
-// AddLink watches a linked cluster through client. It fails when the name
-// is taken (by the local cluster or another link) or is not a valid cluster
-// name.
+// AddLink watches a linked cluster through client, every namespace of it
+// (AddNarrowedLink).
 func (c *Watcher) AddLink(name string, client kubernetes.Interface) error {
-	if err := labels.ValidateClusterName(name); err != nil {
-		return err
-	}
-	if _, ok := c.links.Get(name); ok || name == c.local {
-		return fmt.Errorf("cluster %q is already watched", name)
-	}
-	if c.imports {
-		return errImportLinks
-	}
-	c.links.AddClient(name, client)
-	return nil
+	return c.AddNarrowedLink(name, client, link.Namespaces{})
 }
 
-// ReplaceLink watches a linked cluster through client, the one already
-// linked by that name (if any) going on serving until client's watches have
-// synced: for a kubeconfig that changed.
+// ReplaceLink watches a linked cluster through client, every namespace of
+// it (ReplaceNarrowedLink).
 func (c *Watcher) ReplaceLink(name string, client kubernetes.Interface) error {
-	if err := labels.ValidateClusterName(name); err != nil {
-		return err
-	}
-	if name == c.local {
-		return fmt.Errorf("cluster %q is the local cluster", name)
-	}
-	if c.imports {
-		return errImportLinks
-	}
-	c.links.AddClient(name, client)
-	return nil
+	return c.ReplaceNarrowedLink(name, client, link.Namespaces{})
 }
 
 // RemoveLink stops watching a linked cluster; its names go away.

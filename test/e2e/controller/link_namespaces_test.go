@@ -1,0 +1,130 @@
+package controller_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+)
+
+const zone = "svc.cluster.local."
+
+// exportBoth exports, from west, the flat StatefulSet db (one pod) in
+// left, the namespace the link leaves out, then in kept: by the time
+// kept's has come, the same watches have sent left's, had they been
+// asked for it.
+func exportBoth(t *testing.T, left, kept string) {
+	t.Helper()
+	ctx := context.Background()
+	west := env.Cluster("west")
+	require.NoError(t, west.Apply(ctx, statefulSet(left, "db", 1, labels.ExportFlat)))
+	require.NoError(t, west.Apply(ctx, statefulSet(kept, "db", 1, labels.ExportFlat)))
+}
+
+// requireComes waits until west's ns/db has, in east, its name in the
+// DNS server s (the pod's address), its mirror, and its import (west's
+// pod).
+func requireComes(t *testing.T, s *harness.DNSServer, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pods := podIPs(c, env.Cluster("west"), ns)
+		require.Len(c, pods, 1)
+		r := s.Ask(c, "tcp", "db-west."+ns+"."+zone, dns.TypeA)
+		assert.Equal(c, []string{pods["db-set-0"]}, harness.Answers(r), "name db-west.%s", ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
+		require.NoError(c, err)
+		assert.Contains(c, m, "db-west", "mirror")
+		imp, ok := readImport(c, ns, "db")
+		require.True(c, ok, "ServiceImport %s/db", ns)
+		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}}, imp.si.Status.Clusters)
+		assert.Equal(c, pods, byHostname(imp.slices["west"]))
+	}, wait, tick)
+}
+
+// assertLeftOut checks that west's ns/db has, in east, no name in s, no
+// mirror and no import.
+func assertLeftOut(t *testing.T, s *harness.DNSServer, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, name := range []string{"db-west." + ns + "." + zone, "db-set-0.db-west." + ns + "." + zone, "db-global." + ns + "." + zone} {
+		assert.Equal(t, dns.RcodeToString[dns.RcodeNameError], dns.RcodeToString[s.Ask(t, "tcp", name, dns.TypeA).Rcode], name)
+	}
+	m, err := env.Cluster("east").Mirrors(ctx, ns)
+	require.NoError(t, err)
+	assert.Empty(t, names(m), "mirrors in %s", ns)
+	_, err = mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns).Get(ctx, "db", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "ServiceImport %s/db: %v", ns, err)
+}
+
+// A link Secret that denies a namespace (its annotation
+// mcmirror.dev/denied-namespaces): nothing west exports there gets a
+// name in east's DNS, a mirror or an import, while what it exports in
+// another namespace gets all three. Without the annotation, the link is
+// watched anew and the denied namespace's export comes; with it again, it
+// goes.
+func TestLinkDeniedNamespace(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	const shop, tenant, linkNS = "e2e-ns-shop", "e2e-ns-tenant", "e2e-ns-links"
+	namespace(t, shop, "east", "west")
+	namespace(t, tenant, "east", "west")
+	namespace(t, linkNS, "east")
+	east, west := env.Cluster("east"), env.Cluster("west")
+	secret := east.CreateLinkSecret(t, linkNS, "west", west.LinkData(t))
+	secret.Annotations = map[string]string{labels.LinkDeniedNamespaces: tenant}
+	secret, err := east.Client.CoreV1().Secrets(linkNS).Update(ctx, secret, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	f := env.StartFleet(t, harness.FleetOptions{Local: "east", LinkSecrets: linkNS, Parts: harness.FleetDNS | harness.FleetController})
+	exportBoth(t, tenant, shop)
+	requireComes(t, f.DNS, shop)
+	assertLeftOut(t, f.DNS, tenant)
+
+	// The annotation goes: the link is watched anew, every namespace.
+	secret.Annotations = nil
+	secret, err = east.Client.CoreV1().Secrets(linkNS).Update(ctx, secret, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	requireComes(t, f.DNS, tenant)
+
+	// It comes back: what the namespace had here goes, the rest stays.
+	secret.Annotations = map[string]string{labels.LinkDeniedNamespaces: tenant}
+	_, err = east.Client.CoreV1().Secrets(linkNS).Update(ctx, secret, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		r := f.DNS.Ask(c, "tcp", "db-west."+tenant+"."+zone, dns.TypeA)
+		assert.Equal(c, dns.RcodeToString[dns.RcodeNameError], dns.RcodeToString[r.Rcode], "name")
+		m, err := east.Mirrors(ctx, tenant)
+		require.NoError(c, err)
+		assert.Empty(c, names(m), "mirrors")
+		_, ok := readImport(c, tenant, "db")
+		assert.False(c, ok, "ServiceImport")
+	}, wait, tick)
+	requireComes(t, f.DNS, shop)
+	env.RequireAlive(t, f.Processes()...)
+}
+
+// A static link allowed one namespace (the Corefile's allowed_namespaces,
+// the controller's --link-allowed-namespaces): what west exports in
+// another gets no name, no mirror and no import.
+func TestLinkAllowedNamespace(t *testing.T) {
+	env.LogOnFailure(t)
+	const shop, tenant = "e2e-ns-static-shop", "e2e-ns-static-tenant"
+	namespace(t, shop, "east", "west")
+	namespace(t, tenant, "east", "west")
+	f := env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: []string{"west"}, Parts: harness.FleetDNS | harness.FleetController,
+		Block:      []string{"allowed_namespaces west " + shop},
+		Controller: harness.ControllerOptions{Args: []string{"--link-allowed-namespaces", "west=" + shop}}})
+	exportBoth(t, tenant, shop)
+	requireComes(t, f.DNS, shop)
+	assertLeftOut(t, f.DNS, tenant)
+	env.RequireAlive(t, f.Processes()...)
+}

@@ -155,8 +155,8 @@ func planImport(in importInput) importPlan {
 			Name:      DerivedName(in.ns, in.name),
 			Namespace: in.ns,
 			Labels: map[string]string{
-				ManagedBy:                    ManagedByValue,
-				labels.ServiceImport:         in.name,
+				ManagedBy:                   ManagedByValue,
+				labels.ServiceImport:        in.name,
 				mcsv1beta1.LabelServiceName: in.name,
 			},
 		},
@@ -290,9 +290,9 @@ func importSlice(in importInput, cluster, name string, at discoveryv1.AddressTyp
 			Name:      name,
 			Namespace: in.ns,
 			Labels: map[string]string{
-				discoveryv1.LabelServiceName:   in.derived.Name,
-				discoveryv1.LabelManagedBy:     EndpointSliceManagedBy,
-				ManagedBy:                      ManagedByValue,
+				discoveryv1.LabelServiceName:  in.derived.Name,
+				discoveryv1.LabelManagedBy:    EndpointSliceManagedBy,
+				ManagedBy:                     ManagedByValue,
 				mcsv1beta1.LabelServiceName:   in.name,
 				mcsv1beta1.LabelSourceCluster: cluster,
 			},

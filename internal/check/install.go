@@ -193,7 +193,7 @@ type DNSConfig struct {
 	// Import is import mode (source import): the DNS reads the linked
 	// clusters from the controller's mirrors.
 	Import bool
-	Allow         link.Allow
+	Allow  link.Allow
 	// Kubernetes is whether the kubernetes plugin is configured too.
 	Kubernetes bool
 	// Metrics is the address of the prometheus plugin, where the

@@ -97,12 +97,15 @@ func (s *syncer) applyService(w want) *corev1.Service {
 		updated.Annotations = map[string]string{}
 	}
 	maps.Copy(updated.Annotations, desired.Annotations)
-	if _, ok := desired.Annotations[EgressPorts]; !ok {
-		delete(updated.Annotations, EgressPorts)
+	for _, k := range optionalAnnotations {
+		if _, ok := desired.Annotations[k]; !ok {
+			delete(updated.Annotations, k)
+		}
 	}
 	updated.Spec.Type = corev1.ServiceTypeClusterIP
 	updated.Spec.Selector = nil
 	updated.Spec.Ports = desired.Spec.Ports
+	updated.Spec.PublishNotReadyAddresses = desired.Spec.PublishNotReadyAddresses
 	u, err := c.client.CoreV1().Services(s.ns).Update(s.ctx, updated, metav1.UpdateOptions{})
 	s.wrote("update", "services", desired.Name, err)
 	if err != nil {
@@ -123,6 +126,10 @@ func (s *syncer) count(w want) {
 	}
 }
 
+// optionalAnnotations are the controller's annotations a mirror has only
+// at times: removed when the desired mirror lacks them.
+var optionalAnnotations = []string{EgressPorts, RemoteHeadless}
+
 // serviceNeedsUpdate compares the fields the controller owns.
 func serviceNeedsUpdate(existing, desired *corev1.Service) bool {
 	for k, v := range desired.Labels {
@@ -135,12 +142,14 @@ func serviceNeedsUpdate(existing, desired *corev1.Service) bool {
 			return true
 		}
 	}
-	if _, ok := desired.Annotations[EgressPorts]; !ok {
-		if _, had := existing.Annotations[EgressPorts]; had {
+	for _, k := range optionalAnnotations {
+		_, want := desired.Annotations[k]
+		if _, had := existing.Annotations[k]; had && !want {
 			return true
 		}
 	}
-	if existing.Spec.Type != corev1.ServiceTypeClusterIP || len(existing.Spec.Selector) > 0 {
+	if existing.Spec.Type != corev1.ServiceTypeClusterIP || len(existing.Spec.Selector) > 0 ||
+		existing.Spec.PublishNotReadyAddresses != desired.Spec.PublishNotReadyAddresses {
 		return true
 	}
 	if len(existing.Spec.Ports) != len(desired.Spec.Ports) {
@@ -216,6 +225,10 @@ func (s *syncer) applySlice(desired *discoveryv1.EndpointSlice) {
 	}
 	updated := existing.DeepCopy()
 	maps.Copy(updated.Labels, desired.Labels)
+	if len(desired.Annotations) > 0 && updated.Annotations == nil {
+		updated.Annotations = map[string]string{}
+	}
+	maps.Copy(updated.Annotations, desired.Annotations)
 	updated.OwnerReferences = desired.OwnerReferences
 	updated.Endpoints = desired.Endpoints
 	updated.Ports = desired.Ports
@@ -254,6 +267,11 @@ func (s *syncer) sliceConflict(desired *discoveryv1.EndpointSlice) {
 func sliceNeedsUpdate(existing, desired *discoveryv1.EndpointSlice) bool {
 	for k, v := range desired.Labels {
 		if existing.Labels[k] != v {
+			return true
+		}
+	}
+	for k, v := range desired.Annotations {
+		if existing.Annotations[k] != v {
 			return true
 		}
 	}

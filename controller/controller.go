@@ -101,6 +101,11 @@ type Options struct {
 	LinkRemovalGrace time.Duration
 	// Workers is the number of concurrent syncs (default 4).
 	Workers int
+	// FlatEndpoints gives flat-mode mirrors EndpointSlices that copy the
+	// remote endpoints (slices.go, flatSlices): the objects DNS in import
+	// mode answers flat-mode names from. Off, a flat-mode mirror has no
+	// EndpointSlice.
+	FlatEndpoints bool
 	// LinksSynced reports whether every link that exists at start-up has
 	// been added (a link.SecretWatcher's HasSynced). Nil: at once.
 	LinksSynced func() bool

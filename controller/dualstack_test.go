@@ -170,13 +170,14 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// The names of a dual-stack mirror's slices are the controller's, and
-// collide neither with a headless mirror's further slices nor with
-// anything else.
-func TestOwnSliceNameDualStack(t *testing.T) {
+// The names of a mirror's slices are the controller's: the mirror's own,
+// and <mirror>.<something> (a headless mirror's further slices, a
+// dual-stack mirror's second family, a flat-mode mirror's copies), which
+// no Service's own slice can have; nothing else.
+func TestOwnSliceName(t *testing.T) {
 	for name, want := range map[string]bool{
-		"web-west": true, "web-west.2": true, "web-west.ipv4": true, "web-west.ipv6": true,
-		"web-west.ipv7": false, "web-west.IPv6": false, "web-west.ipv6.2": false, "web-west-ipv6": false, "web-west.": false,
+		"web-west": true, "web-west.2": true, "web-west.ipv4": true, "web-west.ipv6": true, "web-west.web-x7k2p": true,
+		"web-west-ipv6": false, "web-west.": false, "web-westx": false, "web-wes": false, "web-west-abcde": false,
 	} {
 		assert.Equal(t, want, ownSliceName(name, "web-west"), name)
 	}

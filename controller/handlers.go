@@ -177,15 +177,14 @@ func ownedKey(m metav1.Object) (string, bool) {
 }
 
 // ownSliceName reports whether name is one the controller gives an
-// EndpointSlice of Service svc: svc itself, svc.<n> (a headless mirror's
-// further slices), or svc.ipv4 or svc.ipv6 (a dual-stack mirror's slice
-// of its secondary family, familySliceName).
+// EndpointSlice of Service svc: svc itself, or svc.<something>: a headless
+// mirror's further slices (svc.<n>), a dual-stack mirror's slice of its
+// secondary family (svc.ipv4, svc.ipv6: familySliceName), a flat-mode
+// mirror's copy of a remote slice (svc.<remote slice>: flatSliceName). No
+// Service's own slice has such a name (a Service's name has no dot).
 func ownSliceName(name, svc string) bool {
-	if name == svc || name == familySliceName(svc, discoveryv1.AddressTypeIPv4) || name == familySliceName(svc, discoveryv1.AddressTypeIPv6) {
-		return true
-	}
 	n, ok := strings.CutPrefix(name, svc+".")
-	return ok && n != "" && strings.Trim(n, "0123456789") == ""
+	return name == svc || ok && n != ""
 }
 
 func indexByKey(obj any) ([]string, error) {

@@ -16,5 +16,6 @@ const (
 	ModeFlat               = labels.ModeFlat
 	RemoteHostname         = labels.RemoteHostname
 	EgressPorts            = labels.EgressPorts
+	RemoteHeadless         = labels.RemoteHeadless
 	EndpointSliceManagedBy = labels.EndpointSliceManagedBy
 )

@@ -102,7 +102,8 @@ func (f *mcsFixture) waitMCS() {
 		for i := range imports.Items {
 			got, ok, _ := f.c.mcs.imports.GetStore().Get(&imports.Items[i])
 			if !ok || !apiequality.Semantic.DeepEqual(got.(*mcsv1alpha1.ServiceImport).Spec, imports.Items[i].Spec) ||
-				!apiequality.Semantic.DeepEqual(got.(*mcsv1alpha1.ServiceImport).Status, imports.Items[i].Status) {
+				!apiequality.Semantic.DeepEqual(got.(*mcsv1alpha1.ServiceImport).Status, imports.Items[i].Status) ||
+				!apiequality.Semantic.DeepEqual(got.(*mcsv1alpha1.ServiceImport).Annotations, imports.Items[i].Annotations) {
 				return false
 			}
 		}

@@ -118,6 +118,12 @@ func planServices(in planInput) plan {
 	}
 	main := in.mirrorService(p.mirrorName, p.shape != shapeClusterIP, p.shape == shapeClusterIP)
 	main.Annotations[labels.RemoteResourceVersion] = in.remote.ResourceVersion
+	if in.remote.Spec.ClusterIP == corev1.ClusterIPNone {
+		main.Annotations[RemoteHeadless] = "true"
+	}
+	// As the remote: DNS in import mode, and the kubernetes plugin, read
+	// the endpoints' readiness through it.
+	main.Spec.PublishNotReadyAddresses = in.remote.Spec.PublishNotReadyAddresses
 	main.Labels[Mode] = ModeGateway
 	if p.shape == shapeFlat {
 		main.Labels[Mode] = ModeFlat

@@ -33,6 +33,9 @@ type sliceInput struct {
 	// mirror's endpoints stay in the slice that holds them.
 	owned  map[string]*discoveryv1.EndpointSlice
 	egress []netip.Addr
+	// flat gives a flat-mode mirror copies of remoteSlices (flatSlices).
+	flat         bool
+	remoteSlices []*discoveryv1.EndpointSlice
 	// maxEndpoints is maxEndpointsPerSlice, smaller in tests.
 	maxEndpoints int
 }
@@ -56,6 +59,10 @@ func planSlices(in sliceInput) (map[string]*discoveryv1.EndpointSlice, map[strin
 			}
 		case in.plan.shape == shapeHeadless && w.svc.Name == in.plan.mirrorName:
 			for _, es := range in.headlessSlices(live) {
+				desired[es.Name] = es
+			}
+		case in.plan.shape == shapeFlat && in.flat:
+			for _, es := range in.flatSlices(live) {
 				desired[es.Name] = es
 			}
 		}

@@ -162,7 +162,8 @@ func (s *syncer) run() error {
 	s.applyFamilies(p.wants)
 	live := s.applyServices(p.wants)
 	desired, known := planSlices(sliceInput{cluster: s.cluster, ns: s.ns, name: s.name, plan: p, live: live,
-		owned: s.ownedSlices, egress: s.egress, maxEndpoints: c.maxEndpoints})
+		owned: s.ownedSlices, egress: s.egress, maxEndpoints: c.maxEndpoints,
+		flat: c.opts.FlatEndpoints, remoteSlices: s.remoteSlices})
 	for _, name := range slices.Sorted(maps.Keys(desired)) {
 		s.applySlice(desired[name])
 	}

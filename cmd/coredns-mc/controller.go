@@ -257,6 +257,7 @@ func (c *controllerConfig) controllerOptions(rec record.EventRecorder, mcsClient
 		LinkRemovalGrace: o.LinkRemovalGrace,
 		HeadlessGrace:    o.HeadlessGrace,
 		Workers:          o.Workers,
+		FlatEndpoints:    o.MirrorFlatEndpoints,
 
 		MCS:                mcsClient,
 		ServiceExportMode:  o.ServiceExportMode,

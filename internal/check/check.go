@@ -57,7 +57,7 @@ func (f *Facts) Cluster() string {
 // IDs lists every check's ID in report order; a report has each at least
 // once, but for api alone when the API server does not answer.
 var IDs = []string{
-	"api", "cluster-name",
+	"api", "cluster-name", "dns-source",
 	"rbac-controller", "rbac-gateway", "rbac-dns", "rbac-link",
 	"dns", "link", "gateway", "peer-reachable", "peer-certificate",
 	"egress-ports", "controller-leader", "versions",
@@ -72,6 +72,7 @@ func Evaluate(f *Facts) []Result {
 	out := []Result{
 		{ID: "api", Status: OK, Message: strings.TrimSpace(fmt.Sprintf("%s answers %s", f.Server, f.Version))},
 		evalClusterName(f.Install),
+		evalSource(f.Install),
 	}
 	for _, r := range f.RBAC {
 		out = append(out, evalRBAC(r))

@@ -47,6 +47,28 @@ func evalClusterName(in Install) Result {
 	return r
 }
 
+// evalSource checks that the DNS in import mode (source import) has what
+// it reads: the controller, writing the flat-mode mirrors' endpoints.
+func evalSource(in Install) Result {
+	r := Result{ID: "dns-source"}
+	d := ParseCorefile(in.Corefile)
+	switch {
+	case !d.Mcmirror || !d.Import:
+		r.Status, r.Message = OK, "direct: the DNS watches the linked clusters itself"
+	case !in.Controller.Found:
+		r.Status = Fail
+		r.Message = "the Corefile's mcmirror reads the linked clusters from the controller's mirrors (source import), but no controller is installed: nothing of them is answered"
+		r.Fix = "install the controller (the chart's controller.enabled), or use source direct (the chart's dns.source=direct)"
+	case !ParseController(in.Controller.Args).MirrorFlatEndpoints:
+		r.Status = Fail
+		r.Message = "the Corefile's mcmirror reads the linked clusters from the controller's mirrors (source import), but the controller runs without --mirror-flat-endpoints: flat-mode names answer no address"
+		r.Fix = "add --mirror-flat-endpoints to the controller (the chart's dns.source=import sets both)"
+	default:
+		r.Status, r.Message = OK, "import: the DNS reads the controller's mirrors, and the controller writes flat-mode endpoints (--mirror-flat-endpoints)"
+	}
+	return r
+}
+
 // evalVersions compares the images of the parts that run coredns-mc.
 // The parts expose no version of their own (no build_info metric), so the
 // image reference is what tells them apart.

@@ -457,3 +457,20 @@ func keys(m map[string]any) []string {
 	}
 	return out
 }
+
+// The DNS in import mode needs the controller, writing the flat-mode
+// mirrors' endpoints; in direct mode it needs neither.
+func TestEvalSource(t *testing.T) {
+	const direct = ".:53 {\n    mcmirror cluster.local {\n        cluster east\n        link_secrets mcmirror-links\n    }\n}\n"
+	const imports = ".:53 {\n    mcmirror cluster.local {\n        cluster east\n        source import\n    }\n}\n"
+	ctl := Workload{Found: true, Args: []string{"controller", "--cluster=east", "--mirror-flat-endpoints"}}
+	assert.Equal(t, OK, evalSource(Install{Corefile: direct}).Status)
+	assert.Equal(t, OK, evalSource(Install{Corefile: imports, Controller: ctl}).Status)
+	r := evalSource(Install{Corefile: imports})
+	assert.Equal(t, Fail, r.Status)
+	assert.Contains(t, r.Message, "no controller is installed")
+	ctl.Args = ctl.Args[:2]
+	r = evalSource(Install{Corefile: imports, Controller: ctl})
+	assert.Equal(t, Fail, r.Status)
+	assert.Contains(t, r.Fix, "--mirror-flat-endpoints")
+}

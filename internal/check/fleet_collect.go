@@ -63,6 +63,8 @@ func dnsUnread(in Install, dns DNSConfig) string {
 		return fmt.Sprintf("the Corefile of %s: %s", ref, in.CorefileErr)
 	case !dns.Mcmirror:
 		return fmt.Sprintf("the Corefile of %s (%s) has no mcmirror block", ref, in.CorefileFrom)
+	case dns.Import:
+		return fmt.Sprintf("the Corefile of %s (%s) reads the linked clusters from the controller's mirrors (source import): the controller's leader watches the links (its mcmirror_controller_link_synced), the DNS replicas none", ref, in.CorefileFrom)
 	case dns.Metrics == "":
 		return fmt.Sprintf("the Corefile of %s (%s) runs no prometheus plugin, where the replicas' link states are", ref, in.CorefileFrom)
 	}

@@ -283,6 +283,7 @@ func TestDNSUnread(t *testing.T) {
 		{in, corefile("    prometheus 127.0.0.1:9153\n"), "127.0.0.1:9153", "listens on 127.0.0.1:9153"},
 		{in, corefile(""), "", "runs no prometheus plugin"},
 		{in, ParseCorefile(".:53 {\n    prometheus :9153\n    forward . /etc/resolv.conf\n}\n"), ":9153", "has no mcmirror block"},
+		{in, ParseCorefile(".:53 {\n    prometheus :9153\n    mcmirror cluster.local {\n        cluster east\n        source import\n    }\n}\n"), ":9153", "(source import): the controller's leader watches the links"},
 		{Install{DNS: Workload{Namespace: "kube-system", Name: "coredns"}}, DNSConfig{}, "", "no Deployment kube-system/coredns, the cluster DNS"},
 		{Install{DNS: Workload{Namespace: "kube-system", Name: "coredns", Err: "forbidden"}}, DNSConfig{}, "", "could not read Deployment kube-system/coredns: forbidden"},
 		{Install{DNS: in.DNS, CorefileErr: "no ConfigMap volume"}, DNSConfig{}, "", "the Corefile of kube-system/coredns: no ConfigMap volume"},

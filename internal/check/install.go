@@ -190,6 +190,9 @@ type DNSConfig struct {
 	Zones         []string
 	Cluster       string
 	LinkNamespace string
+	// Import is import mode (source import): the DNS reads the linked
+	// clusters from the controller's mirrors.
+	Import bool
 	Allow         link.Allow
 	// Kubernetes is whether the kubernetes plugin is configured too.
 	Kubernetes bool
@@ -243,6 +246,8 @@ func parseCorefile(corefile string) (DNSConfig, error) {
 				switch {
 				case prop == "cluster" && len(args) > 0:
 					d.Cluster = args[0]
+				case prop == "source" && len(args) > 0:
+					d.Import = args[0] == "import"
 				case prop == "link_secrets" && len(args) > 0:
 					d.LinkNamespace, _, _ = strings.Cut(args[0], "/")
 				case prop == "allow_insecure_kubeconfig":

@@ -35,6 +35,12 @@ const (
 	ModeGateway = "gateway"
 	ModeFlat    = "flat"
 
+	// RemoteHeadless is the annotation, "true", on a Service mirror whose
+	// remote Service is headless: a flat-mode mirror is headless whatever
+	// the remote is, and DNS in import mode answers per-pod names of a
+	// headless remote Service only.
+	RemoteHeadless = Domain + "/remote-headless"
+
 	// RemoteHostname is, on a per-pod mirror, the hostname of the remote
 	// endpoint it stands for.
 	RemoteHostname = Domain + "/remote-hostname"

@@ -68,6 +68,10 @@ type Controller struct {
 	// LinkStartupTimeout bounds how long the imports that a link shares
 	// in wait for its first sync.
 	LinkStartupTimeout time.Duration
+	// MirrorFlatEndpoints writes the flat-mode mirrors' EndpointSlices,
+	// copies of the remote endpoints, which DNS in import mode answers
+	// from (the plugin's `source import`).
+	MirrorFlatEndpoints bool
 }
 
 // NewController returns the controller's defaults.
@@ -123,6 +127,7 @@ func (o *Controller) AddFlags(fs *flag.FlagSet) {
 	o.EndpointPolicy.addFlags(fs, "a flat-mode import carries", "no import carries")
 	fs.IntVar(&o.MaxImportEndpoints, "max-import-endpoints", o.MaxImportEndpoints, "endpoints one ServiceImport carries at most, shared fairly among the exporting clusters; the rest are left out, with an Event")
 	fs.DurationVar(&o.LinkStartupTimeout, "link-startup-timeout", o.LinkStartupTimeout, "how long the imports a link takes part in wait for its first sync; then they go on, keeping its part as last seen")
+	fs.BoolVar(&o.MirrorFlatEndpoints, "mirror-flat-endpoints", o.MirrorFlatEndpoints, "also give flat-mode mirrors EndpointSlices that copy the remote endpoints, for DNS in import mode (source import)")
 	fs.Var(&o.Links, "link", "NAME=KUBECONFIG[:CONTEXT]: link a cluster (repeatable)")
 	fs.Func("allow-insecure-kubeconfig", "what the kubeconfigs of link Secrets may use, comma-separated: "+link.AllowValues()+" (default: none)",
 		func(v string) error {

@@ -84,6 +84,10 @@ type Options struct {
 	ClusterSet []string
 	// Cluster is this cluster's name.
 	Cluster string
+	// Import is import mode (source import): only the local cluster is
+	// watched, and the linked clusters are read from the mirrors the
+	// controller writes there (watch.Options.Import).
+	Import bool
 	// TTL of every record; 0 is a valid TTL.
 	TTL uint32
 	// StartupTimeout is how long a link that cannot sync holds up
@@ -142,6 +146,7 @@ func (o Options) watchOptions() watch.Options {
 		StartupTimeout: o.StartupTimeout,
 		StaleMaxAge:    o.StaleMaxAge,
 		ClusterSet:     len(o.ClusterSet) > 0,
+		Import:         o.Import,
 	}
 }
 

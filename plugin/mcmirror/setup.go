@@ -83,6 +83,8 @@ type config struct {
 	healthInterval time.Duration
 	allowed        allowedCIDRs // allowed_cidrs, by linked cluster
 	clusterset     []string     // clusterset: the zones of the MCS names; none without it
+	imports        bool         // source import
+	sourceAt       string       // file:line of source; empty without it
 }
 
 // defaultClusterSetZone is the zone of clusterset without one: the
@@ -289,6 +291,23 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 				return nil, err
 			}
 
+		case "source":
+			args := c.RemainingArgs()
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			if cfg.sourceAt != "" {
+				return nil, c.Errf("source given twice")
+			}
+			switch args[0] {
+			case "direct":
+			case "import":
+				cfg.imports = true
+			default:
+				return nil, c.Errf("source: %q is neither direct (watch every linked cluster) nor import (read the mirrors the controller writes in this cluster)", args[0])
+			}
+			cfg.sourceAt = where(c)
+
 		default:
 			return nil, c.Errf("unknown property '%s'", prop)
 		}
@@ -302,6 +321,9 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 		if l.Name == cfg.cluster {
 			return nil, fmt.Errorf("%s - Error during parsing: link %q has this cluster's name", cfg.linksAt[i], l.Name)
 		}
+	}
+	if cfg.imports && (len(cfg.links) > 0 || cfg.secrets) {
+		return nil, fmt.Errorf("%s - Error during parsing: source import with link or link_secrets: in import mode no linked cluster is watched here, the controller watches them; remove the links, or use source direct", cfg.sourceAt)
 	}
 	if cfg.allowAt != "" && !cfg.secrets {
 		return nil, fmt.Errorf("%s - Error during parsing: allow_insecure_kubeconfig without link_secrets: it applies to link Secrets only", cfg.allowAt)
@@ -433,6 +455,7 @@ func (cfg *config) options() Options {
 		GatewayHealthResolver: cfg.healthResolver,
 		AllowedCIDRs:          cfg.allowed.lists,
 		ClusterSet:            cfg.clusterset,
+		Import:                cfg.imports,
 	}
 }
 

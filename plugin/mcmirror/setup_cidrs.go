@@ -74,7 +74,7 @@ func (cfg *config) checkAllowedCIDRs() error {
 			return fmt.Errorf("%s - Error during parsing: allowed_cidrs: %q is this cluster, whose addresses are not filtered", at, name)
 		}
 		linked := slices.ContainsFunc(cfg.links, func(l link.Static) bool { return l.Name == name })
-		if !linked && !cfg.secrets {
+		if !linked && !cfg.secrets && !cfg.imports {
 			return fmt.Errorf("%s - Error during parsing: allowed_cidrs: no link named %q", at, name)
 		}
 	}

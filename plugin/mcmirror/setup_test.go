@@ -145,6 +145,23 @@ func TestParse(t *testing.T) {
 		{"mcmirror {\ncluster east\nexport_selector in in in\n}", "export_selector: bad selector", nil},
 		{"mcmirror {\ncluster east\nexport_selector a=b\nexport_selector c=d\n}", "export_selector given twice", nil},
 		{"mcmirror {\ncluster east\nttl\n}", "Wrong argument count", nil},
+		// source: direct (the default) or import, which links nothing.
+		{"mcmirror {\ncluster east\nsource import\n}", "", func(t *testing.T, c *config) {
+			if !c.imports || !c.options().Import {
+				t.Errorf("source import: imports %v", c.imports)
+			}
+		}},
+		{"mcmirror {\ncluster east\nsource direct\nlink west /etc/west.kubeconfig\n}", "", func(t *testing.T, c *config) {
+			if c.imports {
+				t.Error("source direct is not import mode")
+			}
+		}},
+		{"mcmirror {\ncluster east\nsource import\nallowed_cidrs west 10.0.0.0/8\n}", "", nil},
+		{"mcmirror {\ncluster east\nsource import\nlink west /etc/west.kubeconfig\n}", "source import with link or link_secrets", nil},
+		{"mcmirror {\ncluster east\nlink_secrets linkerd-multicluster\nsource import\n}", "source import with link or link_secrets", nil},
+		{"mcmirror {\ncluster east\nsource both\n}", `source: "both" is neither direct`, nil},
+		{"mcmirror {\ncluster east\nsource\n}", "Wrong argument count", nil},
+		{"mcmirror {\ncluster east\nsource import\nsource import\n}", "source given twice", nil},
 		{"mcmirror {\ncluster east\nttl 1 2\n}", "Wrong argument count", nil},
 		{"mcmirror {\ncluster east\nttl five\n}", "not a number", nil},
 		{"mcmirror {\ncluster east\nttl -1\n}", "ttl must be in range [0, 3600]: -1", nil},

@@ -77,6 +77,9 @@ Checks of values across fields, which values.schema.json cannot say.
 {{- if gt (index $ports 0 | atoi) (index $ports 1 | atoi) -}}
 {{- fail (printf "egressPorts %s: want LOW-HIGH with LOW <= HIGH" .Values.egressPorts) -}}
 {{- end -}}
+{{- if and (eq .Values.dns.source "import") .Values.dns.enabled (not .Values.controller.enabled) -}}
+{{- fail "dns.source=import needs controller.enabled: in import mode the DNS answers from the mirrors the controller writes" -}}
+{{- end -}}
 {{- if and .Values.admissionPolicy.enabled (not .Values.controller.enabled) -}}
 {{- fail "admissionPolicy.enabled needs controller.enabled: the policy lets only the controller write mirror labels" -}}
 {{- end -}}
@@ -98,9 +101,16 @@ mcmirror {{ .Values.dns.clusterDomain }} clusterset.local in-addr.arpa ip6.arpa 
     # ServiceImports' ClusterSetIPs and Headless pods), and
     # answered there alone.
     clusterset clusterset.local
+    {{- if eq .Values.dns.source "import" }}
+    # Import mode: the linked clusters' exports are read from the
+    # mirrors the controller writes here; no linked cluster is watched
+    # from this server. Value: dns.source.
+    source import
+    {{- else }}
     # Linked clusters: the Linkerd-format kubeconfig Secrets in this
     # namespace, picked up and dropped at run time.
     link_secrets {{ .Values.linkNamespace }}
+    {{- end }}
     ttl 5
     # Gateway mode: leave the members of a cluster whose gateway is
     # down out of the -global names, as this cluster's gateway sees

@@ -97,6 +97,12 @@ type Mirror struct {
 	// Fed is, on a federated Service (<svc>-federated, without Cluster),
 	// the members its annotations list; nil on any other.
 	Fed *Federation
+	// Export is, on a Service mirror the mcmirror controller made
+	// (<svc>-<cluster>, labelled with the remote Service), the remote
+	// Service as DNS in import mode answers it: its name, mode, ports,
+	// whether it is headless and publishes not-ready addresses. Nil on
+	// any other.
+	Export *Service
 }
 
 // DeepCopyObject implements the runtime.Object interface.
@@ -104,6 +110,9 @@ func (m *Mirror) DeepCopyObject() runtime.Object {
 	c := *m
 	c.ClusterIPs = slices.Clone(m.ClusterIPs)
 	c.Ports = slices.Clone(m.Ports)
+	if m.Export != nil {
+		c.Export = m.Export.DeepCopyObject().(*Service)
+	}
 	if m.Fed != nil {
 		c.Fed = &Federation{Remote: slices.Clone(m.Fed.Remote), Local: m.Fed.Local}
 	}
@@ -113,7 +122,10 @@ func (m *Mirror) DeepCopyObject() runtime.Object {
 // Slice is an EndpointSlice, trimmed to what DNS needs.
 type Slice struct {
 	Meta
-	Service   string // the kubernetes.io/service-name label
+	Service string // the kubernetes.io/service-name label
+	// Remote is, on a mirror's slice, the remote Service it stands for
+	// (mcmirror.dev/remote-service); empty on any other (ToMirrorSlice).
+	Remote    string
 	Ports     []Port
 	Endpoints []Endpoint
 	// TriggerTime is the last-change-trigger-time annotation, used for the
@@ -168,7 +180,7 @@ func ToMirror(obj any) (any, error) {
 	case *Mirror:
 		return s, nil
 	case *corev1.Service:
-		return &Mirror{
+		m := &Mirror{
 			Meta:       Meta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion},
 			IsMirror:   s.Labels[labels.MirroredService] == labels.MirroredServiceValue,
 			Cluster:    s.Labels[labels.ClusterName],
@@ -177,9 +189,46 @@ func ToMirror(obj any) (any, error) {
 			ClusterIPs: clusterIPs(&s.Spec),
 			Ports:      servicePorts(s.Spec.Ports),
 			Fed:        federation(s),
-		}, nil
+		}
+		m.Export = export(m, s)
+		return m, nil
 	}
 	return obj, nil
+}
+
+// export is the remote Service a Service mirror of the controller stands
+// for, as its labels and annotations say (Mirror.Export); nil for any
+// other Service. The mirror is headless when the remote is, in gateway
+// mode, unless the remote's endpoints have no hostname; a flat-mode mirror
+// always is, and says what the remote is in the RemoteHeadless annotation.
+func export(m *Mirror, s *corev1.Service) *Service {
+	remote := s.Labels[labels.RemoteService]
+	if !m.IsMirror || m.Cluster == "" || m.HeadlessOf != "" || remote == "" || s.Labels[labels.ManagedBy] != labels.ManagedByValue {
+		return nil
+	}
+	mode := labels.Gateway
+	if s.Labels[labels.ModeLabel] == labels.ModeFlat {
+		mode = labels.Flat
+	}
+	return &Service{
+		Meta:            Meta{Name: remote, Namespace: s.Namespace, Version: s.ResourceVersion},
+		Exported:        true,
+		Mode:            mode,
+		Headless:        s.Annotations[labels.RemoteHeadless] == "true" || mode == labels.Gateway && m.Headless,
+		Ports:           m.Ports,
+		PublishNotReady: s.Spec.PublishNotReadyAddresses,
+	}
+}
+
+// ToMirrorSlice trims an EndpointSlice of a mirror (ToSlice), keeping the
+// remote Service it stands for (Slice.Remote).
+func ToMirrorSlice(obj any) (any, error) {
+	es, ok := obj.(*discovery.EndpointSlice)
+	t, err := ToSlice(obj)
+	if s, isSlice := t.(*Slice); ok && isSlice {
+		s.Remote = es.Labels[labels.RemoteService]
+	}
+	return t, err
 }
 
 // ToSlice trims an EndpointSlice.

@@ -35,6 +35,9 @@ type cluster struct {
 	slices  [3]*objectStore
 	mirrors *objectStore // mirror Services; local cluster only
 	derived *objectStore // derived Services; local cluster, with clusterset
+	// mirrorSlices are the mirrors' EndpointSlices; local cluster, in
+	// import mode (imported.go).
+	mirrorSlices *objectStore
 
 	// health is whether the watches work, and owns the cluster's metric
 	// series while this generation serves it.
@@ -52,9 +55,10 @@ const (
 	objMCSService
 	objDerived
 	objFedService
+	objMirrorSlice
 )
 
-var objKinds = [...]string{"service", "endpointslice", "mirror", "mcs-service", "derived", "federated-service"}
+var objKinds = [...]string{"service", "endpointslice", "mirror", "mcs-service", "derived", "federated-service", "mirror-endpointslice"}
 
 const sliceServiceIndex = "service"
 
@@ -129,6 +133,9 @@ func (cl *cluster) Start(ctx context.Context) {
 	if cl.derived != nil {
 		go c.reflector(cl, watchDerived, remote.Services, labels.DerivedSelector, cl.derived).RunWithContext(quiet)
 	}
+	if cl.mirrorSlices != nil {
+		go c.reflector(cl, watchMirrorSlices, remote.EndpointSlices, labels.MirrorSelector, cl.mirrorSlices).RunWithContext(quiet)
+	}
 	go cl.watchSync(ctx)
 }
 
@@ -143,6 +150,9 @@ func (cl *cluster) watchSync(ctx context.Context) {
 	}
 	if cl.derived != nil {
 		synced = append(synced, cl.derived.HasSynced)
+	}
+	if cl.mirrorSlices != nil {
+		synced = append(synced, cl.mirrorSlices.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
@@ -227,13 +237,17 @@ func (c *Watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 		cl.mirrors = newObjectStore(object.ToMirror, func(obj any) bool {
 			m, ok := obj.(*object.Mirror)
 			return ok && m.IsMirror
-		}, fedIndexers(), c.mirrorHandler(cl))
+		}, mirrorIndexers(), c.mirrorHandler(cl))
 	}
 	if cl.local && c.clusterset {
 		cl.derived = c.newDerivedStore(cl)
 		cl.health.derived = true
 	}
-	for _, s := range append([]*objectStore{cl.services, cl.mcsServices, cl.fedServices, cl.mirrors, cl.derived}, cl.slices[:]...) {
+	if cl.local && c.imports {
+		cl.mirrorSlices = c.newMirrorSliceStore(cl)
+		cl.health.imported = true
+	}
+	for _, s := range append([]*objectStore{cl.services, cl.mcsServices, cl.fedServices, cl.mirrors, cl.derived, cl.mirrorSlices}, cl.slices[:]...) {
 		if s != nil {
 			s.bookmark = cl.health.contact
 		}

@@ -45,9 +45,10 @@ func fedTransform(sel k8slabels.Selector) cache.TransformFunc {
 // for each of their members.
 const fedMemberIndex = "federated-member"
 
-// fedIndexers returns the indexers of the local mirror store.
-func fedIndexers() cache.Indexers {
-	return cache.Indexers{fedMemberIndex: fedMembers}
+// mirrorIndexers returns the indexers of the local mirror store: the
+// federated members (here) and the exports of import mode (imported.go).
+func mirrorIndexers() cache.Indexers {
+	return cache.Indexers{fedMemberIndex: fedMembers, exportIndex: exportOf, exportClusterIndex: exportClusterOf}
 }
 
 // fedMembers is the index function of fedMemberIndex.
@@ -66,6 +67,9 @@ func fedMembers(obj any) ([]string, error) {
 
 // Member implements index.Source.
 func (c *Watcher) Member(cluster, ns, name string) *object.Service {
+	if c.imports && cluster != c.local {
+		return c.Service(cluster, ns, name) // members are not imported: exports are
+	}
 	cl := c.cluster(cluster)
 	if cl == nil || cl.health.withdrawn.Load() {
 		return nil

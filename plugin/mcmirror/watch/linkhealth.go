@@ -18,8 +18,9 @@ const (
 	watchMCSSlices
 	watchFedServices // the members of federated Services
 	watchFedSlices
-	watchMirrors // local cluster only
-	watchDerived // the derived Services of ServiceImports; local, with clusterset
+	watchMirrors      // local cluster only
+	watchDerived      // the derived Services of ServiceImports; local, with clusterset
+	watchMirrorSlices // the mirrors' EndpointSlices; local, in import mode
 	numWatches
 )
 
@@ -29,7 +30,7 @@ var watchNames = func() []string {
 	for _, w := range []remote.Way{{Name: "Services"}, remote.Stamped, remote.Federated} {
 		names = append(names, w.Name, w.SlicesName())
 	}
-	return append(names, "mirror Services", "derived Services")
+	return append(names, "mirror Services", "derived Services", "mirror EndpointSlices")
 }()
 
 // linkHealth is the state of one generation of a cluster's watches (a
@@ -42,8 +43,9 @@ type linkHealth struct {
 	name  string
 	local bool
 	// derived: the cluster's derived Services are watched (the local
-	// cluster, with clusterset), and counted.
-	derived bool
+	// cluster, with clusterset), and counted; imported: the mirrors'
+	// EndpointSlices are (the local cluster, in import mode).
+	derived, imported bool
 	// maxAge is stale_max_age: how long the names of a linked cluster
 	// whose watches fail keep being answered; 0 is forever.
 	maxAge time.Duration
@@ -106,7 +108,7 @@ func (h *linkHealth) publish() {
 		linkLastSync.WithLabelValues(h.name).Set(float64(last.UnixNano()) / 1e9)
 	}
 	for i, k := range objKinds {
-		if i == objMirror && !h.local || i == objDerived && !h.derived {
+		if i == objMirror && !h.local || i == objDerived && !h.derived || i == objMirrorSlice && !h.imported {
 			continue
 		}
 		linkObjects.WithLabelValues(h.name, k).Set(float64(h.objects[i]))

@@ -70,7 +70,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: "mcmirror",
 		Name:      "link_objects",
-		Help:      "Number of objects held from a cluster, by kind: Services exported by the export selector (service) and by a ServiceExport (mcs-service), their EndpointSlices, local mirror Services, local derived Services of ServiceImports (derived).",
+		Help:      "Number of objects held from a cluster, by kind: Services exported by the export selector (service) and by a ServiceExport (mcs-service), their EndpointSlices, local mirror Services, local derived Services of ServiceImports (derived), the local mirrors' EndpointSlices in import mode (mirror-endpointslice).",
 	}, []string{"cluster", "kind"})
 
 	// programmingLatency is the time from a change in a cluster to the

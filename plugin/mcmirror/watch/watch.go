@@ -49,6 +49,10 @@ type Options struct {
 	// ClusterSet has the local cluster's derived Services watched, for
 	// the clusterset zones (Derived).
 	ClusterSet bool
+	// Import is import mode (source import): no cluster but the local one
+	// is watched, and the linked clusters' exports are read from the
+	// mirrors the controller writes there (imported.go). AddLink refuses.
+	Import bool
 }
 
 // Watcher is the informer layer: it watches the local cluster and every
@@ -70,6 +74,9 @@ type Watcher struct {
 	// clusterset has the local cluster's derived Services watched, for
 	// the clusterset zones; set before the local cluster is added.
 	clusterset bool
+	// imports is import mode: the linked clusters are read from the
+	// local mirrors (imported.go), none is watched.
+	imports bool
 	// staleMaxAge is stale_max_age: how long the last known state of a
 	// linked cluster whose watches fail is answered; 0 is forever.
 	staleMaxAge time.Duration
@@ -137,6 +144,7 @@ func New(local kubernetes.Interface, o Options) (*Watcher, error) {
 		startupTimeout: o.StartupTimeout,
 		staleMaxAge:    o.StaleMaxAge,
 		clusterset:     o.ClusterSet,
+		imports:        o.Import,
 		backoff:        remote.Backoff, // for what remote.Requests does not retry (a 410 Expired, a 429)
 		queue:          workqueue.NewTyped[object.GroupKey](),
 		triggers:       map[object.GroupKey]trigger{},
@@ -158,6 +166,9 @@ func (c *Watcher) AddLink(name string, client kubernetes.Interface) error {
 	if _, ok := c.links.Get(name); ok || name == c.local {
 		return fmt.Errorf("cluster %q is already watched", name)
 	}
+	if c.imports {
+		return errImportLinks
+	}
 	c.links.AddClient(name, client)
 	return nil
 }
@@ -171,6 +182,9 @@ func (c *Watcher) ReplaceLink(name string, client kubernetes.Interface) error {
 	}
 	if name == c.local {
 		return fmt.Errorf("cluster %q is the local cluster", name)
+	}
+	if c.imports {
+		return errImportLinks
 	}
 	c.links.AddClient(name, client)
 	return nil
@@ -317,12 +331,25 @@ func (c *Watcher) Unsynced() []string {
 
 var _ index.Source = (*Watcher)(nil)
 
-// Links implements index.Source.
-func (c *Watcher) Links() []string { return c.links.Names() }
+// Links implements index.Source: the linked clusters; in import mode,
+// those the local mirrors stand for.
+func (c *Watcher) Links() []string {
+	if c.imports {
+		return c.importedLinks()
+	}
+	return c.links.Names()
+}
 
 // Service implements index.Source: the Service as the export selector's watch
-// holds it, else as the ServiceExport stamp's does.
+// holds it, else as the ServiceExport stamp's does; in import mode, a
+// linked cluster's as its mirror says.
 func (c *Watcher) Service(cluster, ns, name string) *object.Service {
+	if c.imports && cluster != c.local {
+		if m := c.importedMirror(cluster, ns, name); m != nil {
+			return m.Export
+		}
+		return nil
+	}
 	cl := c.cluster(cluster)
 	if cl == nil || cl.health.withdrawn.Load() {
 		return nil
@@ -331,8 +358,11 @@ func (c *Watcher) Service(cluster, ns, name string) *object.Service {
 }
 
 // Slices implements index.Source: the slices of the Service that every way
-// holds, each once.
+// holds, each once; in import mode, a linked cluster's are its mirror's.
 func (c *Watcher) Slices(cluster, ns, name string) []*object.Slice {
+	if c.imports && cluster != c.local {
+		return c.importedSlices(cluster, ns, name)
+	}
 	cl := c.cluster(cluster)
 	if cl == nil || cl.health.withdrawn.Load() {
 		return nil

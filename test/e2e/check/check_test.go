@@ -38,7 +38,7 @@ func TestHealthy(t *testing.T) {
 		}
 		assert.Empty(t, r.Fix, "no fix for an ok result: %+v", r)
 	}
-	assert.Equal(t, []string{"api", "cluster-name", "rbac-controller", "rbac-gateway", "rbac-dns", "rbac-link",
+	assert.Equal(t, []string{"api", "cluster-name", "dns-source", "rbac-controller", "rbac-gateway", "rbac-dns", "rbac-link",
 		"dns", "link", "gateway", "peer-reachable", "peer-certificate", "egress-ports", "controller-leader", "versions"}, ids)
 	assert.Equal(t, len(rep.Results), rep.Summary.OK)
 
@@ -81,7 +81,7 @@ func TestHealthy(t *testing.T) {
 		}
 		assert.True(t, found, "a line `ok  %s  ...`:\n%s", name, text)
 	}
-	assert.Equal(t, "14 ok, 0 warn, 0 fail", ls[len(ls)-1])
+	assert.Equal(t, "15 ok, 0 warn, 0 fail", ls[len(ls)-1])
 }
 
 // failing runs check until the result id/subject fails, and returns the

@@ -34,16 +34,17 @@ const zone = "svc.cluster.local."
 
 // The seed walkthrough in gateway mode: a StatefulSet exported by west and by
 // paris, and by east itself, is reached per pod through the mirror ClusterIPs
-// in east, and its peers in every cluster are found by one SRV query.
-func TestGatewayWalkthrough(t *testing.T) {
-	env.LogOnFailure(t)
+// in east, and its peers in every cluster are found by one SRV query; with
+// either source.
+func TestGatewayWalkthrough(t *testing.T) { eachSource(t, "walk", gatewayWalkthrough) }
+
+func gatewayWalkthrough(t *testing.T, src source, ns string) {
 	ctx := context.Background()
 	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
-	const ns = "walk"
 	for _, c := range []*harness.Cluster{east, west, paris} {
 		require.NoError(t, c.Apply(ctx, statefulSet(ns, 3, labels.ExportGateway)))
 	}
-	startController(t, "west", "paris")
+	src.startController(t, "west", "paris")
 	mirrors := map[string]map[string]string{}
 	for _, c := range []*harness.Cluster{west, paris} {
 		c.WaitEndpoints(t, ns, "nginx-svc", 3)
@@ -57,7 +58,7 @@ func TestGatewayWalkthrough(t *testing.T) {
 	foo, err := east.Client.CoreV1().Services(ns).Get(ctx, "foo-west", metav1.GetOptions{})
 	require.NoError(t, err)
 
-	s := startDNS(t, []string{"west", "paris"})
+	s := src.startDNS(t, []string{"west", "paris"})
 
 	for _, c := range []*harness.Cluster{west, paris} {
 		for host, ip := range mirrors[c.Name] {
@@ -120,10 +121,15 @@ func TestGatewayWalkthrough(t *testing.T) {
 
 	// The local foo-west is not hidden: the kubernetes plugin answers it.
 	assert.Equal(t, []string{foo.Spec.ClusterIP}, harness.Answers(s.Ask(t, "udp", "foo-west."+ns+"."+zone, dns.TypeA)))
-	// What an operator sees: every link synced, answers counted by kind,
-	// the programming latency of remote changes observed.
+	// What an operator sees: every link synced (in import mode, east
+	// alone: no other cluster is watched), answers counted by kind, the
+	// programming latency of remote changes observed.
 	for _, c := range []string{"east", "west", "paris"} {
 		v, ok := s.Metric(t, `coredns_mcmirror_link_synced{cluster="`+c+`"}`)
+		if src.imports && c != "east" {
+			assert.False(t, ok, "%s is not watched in import mode: %q", c, v)
+			continue
+		}
 		assert.True(t, ok && v == "1", "%s synced: %q", c, v)
 	}
 	// A counter that moved, not one that exists: one more pod answer, one
@@ -141,21 +147,21 @@ func TestGatewayWalkthrough(t *testing.T) {
 }
 
 // Changes in a remote cluster show in the answers: scaling, unexporting,
-// deleting the namespace.
-func TestRemoteChanges(t *testing.T) {
-	env.LogOnFailure(t)
+// deleting the namespace; with either source.
+func TestRemoteChanges(t *testing.T) { eachSource(t, "changes", remoteChanges) }
+
+func remoteChanges(t *testing.T, src source, ns string) {
 	ctx := context.Background()
 	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
-	const ns = "changes"
 	// Mirrors go only to namespaces that exist locally.
 	require.NoError(t, east.Apply(ctx, harness.Namespace(ns)))
-	startController(t, "west", "paris")
+	src.startController(t, "west", "paris")
 	for _, c := range []*harness.Cluster{west, paris} {
 		require.NoError(t, c.Apply(ctx, statefulSet(ns, 3, labels.ExportGateway)))
 		c.WaitEndpoints(t, ns, "nginx-svc", 3)
 		waitMirrors(t, east, c, ns, "nginx-svc", 3)
 	}
-	s := startDNS(t, []string{"west", "paris"})
+	s := src.startDNS(t, []string{"west", "paris"})
 	global := "nginx-svc-global." + ns + "." + zone
 	require.Len(t, harness.Answers(s.Ask(t, "udp", global, dns.TypeA)), 6)
 
@@ -192,15 +198,21 @@ func TestRemoteChanges(t *testing.T) {
 	eventuallyRcode(t, s, global, dns.RcodeNameError)
 }
 
-// Flat mode answers the remote pod IPs, with no mirror at all.
-func TestFlatMode(t *testing.T) {
-	env.LogOnFailure(t)
+// Flat mode answers the remote pod IPs: read from paris itself (direct,
+// no mirror at all), or from the copies of paris's endpoints that east's
+// controller writes (import).
+func TestFlatMode(t *testing.T) { eachSource(t, "flat", flatMode) }
+
+func flatMode(t *testing.T, src source, ns string) {
 	ctx := context.Background()
 	paris := env.Cluster("paris")
-	const ns = "flat"
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 3, labels.ExportFlat)))
 	eps := paris.WaitEndpoints(t, ns, "nginx-svc", 3)
-	s := startDNS(t, []string{"paris"})
+	if src.imports {
+		require.NoError(t, env.Cluster("east").Apply(ctx, harness.Namespace(ns)))
+		src.startController(t, "paris")
+	}
+	s := src.startDNS(t, []string{"paris"})
 
 	for host, ip := range eps {
 		assert.True(t, paris.PodCIDR.Contains(mustAddr(t, ip)))

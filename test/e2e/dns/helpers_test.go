@@ -47,6 +47,50 @@ func startDNS(t *testing.T, remotes []string, block ...string) *harness.DNSServe
 	return env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes, Parts: harness.FleetDNS, Block: block}).DNS
 }
 
+// source is how east's DNS learns what the linked clusters export: by
+// watching each of them (direct, the default), or from the mirrors east's
+// controller writes in east (import: `source import`, the controller with
+// --mirror-flat-endpoints). The same name tests run with both.
+type source struct {
+	name    string
+	imports bool
+}
+
+var sources = []source{{name: "direct"}, {name: "import", imports: true}}
+
+// eachSource runs test once per source, as a subtest, in a namespace of
+// its own: ns-direct, ns-import.
+func eachSource(t *testing.T, ns string, test func(t *testing.T, src source, ns string)) {
+	for _, src := range sources {
+		t.Run(src.name, func(t *testing.T) {
+			env.LogOnFailure(t)
+			test(t, src, ns+"-"+src.name)
+		})
+	}
+}
+
+// startController runs east's mirror controller, linked to remotes: as
+// startController, writing the flat-mode mirrors' EndpointSlices too in
+// import mode.
+func (src source) startController(t *testing.T, remotes ...string) {
+	t.Helper()
+	o := harness.FleetOptions{Local: "east", Remotes: remotes, Parts: harness.FleetController, EgressPorts: "30000-39999"}
+	if src.imports {
+		o.Controller.Args = []string{"--mirror-flat-endpoints"}
+	}
+	env.StartFleet(t, o)
+}
+
+// startDNS runs east's DNS as startDNS does; in import mode it links no
+// cluster and reads east's mirrors.
+func (src source) startDNS(t *testing.T, remotes []string, block ...string) *harness.DNSServer {
+	t.Helper()
+	if src.imports {
+		return startDNS(t, nil, append([]string{"source import"}, block...)...)
+	}
+	return startDNS(t, remotes, block...)
+}
+
 // waitMirrors waits until local holds exactly n per-pod mirrors of remote's
 // headless Service ns/svc, each with a ClusterIP, and returns host →
 // ClusterIP.

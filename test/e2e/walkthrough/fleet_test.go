@@ -28,8 +28,9 @@ var (
 )
 
 // startFleet exports nginx-set from every cluster in both modes'
-// namespaces, puts a client pod in east, and starts east's DNS, controller
-// and gateway and west's and paris's gateways, for the test t.
+// namespaces, puts a client pod in east, and starts east's controller and
+// gateway and west's and paris's gateways, for the test t. The controller
+// writes what either DNS source reads (--mirror-flat-endpoints).
 func startFleet(t *testing.T) *harness.Fleet {
 	t.Helper()
 	ctx := context.Background()
@@ -40,7 +41,23 @@ func startFleet(t *testing.T) *harness.Fleet {
 		}
 	}
 	require.NoError(t, east.Apply(ctx, harness.ClientPod("default", "client")))
-	return env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes})
+	return env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes, Parts: harness.FleetController | harness.FleetGateways,
+		Controller: harness.ControllerOptions{Args: []string{"--mirror-flat-endpoints"}}})
+}
+
+// startDNS starts east's cluster DNS for the test t, reading the linked
+// clusters' exports from source ("direct": watching each of them;
+// "import": from the mirrors east's controller writes), and leaving out the
+// members of clusters east's gateway cannot reach, as the chart's DNS does.
+func startDNS(t *testing.T, fleet *harness.Fleet, source string) *harness.DNSServer {
+	t.Helper()
+	o := harness.FleetOptions{Local: "east", Parts: harness.FleetDNS, Block: []string{"gateway_health " + fleet.Gateways["east"].MetricsURL + "/peers"}}
+	if source == "import" {
+		o.Block = append(o.Block, "source import")
+	} else {
+		o.Remotes = remotes
+	}
+	return env.StartFleet(t, o).DNS
 }
 
 // web is a ClusterIP Service in front of nginx-set's pods, exported in

@@ -19,10 +19,22 @@ import (
 )
 
 // TestWalkthrough follows the walkthrough in both modes, from east's client
-// pod, with the real curl and a Go client, by name.
+// pod, with the real curl and a Go client, by name; with either source of
+// east's DNS.
 func TestWalkthrough(t *testing.T) {
 	env.LogOnFailure(t)
 	fleet := startFleet(t)
+	for _, source := range []string{"direct", "import"} {
+		t.Run(source, func(t *testing.T) {
+			dns := startDNS(t, fleet, source)
+			walkthrough(t, append(fleet.Processes(), dns.Process))
+		})
+	}
+}
+
+// walkthrough follows the walkthrough in both modes while procs, east's
+// DNS among them, run.
+func walkthrough(t *testing.T, procs []*harness.Process) {
 	for _, m := range []mode{gatewayMode, flatMode} {
 		t.Run(m.name, func(t *testing.T) {
 			require.NoError(t, env.RoutePodsBetweenClusters(m.flat))
@@ -136,7 +148,7 @@ func TestWalkthrough(t *testing.T) {
 				// Not resolving must be the answer of a DNS server that is
 				// there: the processes are alive and west still resolves
 				// and answers through the same path.
-				env.RequireAlive(t, fleet.Processes()...)
+				env.RequireAlive(t, procs...)
 				out, err := curl(t.Context(), fmt.Sprintf("http://nginx-set-0.nginx-svc-west.%s/", m.ns))
 				require.NoError(t, err)
 				assert.Equal(t, harness.Identity("west", m.ns, "nginx-set-0"), out)
@@ -151,7 +163,7 @@ func TestWalkthrough(t *testing.T) {
 						_, err := curl(t.Context(), "http://"+mirrorIP+"/")
 						assert.Error(c, err)
 					}, wait, tick, "paris's old mirror ClusterIP %s stops answering", mirrorIP)
-					env.RequireAlive(t, fleet.Processes()...)
+					env.RequireAlive(t, procs...)
 				}
 			})
 		})

@@ -170,28 +170,14 @@ func (f *fleetData) startController(m mode, c int) (*harness.Controller, error) 
 	return fl.Controller, nil
 }
 
-// deploy starts mode m's controllers, then its replicas, in every cluster.
+// deploy starts mode m's replicas, then its controllers, in every
+// cluster. The replicas come first so that they list their clusters before
+// the controllers write every mirror: on a loaded machine a replica
+// started in that storm may not be ready within the harness's minute.
 func (f *fleetData) deploy(m mode) (*deployment, error) {
 	d := &deployment{m: m, controllers: make([]*harness.Controller, len(f.clusters))}
-	err := f.each(func(c int) error {
-		ctl, err := f.startController(m, c)
-		if err != nil {
-			return err
-		}
-		d.mu.Lock()
-		d.controllers[c] = ctl
-		d.mu.Unlock()
-		return nil
-	})
-	if err != nil {
-		d.stop()
-		return nil, err
-	}
-	for c := range f.clusters {
-		go f.supervise(d, c)
-	}
 	var mu sync.Mutex
-	err = f.each(func(c int) error {
+	err := f.each(func(c int) error {
 		for range f.cfg.replicas {
 			r, err := f.startReplica(m, c)
 			if err != nil {
@@ -203,6 +189,25 @@ func (f *fleetData) deploy(m mode) (*deployment, error) {
 		}
 		return nil
 	})
+	if err != nil {
+		d.stop()
+		return nil, err
+	}
+	err = f.each(func(c int) error {
+		ctl, err := f.startController(m, c)
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		d.controllers[c] = ctl
+		d.mu.Unlock()
+		return nil
+	})
+	for c, ctl := range d.controllers {
+		if ctl != nil {
+			go f.supervise(d, c)
+		}
+	}
 	if err != nil {
 		d.stop()
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -188,6 +189,8 @@ func run(env *harness.Env, cfg *config) int {
 		rep.modes = append(rep.modes, f.runMode(m))
 	}
 	rep.finished = time.Now()
+	// Direct first in the table, import beside it, whatever the order run.
+	slices.SortStableFunc(rep.modes, func(a, b *modeResult) int { return boolInt(a.m == imported) - boolInt(b.m == imported) })
 	text := rep.String()
 	fmt.Println(text)
 	path := filepath.Join(cfg.out, "fleet.md")

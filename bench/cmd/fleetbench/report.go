@@ -131,7 +131,7 @@ func (rep *report) rows() []row {
 		{"RSS (MiB)", "%.1f", func(r *modeResult) float64 { return median(ints(r.ctlRSS)) / (1 << 20) }},
 		{"CPU under unexported churn (% of a core)", "%.2f", func(r *modeResult) float64 { return 100 * median(r.ctlCPU) / perSec(r) }},
 		{"objects received from the unexported churn, every controller together", "%.0f", func(r *modeResult) float64 { return r.events[1] }},
-		{"controllers that exited (Lease lost while their API server was down) and were started again", "%.0f", func(r *modeResult) float64 { return float64(r.restarts) }},
+		{"controllers that exited (their Lease not renewed in time) and were started again", "%.0f", func(r *modeResult) float64 { return float64(r.restarts) }},
 		{"**Propagation** of an endpoint change to every replica of every other cluster", "", nil},
 		{"p50 (ms)", "%.0f", func(r *modeResult) float64 { return ms(percentile(r.prop, 0.5), len(r.prop)) }},
 		{"p99 (ms)", "%.0f", func(r *modeResult) float64 { return ms(percentile(r.prop, 0.99), len(r.prop)) }},
@@ -197,7 +197,7 @@ func (rep *report) String() string {
 		fmt.Fprintf(&b, " %s |", r.m)
 	}
 	if len(rep.modes) == 2 {
-		fmt.Fprintf(&b, " %s ÷ %s |", rep.modes[1].m, rep.modes[0].m)
+		fmt.Fprintf(&b, " %s ÷ %s |", imported, direct)
 	}
 	fmt.Fprintf(&b, "\n| --- |%s\n", strings.Repeat(" ---: |", len(rep.modes)+boolInt(len(rep.modes) == 2)))
 	for _, row := range rep.rows() {

@@ -47,7 +47,7 @@ func (c *Controller) syncExport(ctx context.Context, key string, sources []impor
 	if in.export != nil {
 		for _, s := range sources {
 			if s.cluster != c.opts.Cluster {
-				in.peers = append(in.peers, mcs.Export{Cluster: s.cluster, Created: s.created, Service: s.service})
+				in.peers = append(in.peers, mcs.Export{Cluster: s.cluster, Created: s.created, Service: s.service, Metadata: s.metadata})
 			}
 		}
 	}
@@ -81,6 +81,7 @@ func (c *Controller) syncExport(ctx context.Context, key string, sources []impor
 		return err
 	}
 	c.exportRefused(in.export, p.conditions)
+	c.exportMetadataRefused(in.export, p.conditions, p.refusedMetadata)
 	return nil
 }
 
@@ -95,13 +96,14 @@ func ownedStamp(svc *corev1.Service) (stamp, error) {
 	if ac.ObjectMetaApplyConfiguration != nil {
 		s.mode = ac.Labels[labels.ServiceExportMode]
 		s.created = ac.Annotations[labels.ServiceExportCreated]
+		s.metadata = ac.Annotations[labels.ServiceExportMetadata]
 	}
 	return s, nil
 }
 
 // writeStamp makes the stamp on svc exactly s. A stamp is applied, with
-// force: the controller then owns both fields, whoever wrote them before.
-// None is a merge patch that removes both keys, whoever wrote them (an
+// force: the controller then owns its fields, whoever wrote them before.
+// None is a merge patch that removes its keys, whoever wrote them (an
 // apply of nothing would remove only the fields the controller owns). The
 // UID is a precondition either way: a Service deleted and made again is
 // read again before it is stamped.
@@ -111,7 +113,7 @@ func (c *Controller) writeStamp(ctx context.Context, svc *corev1.Service, s stam
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 			"uid":         svc.UID,
 			"labels":      map[string]any{labels.ServiceExportMode: nil},
-			"annotations": map[string]any{labels.ServiceExportCreated: nil},
+			"annotations": map[string]any{labels.ServiceExportCreated: nil, labels.ServiceExportMetadata: nil},
 		}})
 		if err != nil {
 			return err
@@ -121,7 +123,7 @@ func (c *Controller) writeStamp(ctx context.Context, svc *corev1.Service, s stam
 	}
 	ac := corev1ac.Service(svc.Name, svc.Namespace).WithUID(svc.UID).
 		WithLabels(map[string]string{labels.ServiceExportMode: s.mode}).
-		WithAnnotations(map[string]string{labels.ServiceExportCreated: s.created})
+		WithAnnotations(map[string]string{labels.ServiceExportCreated: s.created, labels.ServiceExportMetadata: s.metadata})
 	_, err := services.Apply(ctx, ac, metav1.ApplyOptions{FieldManager: ExportFieldManager, Force: true})
 	return countWrite("apply", "services", err)
 }

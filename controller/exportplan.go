@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -14,8 +15,9 @@ import (
 
 // The export side of the Multi-Cluster Services API: a ServiceExport in
 // this cluster makes its Service exported. The controller marks the Service
-// with the stamp (labels.ServiceExportMode and labels.ServiceExportCreated),
-// which every linked cluster's readers select beside Linkerd's label, and
+// with the stamp (labels.ServiceExportMode, labels.ServiceExportCreated and
+// labels.ServiceExportMetadata), which every linked cluster's readers
+// select beside Linkerd's label, and
 // writes the conditions the specification defines on the ServiceExport.
 // The stamp is the controller's alone: one it did not write (by hand, on a
 // Service without a ServiceExport, or a changed time) is taken away or set
@@ -25,6 +27,10 @@ import (
 type stamp struct {
 	mode    string // labels.ModeGateway or labels.ModeFlat
 	created string // the ServiceExport's creation time, RFC 3339
+	// metadata is what the ServiceExport exports beside the Service
+	// (exportedLabels, exportedAnnotations), screened, in its JSON form
+	// (mcs.Metadata.Encode): "{}" for none.
+	metadata string
 }
 
 // Reasons of the Valid condition beyond the specification's.
@@ -73,6 +79,10 @@ type exportPlan struct {
 	foreign stamp
 	// conditions are the ServiceExport's conditions; nil without one.
 	conditions []metav1.Condition
+	// refusedMetadata says, a sentence each, what of the ServiceExport's
+	// exportedLabels and exportedAnnotations is not exported
+	// (mcs.ScreenMetadata); the Valid condition's message says it too.
+	refusedMetadata []string
 }
 
 // planExport computes what one namespace/name should look like. The Ready
@@ -102,16 +112,37 @@ func planExport(in exportInput) exportPlan {
 		valid.Status, valid.Reason = metav1.ConditionFalse, reasonInvalidMode
 		valid.Message = fmt.Sprintf("annotation %s is %q; want %q or %q", labels.ModeLabel, mode, labels.ModeGateway, labels.ModeFlat)
 	}
+	var meta mcs.Metadata
 	if valid.Status == metav1.ConditionTrue {
-		p.stamp = stamp{mode: mode, created: in.export.CreationTimestamp.UTC().Format(time.RFC3339)}
+		meta, p.refusedMetadata = mcs.ScreenMetadata(mcs.Metadata{
+			Labels: in.export.Spec.ExportedLabels, Annotations: in.export.Spec.ExportedAnnotations,
+		})
+		p.stamp = stamp{mode: mode, created: in.export.CreationTimestamp.UTC().Format(time.RFC3339), metadata: meta.Encode()}
+		if len(p.refusedMetadata) > 0 {
+			valid.Message += "; not exported to the ServiceImports: " + refusedSummary(p.refusedMetadata)
+		}
 	}
 	p.writeStamp, p.foreign = stampChange(in, p.stamp)
 	p.conditions = []metav1.Condition{valid, mcs.Ready(valid, p.stamp != stamp{} && p.stamp == in.owned)}
 	if valid.Status == metav1.ConditionTrue {
-		exports := append([]mcs.Export{{Cluster: in.cluster, Created: exportTime(in.service, in.export.CreationTimestamp.Time), Service: in.service}}, in.peers...)
+		own := mcs.Export{Cluster: in.cluster, Created: exportTime(in.service, in.export.CreationTimestamp.Time), Service: in.service, Metadata: meta}
+		exports := append([]mcs.Export{own}, in.peers...)
 		p.conditions = append(p.conditions, mcs.ConflictCondition(mcs.Merge(exports)))
 	}
 	return p
+}
+
+// maxRefusedShown bounds the sentences refusedSummary shows: a
+// condition's message holds 32 KiB at most.
+const maxRefusedShown = 10
+
+// refusedSummary is what refused says, the first maxRefusedShown
+// sentences and how many more.
+func refusedSummary(refused []string) string {
+	if len(refused) <= maxRefusedShown {
+		return strings.Join(refused, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more", strings.Join(refused[:maxRefusedShown], "; "), len(refused)-maxRefusedShown)
 }
 
 // stampChange reports whether the stamp on in.service must be written to
@@ -135,7 +166,11 @@ func stampChange(in exportInput, want stamp) (write bool, foreign stamp) {
 
 // carriedStamp is the stamp svc carries, whoever wrote it.
 func carriedStamp(svc *corev1.Service) stamp {
-	return stamp{mode: svc.Labels[labels.ServiceExportMode], created: svc.Annotations[labels.ServiceExportCreated]}
+	return stamp{
+		mode:     svc.Labels[labels.ServiceExportMode],
+		created:  svc.Annotations[labels.ServiceExportCreated],
+		metadata: svc.Annotations[labels.ServiceExportMetadata],
+	}
 }
 
 // exportTime is when an export of svc began, for the specification's
@@ -154,13 +189,24 @@ func exportTime(svc *corev1.Service, recorded time.Time) time.Time {
 // Its time is the ServiceExport's creation that the stamp records
 // (exportTime: never before the Service's creation), and the Service's own
 // creation when it carries no stamp (exported by Linkerd's label alone): a
-// time annotation without the stamp is no one's, and is not believed.
+// time annotation without the stamp is no one's, and is not believed. Its
+// exported labels and annotations are the stamp's, screened again here
+// (mcs.ScreenMetadata: the exporting cluster's controller may be another
+// release's, or not mcmirror's); none without the stamp, or when the
+// stamp's are not the JSON mcmirror writes.
 func peerExport(cluster string, svc *corev1.Service) mcs.Export {
+	e := mcs.Export{Cluster: cluster, Service: svc}
 	var recorded time.Time
 	if m := svc.Labels[labels.ServiceExportMode]; m == labels.ModeGateway || m == labels.ModeFlat {
 		if t, err := time.Parse(time.RFC3339, svc.Annotations[labels.ServiceExportCreated]); err == nil {
 			recorded = t
 		}
+		if v, ok := svc.Annotations[labels.ServiceExportMetadata]; ok {
+			if meta, err := mcs.DecodeMetadata(v); err == nil {
+				e.Metadata, _ = mcs.ScreenMetadata(meta)
+			}
+		}
 	}
-	return mcs.Export{Cluster: cluster, Created: exportTime(svc, recorded), Service: svc}
+	e.Created = exportTime(svc, recorded)
+	return e
 }

@@ -48,7 +48,7 @@ func condition(t *testing.T, p exportPlan, typ mcsv1alpha1.ServiceExportConditio
 
 func TestPlanExport(t *testing.T) {
 	created := exportCreated.Format(time.RFC3339)
-	gw := stamp{mode: labels.ModeGateway, created: created}
+	gw := stamp{mode: labels.ModeGateway, created: created, metadata: "{}"}
 	tests := []struct {
 		name      string
 		in        exportInput
@@ -68,10 +68,10 @@ func TestPlanExport(t *testing.T) {
 			stamp: gw, valid: "Valid", validTrue: true, ready: metav1.ConditionTrue, conflict: "NoConflicts"},
 		{name: "flat by annotation",
 			in:    exportInput{export: testExport(map[string]string{labels.ModeLabel: "flat"}), service: testExportService(nil), owned: gw},
-			stamp: stamp{mode: labels.ModeFlat, created: created}, write: true, valid: "Valid", validTrue: true, ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
+			stamp: stamp{mode: labels.ModeFlat, created: created, metadata: "{}"}, write: true, valid: "Valid", validTrue: true, ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
 		{name: "flat by default",
 			in:    exportInput{export: testExport(nil), service: testExportService(nil), defaultMode: labels.ModeFlat},
-			stamp: stamp{mode: labels.ModeFlat, created: created}, write: true, valid: "Valid", validTrue: true, ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
+			stamp: stamp{mode: labels.ModeFlat, created: created, metadata: "{}"}, write: true, valid: "Valid", validTrue: true, ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
 		{name: "bad mode annotation: invalid, stamp removed",
 			in:    exportInput{export: testExport(map[string]string{labels.ModeLabel: "mesh"}), service: testExportService(nil), owned: gw},
 			write: true, valid: reasonInvalidMode, ready: metav1.ConditionFalse},
@@ -104,7 +104,7 @@ func TestPlanExport(t *testing.T) {
 		{name: "no ServiceExport, our stamp: removed, not refused",
 			in: exportInput{service: testExportService(func(s *corev1.Service) {
 				s.Labels = map[string]string{labels.ServiceExportMode: labels.ModeGateway}
-				s.Annotations = map[string]string{labels.ServiceExportCreated: created}
+				s.Annotations = map[string]string{labels.ServiceExportCreated: created, labels.ServiceExportMetadata: "{}"}
 			}), owned: gw},
 			write: true},
 		{name: "the time changed by hand: set back, refused",

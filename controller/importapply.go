@@ -23,8 +23,9 @@ import (
 )
 
 // syncImport brings the import of one namespace/name to its plan: the
-// ServiceImport, then the derived Service, then its EndpointSlices, each
-// written only when it differs. sources and links are importSources'.
+// ServiceImport, then the derived Service, then its EndpointSlices, then
+// the ServiceImport's exported labels and annotations (importmeta.go),
+// each written only when it differs. sources and links are importSources'.
 func (c *Controller) syncImport(ctx context.Context, key string, sources []importSource, links linkState) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -104,6 +105,7 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 	}
 	if !apiequality.Semantic.DeepEqual(si.Spec, p.spec) || si.Annotations[DerivedServiceAnnotation] != p.derived.Name {
 		next := si.DeepCopy()
+		next.ManagedFields = nil // the server keeps them as they are
 		next.Spec = p.spec
 		metav1.SetMetaDataAnnotation(&next.ObjectMeta, DerivedServiceAnnotation, p.derived.Name)
 		si, err = c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).Update(ctx, next, metav1.UpdateOptions{})
@@ -113,13 +115,14 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 	}
 	if !apiequality.Semantic.DeepEqual(si.Status.Clusters, p.clusters) {
 		next := si.DeepCopy()
+		next.ManagedFields = nil
 		next.Status.Clusters = p.clusters
 		_, err = c.mcs.client.MulticlusterV1alpha1().ServiceImports(ns).UpdateStatus(ctx, next, metav1.UpdateOptions{})
 		if err := countWrite("update", "serviceimports/status", err); err != nil {
 			return err
 		}
 	}
-	return nil
+	return c.applyImportMetadata(ctx, si, p.merged.Metadata)
 }
 
 // importSources are the exports of namespace/name that this cluster can
@@ -131,7 +134,7 @@ func (c *Controller) importSources(ns, name string) ([]importSource, linkState) 
 	if obj, ok, _ := c.services.GetIndexer().GetByKey(ns + "/" + name); ok {
 		if svc, _ := obj.(*corev1.Service); svc != nil && c.exportedLocally(svc) {
 			s := peerExport(c.opts.Cluster, svc)
-			src := importSource{cluster: c.opts.Cluster, created: s.Created, service: svc, families: svc.Spec.IPFamilies}
+			src := importSource{cluster: c.opts.Cluster, created: s.Created, service: svc, metadata: s.Metadata, families: svc.Spec.IPFamilies}
 			for _, inf := range c.mcs.exportSlices {
 				src.slices = appendSlices(src.slices, inf, ns+"/"+name)
 			}
@@ -156,7 +159,7 @@ func (c *Controller) importSources(ns, name string) ([]importSource, linkState) 
 			continue
 		}
 		s := peerExport(r.name, svc)
-		src := importSource{cluster: r.name, created: s.Created, service: svc}
+		src := importSource{cluster: r.name, created: s.Created, service: svc, metadata: s.Metadata}
 		if labels.ExportMode(svc.Labels) == labels.Flat {
 			src.slices, src.screened, src.families = r.slicesOf(ns, name), true, svc.Spec.IPFamilies
 		} else if mirror, err := labels.MirrorName(name, r.name); err == nil {

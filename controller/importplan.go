@@ -63,6 +63,9 @@ type importSource struct {
 	cluster string
 	created time.Time
 	service *corev1.Service
+	// metadata is what the export carries beside the Service: its
+	// ServiceExport's exported labels and annotations, from the stamp.
+	metadata mcs.Metadata
 	// slices hold the endpoints and ports that the import's slice of this
 	// cluster copies: the local Service's own slices, a gateway-mode
 	// remote's mirror slices, or a flat remote's slices.
@@ -132,7 +135,7 @@ func planImport(in importInput) importPlan {
 	}
 	exports := make([]mcs.Export, len(in.sources))
 	for i, s := range in.sources {
-		exports[i] = mcs.Export{Cluster: s.cluster, Created: s.created, Service: s.service}
+		exports[i] = mcs.Export{Cluster: s.cluster, Created: s.created, Service: s.service, Metadata: s.metadata}
 	}
 	p.merged = mcs.Merge(exports)
 	p.spec = p.merged.Spec

@@ -74,10 +74,17 @@ func (c *Controller) newMCSAPI() error {
 		}
 	}
 	for _, h := range []struct {
-		inf cache.SharedIndexInformer
-		fn  func(any)
-	}{{m.exports, enqueue}, {m.imports, enqueue}, {m.exportSlices[0], enqueueSlice}, {m.exportSlices[1], enqueueSlice}} {
-		_ = h.inf.SetTransform(trim)
+		inf       cache.SharedIndexInformer
+		fn        func(any)
+		transform cache.TransformFunc
+	}{
+		{m.exports, enqueue, trim},
+		// The ServiceImports keep what the controller applied on them: the
+		// exported labels and annotations it owns (importmeta.go).
+		{m.imports, enqueue, trimKeeping(ImportFieldManager)},
+		{m.exportSlices[0], enqueueSlice, trim}, {m.exportSlices[1], enqueueSlice, trim},
+	} {
+		_ = h.inf.SetTransform(h.transform)
 		reg, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    h.fn,
 			UpdateFunc: func(_, obj any) { h.fn(obj) },
@@ -119,7 +126,8 @@ func (c *Controller) localServiceChanged(svc metav1.Object) {
 	_, imported, _ := c.mcs.imports.GetIndexer().GetByKey(key)
 	// A stamp, or part of one, is looked at with or without a
 	// ServiceExport: one the controller did not write is removed.
-	stamped := l[labels.ServiceExportMode] != "" || svc.GetAnnotations()[labels.ServiceExportCreated] != ""
+	a := svc.GetAnnotations()
+	stamped := l[labels.ServiceExportMode] != "" || a[labels.ServiceExportCreated] != "" || a[labels.ServiceExportMetadata] != ""
 	if exported || imported || stamped || c.opts.ExportSelector.Matches(k8slabels.Set(l)) {
 		c.mcs.queue.Add(key)
 	}

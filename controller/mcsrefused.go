@@ -23,11 +23,13 @@ const (
 	ReasonServiceExportInvalid = "ServiceExportInvalid"
 
 	// ReasonStampRefused: a Service carries the ServiceExport stamp
-	// (serviceexport.mcmirror.dev/mode, /created), or part of it, that
+	// (serviceexport.mcmirror.dev/mode, /created, /exported-metadata), or
+	// part of it, that
 	// the controller did not write and would not: by hand on a Service
 	// no ServiceExport exports (which would export it to every linked
 	// cluster, bypassing whoever may create ServiceExports), or a time
-	// changed (which would win the oldest-export precedence). The
+	// changed (which would win the oldest-export precedence), or exported
+	// labels or annotations its ServiceExport does not export. The
 	// controller removes it, or sets it back. Recorded on the Service.
 	ReasonStampRefused = "ServiceExportStampRefused"
 
@@ -36,6 +38,14 @@ const (
 	// its EndpointSlices are left alone, and the import is not written.
 	// Recorded on the Service that holds the name.
 	ReasonDerivedServiceTaken = "DerivedServiceTaken"
+
+	// ReasonExportedMetadataRefused: a ServiceExport's exportedLabels or
+	// exportedAnnotations hold keys no import may carry (reserved to the
+	// implementation, or not valid), or more than mcs.MaxMetadataBytes:
+	// those are left out, the rest is exported. Recorded on the
+	// ServiceExport each time what is left out changes; its Valid
+	// condition's message says it too.
+	ReasonExportedMetadataRefused = "ExportedMetadataRefused"
 )
 
 // mcsRefusedReasons are the reasons mcs_refused_total counts: those of
@@ -44,7 +54,7 @@ const (
 var mcsRefusedReasons = []string{
 	string(mcsv1alpha1.ServiceExportReasonNoService), string(mcsv1alpha1.ServiceExportReasonInvalidServiceType),
 	reasonInvalidMode, reasonMirrorService, reasonDerivedService,
-	ReasonStampRefused, ReasonDerivedServiceTaken,
+	ReasonStampRefused, ReasonDerivedServiceTaken, ReasonExportedMetadataRefused,
 }
 
 // mcsRefusedTotal counts the refusals of the MCS side by reason; every
@@ -56,7 +66,8 @@ var mcsRefusedTotal = func() *prometheus.CounterVec {
 		Name:      "mcs_refused_total",
 		Help: "Refusals of the Multi-Cluster Services side, by reason: a ServiceExport that became invalid (its Valid reason: " +
 			"NoService, InvalidServiceType, InvalidMode, MirrorService, DerivedService), a ServiceExport stamp the controller " +
-			"did not write (ServiceExportStampRefused), a derived Service's name held by another import (DerivedServiceTaken).",
+			"did not write (ServiceExportStampRefused), a derived Service's name held by another import (DerivedServiceTaken), " +
+			"exported labels or annotations of a ServiceExport left out (ExportedMetadataRefused).",
 	}, []string{"reason"})
 	for _, r := range mcsRefusedReasons {
 		c.WithLabelValues(r)
@@ -75,18 +86,41 @@ func (c *Controller) exportRefused(se *mcsv1alpha1.ServiceExport, conds []metav1
 		return
 	}
 	mcsRefusedTotal.WithLabelValues(valid.Reason).Inc()
-	ref := &corev1.ObjectReference{
+	c.recorder.Eventf(exportRef(se), corev1.EventTypeWarning, ReasonServiceExportInvalid, "ServiceExport not valid (%s): %s", valid.Reason, valid.Message)
+}
+
+// exportMetadataRefused records, once the conditions were written, what of
+// se's exported labels and annotations is left out (refused, non-empty),
+// when that changed: the Valid condition's message says what is left out,
+// so a change of it is a change of the message.
+func (c *Controller) exportMetadataRefused(se *mcsv1alpha1.ServiceExport, conds []metav1.Condition, refused []string) {
+	valid := meta.FindStatusCondition(conds, string(mcsv1alpha1.ServiceExportConditionValid))
+	if len(refused) == 0 || valid == nil {
+		return
+	}
+	if was := meta.FindStatusCondition(se.Status.Conditions, valid.Type); was != nil && was.Message == valid.Message {
+		return
+	}
+	mcsRefusedTotal.WithLabelValues(ReasonExportedMetadataRefused).Inc()
+	c.recorder.Eventf(exportRef(se), corev1.EventTypeWarning, ReasonExportedMetadataRefused,
+		"Not exported to the ServiceImports of the clusterset (the rest is): %s", refusedSummary(refused))
+}
+
+// exportRef is the reference of an Event on se: the recorder's scheme
+// (client-go's) does not know the MCS API's kinds.
+func exportRef(se *mcsv1alpha1.ServiceExport) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
 		APIVersion: mcsv1alpha1.SchemeGroupVersion.String(), Kind: "ServiceExport",
 		Namespace: se.Namespace, Name: se.Name, UID: se.UID, ResourceVersion: se.ResourceVersion,
 	}
-	c.recorder.Eventf(ref, corev1.EventTypeWarning, ReasonServiceExportInvalid, "ServiceExport not valid (%s): %s", valid.Reason, valid.Message)
 }
 
 // stampRefused records a stamp on svc that the controller did not write,
 // which it replaced by want (none: removed).
 func (c *Controller) stampRefused(svc *corev1.Service, foreign, want stamp) {
 	mcsRefusedTotal.WithLabelValues(ReasonStampRefused).Inc()
-	carried := "label " + labels.ServiceExportMode + "=" + foreign.mode + ", annotation " + labels.ServiceExportCreated + "=" + foreign.created
+	carried := "label " + labels.ServiceExportMode + "=" + foreign.mode + ", annotation " + labels.ServiceExportCreated + "=" + foreign.created +
+		", annotation " + labels.ServiceExportMetadata + "=" + foreign.metadata
 	if want == (stamp{}) {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, ReasonStampRefused,
 			"The ServiceExport stamp (%s) was not written by mcmirror and no valid ServiceExport %s/%s exports the Service: removed; create a ServiceExport to export it",
@@ -94,7 +128,8 @@ func (c *Controller) stampRefused(svc *corev1.Service, foreign, want stamp) {
 		return
 	}
 	c.recorder.Eventf(svc, corev1.EventTypeWarning, ReasonStampRefused,
-		"The ServiceExport stamp (%s) was not written by mcmirror: set back to the ServiceExport's (mode %s, created %s)", carried, want.mode, want.created)
+		"The ServiceExport stamp (%s) was not written by mcmirror: set back to the ServiceExport's (mode %s, created %s, exported metadata %s)",
+		carried, want.mode, want.created, want.metadata)
 }
 
 // derivedTaken records that the name of the derived Service of ServiceImport

@@ -51,7 +51,7 @@ func ControllerNeeds(c ControllerConfig) []Need {
 	// cluster ID read at start.
 	out = append(out, needs("multicluster.x-k8s.io", "serviceexports", "", "list", "watch")...)
 	out = append(out, needs("multicluster.x-k8s.io", "serviceexports/status", "", "update")...)
-	out = append(out, needs("multicluster.x-k8s.io", "serviceimports", "", "list", "watch", "create", "update", "delete")...)
+	out = append(out, needs("multicluster.x-k8s.io", "serviceimports", "", "list", "watch", "create", "update", "patch", "delete")...)
 	out = append(out, needs("multicluster.x-k8s.io", "serviceimports/status", "", "update")...)
 	out = append(out, Need{Verb: "get", Group: "about.k8s.io", Resource: "clusterproperties", Name: "cluster.clusterset.k8s.io"})
 	if c.CreateNamespaces {

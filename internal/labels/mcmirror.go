@@ -74,7 +74,7 @@ const (
 	ServiceExportMode = ServiceExportDomain + "/mode"
 
 	// ServiceExportDomain is the prefix of the stamp's keys
-	// (ServiceExportMode, ServiceExportCreated).
+	// (ServiceExportMode, ServiceExportCreated, ServiceExportMetadata).
 	ServiceExportDomain = "serviceexport." + Domain
 
 	// ServiceExportSelector selects the Services stamped by a ServiceExport
@@ -90,6 +90,15 @@ const (
 	// Service's own creationTimestamp (which the API server sets): a
 	// Service exported by Linkerd's label alone counts from its creation.
 	ServiceExportCreated = ServiceExportDomain + "/created"
+
+	// ServiceExportMetadata is the annotation beside ServiceExportMode
+	// that carries what the ServiceExport's spec.exportedLabels and
+	// spec.exportedAnnotations export, as JSON
+	// ({"labels":{...},"annotations":{...}}, {} for none), so that every
+	// importing cluster can put them on its ServiceImport without reading
+	// ServiceExports. Written with the rest of the stamp, reserved with it
+	// by the admission policy, and believed only beside ServiceExportMode.
+	ServiceExportMetadata = ServiceExportDomain + "/exported-metadata"
 
 	// ServiceImport names, on a derived Service (the local Service the
 	// controller keeps for a ServiceImport: its ClusterSetIPs, or

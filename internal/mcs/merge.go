@@ -9,6 +9,7 @@ package mcs
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,9 @@ type Export struct {
 	Created time.Time
 	// Service is the exported Service as its cluster has it.
 	Service *corev1.Service
+	// Metadata is what its ServiceExport exports beside the Service,
+	// screened (ScreenMetadata); none for a Service exported otherwise.
+	Metadata Metadata
 }
 
 // Conflict is one property on which the exports disagree.
@@ -40,6 +44,9 @@ type Merged struct {
 	// Spec is the ServiceImport's spec, all but IPs, which the importing
 	// cluster fills with its own ClusterSetIP.
 	Spec mcsv1alpha1.ServiceImportSpec
+	// Metadata are the ServiceImport's exported labels and annotations:
+	// those of the export that takes precedence.
+	Metadata Metadata
 	// Clusters are the exporting clusters, in order of precedence.
 	Clusters []string
 	// Conflicts are the properties the exports disagree on, each resolved
@@ -52,9 +59,11 @@ type Merged struct {
 // the union of the exports' ports, merged by name and then by protocol and
 // port, and a port that clashes with one of an export of higher precedence
 // is left out; headlessness, session affinity and the traffic policies are
-// those of the export with precedence. Each disagreement is a Conflict.
-// Exported labels and annotations (optional in the specification) are not
-// carried. Merge of no exports is the zero Merged.
+// those of the export with precedence, and so are the exported labels and
+// the exported annotations, each set whole ("Labels and Annotations": the
+// conflict resolution decides when the sets of name/value pairs are not
+// identical). Each disagreement is a Conflict. Merge of no exports is the
+// zero Merged.
 func Merge(exports []Export) Merged {
 	if len(exports) == 0 {
 		return Merged{}
@@ -73,14 +82,18 @@ func Merge(exports []Export) Merged {
 	m.Spec.SessionAffinityConfig = affinityConfig(first.Service)
 	m.Spec.InternalTrafficPolicy = first.Service.Spec.InternalTrafficPolicy
 	m.Spec.TrafficDistribution = first.Service.Spec.TrafficDistribution
+	m.Metadata = Metadata{Labels: maps.Clone(first.Metadata.Labels), Annotations: maps.Clone(first.Metadata.Annotations)}
 
 	m.Spec.Ports = ports(ordered)
 	m.Spec.IPFamilies = families(ordered)
 
-	add := func(reason mcsv1alpha1.ServiceExportConditionReason, what string, value func(*corev1.Service) string) {
+	addExport := func(reason mcsv1alpha1.ServiceExportConditionReason, what string, value func(Export) string) {
 		if c, ok := differ(ordered, what, value); ok {
 			m.Conflicts = append(m.Conflicts, Conflict{Reason: reason, Message: c})
 		}
+	}
+	add := func(reason mcsv1alpha1.ServiceExportConditionReason, what string, value func(*corev1.Service) string) {
+		addExport(reason, what, func(e Export) string { return value(e.Service) })
 	}
 	add(mcsv1alpha1.ServiceExportReasonTypeConflict, "type", func(s *corev1.Service) string { return string(importType(s)) })
 	add(mcsv1alpha1.ServiceExportReasonPortConflict, "ports", portsString)
@@ -99,6 +112,12 @@ func Merge(exports []Export) Merged {
 	})
 	add(mcsv1alpha1.ServiceExportReasonIPFamilyConflict, "IP families", func(s *corev1.Service) string {
 		return fmt.Sprint(s.Spec.IPFamilies)
+	})
+	addExport(mcsv1alpha1.ServiceExportReasonLabelsConflict, "exported labels", func(e Export) string {
+		return metadataString(e.Metadata.Labels)
+	})
+	addExport(mcsv1alpha1.ServiceExportReasonAnnotationsConflict, "exported annotations", func(e Export) string {
+		return metadataString(e.Metadata.Annotations)
 	})
 	return m
 }
@@ -186,11 +205,11 @@ func families(ordered []Export) []corev1.IPFamily {
 
 // differ reports, when value is not the same for every export, a message
 // that names each value and its clusters and the one that applies.
-func differ(ordered []Export, what string, value func(*corev1.Service) string) (string, bool) {
+func differ(ordered []Export, what string, value func(Export) string) (string, bool) {
 	var values []string
 	clusters := map[string][]string{}
 	for _, e := range ordered {
-		v := value(e.Service)
+		v := value(e)
 		if _, ok := clusters[v]; !ok {
 			values = append(values, v)
 		}

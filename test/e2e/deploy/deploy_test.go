@@ -519,7 +519,7 @@ func TestRBACRefuses(t *testing.T) {
 	allowed = append(allowed,
 		access{"list", mcs, "serviceexports", "any-ns", ""}, access{"watch", mcs, "serviceexports", "any-ns", ""},
 		access{"list", mcs, "serviceimports", "any-ns", ""}, access{"create", mcs, "serviceimports", "any-ns", ""},
-		access{"delete", mcs, "serviceimports", "any-ns", ""})
+		access{"patch", mcs, "serviceimports", "any-ns", ""}, access{"delete", mcs, "serviceimports", "any-ns", ""})
 	for _, v := range []string{"get", "list", "watch", "create", "update", "delete"} {
 		allowed = append(allowed, access{v, disc, "endpointslices", "any-ns", ""})
 	}

@@ -258,7 +258,7 @@ func accounts() []account {
 		read("get list watch create update delete", disc+"/endpointslices"),
 		read("list watch", "namespaces"), read("create patch", "events"),
 		read("list watch", "multicluster.x-k8s.io/serviceexports"), read("update", "multicluster.x-k8s.io/serviceexports/status"),
-		read("list watch create update delete", "multicluster.x-k8s.io/serviceimports"), read("update", "multicluster.x-k8s.io/serviceimports/status"),
+		read("list watch create update patch delete", "multicluster.x-k8s.io/serviceimports"), read("update", "multicluster.x-k8s.io/serviceimports/status"),
 		[]string{"get about.k8s.io/clusterproperties/cluster.clusterset.k8s.io"})
 	dns := read("list watch", "services", "namespaces", disc+"/endpointslices")
 	return []account{{

@@ -202,8 +202,10 @@ func TestAdmissionPolicy(t *testing.T) {
 // controller, as its ServiceAccount, stamps the Service that a
 // ServiceExport exports (the policy admits it); owner, bound to edit in
 // ns, may not change the stamp's mode, date the export back, or remove
-// the stamp, and still edits the Service otherwise; once the ServiceExport
-// is deleted, the controller removes the stamp (admitted too).
+// the stamp, change the labels it exports, and still edits the Service
+// otherwise; the ServiceImport gets the exported labels (by server-side
+// apply: the ServiceAccount's patch); once the ServiceExport is deleted,
+// the controller removes the stamp (admitted too).
 func requireStampReserved(t *testing.T, g *harness.Cluster, owner kubernetes.Interface, ns string) {
 	t.Helper()
 	ctx := context.Background()
@@ -215,8 +217,10 @@ spec: {selector: {app: api}, ports: [{port: 80}]}
 `, ns)))
 	mcs, err := mcsclient.NewForConfig(g.Config)
 	require.NoError(t, err)
-	se, err := mcs.MulticlusterV1alpha1().ServiceExports(ns).Create(ctx,
-		&mcsv1alpha1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"}}, metav1.CreateOptions{})
+	se, err := mcs.MulticlusterV1alpha1().ServiceExports(ns).Create(ctx, &mcsv1alpha1.ServiceExport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api"},
+		Spec:       mcsv1alpha1.ServiceExportSpec{ExportedLabels: map[string]string{"tier-export": "gold"}},
+	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	created := se.CreationTimestamp.UTC().Format(time.RFC3339)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -224,6 +228,10 @@ spec: {selector: {app: api}, ports: [{port: 80}]}
 		require.NoError(c, err)
 		assert.Equal(c, labels.ModeGateway, svc.Labels[labels.ServiceExportMode])
 		assert.Equal(c, created, svc.Annotations[labels.ServiceExportCreated])
+		assert.Equal(c, `{"labels":{"tier-export":"gold"}}`, svc.Annotations[labels.ServiceExportMetadata])
+		si, err := mcs.MulticlusterV1alpha1().ServiceImports(ns).Get(ctx, "api", metav1.GetOptions{})
+		require.NoError(c, err)
+		assert.Equal(c, "gold", si.Labels["tier-export"], "the exported label, applied as the controller's ServiceAccount")
 	}, wait, tick, "the controller stamps %s/api for its ServiceExport", ns)
 
 	requireEditsRefused(t, owner, ns, "api", []serviceEdit{
@@ -231,6 +239,10 @@ spec: {selector: {app: api}, ports: [{port: 80}]}
 		{"date the export back", func(s *corev1.Service) { s.Annotations[labels.ServiceExportCreated] = "1970-01-01T00:00:00Z" }},
 		{"remove the ServiceExport stamp", func(s *corev1.Service) { delete(s.Labels, labels.ServiceExportMode) }},
 		{"remove the ServiceExport time", func(s *corev1.Service) { delete(s.Annotations, labels.ServiceExportCreated) }},
+		{"change the exported labels", func(s *corev1.Service) {
+			s.Annotations[labels.ServiceExportMetadata] = `{"labels":{"tier-export":"forged"}}`
+		}},
+		{"remove the exported labels", func(s *corev1.Service) { delete(s.Annotations, labels.ServiceExportMetadata) }},
 	})
 	s, err := owner.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -245,6 +257,7 @@ spec: {selector: {app: api}, ports: [{port: 80}]}
 		require.NoError(c, err)
 		assert.NotContains(c, svc.Labels, labels.ServiceExportMode)
 		assert.NotContains(c, svc.Annotations, labels.ServiceExportCreated)
+		assert.NotContains(c, svc.Annotations, labels.ServiceExportMetadata)
 		assert.Equal(c, "backend", svc.Labels["tier"])
 	}, wait, tick, "the controller removes the stamp of %s/api once its ServiceExport is gone", ns)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mcmirror/mcmirror/bench/internal/proc"
@@ -94,6 +97,21 @@ func (d *deployment) ctls() []*harness.Controller {
 	return slices.Clone(d.controllers)
 }
 
+// shuttingDown is set when the run stops, interrupted or done: nothing is
+// started again after it.
+var shuttingDown atomic.Bool
+
+// signalled reports whether a process's exit error says a signal ended it.
+func signalled(err error) bool {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			return ws.Signaled()
+		}
+	}
+	return false
+}
+
 // supervise starts the controller of cluster c again whenever it exits
 // until the deployment stops, as its Deployment's pod would be: a
 // controller that cannot renew its Lease (its API server down for longer
@@ -104,14 +122,16 @@ func (f *fleetData) supervise(d *deployment, c int) {
 		ctl := d.controllers[c]
 		d.mu.Unlock()
 		<-ctl.Process.Done()
+		_, err := ctl.Process.Exited()
 		d.mu.Lock()
-		if d.stopping {
+		// Stopped (by the deployment, or the run being interrupted), not
+		// exited of itself: a signal, or the run going down.
+		if d.stopping || shuttingDown.Load() || signalled(err) {
 			d.mu.Unlock()
 			return
 		}
 		d.restarts++
 		d.mu.Unlock()
-		_, err := ctl.Process.Exited()
 		logf("%s: the controller of %s exited (%v); starting it again", d.m, f.name(c), err)
 		for {
 			next, err := f.startController(d.m, c)

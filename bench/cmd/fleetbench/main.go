@@ -92,7 +92,7 @@ func main() {
 		opts = append(opts, harness.ClusterOptions{Name: clusterName(i, cfg.clusters)})
 	}
 	env := harness.New(harness.Options{Clusters: opts, StartTimeout: 3*time.Minute + time.Duration(cfg.clusters)*10*time.Second})
-	proc.Main(env, logf, nil, func() int { return run(env, &cfg) })
+	proc.Main(env, logf, func() { shuttingDown.Store(true) }, func() int { return run(env, &cfg) })
 }
 
 func (cfg *config) validate(modes string) error {

@@ -3,7 +3,7 @@ GO  ?= go
 BIN ?= bin
 FUZZTIME ?= 10s
 
-.PHONY: help build test e2e fuzz bench lint demo demo-pods image manifests
+.PHONY: help build test e2e fuzz bench bench-fleet bench-fleet-archive lint demo demo-pods image manifests
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -23,6 +23,14 @@ e2e: ## only the end-to-end tests
 
 bench: ## side-by-side benchmarks on real clusters: DNS (bench/out/results.md) and the gateway against an HAProxy pair (bench/out/gateway.md); not part of make test
 	bench/run.sh
+
+bench-fleet: ## the fleet benchmark: 20 clusters in a full mesh, direct and import mode side by side (bench/out/fleet.md; FLEET_ARGS="-clusters 5 -services 100" for a short run); not part of make test
+	$(GO) build -o $(BIN)/coredns-mc ./cmd/coredns-mc
+	$(GO) build -o $(BIN)/fleetbench ./bench/cmd/fleetbench
+	MCMIRROR_TESTBIN=$$(test/tools/build.sh) $(BIN)/fleetbench -coredns-mc $(BIN)/coredns-mc -out bench/out $(FLEET_ARGS)
+
+bench-fleet-archive: ## bench/out/fleetbench.tar.xz: the fleet benchmark with coredns-mc, kube-apiserver and etcd, to run where there is no Go and no network (bench/README.md, Fleet)
+	bench/fleet-archive.sh
 
 image: ## the coredns-mc image from the Dockerfile, and the real-node tests' pause and busybox images, as OCI archives built with buildah (no Docker); prints their directory
 	test/tools/image.sh

@@ -313,7 +313,13 @@ func (c *Cluster) writeKubeconfig(path, user, token string) error {
 // to this cluster as ServiceAccount ns/name with a token from the TokenRequest
 // API, valid for an hour. It is what a link Secret holds.
 func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, ns, name string) ([]byte, error) {
-	expiry := int64(3600)
+	return c.ServiceAccountKubeconfigTTL(ctx, ns, name, time.Hour)
+}
+
+// ServiceAccountKubeconfigTTL is ServiceAccountKubeconfig with a token
+// valid for ttl.
+func (c *Cluster) ServiceAccountKubeconfigTTL(ctx context.Context, ns, name string, ttl time.Duration) ([]byte, error) {
+	expiry := int64(ttl / time.Second)
 	tr, err := c.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}},
 		metav1.CreateOptions{})

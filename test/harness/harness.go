@@ -293,12 +293,27 @@ func (e *Env) Start(ctx context.Context) error {
 	})
 }
 
+// Limits of an environment's size: the address ranges per cluster.
+const (
+	maxClusters         = 160
+	maxWorkloadClusters = 50
+)
+
 func (e *Env) validate() error {
 	if len(e.opts.Clusters) == 0 {
 		return fmt.Errorf("harness: no clusters")
 	}
-	if len(e.opts.Clusters) > 50 {
-		return fmt.Errorf("harness: at most 50 clusters")
+	// Each cluster has service range 10.(96+i).0.0/16 and, with workloads,
+	// pod range 10.(200+i).0.0/16: 160 clusters of API servers alone, 50
+	// when any runs pods.
+	limit := maxClusters
+	for _, c := range e.opts.Clusters {
+		if c.Workloads || c.DataPlane || c.RealNode {
+			limit = maxWorkloadClusters
+		}
+	}
+	if len(e.opts.Clusters) > limit {
+		return fmt.Errorf("harness: at most %d clusters (%d with workloads)", maxClusters, maxWorkloadClusters)
 	}
 	seen := map[string]bool{}
 	for _, c := range e.opts.Clusters {
@@ -421,6 +436,10 @@ func (e *Env) Cluster(name string) *Cluster {
 
 // Clusters returns the clusters in the order of Options.Clusters.
 func (e *Env) Clusters() []*Cluster { return append([]*Cluster(nil), e.clusters...) }
+
+// EtcdURL is the client URL of the etcd every API server of the
+// environment stores in; its /metrics has the database's size.
+func (e *Env) EtcdURL() string { return e.etcdURL }
 
 // CAPEM is the CA certificate every API server's serving certificate chains
 // to.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,8 +16,14 @@ import (
 
 // LinkKubeconfig applies deploy/remote-link.yaml to c and returns a
 // kubeconfig with the token of its read-only ServiceAccount: what another
-// cluster links c with.
+// cluster links c with. The token is valid for an hour.
 func (c *Cluster) LinkKubeconfig(ctx context.Context) ([]byte, error) {
+	return c.LinkKubeconfigTTL(ctx, time.Hour)
+}
+
+// LinkKubeconfigTTL is LinkKubeconfig with a token valid for ttl: what a
+// run longer than an hour (the fleet benchmark) links with.
+func (c *Cluster) LinkKubeconfigTTL(ctx context.Context, ttl time.Duration) ([]byte, error) {
 	manifest, err := os.ReadFile(RepoPath("deploy", "remote-link.yaml"))
 	if err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
@@ -24,7 +31,7 @@ func (c *Cluster) LinkKubeconfig(ctx context.Context) ([]byte, error) {
 	if err := c.Apply(ctx, string(manifest)); err != nil {
 		return nil, err
 	}
-	return c.ServiceAccountKubeconfig(ctx, "mcmirror", "mcmirror-link")
+	return c.ServiceAccountKubeconfigTTL(ctx, "mcmirror", "mcmirror-link", ttl)
 }
 
 // LinkKubeconfigFile writes LinkKubeconfig's kubeconfig, once per cluster,

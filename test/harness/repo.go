@@ -8,8 +8,13 @@ import (
 )
 
 // RepoPath is the path of a file of this checkout, from its root:
-// RepoPath("deploy", "coredns.yaml").
+// RepoPath("deploy", "coredns.yaml"). $MCMIRROR_REPO, when set, is the
+// root instead: a program built from the checkout and run elsewhere (the
+// fleet benchmark's archive) carries the few files it reads there.
 func RepoPath(parts ...string) string {
+	if root := os.Getenv("MCMIRROR_REPO"); root != "" {
+		return filepath.Join(append([]string{root}, parts...)...)
+	}
 	_, self, _, _ := runtime.Caller(0)
 	return filepath.Join(append([]string{filepath.Dir(self), "..", ".."}, parts...)...)
 }

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
+	"github.com/mcmirror/mcmirror/test/harness"
+)
+
+// sample is one line of a Prometheus text exposition.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// samples is a parsed exposition.
+type samples []sample
+
+// parseSamples reads the Prometheus text format; comments and lines it
+// cannot read are skipped.
+func parseSamples(b []byte) samples {
+	var out samples
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		s := sample{labels: map[string]string{}}
+		rest := line
+		if i := strings.IndexAny(line, "{ "); i > 0 && line[i] == '{' {
+			s.name = line[:i]
+			end := strings.LastIndexByte(line, '}')
+			if end < i {
+				continue
+			}
+			parseLabels(line[i+1:end], s.labels)
+			rest = line[end+1:]
+		} else if i > 0 {
+			s.name, rest = line[:i], line[i:]
+		} else {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		s.value = v
+		out = append(out, s)
+	}
+	return out
+}
+
+// parseLabels reads `k="v",k2="v2"` into m.
+func parseLabels(s string, m map[string]string) {
+	for s != "" {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
+			return
+		}
+		k := strings.TrimSpace(s[:eq])
+		var v strings.Builder
+		i := eq + 2
+		for ; i < len(s) && s[i] != '"'; i++ {
+			if s[i] == '\\' && i+1 < len(s) {
+				i++
+			}
+			v.WriteByte(s[i])
+		}
+		m[k] = v.String()
+		s = strings.TrimLeft(s[min(i+1, len(s)):], ", ")
+	}
+}
+
+// sum is the sum of the samples called name whose labels include every
+// pair of match; a value of match that is "*" matches any, and "a|b"
+// either.
+func (ss samples) sum(name string, match map[string]string) float64 {
+	t := 0.0
+	for _, s := range ss {
+		if s.name == name && s.matches(match) {
+			t += s.value
+		}
+	}
+	return t
+}
+
+// each returns the samples called name.
+func (ss samples) each(name string) samples {
+	var out samples
+	for _, s := range ss {
+		if s.name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (s sample) matches(match map[string]string) bool {
+	for k, want := range match {
+		got, ok := s.labels[k]
+		if !ok {
+			return false
+		}
+		if want == "*" {
+			continue
+		}
+		if !strings.Contains("|"+want+"|", "|"+got+"|") {
+			return false
+		}
+	}
+	return true
+}
+
+// scrapeURL reads the exposition at url.
+func scrapeURL(url string) (samples, error) {
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return parseSamples(b), nil
+}
+
+// scrapeAPI reads the API server's own /metrics, as its admin.
+func scrapeAPI(c *harness.Cluster) (samples, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := c.Client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return parseSamples(b), nil
+}
+
+// The resources a link reads.
+const linkedResources = "services|endpointslices"
+
+// apiCounters is what one API server counted of the resources links
+// read, and its CPU.
+type apiCounters struct {
+	watches    float64 // apiserver_longrunning_requests WATCH of them: connections
+	lists      float64 // apiserver_request_total LIST of them, and watch-list streams (apiserver_watch_list_duration_seconds_count)
+	listBytes  float64 // apiserver_response_sizes_sum LIST of them (a watch-list's objects are watch events)
+	watchBytes float64 // apiserver_watch_events_sizes_sum of them
+	watchEvts  float64 // apiserver_watch_events_total of them
+	writes     float64 // create, update, patch and delete of them
+	writeBytes float64 // apiserver_request_body_size_bytes_sum of those writes
+	cpu        float64 // CPU seconds of the process
+}
+
+func readAPI(c *harness.Cluster) (apiCounters, error) {
+	ss, err := scrapeAPI(c)
+	if err != nil {
+		return apiCounters{}, err
+	}
+	var a apiCounters
+	kinds := map[string]string{"kind": "Service|EndpointSlice"}
+	a.watches = ss.sum("apiserver_longrunning_requests", map[string]string{"verb": "WATCH", "resource": linkedResources})
+	a.lists = ss.sum("apiserver_request_total", map[string]string{"verb": "LIST", "resource": linkedResources}) +
+		ss.sum("apiserver_watch_list_duration_seconds_count", map[string]string{"resource": linkedResources})
+	a.listBytes = ss.sum("apiserver_response_sizes_sum", map[string]string{"verb": "LIST", "resource": linkedResources})
+	a.watchBytes = ss.sum("apiserver_watch_events_sizes_sum", kinds)
+	a.watchEvts = ss.sum("apiserver_watch_events_total", kinds)
+	a.writes = ss.sum("apiserver_request_total", map[string]string{"verb": "POST|PUT|PATCH|DELETE", "resource": linkedResources})
+	a.writeBytes = ss.sum("apiserver_request_body_size_bytes_sum", map[string]string{"verb": "create|update|patch|delete", "resource": "services|endpointslices.discovery.k8s.io"})
+	if p := c.APIServer(); p != nil {
+		a.cpu = proc.CPUSeconds(p.PID)
+	}
+	return a, nil
+}
+
+// minus is a − b for the counters; the gauge (watches) is a's.
+func (a apiCounters) minus(b apiCounters) apiCounters {
+	return apiCounters{watches: a.watches,
+		lists: a.lists - b.lists, listBytes: a.listBytes - b.listBytes,
+		watchBytes: a.watchBytes - b.watchBytes, watchEvts: a.watchEvts - b.watchEvts,
+		writes: a.writes - b.writes, writeBytes: a.writeBytes - b.writeBytes, cpu: a.cpu - b.cpu}
+}
+
+var reHeapInuse = regexp.MustCompile(`(?m)^# HeapInuse = (\d+)$`)
+
+// heapInuse is HeapInuse after a forced GC, read through the pprof plugin
+// at addr (host:port).
+func heapInuse(addr string) (int64, error) {
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Get("http://" + addr + "/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	m := reHeapInuse.FindSubmatch(b)
+	if m == nil {
+		return 0, fmt.Errorf("%s: no HeapInuse in the heap profile", addr)
+	}
+	return strconv.ParseInt(string(m[1]), 10, 64)
+}
+
+// etcdSize is etcd's database size in use, in bytes.
+func etcdSize(env *harness.Env) float64 {
+	ss, err := scrapeURL(env.EtcdURL() + "/metrics")
+	if err != nil {
+		return 0
+	}
+	return ss.sum("etcd_mvcc_db_total_size_in_use_in_bytes", nil)
+}

@@ -44,7 +44,7 @@ const (
 	dnsRequestTimeout = 30 * time.Second
 	// dnsPoll is how often the rollout is read: the hook's Role has get,
 	// not watch.
-	dnsPoll = 2 * time.Second
+	dnsPoll = time.Second
 	// dnsQuiet is the longest the wait goes without a line in the log.
 	dnsQuiet = 30 * time.Second
 	// dnsWriteAttempts bounds the writes refused because something else
@@ -63,7 +63,11 @@ that also records, the first time, what the patch may change (the pod
 template, the strategy, minReadySeconds) in the annotation
 ` + dnspatch.Annotation + `. Applied again (an upgrade), it applies the
 patch to that recorded original. revert puts the original back and removes
-the annotation. Both then wait for the rollout.
+the annotation. Then apply waits until as many pods as the Deployment wants
+run the new template and are Ready (they serve; the old pods stay until
+the new ones are available, which the Deployment's own strategy and
+minReadySeconds decide: kubectl rollout status waits for that), revert
+until the rollout is complete.
 
 With --corefile-stanza, apply first reads the Corefile the original pod
 template runs (the ConfigMap and key its -conf file comes from), adds the
@@ -251,7 +255,7 @@ func (c *dnsCmd) connect() error {
 }
 
 // apply writes the patch, with the original recorded the first time, and
-// waits for the rollout.
+// waits until every pod of the new template is Ready.
 func (c *dnsCmd) apply(ctx context.Context) error {
 	written := false
 	before, after, err := c.write(ctx, func(u *unstructured.Unstructured, attempt int) (*dnspatch.Plan, error) {
@@ -300,7 +304,12 @@ func (c *dnsCmd) apply(ctx context.Context) error {
 		return err
 	}
 	c.progress("%s", writtenLine(before, after, "patched with "+c.patchFile+", every test of it held"))
-	return c.rollout(ctx)
+	if err := c.rollout(ctx, func(r dnspatch.Rollout) bool { return r.Serving }); err != nil || !c.wait {
+		return err
+	}
+	c.progress("every pod of the new template is Ready and serves; the old pods stay until the new ones are available "+
+		"(Ready for the Deployment's minReadySeconds): kubectl -n %s rollout status deployment %s", c.ns, c.name)
+	return nil
 }
 
 // revert puts the recorded original back, removes the annotation, and
@@ -331,7 +340,7 @@ func (c *dnsCmd) revert(ctx context.Context) error {
 		return c.cleanUp(ctx, before)
 	}
 	c.progress("%s", writtenLine(before, after, "restored the pod template, strategy and minReadySeconds recorded in annotation "+dnspatch.Annotation+" and removed it"))
-	if err := c.rollout(ctx); err != nil {
+	if err := c.rollout(ctx, func(r dnspatch.Rollout) bool { return r.Done }); err != nil {
 		return err
 	}
 	if !c.wait && (c.corefile.configMap != "" || c.pruneHistory) {
@@ -452,10 +461,10 @@ func (c *dnsCmd) stopped(ctx context.Context, when string) error {
 	return fmt.Errorf("%s: %v %s", c.ref(), context.Cause(ctx), when)
 }
 
-// rollout waits until the rollout completes, fails, or ctx ends, with a
-// line of the log whenever where it stands changes, and at least every
-// dnsQuiet.
-func (c *dnsCmd) rollout(ctx context.Context) error {
+// rollout waits until the rollout has come as far as enough says (Done,
+// or Serving), fails, or ctx ends, with a line of the log whenever where
+// it stands changes, and at least every dnsQuiet.
+func (c *dnsCmd) rollout(ctx context.Context, enough func(dnspatch.Rollout) bool) error {
 	if !c.wait {
 		c.progress("not waiting for the rollout (--wait=false)")
 		return nil
@@ -481,11 +490,11 @@ func (c *dnsCmd) rollout(ctx context.Context) error {
 			if r.Failed {
 				return fmt.Errorf("%s: the rollout failed: %s", c.ref(), r.Message)
 			}
-			if r.Message != last || time.Since(lastLine) >= dnsQuiet || r.Done {
+			if r.Message != last || time.Since(lastLine) >= dnsQuiet || enough(r) {
 				c.progress("%s (%s)", r.Message, time.Since(start).Round(time.Second))
 				last, lastLine = r.Message, time.Now()
 			}
-			if r.Done {
+			if enough(r) {
 				return nil
 			}
 		}

@@ -18,6 +18,11 @@ type Rollout struct {
 	// Done: the deployment controller has seen the current spec, and every
 	// replica runs the current template and is available.
 	Done bool
+	// Serving: the controller has seen the current spec, and as many
+	// replicas as wanted run the current template and are Ready (they
+	// serve); old replicas may still run, until the new ones are
+	// available. Done implies Serving.
+	Serving bool
 	// Failed: the controller gave up on the rollout (the progress deadline
 	// passed); it will not complete without a change.
 	Failed bool
@@ -29,6 +34,11 @@ type Rollout struct {
 // status` does, and stricter: complete means the controller has observed
 // the current generation, and the replicas, the updated replicas and the
 // available replicas are all spec.replicas, with none unavailable.
+// Serving counts the Ready replicas of the current template from the
+// Deployment's status alone, as if every old replica were Ready: at least
+// ReadyReplicas minus the old replicas. It is never true early; with an
+// old replica not Ready it comes late, at the latest when the old ones
+// are gone.
 func RolloutOf(d *appsv1.Deployment) Rollout {
 	want := int32(1)
 	if d.Spec.Replicas != nil {
@@ -50,26 +60,30 @@ func RolloutOf(d *appsv1.Deployment) Rollout {
 				deadline, strings.TrimSuffix(c.Message, "."), counts(want, st))}
 		}
 	}
+	old := st.Replicas - st.UpdatedReplicas
+	newReady := max(st.ReadyReplicas-max(old, 0), 0)
+	serving := st.UpdatedReplicas >= want && newReady >= want
 	msg := ""
 	switch {
 	case st.UpdatedReplicas < want:
 		msg = fmt.Sprintf("%d of %d replicas updated", st.UpdatedReplicas, want)
-	case st.Replicas > st.UpdatedReplicas:
-		msg = fmt.Sprintf("%d old replicas pending termination", st.Replicas-st.UpdatedReplicas)
-		if st.Replicas-st.UpdatedReplicas == 1 {
+	case old > 0:
+		msg = fmt.Sprintf("%d old replicas pending termination", old)
+		if old == 1 {
 			msg = "1 old replica pending termination"
 		}
+		msg += fmt.Sprintf(", %d of %d updated replicas Ready", min(newReady, want), want)
 	case st.AvailableReplicas < want || st.UnavailableReplicas > 0:
 		msg = fmt.Sprintf("%d of %d updated replicas available", st.AvailableReplicas, want)
 	case st.Replicas != want || st.UpdatedReplicas != want || st.AvailableReplicas != want:
 		msg = counts(want, st)
 	default:
-		return Rollout{Done: true, Message: fmt.Sprintf("rollout complete: %d of %d replicas updated and available", want, want)}
+		return Rollout{Done: true, Serving: true, Message: fmt.Sprintf("rollout complete: %d of %d replicas updated and available", want, want)}
 	}
 	if d.Spec.Paused {
 		msg += "; the Deployment is paused (kubectl rollout resume)"
 	}
-	return Rollout{Message: msg}
+	return Rollout{Serving: serving, Message: msg}
 }
 
 // counts is the replica counts of a status, for a message.

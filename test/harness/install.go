@@ -47,23 +47,23 @@ func (e *Env) InstallFromREADME(ctx context.Context) (string, error) {
 
 // InstallFromRootREADME runs README.md's Install block (between its
 // markers "install") on the clusters of e, as a user pastes it, with
-// InstallShellIn in the directory name. One difference this machine
+// InstallShellTimed in the directory name. One difference this machine
 // forces: nothing here hands out load-balancer addresses, so the block's
 // ingress() and the two lines after it, word for word deploy/README.md's
 // step 4 load-balancer block, are that step's node-port block instead.
-func (e *Env) InstallFromRootREADME(ctx context.Context, name string) (string, error) {
+func (e *Env) InstallFromRootREADME(ctx context.Context, name string) (string, []OutputLine, error) {
 	block, err := RootREADMEBlock("install")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	steps, err := deploySteps()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if n := strings.Count(block, steps[4][0]); n != 1 {
-		return "", fmt.Errorf("README.md's install block holds deploy/README.md's step 4 load-balancer block %d times, want once", n)
+		return "", nil, fmt.Errorf("README.md's install block holds deploy/README.md's step 4 load-balancer block %d times, want once", n)
 	}
-	return e.InstallShellIn(ctx, name, strings.Replace(block, steps[4][0], steps[4][1], 1))
+	return e.InstallShellTimed(ctx, name, strings.Replace(block, steps[4][0], steps[4][1], 1))
 }
 
 // READMEBlocks returns the sh blocks of the section heading (say
@@ -120,17 +120,31 @@ func (e *Env) InstallShell(ctx context.Context, script string) (string, error) {
 // environment's, made as InstallShell's: a checkout of its own, as a
 // second user's (its certificates, values files) would be.
 func (e *Env) InstallShellIn(ctx context.Context, name, script string) (string, error) {
+	log, _, err := e.InstallShellTimed(ctx, name, script)
+	return log, err
+}
+
+// OutputLine is a line a script printed, and when: the time since the
+// script started.
+type OutputLine struct {
+	At   time.Duration
+	Text string
+}
+
+// InstallShellTimed is InstallShellIn, and returns as well each line the
+// script printed (stdout and stderr as they came) with the time it came.
+func (e *Env) InstallShellTimed(ctx context.Context, name, script string) (string, []OutputLine, error) {
 	work, err := e.installDir(name)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	imgs, err := LocalImages()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	i := strings.LastIndex(imgs.CorednsMC, ":")
 	if i < 0 || strings.Contains(imgs.CorednsMC[i:], "/") {
-		return "", fmt.Errorf("image %q has no tag", imgs.CorednsMC)
+		return "", nil, fmt.Errorf("image %q has no tag", imgs.CorednsMC)
 	}
 	full := fmt.Sprintf("set -euo pipefail\nREPO=%s\nTAG=%s\nmake() { [ \"$*\" = build ]; }\n%s",
 		imgs.CorednsMC[:i], imgs.CorednsMC[i+1:], script)
@@ -142,10 +156,42 @@ func (e *Env) InstallShellIn(ctx context.Context, name, script string) (string, 
 		"HELM_CONFIG_HOME="+filepath.Join(work, ".helm", "config"),
 		"HELM_DATA_HOME="+filepath.Join(work, ".helm", "data"),
 		"PATH="+filepath.Join(work, "path")+":"+os.Getenv("PATH"))
-	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	log := fmt.Sprintf("--- script:\n%s\n--- output (%.1fs):\n%s", full, time.Since(start).Seconds(), out)
-	return log, err
+	out := &stampedWriter{start: time.Now()}
+	// One writer for both: exec.Cmd then writes to it from one goroutine.
+	cmd.Stdout, cmd.Stderr = out, out
+	err = cmd.Run()
+	log := fmt.Sprintf("--- script:\n%s\n--- output (%.1fs):\n%s", full, time.Since(out.start).Seconds(), out.all.String())
+	return log, out.lines(), err
+}
+
+// stampedWriter keeps what is written to it, and when each line began.
+type stampedWriter struct {
+	start time.Time
+	all   strings.Builder
+	// begun holds, for each line of all, when its first byte came.
+	begun []time.Duration
+	// mid says the last byte written ended no line.
+	mid bool
+}
+
+func (w *stampedWriter) Write(p []byte) (int, error) {
+	now := time.Since(w.start)
+	for _, b := range p {
+		if !w.mid {
+			w.begun = append(w.begun, now)
+		}
+		w.mid = b != '\n'
+	}
+	return w.all.Write(p)
+}
+
+func (w *stampedWriter) lines() []OutputLine {
+	text := strings.Split(strings.TrimSuffix(w.all.String(), "\n"), "\n")
+	var out []OutputLine
+	for i, at := range w.begun {
+		out = append(out, OutputLine{At: at, Text: text[i]})
+	}
+	return out
 }
 
 // installDir makes, once, the directory name that InstallShellIn runs in.

@@ -11,8 +11,9 @@ package deploy_test
 // revert gives the Deployment back exactly as it was created. A CoreDNS laid
 // out otherwise, or patched by hand already, is refused and left as it was,
 // and RBAC refusals name the verb. In west, the real deployment controller
-// rolls pods that KWOK runs: the wait ends when the rollout completes, fails
-// when the controller gives up, and fails at --timeout. Pods whose
+// rolls pods that KWOK runs: apply's wait ends when every new pod is Ready,
+// revert's when the rollout completes; both fail when the controller gives
+// up, and at --timeout. Pods whose
 // containers run and probes answer are for a real-node test.
 
 import (
@@ -427,9 +428,12 @@ subjects:
 
 // The wait for the rollout, on west's deployment controller, with pods
 // that KWOK runs (Ready once bound to its node: no image, no probe): apply
-// and revert return once the rollout completes; a rollout the controller
-// gives up on fails apply with the controller's reason; one still going at
-// --timeout fails it with where it stands.
+// returns once every pod of the new template is Ready, before they are
+// available, with the old pods still there; the Deployment takes those down
+// once the new ones have been Ready for minReadySeconds. Revert returns once
+// its rollout completes. A rollout the controller gives up on fails apply
+// with the controller's reason; one still going at --timeout fails it with
+// where it stands.
 func TestDNSHookRollout(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
@@ -451,8 +455,8 @@ func TestDNSHookRollout(t *testing.T) {
 	// There is no scheduler: pods are bound to KWOK's node by name, or
 	// stay Pending.
 	onNode := []string{"      serviceAccountName: coredns\n", "      serviceAccountName: coredns\n      nodeName: " + harness.NodeName + "\n"}
-	// The project's patch with a minReadySeconds of 1: 35 makes a minute
-	// and more of two pods.
+	// The project's patch with a minReadySeconds of 1: the old pods go
+	// within the test's wait.
 	quick := filepath.Join(t.TempDir(), "coredns-quick.yaml")
 	text := harness.RepoFile(t, "deploy", "patches/coredns.yaml")
 	require.Equal(t, 1, strings.Count(text, "{op: add, path: /spec/minReadySeconds, value: 35}"))
@@ -461,30 +465,61 @@ func TestDNSHookRollout(t *testing.T) {
 	hook := func(action string, more ...string) (int, string) {
 		return dnsHook(t, kubeconfig, append([]string{action, "--deployment", ns + "/coredns"}, more...)...)
 	}
+	counts := func(d *appsv1.Deployment) []int32 {
+		return []int32{d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas, d.Status.UnavailableReplicas}
+	}
+	kubeadmAvailable := func() {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			d, err := west.Client.AppsV1().Deployments(ns).Get(ctx, "coredns", metav1.GetOptions{})
+			require.NoError(c, err)
+			assert.Equal(c, int32(2), d.Status.AvailableReplicas, "kubeadm's pods available")
+		}, wait, tick)
+	}
 
-	// Complete: apply returns when every pod is of the new template and
-	// available; so does revert, with the spec as created.
+	// Serving: with the project's patch (minReadySeconds 35), apply
+	// returns once both new pods (rolled together) are Ready, while none is
+	// available yet and both old ones are still there.
 	created := recreateCoreDNS(t, west, ns, kubeadm(onNode...))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		d, err := west.Client.AppsV1().Deployments(ns).Get(ctx, "coredns", metav1.GetOptions{})
-		require.NoError(c, err)
-		assert.Equal(c, int32(2), d.Status.AvailableReplicas, "kubeadm's pods available")
-	}, wait, tick)
-	code, out := hook("apply", "--patch-file", quick)
+	kubeadmAvailable()
+	code, out := hook("apply", "--patch-file", projectPatch)
 	require.Equal(t, 0, code, out)
-	assert.Contains(t, out, ns+"/coredns: rollout complete: 2 of 2 replicas updated and available")
+	assert.Contains(t, out, ns+"/coredns: 2 old replicas pending termination, 2 of 2 updated replicas Ready")
+	assert.Contains(t, out, ns+"/coredns: every pod of the new template is Ready and serves; the old pods stay until the new ones are available")
 	d := getCoreDNS(t, west, ns)
 	assert.Equal(t, d.Generation, d.Status.ObservedGeneration)
-	assert.Equal(t, []int32{2, 2, 2, 0}, []int32{d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas, d.Status.UnavailableReplicas})
+	assert.Equal(t, []int32{4, 2, 2, 2}, counts(d), "replicas, updated, available (the old pods), unavailable (the new ones, Ready for less than minReadySeconds)")
+	assert.EqualValues(t, 4, d.Status.ReadyReplicas)
 	assert.Contains(t, d.Annotations, "deployment.kubernetes.io/revision", "the controller's annotation, beside ours")
 	assert.Contains(t, d.Annotations, dnspatch.Annotation)
+	// Revert, with the new pods not yet available: complete, the spec as
+	// created, kubeadm's pods the ones left.
 	code, out = hook("revert")
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, ns+"/coredns: rollout complete: 2 of 2 replicas updated and available")
 	d = getCoreDNS(t, west, ns)
 	assert.Equal(t, created.Spec, d.Spec, "the spec as created")
 	assert.NotContains(t, d.Annotations, dnspatch.Annotation)
-	assert.Equal(t, []int32{2, 2, 2, 0}, []int32{d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas, d.Status.UnavailableReplicas})
+	assert.Equal(t, []int32{2, 2, 2, 0}, counts(d))
+
+	// Complete: with a minReadySeconds of 1 the Deployment takes the old
+	// pods down after apply has returned; revert again waits until the
+	// rollout completes.
+	created = recreateCoreDNS(t, west, ns, kubeadm(onNode...))
+	kubeadmAvailable()
+	code, out = hook("apply", "--patch-file", quick)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "every pod of the new template is Ready and serves")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		d, err := west.Client.AppsV1().Deployments(ns).Get(ctx, "coredns", metav1.GetOptions{})
+		require.NoError(c, err)
+		assert.Equal(c, []int32{2, 2, 2, 0}, counts(d), "the new pods alone, available")
+	}, wait, tick)
+	code, out = hook("revert")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, ns+"/coredns: rollout complete: 2 of 2 replicas updated and available")
+	d = getCoreDNS(t, west, ns)
+	assert.Equal(t, created.Spec, d.Spec, "the spec as created")
+	assert.Equal(t, []int32{2, 2, 2, 0}, counts(d))
 
 	// Given up: pods that are never bound, and a progress deadline of 3 s
 	// (which must exceed minReadySeconds: the quick patch's).

@@ -207,11 +207,11 @@ func TestCoreDNSPatch(t *testing.T) {
 	assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
 	assert.False(t, *ctr.SecurityContext.AllowPrivilegeEscalation)
 	// The rollout: a new pod must be available (Ready for 35 s) before
-	// an old one stops.
+	// an old one stops; every new pod starts at once.
 	assert.Equal(t, appsv1.RollingUpdateDeploymentStrategyType, d.Spec.Strategy.Type)
 	require.NotNil(t, d.Spec.Strategy.RollingUpdate)
 	assert.Equal(t, intstr.FromInt32(0), *d.Spec.Strategy.RollingUpdate.MaxUnavailable)
-	assert.Equal(t, intstr.FromInt32(1), *d.Spec.Strategy.RollingUpdate.MaxSurge)
+	assert.Equal(t, intstr.FromString("100%"), *d.Spec.Strategy.RollingUpdate.MaxSurge)
 	assert.Equal(t, int32(35), d.Spec.MinReadySeconds)
 	// Kept: what coredns-mc takes from CoreDNS and the cluster from
 	// kubeadm.

@@ -11,7 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/mcmirror/mcmirror/internal/dnspatch"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -21,6 +23,10 @@ var (
 	installOnce sync.Once
 	installErr  error
 	installLog  string
+	// installTook is how long the Install section ran; reportOnce logs
+	// it in the first test that runs.
+	installTook time.Duration
+	reportOnce  sync.Once
 	// dnsBefore is each cluster's DNS as it was before the install:
 	// kube-system/coredns's pod template and its ConfigMap's data, which
 	// the uninstall must give back exactly.
@@ -62,18 +68,59 @@ func installed(t *testing.T) {
 				return
 			}
 		}
+		start := time.Now()
 		installLog, installErr = env.InstallFromREADME(ctx)
+		installTook = time.Since(start)
 		// Step 8, "Check", says what the user sees: west's page, fetched
 		// from east by name, and west alive in east's gateway's view.
 		switch {
 		case installErr != nil:
+			return
 		case !strings.Contains(installLog, "hello from a pod of west"):
 			installErr = fmt.Errorf("step 8 did not print west's page")
+			return
 		case !aliveRE.MatchString(installLog):
 			installErr = fmt.Errorf("step 8: east's gateway does not see west alive")
+			return
+		}
+		// The install returns once the new DNS pods serve; the tests start
+		// from the rollouts complete, the old pods gone.
+		for _, c := range env.Clusters() {
+			if _, installErr = dnsRolledOut(ctx, c); installErr != nil {
+				return
+			}
 		}
 	})
 	if installErr != nil {
 		t.Fatalf("deploy/README.md, Install, step by step: %v\n%s", installErr, installLog)
 	}
+	reportOnce.Do(func() {
+		t.Logf("deploy/README.md, Install, step by step, steps 2 to 8: %s", installTook.Round(time.Second))
+	})
+}
+
+// dnsRolledOut waits until c's kube-system/coredns is patched (it has the
+// hook's annotation) and its rollout is complete: every replica of the
+// patched template available, no old pod left. It returns when that was
+// seen.
+func dnsRolledOut(ctx context.Context, c *harness.Cluster) (time.Time, error) {
+	var last string
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		d, err := c.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		if _, ok := d.Annotations[dnspatch.Annotation]; !ok {
+			last = "not patched yet"
+			return false, nil
+		}
+		r := dnspatch.RolloutOf(d)
+		last = r.Message
+		return r.Done, nil
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: the rollout of the patched kube-system/coredns did not complete: %s", c.Name, last)
+	}
+	return time.Now(), nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 const zone = "svc.cluster.local."
@@ -45,7 +45,7 @@ func requireComes(t *testing.T, s *harness.DNSServer, ns string) {
 		assert.Contains(c, m, "db-west", "mirror")
 		imp, ok := readImport(c, ns, "db")
 		require.True(c, ok, "ServiceImport %s/db", ns)
-		assert.Equal(c, []mcsv1alpha1.ClusterStatus{{Cluster: "west"}}, imp.si.Status.Clusters)
+		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "west"}}, imp.si.Status.Clusters)
 		assert.Equal(c, pods, byHostname(imp.slices["west"]))
 	}, wait, tick)
 }
@@ -61,7 +61,7 @@ func assertLeftOut(t *testing.T, s *harness.DNSServer, ns string) {
 	m, err := env.Cluster("east").Mirrors(ctx, ns)
 	require.NoError(t, err)
 	assert.Empty(t, names(m), "mirrors in %s", ns)
-	_, err = mcsClient(t, "east").MulticlusterV1alpha1().ServiceImports(ns).Get(ctx, "db", metav1.GetOptions{})
+	_, err = mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns).Get(ctx, "db", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "ServiceImport %s/db: %v", ns, err)
 }
 

@@ -93,7 +93,7 @@ clusterset.local {
 	require.NoError(t, err)
 	var setIP string
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		si, err := mcs.MulticlusterV1alpha1().ServiceImports(fns).Get(ctx, "web", metav1.GetOptions{})
+		si, err := mcs.MulticlusterV1beta1().ServiceImports(fns).Get(ctx, "web", metav1.GetOptions{})
 		require.NoError(c, err)
 		require.NotEmpty(c, si.Spec.IPs)
 		setIP = si.Spec.IPs[0]

@@ -178,7 +178,7 @@ func clusterSetIP(t *testing.T, ns, name string) string {
 	require.NoError(t, err)
 	var ip string
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		si, err := client.MulticlusterV1alpha1().ServiceImports(ns).Get(t.Context(), name, metav1.GetOptions{})
+		si, err := client.MulticlusterV1beta1().ServiceImports(ns).Get(t.Context(), name, metav1.GetOptions{})
 		require.NoError(c, err)
 		require.NotEmpty(c, si.Spec.IPs)
 		assert.Len(c, si.Status.Clusters, 3, "every cluster exports %s", name)

@@ -230,13 +230,8 @@ func (c *Watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 	// comes before its Service; one that stopped matching (a watch that
 	// does not filter) is dropped.
 	for i := range cl.slices {
-		cl.slices[i] = newObjectStore(sliceTransform(c.ways[i].Slices()), isSlice, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
-			s, ok := obj.(*object.Slice)
-			if !ok || s.Service == "" {
-				return nil, nil
-			}
-			return []string{s.Namespace + "/" + s.Service}, nil
-		}}, c.sliceHandler(cl))
+		cl.slices[i] = newObjectStore(sliceTransform(c.ways[i].Slices(), object.ToSlice), isSlice,
+			cache.Indexers{sliceServiceIndex: slicesByService}, c.sliceHandler(cl))
 	}
 	if cl.local {
 		cl.mirrors = newObjectStore(object.ToMirror, func(obj any) bool {

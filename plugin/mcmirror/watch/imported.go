@@ -49,19 +49,8 @@ func exportClusterOf(obj any) ([]string, error) {
 // newMirrorSliceStore makes the store of the mirrors' EndpointSlices.
 func (c *Watcher) newMirrorSliceStore(cl *cluster) *objectStore {
 	sel := k8slabels.SelectorFromSet(k8slabels.Set{labels.MirroredService: labels.MirroredServiceValue})
-	transform := func(obj any) (any, error) {
-		if t, err := sliceTransform(sel)(obj); err != nil || !isSlice(t) {
-			return t, err
-		}
-		return object.ToMirrorSlice(obj)
-	}
-	return newObjectStore(transform, isSlice, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
-		s, ok := obj.(*object.Slice)
-		if !ok || s.Service == "" {
-			return nil, nil
-		}
-		return []string{s.Namespace + "/" + s.Service}, nil
-	}}, c.mirrorSliceHandler(cl))
+	return newObjectStore(sliceTransform(sel, object.ToMirrorSlice), isSlice,
+		cache.Indexers{sliceServiceIndex: slicesByService}, c.mirrorSliceHandler(cl))
 }
 
 // mirrorSliceHandler queues the group of the export a mirror's slice

@@ -280,16 +280,27 @@ func serviceTransform(export k8slabels.Selector) cache.TransformFunc {
 	}
 }
 
-// sliceTransform trims the EndpointSlices a watch selects by sel; one sel
-// does not select (a watch that does not filter) becomes its bare key,
-// which the store does not keep (isSlice).
-func sliceTransform(sel k8slabels.Selector) cache.TransformFunc {
+// sliceTransform trims, with trim (object.ToSlice, object.ToMirrorSlice),
+// the EndpointSlices a watch selects by sel; one sel does not select (a
+// watch that does not filter) becomes its bare key, which the store does
+// not keep (isSlice).
+func sliceTransform(sel k8slabels.Selector, trim cache.TransformFunc) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		if s, ok := obj.(*discovery.EndpointSlice); ok && !sel.Matches(k8slabels.Set(s.Labels)) {
 			return &object.Meta{Name: s.Name, Namespace: s.Namespace, Version: s.ResourceVersion}, nil
 		}
-		return object.ToSlice(obj)
+		return trim(obj)
 	}
+}
+
+// slicesByService is the index function of sliceServiceIndex: a slice by
+// the namespace/name of its Service.
+func slicesByService(obj any) ([]string, error) {
+	s, ok := obj.(*object.Slice)
+	if !ok || s.Service == "" {
+		return nil, nil
+	}
+	return []string{s.Namespace + "/" + s.Service}, nil
 }
 
 // isSlice reports whether a store keeps obj: a Slice, not a bare key.

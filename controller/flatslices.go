@@ -30,7 +30,6 @@ const headlessLabel = corev1.IsHeadlessService
 // API server would refuse (loopback, link-local, multicast, unspecified)
 // is left out, as DNS leaves it out. FQDN slices hold no address to answer.
 func (in sliceInput) flatSlices(svc *corev1.Service) []*discoveryv1.EndpointSlice {
-	var policy endpointpolicy.Policy
 	var out []*discoveryv1.EndpointSlice
 	for _, rs := range in.remoteSlices {
 		if rs.AddressType == discoveryv1.AddressTypeFQDN {
@@ -45,7 +44,7 @@ func (in sliceInput) flatSlices(svc *corev1.Service) []*discoveryv1.EndpointSlic
 			var addrs []string
 			for _, a := range ep.Addresses {
 				ip, err := netip.ParseAddr(a)
-				if err != nil || policy.AddressRefusal(ip) != "" {
+				if err != nil || endpointpolicy.Special(ip) {
 					continue
 				}
 				addrs = append(addrs, a)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -155,7 +154,7 @@ func (f *fleetData) supervise(d *deployment, c int) {
 // startReplica starts a DNS replica of mode m in cluster c and waits until
 // it serves.
 func (f *fleetData) startReplica(m mode, c int) (*replica, error) {
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -304,15 +303,6 @@ type emptyResult struct {
 	m         mode
 	heap, rss int64
 	err       string
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func firstLine(s string) string {

@@ -159,7 +159,7 @@ func clusterName(i, n int) string {
 }
 
 func run(env *harness.Env, cfg *config) int {
-	rep := &report{cfg: cfg, started: time.Now(), machine: proc.Machine(), load: loadAvg()}
+	rep := &report{cfg: cfg, started: time.Now(), machine: proc.Machine(), load: proc.LoadAvg()}
 	logf("starting %d clusters (kube-apiservers on one etcd)", cfg.clusters)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute+time.Duration(cfg.clusters)*10*time.Second)
 	err := env.Start(ctx)
@@ -205,17 +205,4 @@ func run(env *harness.Env, cfg *config) int {
 		}
 	}
 	return 0
-}
-
-// loadAvg is /proc/loadavg's first three figures.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -108,10 +108,10 @@ func startHAProxyPair(cfg *config, w *world, tag string) (*setup, error) {
 		w.hap = &hapPorts{ingress: map[int32]int{}, egress: map[int32]int{}}
 		var err error
 		for _, p := range targetPorts {
-			if w.hap.egress[p.port], err = freePort(); err != nil {
+			if w.hap.egress[p.port], err = proc.FreePort(); err != nil {
 				return nil, err
 			}
-			if w.hap.ingress[p.port], err = freePort(); err != nil {
+			if w.hap.ingress[p.port], err = proc.FreePort(); err != nil {
 				return nil, err
 			}
 		}

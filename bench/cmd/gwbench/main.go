@@ -133,7 +133,7 @@ func fatal(err error) {
 }
 
 func run(cfg *config, env *harness.Env, wp **world) int {
-	rep := &report{cfg: cfg, start: time.Now(), loadStart: loadavg(), haproxyVersion: haproxyVersion(cfg.haproxy), source: source()}
+	rep := &report{cfg: cfg, start: time.Now(), loadStart: proc.LoadAvg(), haproxyVersion: haproxyVersion(cfg.haproxy), source: source()}
 	logf("load average %s; starting clusters east and west with the test harness", rep.loadStart)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -222,7 +222,7 @@ func run(cfg *config, env *harness.Env, wp **world) int {
 		rep.prof = profileGateway(cfg, w, keys, mem)
 	}
 
-	rep.loadEnd = loadavg()
+	rep.loadEnd = proc.LoadAvg()
 	rep.elapsed = time.Since(began)
 	text := rep.String()
 	fmt.Println(text)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 )
 
 // The -rr-only mode: round trips alone, for the one target that depends on
@@ -75,7 +77,7 @@ func rrOnly(cfg *config, w *world, dir, gw, hap *setup) int {
 		gw.stop()
 		hap.stop()
 		var b strings.Builder
-		fmt.Fprintf(&b, "## Measures mem only (`bin/gwbench %s`), load %s\n\n", strings.Join(cfg.argv, " "), loadavg())
+		fmt.Fprintf(&b, "## Measures mem only (`bin/gwbench %s`), load %s\n\n", strings.Join(cfg.argv, " "), proc.LoadAvg())
 		memoryAB(cfg, w, ab, &b)
 		return writeRR(cfg, b.String())
 	}
@@ -127,7 +129,7 @@ func rrOnly(cfg *config, w *world, dir, gw, hap *setup) int {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Measures %s only (`bin/gwbench %s`), load %s\n\n", cfg.rr.measures, strings.Join(cfg.argv, " "), loadavg())
+	fmt.Fprintf(&b, "## Measures %s only (`bin/gwbench %s`), load %s\n\n", cfg.rr.measures, strings.Join(cfg.argv, " "), proc.LoadAvg())
 	for _, m := range ms {
 		unit := "MB/s"
 		switch m.key {

@@ -98,7 +98,7 @@ func startGatewayPairWith(cfg *config, w *world, tag, bin string, env []string, 
 	s := &setup{key: "gateway", name: "gateway pair"}
 	ports := make([]int, 3)
 	for i := 0; i < len(ports); {
-		p, err := freePort()
+		p, err := proc.FreePort()
 		if err != nil {
 			return nil, err
 		}

@@ -64,3 +64,17 @@ func Machine() string {
 	kernel, _ := exec.Command("uname", "-r").Output()
 	return fmt.Sprintf("%s, %d CPUs, Linux %s, %s", model, runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version())
 }
+
+// LoadAvg returns /proc/loadavg's first three figures, "?" when it cannot
+// be read.
+func LoadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return strings.TrimSpace(string(b))
+	}
+	return strings.Join(f[:3], " ")
+}

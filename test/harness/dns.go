@@ -81,7 +81,8 @@ func (e *Env) LaunchDNS(ctx context.Context, name, corefile string) (*DNSServer,
 // launchDNS writes corefile into dir, starts the server it describes with
 // start, in the node of c on port 53 (where kube-system/kube-dns sends the
 // queries of c's pods; {HOST} is the node's address) or, with c nil, on a
-// free port of 127.0.0.1, and waits a minute at most until it answers.
+// free port of 127.0.0.1, and waits until it answers: until ctx's deadline
+// when it has one (a fleet of many links lists for longer), else a minute.
 func (e *Env) launchDNS(ctx context.Context, name string, c *Cluster, corefile, dir string, o DNSOptions, start func(...string) (*Process, error)) (*DNSServer, error) {
 	host, port := netip.MustParseAddr("127.0.0.1"), 53
 	if c != nil {
@@ -100,7 +101,11 @@ func (e *Env) launchDNS(ctx context.Context, name string, c *Cluster, corefile, 
 	if s.Process, err = start(argv...); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	wait := 60 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		wait = time.Until(d)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
 		// A server that exited fails at once, not after the wait.
@@ -113,7 +118,7 @@ func (e *Env) launchDNS(ctx context.Context, name string, c *Cluster, corefile, 
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%s not ready within 60s: %v\n%s", name, err, s.Process.Tail(20))
+			return nil, fmt.Errorf("%s not ready within %s: %v\n%s", name, wait.Round(time.Second), err, s.Process.Tail(20))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -63,6 +63,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -576,6 +577,35 @@ func appendFile(path, line string) {
 	}
 	defer f.Close()
 	_, _ = f.WriteString(line)
+}
+
+// serverPort returns a TCP port on 127.0.0.1, free a moment ago, for a
+// server that is restarted on the same port (kube-apiserver): below the
+// kernel's range of ephemeral ports, so that no client connection takes
+// it as its own port while the server is down. A fleet makes thousands of
+// connections; a port of that range was taken that way.
+func serverPort() (int, error) {
+	const low = 10000
+	high := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				high = n
+			}
+		}
+	}
+	for range 100 {
+		if high-low < 1000 {
+			break
+		}
+		p := low + rand.IntN(high-low)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err == nil {
+			l.Close()
+			return p, nil
+		}
+	}
+	return freePort()
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -241,3 +243,21 @@ func TestComponentsRunning(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Every API server listens below the kernel's ephemeral ports: a server
+// restarted on its port finds it free, however many client connections
+// the fleet holds (one of them took a restarted server's port before).
+func TestAPIServerPortsOutsideEphemeralRange(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	require.NoError(t, err)
+	var low, high int
+	_, err = fmt.Sscan(string(b), &low, &high)
+	require.NoError(t, err)
+	for _, c := range env.Clusters() {
+		u, err := url.Parse(c.Server)
+		require.NoError(t, err)
+		port, err := strconv.Atoi(u.Port())
+		require.NoError(t, err)
+		assert.Less(t, port, low, "%s's API server at %s: in the ephemeral range %d–%d", c.Name, c.Server, low, high)
+	}
+}

@@ -2,7 +2,9 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 )
@@ -33,23 +35,46 @@ func (c *Cluster) StopAPIServer() {
 // StartAPIServer starts the cluster's kube-apiserver again after
 // StopAPIServer, with the same address, port, certificates, tokens and etcd
 // prefix, so every kubeconfig and ServiceAccount token of the cluster works
-// as before, and waits until it is ready. Starting a running server does
-// nothing.
+// as before, and waits until it is ready. A server that exits while it
+// starts (its post-start hooks time out on an overloaded machine) is
+// started again, as the kubelet starts a static pod again, until ctx ends;
+// only once it serves is it part of the environment, whose every wait
+// fails should it exit. Starting a running server does nothing.
 func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	c.apiMu.Lock()
-	if c.apiProc != nil {
-		c.apiMu.Unlock()
+	running := c.apiProc != nil
+	c.apiMu.Unlock()
+	if running {
 		return nil
 	}
-	p, err := c.env.startProcess(c.Name+"/kube-apiserver", nil, c.apiArgv...)
-	if err != nil {
+	name := c.Name + "/kube-apiserver"
+	for {
+		p, err := c.env.launch(name, false, nil, c.apiArgv...)
+		if err != nil {
+			return err
+		}
+		c.apiMu.Lock()
+		c.apiProc = p
 		c.apiMu.Unlock()
-		return err
+		err = c.env.poll(ctx, name, func(ctx context.Context) (bool, error) {
+			if done, err := p.Exited(); done {
+				return false, fmt.Errorf("%w: %v", errExitedStarting, err)
+			}
+			body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			return err == nil && string(body) == "ok", nil
+		})
+		if err == nil {
+			c.env.setCritical(p)
+			return nil
+		}
+		if !errors.Is(err, errExitedStarting) || ctx.Err() != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "harness: %v; starting it again\n%s\n", err, p.Tail(5))
 	}
-	c.apiProc = p
-	c.apiMu.Unlock()
-	return c.waitAPIServer(ctx)
 }
+
+var errExitedStarting = errors.New("exited while starting")
 
 // APIServerOutage stops the cluster's kube-apiserver for the test t and
 // returns a function that starts it again (and waits until it is ready),

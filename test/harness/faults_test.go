@@ -2,7 +2,12 @@ package harness_test
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +67,42 @@ func TestAPIServerStopAndRestart(t *testing.T) {
 	_, err = saClient.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "authenticated, not authorized: %v", err)
 	env.RequireAlive(t, after)
+}
+
+// A restarted API server that exits while it starts (here: another
+// process holds its port) is started again until it serves, and that exit
+// fails no wait of the environment: a kubelet starts a static pod again.
+func TestAPIServerStartedAgainAfterExitWhileStarting(t *testing.T) {
+	env.LogOnFailure(t)
+	paris := env.Cluster("paris")
+	u, err := url.Parse(paris.Server)
+	require.NoError(t, err)
+	paris.APIServerOutage(t) // its cleanup starts the server should the test fail first
+	l, err := net.Listen("tcp", u.Host)
+	require.NoError(t, err)
+	defer l.Close()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		done <- paris.StartAPIServer(ctx)
+	}()
+	// Evidence that a start exited on the taken port.
+	require.Eventually(t, func() bool {
+		logs, _ := filepath.Glob(filepath.Join(env.Dir, "logs", "paris-kube-apiserver*.log"))
+		for _, f := range logs {
+			if b, _ := os.ReadFile(f); strings.Contains(string(b), "address already in use") {
+				return true
+			}
+		}
+		return false
+	}, 2*time.Minute, 100*time.Millisecond, "no start of paris's API server exited on its taken port")
+	env.RequireAlive(t)
+	require.NoError(t, l.Close())
+	require.NoError(t, <-done)
+	env.RequireAlive(t)
+	_, err = paris.Client.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{})
+	require.NoError(t, err)
 }
 
 // proxyClient is a client of east through the proxy, with user agent ua.

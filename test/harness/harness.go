@@ -484,6 +484,13 @@ func (e *Env) launch(name string, critical bool, env []string, argv ...string) (
 	return p, nil
 }
 
+// setCritical makes p part of the environment: its exit fails every wait.
+func (e *Env) setCritical(p *Process) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p.critical = true
+}
+
 // Launch starts a process that belongs to the environment: Stop stops it.
 // Outside tests (the demo) it is what StartProcess is inside them.
 func (e *Env) Launch(name string, env []string, argv ...string) (*Process, error) {

@@ -57,6 +57,8 @@ type fleetData struct {
 	mu       sync.Mutex
 	changed  map[[3]int]string // (cluster, service, endpoint) → address, once changed
 	changes  int
+	// coldKubeconfigs are the extra links' (coldlinks.go), by link.
+	coldKubeconfigs [][]byte
 }
 
 func newFleet(env *harness.Env, cfg *config) *fleetData {
@@ -127,6 +129,9 @@ func (f *fleetData) link() error {
 		}
 		return nil
 	}); err != nil {
+		return err
+	}
+	if err := f.linkCold(kcs); err != nil {
 		return err
 	}
 	return f.each(func(c int) error {

@@ -154,6 +154,12 @@ func (f *fleetData) supervise(d *deployment, c int) {
 // startReplica starts a DNS replica of mode m in cluster c and waits until
 // it serves.
 func (f *fleetData) startReplica(m mode, c int) (*replica, error) {
+	return f.launchReplica(m, c, m.linkSecrets())
+}
+
+// launchReplica is startReplica with the links of the link Secrets in
+// namespace secrets.
+func (f *fleetData) launchReplica(m mode, c int, secrets string) (*replica, error) {
 	port, err := proc.FreePort()
 	if err != nil {
 		return nil, err
@@ -164,7 +170,7 @@ func (f *fleetData) startReplica(m mode, c int) (*replica, error) {
 	fl, err := f.env.LaunchFleet(ctx, harness.FleetOptions{
 		Local:       f.name(c),
 		Parts:       harness.FleetDNS,
-		LinkSecrets: m.linkSecrets(),
+		LinkSecrets: secrets,
 		Plugins:     []string{"pprof " + r.pprof},
 		Block:       m.block(),
 	})

@@ -44,6 +44,7 @@ type config struct {
 	clusters, replicas   int
 	services, endpoints  int
 	modes                []mode
+	coldLinks            int           // links of the cold-started replica in direct mode (0: N−1)
 	samples              int           // names checked per replica and cluster
 	changes              int           // endpoint changes timed for propagation
 	churnRate            int           // unexported objects created and deleted per second per cluster
@@ -62,6 +63,7 @@ func main() {
 	flag.IntVar(&cfg.replicas, "replicas", 2, "DNS replicas per cluster")
 	flag.IntVar(&cfg.services, "services", 1000, "exported Services per cluster")
 	flag.IntVar(&cfg.endpoints, "endpoints", 10, "endpoints per exported Service (one EndpointSlice, at most 1000)")
+	flag.IntVar(&cfg.coldLinks, "cold-links", 0, "links of the replica the direct-mode cold start times (0: the fleet's N−1; more are extra names for the same clusters, so that a start with 99 links can be timed with fewer API servers)")
 	flag.StringVar(&modes, "modes", "direct,import", "modes to run, in order: direct, import")
 	flag.IntVar(&cfg.samples, "samples", 4, "names checked per DNS replica and cluster (half Service names, half pod names)")
 	flag.IntVar(&cfg.changes, "changes", 100, "endpoint changes timed to every cluster (propagation)")
@@ -105,6 +107,8 @@ func (cfg *config) validate(modes string) error {
 		return fmt.Errorf("-services at least 1, -endpoints 1 to 1000")
 	case cfg.clusters*cfg.services*cfg.endpoints > addrSpace:
 		return fmt.Errorf("-clusters × -services × -endpoints over %d addresses", addrSpace)
+	case cfg.coldLinks < 0:
+		return fmt.Errorf("-cold-links: at least 0")
 	case cfg.changes > changeSpace:
 		return fmt.Errorf("-changes: at most %d", changeSpace)
 	}

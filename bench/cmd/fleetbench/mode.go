@@ -214,6 +214,8 @@ func minusAll(a, b []apiCounters) []apiCounters {
 // coldResult is a fresh replica's start in the first cluster, beside the
 // running ones.
 type coldResult struct {
+	links int           // its links: none in import mode
+	lists time.Duration // the same lists alone, with client-go (direct mode)
 	ready time.Duration // launch → serving (the ready plugin, and an answer)
 	names time.Duration // launch → every name held
 	heap  int64         // HeapInuse after a forced GC, then
@@ -221,11 +223,26 @@ type coldResult struct {
 }
 
 // coldStart starts one more replica in the first cluster, times it until
-// it holds every name, and stops it.
+// it holds every name, and stops it. In direct mode its links are the
+// fleet's, or -cold-links of them (coldlinks.go), and the same lists are
+// timed alone first.
 func (f *fleetData) coldStart(d *deployment) coldResult {
 	var res coldResult
+	secrets, complete := d.m.linkSecrets(), f.complete
+	if d.m == direct {
+		res.links = f.coldLinks()
+		if f.cfg.coldLinks > 0 {
+			secrets, complete = coldNS, f.coldComplete
+			var err error
+			if res.lists, err = f.coldLists(); err != nil {
+				res.err = "lists: " + firstLine(err.Error())
+				return res
+			}
+			logf("%s: the lists of %d links alone: %.2fs", d.m, res.links, res.lists.Seconds())
+		}
+	}
 	t := time.Now()
-	r, err := f.startReplica(d.m, 0)
+	r, err := f.launchReplica(d.m, 0, secrets)
 	if err != nil {
 		res.err = firstLine(err.Error())
 		return res
@@ -234,7 +251,7 @@ func (f *fleetData) coldStart(d *deployment) coldResult {
 	res.ready = time.Since(t)
 	for deadline := t.Add(10 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		st, err := readLinks(r.dns.MetricsURL, dnsPrefix)
-		if err == nil && f.complete(st) {
+		if err == nil && complete(st) {
 			res.names = time.Since(t)
 			break
 		}
@@ -248,7 +265,7 @@ func (f *fleetData) coldStart(d *deployment) coldResult {
 		res.err = err.Error()
 	}
 	rss, _ := proc.RSS(r.dns.Process.PID)
-	logf("%s: cold start of a replica: serving after %.2fs, every name after %.2fs; HeapInuse %.1f MiB, RSS %.1f MiB",
-		d.m, res.ready.Seconds(), res.names.Seconds(), mib(res.heap), mib(rss))
+	logf("%s: cold start of a replica with %d links: serving after %.2fs, every name after %.2fs; HeapInuse %.1f MiB, RSS %.1f MiB",
+		d.m, res.links, res.ready.Seconds(), res.names.Seconds(), mib(res.heap), mib(rss))
 	return res
 }

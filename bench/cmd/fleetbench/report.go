@@ -67,6 +67,15 @@ func ints(v []int64) []float64 {
 
 func secs(d time.Duration) float64 { return d.Seconds() }
 
+// listed is d in seconds when the cold start's lists were timed alone,
+// else NaN.
+func listed(c coldResult, d time.Duration) float64 {
+	if c.lists == 0 {
+		return math.NaN()
+	}
+	return d.Seconds()
+}
+
 func (rep *report) emptyHeap(m mode) float64 {
 	for _, e := range rep.empty {
 		if e.m == m && e.err == "" {
@@ -137,8 +146,11 @@ func (rep *report) rows() []row {
 		{"p99 (ms)", "%.0f", func(r *modeResult) float64 { return ms(percentile(r.prop, 0.99), len(r.prop)) }},
 		{"max (ms)", "%.0f", func(r *modeResult) float64 { return ms(percentile(r.prop, 1), len(r.prop)) }},
 		{"**Cold start** of one more replica in " + clusterName(0, cfg.clusters), "", nil},
+		{"its links", "%.0f", func(r *modeResult) float64 { return float64(r.cold.links) }},
 		{"serving (ready, and an answer) (s)", "%.2f", func(r *modeResult) float64 { return secs(r.cold.ready) }},
 		{"every name held (s)", "%.2f", func(r *modeResult) float64 { return secs(r.cold.names) }},
+		{"the same lists alone, with client-go (s; with -cold-links)", "%.2f", func(r *modeResult) float64 { return listed(r.cold, r.cold.lists) }},
+		{"every name held, after the lists (s; with -cold-links)", "%.2f", func(r *modeResult) float64 { return listed(r.cold, r.cold.names-r.cold.lists) }},
 		{"HeapInuse then (MiB)", "%.1f", func(r *modeResult) float64 { return float64(r.cold.heap) / (1 << 20) }},
 		{"**One API server restarted** (" + clusterName(1%cfg.clusters, cfg.clusters) + ")", "", nil},
 		{"stopped and serving again (s)", "%.1f", func(r *modeResult) float64 { return secs(r.one.down) }},

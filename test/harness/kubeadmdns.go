@@ -3,7 +3,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"time"
 
@@ -29,14 +28,8 @@ func (c *Cluster) InstallKubeadmDNS(ctx context.Context) error {
 	if c.real == nil {
 		return fmt.Errorf("%s: InstallKubeadmDNS needs a real node", c.Name)
 	}
-	imgs, err := LocalImages()
-	if err != nil {
+	if err := c.tagProjectImage(ctx, KubeadmCoreDNSImage); err != nil {
 		return err
-	}
-	out, err := exec.CommandContext(ctx, "ctr", "-a", c.real.sock, "-n", "k8s.io", "images", "tag", "--force",
-		imgs.CorednsMC, KubeadmCoreDNSImage).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: tag %s: %v: %s", c.Name, KubeadmCoreDNSImage, err, out)
 	}
 	// The sysctl that stands in for the file capability, in the pod's
 	// securityContext (kubeadm sets none).

@@ -138,8 +138,9 @@ Replace mode's check of the cluster's CoreDNS, before anything changes:
 the Deployment dns.coredns.deployment in kube-system, when `helm install`
 or `helm upgrade` finds it (`lookup`; `helm template` finds nothing and
 checks nothing), must be laid out as dns.coredns and the JSON patch
-(files/coredns-patch.yaml) say. Where it is not, the install fails with
-what differs and the value or mode to use, in helm's own output.
+(files/coredns-patch.yaml) say, and leave the rollout a node for its new
+pods. Where it is not, the install fails with what differs and the value
+or mode to use, in helm's own output.
 */}}
 {{- define "mcmirror.checkCoreDNS" -}}
 {{- $c := .Values.dns.coredns }}
@@ -179,5 +180,51 @@ what differs and the value or mode to use, in helm's own output.
 {{- if not (and (eq ($live.path | default "") "/health") (eq (toString ($live.port | default "")) "8080") (eq ($ready.path | default "") "/ready") (eq (toString ($ready.port | default "")) "8181")) }}
 {{- fail (printf "%s: container %s's probes are not liveness /health on 8080 and readiness /ready on 8181, which the Corefile's health and ready serve: replace mode cannot patch it. %s" $ref $ctr.name $how) }}
 {{- end }}
+{{- /* The rollout starts every new pod before an old one stops (the
+patch's maxSurge 100%, maxUnavailable 0): a pod template that requires a
+node of its own per DNS pod (RKE2's rke2-coredns: a required
+podAntiAffinity on kubernetes.io/hostname against k8s-app=kube-dns) leaves
+no node for a new pod where the nodes are no more than the replicas, and
+the hook would wait until it timed out. */}}
+{{- $labels := ($d.spec.template.metadata | default dict).labels | default dict }}
+{{- $replicas := int ($d.spec.replicas | default 1) }}
+{{- range $term := ((($spec.affinity | default dict).podAntiAffinity | default dict).requiredDuringSchedulingIgnoredDuringExecution | default list) }}
+{{- if and (eq ($term.topologyKey | default "") "kubernetes.io/hostname") (include "mcmirror.selects" (dict "selector" $term.labelSelector "labels" $labels)) }}
+{{- $nodes := 0 }}
+{{- range (lookup "v1" "Node" "" "").items | default list }}
+{{- if not (.spec | default dict).unschedulable }}
+{{- $nodes = add1 $nodes }}
+{{- end }}
+{{- end }}
+{{- if and (gt $nodes 0) (le $nodes $replicas) }}
+{{- fail (printf "%s requires a node of its own for each of its pods (a required podAntiAffinity on kubernetes.io/hostname that selects them), and has no node to spare (replicas %d, schedulable nodes %d): replace mode's rollout starts each new DNS pod before an old one stops, so that the cluster DNS always answers, and no node is left for it; the install would wait until it timed out. Make that anti-affinity preferred (RKE2: a HelmChartConfig for rke2-coredns whose valuesContent sets affinity with preferredDuringSchedulingIgnoredDuringExecution), or add a node, or install with dns.mode=forward, which leaves the cluster DNS as it is (deploy/README.md, \"CoreDNS that is not kubeadm's\"); nothing was changed" $ref $replicas $nodes) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Whether the label selector selects a set of labels: each of its
+matchLabels, and each of its matchExpressions (In, NotIn, Exists,
+DoesNotExist), holds. A selector that is absent selects nothing, as in a
+pod affinity term. Renders "true" or nothing.
+*/}}
+{{- define "mcmirror.selects" -}}
+{{- if .selector }}
+{{- $ok := true }}
+{{- range $k, $v := .selector.matchLabels | default dict }}
+{{- if ne (toString (get $.labels $k)) (toString $v) }}{{ $ok = false }}{{ end }}
+{{- if not (hasKey $.labels $k) }}{{ $ok = false }}{{ end }}
+{{- end }}
+{{- range $e := .selector.matchExpressions | default list }}
+{{- $has := hasKey $.labels $e.key }}
+{{- $in := and $has (has (toString (get $.labels $e.key)) ($e.values | default list)) }}
+{{- if and (eq $e.operator "In") (not $in) }}{{ $ok = false }}{{ end }}
+{{- if and (eq $e.operator "NotIn") $in }}{{ $ok = false }}{{ end }}
+{{- if and (eq $e.operator "Exists") (not $has) }}{{ $ok = false }}{{ end }}
+{{- if and (eq $e.operator "DoesNotExist") $has }}{{ $ok = false }}{{ end }}
+{{- end }}
+{{- if $ok }}true{{ end }}
 {{- end }}
 {{- end -}}

@@ -22,6 +22,10 @@ import (
 // that value set (or on the layouts the defaults fit: kubeadm's, k3s's
 // with its second volume and items, the EKS add-on's), it renders (a
 // server-side dry run: `lookup` reads the cluster, nothing is written).
+// RKE2's chart requires a node of its own per DNS pod: on a cluster with
+// no node to spare, where replace mode's rollout (every new pod before an
+// old one stops) would wait forever, the install fails too, and says what
+// to do.
 func TestInstallChecksTheCoreDNSLayout(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -39,6 +43,18 @@ func TestInstallChecksTheCoreDNSLayout(t *testing.T) {
 		"items: [{key: Corefile, path: Corefile}]\n", "items: [{key: Corefile, path: Corefile}, {key: NodeHosts, path: NodeHosts}]\n"+
 			"      - name: custom-config-volume\n        configMap: {name: coredns-custom, optional: true}\n",
 		"{name: config-volume, mountPath: /etc/coredns, readOnly: true}", "{name: config-volume, mountPath: /etc/coredns, readOnly: true}\n        - {name: custom-config-volume, mountPath: /etc/coredns/custom, readOnly: true}")
+	// RKE2's as its chart publishes it: a required anti-affinity per node,
+	// one replica, on this cluster's one node; and with that anti-affinity
+	// preferred, as a HelmChartConfig may make it.
+	rke2 := func(affinity string) string {
+		t.Helper()
+		l, err := harness.RKE2CoreDNS(affinity)
+		require.NoError(t, err)
+		m, err := l.Manifest()
+		require.NoError(t, err)
+		return m
+	}
+	rke2Values := []string{"dns.coredns.deployment=rke2-coredns-rke2-coredns", "dns.coredns.configMap=rke2-coredns-rke2-coredns"}
 	for _, c := range []struct {
 		name, deployment, manifest string
 		set                        []string
@@ -64,18 +80,24 @@ func TestInstallChecksTheCoreDNSLayout(t *testing.T) {
 		{"RKE2's names, with the values", "rke2-coredns-rke2-coredns", edit("rke2", "metadata:\n  name: coredns\n", "metadata:\n  name: rke2-coredns-rke2-coredns\n",
 			"name: coredns\n          items:", "name: rke2-coredns-rke2-coredns\n          items:"),
 			[]string{"dns.coredns.deployment=rke2-coredns-rke2-coredns", "dns.coredns.configMap=rke2-coredns-rke2-coredns"}, ""},
+		{"RKE2's chart, its anti-affinity on one node", "rke2-coredns-rke2-coredns", rke2(""), rke2Values,
+			"kube-system/rke2-coredns-rke2-coredns requires a node of its own for each of its pods (a required podAntiAffinity on kubernetes.io/hostname that selects them), and has no node to spare (replicas 1, schedulable nodes 1)"},
+		{"RKE2's chart, the anti-affinity preferred", "rke2-coredns-rke2-coredns", rke2(harness.RKE2PreferredAffinity), rke2Values, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			deployments := east.Client.AppsV1().Deployments("kube-system")
 			require.NoError(t, east.Apply(ctx, c.manifest))
 			t.Cleanup(func() {
-				_ = deployments.Delete(context.Background(), c.deployment, metav1.DeleteOptions{})
+				_ = east.Delete(context.Background(), c.manifest)
 				_ = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 					_, err := deployments.Get(ctx, c.deployment, metav1.GetOptions{})
 					return apierrors.IsNotFound(err), nil
 				})
 			})
-			args := []string{"install", "mcmirror", chartDir(), "-n", "mcmirror-layout", "--set", "cluster=east", "--set", "gateway.allowClusters={west}"}
+			args := []string{"install", "mcmirror", chartDir(), "-n", "mcmirror-layout", "--set", "cluster=east", "--set", "gateway.allowClusters={west}",
+				// A chart that failed to refuse would install and wait for
+				// its hook: not for long.
+				"--timeout=1m"}
 			for _, s := range c.set {
 				args = append(args, "--set", s)
 			}

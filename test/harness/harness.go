@@ -588,23 +588,13 @@ func appendFile(path, line string) {
 
 // serverPort returns a TCP port on 127.0.0.1, free a moment ago, for a
 // server that is restarted on the same port (kube-apiserver): below the
-// kernel's range of ephemeral ports, so that no client connection takes
-// it as its own port while the server is down. A fleet makes thousands of
-// connections; a port of that range was taken that way.
+// kernel's range of ephemeral ports (32768 and up), so that no client
+// connection takes it as its own port while the server is down (a fleet
+// makes thousands of connections; one took a port that way), and below
+// the egress port windows (20000 and up, controller.go).
 func serverPort() (int, error) {
-	const low = 10000
-	high := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				high = n
-			}
-		}
-	}
+	const low, high = 10000, 20000
 	for range 100 {
-		if high-low < 1000 {
-			break
-		}
 		p := low + rand.IntN(high-low)
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err == nil {

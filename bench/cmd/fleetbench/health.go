@@ -152,7 +152,14 @@ func (f *fleetData) complete(st linkState) bool {
 func (f *fleetData) waitNames(d *deployment, limit time.Duration) (time.Duration, error) {
 	start := time.Now()
 	var short []string
+	// What is missing is logged every half minute, so that a wait that
+	// does not end says why while it lasts.
+	next := start.Add(30 * time.Second)
 	for deadline := start.Add(limit); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if time.Now().After(next) && len(short) > 0 {
+			logf("%s: waiting for every name (%.0fs): %s", d.m, time.Since(start).Seconds(), abbrev(short, 3))
+			next = time.Now().Add(30 * time.Second)
+		}
 		pl, err := f.readAll(d)
 		if err != nil {
 			short = []string{err.Error()}

@@ -314,7 +314,9 @@ func freeUDPTCPPort() (int, error) {
 		l.Close()
 		if err == nil {
 			u.Close()
-			return port, nil
+			if handOut(port) {
+				return port, nil
+			}
 		}
 	}
 	return 0, fmt.Errorf("no port free for both UDP and TCP")

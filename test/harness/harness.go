@@ -586,6 +586,27 @@ func appendFile(path, line string) {
 	_, _ = f.WriteString(line)
 }
 
+// handedOut records every port this process's port pickers returned. The
+// kernel may give a port that was just closed to the next bind, so two
+// processes launched at once were given the same port (a DNS replica's
+// metrics URL answered 404: another replica's pprof had the port). A port
+// is handed out once per process, while there are ports to spare.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// handOut reports whether port p was not handed out before, and records it.
+func handOut(p int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports[p] && len(handedOut.ports) < 10000 {
+		return false
+	}
+	handedOut.ports[p] = true
+	return true
+}
+
 // serverPort returns a TCP port on 127.0.0.1, free a moment ago, for a
 // server that is restarted on the same port (kube-apiserver): below the
 // kernel's range of ephemeral ports (32768 and up), so that no client
@@ -599,18 +620,31 @@ func serverPort() (int, error) {
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err == nil {
 			l.Close()
-			return p, nil
+			if handOut(p) {
+				return p, nil
+			}
 		}
 	}
 	return freePort()
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that no other call in this process returned.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if handOut(p) {
+			return p, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free TCP port that was not handed out before")
 }
+
+// FreeTCPPort is freePort for the benchmarks, which launch processes
+// beside the harness's: one record of the ports handed out.
+func FreeTCPPort() (int, error) { return freePort() }

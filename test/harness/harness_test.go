@@ -261,3 +261,18 @@ func TestAPIServerPortsOutsideEphemeralRange(t *testing.T) {
 		assert.Less(t, port, low, "%s's API server at %s: in the ephemeral range %d–%d", c.Name, c.Server, low, high)
 	}
 }
+
+// No two calls hand out the same port, though the kernel may give a port
+// just closed to the next bind: processes launched at once each get
+// their own.
+func TestFreePortsAreNeverHandedOutTwice(t *testing.T) {
+	seen := map[int]int{}
+	for i := range 3000 {
+		p, err := harness.FreeTCPPort()
+		require.NoError(t, err)
+		if j, ok := seen[p]; ok {
+			t.Fatalf("port %d handed out by call %d and again by call %d", p, j, i)
+		}
+		seen[p] = i
+	}
+}

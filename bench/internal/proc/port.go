@@ -1,13 +1,7 @@
 package proc
 
-import "net"
+import "github.com/mcmirror/mcmirror/test/harness"
 
-// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago and
+// that neither it nor the harness handed out before in this process.
+func FreePort() (int, error) { return harness.FreeTCPPort() }

@@ -60,8 +60,7 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 			if done, err := p.Exited(); done {
 				return false, fmt.Errorf("%w: %v", errExitedStarting, err)
 			}
-			body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-			return err == nil && string(body) == "ok", nil
+			return c.apiReady(ctx)
 		})
 		if err == nil {
 			c.env.setCritical(p)

@@ -174,10 +174,13 @@ func (c *Cluster) startAPIServer(etcdURL string) error {
 
 // waitAPIServer waits until /readyz answers ok.
 func (c *Cluster) waitAPIServer(ctx context.Context) error {
-	return c.env.poll(ctx, c.Name+"/kube-apiserver", func(ctx context.Context) (bool, error) {
-		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		return err == nil && string(body) == "ok", nil
-	})
+	return c.env.poll(ctx, c.Name+"/kube-apiserver", c.apiReady)
+}
+
+// apiReady reports whether the API server's /readyz says ok.
+func (c *Cluster) apiReady(ctx context.Context) (bool, error) {
+	body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	return err == nil && string(body) == "ok", nil
 }
 
 // startWorkloads starts kube-controller-manager and KWOK and registers the

@@ -62,12 +62,9 @@ func (l CoreDNSLayout) Manifest() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	const anchor = "      serviceAccountName: coredns\n"
-	d, err := ReplaceOnce(fmt.Sprintf(l.deployment, l.Image, fmt.Sprintf("%x", sha256.Sum256(b)), l.affinity), anchor, anchor+
-		"      securityContext:\n"+
-		"        sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: \"53\"}]\n")
+	d, err := withPort53Sysctl(l.Name, fmt.Sprintf(l.deployment, l.Image, fmt.Sprintf("%x", sha256.Sum256(b)), l.affinity))
 	if err != nil {
-		return "", fmt.Errorf("harness: the sysctl in %s's CoreDNS Deployment: %w", l.Name, err)
+		return "", err
 	}
 	return string(b) + "---\n" + d + "---\n" + l.Objects, nil
 }
@@ -185,12 +182,7 @@ func (c *Cluster) InstallCoreDNS(ctx context.Context, l CoreDNSLayout) error {
 	if err := c.Apply(ctx, manifest); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	return c.env.poll(ctx, c.Name+"/"+l.Deployment+" ("+l.Name+")", func(ctx context.Context) (bool, error) {
-		d, err := c.Client.AppsV1().Deployments("kube-system").Get(ctx, l.Deployment, metav1.GetOptions{})
-		return err == nil && deploymentAvailable(d), nil
-	})
+	return c.waitDNSAvailable(ctx, l.Deployment, l.Name)
 }
 
 // tagProjectImage stores the project's image under name in the node's

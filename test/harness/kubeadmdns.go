@@ -31,22 +31,38 @@ func (c *Cluster) InstallKubeadmDNS(ctx context.Context) error {
 	if err := c.tagProjectImage(ctx, KubeadmCoreDNSImage); err != nil {
 		return err
 	}
-	// The sysctl that stands in for the file capability, in the pod's
-	// securityContext (kubeadm sets none).
-	const anchor = "      serviceAccountName: coredns\n"
-	deployment, err := ReplaceOnce(KubeadmCoreDNSDeployment("kube-system", KubeadmCoreDNSImage), anchor, anchor+
-		"      securityContext:\n"+
-		"        sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: \"53\"}]\n")
+	deployment, err := withPort53Sysctl("kubeadm", KubeadmCoreDNSDeployment("kube-system", KubeadmCoreDNSImage))
 	if err != nil {
-		return fmt.Errorf("harness: the sysctl in kubeadm's CoreDNS Deployment: %w", err)
+		return err
 	}
 	if err := c.Apply(ctx, fmt.Sprintf(kubeadmDNS, c.DNSServiceIP())+"---\n"+deployment); err != nil {
 		return err
 	}
+	return c.waitDNSAvailable(ctx, "coredns", "kubeadm")
+}
+
+// withPort53Sysctl adds to the pod template of the CoreDNS Deployment
+// manifest deployment of distribution dist the namespaced sysctl that lets
+// a non-root process bind port 53: it stands in for the file capability
+// of the published images, which the project's image does not carry.
+func withPort53Sysctl(dist, deployment string) (string, error) {
+	const anchor = "      serviceAccountName: coredns\n"
+	d, err := ReplaceOnce(deployment, anchor, anchor+
+		"      securityContext:\n"+
+		"        sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: \"53\"}]\n")
+	if err != nil {
+		return "", fmt.Errorf("harness: the sysctl in %s's CoreDNS Deployment: %w", dist, err)
+	}
+	return d, nil
+}
+
+// waitDNSAvailable waits up to two minutes until the CoreDNS Deployment
+// kube-system/name of distribution dist is available.
+func (c *Cluster) waitDNSAvailable(ctx context.Context, name, dist string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return c.env.poll(ctx, c.Name+"/coredns (kubeadm)", func(ctx context.Context) (bool, error) {
-		d, err := c.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	return c.env.poll(ctx, c.Name+"/"+name+" ("+dist+")", func(ctx context.Context) (bool, error) {
+		d, err := c.Client.AppsV1().Deployments("kube-system").Get(ctx, name, metav1.GetOptions{})
 		return err == nil && deploymentAvailable(d), nil
 	})
 }

@@ -280,7 +280,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	// The zero range is unset (and contains every port); a range from port
-	// 0 is none ParsePortRange makes.
+	// 0 is none labels.ParsePortRange makes.
 	if opts.EgressPorts.IsZero() || opts.EgressPorts.First == 0 {
 		return nil, errors.New("controller: no egress port range")
 	}

@@ -12,9 +12,6 @@ import (
 // and contains every port: New refuses it.
 type PortRange = labels.PortRange
 
-// ParsePortRange parses FROM-TO (or a single port).
-func ParsePortRange(s string) (PortRange, error) { return labels.ParsePortRange(s) }
-
 // errPortsExhausted is returned when every port of the range is taken.
 var errPortsExhausted = errors.New("egress port range exhausted")
 

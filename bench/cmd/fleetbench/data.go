@@ -156,23 +156,32 @@ func createNS(cs kubernetes.Interface, name string) error {
 	return err
 }
 
-// load creates in every cluster the exported Services: headless, flat
-// mode, each with one hand-made EndpointSlice of named ready endpoints
-// that carries the export label itself, as a selector-less Service's
-// slices must.
-func (f *fleetData) load() error {
+// load creates the exported Services of every cluster from the index
+// first on (loadCluster).
+func (f *fleetData) load(first int) error {
 	return f.each(func(c int) error {
-		var mu sync.Mutex
-		var first error
-		fleet.Each(f.cfg.services, 16, func(i int) {
-			if err := f.createService(c, i); err != nil {
-				mu.Lock()
-				first = err
-				mu.Unlock()
-			}
-		})
-		return first
+		if c < first {
+			return nil
+		}
+		return f.loadCluster(c)
 	})
+}
+
+// loadCluster creates cluster c's exported Services: headless, flat mode,
+// each with one hand-made EndpointSlice of named ready endpoints that
+// carries the export label itself, as a selector-less Service's slices
+// must.
+func (f *fleetData) loadCluster(c int) error {
+	var mu sync.Mutex
+	var first error
+	fleet.Each(f.cfg.services, 16, func(i int) {
+		if err := f.createService(c, i); err != nil {
+			mu.Lock()
+			first = err
+			mu.Unlock()
+		}
+	})
+	return first
 }
 
 func (f *fleetData) createService(c, i int) error {

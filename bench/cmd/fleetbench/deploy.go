@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -279,7 +279,8 @@ func usage(pids []int) (cpu []float64, rss []int64) {
 }
 
 // emptyPoint is the HeapInuse of a replica of mode m in the first cluster
-// before any Service exists: what a replica holds without endpoints.
+// once that cluster's own Services exist and before any other cluster's
+// do: what a replica holds without a linked cluster's endpoint.
 func (f *fleetData) emptyPoint(m mode) emptyResult {
 	e := emptyResult{m: m}
 	if why := m.unavailable(f.cfg.cmc); why != "" {
@@ -297,10 +298,17 @@ func (f *fleetData) emptyPoint(m mode) emptyResult {
 		e.err = err.Error()
 		return e
 	}
+	if err := f.waitOwnNames(r, time.Minute); err != nil {
+		e.err = err.Error()
+		return e
+	}
 	if e.heap, err = heapInuse(r.pprof); err != nil {
 		e.err = err.Error()
 	}
 	e.rss, _ = proc.RSS(r.dns.Process.PID)
+	if err := saveHeapProfile(r.pprof, filepath.Join(f.cfg.out, string(m)+"-empty.heap.pprof")); err != nil {
+		logf("%s: heap profile of the empty replica: %v", m, err)
+	}
 	logf("%s: empty replica: HeapInuse %.1f MiB, RSS %.1f MiB", m, mib(e.heap), mib(e.rss))
 	return e
 }
@@ -319,10 +327,3 @@ func firstLine(s string) string {
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return fmt.Sprint(err)
-}

@@ -180,6 +180,22 @@ func (f *fleetData) waitNames(d *deployment, limit time.Duration) (time.Duration
 		limit, f.cfg.clusters*f.cfg.services, endpointsHeld(f.cfg), (f.cfg.clusters-1)*f.cfg.services, abbrev(short, 5))
 }
 
+// waitOwnNames waits until replica r's index holds the -global name of
+// each of its own cluster's Services, which are the only ones loaded.
+func (f *fleetData) waitOwnNames(r *replica, limit time.Duration) error {
+	var st linkState
+	var err error
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if st, err = readLinks(r.dns.MetricsURL, dnsPrefix); err == nil && st.names == float64(f.cfg.services) {
+			return nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%s's replica holds %.0f names after %s, not its own %d", f.name(r.cluster), st.names, limit, f.cfg.services)
+}
+
 // abbrev joins the first n of list and counts the rest.
 func abbrev(list []string, n int) string {
 	if len(list) <= n {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -182,6 +183,10 @@ func (f *fleetData) steadyWindow(d *deployment, r *modeResult) {
 		})
 	}
 	wg.Wait()
+	path := filepath.Join(f.cfg.out, string(r.m)+".heap.pprof")
+	if err := saveHeapProfile(d.replicas[0].pprof, path); err != nil {
+		logf("%s: heap profile of %s's replica: %v", r.m, f.name(d.replicas[0].cluster), err)
+	}
 	logf("%s: steady %.0fs: %d unexported writes; received by DNS %.0f, by controllers %.0f objects", r.m, r.window.Seconds(), r.churn, r.events[0], r.events[1])
 }
 

@@ -76,6 +76,16 @@ func listed(c coldResult, d time.Duration) float64 {
 	return d.Seconds()
 }
 
+// ran is value, or NaN (shown as –) for a step the flags left out.
+func ran(on bool, value func(*modeResult) float64) func(*modeResult) float64 {
+	return func(r *modeResult) float64 {
+		if !on {
+			return math.NaN()
+		}
+		return value(r)
+	}
+}
+
 func (rep *report) emptyHeap(m mode) float64 {
 	for _, e := range rep.empty {
 		if e.m == m && e.err == "" {
@@ -153,21 +163,21 @@ func (rep *report) rows() []row {
 		{"every name held, after the lists (s; with -cold-links)", "%.2f", func(r *modeResult) float64 { return listed(r.cold, r.cold.names-r.cold.lists) }},
 		{"HeapInuse then (MiB)", "%.1f", func(r *modeResult) float64 { return float64(r.cold.heap) / (1 << 20) }},
 		{"**One API server restarted** (" + clusterName(1%cfg.clusters, cfg.clusters) + ")", "", nil},
-		{"stopped and serving again (s)", "%.1f", func(r *modeResult) float64 { return secs(r.one.down) }},
-		{"then every link of the fleet healthy (s)", "%.1f", func(r *modeResult) float64 { return secs(r.one.healthy) }},
-		{"LISTs and watch-lists it served, stop to healthy", "%.0f", func(r *modeResult) float64 { return r.one.lists }},
-		{"peak LIST rate (/s, 2 s samples)", "%.1f", func(r *modeResult) float64 { return r.one.peakLists }},
-		{"answers checked meanwhile", "%.0f", func(r *modeResult) float64 { return float64(r.one.probe.asked) }},
-		{"wrong answers", "%.0f", func(r *modeResult) float64 { return float64(r.one.probe.wrong) }},
-		{"unanswered", "%.0f", func(r *modeResult) float64 { return float64(r.one.probe.unanswered) }},
+		{"stopped and serving again (s)", "%.1f", ran(cfg.restartOne, func(r *modeResult) float64 { return secs(r.one.down) })},
+		{"then every link of the fleet healthy (s)", "%.1f", ran(cfg.restartOne, func(r *modeResult) float64 { return secs(r.one.healthy) })},
+		{"LISTs and watch-lists it served, stop to healthy", "%.0f", ran(cfg.restartOne, func(r *modeResult) float64 { return r.one.lists })},
+		{"peak LIST rate (/s, 2 s samples)", "%.1f", ran(cfg.restartOne, func(r *modeResult) float64 { return r.one.peakLists })},
+		{"answers checked meanwhile", "%.0f", ran(cfg.restartOne, func(r *modeResult) float64 { return float64(r.one.probe.asked) })},
+		{"wrong answers", "%.0f", ran(cfg.restartOne, func(r *modeResult) float64 { return float64(r.one.probe.wrong) })},
+		{"unanswered", "%.0f", ran(cfg.restartOne, func(r *modeResult) float64 { return float64(r.one.probe.unanswered) })},
 		{"**Every API server restarted at once**", "", nil},
-		{"stopped and every one serving again (s)", "%.1f", func(r *modeResult) float64 { return secs(r.all.down) }},
-		{"then every link of the fleet healthy (s)", "%.1f", func(r *modeResult) float64 { return secs(r.all.healthy) }},
-		{"LISTs and watch-lists they served, stop to healthy", "%.0f", func(r *modeResult) float64 { return r.all.lists }},
-		{"peak LIST rate, all together (/s, 2 s samples)", "%.1f", func(r *modeResult) float64 { return r.all.peakLists }},
-		{"answers checked meanwhile", "%.0f", func(r *modeResult) float64 { return float64(r.all.probe.asked) }},
-		{"wrong answers", "%.0f", func(r *modeResult) float64 { return float64(r.all.probe.wrong) }},
-		{"unanswered", "%.0f", func(r *modeResult) float64 { return float64(r.all.probe.unanswered) }},
+		{"stopped and every one serving again (s)", "%.1f", ran(cfg.restartN, func(r *modeResult) float64 { return secs(r.all.down) })},
+		{"then every link of the fleet healthy (s)", "%.1f", ran(cfg.restartN, func(r *modeResult) float64 { return secs(r.all.healthy) })},
+		{"LISTs and watch-lists they served, stop to healthy", "%.0f", ran(cfg.restartN, func(r *modeResult) float64 { return r.all.lists })},
+		{"peak LIST rate, all together (/s, 2 s samples)", "%.1f", ran(cfg.restartN, func(r *modeResult) float64 { return r.all.peakLists })},
+		{"answers checked meanwhile", "%.0f", ran(cfg.restartN, func(r *modeResult) float64 { return float64(r.all.probe.asked) })},
+		{"wrong answers", "%.0f", ran(cfg.restartN, func(r *modeResult) float64 { return float64(r.all.probe.wrong) })},
+		{"unanswered", "%.0f", ran(cfg.restartN, func(r *modeResult) float64 { return float64(r.all.probe.unanswered) })},
 		{"**Sampled names** of every other cluster, in every replica", "", nil},
 		{"checked once settled", "%.0f", func(r *modeResult) float64 { return float64(r.check.asked) }},
 		{"wrong or unanswered", "%.0f", func(r *modeResult) float64 { return float64(r.check.wrong + r.check.unanswered) }},
@@ -235,7 +245,7 @@ func (rep *report) String() string {
 	b.WriteString("\n")
 	for _, e := range rep.empty {
 		if e.err == "" {
-			fmt.Fprintf(&b, "- Empty replica (%s, before any Service): HeapInuse %.1f MiB, RSS %.1f MiB.\n", e.m, mib(e.heap), mib(e.rss))
+			fmt.Fprintf(&b, "- Empty replica (%s, its own cluster's Services only): HeapInuse %.1f MiB, RSS %.1f MiB.\n", e.m, mib(e.heap), mib(e.rss))
 		}
 	}
 	for _, r := range rep.modes {

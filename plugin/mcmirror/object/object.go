@@ -174,8 +174,16 @@ func ToService(obj any) (any, error) {
 	return obj, nil // tombstones and the like pass through
 }
 
-// ToMirror trims a local mirror Service.
-func ToMirror(obj any) (any, error) {
+// ToMirror trims a local mirror Service, with the remote Service it
+// stands for (Mirror.Export), which import mode answers from.
+func ToMirror(obj any) (any, error) { return toMirror(obj, true) }
+
+// ToMirrorWithoutExport trims a local mirror Service as ToMirror does but
+// leaves Mirror.Export nil: direct mode answers a linked cluster from its
+// own Services, and holds no second copy of each.
+func ToMirrorWithoutExport(obj any) (any, error) { return toMirror(obj, false) }
+
+func toMirror(obj any, withExport bool) (any, error) {
 	switch s := obj.(type) {
 	case *Mirror:
 		return s, nil
@@ -190,7 +198,9 @@ func ToMirror(obj any) (any, error) {
 			Ports:      servicePorts(s.Spec.Ports),
 			Fed:        federation(s),
 		}
-		m.Export = export(m, s)
+		if withExport {
+			m.Export = export(m, s)
+		}
 		return m, nil
 	}
 	return obj, nil

@@ -30,6 +30,37 @@ func TestToMirror(t *testing.T) {
 	}
 }
 
+// TestToMirrorExport: a flat-mode mirror the controller wrote carries the
+// export it stands for, which import mode answers from; direct mode's
+// transform leaves it out and keeps the rest.
+func TestToMirrorExport(t *testing.T) {
+	in := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-west", Namespace: "default", ResourceVersion: "7",
+			Labels: map[string]string{labels.MirroredService: "true", labels.ClusterName: "west",
+				labels.RemoteService: "web", labels.ManagedBy: labels.ManagedByValue, labels.ModeLabel: labels.ModeFlat},
+			Annotations: map[string]string{labels.RemoteHeadless: "true"}},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}
+	full, err := ToMirror(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExport := &Service{Meta: Meta{Name: "web", Namespace: "default", Version: "7"}, Exported: true, Mode: labels.Flat,
+		Headless: true, Ports: []Port{{"http", "tcp", 80}}}
+	if got := full.(*Mirror).Export; !reflect.DeepEqual(got, wantExport) {
+		t.Errorf("ToMirror: Export = %+v, want %+v", got, wantExport)
+	}
+	bare, err := ToMirrorWithoutExport(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *full.(*Mirror)
+	want.Export = nil
+	if !reflect.DeepEqual(bare, &want) {
+		t.Errorf("ToMirrorWithoutExport: got %+v\nwant %+v", bare, &want)
+	}
+}
+
 func TestToSlice(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC)
 	in := &discovery.EndpointSlice{

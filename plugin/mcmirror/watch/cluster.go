@@ -234,10 +234,10 @@ func (c *Watcher) newCluster(name string, client kubernetes.Interface) *cluster 
 			cache.Indexers{sliceServiceIndex: slicesByService}, c.sliceHandler(cl))
 	}
 	if cl.local {
-		cl.mirrors = newObjectStore(object.ToMirror, func(obj any) bool {
+		cl.mirrors = newObjectStore(mirrorTransform(c.imports), func(obj any) bool {
 			m, ok := obj.(*object.Mirror)
 			return ok && m.IsMirror
-		}, mirrorIndexers(), c.mirrorHandler(cl))
+		}, mirrorIndexers(c.imports), c.mirrorHandler(cl))
 	}
 	if cl.local && c.clusterset {
 		cl.derived = c.newDerivedStore(cl)

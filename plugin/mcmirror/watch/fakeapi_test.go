@@ -38,7 +38,6 @@ type fakeAPI struct {
 	changed chan struct{} // closed at each change or state change
 	code    int           // answer every request with this status; 0 serves
 	srv     *httptest.Server
-	lists   map[string]int // requests by path, lists only
 }
 
 type fakeEvent struct {
@@ -48,7 +47,7 @@ type fakeEvent struct {
 }
 
 func newFakeAPI(t *testing.T) *fakeAPI {
-	f := &fakeAPI{t: t, objs: map[string]metav1.Object{}, changed: make(chan struct{}), lists: map[string]int{}}
+	f := &fakeAPI{t: t, objs: map[string]metav1.Object{}, changed: make(chan struct{})}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -109,12 +108,6 @@ func (f *fakeAPI) refuse(code int) {
 	f.mu.Unlock()
 }
 
-func (f *fakeAPI) listCount(path string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.lists[path]
-}
-
 func (f *fakeAPI) notify() {
 	close(f.changed)
 	f.changed = make(chan struct{})
@@ -164,21 +157,6 @@ func (f *fakeAPI) putLocked(obj metav1.Object) {
 	f.notify()
 }
 
-// del deletes obj.
-func (f *fakeAPI) del(obj metav1.Object) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k := kindOf(obj) + "/" + obj.GetNamespace() + "/" + obj.GetName()
-	old, ok := f.objs[k]
-	if !ok {
-		return
-	}
-	f.rv++
-	delete(f.objs, k)
-	f.events = append(f.events, fakeEvent{rv: f.rv, kind: kindOf(obj), old: old})
-	f.notify()
-}
-
 func (f *fakeAPI) handle(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	code := f.code
@@ -221,7 +199,6 @@ func (f *fakeAPI) handle(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeAPI) list(w http.ResponseWriter, path, kind string, match func(metav1.Object) bool) {
 	f.mu.Lock()
-	f.lists[path]++
 	rv := strconv.Itoa(f.rv)
 	var out runtime.Object
 	if kind == "services" {

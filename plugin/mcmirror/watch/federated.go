@@ -46,9 +46,22 @@ func fedTransform(sel k8slabels.Selector) cache.TransformFunc {
 const fedMemberIndex = "federated-member"
 
 // mirrorIndexers returns the indexers of the local mirror store: the
-// federated members (here) and the exports of import mode (imported.go).
-func mirrorIndexers() cache.Indexers {
+// federated members (here) and, in import mode, the exports the mirrors
+// stand for (imported.go).
+func mirrorIndexers(imports bool) cache.Indexers {
+	if !imports {
+		return cache.Indexers{fedMemberIndex: fedMembers}
+	}
 	return cache.Indexers{fedMemberIndex: fedMembers, exportIndex: exportOf, exportClusterIndex: exportClusterOf}
+}
+
+// mirrorTransform returns the transform of the local mirror store: in
+// import mode, a mirror keeps the export it stands for.
+func mirrorTransform(imports bool) cache.TransformFunc {
+	if imports {
+		return object.ToMirror
+	}
+	return object.ToMirrorWithoutExport
 }
 
 // fedMembers is the index function of fedMemberIndex.

@@ -32,14 +32,6 @@ func statefulSet(ns string, replicas int, export string) string {
 	return harness.Namespace(ns) + harness.StatefulSet(ns, "nginx-svc", "nginx-set", replicas, lbl)
 }
 
-// startController runs east's mirror controller, linked to remotes, for
-// the test t. Traffic is not part of these tests: the egress address is
-// only written into the mirrors' EndpointSlices.
-func startController(t *testing.T, remotes ...string) {
-	t.Helper()
-	env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes, Parts: harness.FleetController, EgressPorts: "30000-39999"})
-}
-
 // startDNS runs east's DNS for the test t: mcmirror, linked to remotes
 // and with the lines block in its block, before kubernetes.
 func startDNS(t *testing.T, remotes []string, block ...string) *harness.DNSServer {

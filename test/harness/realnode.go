@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -307,7 +308,9 @@ func (c *Cluster) startScheduler() error {
 func (c *Cluster) IsRealNode() bool { return c.real != nil }
 
 // Kubectl runs the project's kubectl against the cluster with args and
-// returns its combined output.
+// returns its combined output (with `exec`, what the command in the pod
+// printed on either stream); on success without kubectl's own log lines
+// (kubectlLogLines), which are about kubectl, not the command.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	bin, err := Binary("kubectl")
 	if err != nil {
@@ -318,7 +321,23 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	if err != nil {
 		return string(out), fmt.Errorf("%s: kubectl %s: %v: %s", c.Name, strings.Join(args, " "), err, out)
 	}
-	return string(out), nil
+	return withoutLogLines(string(out), cmd.Process.Pid), nil
+}
+
+// withoutLogLines returns out without the lines that process pid logged
+// with klog (I1127 23:14:38.745213   30507 websocket.go:296] ...): kubectl
+// logs such lines to its stderr beside what a command in a pod prints
+// (an exec stream it discards, say), and a test reads the command's.
+func withoutLogLines(out string, pid int) string {
+	own := regexp.MustCompile(`^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+` + strconv.Itoa(pid) + ` \S+:\d+\] `)
+	lines := strings.SplitAfter(out, "\n")
+	kept := lines[:0]
+	for _, l := range lines {
+		if !own.MatchString(l) {
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(kept, "")
 }
 
 // startRealNode starts what runs a real node's pods: the controller

@@ -2,7 +2,11 @@ package controller
 
 // The EndpointSlices of a flat-mode mirror, with --mirror-flat-endpoints:
 // one copy of each remote EndpointSlice, which DNS in import mode answers
-// flat-mode names from (the plugin's `source import`).
+// flat-mode names from (the plugin's `source import`). Each is labelled
+// labels.FlatEndpoints, which the cluster DNS's kubernetes plugin does not
+// select in import mode (internal/corefile): mcmirror answers every name
+// of them, and a second copy of every endpoint would double the DNS's
+// memory.
 
 import (
 	"crypto/sha256"
@@ -37,6 +41,7 @@ func (in sliceInput) flatSlices(svc *corev1.Service) []*discoveryv1.EndpointSlic
 		}
 		es := in.sliceFor(flatSliceName(svc.Name, rs.Name), svc, rs.AddressType)
 		es.Labels[headlessLabel] = ""
+		es.Labels[labels.FlatEndpoints] = "true"
 		if t, ok := rs.Annotations[labels.EndpointsLastChangeTriggerTime]; ok {
 			es.Annotations = map[string]string{labels.EndpointsLastChangeTriggerTime: t}
 		}

@@ -13,7 +13,8 @@ import (
 
 // A flat-mode mirror gets, with FlatEndpoints, one copy of each remote
 // EndpointSlice: what DNS in import mode answers from. The copies are
-// headless (kube-proxy never receives them), keep hostnames, readiness,
+// headless (kube-proxy never receives them) and labelled as copies (the
+// kubernetes plugin of a DNS in import mode holds none), keep hostnames, readiness,
 // ports and the change time, and never an address the API server would
 // refuse; FQDN slices are not copied. Without FlatEndpoints there are none.
 func TestPlanFlatSlices(t *testing.T) {
@@ -45,6 +46,7 @@ func TestPlanFlatSlices(t *testing.T) {
 	assert.Equal(t, "west", got.Labels[labels.ClusterName])
 	assert.Equal(t, "db", got.Labels[RemoteService])
 	assert.Contains(t, got.Labels, corev1.IsHeadlessService)
+	assert.Equal(t, "true", got.Labels[labels.FlatEndpoints], "what the kubernetes plugin of a DNS in import mode does not select")
 	assert.Equal(t, EndpointSliceManagedBy, got.Labels[discoveryv1.LabelManagedBy])
 	assert.Equal(t, "2026-11-27T16:00:00Z", got.Annotations[labels.EndpointsLastChangeTriggerTime])
 	require.Len(t, got.Endpoints, 2)

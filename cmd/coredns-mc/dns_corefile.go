@@ -149,6 +149,9 @@ func (c *dnsCmd) deriveCorefile(ctx context.Context, obj *unstructured.Unstructu
 	if res.Lameduck != "" {
 		d.log = append(d.log, res.Lameduck+" (the rollout's guarantee: deploy/README.md, \"The cluster DNS\")")
 	}
+	if res.Labels != "" {
+		d.log = append(d.log, res.Labels+" (import mode: mcmirror answers the mirrors' copies of the linked clusters' endpoints)")
+	}
 	for _, f := range res.Forwards {
 		d.log = append(d.log, "upstream (--upstream): "+f)
 	}

@@ -3,6 +3,8 @@ package check
 import (
 	"fmt"
 	"strings"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
 )
 
 // evalClusterName checks that the parts call this cluster by one name: the
@@ -63,6 +65,10 @@ func evalSource(in Install) Result {
 		r.Status = Fail
 		r.Message = "the Corefile's mcmirror reads the linked clusters from the controller's mirrors (source import), but the controller runs without --mirror-flat-endpoints: flat-mode names answer no address"
 		r.Fix = "add --mirror-flat-endpoints to the controller (the chart's dns.source=import sets both)"
+	case d.KubernetesSelectsCopies:
+		r.Status = Warn
+		r.Message = "import: the DNS reads the controller's mirrors, but its kubernetes plugin selects the controller's copies of the linked clusters' endpoints too, so every DNS pod holds each of them twice"
+		r.Fix = "add `labels " + labels.NotFlatEndpoints + "` to the kubernetes plugin's block (`coredns-mc dns apply` and the chart's dns.source=import add it)"
 	default:
 		r.Status, r.Message = OK, "import: the DNS reads the controller's mirrors, and the controller writes flat-mode endpoints (--mirror-flat-endpoints)"
 	}

@@ -473,4 +473,19 @@ func TestEvalSource(t *testing.T) {
 	r = evalSource(Install{Corefile: imports, Controller: ctl})
 	assert.Equal(t, Fail, r.Status)
 	assert.Contains(t, r.Fix, "--mirror-flat-endpoints")
+
+	// The kubernetes plugin beside mcmirror: unless its labels leave the
+	// copies out, it holds every mirrored endpoint a second time.
+	ctl.Args = append(ctl.Args, "--mirror-flat-endpoints")
+	withKube := func(opts string) string {
+		return strings.Replace(imports, "    }\n}\n", "    }\n    kubernetes cluster.local {\n"+opts+"    }\n}\n", 1)
+	}
+	r = evalSource(Install{Corefile: withKube("        pods insecure\n"), Controller: ctl})
+	assert.Equal(t, Warn, r.Status)
+	assert.Contains(t, r.Message, "holds each of them twice")
+	assert.Contains(t, r.Fix, "labels !mcmirror.dev/flat-endpoints")
+	for _, opts := range []string{"        labels !mcmirror.dev/flat-endpoints\n", "        labels app=x ,!mcmirror.dev/flat-endpoints\n", "        labels app=x\n"} {
+		assert.Equal(t, OK, evalSource(Install{Corefile: withKube(opts), Controller: ctl}).Status, opts)
+	}
+	assert.Equal(t, Warn, evalSource(Install{Corefile: withKube("        labels app!=x\n"), Controller: ctl}).Status, "a selector that takes the copies")
 }

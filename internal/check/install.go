@@ -6,6 +6,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/options"
 
@@ -13,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 )
 
 // Names of the objects mcmirror is installed as: those of deploy/*.yaml,
@@ -196,6 +198,12 @@ type DNSConfig struct {
 	Allow  link.Allow
 	// Kubernetes is whether the kubernetes plugin is configured too.
 	Kubernetes bool
+	// KubernetesSelectsCopies is whether the kubernetes plugin of the
+	// mcmirror block's server selects the controller's flat-mode copies
+	// of the linked clusters' endpoints (no labels that leave out
+	// labels.FlatEndpoints): in import mode it then holds each mirrored
+	// endpoint a second time.
+	KubernetesSelectsCopies bool
 	// Metrics is the address of the prometheus plugin, where the
 	// replicas' link states are (the mcmirror block's, or else the first
 	// one: the metrics are the process's); "" when there is none.
@@ -237,6 +245,9 @@ func parseCorefile(corefile string) (DNSConfig, error) {
 		if addr, ok := prometheusAddr(b.Tokens["prometheus"]); ok && (d.Metrics == "" || len(b.Tokens["mcmirror"]) > 0) {
 			d.Metrics = addr
 		}
+		if len(b.Tokens["mcmirror"]) > 0 && len(b.Tokens["kubernetes"]) > 0 {
+			d.KubernetesSelectsCopies = selectsCopies(b.Tokens["kubernetes"])
+		}
 		c := caddyfile.NewDispenserTokens("Corefile", b.Tokens["mcmirror"])
 		for c.Next() {
 			d.Mcmirror = true
@@ -259,6 +270,30 @@ func parseCorefile(corefile string) (DNSConfig, error) {
 		}
 	}
 	return d, nil
+}
+
+// flatCopy is the labels of a copy the controller writes of a linked
+// cluster's EndpointSlice (--mirror-flat-endpoints), as a selector sees
+// them.
+var flatCopy = k8slabels.Set{labels.MirroredService: labels.MirroredServiceValue, labels.FlatEndpoints: "true",
+	corev1.IsHeadlessService: "", labels.ManagedBy: labels.ManagedByValue}
+
+// selectsCopies reports whether a kubernetes directive (its tokens)
+// selects the controller's flat-mode copies: it has no labels option, or
+// one whose selector (its arguments joined, as the plugin joins them)
+// matches a copy.
+func selectsCopies(tokens []caddyfile.Token) bool {
+	c := caddyfile.NewDispenserTokens("Corefile", tokens)
+	for c.Next() {
+		c.RemainingArgs()
+		for c.NextBlock() {
+			if prop, args := c.Val(), c.RemainingArgs(); prop == "labels" && len(args) > 0 {
+				sel, err := k8slabels.Parse(strings.Join(args, " "))
+				return err != nil || sel.Matches(flatCopy)
+			}
+		}
+	}
+	return true
 }
 
 // prometheusAddr reads the address of a prometheus directive: its

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
+
 	"github.com/coredns/caddy/caddyfile"
 )
 
@@ -54,6 +56,10 @@ type Result struct {
 	// MinLameduck ("" when it was that long already, or there is no
 	// health plugin).
 	Lameduck string
+	// Labels says, when the stanza is in import mode (`source import`),
+	// how the kubernetes plugin was given labels.NotFlatEndpoints, or why
+	// it was not.
+	Labels string
 }
 
 // MinLameduck is the shortest lameduck of the health plugin that the
@@ -151,7 +157,10 @@ func serving(blocks []block, name string) (int, string) {
 
 // Add returns corefile with e.Stanza put, indented as that line, before the
 // `kubernetes` line of the server block that answers e.Zone on port 53,
-// and, with e.Upstream, each forward's resolv.conf replaced by it. It
+// with its health's lameduck at least MinLameduck, in import mode with
+// the kubernetes plugin's labels selecting no copy of a linked cluster's
+// endpoints (hideCopies), and, with e.Upstream, each forward's resolv.conf
+// replaced by it. It
 // refuses, saying why and what to do, a Corefile that does not parse, that
 // has mcmirror already, whose server for e.Zone has no kubernetes plugin,
 // or that answers e.ClusterSet in another server block.
@@ -221,6 +230,9 @@ func Add(corefile string, e Edit) (Result, error) {
 	if res.Lameduck, err = raiseLameduck(lines, b.tokens["health"], shift); err != nil {
 		return Result{}, err
 	}
+	if importSource(e.Stanza) {
+		res.Labels = hideCopies(lines, kube, shift)
+	}
 	res.Corefile = strings.Join(lines, "\n")
 	// What CoreDNS will read: it must still parse, with the stanza where
 	// it was put.
@@ -230,6 +242,22 @@ func Add(corefile string, e Edit) (Result, error) {
 		return Result{}, fmt.Errorf("the Corefile with mcmirror's block has it outside %s", name)
 	}
 	return res, nil
+}
+
+// importSource reports whether stanza, an mcmirror block, reads the linked
+// clusters' exports from the local mirrors: `source import`.
+func importSource(stanza string) bool {
+	sbs, err := caddyfile.Parse("stanza", strings.NewReader(". {\n"+stanza+"\n}"), nil)
+	if err != nil || len(sbs) != 1 {
+		return false
+	}
+	ts := sbs[0].Tokens["mcmirror"]
+	for i := 1; i+1 < len(ts); i++ {
+		if ts[i].Text == "source" && ts[i-1].Line != ts[i].Line && ts[i+1].Line == ts[i].Line {
+			return ts[i+1].Text == "import"
+		}
+	}
+	return false
 }
 
 // raiseLameduck makes the lameduck of the health directive health (its
@@ -261,29 +289,79 @@ func raiseLameduck(lines []string, health []caddyfile.Token, shift func(int) int
 		lines[n] = re.ReplaceAllString(lines[n], "${1}"+MinLameduck.String())
 		return fmt.Sprintf("line %d: health's lameduck %s -> %s", v.Line, v.Text, MinLameduck), nil
 	}
-	n := shift(h.Line) - 1
+	if err := addOption(lines, health, shift, "lameduck "+MinLameduck.String()); err != nil {
+		return "", fmt.Errorf("%v: give it lameduck %s by hand", err, MinLameduck)
+	}
+	return fmt.Sprintf("line %d: health's lameduck (none: 0 s) -> %s", h.Line, MinLameduck), nil
+}
+
+// addOption adds option, on a line of its own, to the block of the
+// directive dir (its tokens) in lines, where shift maps a line number of
+// the original to its number in lines: first in its block, or in a block
+// of its own when it has none. It refuses a directive laid out otherwise
+// than one option a line.
+func addOption(lines []string, dir []caddyfile.Token, shift func(int) int, option string) error {
+	d := dir[0]
+	n := shift(d.Line) - 1
 	indent := leading(lines[n])
-	option := indent + "    lameduck " + MinLameduck.String()
-	if slices.ContainsFunc(health, func(t caddyfile.Token) bool { return t.Text == "{" }) {
-		// A block without lameduck: the option first in it, on a line
-		// after the one of its {.
-		for _, t := range health {
+	line := indent + "    " + option
+	if slices.ContainsFunc(dir, func(t caddyfile.Token) bool { return t.Text == "{" }) {
+		// A block: the option first in it, on a line after the one of
+		// its {.
+		for _, t := range dir {
 			if t.Text == "{" {
 				n = shift(t.Line) - 1
 				break
 			}
 		}
 		if strings.Contains(lines[n], "}") || strings.Contains(lines[n], "#") {
-			return "", fmt.Errorf("line %d: health's block is not laid out one option a line: give it lameduck %s by hand", h.Line, MinLameduck)
+			return fmt.Errorf("line %d: %s's block is not laid out one option a line", d.Line, d.Text)
 		}
-		lines[n] += "\n" + option
-		return fmt.Sprintf("line %d: health's lameduck (none: 0 s) -> %s", h.Line, MinLameduck), nil
+		lines[n] += "\n" + line
+		return nil
 	}
 	if strings.Contains(lines[n], "#") || strings.Contains(lines[n], "{") {
-		return "", fmt.Errorf("line %d: health is not alone on its line: give it lameduck %s by hand", h.Line, MinLameduck)
+		return fmt.Errorf("line %d: %s is not alone on its line", d.Line, d.Text)
 	}
-	lines[n] = strings.TrimRight(lines[n], " \t") + " {\n" + option + "\n" + indent + "}"
-	return fmt.Sprintf("line %d: health's lameduck (none: 0 s) -> %s", h.Line, MinLameduck), nil
+	lines[n] = strings.TrimRight(lines[n], " \t") + " {\n" + line + "\n" + indent + "}"
+	return nil
+}
+
+// hideCopies gives the kubernetes directive kube (its tokens) the label
+// selector labels.NotFlatEndpoints in lines, where shift maps a line
+// number of the original to its number in lines: ANDed to its labels
+// option, or as a labels option of its own. In import mode the mirrors'
+// flat-mode EndpointSlices, copies of every remote endpoint, are local
+// objects that mcmirror answers every name of; without the selector the
+// kubernetes plugin holds each of them a second time. It returns what it
+// did; a directive it cannot edit safely is left as it is, and said so:
+// that costs the DNS memory, not answers.
+func hideCopies(lines []string, kube []caddyfile.Token, shift func(int) int) string {
+	k := kube[0]
+	for i := 1; i < len(kube); i++ {
+		t := kube[i]
+		if t.Text != "labels" || kube[i-1].Line == t.Line {
+			continue // not an option at the start of its line
+		}
+		j := i + 1
+		for j < len(kube) && kube[j].Line == t.Line {
+			j++
+		}
+		n := shift(t.Line) - 1
+		if j == i+1 || strings.ContainsAny(lines[n], "#{}") {
+			return fmt.Sprintf("line %d: the kubernetes plugin's labels is not a selector alone on its line, so %s was not added to it: "+
+				"add it by hand, or the kubernetes plugin holds import mode's copies of the linked clusters' endpoints too", t.Line, labels.NotFlatEndpoints)
+		}
+		// A word of its own: the plugin joins its arguments with spaces,
+		// and a selector takes white space before a comma.
+		lines[n] = strings.TrimRight(lines[n], " \t") + " ," + labels.NotFlatEndpoints
+		return fmt.Sprintf("line %d: the kubernetes plugin's labels ANDed with %s", t.Line, labels.NotFlatEndpoints)
+	}
+	if err := addOption(lines, kube, shift, "labels "+labels.NotFlatEndpoints); err != nil {
+		return fmt.Sprintf("%v, so labels %s was not added: add it by hand, or the kubernetes plugin holds import mode's copies of the linked clusters' endpoints too",
+			err, labels.NotFlatEndpoints)
+	}
+	return fmt.Sprintf("line %d: the kubernetes plugin gets labels %s", k.Line, labels.NotFlatEndpoints)
 }
 
 // leading is the white space a line starts with.

@@ -6,9 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
+
 	"github.com/coredns/caddy/caddyfile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 )
 
 // stanza is a block as the chart renders it (dns-patch.yaml).
@@ -202,4 +206,98 @@ func TestAddOnAnotherPort(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "the block dns://.:53 (line 4)", res.Block)
 	assert.True(t, strings.HasPrefix(res.Corefile, "cluster.local:5353 {\n    kubernetes cluster.local\n}\ndns://.:53 {\n    mcmirror "))
+}
+
+// importStanza is stanza in import mode.
+var importStanza = strings.Replace(stanza, "link_secrets mcmirror-links", "source import", 1)
+
+// kubernetesSelector is the label selector the kubernetes plugin of the
+// block that answers cluster.local parses from corefile, as CoreDNS's
+// setup joins its labels arguments; nil without a labels option.
+func kubernetesSelector(t *testing.T, corefile string) k8slabels.Selector {
+	t.Helper()
+	blocks, err := parse(corefile)
+	require.NoError(t, err)
+	i, _ := serving(blocks, "cluster.local.")
+	require.GreaterOrEqual(t, i, 0)
+	kube := blocks[i].tokens["kubernetes"]
+	for j := 1; j < len(kube); j++ {
+		if kube[j].Text != "labels" || kube[j-1].Line == kube[j].Line {
+			continue
+		}
+		var args []string
+		for k := j + 1; k < len(kube) && kube[k].Line == kube[j].Line; k++ {
+			args = append(args, kube[k].Text)
+		}
+		ls, err := metav1.ParseToLabelSelector(strings.Join(args, " "))
+		require.NoError(t, err, "labels %v", args)
+		sel, err := metav1.LabelSelectorAsSelector(ls)
+		require.NoError(t, err)
+		return sel
+	}
+	return nil
+}
+
+// TestAddImportHidesCopies: in import mode the kubernetes plugin of the
+// block gets the selector !mcmirror.dev/flat-endpoints, so that it holds
+// no second copy of the linked clusters' endpoints: as an option of its
+// own in each distribution's Corefile (nothing else changed), ANDed to
+// the selector it has, in a block of its own when it has none; a
+// directive that cannot be edited safely is left as it is, and said so.
+// In direct mode there are no copies, and nothing is added.
+func TestAddImportHidesCopies(t *testing.T) {
+	copySlice := k8slabels.Set{"kubernetes.io/service-name": "db-west", "app": "x", labels.FlatEndpoints: "true"}
+	own := k8slabels.Set{"kubernetes.io/service-name": "db", "app": "x"}
+	for _, name := range []string{"kubeadm.Corefile", "k3s.Corefile", "eks.Corefile", "rke2.Corefile", "stubdomains.Corefile"} {
+		t.Run(name, func(t *testing.T) {
+			orig := read(t, name)
+			direct, err := Add(orig, edit())
+			require.NoError(t, err)
+			assert.Empty(t, direct.Labels)
+			assert.Nil(t, kubernetesSelector(t, direct.Corefile), "direct mode: no labels")
+
+			e := edit()
+			e.Stanza = importStanza
+			imp, err := Add(orig, e)
+			require.NoError(t, err)
+			assert.Contains(t, imp.Labels, "the kubernetes plugin gets labels !mcmirror.dev/flat-endpoints")
+			sel := kubernetesSelector(t, imp.Corefile)
+			require.NotNil(t, sel)
+			assert.False(t, sel.Matches(copySlice), "a copy is not the kubernetes plugin's")
+			assert.True(t, sel.Matches(own), "every other object is")
+
+			want := strings.Replace(direct.Corefile, "link_secrets mcmirror-links", "source import", 1)
+			var got []string
+			for _, l := range strings.Split(imp.Corefile, "\n") {
+				if strings.TrimSpace(l) != "labels !mcmirror.dev/flat-endpoints" {
+					got = append(got, l)
+				}
+			}
+			assert.Equal(t, want, strings.Join(got, "\n"), "nothing else changed")
+		})
+	}
+
+	e := edit()
+	e.Stanza = importStanza
+	for in, want := range map[string]string{
+		".:53 {\n    kubernetes cluster.local {\n        labels app=x\n    }\n}\n":                  "line 3: the kubernetes plugin's labels ANDed with !mcmirror.dev/flat-endpoints",
+		".:53 {\n    kubernetes cluster.local {\n        labels \"app in (x, y)\"\n    }\n}\n":      "line 3: the kubernetes plugin's labels ANDed with !mcmirror.dev/flat-endpoints",
+		".:53 {\n    kubernetes cluster.local\n}\n":                                                 "line 2: the kubernetes plugin gets labels !mcmirror.dev/flat-endpoints",
+		".:53 {\n    kubernetes cluster.local { # the cluster's\n        pods insecure\n    }\n}\n": "line 2: kubernetes's block is not laid out one option a line, so labels !mcmirror.dev/flat-endpoints was not added: add it by hand",
+		".:53 {\n    kubernetes cluster.local {\n        labels app=x # ours\n    }\n}\n":           "line 3: the kubernetes plugin's labels is not a selector alone on its line, so !mcmirror.dev/flat-endpoints was not added to it",
+	} {
+		res, err := Add(in, e)
+		require.NoError(t, err, in)
+		assert.Contains(t, res.Labels, want, in)
+		sel := kubernetesSelector(t, res.Corefile)
+		if strings.Contains(want, "not added") {
+			if sel != nil {
+				assert.True(t, sel.Matches(copySlice), "left as it was: %s", res.Corefile)
+			}
+			continue
+		}
+		require.NotNil(t, sel, res.Corefile)
+		assert.False(t, sel.Matches(copySlice), res.Corefile)
+		assert.True(t, sel.Matches(own), res.Corefile)
+	}
 }

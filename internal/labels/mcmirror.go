@@ -41,6 +41,17 @@ const (
 	// headless remote Service only.
 	RemoteHeadless = Domain + "/remote-headless"
 
+	// FlatEndpoints is the label, "true", on the controller's copies of a
+	// flat-mode export's EndpointSlices (--mirror-flat-endpoints), which
+	// DNS in import mode answers from. The cluster DNS's kubernetes plugin
+	// is given the selector NotFlatEndpoints, so that it does not hold a
+	// second copy of every mirrored endpoint.
+	FlatEndpoints = Domain + "/flat-endpoints"
+
+	// NotFlatEndpoints is the label selector of the kubernetes plugin's
+	// objects in a cluster DNS in import mode: everything but the copies.
+	NotFlatEndpoints = "!" + FlatEndpoints
+
 	// RemoteHostname is, on a per-pod mirror, the hostname of the remote
 	// endpoint it stands for.
 	RemoteHostname = Domain + "/remote-hostname"

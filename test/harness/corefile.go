@@ -2,8 +2,11 @@ package harness
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/mcmirror/mcmirror/internal/labels"
 )
 
 // mirrorCorefile returns the Corefile of local's DNS as a fleet runs it:
@@ -15,6 +18,13 @@ func mirrorCorefile(local *Cluster, plugins []string, block string) string {
 	var before strings.Builder
 	for _, p := range plugins {
 		fmt.Fprintf(&before, "    %s\n", p)
+	}
+	// In import mode the kubernetes plugin selects no copy of a linked
+	// cluster's endpoints, as `coredns-mc dns apply` and the chart make it
+	// (internal/corefile).
+	kube := ""
+	if regexp.MustCompile(`(?m)^\s*source\s+import\s*$`).MatchString(block) {
+		kube = "        labels " + labels.NotFlatEndpoints + "\n"
 	}
 	return fmt.Sprintf(`
 . {
@@ -30,10 +40,10 @@ func mirrorCorefile(local *Cluster, plugins []string, block string) string {
     }
     kubernetes cluster.local in-addr.arpa ip6.arpa {
         kubeconfig %[2]s
-        fallthrough in-addr.arpa ip6.arpa
+%[5]s        fallthrough in-addr.arpa ip6.arpa
     }
 }
-`, local.Name, local.Kubeconfig, block, before.String())
+`, local.Name, local.Kubeconfig, block, before.String(), kube)
 }
 
 // LinkLines returns the lines of an mcmirror block that link each remote

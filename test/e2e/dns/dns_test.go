@@ -223,6 +223,33 @@ func flatMode(t *testing.T, src source, ns string) {
 	require.NoError(t, paris.Scale(ctx, ns, "nginx-set", 4))
 	eps = paris.WaitEndpoints(t, ns, "nginx-svc", 4)
 	eventuallyAnswers(t, s, "nginx-svc-global."+ns+"."+zone, values(eps))
+	noPodPTR(t, s, src, ns, eps["nginx-set-0"])
+}
+
+// noPodPTR checks that the address ip of a linked cluster's flat-mode pod
+// has no PTR record, in either mode: mcmirror names none, and in import
+// mode the kubernetes plugin does not hold the controller's copies of the
+// pod's EndpointSlice (its labels !mcmirror.dev/flat-endpoints), which
+// would name it under the mirror, and hold every mirrored endpoint a
+// second time. First the evidence that the kubernetes plugin would have
+// seen the copies: it names a local slice written after them (one watch
+// of every EndpointSlice, in order).
+func noPodPTR(t *testing.T, s *harness.DNSServer, src source, ns, ip string) {
+	t.Helper()
+	probe := "10.250.0.9"
+	if src.imports {
+		probe = "10.250.0.10"
+	}
+	exportHeadless(t, env.Cluster("east"), ns, "probe", 1, 1, func(int) string { return probe })
+	rev, err := dns.ReverseAddr(probe)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, []string{"probe-0.probe." + ns + "." + zone}, harness.Answers(s.Ask(c, "udp", rev, dns.TypePTR)))
+	}, 15*time.Second, 20*time.Millisecond, "the kubernetes plugin names the local slice written last")
+	env.RequireAlive(t, s.Process)
+	rev, err = dns.ReverseAddr(ip)
+	require.NoError(t, err)
+	assert.Empty(t, harness.Answers(s.Ask(t, "udp", rev, dns.TypePTR)), "PTR of paris's pod %s", ip)
 }
 
 // Links come and go with Linkerd-format kubeconfig Secrets in the local

@@ -92,9 +92,9 @@ func newGatewayConfig(o *options.Gateway) (*gatewayConfig, error) {
 	if err := o.Verbosity.Apply(); err != nil {
 		return nil, fmt.Errorf("-v: %w", err)
 	}
-	if o.BufferBudget > 0 {
-		gateway.SetBufferBudget(o.BufferBudget)
-	}
+	// Set even when it is the default (0), so that the budget's metric
+	// says it from the start, not from the first grown buffer on.
+	gateway.SetBufferBudget(o.BufferBudget)
 	certs, err := gateway.LoadCerts(gateway.CertFiles{Cert: o.CertFile, Key: o.KeyFile, CA: o.CAFile, TrustDomain: o.TrustDomain})
 	if err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)

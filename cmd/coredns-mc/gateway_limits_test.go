@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/gateway"
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/options"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -45,6 +47,56 @@ func TestGatewayMaxConnectionsPerSourceFlag(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, found, "%s%v absent", series, labels)
 	require.Equal(t, before+1, got, "%s%v", series, labels)
+}
+
+// The copy-buffer budget's metric says the budget from the start: with
+// --buffer-budget that value, without it the default (a quarter of the
+// container's memory limit), not 0 or an earlier value until a first
+// buffer grows.
+func TestGatewayBufferBudgetMetricFromTheStart(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := gatewaytest.NewCA("root")
+	require.NoError(t, err)
+	east, err := ca.IssueFiles(dir, "east", gatewaytest.Options{})
+	require.NoError(t, err)
+	budget := func() float64 {
+		v, ok, err := gatheredGauge("coredns_mcmirror_gateway_copy_buffer_budget_bytes")
+		require.NoError(t, err)
+		require.True(t, ok, "no copy_buffer_budget_bytes series")
+		return v
+	}
+	kc, _ := testKubeconfigs(t, dir)
+	config := func(args ...string) {
+		o := options.NewGateway()
+		fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+		o.AddFlags(fs)
+		args = append([]string{"--cluster", "east", "--kubeconfig", kc, "--ingress-address", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, args...)
+		require.NoError(t, fs.Parse(append(args, east.Args()...)))
+		g, err := newGatewayConfig(o)
+		require.NoError(t, err)
+		g.ingress.Close()
+		g.metrics.Close()
+	}
+	t.Cleanup(func() { gateway.SetBufferBudget(0) })
+	config("--buffer-budget", "1048576")
+	assert.Equal(t, float64(1<<20), budget())
+	config()
+	assert.Equal(t, float64(gateway.DefaultBufferBudget()), budget(), "the default, before any buffer grew")
+}
+
+// gatheredGauge is the value of the gauge name in this process's default
+// registry, and whether it is there.
+func gatheredGauge(name string) (float64, bool, error) {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return 0, false, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue(), true, nil
+		}
+	}
+	return 0, false, nil
 }
 
 // The gateway collects garbage at 50 % heap growth unless GOGC says

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -220,28 +219,6 @@ func heapInuse(addr string) (int64, error) {
 		return 0, fmt.Errorf("%s: no HeapInuse in the heap profile", addr)
 	}
 	return strconv.ParseInt(string(m[1]), 10, 64)
-}
-
-// saveHeapProfile writes the heap profile of the pprof plugin at addr
-// (host:port), after a forced GC, to path, for `go tool pprof`.
-func saveHeapProfile(addr, path string) error {
-	resp, err := (&http.Client{Timeout: 60 * time.Second}).Get("http://" + addr + "/debug/pprof/heap?gc=1")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: heap profile: %s", addr, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // etcdSize is etcd's database size in use, in bytes.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -68,7 +67,7 @@ func profileGateway(cfg *config, w *world, keys []string, mem bool) *profiles {
 			if out.memWith, err = getMemStats(base); err != nil {
 				return err
 			}
-			return fetch(base+"/debug/pprof/heap?gc=1", path)
+			return proc.Fetch(base+"/debug/pprof/heap?gc=1", path)
 		})
 		if err != nil {
 			out.memErr = err.Error()
@@ -141,7 +140,7 @@ func cpuProfile(cfg *config, base string, s *setup, m measure) string {
 	secs := int(m.dur(cfg).Round(time.Second) / time.Second)
 	path := filepath.Join(cfg.out, "gw-inproc."+m.key+".cpu.pprof")
 	done := make(chan error, 1)
-	go func() { done <- fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, max(1, secs)), path) }()
+	go func() { done <- proc.Fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, max(1, secs)), path) }()
 	time.Sleep(100 * time.Millisecond)
 	res, err := runClient(cfg, m.dur(cfg)+time.Minute, append(m.args(cfg), "-addr", s.addr(m.port))...)
 	perr := <-done
@@ -162,27 +161,6 @@ func cpuProfile(cfg *config, base string, s *setup, m measure) string {
 		got = fmt.Sprintf("round trip p50 %.1f µs, p99 %.1f µs", res.P50, res.P99)
 	}
 	return fmt.Sprintf("the in-process pair under the same load did %s\n\n%s", got, pprofTop(cfg, path, ""))
-}
-
-func fetch(url, path string) error {
-	resp, err := (&http.Client{Timeout: time.Minute}).Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func getMemStats(base string) (memStats, error) {

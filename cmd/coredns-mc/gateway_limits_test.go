@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/gateway"
-	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/options"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -54,11 +53,7 @@ func TestGatewayMaxConnectionsPerSourceFlag(t *testing.T) {
 // container's memory limit), not 0 or an earlier value until a first
 // buffer grows.
 func TestGatewayBufferBudgetMetricFromTheStart(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := gatewaytest.NewCA("root")
-	require.NoError(t, err)
-	east, err := ca.IssueFiles(dir, "east", gatewaytest.Options{})
-	require.NoError(t, err)
+	dir, _, east := eastFiles(t)
 	budget := func() float64 {
 		v, ok, err := gatheredGauge("coredns_mcmirror_gateway_copy_buffer_budget_bytes")
 		require.NoError(t, err)

@@ -161,11 +161,7 @@ func eastEgress(t *testing.T, stopWithin time.Duration, args ...string) (egressA
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM)
 	t.Cleanup(func() { signal.Stop(sigs) })
-	dir := t.TempDir()
-	ca, err := gatewaytest.NewCA("root")
-	require.NoError(t, err)
-	east, err := ca.IssueFiles(dir, "east", gatewaytest.Options{})
-	require.NoError(t, err)
+	dir, ca, east := eastFiles(t)
 	_, westAddr := westIngress(t, ca, dir, echoTarget(t))
 
 	egressPort := int32(netip.MustParseAddrPort(freeAddr(t)).Port())
@@ -344,11 +340,7 @@ func tlsClient(raw net.Conn, certs *gateway.Certs) *tls.Conn {
 
 // --drain-delay and --shutdown-grace may be 0, never negative.
 func TestGatewayShutdownFlags(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := gatewaytest.NewCA("root")
-	require.NoError(t, err)
-	east, err := ca.IssueFiles(dir, "east", gatewaytest.Options{})
-	require.NoError(t, err)
+	_, _, east := eastFiles(t)
 	for _, flag := range []string{"--drain-delay", "--shutdown-grace"} {
 		var code int
 		out := stderrOf(t, func() { code = runGateway(append(append([]string{"--cluster", "east"}, east.Args()...), flag, "-1s")) })

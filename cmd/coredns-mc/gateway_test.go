@@ -35,11 +35,7 @@ func stderrOf(t *testing.T, f func()) string {
 // Bad flags and bad certificates exit 2 with one line that names the
 // problem, before anything is contacted.
 func TestGatewayFlags(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := gatewaytest.NewCA("root")
-	require.NoError(t, err)
-	east, err := ca.IssueFiles(dir, "east", gatewaytest.Options{})
-	require.NoError(t, err)
+	dir, _, east := eastFiles(t)
 	other, err := gatewaytest.NewCA("other root")
 	require.NoError(t, err)
 	foreign, err := other.IssueFiles(t.TempDir(), "east", gatewaytest.Options{})
@@ -86,4 +82,16 @@ func TestGatewayFlags(t *testing.T) {
 		assert.Contains(t, out, tc.want, "%q", tc.args)
 		assert.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "one line for %q: %s", tc.args, out)
 	}
+}
+
+// eastFiles issues east's gateway certificate from a new trust root, into
+// files in a temporary directory: the directory, the root, and the files.
+func eastFiles(t *testing.T) (string, *gatewaytest.CA, gatewaytest.Files) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := gatewaytest.NewCA("root")
+	require.NoError(t, err)
+	east, err := ca.IssueFiles(dir, "east", gatewaytest.Options{})
+	require.NoError(t, err)
+	return dir, ca, east
 }

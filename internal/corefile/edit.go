@@ -160,10 +160,10 @@ func serving(blocks []block, name string) (int, string) {
 // with its health's lameduck at least MinLameduck, in import mode with
 // the kubernetes plugin's labels selecting no copy of a linked cluster's
 // endpoints (hideCopies), and, with e.Upstream, each forward's resolv.conf
-// replaced by it. It
-// refuses, saying why and what to do, a Corefile that does not parse, that
-// has mcmirror already, whose server for e.Zone has no kubernetes plugin,
-// or that answers e.ClusterSet in another server block.
+// replaced by it. It refuses, saying why and what to do, a Corefile that
+// does not parse, that has mcmirror already, whose server for e.Zone has
+// no kubernetes plugin, or that answers e.ClusterSet in another server
+// block.
 func Add(corefile string, e Edit) (Result, error) {
 	blocks, err := parse(corefile)
 	if err != nil {
@@ -230,7 +230,7 @@ func Add(corefile string, e Edit) (Result, error) {
 	if res.Lameduck, err = raiseLameduck(lines, b.tokens["health"], shift); err != nil {
 		return Result{}, err
 	}
-	if importSource(e.Stanza) {
+	if ImportSource(e.Stanza) {
 		res.Labels = hideCopies(lines, kube, shift)
 	}
 	res.Corefile = strings.Join(lines, "\n")
@@ -244,9 +244,9 @@ func Add(corefile string, e Edit) (Result, error) {
 	return res, nil
 }
 
-// importSource reports whether stanza, an mcmirror block, reads the linked
+// ImportSource reports whether stanza, an mcmirror block, reads the linked
 // clusters' exports from the local mirrors: `source import`.
-func importSource(stanza string) bool {
+func ImportSource(stanza string) bool {
 	sbs, err := caddyfile.Parse("stanza", strings.NewReader(". {\n"+stanza+"\n}"), nil)
 	if err != nil || len(sbs) != 1 {
 		return false

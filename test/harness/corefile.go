@@ -2,10 +2,10 @@ package harness
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/mcmirror/mcmirror/internal/corefile"
 	"github.com/mcmirror/mcmirror/internal/labels"
 )
 
@@ -23,7 +23,7 @@ func mirrorCorefile(local *Cluster, plugins []string, block string) string {
 	// cluster's endpoints, as `coredns-mc dns apply` and the chart make it
 	// (internal/corefile).
 	kube := ""
-	if regexp.MustCompile(`(?m)^\s*source\s+import\s*$`).MatchString(block) {
+	if corefile.ImportSource("mcmirror {\n" + block + "}\n") {
 		kube = "        labels " + labels.NotFlatEndpoints + "\n"
 	}
 	return fmt.Sprintf(`

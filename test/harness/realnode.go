@@ -310,7 +310,7 @@ func (c *Cluster) IsRealNode() bool { return c.real != nil }
 // Kubectl runs the project's kubectl against the cluster with args and
 // returns its combined output (with `exec`, what the command in the pod
 // printed on either stream); on success without kubectl's own log lines
-// (kubectlLogLines), which are about kubectl, not the command.
+// (withoutLogLines), which are about kubectl, not the command.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	bin, err := Binary("kubectl")
 	if err != nil {

@@ -306,7 +306,7 @@ func (f *fleetData) emptyPoint(m mode) emptyResult {
 		e.err = err.Error()
 	}
 	e.rss, _ = proc.RSS(r.dns.Process.PID)
-	if err := proc.Fetch("http://"+r.pprof+"/debug/pprof/heap?gc=1", filepath.Join(f.cfg.out, string(m)+"-empty.heap.pprof")); err != nil {
+	if err := saveHeapProfile(r.pprof, filepath.Join(f.cfg.out, string(m)+"-empty.heap.pprof")); err != nil {
 		logf("%s: heap profile of the empty replica: %v", m, err)
 	}
 	logf("%s: empty replica: HeapInuse %.1f MiB, RSS %.1f MiB", m, mib(e.heap), mib(e.rss))

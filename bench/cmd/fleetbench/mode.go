@@ -184,7 +184,7 @@ func (f *fleetData) steadyWindow(d *deployment, r *modeResult) {
 	}
 	wg.Wait()
 	path := filepath.Join(f.cfg.out, string(r.m)+".heap.pprof")
-	if err := proc.Fetch("http://"+d.replicas[0].pprof+"/debug/pprof/heap?gc=1", path); err != nil {
+	if err := saveHeapProfile(d.replicas[0].pprof, path); err != nil {
 		logf("%s: heap profile of %s's replica: %v", r.m, f.name(d.replicas[0].cluster), err)
 	}
 	logf("%s: steady %.0fs: %d unexported writes; received by DNS %.0f, by controllers %.0f objects", r.m, r.window.Seconds(), r.churn, r.events[0], r.events[1])

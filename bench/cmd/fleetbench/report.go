@@ -76,14 +76,15 @@ func listed(c coldResult, d time.Duration) float64 {
 	return d.Seconds()
 }
 
-// ran is value, or NaN (shown as –) for a step the flags left out.
-func ran(on bool, value func(*modeResult) float64) func(*modeResult) float64 {
-	return func(r *modeResult) float64 {
-		if !on {
-			return math.NaN()
+// ran returns rows, their values NaN (shown as –) when the flags left
+// their step out (on is false).
+func ran(on bool, rows []row) []row {
+	if !on {
+		for i := range rows {
+			rows[i].value = func(*modeResult) float64 { return math.NaN() }
 		}
-		return value(r)
 	}
+	return rows
 }
 
 func (rep *report) emptyHeap(m mode) float64 {
@@ -100,7 +101,7 @@ func (rep *report) rows() []row {
 	held := float64(endpointsHeld(cfg))
 	perSec := func(r *modeResult) float64 { return r.window.Seconds() }
 	changes := func(r *modeResult) float64 { return float64(len(r.prop)) }
-	return []row{
+	rows := []row{
 		{"every replica holds every name, from the start of the processes (s)", "%.1f", func(r *modeResult) float64 { return secs(r.settle) }},
 		{"**Per API server** (median of the N; its own cluster's clients included)", "", nil},
 		{"watch connections, Services and EndpointSlices", "%.0f", func(r *modeResult) float64 {
@@ -163,27 +164,33 @@ func (rep *report) rows() []row {
 		{"every name held, after the lists (s; with -cold-links)", "%.2f", func(r *modeResult) float64 { return listed(r.cold, r.cold.names-r.cold.lists) }},
 		{"HeapInuse then (MiB)", "%.1f", func(r *modeResult) float64 { return float64(r.cold.heap) / (1 << 20) }},
 		{"**One API server restarted** (" + clusterName(1%cfg.clusters, cfg.clusters) + ")", "", nil},
-		{"stopped and serving again (s)", "%.1f", ran(cfg.restartOne, func(r *modeResult) float64 { return secs(r.one.down) })},
-		{"then every link of the fleet healthy (s)", "%.1f", ran(cfg.restartOne, func(r *modeResult) float64 { return secs(r.one.healthy) })},
-		{"LISTs and watch-lists it served, stop to healthy", "%.0f", ran(cfg.restartOne, func(r *modeResult) float64 { return r.one.lists })},
-		{"peak LIST rate (/s, 2 s samples)", "%.1f", ran(cfg.restartOne, func(r *modeResult) float64 { return r.one.peakLists })},
-		{"answers checked meanwhile", "%.0f", ran(cfg.restartOne, func(r *modeResult) float64 { return float64(r.one.probe.asked) })},
-		{"wrong answers", "%.0f", ran(cfg.restartOne, func(r *modeResult) float64 { return float64(r.one.probe.wrong) })},
-		{"unanswered", "%.0f", ran(cfg.restartOne, func(r *modeResult) float64 { return float64(r.one.probe.unanswered) })},
-		{"**Every API server restarted at once**", "", nil},
-		{"stopped and every one serving again (s)", "%.1f", ran(cfg.restartN, func(r *modeResult) float64 { return secs(r.all.down) })},
-		{"then every link of the fleet healthy (s)", "%.1f", ran(cfg.restartN, func(r *modeResult) float64 { return secs(r.all.healthy) })},
-		{"LISTs and watch-lists they served, stop to healthy", "%.0f", ran(cfg.restartN, func(r *modeResult) float64 { return r.all.lists })},
-		{"peak LIST rate, all together (/s, 2 s samples)", "%.1f", ran(cfg.restartN, func(r *modeResult) float64 { return r.all.peakLists })},
-		{"answers checked meanwhile", "%.0f", ran(cfg.restartN, func(r *modeResult) float64 { return float64(r.all.probe.asked) })},
-		{"wrong answers", "%.0f", ran(cfg.restartN, func(r *modeResult) float64 { return float64(r.all.probe.wrong) })},
-		{"unanswered", "%.0f", ran(cfg.restartN, func(r *modeResult) float64 { return float64(r.all.probe.unanswered) })},
+	}
+	rows = append(rows, ran(cfg.restartOne, []row{
+		{"stopped and serving again (s)", "%.1f", func(r *modeResult) float64 { return secs(r.one.down) }},
+		{"then every link of the fleet healthy (s)", "%.1f", func(r *modeResult) float64 { return secs(r.one.healthy) }},
+		{"LISTs and watch-lists it served, stop to healthy", "%.0f", func(r *modeResult) float64 { return r.one.lists }},
+		{"peak LIST rate (/s, 2 s samples)", "%.1f", func(r *modeResult) float64 { return r.one.peakLists }},
+		{"answers checked meanwhile", "%.0f", func(r *modeResult) float64 { return float64(r.one.probe.asked) }},
+		{"wrong answers", "%.0f", func(r *modeResult) float64 { return float64(r.one.probe.wrong) }},
+		{"unanswered", "%.0f", func(r *modeResult) float64 { return float64(r.one.probe.unanswered) }},
+	})...)
+	rows = append(rows, row{"**Every API server restarted at once**", "", nil})
+	rows = append(rows, ran(cfg.restartN, []row{
+		{"stopped and every one serving again (s)", "%.1f", func(r *modeResult) float64 { return secs(r.all.down) }},
+		{"then every link of the fleet healthy (s)", "%.1f", func(r *modeResult) float64 { return secs(r.all.healthy) }},
+		{"LISTs and watch-lists they served, stop to healthy", "%.0f", func(r *modeResult) float64 { return r.all.lists }},
+		{"peak LIST rate, all together (/s, 2 s samples)", "%.1f", func(r *modeResult) float64 { return r.all.peakLists }},
+		{"answers checked meanwhile", "%.0f", func(r *modeResult) float64 { return float64(r.all.probe.asked) }},
+		{"wrong answers", "%.0f", func(r *modeResult) float64 { return float64(r.all.probe.wrong) }},
+		{"unanswered", "%.0f", func(r *modeResult) float64 { return float64(r.all.probe.unanswered) }},
+	})...)
+	return append(rows, []row{
 		{"**Sampled names** of every other cluster, in every replica", "", nil},
 		{"checked once settled", "%.0f", func(r *modeResult) float64 { return float64(r.check.asked) }},
 		{"wrong or unanswered", "%.0f", func(r *modeResult) float64 { return float64(r.check.wrong + r.check.unanswered) }},
 		{"checked after the restarts", "%.0f", func(r *modeResult) float64 { return float64(r.after.asked) }},
 		{"wrong or unanswered", "%.0f", func(r *modeResult) float64 { return float64(r.after.wrong + r.after.unanswered) }},
-	}
+	}...)
 }
 
 func sum(v []float64) float64 {

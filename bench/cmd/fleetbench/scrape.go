@@ -221,6 +221,12 @@ func heapInuse(addr string) (int64, error) {
 	return strconv.ParseInt(string(m[1]), 10, 64)
 }
 
+// saveHeapProfile writes the heap profile of the pprof plugin at addr
+// (host:port), after a forced GC, to path, for `go tool pprof`.
+func saveHeapProfile(addr, path string) error {
+	return proc.Fetch("http://"+addr+"/debug/pprof/heap?gc=1", path)
+}
+
 // etcdSize is etcd's database size in use, in bytes.
 func etcdSize(env *harness.Env) float64 {
 	ss, err := scrapeURL(env.EtcdURL() + "/metrics")

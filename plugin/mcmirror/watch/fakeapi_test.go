@@ -43,7 +43,7 @@ type fakeAPI struct {
 type fakeEvent struct {
 	rv       int
 	kind     string
-	old, obj metav1.Object // old nil: added; obj nil: deleted
+	old, obj metav1.Object // old nil: added
 }
 
 func newFakeAPI(t *testing.T) *fakeAPI {
@@ -283,12 +283,8 @@ func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request, match func(metav
 				send("MODIFIED", withKind(e.obj))
 			case nm:
 				send("ADDED", withKind(e.obj))
-			case om:
-				gone := e.obj
-				if gone == nil {
-					gone = e.old
-				}
-				send("DELETED", withKind(gone))
+			case om: // changed so that it no longer matches
+				send("DELETED", withKind(e.obj))
 			}
 		}
 		ch := f.changed

@@ -27,6 +27,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/mcs-api/config/crd"
 
+	"github.com/mcmirror/mcmirror/internal/check"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -362,6 +363,14 @@ func TestRenderDNSCorefile(t *testing.T) {
 	assert.Contains(t, r.corefile(t), "\n    forward . 10.0.0.2 {\n")
 	r = render(t, "--set", "cluster=east", "--set", "gateway.allowClusters={west}", "--set", "dns.patchDeployment=false")
 	assert.Contains(t, r.corefile(t), "\n    forward . /etc/resolv.conf {\n")
+	assert.True(t, check.ParseCorefile(r.corefile(t)).KubernetesSelectsCopies, "direct mode: no copies to leave out")
+
+	// Import mode: the kubernetes plugin leaves the controller's copies of
+	// the linked clusters' endpoints to mcmirror, as check reads it.
+	r = render(t, "--set", "cluster=east", "--set", "gateway.allowClusters={west}", "--set", "dns.patchDeployment=false", "--set", "dns.source=import")
+	d := check.ParseCorefile(r.corefile(t))
+	assert.True(t, d.Import, "source import")
+	assert.False(t, d.KubernetesSelectsCopies, "the kubernetes plugin selects the copies:\n%s", r.corefile(t))
 }
 
 // A digest wins over the tag, in every part and in the DNS patch; resources,

@@ -3,6 +3,7 @@ module github.com/mcmirror/mcmirror
 go 1.26.8
 
 require (
+	github.com/KimMachineGun/automemlimit v1.0.1
 	github.com/coredns/caddy v1.1.4
 	github.com/coredns/coredns v1.15.0
 	github.com/miekg/dns v1.1.73
@@ -152,6 +153,7 @@ require (
 	github.com/oschwald/geoip2-golang/v2 v2.4.0 // indirect
 	github.com/oschwald/maxminddb-golang/v2 v2.6.0 // indirect
 	github.com/outcaste-io/ristretto v0.2.3 // indirect
+	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
 	github.com/petermattis/goid v0.0.0-20260226131333-17d1149c6ac6 // indirect
 	github.com/philhofer/fwd v1.2.0 // indirect
 	github.com/pires/go-proxyproto v0.15.0 // indirect

@@ -1,11 +1,11 @@
 package gateway
 
 import (
-	"os"
-	"strconv"
-	"strings"
+	"math"
 	"sync"
 	"sync/atomic"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
 // The budget of grown copy buffers. A direction holds the smallest buffer
@@ -18,38 +18,17 @@ import (
 // grow until the shrink or the end of the stream.
 
 // DefaultBufferBudget is the budget without --buffer-budget: a quarter of
-// the container's memory limit when there is one (cgroup v2 memory.max, or
-// cgroup v1 memory.limit_in_bytes), else 256 MiB. A quarter, because the
-// streams themselves need the rest: each held about 29 KiB idle (TLS
-// state, goroutines, 1 KB buffers, which idle directions now give back),
-// and under many stalled readers about 45 KiB was measured (9,000 streams
-// through one gateway, deploy/README.md, Sizing).
+// the memory limit of the process's cgroup, a container's limits.memory
+// (cgroup v2 or v1, as automemlimit finds it), else 256 MiB. A quarter,
+// because the streams themselves need the rest: each held about 29 KiB
+// idle (TLS state, goroutines, 1 KB buffers, which idle directions now give
+// back), and under many stalled readers about 45 KiB was measured (9,000
+// streams through one gateway, deploy/README.md, Sizing).
 func DefaultBufferBudget() int64 {
-	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		if limit, ok := cgroupMemoryLimit(f); ok {
-			return limit / 4
-		}
+	if limit, err := memlimit.FromCgroup(); err == nil && limit > 0 && limit <= math.MaxInt64 {
+		return int64(limit / 4)
 	}
 	return 256 << 20
-}
-
-// noLimit is where a cgroup v1 memory.limit_in_bytes reads as no limit
-// (the largest page count times the page size, just under 1<<63).
-const noLimit = 1 << 62
-
-// cgroupMemoryLimit reads a cgroup memory limit: v2's memory.max (a number
-// of bytes, or "max": no limit) or v1's memory.limit_in_bytes (a number;
-// no limit is a number near 1<<63).
-func cgroupMemoryLimit(path string) (int64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || n <= 0 || n >= noLimit {
-		return 0, false
-	}
-	return n, true
 }
 
 // budget bounds the bytes reserved by grown buffers.

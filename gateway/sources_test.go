@@ -86,19 +86,3 @@ func TestIngressBoundsStreamsPerPeer(t *testing.T) {
 	resp, _ = connect(t, c, connectRequest("web.default:80"))
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "another cluster is served")
 }
-
-func TestCgroupMemoryLimit(t *testing.T) {
-	dir := t.TempDir()
-	// cgroup v2 memory.max, and v1 memory.limit_in_bytes with and without
-	// a limit.
-	for content, want := range map[string]int64{"1073741824\n": 1 << 30, "max\n": 0, "": 0,
-		"536870912\n": 512 << 20, "9223372036854771712\n": 0} {
-		path := dir + "/memory.max"
-		writeFile(t, path, []byte(content))
-		n, ok := cgroupMemoryLimit(path)
-		assert.Equal(t, want != 0, ok, "%q", content)
-		assert.Equal(t, want, n, "%q", content)
-	}
-	_, ok := cgroupMemoryLimit(dir + "/absent")
-	assert.False(t, ok)
-}

@@ -19,6 +19,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	_ "github.com/coredns/coredns/core/plugin" // the standard plugins
 	"github.com/coredns/coredns/coremain"
 )
@@ -29,6 +30,7 @@ import (
 var subcommands = map[string]func(args []string) int{}
 
 func main() {
+	setMemoryLimit()
 	if len(os.Args) > 1 {
 		if run, ok := subcommands[os.Args[1]]; ok {
 			os.Exit(run(os.Args[2:]))
@@ -43,6 +45,22 @@ func main() {
 		return
 	}
 	coremain.Run()
+}
+
+// setMemoryLimit gives the Go runtime the memory limit of the process's
+// cgroup (a container's limits.memory, cgroup v2 or v1), so that the heap
+// is collected harder as it nears the limit instead of growing to twice
+// what is live (a relist decodes whole lists) and the kernel killing the
+// process. The environment wins: GOMEMLIMIT set (as the chart sets it for
+// the controller, the gateway and mcmirror-dns) leaves the runtime as it
+// is, and so does AUTOMEMLIMIT=off; AUTOMEMLIMIT=0.9 takes that share of
+// the cgroup's limit. Without a limit (no container, or none set) nothing
+// changes. Every part of mcmirror does this, the DNS server above all: a
+// replaced CoreDNS keeps its own environment, which has no GOMEMLIMIT.
+func setMemoryLimit() {
+	if _, err := memlimit.Set(memlimit.WithRatio(1), memlimit.WithProvider(memlimit.FromCgroup)); err != nil {
+		fmt.Fprintf(os.Stderr, "coredns-mc: Go's memory limit is left unset: %v\n", err)
+	}
 }
 
 func usage() {

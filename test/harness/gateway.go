@@ -74,7 +74,7 @@ func (e *Env) StartGateway(t testing.TB, c *Cluster, o GatewayOptions) *Gateway 
 		t.Fatal(err)
 	}
 	if o.MemoryLimit > 0 {
-		if g.mem, err = newMemoryCgroup(g.name, o.MemoryLimit); err != nil {
+		if g.mem, err = NewMemoryCgroup(g.name, o.MemoryLimit); err != nil {
 			t.Fatal(err)
 		}
 		// Registered before the process's own cleanup, so it runs after.

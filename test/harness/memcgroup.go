@@ -21,10 +21,10 @@ type MemoryCgroup struct {
 	v2    bool
 }
 
-// newMemoryCgroup makes a memory cgroup named /mcm<pid>-<name> (the
+// NewMemoryCgroup makes a memory cgroup named /mcm<pid>-<name> (the
 // prefix real-node runs sweep when the run that made it is dead) with the
 // given limit.
-func newMemoryCgroup(name string, limit int64) (*MemoryCgroup, error) {
+func NewMemoryCgroup(name string, limit int64) (*MemoryCgroup, error) {
 	base := fmt.Sprintf("mcm%d-%s", os.Getpid(), strings.ReplaceAll(name, "/", "-"))
 	m := &MemoryCgroup{Limit: limit}
 	limitFile := "memory.limit_in_bytes"

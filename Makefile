@@ -24,7 +24,7 @@ e2e: ## only the end-to-end tests
 bench: ## side-by-side benchmarks on real clusters: DNS (bench/out/results.md) and the gateway against an HAProxy pair (bench/out/gateway.md); not part of make test
 	bench/run.sh
 
-bench-fleet: ## the fleet benchmark: 20 clusters in a full mesh, direct and import mode side by side (bench/out/fleet.md; FLEET_ARGS="-clusters 5 -services 100" for a short run); not part of make test
+bench-fleet: ## the fleet benchmark: 20 clusters in a full mesh, direct and import mode side by side (bench/out/fleet.md; FLEET_ARGS="-clusters 5 -services 20" for a short run); not part of make test
 	$(GO) build -o $(BIN)/coredns-mc ./cmd/coredns-mc
 	$(GO) build -o $(BIN)/fleetbench ./bench/cmd/fleetbench
 	MCMIRROR_TESTBIN=$$(test/tools/build.sh) $(BIN)/fleetbench -coredns-mc $(BIN)/coredns-mc -out bench/out $(FLEET_ARGS)

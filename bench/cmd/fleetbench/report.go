@@ -76,6 +76,16 @@ func listed(c coldResult, d time.Duration) float64 {
 	return d.Seconds()
 }
 
+// recovered is d in seconds when the restart rec timed came to its end,
+// else NaN: a restart that failed (its failure is listed under the table)
+// has no such time.
+func recovered(rec recovery, d time.Duration) float64 {
+	if rec.err != "" {
+		return math.NaN()
+	}
+	return d.Seconds()
+}
+
 // ran returns rows, their values NaN (shown as –) when the flags left
 // their step out (on is false).
 func ran(on bool, rows []row) []row {
@@ -166,8 +176,8 @@ func (rep *report) rows() []row {
 		{"**One API server restarted** (" + clusterName(1%cfg.clusters, cfg.clusters) + ")", "", nil},
 	}
 	rows = append(rows, ran(cfg.restartOne, []row{
-		{"stopped and serving again (s)", "%.1f", func(r *modeResult) float64 { return secs(r.one.down) }},
-		{"then every link of the fleet healthy (s)", "%.1f", func(r *modeResult) float64 { return secs(r.one.healthy) }},
+		{"stopped and serving again (s)", "%.1f", func(r *modeResult) float64 { return recovered(r.one, r.one.down) }},
+		{"then every link of the fleet healthy (s)", "%.1f", func(r *modeResult) float64 { return recovered(r.one, r.one.healthy) }},
 		{"LISTs and watch-lists it served, stop to healthy", "%.0f", func(r *modeResult) float64 { return r.one.lists }},
 		{"peak LIST rate (/s, 2 s samples)", "%.1f", func(r *modeResult) float64 { return r.one.peakLists }},
 		{"answers checked meanwhile", "%.0f", func(r *modeResult) float64 { return float64(r.one.probe.asked) }},
@@ -176,8 +186,8 @@ func (rep *report) rows() []row {
 	})...)
 	rows = append(rows, row{"**Every API server restarted at once**", "", nil})
 	rows = append(rows, ran(cfg.restartN, []row{
-		{"stopped and every one serving again (s)", "%.1f", func(r *modeResult) float64 { return secs(r.all.down) }},
-		{"then every link of the fleet healthy (s)", "%.1f", func(r *modeResult) float64 { return secs(r.all.healthy) }},
+		{"stopped and every one serving again (s)", "%.1f", func(r *modeResult) float64 { return recovered(r.all, r.all.down) }},
+		{"then every link of the fleet healthy (s)", "%.1f", func(r *modeResult) float64 { return recovered(r.all, r.all.healthy) }},
 		{"LISTs and watch-lists they served, stop to healthy", "%.0f", func(r *modeResult) float64 { return r.all.lists }},
 		{"peak LIST rate, all together (/s, 2 s samples)", "%.1f", func(r *modeResult) float64 { return r.all.peakLists }},
 		{"answers checked meanwhile", "%.0f", func(r *modeResult) float64 { return float64(r.all.probe.asked) }},

@@ -295,6 +295,12 @@ func ScrapeMetric(url, name string, labels map[string]string) (float64, bool, er
 	return sumSamples(resp.Body, name, labels)
 }
 
+// MetricIn is ScrapeMetric of an exposition already read (one fetched from
+// inside a pod, say).
+func MetricIn(exposition, name string, labels map[string]string) (float64, bool, error) {
+	return sumSamples(strings.NewReader(exposition), name, labels)
+}
+
 // sumSamples parses the text exposition format, as much of it as metrics
 // with plain label values need.
 func sumSamples(r io.Reader, name string, want map[string]string) (float64, bool, error) {

@@ -2,14 +2,14 @@ package pods
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // The cluster DNS pods that the chart makes of kubeadm's CoreDNS run with
@@ -37,20 +37,9 @@ func TestDNSPodsRunWithTheirMemoryLimit(t *testing.T) {
 		}
 		out, err := inClient(ctx, "timeout 10 wget -qO- http://"+p.Status.PodIP+":9153/metrics")
 		require.NoError(t, err, "%s's metrics: %s", p.Name, out)
-		got, found := gaugeIn(out, "go_gc_gomemlimit_bytes")
+		got, found, err := harness.MetricIn(out, "go_gc_gomemlimit_bytes", nil)
+		require.NoError(t, err, p.Name)
 		require.True(t, found, "%s: no go_gc_gomemlimit_bytes", p.Name)
 		assert.Equal(t, float64(limit.Value()), got, "%s: go_gc_gomemlimit_bytes against limits.memory %s", p.Name, limit)
 	}
-}
-
-// gaugeIn is the value of the series name, without labels, in a Prometheus
-// text exposition.
-func gaugeIn(exposition, name string) (float64, bool) {
-	for _, line := range strings.Split(exposition, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
 }

@@ -160,7 +160,7 @@ func (f *fleetData) startReplica(m mode, c int) (*replica, error) {
 // launchReplica is startReplica with the links of the link Secrets in
 // namespace secrets.
 func (f *fleetData) launchReplica(m mode, c int, secrets string) (*replica, error) {
-	port, err := proc.FreePort()
+	port, err := harness.FreeTCPPort()
 	if err != nil {
 		return nil, err
 	}

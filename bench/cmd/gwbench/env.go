@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcmirror/mcmirror/bench/internal/proc"
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -207,7 +206,7 @@ func createEast(ctx context.Context, w *world) error {
 		labels.ClusterName: "west", labels.RemoteService: benchSvc,
 	}}}
 	for _, p := range targetPorts {
-		port, err := proc.FreePort()
+		port, err := harness.FreeTCPPort()
 		if err != nil {
 			return err
 		}

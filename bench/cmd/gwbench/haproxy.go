@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/bench/internal/proc"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // The HAProxy pair: what an operator would build instead of the gateway.
@@ -108,10 +109,10 @@ func startHAProxyPair(cfg *config, w *world, tag string) (*setup, error) {
 		w.hap = &hapPorts{ingress: map[int32]int{}, egress: map[int32]int{}}
 		var err error
 		for _, p := range targetPorts {
-			if w.hap.egress[p.port], err = proc.FreePort(); err != nil {
+			if w.hap.egress[p.port], err = harness.FreeTCPPort(); err != nil {
 				return nil, err
 			}
-			if w.hap.ingress[p.port], err = proc.FreePort(); err != nil {
+			if w.hap.ingress[p.port], err = harness.FreeTCPPort(); err != nil {
 				return nil, err
 			}
 		}

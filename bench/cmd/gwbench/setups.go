@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/bench/internal/proc"
 	"github.com/mcmirror/mcmirror/gateway"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // setup is one way from the client to the target: direct, or through a
@@ -98,7 +98,7 @@ func startGatewayPairWith(cfg *config, w *world, tag, bin string, env []string, 
 	s := &setup{key: "gateway", name: "gateway pair"}
 	ports := make([]int, 3)
 	for i := 0; i < len(ports); {
-		p, err := proc.FreePort()
+		p, err := harness.FreeTCPPort()
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +133,7 @@ func startGatewayPairWith(cfg *config, w *world, tag, bin string, env []string, 
 			return nil, err
 		}
 		s.procs = append(s.procs, p)
-		if err := waitHTTP("http://127.0.0.1:"+strconv.Itoa(ports[1+i])+"/readyz", p, 60*time.Second); err != nil {
+		if err := p.WaitHTTP("http://127.0.0.1:"+strconv.Itoa(ports[1+i])+"/readyz", 60*time.Second); err != nil {
 			s.stop()
 			return nil, fmt.Errorf("gateway %s: %w\n%s", name, err, proc.Tail(p.Log, 20))
 		}
@@ -156,29 +156,6 @@ func startGatewayPairWith(cfg *config, w *world, tag, bin string, env []string, 
 func hasFlag(bin, name string) bool {
 	out, _ := exec.Command(bin, "gateway", "-h").CombinedOutput()
 	return bytes.Contains(out, []byte("-"+name+" "))
-}
-
-// waitHTTP waits until url answers 200.
-func waitHTTP(url string, p *proc.Proc, limit time.Duration) error {
-	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(limit)
-	for {
-		if p.Exited() {
-			return fmt.Errorf("exited: %v", p.Err())
-		}
-		resp, err := client.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = errors.New(resp.Status)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %w", url, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // waitWorking waits until check passes.

@@ -3,14 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/mcmirror/mcmirror/bench/internal/kube"
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
@@ -33,17 +29,10 @@ const nsCold = "cold"
 func ipCold(c, i int) string { return fmt.Sprintf("10.%d.%d.%d", 210+c, i/250, 1+i%250) }
 
 func expectCold(n int) names {
-	out := names{}
-	for i := range n {
-		var all []string
-		for c := range 10 {
-			out[fmt.Sprintf("h0.k%d-c%d.%s.%s", i, c, nsCold, zone)] = []string{ipCold(c, i)}
-			all = append(all, ipCold(c, i))
-		}
-		slices.Sort(all)
-		out[fmt.Sprintf("k%d-global.%s.%s", i, nsCold, zone)] = all
-	}
-	return out
+	return expect(n,
+		func(i, c int) string { return fmt.Sprintf("h0.k%d-c%d.%s.%s", i, c, nsCold, zone) },
+		func(i int) string { return fmt.Sprintf("k%d-global.%s.%s", i, nsCold, zone) },
+		func(i, c int) string { return ipCold(c, i) })
 }
 
 // loadCold creates k0..k<n-1> in every remote cluster.
@@ -52,7 +41,7 @@ func loadCold(env *harness.Env, n int) error {
 	for i := range n {
 		for c := range 10 {
 			cr.headless(fmt.Sprintf("c%d", c), nsCold, fmt.Sprintf("k%d", i), exportLabels(nsCold),
-				[]endpoint{{"h0", ipCold(c, i)}})
+				[]kube.Endpoint{{Host: "h0", IP: ipCold(c, i)}})
 		}
 	}
 	return cr.wait()
@@ -134,24 +123,7 @@ var reIndexNames = regexp.MustCompile(`(?m)^coredns_mcmirror_index_names (\S+)$`
 
 // indexNames reads the plugin's coredns_mcmirror_index_names gauge; -1
 // when the server does not answer yet.
-func indexNames(url string) float64 {
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return -1
-	}
-	m := reIndexNames.FindSubmatch(b)
-	if m == nil {
-		return -1
-	}
-	v, _ := strconv.ParseFloat(string(m[1]), 64)
-	return v
-}
+func indexNames(url string) float64 { return metricValue(scrape(url), reIndexNames) }
 
 // coldStart loads the cold set (n Services per remote cluster), times the
 // lists, then starts a fresh A server with the 10 links and times it.
@@ -233,9 +205,7 @@ func coldStart(env *harness.Env, cfg *config, n int) (*coldResult, error) {
 	if r.index < 0 {
 		r.index = r.correct // never sampled at the final value before the verification ended
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if r.inuse, _, _, err = s.heap(ctx); err != nil {
+	if r.inuse, _, _, err = s.heap(30 * time.Second); err != nil {
 		return nil, fmt.Errorf("heap: %w", err)
 	}
 	logf("cold start: %d names; index complete %.2fs after the start, every name verified by %.2fs; lists %.2fs",
@@ -255,12 +225,10 @@ func coldStart(env *harness.Env, cfg *config, n int) (*coldResult, error) {
 // the top of it. at is set to when the profile began, after start.
 func profileStart(pprofURL string, cfg *config, start time.Time, at *time.Duration) string {
 	path := filepath.Join(cfg.out, "cold.cpu.pprof")
-	secs := int(cfg.coldProfile.Seconds())
-	var resp *http.Response
+	url := fmt.Sprintf("%s/profile?seconds=%d", pprofURL, int(cfg.coldProfile.Seconds()))
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		var err error
 		t := time.Now()
-		resp, err = http.Get(fmt.Sprintf("%s/profile?seconds=%d", pprofURL, secs))
+		err := proc.Fetch(url, path)
 		if err == nil {
 			*at = t.Sub(start)
 			break
@@ -269,33 +237,20 @@ func profileStart(pprofURL string, cfg *config, start time.Time, at *time.Durati
 			return "profile failed: " + err.Error()
 		}
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "profile failed: " + resp.Status
+	var tops []string
+	for _, args := range [][]string{
+		{"-nodecount=25"},
+		{"-cum", "-nodecount=40"},
+		// The same without the answers to mcbench's verification, which
+		// starts once the server is ready and overlaps the profile's end.
+		{"-cum", "-nodecount=40", "-ignore", "serveUDPPacket"},
+	} {
+		top, err := proc.Top(cfg.cmc, path, args...)
+		if err != nil {
+			return err.Error()
+		}
+		tops = append(tops, top)
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err.Error()
-	}
-	_, err = io.Copy(f, resp.Body)
-	f.Close()
-	if err != nil {
-		return "profile failed: " + err.Error()
-	}
-	flat, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", cfg.cmc, path).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("pprof failed: %v: %s", err, flat)
-	}
-	cum, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=40", cfg.cmc, path).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("pprof failed: %v: %s", err, cum)
-	}
-	// The same without the answers to mcbench's verification, which
-	// starts once the server is ready and overlaps the profile's end.
-	start2, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=40", "-ignore", "serveUDPPacket", cfg.cmc, path).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("pprof failed: %v: %s", err, start2)
-	}
-	return string(flat) + "\n--- by cumulative time (-cum):\n" + dropHeader(string(cum)) +
-		"\n--- by cumulative time, the answers to the verification left out (-ignore serveUDPPacket):\n" + dropHeader(string(start2))
+	return tops[0] + "\n--- by cumulative time (-cum):\n" + proc.Table(tops[1]) +
+		"\n--- by cumulative time, the answers to the verification left out (-ignore serveUDPPacket):\n" + proc.Table(tops[2])
 }

@@ -3,20 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
+	"github.com/mcmirror/mcmirror/bench/internal/kube"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
@@ -120,17 +115,7 @@ func (m names) sorted() []string {
 	return out
 }
 
-// fastClient returns a client of c without client-side rate limiting: the
-// data sets are tens of thousands of objects.
-func fastClient(c *harness.Cluster) kubernetes.Interface {
-	rc := rest.CopyConfig(c.Config)
-	rc.QPS, rc.RateLimiter = -1, nil // negative: no client-side limit
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		panic(err)
-	}
-	return cs
-}
+func fastClient(c *harness.Cluster) kubernetes.Interface { return kube.FastClient(c.Config) }
 
 // creator creates objects with a few concurrent workers.
 type creator struct {
@@ -176,63 +161,15 @@ func (cr *creator) wait() error {
 	return cr.err
 }
 
-func (cr *creator) namespace(cluster, ns string) error {
-	_, err := cr.clients[cluster].CoreV1().Namespaces().Create(context.Background(),
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	return err
-}
-
-// endpoint is one named ready endpoint.
-type endpoint struct{ host, ip string }
-
 // headless queues a headless Service and its slice, in that order.
-func (cr *creator) headless(cluster, ns, name string, lbl map[string]string, eps []endpoint) {
+func (cr *creator) headless(cluster, ns, name string, lbl map[string]string, eps []kube.Endpoint) {
 	cs := cr.clients[cluster]
 	cr.jobs <- func(ctx context.Context) error {
-		_, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: lbl},
-			Spec: corev1.ServiceSpec{
-				ClusterIP: corev1.ClusterIPNone,
-				Ports:     []corev1.ServicePort{{Name: "http", Port: 80}},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s: service %s/%s: %w", cluster, ns, name, err)
-		}
-		_, err = cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice(ns, name, lbl, eps), metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s: slice %s/%s: %w", cluster, ns, name, err)
+		if err := kube.Headless(ctx, cs, ns, name, "mcbench", lbl, eps); err != nil {
+			return fmt.Errorf("%s: %w", cluster, err)
 		}
 		return nil
 	}
-}
-
-// slice is the EndpointSlice of selector-less Service svc labelled lbl:
-// written by hand, it carries the Service's labels itself, as the
-// EndpointSlice controller's slices do, so that the watches of exported
-// slices select it.
-func slice(ns, svc string, lbl map[string]string, eps []endpoint) *discoveryv1.EndpointSlice {
-	l := maps.Clone(lbl)
-	if l == nil {
-		l = map[string]string{}
-	}
-	l[discoveryv1.LabelServiceName], l[discoveryv1.LabelManagedBy] = svc, "mcbench"
-	s := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: svc + "-0", Namespace: ns, Labels: l},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
-	}
-	for _, e := range eps {
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{e.ip},
-			Hostname:   ptr(e.host),
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
-		})
-	}
-	return s
 }
 
 func exportLabels(set string) map[string]string {
@@ -244,16 +181,16 @@ func loadThroughput(env *harness.Env, from, to int) (int64, error) {
 	cr := newCreator(env.Clusters(), 12)
 	for i := from; i < to; i++ {
 		name := fmt.Sprintf("s%d", i)
-		var loc, one []endpoint
+		var loc, one []kube.Endpoint
 		for c := range perSvc {
-			loc = append(loc, endpoint{fmt.Sprintf("h%d", c), ipTen(c, i)})
-			one = append(one, endpoint{fmt.Sprintf("h%d", c), ipOne(i, c)})
+			loc = append(loc, kube.Endpoint{Host: fmt.Sprintf("h%d", c), IP: ipTen(c, i)})
+			one = append(one, kube.Endpoint{Host: fmt.Sprintf("h%d", c), IP: ipOne(i, c)})
 		}
 		cr.headless("east", nsLoc, name, nil, loc)
 		cr.headless("c0", nsOne, name, exportLabels("one"), one)
 		for c := range 10 {
 			cr.headless(fmt.Sprintf("c%d", c), nsTen, name, exportLabels("ten"),
-				[]endpoint{{fmt.Sprintf("h%d", c), ipTen(c, i)}})
+				[]kube.Endpoint{{Host: fmt.Sprintf("h%d", c), IP: ipTen(c, i)}})
 		}
 	}
 	err := cr.wait()
@@ -262,11 +199,10 @@ func loadThroughput(env *harness.Env, from, to int) (int64, error) {
 
 // namespaces creates the namespaces of every data set in every cluster.
 func namespaces(env *harness.Env) error {
-	cr := newCreator(env.Clusters(), 1)
-	defer cr.wait()
 	for _, c := range env.Clusters() {
+		cs := fastClient(c)
 		for _, ns := range []string{nsTen, nsOne, nsLoc, nsMem, nsGW, nsGWT, nsCold} {
-			if err := cr.namespace(c.Name, ns); err != nil {
+			if err := kube.Namespace(cs, ns); err != nil {
 				return err
 			}
 		}
@@ -280,9 +216,9 @@ func loadMem(env *harness.Env, from, to int) error {
 	cr := newCreator(env.Clusters(), 12)
 	for c := range 10 {
 		for i := from; i < to; i++ {
-			eps := make([]endpoint, 100)
+			eps := make([]kube.Endpoint, 100)
 			for j := range eps {
-				eps[j] = endpoint{fmt.Sprintf("e%d", j), ipMem(c, i, j)}
+				eps[j] = kube.Endpoint{Host: fmt.Sprintf("e%d", j), IP: ipMem(c, i, j)}
 			}
 			cr.headless(fmt.Sprintf("c%d", c), nsMem, fmt.Sprintf("m%d", i), exportLabels("mem"), eps)
 		}
@@ -295,5 +231,3 @@ func inCIDR(p netip.Prefix, ip string) bool {
 	a, err := netip.ParseAddr(ip)
 	return err == nil && p.Contains(a)
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -91,17 +90,8 @@ func clusterIPService(ns, name string, lbl map[string]string) *corev1.Service {
 func expectGateway(n int) names {
 	gwIPs.Lock()
 	defer gwIPs.Unlock()
-	out := names{}
-	for i := range n {
-		var all []string
-		for c := range 10 {
-			mname := fmt.Sprintf("s%d-c%d", i, c)
-			ip := gwIPs.m[mname]
-			out[fmt.Sprintf("%s.%s.%s", mname, nsGWT, zone)] = []string{ip}
-			all = append(all, ip)
-		}
-		slices.Sort(all)
-		out[fmt.Sprintf("s%d-global.%s.%s", i, nsGWT, zone)] = all
-	}
-	return out
+	return expect(n,
+		func(i, c int) string { return fmt.Sprintf("s%d-c%d.%s.%s", i, c, nsGWT, zone) },
+		func(i int) string { return fmt.Sprintf("s%d-global.%s.%s", i, nsGWT, zone) },
+		func(i, c int) string { return gwIPs.m[fmt.Sprintf("s%d-c%d", i, c)] })
 }

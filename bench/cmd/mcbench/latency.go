@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/mcmirror/mcmirror/bench/internal/kube"
+	"github.com/mcmirror/mcmirror/bench/internal/stats"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
@@ -25,7 +27,7 @@ func ipProp(c, k int) string { return fmt.Sprintf("10.%d.%d.%d", 200+c, 200+k/25
 func loadProp(env *harness.Env) error {
 	cr := newCreator(env.Clusters(), 4)
 	for c := range 10 {
-		cr.headless(fmt.Sprintf("c%d", c), nsProp, "prop", exportLabels("ten"), []endpoint{{"h0", ipProp(c, 0)}})
+		cr.headless(fmt.Sprintf("c%d", c), nsProp, "prop", exportLabels("ten"), []kube.Endpoint{{Host: "h0", IP: ipProp(c, 0)}})
 	}
 	return cr.wait()
 }
@@ -43,8 +45,7 @@ func (l *latencies) pct(p float64) time.Duration {
 	}
 	s := slices.Clone(l.d)
 	slices.Sort(s)
-	i := int(p*float64(len(s))+0.5) - 1
-	return s[max(0, min(i, len(s)-1))]
+	return stats.Rank(s, p)
 }
 
 func apiMedian(l *latencies) time.Duration {

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,20 +28,6 @@ type memPoint struct {
 	kErr string
 }
 
-// expectMemK is expectMem for the kubernetes plugin server: cluster c's
-// records under zone c<c>.local, named as that plugin names them.
-func expectMemK(svcs int) names {
-	out := names{}
-	for c := range 10 {
-		for i := range svcs {
-			for _, j := range []int{0, 99} {
-				out[fmt.Sprintf("e%d.m%d.%s.svc.c%d.local.", j, i, nsMem, c)] = []string{ipMem(c, i, j)}
-			}
-		}
-	}
-	return out
-}
-
 // kubernetesMemCorefile has one kubernetes plugin per linked cluster, each
 // in its own server block and zone, in one process: the same records the
 // A server with 10 links holds, held the kubernetes plugin's way.
@@ -61,13 +44,19 @@ func kubernetesMemCorefile(env *harness.Env) string {
 }
 
 // expectMem returns a sample of the names of m0..m<svcs-1>: the first and
-// the last endpoint of each Service in each cluster.
-func expectMem(svcs int) names {
+// the last endpoint of each Service in each cluster, named as the A server
+// names them, or with kubernetes as the kubernetes plugin server does
+// (cluster c's records under zone c<c>.local).
+func expectMem(svcs int, kubernetes bool) names {
 	out := names{}
 	for c := range 10 {
 		for i := range svcs {
 			for _, j := range []int{0, 99} {
-				out[fmt.Sprintf("e%d.m%d-c%d.%s.%s", j, i, c, nsMem, zone)] = []string{ipMem(c, i, j)}
+				name := fmt.Sprintf("e%d.m%d-c%d.%s.%s", j, i, c, nsMem, zone)
+				if kubernetes {
+					name = fmt.Sprintf("e%d.m%d.%s.svc.c%d.local.", j, i, nsMem, c)
+				}
+				out[name] = []string{ipMem(c, i, j)}
 			}
 		}
 	}
@@ -80,13 +69,12 @@ func expectMem(svcs int) names {
 // the plugin's stores of Services and slices, and its index.
 func memory(env *harness.Env, cfg *config, rep *report) error {
 	measure := func(svcs int, kubernetes bool) (memPoint, error) {
-		exp := expectMem(svcs)
+		exp := expectMem(svcs, kubernetes)
 		o := serverOpts{key: fmt.Sprintf("mem%d", svcs*1000), what: "mem", bin: cfg.cmc, args: []string{"-conf", "{CONF}"},
 			expect: exp, pprof: true, cpu: serverCPU,
 			corefile: mcmirrorCorefile(env, remotes(10), "mirror.linkerd.io/exported=remote-discovery,mcbench=mem")}
 		if kubernetes {
-			exp = expectMemK(svcs)
-			o.key, o.expect, o.corefile = "memK"+o.key[3:], exp, kubernetesMemCorefile(env)
+			o.key, o.corefile = "memK"+o.key[3:], kubernetesMemCorefile(env)
 		}
 		// A few fresh processes, the median of each figure: what a heap
 		// holds in use after a GC varies by a few hundred KiB from one
@@ -102,7 +90,7 @@ func memory(env *harness.Env, cfg *config, rep *report) error {
 			p := memPoint{eps: svcs * 100 * 10, startup: time.Since(t), names: len(exp)}
 			// Twice: the second GC sees what the first one's finalizers freed.
 			for range 2 {
-				if p.inuse, p.alloc, p.rss, err = s.heap(context.Background()); err != nil {
+				if p.inuse, p.alloc, p.rss, err = s.heap(0); err != nil {
 					s.proc.Stop()
 					return p, err
 				}
@@ -157,25 +145,14 @@ func memory(env *harness.Env, cfg *config, rep *report) error {
 // file in the output directory.
 func heapProfile(s *server, cfg *config, file string) string {
 	path := filepath.Join(cfg.out, file)
-	resp, err := http.Get(s.pprof + "/heap?gc=1")
-	if err != nil {
+	if err := proc.Fetch(s.pprof+"/heap?gc=1", path); err != nil {
 		return "heap profile failed: " + err.Error()
 	}
-	defer resp.Body.Close()
-	f, err := os.Create(path)
+	top, err := proc.Top(cfg.cmc, path, "-sample_index=inuse_space", "-nodecount=20")
 	if err != nil {
 		return err.Error()
 	}
-	_, err = io.Copy(f, resp.Body)
-	f.Close()
-	if err != nil {
-		return err.Error()
-	}
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=20", cfg.cmc, path).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("pprof failed: %v: %s", err, out)
-	}
-	return string(out)
+	return top
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }

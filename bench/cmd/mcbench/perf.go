@@ -7,12 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mcmirror/mcmirror/bench/internal/proc"
+	"github.com/mcmirror/mcmirror/bench/internal/stats"
 )
 
 // writeQueries writes a dnsperf data file with every name of the server
@@ -130,68 +130,43 @@ func (s *series) valid() []perfResult {
 	return out
 }
 
-func (s *series) medianQPS() float64 {
-	var q []float64
+// values returns f of the valid runs for which ok holds.
+func (s *series) values(f func(r perfResult) float64, ok func(r perfResult) bool) []float64 {
+	var v []float64
 	for _, r := range s.valid() {
-		q = append(q, r.qps)
+		if ok == nil || ok(r) {
+			v = append(v, f(r))
+		}
 	}
-	return median(q)
+	return v
+}
+
+func (s *series) medianQPS() float64 {
+	return stats.Median(s.values(func(r perfResult) float64 { return r.qps }, nil))
 }
 
 func (s *series) medianLatency() float64 {
-	var q []float64
-	for _, r := range s.valid() {
-		q = append(q, r.latency)
-	}
-	return median(q)
+	return stats.Median(s.values(func(r perfResult) float64 { return r.latency }, nil))
 }
 
 // medianPerCPU is the median of answered queries per CPU second of the
 // server: the throughput corrected for the CPU the scheduler gave it.
 func (s *series) medianPerCPU() float64 {
-	var q []float64
-	for _, r := range s.valid() {
-		if r.serverCPU > 0 {
-			q = append(q, float64(r.completed)/r.serverCPU)
-		}
-	}
-	return median(q)
+	return stats.Median(s.values(func(r perfResult) float64 { return float64(r.completed) / r.serverCPU },
+		func(r perfResult) bool { return r.serverCPU > 0 }))
 }
 
 // medianUtil returns the median share of a core the server and dnsperf
 // used during the runs.
 func (s *series) medianUtil() (server, client float64) {
-	var a, b []float64
-	for _, r := range s.valid() {
-		if r.wall > 0 {
-			a = append(a, r.serverCPU/r.wall)
-			b = append(b, r.clientCPU/r.wall)
-		}
-	}
-	return median(a), median(b)
+	ran := func(r perfResult) bool { return r.wall > 0 }
+	return stats.Median(s.values(func(r perfResult) float64 { return r.serverCPU / r.wall }, ran)),
+		stats.Median(s.values(func(r perfResult) float64 { return r.clientCPU / r.wall }, ran))
 }
 
 func (s *series) minMax() (float64, float64) {
-	var q []float64
-	for _, r := range s.valid() {
-		q = append(q, r.qps)
-	}
-	if len(q) == 0 {
-		return 0, 0
-	}
-	return slices.Min(q), slices.Max(q)
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	v = slices.Clone(v)
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	st := stats.Of(s.values(func(r perfResult) float64 { return r.qps }, nil))
+	return st.Min, st.Max
 }
 
 // interleave runs dnsperf against each server in turn, runs times, after a

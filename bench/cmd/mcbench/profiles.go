@@ -2,14 +2,13 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcmirror/mcmirror/bench/internal/proc"
 )
 
 // serverProfile is a CPU profile of a server under dnsperf.
@@ -28,48 +27,24 @@ func profileUnderLoad(s *server, qfile string, cfg *config) serverProfile {
 		return prof
 	}
 	done := make(chan error, 1)
-	go func() {
-		resp, err := http.Get(s.pprof + "/profile?seconds=5")
-		if err != nil {
-			done <- err
-			return
-		}
-		defer resp.Body.Close()
-		f, err := os.Create(prof.path)
-		if err != nil {
-			done <- err
-			return
-		}
-		_, err = io.Copy(f, resp.Body)
-		f.Close()
-		done <- err
-	}()
+	go func() { done <- proc.Fetch(s.pprof+"/profile?seconds=5", prof.path) }()
 	time.Sleep(200 * time.Millisecond)
 	dnsperf(s, qfile, 6*time.Second, clientCPU, filepath.Join(cfg.out, "logs"))
 	if err := <-done; err != nil {
 		prof.top = "profile failed: " + err.Error()
 		return prof
 	}
-	flat, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=15", cfg.cmc, prof.path).CombinedOutput()
-	if err != nil {
-		prof.top = fmt.Sprintf("pprof failed: %v: %s", err, flat)
-		return prof
+	flat, err := proc.Top(cfg.cmc, prof.path, "-nodecount=15")
+	if err == nil {
+		var cum string
+		if cum, err = proc.Top(cfg.cmc, prof.path, "-cum", "-nodecount=25"); err == nil {
+			prof.top = flat + "\n--- by cumulative time (-cum):\n" + proc.Table(cum)
+		}
 	}
-	cum, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=25", cfg.cmc, prof.path).CombinedOutput()
 	if err != nil {
-		prof.top = fmt.Sprintf("pprof failed: %v: %s", err, cum)
-		return prof
+		prof.top = err.Error()
 	}
-	prof.top = string(flat) + "\n--- by cumulative time (-cum):\n" + dropHeader(string(cum))
 	return prof
-}
-
-// dropHeader drops the lines of `pprof -top` before the table.
-func dropHeader(s string) string {
-	if i := strings.Index(s, "      flat"); i >= 0 {
-		return s[i:]
-	}
-	return s
 }
 
 // sharedFuncs are the functions whose share of the A10 and A1 profiles

@@ -105,13 +105,10 @@ func rchar(pid int) (int64, error) {
 func relist(env *harness.Env, cfg *config, s *server, metrics string, names float64) (*relistResult, error) {
 	r := &relistResult{}
 	var err error
-	if r.coldRead, err = rchar(s.goPID()); err != nil {
+	if r.coldRead, err = rchar(s.proc.PID()); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	r.steady, _, _, err = s.heap(ctx)
-	cancel()
-	if err != nil {
+	if r.steady, _, _, err = s.heap(30 * time.Second); err != nil {
 		return nil, fmt.Errorf("heap: %w", err)
 	}
 	for range 30 {
@@ -119,10 +116,10 @@ func relist(env *harness.Env, cfg *config, s *server, metrics string, names floa
 		time.Sleep(100 * time.Millisecond)
 	}
 	// After the forced GC's pages have gone back to the system.
-	if r.rss, err = proc.RSS(s.goPID()); err != nil {
+	if r.rss, err = proc.RSS(s.proc.PID()); err != nil {
 		return nil, err
 	}
-	read0, err := rchar(s.goPID())
+	read0, err := rchar(s.proc.PID())
 	if err != nil {
 		return nil, err
 	}
@@ -148,8 +145,8 @@ func relist(env *harness.Env, cfg *config, s *server, metrics string, names floa
 		for {
 			b := scrape(metrics)
 			if v := metricValue(b, reHeapInuse); v > 0 {
-				n, _ := rchar(s.goPID())
-				rss, _ := proc.RSS(s.goPID())
+				n, _ := rchar(s.proc.PID())
+				rss, _ := proc.RSS(s.proc.PID())
 				fmt.Fprintf(tsv, "%.2f\t%.0f\t%d\t%d\t%.0f\n", time.Since(start).Seconds(), v, rss, n-read0, metricValue(b, reIndexNames))
 				mu.Lock()
 				if n-read0-lastRead > 256<<10 {
@@ -211,7 +208,7 @@ func relist(env *harness.Env, cfg *config, s *server, metrics string, names floa
 			finish()
 			return nil, fmt.Errorf("the server exited during the relist: %v", s.proc.Err())
 		}
-		n, err := rchar(s.goPID())
+		n, err := rchar(s.proc.PID())
 		if err != nil {
 			finish()
 			return nil, err
@@ -233,10 +230,7 @@ func relist(env *harness.Env, cfg *config, s *server, metrics string, names floa
 	for _, c := range remotes(10) {
 		r.lists = append(r.lists, c+": "+apiLists(env.Cluster(c)))
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
-	r.after, _, _, err = s.heap(ctx)
-	cancel()
-	if err != nil {
+	if r.after, _, _, err = s.heap(30 * time.Second); err != nil {
 		return nil, fmt.Errorf("heap after: %w", err)
 	}
 	r.heapProfile = heapProfile(s, cfg, "relist.heap.pprof")

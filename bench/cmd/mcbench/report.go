@@ -336,38 +336,39 @@ func (r *report) String() string {
 	if r.memErr != "" {
 		p("- not measured in full: %s", r.memErr)
 	}
-	p("| mirrored endpoints | HeapInuse | HeapAlloc | RSS | heap per endpoint (inuse / alloc) | RSS per endpoint | start to all names correct |")
-	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	if r.memBase.inuse > 0 {
-		m := r.memBase
-		p("| 0 | %.1f MiB | %.1f MiB | %.1f MiB | | | %.1f s |", mib(m.inuse), mib(m.alloc), mib(m.rss), m.startup.Seconds())
+	// memTable is a table of the points, of the A server or (k) of the
+	// kubernetes plugin's.
+	memTable := func(k bool) {
+		p("| mirrored endpoints | HeapInuse | HeapAlloc | RSS | heap per endpoint (inuse / alloc) | RSS per endpoint | start to all names correct |")
+		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		point := func(m memPoint) (*memPoint, string) {
+			if k {
+				return m.k, m.kErr
+			}
+			return &m, ""
+		}
+		b, bErr := point(r.memBase)
+		if b != nil && b.inuse > 0 {
+			p("| 0 | %.1f MiB | %.1f MiB | %.1f MiB | | | %.1f s |", mib(b.inuse), mib(b.alloc), mib(b.rss), b.startup.Seconds())
+		} else if bErr != "" {
+			p("| 0 | not measured: %s | | | | | |", bErr)
+		}
+		for _, m := range r.mem {
+			x, xErr := point(m)
+			if x == nil || b == nil {
+				p("| %d | not measured: %s | | | | | |", m.eps, xErr)
+				continue
+			}
+			n := float64(m.eps)
+			p("| %d | %.1f MiB | %.1f MiB | %.1f MiB | %.0f B / %.0f B | %.0f B | %.1f s |", m.eps, mib(x.inuse), mib(x.alloc), mib(x.rss),
+				float64(x.inuse-b.inuse)/n, float64(x.alloc-b.alloc)/n, float64(x.rss-b.rss)/n, x.startup.Seconds())
+		}
+		p("")
 	}
-	for _, m := range r.mem {
-		n := float64(m.eps)
-		p("| %d | %.1f MiB | %.1f MiB | %.1f MiB | %.0f B / %.0f B | %.0f B | %.1f s |", m.eps, mib(m.inuse), mib(m.alloc), mib(m.rss),
-			float64(m.inuse-r.memBase.inuse)/n, float64(m.alloc-r.memBase.alloc)/n, float64(m.rss-r.memBase.rss)/n, m.startup.Seconds())
-	}
-	p("")
+	memTable(false)
 	p("The kubernetes plugin on the same records (one plugin per linked cluster, zones c0.local..c9.local, in one process), measured right after each point above:")
 	p("")
-	p("| mirrored endpoints | HeapInuse | HeapAlloc | RSS | heap per endpoint (inuse / alloc) | RSS per endpoint | start to all names correct |")
-	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	if k := r.memBase.k; k != nil {
-		p("| 0 | %.1f MiB | %.1f MiB | %.1f MiB | | | %.1f s |", mib(k.inuse), mib(k.alloc), mib(k.rss), k.startup.Seconds())
-	} else if r.memBase.kErr != "" {
-		p("| 0 | not measured: %s | | | | | |", r.memBase.kErr)
-	}
-	for _, m := range r.mem {
-		n := float64(m.eps)
-		switch k, b := m.k, r.memBase.k; {
-		case k != nil && b != nil:
-			p("| %d | %.1f MiB | %.1f MiB | %.1f MiB | %.0f B / %.0f B | %.0f B | %.1f s |", m.eps, mib(k.inuse), mib(k.alloc), mib(k.rss),
-				float64(k.inuse-b.inuse)/n, float64(k.alloc-b.alloc)/n, float64(k.rss-b.rss)/n, k.startup.Seconds())
-		default:
-			p("| %d | not measured: %s | | | | | |", m.eps, m.kErr)
-		}
-	}
-	p("")
+	memTable(true)
 
 	p("### Propagation latency")
 	p("")

@@ -1,15 +1,10 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,21 +106,8 @@ func startServer(dir string, o serverOpts) (*server, error) {
 func (s *server) waitReady(limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	if s.ready != "" {
-		for {
-			if s.proc.Exited() {
-				return fmt.Errorf("exited: %v", s.proc.Err())
-			}
-			resp, err := http.Get(s.ready)
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				return errors.New("not ready in time")
-			}
-			time.Sleep(50 * time.Millisecond)
+		if err := s.proc.WaitHTTP(s.ready, limit); err != nil {
+			return err
 		}
 	}
 	var last error
@@ -210,35 +192,12 @@ func askA(c *dns.Client, addr, name string) ([]string, int, error) {
 }
 
 // heap forces a GC through the pprof plugin and returns the runtime's
-// HeapInuse and HeapAlloc after it, and the process's RSS.
-func (s *server) heap(ctx context.Context) (inuse, alloc, rss int64, err error) {
-	req, _ := http.NewRequestWithContext(ctx, "GET", s.pprof+"/heap?gc=1&debug=1", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+// HeapInuse and HeapAlloc after it, and the process's RSS (taskset execs
+// the server: the same PID).
+func (s *server) heap(timeout time.Duration) (inuse, alloc, rss int64, err error) {
+	if inuse, alloc, err = proc.HeapStats(s.pprof, timeout); err != nil {
 		return 0, 0, 0, err
 	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	inuse = memstat(body, "HeapInuse")
-	alloc = memstat(body, "HeapAlloc")
-	if inuse == 0 || alloc == 0 {
-		return 0, 0, 0, fmt.Errorf("no MemStats in the heap profile")
-	}
-	rss, err = proc.RSS(s.goPID())
+	rss, err = proc.RSS(s.proc.PID())
 	return inuse, alloc, rss, err
-}
-
-// goPID is the PID of the server itself: taskset execs it, so the same PID.
-func (s *server) goPID() int { return s.proc.PID() }
-
-func memstat(body []byte, key string) int64 {
-	m := regexp.MustCompile(`(?m)^# ` + key + ` = (\d+)`).FindSubmatch(body)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
-	return n
 }

@@ -5,7 +5,9 @@ package proc
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,6 +99,30 @@ func (p *Proc) Err() error {
 		return p.err
 	default:
 		return nil
+	}
+}
+
+// WaitHTTP waits until url answers 200 OK, for at most limit, and fails at
+// once if the process exits.
+func (p *Proc) WaitHTTP(url string, limit time.Duration) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(limit)
+	for {
+		if p.Exited() {
+			return fmt.Errorf("exited: %v", p.Err())
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = errors.New(resp.Status)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %w", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/mcmirror/mcmirror/bench/internal/kube"
 	"github.com/mcmirror/mcmirror/internal/grant"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote"
@@ -50,7 +51,7 @@ func (f *fleetData) linkCold(kcs [][]byte) error {
 	if f.cfg.coldLinks == 0 {
 		return nil
 	}
-	if err := createNS(f.clients[0], coldNS); err != nil {
+	if err := kube.Namespace(f.clients[0], coldNS); err != nil {
 		return err
 	}
 	f.coldKubeconfigs = make([][]byte, f.cfg.coldLinks)

@@ -13,8 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
+	"github.com/mcmirror/mcmirror/bench/internal/kube"
 	"github.com/mcmirror/mcmirror/internal/fleet"
 	"github.com/mcmirror/mcmirror/internal/grant"
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -64,13 +65,7 @@ type fleetData struct {
 func newFleet(env *harness.Env, cfg *config) *fleetData {
 	f := &fleetData{env: env, cfg: cfg, clusters: env.Clusters(), changed: map[[3]int]string{}}
 	for _, c := range f.clusters {
-		rc := rest.CopyConfig(c.Config)
-		rc.QPS, rc.RateLimiter = -1, nil // no client-side limit: tens of thousands of objects
-		cs, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			panic(err)
-		}
-		f.clients = append(f.clients, cs)
+		f.clients = append(f.clients, kube.FastClient(c.Config))
 	}
 	return f
 }
@@ -123,7 +118,7 @@ func (f *fleetData) link() error {
 			return err
 		}
 		for _, n := range []string{ns, churnNS} {
-			if err := createNS(f.clients[c], n); err != nil {
+			if err := kube.Namespace(f.clients[c], n); err != nil {
 				return err
 			}
 		}
@@ -146,14 +141,6 @@ func (f *fleetData) link() error {
 		}
 		return nil
 	})
-}
-
-func createNS(cs kubernetes.Interface, name string) error {
-	_, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	return err
 }
 
 // load creates the exported Services of every cluster from the index
@@ -187,41 +174,16 @@ func (f *fleetData) loadCluster(c int) error {
 func (f *fleetData) createService(c, i int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	lbl := map[string]string{labels.Exported: labels.ExportFlat}
-	_, err := f.clients[c].CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: svcName(i), Namespace: ns, Labels: lbl},
-		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("service %s: %w", svcName(i), err)
-	}
-	_, err = f.clients[c].DiscoveryV1().EndpointSlices(ns).Create(ctx, f.slice(c, i, lbl), metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("slice of %s: %w", svcName(i), err)
-	}
-	return nil
+	return kube.Headless(ctx, f.clients[c], ns, svcName(i), "fleetbench", map[string]string{labels.Exported: labels.ExportFlat}, f.endpoints(c, i))
 }
 
-// slice is the EndpointSlice of Service i of cluster c, with the current
-// addresses, labelled lbl.
-func (f *fleetData) slice(c, i int, lbl map[string]string) *discoveryv1.EndpointSlice {
-	l := map[string]string{discoveryv1.LabelServiceName: svcName(i), discoveryv1.LabelManagedBy: "fleetbench"}
-	for k, v := range lbl {
-		l[k] = v
+// endpoints are Service i of cluster c's, with the current addresses.
+func (f *fleetData) endpoints(c, i int) []kube.Endpoint {
+	eps := make([]kube.Endpoint, f.cfg.endpoints)
+	for j := range eps {
+		eps[j] = kube.Endpoint{Host: hostName(j), IP: f.addr(c, i, j)}
 	}
-	s := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: svcName(i) + "-0", Namespace: ns, Labels: l},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(80)), Protocol: ptr(corev1.ProtocolTCP)}},
-	}
-	for j := range f.cfg.endpoints {
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{f.addr(c, i, j)},
-			Hostname:   ptr(hostName(j)),
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
-		})
-	}
-	return s
+	return eps
 }
 
 // change gives endpoint h0 of a random Service of cluster c a new address
@@ -234,7 +196,7 @@ func (f *fleetData) change(c int) (int, string, time.Time, error) {
 	f.changes++
 	f.changed[[3]int{c, i, 0}] = a
 	f.mu.Unlock()
-	s := f.slice(c, i, map[string]string{labels.Exported: labels.ExportFlat})
+	s := kube.Slice(ns, svcName(i), "fleetbench", map[string]string{labels.Exported: labels.ExportFlat}, f.endpoints(c, i))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t := time.Now()
@@ -295,7 +257,7 @@ func churnOnce(cs kubernetes.Interface, epoch int64, k int) int {
 	sl := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: churnNS, Labels: map[string]string{discoveryv1.LabelServiceName: "busy", discoveryv1.LabelManagedBy: "fleetbench"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addrAt(changeBase, changeSpace+k%changeSpace)}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addrAt(changeBase, changeSpace+k%changeSpace)}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 	}
 	if _, err := cs.DiscoveryV1().EndpointSlices(churnNS).Create(ctx, sl, metav1.CreateOptions{}); err == nil {
 		n++
@@ -312,5 +274,3 @@ func churnOnce(cs kubernetes.Interface, epoch int64, k int) int {
 	}
 	return n
 }
-
-func ptr[T any](v T) *T { return &v }

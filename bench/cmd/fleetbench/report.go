@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/mcmirror/mcmirror/bench/internal/stats"
 )
 
 // report is the whole run, written to fleet.md.
@@ -33,12 +35,7 @@ func median(v []float64) float64 {
 	if len(v) == 0 {
 		return math.NaN()
 	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return stats.Median(v)
 }
 
 func maxOf(v []float64) float64 {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -200,25 +199,11 @@ func (a apiCounters) minus(b apiCounters) apiCounters {
 		writes: a.writes - b.writes, writeBytes: a.writeBytes - b.writeBytes, cpu: a.cpu - b.cpu}
 }
 
-var reHeapInuse = regexp.MustCompile(`(?m)^# HeapInuse = (\d+)$`)
-
 // heapInuse is HeapInuse after a forced GC, read through the pprof plugin
 // at addr (host:port).
 func heapInuse(addr string) (int64, error) {
-	resp, err := (&http.Client{Timeout: 60 * time.Second}).Get("http://" + addr + "/debug/pprof/heap?gc=1&debug=1")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	m := reHeapInuse.FindSubmatch(b)
-	if m == nil {
-		return 0, fmt.Errorf("%s: no HeapInuse in the heap profile", addr)
-	}
-	return strconv.ParseInt(string(m[1]), 10, 64)
+	inuse, _, err := proc.HeapStats("http://"+addr+"/debug/pprof", 60*time.Second)
+	return inuse, err
 }
 
 // saveHeapProfile writes the heap profile of the pprof plugin at addr

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/mcmirror/mcmirror/bench/internal/stats"
 )
 
 // The load generator, `gwbench client`, pinned to the client CPU beside the
@@ -207,18 +209,9 @@ func roundTrips(addr string, size int, dur time.Duration) clientResult {
 	}
 	slices.Sort(samples)
 	r.N = len(samples)
-	r.P50, r.P90, r.P99 = quantile(samples, 0.5), quantile(samples, 0.9), quantile(samples, 0.99)
+	r.P50, r.P90, r.P99 = stats.Rank(samples, 0.5), stats.Rank(samples, 0.9), stats.Rank(samples, 0.99)
 	r.Max = samples[len(samples)-1]
 	return r
-}
-
-// quantile of sorted samples (nearest rank).
-func quantile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(sorted))+0.5) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 func payload(size int) []byte {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -91,13 +92,7 @@ func (c *syscallCount) String() string {
 		}
 	}
 	slices.SortFunc(names, func(a, b string) int {
-		if c.calls[a] != c.calls[b] {
-			if c.calls[a] > c.calls[b] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a, b)
+		return cmp.Or(cmp.Compare(c.calls[b], c.calls[a]), strings.Compare(a, b))
 	})
 	parts := make([]string, len(names))
 	for i, k := range names {

@@ -62,6 +62,17 @@ func selfRSS() int64 {
 	return n
 }
 
+// loadCerts loads east's and west's gateway certificates from dir.
+func loadCerts(dir string) (east, west *gateway.Certs, err error) {
+	load := func(c string) (*gateway.Certs, error) {
+		return gateway.LoadCerts(gateway.CertFiles{Cert: filepath.Join(dir, c+".crt"), Key: filepath.Join(dir, c+".key"), CA: filepath.Join(dir, "ca.crt")})
+	}
+	if east, err = load("east"); err == nil {
+		west, err = load("west")
+	}
+	return east, west, err
+}
+
 func runInproc(args []string) int {
 	fs := flag.NewFlagSet("gwbench inproc", flag.ContinueOnError)
 	certDir := fs.String("certs", "", "directory with east.crt, east.key, west.crt, west.key, ca.crt")
@@ -78,14 +89,7 @@ func runInproc(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	load := func(c string) (*gateway.Certs, error) {
-		return gateway.LoadCerts(gateway.CertFiles{Cert: filepath.Join(*certDir, c+".crt"), Key: filepath.Join(*certDir, c+".key"), CA: filepath.Join(*certDir, "ca.crt")})
-	}
-	east, err := load("east")
-	if err != nil {
-		return fail(err)
-	}
-	west, err := load("west")
+	east, west, err := loadCerts(*certDir)
 	if err != nil {
 		return fail(err)
 	}
@@ -179,14 +183,7 @@ func runHandshake(args []string) int {
 		return 2
 	}
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "gwbench handshake:", err); return 1 }
-	load := func(c string) (*gateway.Certs, error) {
-		return gateway.LoadCerts(gateway.CertFiles{Cert: filepath.Join(*certDir, c+".crt"), Key: filepath.Join(*certDir, c+".key"), CA: filepath.Join(*certDir, "ca.crt")})
-	}
-	east, err := load("east")
-	if err != nil {
-		return fail(err)
-	}
-	west, err := load("west")
+	east, west, err := loadCerts(*certDir)
 	if err != nil {
 		return fail(err)
 	}

@@ -177,27 +177,6 @@ func describe(key string, s sample) string {
 	return ""
 }
 
-// stats of the valid values.
-type stats struct {
-	n             int
-	med, min, max float64
-}
-
-func summarize(v []float64) stats {
-	if len(v) == 0 {
-		return stats{}
-	}
-	v = slices.Clone(v)
-	slices.Sort(v)
-	st := stats{n: len(v), min: v[0], max: v[len(v)-1]}
-	if len(v)%2 == 1 {
-		st.med = v[len(v)/2]
-	} else {
-		st.med = (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
-	return st
-}
-
 // values returns f of the valid samples of a measure and setup.
 func (r *results) values(m, setup string, f func(sample) float64) []float64 {
 	var out []float64

@@ -6,15 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mcmirror/mcmirror/bench/internal/proc"
+	"github.com/mcmirror/mcmirror/bench/internal/stats"
 )
 
 // memSample is one memory run: fresh proxies, their resident memory before
@@ -33,6 +31,19 @@ func (m memSample) perConn() float64 {
 		return 0
 	}
 	return float64(m.after-m.before) / float64(m.conns)
+}
+
+// memRatios is the gateway pair's memory per idle connection ÷ the HAProxy
+// pair's, in each run where both were measured.
+func (r *results) memRatios() []float64 {
+	var out []float64
+	gws, haps := r.mem["gateway"], r.mem["haproxy"]
+	for i := range min(len(gws), len(haps)) {
+		if gws[i].ok && haps[i].ok && haps[i].perConn() > 0 {
+			out = append(out, gws[i].perConn()/haps[i].perConn())
+		}
+	}
+	return out
 }
 
 // memoryPhase measures memory per idle connection, interleaved like the
@@ -103,11 +114,7 @@ func memRun(cfg *config, w *world, startPair func(*config, *world, string) (*set
 func holdIdle(cfg *config, addr string, during func(clientResult) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	argv := []string{"taskset", "-c", cfg.clientCPU, cfg.self, "client", "-mode", "idle", "-n", strconv.Itoa(cfg.idle),
-		"-size", strconv.Itoa(cfg.size), "-addr", addr}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd := pinned(ctx, cfg, cfg.clientCPU, "client", "-mode", "idle", "-n", strconv.Itoa(cfg.idle), "-size", strconv.Itoa(cfg.size), "-addr", addr)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
@@ -197,8 +204,8 @@ func memoryAB(cfg *config, w *world, b *abPair, out *strings.Builder) {
 				v = append(v, x)
 			}
 		}
-		st := summarize(v)
-		fmt.Fprintf(out, "- mem, %s: median %.1f KiB (%.1f–%.1f) over %d runs\n", p.name, st.med, st.min, st.max, len(v))
+		st := stats.Of(v)
+		fmt.Fprintf(out, "- mem, %s: median %.1f KiB (%.1f–%.1f) over %d runs\n", p.name, st.Med, st.Min, st.Max, len(v))
 	}
 	out.WriteString("\n")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -85,14 +86,12 @@ func startInproc(cfg *config, w *world, memRate int) (base string, s *setup, sto
 	for _, p := range targetPorts {
 		egress = append(egress, fmt.Sprintf("%d=%d", p.port, w.egress[p.port]))
 	}
-	argv := []string{"taskset", "-c", cfg.proxyCPU, cfg.self, "inproc", "-certs", w.certDir, "-target", w.podIP.String(),
-		"-egress", strings.Join(egress, ",")}
+	args := []string{"inproc", "-certs", w.certDir, "-target", w.podIP.String(), "-egress", strings.Join(egress, ",")}
 	if memRate > 0 {
-		argv = append(argv, "-memprofilerate", strconv.Itoa(memRate))
+		args = append(args, "-memprofilerate", strconv.Itoa(memRate))
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd := pinned(context.Background(), cfg, cfg.proxyCPU, args...)
+	cmd.SysProcAttr.Setpgid = true
 	logPath := filepath.Join(cfg.out, "logs", "gw-inproc.log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -175,36 +174,25 @@ func getMemStats(base string) (memStats, error) {
 
 // pprofTop is `go tool pprof -top` of a profile, flat then cumulative.
 func pprofTop(cfg *config, path, sampleIndex string) string {
-	args := []string{"tool", "pprof", "-top", "-nodecount=22"}
+	args := []string{"-nodecount=22"}
 	if sampleIndex != "" {
 		args = append(args, "-sample_index="+sampleIndex)
 	}
-	flat, err := exec.Command("go", append(args, cfg.self, path)...).CombinedOutput()
+	flat, err := proc.Top(cfg.self, path, args...)
 	if err != nil {
-		return fmt.Sprintf("pprof failed: %v: %s", err, flat)
+		return err.Error()
 	}
-	cum, err := exec.Command("go", append(append(args, "-cum"), cfg.self, path)...).CombinedOutput()
+	cum, err := proc.Top(cfg.self, path, append(args, "-cum")...)
 	if err != nil {
-		return string(flat)
+		return flat
 	}
-	return string(flat) + "\n--- by cumulative (-cum):\n" + dropHeader(string(cum))
-}
-
-// dropHeader drops the lines of `pprof -top` before the table.
-func dropHeader(s string) string {
-	if i := strings.Index(s, "      flat"); i >= 0 {
-		return s[i:]
-	}
-	return s
+	return flat + "\n--- by cumulative (-cum):\n" + proc.Table(cum)
 }
 
 // measureHandshakes runs `gwbench handshake` pinned to the proxy CPU.
 func measureHandshakes(cfg *config, w *world) (handshakeResult, error) {
 	var r handshakeResult
-	cmd := exec.Command("taskset", "-c", cfg.proxyCPU, cfg.self, "handshake", "-certs", w.certDir, "-n", "500")
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.Output()
+	out, err := pinned(context.Background(), cfg, cfg.proxyCPU, "handshake", "-certs", w.certDir, "-n", "500").Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			return r, fmt.Errorf("%w: %s", err, ee.Stderr)

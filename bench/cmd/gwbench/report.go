@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/bench/internal/proc"
+	"github.com/mcmirror/mcmirror/bench/internal/stats"
 )
 
 // report is everything gateway.md says.
@@ -87,19 +88,12 @@ func (r *report) targets() []target {
 	// Memory per idle connection, gateway pair ÷ HAProxy pair, per run:
 	// the target issue 22 restated (issue 8's 16 KiB was below what
 	// crypto/tls alone holds for a connection).
-	var mem []float64
-	gws, haps := res.mem["gateway"], res.mem["haproxy"]
-	for i := range min(len(gws), len(haps)) {
-		if gws[i].ok && haps[i].ok && haps[i].perConn() > 0 {
-			mem = append(mem, gws[i].perConn()/haps[i].perConn())
-		}
-	}
 	return []target{
 		{what: "bulk throughput ≥ HAProxy pair's, 1 stream", key: "bulk1", values: ratio("bulk1", sample.mbps), bound: 1, atLeast: true, unit: "×"},
 		{what: "bulk throughput ≥ HAProxy pair's, 16 streams", key: "bulk16", values: ratio("bulk16", sample.mbps), bound: 1, atLeast: true, unit: "×"},
 		{what: "added round trip p50 ≤ HAProxy pair's", key: "rr", values: added, bound: 1, unit: "×"},
 		{what: "connection rate ≥ HAProxy pair's", key: "connrate", values: ratio("connrate", sample.connsPerSec), bound: 1, atLeast: true, unit: "×"},
-		{what: "memory per idle connection ≤ HAProxy pair's (RSS of both proxies)", key: "memory", values: mem, bound: 1, unit: "×"},
+		{what: "memory per idle connection ≤ HAProxy pair's (RSS of both proxies)", key: "memory", values: res.memRatios(), bound: 1, unit: "×"},
 	}
 }
 
@@ -127,9 +121,9 @@ func (r *report) String() string {
 				cells = append(cells, "–")
 				continue
 			}
-			cells = append(cells, statCell(summarize(res.values(m, k, f)), format, res.runs))
+			cells = append(cells, statCell(stats.Of(res.values(m, k, f)), format, res.runs))
 		}
-		cells = append(cells, ratioCell(summarize(res.perRun(m, func(gw, hap, _ sample) (float64, bool) {
+		cells = append(cells, ratioCell(stats.Of(res.perRun(m, func(gw, hap, _ sample) (float64, bool) {
 			return f(gw) / f(hap), f(hap) != 0
 		}))))
 		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
@@ -158,7 +152,7 @@ func (r *report) String() string {
 			return (q.f(gw.res) - q.f(dir.res)) / den, dir.ok && den > 0
 		})
 		fmt.Fprintf(&b, "| added round trip %s, vs direct in the same run (µs) | – | %s | %s | %s |\n", q.name,
-			statCell(summarize(added("gateway")), "%.1f", res.runs), statCell(summarize(added("haproxy")), "%.1f", res.runs), ratioCell(summarize(ratios)))
+			statCell(stats.Of(added("gateway")), "%.1f", res.runs), statCell(stats.Of(added("haproxy")), "%.1f", res.runs), ratioCell(stats.Of(ratios)))
 	}
 	memRow := func() {
 		cell := func(k string) []float64 {
@@ -170,15 +164,8 @@ func (r *report) String() string {
 			}
 			return out
 		}
-		var ratios []float64
-		for i := range res.runs {
-			g, h := res.mem["gateway"][i], res.mem["haproxy"][i]
-			if g.ok && h.ok && h.perConn() > 0 {
-				ratios = append(ratios, g.perConn()/h.perConn())
-			}
-		}
 		fmt.Fprintf(&b, "| memory per idle connection, RSS of both proxies (KiB) | – | %s | %s | %s |\n",
-			statCell(summarize(cell("gateway")), "%.1f", res.runs), statCell(summarize(cell("haproxy")), "%.1f", res.runs), ratioCell(summarize(ratios)))
+			statCell(stats.Of(cell("gateway")), "%.1f", res.runs), statCell(stats.Of(cell("haproxy")), "%.1f", res.runs), ratioCell(stats.Of(res.memRatios())))
 	}
 	memRow()
 	row("proxy CPU per GB, 1 stream (CPU-s/GB, both proxies)", "bulk1", sample.cpuPerGB, "%.2f", false)
@@ -191,13 +178,13 @@ func (r *report) String() string {
 
 	b.WriteString("#### Targets (issues 8 and 22)\n\n| target | measured, per run: median (min–max) | |\n| --- | --- | --- |\n")
 	for _, t := range r.targets() {
-		st := summarize(t.values)
+		st := stats.Of(t.values)
 		var m string
 		switch {
-		case st.n == 0:
+		case st.N == 0:
 			m = "no valid run"
 		default:
-			m = fmt.Sprintf("gateway ÷ HAProxy %.2f× (%.2f–%.2f)", st.med, st.min, st.max)
+			m = fmt.Sprintf("gateway ÷ HAProxy %.2f× (%.2f–%.2f)", st.Med, st.Min, st.Max)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", t.what, m, t.verdict())
 	}
@@ -306,22 +293,22 @@ func (r *report) writeProfiles(b *strings.Builder) {
 	}
 }
 
-func statCell(st stats, format string, runs int) string {
-	if st.n == 0 {
+func statCell(st stats.Summary, format string, runs int) string {
+	if st.N == 0 {
 		return "no valid run"
 	}
-	s := fmt.Sprintf(format+" ("+format+"–"+format+")", st.med, st.min, st.max)
-	if st.n < runs {
-		s += fmt.Sprintf(", %d/%d runs", st.n, runs)
+	s := fmt.Sprintf(format+" ("+format+"–"+format+")", st.Med, st.Min, st.Max)
+	if st.N < runs {
+		s += fmt.Sprintf(", %d/%d runs", st.N, runs)
 	}
 	return s
 }
 
-func ratioCell(st stats) string {
-	if st.n == 0 {
+func ratioCell(st stats.Summary) string {
+	if st.N == 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2f (%.2f–%.2f)", st.med, st.min, st.max)
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", st.Med, st.Min, st.Max)
 }
 
 // source says which commit the working tree is at, and which files of the

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/bench/internal/proc"
+	"github.com/mcmirror/mcmirror/bench/internal/stats"
 )
 
 // The -rr-only mode: round trips alone, for the one target that depends on
@@ -231,8 +232,8 @@ func abTable(b *strings.Builder, key, title, unit string, v map[string][]float64
 	}
 	b.WriteString("\n")
 	for _, s := range pairs[:len(pairs)-1] {
-		st := summarize(ratios[s.key])
-		fmt.Fprintf(b, "- %s, %s ÷ HAProxy: median %.3f (%.3f–%.3f) over %d runs\n", key, s.name, st.med, st.min, st.max, len(ratios[s.key]))
+		st := stats.Of(ratios[s.key])
+		fmt.Fprintf(b, "- %s, %s ÷ HAProxy: median %.3f (%.3f–%.3f) over %d runs\n", key, s.name, st.Med, st.Min, st.Max, len(ratios[s.key]))
 	}
 	b.WriteString("\n")
 }
@@ -332,14 +333,7 @@ func countSwitches(cfg *config, s *setup) (*switchCount, error) {
 			c.perThread = append(c.perThread, dv+di)
 		}
 	}
-	slices.SortFunc(c.perThread, func(a, b float64) int {
-		switch {
-		case a > b:
-			return -1
-		case a < b:
-			return 1
-		}
-		return 0
-	})
+	slices.Sort(c.perThread)
+	slices.Reverse(c.perThread)
 	return c, nil
 }

@@ -151,14 +151,8 @@ func (f *fleetData) supervise(d *deployment, c int) {
 	}
 }
 
-// startReplica starts a DNS replica of mode m in cluster c and waits until
-// it serves.
-func (f *fleetData) startReplica(m mode, c int) (*replica, error) {
-	return f.launchReplica(m, c, m.linkSecrets())
-}
-
-// launchReplica is startReplica with the links of the link Secrets in
-// namespace secrets.
+// launchReplica starts a DNS replica of mode m in cluster c, with the links
+// of the link Secrets in namespace secrets, and waits until it serves.
 func (f *fleetData) launchReplica(m mode, c int, secrets string) (*replica, error) {
 	port, err := harness.FreeTCPPort()
 	if err != nil {
@@ -204,7 +198,7 @@ func (f *fleetData) deploy(m mode) (*deployment, error) {
 	var mu sync.Mutex
 	err := f.each(func(c int) error {
 		for range f.cfg.replicas {
-			r, err := f.startReplica(m, c)
+			r, err := f.launchReplica(m, c, m.linkSecrets())
 			if err != nil {
 				return err
 			}
@@ -287,7 +281,7 @@ func (f *fleetData) emptyPoint(m mode) emptyResult {
 		e.err = why
 		return e
 	}
-	r, err := f.startReplica(m, 0)
+	r, err := f.launchReplica(m, 0, m.linkSecrets())
 	if err != nil {
 		e.err = firstLine(err.Error())
 		logf("%s: empty replica: %v", m, err)

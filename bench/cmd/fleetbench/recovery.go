@@ -9,7 +9,6 @@ import (
 
 // recovery is what a restart of API servers cost the fleet.
 type recovery struct {
-	restarted  int           // API servers restarted
 	down       time.Duration // stop requested → every one serving again
 	healthy    time.Duration // every one serving again → every link synced and up
 	errorsSeen float64       // link errors the processes counted meanwhile: proof they saw it
@@ -22,7 +21,7 @@ type recovery struct {
 // recover stops the API servers of clusters, starts them again, and times
 // until every link of d is healthy, checking answers all along.
 func (f *fleetData) recover(d *deployment, clusters []int) recovery {
-	rec := recovery{restarted: len(clusters)}
+	var rec recovery
 	pl0, err := f.readAll(d)
 	if err != nil {
 		rec.err = err.Error()

@@ -164,7 +164,6 @@ type apiCounters struct {
 	lists      float64 // apiserver_request_total LIST of them, and watch-list streams (apiserver_watch_list_duration_seconds_count)
 	listBytes  float64 // apiserver_response_sizes_sum LIST of them (a watch-list's objects are watch events)
 	watchBytes float64 // apiserver_watch_events_sizes_sum of them
-	watchEvts  float64 // apiserver_watch_events_total of them
 	writes     float64 // create, update, patch and delete of them
 	writeBytes float64 // apiserver_request_body_size_bytes_sum of those writes
 	cpu        float64 // CPU seconds of the process
@@ -182,7 +181,6 @@ func readAPI(c *harness.Cluster) (apiCounters, error) {
 		ss.sum("apiserver_watch_list_duration_seconds_count", map[string]string{"resource": linkedResources})
 	a.listBytes = ss.sum("apiserver_response_sizes_sum", map[string]string{"verb": "LIST", "resource": linkedResources})
 	a.watchBytes = ss.sum("apiserver_watch_events_sizes_sum", kinds)
-	a.watchEvts = ss.sum("apiserver_watch_events_total", kinds)
 	a.writes = ss.sum("apiserver_request_total", map[string]string{"verb": "POST|PUT|PATCH|DELETE", "resource": linkedResources})
 	a.writeBytes = ss.sum("apiserver_request_body_size_bytes_sum", map[string]string{"verb": "create|update|patch|delete", "resource": "services|endpointslices.discovery.k8s.io"})
 	if p := c.APIServer(); p != nil {
@@ -195,8 +193,8 @@ func readAPI(c *harness.Cluster) (apiCounters, error) {
 func (a apiCounters) minus(b apiCounters) apiCounters {
 	return apiCounters{watches: a.watches,
 		lists: a.lists - b.lists, listBytes: a.listBytes - b.listBytes,
-		watchBytes: a.watchBytes - b.watchBytes, watchEvts: a.watchEvts - b.watchEvts,
-		writes: a.writes - b.writes, writeBytes: a.writeBytes - b.writeBytes, cpu: a.cpu - b.cpu}
+		watchBytes: a.watchBytes - b.watchBytes,
+		writes:     a.writes - b.writes, writeBytes: a.writeBytes - b.writeBytes, cpu: a.cpu - b.cpu}
 }
 
 // heapInuse is HeapInuse after a forced GC, read through the pprof plugin

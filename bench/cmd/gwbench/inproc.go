@@ -56,12 +56,6 @@ type memStats struct {
 	RSS                                   int64 // VmRSS, bytes
 }
 
-// selfRSS is this process's VmRSS in bytes, 0 if /proc cannot say.
-func selfRSS() int64 {
-	n, _ := proc.RSS(os.Getpid())
-	return n
-}
-
 // loadCerts loads east's and west's gateway certificates from dir.
 func loadCerts(dir string) (east, west *gateway.Certs, err error) {
 	load := func(c string) (*gateway.Certs, error) {
@@ -146,8 +140,9 @@ func runInproc(args []string) int {
 		}
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
+		rss, _ := proc.RSS(os.Getpid())
 		_ = json.NewEncoder(w).Encode(memStats{HeapInuse: ms.HeapInuse, HeapAlloc: ms.HeapAlloc, StackInuse: ms.StackInuse,
-			Sys: ms.Sys, Goroutines: runtime.NumGoroutine(), RSS: selfRSS()})
+			Sys: ms.Sys, Goroutines: runtime.NumGoroutine(), RSS: rss})
 	})
 	pl, err := net.Listen("tcp", *pprofAddr)
 	if err != nil {

@@ -117,7 +117,6 @@ func dnsperf(s *server, qfile string, dur time.Duration, cpu string, logDir stri
 type series struct {
 	server *server
 	runs   []perfResult
-	checks int // names verified before the runs, in total
 }
 
 func (s *series) valid() []perfResult {
@@ -190,7 +189,6 @@ func interleave(servers []*server, qfiles map[string]string, runs int, dur time.
 				out[i].runs = append(out[i].runs, perfResult{why: "wrong answer before the run: " + err.Error()})
 				continue
 			}
-			out[i].checks += len(sample)
 			res := dnsperf(s, qfiles[s.key], dur, clientCPU, logDir)
 			// ...and after: a server that broke under load does not count.
 			if res.valid {

@@ -57,18 +57,16 @@ func (sr *sizeResult) get(key string) *series {
 	return nil
 }
 
-func ratio(a, b *series) float64 {
-	if a == nil || b == nil || b.medianQPS() == 0 {
-		return 0
-	}
-	return a.medianQPS() / b.medianQPS()
-}
+// ratio and cpuRatio are a's median ÷ b's, by qps and per CPU second; 0
+// without both.
+func ratio(a, b *series) float64    { return medianRatio(a, b, (*series).medianQPS) }
+func cpuRatio(a, b *series) float64 { return medianRatio(a, b, (*series).medianPerCPU) }
 
-func cpuRatio(a, b *series) float64 {
-	if a == nil || b == nil || b.medianPerCPU() == 0 {
+func medianRatio(a, b *series, f func(*series) float64) float64 {
+	if a == nil || b == nil || f(b) == 0 {
 		return 0
 	}
-	return a.medianPerCPU() / b.medianPerCPU()
+	return f(a) / f(b)
 }
 
 // runRatios returns a's qps ÷ b's qps and a's answers per CPU second ÷ b's,

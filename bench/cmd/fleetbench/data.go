@@ -174,7 +174,8 @@ func (f *fleetData) loadCluster(c int) error {
 func (f *fleetData) createService(c, i int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return kube.Headless(ctx, f.clients[c], ns, svcName(i), "fleetbench", map[string]string{labels.Exported: labels.ExportFlat}, f.endpoints(c, i))
+	lbl := map[string]string{labels.Exported: labels.ExportFlat}
+	return kube.Headless(ctx, f.clients[c], ns, svcName(i), "fleetbench", lbl, f.endpoints(c, i))
 }
 
 // endpoints are Service i of cluster c's, with the current addresses.
@@ -196,7 +197,8 @@ func (f *fleetData) change(c int) (int, string, time.Time, error) {
 	f.changes++
 	f.changed[[3]int{c, i, 0}] = a
 	f.mu.Unlock()
-	s := kube.Slice(ns, svcName(i), "fleetbench", map[string]string{labels.Exported: labels.ExportFlat}, f.endpoints(c, i))
+	s := kube.Slice(ns, svcName(i), "fleetbench", map[string]string{labels.Exported: labels.ExportFlat},
+		f.endpoints(c, i))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	t := time.Now()

@@ -89,7 +89,6 @@ type deployment struct {
 	stopping    bool
 }
 
-// ctls is the controllers now.
 func (d *deployment) ctls() []*harness.Controller {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -234,7 +233,6 @@ func (f *fleetData) deploy(m mode) (*deployment, error) {
 	return d, nil
 }
 
-// stop stops every process of the deployment.
 func (d *deployment) stop() {
 	d.mu.Lock()
 	d.stopping = true

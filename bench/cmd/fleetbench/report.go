@@ -45,7 +45,6 @@ func maxOf(v []float64) float64 {
 	return slices.Max(v)
 }
 
-// api applies f to every API server's counters.
 func api(a []apiCounters, f func(apiCounters) float64) []float64 {
 	var out []float64
 	for _, x := range a {

@@ -20,6 +20,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 // What the clusters hold: in west, Service bench/bench, exported
@@ -176,13 +177,13 @@ func createWest(ctx context.Context, w *world) error {
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{
 			Addresses:  []string{w.podIP.String()},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)},
-			Hostname:   ptr("target-0"),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+			Hostname:   ptr.To("target-0"),
 		}},
 	}
 	for _, p := range targetPorts {
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: p.name, Port: p.port, TargetPort: intstr.FromInt32(p.port), Protocol: corev1.ProtocolTCP})
-		es.Ports = append(es.Ports, discoveryv1.EndpointPort{Name: ptr(p.name), Port: ptr(p.port), Protocol: ptr(corev1.ProtocolTCP)})
+		es.Ports = append(es.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.name), Port: ptr.To(p.port), Protocol: ptr.To(corev1.ProtocolTCP)})
 	}
 	if _, err := c.CoreV1().Services(benchNS).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("west Service: %w", err)
@@ -220,8 +221,6 @@ func createEast(ctx context.Context, w *world) error {
 	}
 	return nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // waitDial waits until addr accepts a connection.
 func waitDial(addr string, limit time.Duration) error {

@@ -55,7 +55,6 @@ func (s sample) mbps() float64 {
 	return float64(s.res.Bytes) / 1e6 / s.res.Seconds
 }
 
-// connsPerSec is the connection rate.
 func (s sample) connsPerSec() float64 {
 	if s.res.Seconds == 0 {
 		return 0

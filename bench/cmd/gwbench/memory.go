@@ -114,7 +114,8 @@ func memRun(cfg *config, w *world, startPair func(*config, *world, string) (*set
 func holdIdle(cfg *config, addr string, during func(clientResult) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := pinned(ctx, cfg, cfg.clientCPU, "client", "-mode", "idle", "-n", strconv.Itoa(cfg.idle), "-size", strconv.Itoa(cfg.size), "-addr", addr)
+	cmd := pinned(ctx, cfg, cfg.clientCPU, "client", "-mode", "idle", "-n", strconv.Itoa(cfg.idle),
+		"-size", strconv.Itoa(cfg.size), "-addr", addr)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()

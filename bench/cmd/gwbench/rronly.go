@@ -25,7 +25,6 @@ import (
 // the memory measure instead, on fresh proxies each run (memoryAB). It
 // writes <out>/rr.md.
 
-// rrOnlyConfig holds the flags of the mode.
 type rrOnlyConfig struct {
 	on       bool
 	bin      string // coredns-mc of the second gateway pair
@@ -174,7 +173,6 @@ func writeRR(cfg *config, text string) int {
 // abSide is one column of an A/B table: a setup's key and name.
 type abSide struct{ key, name string }
 
-// sidesOf lists the setups' keys and names.
 func sidesOf(setups []*setup) []abSide {
 	out := make([]abSide, len(setups))
 	for i, s := range setups {

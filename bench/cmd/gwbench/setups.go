@@ -158,7 +158,6 @@ func hasFlag(bin, name string) bool {
 	return bytes.Contains(out, []byte("-"+name+" "))
 }
 
-// waitWorking waits until check passes.
 func waitWorking(s *setup, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {

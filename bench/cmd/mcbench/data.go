@@ -105,7 +105,6 @@ func expectLoc(n int) names {
 		func(i, j int) string { return ipTen(j, i) })
 }
 
-// sorted returns the names of m, sorted.
 func (m names) sorted() []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -226,7 +225,6 @@ func loadMem(env *harness.Env, from, to int) error {
 	return cr.wait()
 }
 
-// inCIDR reports whether ip is in p.
 func inCIDR(p netip.Prefix, ip string) bool {
 	a, err := netip.ParseAddr(ip)
 	return err == nil && p.Contains(a)

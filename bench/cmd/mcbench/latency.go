@@ -27,7 +27,8 @@ func ipProp(c, k int) string { return fmt.Sprintf("10.%d.%d.%d", 200+c, 200+k/25
 func loadProp(env *harness.Env) error {
 	cr := newCreator(env.Clusters(), 4)
 	for c := range 10 {
-		cr.headless(fmt.Sprintf("c%d", c), nsProp, "prop", exportLabels("ten"), []kube.Endpoint{{Host: "h0", IP: ipProp(c, 0)}})
+		cr.headless(fmt.Sprintf("c%d", c), nsProp, "prop", exportLabels("ten"),
+			[]kube.Endpoint{{Host: "h0", IP: ipProp(c, 0)}})
 	}
 	return cr.wait()
 }

@@ -119,7 +119,6 @@ func cumShares(top string) map[string]float64 {
 	return m
 }
 
-// profileKeys returns the servers' keys of profs.
 func profileKeys(profs []serverProfile) []string {
 	var keys []string
 	for _, prof := range profs {

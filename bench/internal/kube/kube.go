@@ -40,7 +40,8 @@ type Endpoint struct{ Host, IP string }
 
 // Headless creates the headless Service ns/name labelled lbl (one port,
 // http 80) and then its EndpointSlice (Slice); either may exist already.
-func Headless(ctx context.Context, cs kubernetes.Interface, ns, name, managedBy string, lbl map[string]string, eps []Endpoint) error {
+func Headless(ctx context.Context, cs kubernetes.Interface, ns, name, managedBy string,
+	lbl map[string]string, eps []Endpoint) error {
 	_, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: lbl},
 		Spec: corev1.ServiceSpec{
@@ -51,7 +52,8 @@ func Headless(ctx context.Context, cs kubernetes.Interface, ns, name, managedBy 
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("service %s/%s: %w", ns, name, err)
 	}
-	_, err = cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, Slice(ns, name, managedBy, lbl, eps), metav1.CreateOptions{})
+	sl := Slice(ns, name, managedBy, lbl, eps)
+	_, err = cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, sl, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("slice %s/%s: %w", ns, name, err)
 	}

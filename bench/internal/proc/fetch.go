@@ -67,7 +67,8 @@ func HeapStats(base string, timeout time.Duration) (inuse, alloc int64, err erro
 // Top is `go tool pprof -top` of the profile at path, of binary bin, with
 // args; its error says "pprof failed" with pprof's output.
 func Top(bin, path string, args ...string) (string, error) {
-	out, err := exec.Command("go", append(append([]string{"tool", "pprof", "-top"}, args...), bin, path)...).CombinedOutput()
+	args = append(append([]string{"tool", "pprof", "-top"}, args...), bin, path)
+	out, err := exec.Command("go", args...).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("pprof failed: %v: %s", err, out)
 	}

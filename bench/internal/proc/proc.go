@@ -81,7 +81,6 @@ func Start(name, logPath string, env []string, argv ...string) (*Proc, error) {
 // PID is the process's ID, which is also its process group's.
 func (p *Proc) PID() int { return p.cmd.Process.Pid }
 
-// Exited reports whether the process has exited.
 func (p *Proc) Exited() bool {
 	select {
 	case <-p.done:

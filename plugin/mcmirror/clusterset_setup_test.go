@@ -8,6 +8,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/miekg/dns"
+	"github.com/stretchr/testify/require"
 )
 
 func TestParseClusterSet(t *testing.T) {
@@ -64,9 +65,7 @@ func TestSetupClusterSet(t *testing.T) {
 	corefile := "mcmirror cluster.local clusterset.local in-addr.arpa {\ncluster east\nkubeconfig " + kc + "\nclusterset\n}"
 	c := caddy.NewTestController("dns", corefile)
 	c.ServerBlockKeys = []string{".:53"}
-	if err := setup(c); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, setup(c))
 	m := dnsserver.GetConfig(c).Plugin[0](nil).(*MCMirror)
 	if !slices.Equal(m.clusterset, []bool{false, true, false}) {
 		t.Errorf("clusterset zones %v of %v", m.clusterset, m.Zones)
@@ -81,9 +80,7 @@ func TestSetupClusterSet(t *testing.T) {
 	c = caddy.NewTestController("dns", corefile)
 	c.ServerBlockKeys = []string{".:53"}
 	cfg, err := parse(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if !cfg.options().watchOptions().ClusterSet {
 		t.Error("the derived Services are not watched")
 	}

@@ -149,19 +149,13 @@ func healthFixture() *indextest.Source {
 // newHealthPlugin returns a plugin over src, every group built, that reads
 // the peer states at url every interval once started.
 func newHealthPlugin(t *testing.T, src *indextest.Source, url string, interval time.Duration) *MCMirror {
-	t.Helper()
-	m, err := newWithSource(src, Options{
+	return newPlugin(t, src, Options{
 		Zones:                 []string{"cluster.local.", "in-addr.arpa."},
-		Cluster:               "east",
 		TTL:                   5,
 		Fall:                  fall.Zero,
 		GatewayHealthURL:      url,
 		GatewayHealthInterval: interval,
 	})
-	require.NoError(t, err)
-	syncAll(m, src)
-	m.Next = fromNext
-	return m
 }
 
 // query answers name through ServeDNS.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // allowed_namespaces and denied_namespaces narrow a static link; every
@@ -17,9 +18,7 @@ func TestParseLinkNamespaces(t *testing.T) {
 	c := caddy.NewTestController("dns", head+"denied_namespaces west tenant-b kube-system\nallowed_namespaces paris shop\n}")
 	c.ServerBlockKeys = []string{"cluster.local.:53"}
 	cfg, err := parse(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	assert.Equal(t, link.Namespaces{Deny: []string{"kube-system", "tenant-b"}}, cfg.links[0].Namespaces)
 	assert.Equal(t, link.Namespaces{Allow: []string{"shop"}}, cfg.links[1].Namespaces)
 

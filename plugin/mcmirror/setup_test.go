@@ -15,6 +15,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/stretchr/testify/require"
 
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/clientcmd"
@@ -267,18 +268,14 @@ func writeKubeconfig(t *testing.T, contexts ...string) string {
 		}
 	}
 	p := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, clientcmd.WriteToFile(*cfg, p))
 	return p
 }
 
 func TestSetup(t *testing.T) {
 	kc := writeKubeconfig(t, "east", "west")
 	garbage := filepath.Join(t.TempDir(), "garbage")
-	if err := os.WriteFile(garbage, []byte("::: not yaml ["), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(garbage, []byte("::: not yaml ["), 0o600))
 	missing := filepath.Join(t.TempDir(), "missing")
 
 	tests := []struct {
@@ -325,9 +322,7 @@ func TestSetupGatewayHealth(t *testing.T) {
 	kc := writeKubeconfig(t, "east")
 	c := caddy.NewTestController("dns", "mcmirror {\ncluster east\nkubeconfig "+kc+"\ngateway_health http://127.0.0.1:1/peers 1s\n}")
 	c.ServerBlockKeys = []string{"cluster.local.:53"}
-	if err := setup(c); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, setup(c))
 	m, ok := dnsserver.GetConfig(c).Plugin[0](nil).(*MCMirror)
 	if !ok {
 		t.Fatal("no MCMirror")
@@ -345,17 +340,13 @@ func TestSetupStaleMaxAge(t *testing.T) {
 	corefile := "mcmirror {\ncluster east\nkubeconfig " + kc + "\nlink west " + kc + " west\nstale_max_age 90s\n}"
 	c := caddy.NewTestController("dns", corefile)
 	c.ServerBlockKeys = []string{"cluster.local.:53"}
-	if err := setup(c); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, setup(c))
 	// The watches are given stale_max_age (package watch tests that it
 	// is each link's, and not the local cluster's).
 	c = caddy.NewTestController("dns", corefile)
 	c.ServerBlockKeys = []string{"cluster.local.:53"}
 	cfg, err := parse(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if got := cfg.options().watchOptions().StaleMaxAge; got != 90*time.Second {
 		t.Errorf("the watches' stale_max_age %s", got)
 	}
@@ -376,9 +367,7 @@ var corefileBlock = regexp.MustCompile("(?s)(?:```|~~~) ?corefile\n(.*?)(?:```|~
 // README.md.
 func TestReadme(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	blocks := corefileBlock.FindAllStringSubmatch(string(readme), -1)
 	if len(blocks) < 3 {
 		t.Fatalf("found %d corefile examples, want at least 3", len(blocks))

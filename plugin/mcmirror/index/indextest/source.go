@@ -7,9 +7,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
 )
 
 // Source is an index.Source held in maps: a test writes them (or calls the
@@ -176,18 +174,7 @@ func (f *Source) AddMember(cluster, ns, name string, mode labels.Mode, ips []str
 // (<svc>@<cluster>,...) and local; an annotation is left out when its
 // value is "-".
 func (f *Source) Federate(name, remote, local string) {
-	ann := map[string]string{}
-	if remote != "-" {
-		ann[labels.RemoteDiscoveryAnnotation] = remote
-	}
-	if local != "-" {
-		ann[labels.LocalDiscoveryAnnotation] = local
-	}
-	m, _ := object.ToMirror(&corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: ann,
-			Labels: map[string]string{labels.MirroredService: labels.MirroredServiceValue}},
-		Spec: corev1.ServiceSpec{ClusterIP: "10.96.9.9", Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
-	})
+	m, _ := object.ToMirror(watchtest.FedService(name, remote, local))
 	f.Mirrors[[2]string{"default", name}] = m.(*object.Mirror)
 }
 

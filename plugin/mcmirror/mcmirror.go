@@ -109,9 +109,7 @@ type Options struct {
 	// its zone, since the DNS pods resolve with their node's resolver,
 	// which knows no Service names. Empty: the system's resolver.
 	GatewayHealthResolver string
-	// AllowedCIDRs bounds, per linked cluster, the flat-mode endpoint
-	// addresses answered (allowed_cidrs): a cluster without a list is not
-	// bounded, one with an empty list has none answered.
+	// AllowedCIDRs is allowed_cidrs (index.Options).
 	AllowedCIDRs map[string][]netip.Prefix
 }
 

@@ -43,12 +43,10 @@ func csFixture() *indextest.Source {
 	f.AddImport("default", "web", []string{"10.97.0.1", "fd00:97::1"}, httpPort, dnsPort)
 	f.AddImport("default", "nginx-svc", nil, httpPort)
 
-	f.AddService("paris", "default", "db", labels.Flat, nil, httpPort)
-	f.AddSlice("paris", "default", "db", []object.Port{httpPort}, ep("", "10.2.0.5", true))
+	f.AddFlat("paris", "default", "db", ep("", "10.2.0.5", true))
 	f.AddImport("default", "db", nil, httpPort)
 
-	f.AddService("west", "default", "idle", labels.Flat, nil, httpPort)
-	f.AddSlice("west", "default", "idle", []object.Port{httpPort}, ep("idle-0", "10.1.0.60", false))
+	f.AddFlat("west", "default", "idle", ep("idle-0", "10.1.0.60", false))
 	f.AddImport("default", "idle", nil, httpPort)
 
 	f.AddImport("default", "orphan", []string{"10.97.0.9"}, httpPort)
@@ -346,8 +344,7 @@ func TestClusterSetPodPTR(t *testing.T) {
 
 	// Another import whose pod has db-0's address: db keeps the PTR
 	// record until it lets go of the address.
-	src.AddService("paris", "default", "cache", labels.Flat, nil, httpPort)
-	src.AddSlice("paris", "default", "cache", []object.Port{httpPort}, indextest.EP("cache-0", "10.1.0.70", true))
+	src.AddFlat("paris", "default", "cache", indextest.EP("cache-0", "10.1.0.70", true))
 	src.AddImport("default", "cache", nil, httpPort)
 	cache := object.ServiceKey("default", "cache")
 	m.syncNow(cache)

@@ -134,6 +134,13 @@ func (f *Source) AddSlice(cluster, ns, svc string, ports []object.Port, eps ...o
 	})
 }
 
+// AddFlat adds a headless flat-mode Service of port http/80, and its
+// EndpointSlice of eps.
+func (f *Source) AddFlat(cluster, ns, name string, eps ...object.Endpoint) {
+	f.AddService(cluster, ns, name, labels.Flat, nil, HTTPPort)
+	f.AddSlice(cluster, ns, name, []object.Port{HTTPPort}, eps...)
+}
+
 // AddMirror adds a local mirror Service; ips empty means headless.
 func (f *Source) AddMirror(ns, name, cluster, headlessOf string, ips []string, ports ...object.Port) {
 	f.Mirrors[[2]string{ns, name}] = &object.Mirror{

@@ -84,7 +84,6 @@ func formQuery(name, qname string, qtype uint16) *dns.Msg {
 // buffer by the server's writer (request.ScrubWriter) and packed, over UDP.
 func BenchmarkServeDNS(b *testing.B) {
 	m := newTestPlugin(b, indextest.Fixture(), 5, fall.Zero)
-	m.Next = fromNext
 	d := &discard{}
 	for _, bc := range serveForms {
 		r := formQuery(bc.name, bc.qname, bc.qtype)
@@ -114,7 +113,6 @@ func (k *kept) WriteMsg(m *dns.Msg) error { k.msg = m; return nil }
 // the answer made from the index and the server's writer fitting it.
 func BenchmarkPackReply(b *testing.B) {
 	m := newTestPlugin(b, indextest.Fixture(), 5, fall.Zero)
-	m.Next = fromNext
 	buf := make([]byte, dns.MaxMsgSize)
 	for _, bc := range serveForms {
 		w := &kept{}
@@ -142,7 +140,6 @@ func BenchmarkPackReply(b *testing.B) {
 // share: the lookup and the answer made from the index.
 func BenchmarkWriteReply(b *testing.B) {
 	m := newTestPlugin(b, indextest.Fixture(), 5, fall.Zero)
-	m.Next = fromNext
 	for _, bc := range serveForms {
 		k := &kept{}
 		r := formQuery(bc.name, bc.qname, bc.qtype)

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/miekg/dns"
+	"github.com/stretchr/testify/require"
 )
 
 func TestParseClusterSet(t *testing.T) {
@@ -35,11 +35,7 @@ func TestParseClusterSet(t *testing.T) {
 		{"mcmirror clusterset.local in-addr.arpa {\ncluster east\nclusterset 10.0.0.0/8\n}", nil, nil, "clusterset"},
 	}
 	for i, tc := range tests {
-		c := caddy.NewTestController("dns", tc.input)
-		c.ServerBlockKeys = tc.keys
-		if c.ServerBlockKeys == nil {
-			c.ServerBlockKeys = []string{"cluster.local.:53"}
-		}
+		c := controller(tc.input, tc.keys...)
 		cfg, err := parse(c)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -62,11 +58,8 @@ func TestParseClusterSet(t *testing.T) {
 func TestSetupClusterSet(t *testing.T) {
 	kc := writeKubeconfig(t, "east")
 	corefile := "mcmirror cluster.local clusterset.local in-addr.arpa {\ncluster east\nkubeconfig " + kc + "\nclusterset\n}"
-	c := caddy.NewTestController("dns", corefile)
-	c.ServerBlockKeys = []string{".:53"}
-	if err := setup(c); err != nil {
-		t.Fatal(err)
-	}
+	c := controller(corefile, ".:53")
+	require.NoError(t, setup(c))
 	m := dnsserver.GetConfig(c).Plugin[0](nil).(*MCMirror)
 	if !slices.Equal(m.clusterset, []bool{false, true, false}) {
 		t.Errorf("clusterset zones %v of %v", m.clusterset, m.Zones)
@@ -78,12 +71,9 @@ func TestSetupClusterSet(t *testing.T) {
 	runCase(t, m, next("dns-version.cluster.local."), false)
 	// The watches are told to watch the derived Services (package watch
 	// tests that they then do).
-	c = caddy.NewTestController("dns", corefile)
-	c.ServerBlockKeys = []string{".:53"}
+	c = controller(corefile, ".:53")
 	cfg, err := parse(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if !cfg.options().watchOptions().ClusterSet {
 		t.Error("the derived Services are not watched")
 	}

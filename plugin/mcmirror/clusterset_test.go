@@ -9,6 +9,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
@@ -16,7 +17,6 @@ import (
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // The clusterset zone: the names of the Multi-Cluster Services DNS
@@ -43,12 +43,10 @@ func csFixture() *indextest.Source {
 	f.AddImport("default", "web", []string{"10.97.0.1", "fd00:97::1"}, httpPort, dnsPort)
 	f.AddImport("default", "nginx-svc", nil, httpPort)
 
-	f.AddService("paris", "default", "db", labels.Flat, nil, httpPort)
-	f.AddSlice("paris", "default", "db", []object.Port{httpPort}, ep("", "10.2.0.5", true))
+	f.AddFlat("paris", "default", "db", ep("", "10.2.0.5", true))
 	f.AddImport("default", "db", nil, httpPort)
 
-	f.AddService("west", "default", "idle", labels.Flat, nil, httpPort)
-	f.AddSlice("west", "default", "idle", []object.Port{httpPort}, ep("idle-0", "10.1.0.60", false))
+	f.AddFlat("west", "default", "idle", ep("idle-0", "10.1.0.60", false))
 	f.AddImport("default", "idle", nil, httpPort)
 
 	f.AddImport("default", "orphan", []string{"10.97.0.9"}, httpPort)
@@ -59,20 +57,12 @@ func csFixture() *indextest.Source {
 // newCSPlugin returns a plugin over src answering cluster.local as ever
 // and clusterset.local as the MCS specification has it.
 func newCSPlugin(t testing.TB, src *indextest.Source, fl fall.F) *MCMirror {
-	t.Helper()
-	m, err := newWithSource(src, Options{
+	return newPlugin(t, src, Options{
 		Zones:      []string{"cluster.local.", "clusterset.local.", "in-addr.arpa.", "ip6.arpa."},
 		ClusterSet: []string{"clusterset.local."},
-		Cluster:    "east",
 		TTL:        5,
 		Fall:       fl,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	syncAll(m, src)
-	m.Next = fromNext
-	return m
 }
 
 func csNXDOMAIN(name string, qtype uint16) test.Case {
@@ -252,9 +242,8 @@ func TestClusterSetClassAndCase(t *testing.T) {
 	}
 	q := "NGINX-Set-0.West.Nginx-Svc.Default.svc.ClusterSet.Local."
 	rec := dnstest.NewRecorder(&test.ResponseWriter{})
-	if _, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: q, Qtype: dns.TypeA}.Msg()); err != nil {
-		t.Fatal(err)
-	}
+	_, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: q, Qtype: dns.TypeA}.Msg())
+	require.NoError(t, err)
 	if rec.Msg.Question[0].Name != q || len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != "10.96.0.10" || !rec.Msg.Authoritative {
 		t.Errorf("mixed case: %v", rec.Msg)
 	}
@@ -355,8 +344,7 @@ func TestClusterSetPodPTR(t *testing.T) {
 
 	// Another import whose pod has db-0's address: db keeps the PTR
 	// record until it lets go of the address.
-	src.AddService("paris", "default", "cache", labels.Flat, nil, httpPort)
-	src.AddSlice("paris", "default", "cache", []object.Port{httpPort}, indextest.EP("cache-0", "10.1.0.70", true))
+	src.AddFlat("paris", "default", "cache", indextest.EP("cache-0", "10.1.0.70", true))
 	src.AddImport("default", "cache", nil, httpPort)
 	cache := object.ServiceKey("default", "cache")
 	m.syncNow(cache)
@@ -399,12 +387,7 @@ func TestClusterSetHidden(t *testing.T) {
 // mcmirror's like any other, as before.
 func TestClusterSetOff(t *testing.T) {
 	src := csFixture()
-	m, err := newWithSource(src, Options{Zones: []string{"cluster.local.", "clusterset.local."}, Cluster: "east", TTL: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	syncAll(m, src)
-	m.Next = fromNext
+	m := newPlugin(t, src, Options{Zones: []string{"cluster.local.", "clusterset.local."}, TTL: 5})
 	const c = ".default.svc.clusterset.local."
 	runCase(t, m, testCase("web-west"+c, dns.TypeA, a("web-west"+c, "10.96.0.20")), false)
 	runCase(t, m, next("web"+c), false)
@@ -415,12 +398,8 @@ func TestClusterSetOff(t *testing.T) {
 // every name is the specification's, no name of mcmirror's exists.
 func TestClusterSetOnly(t *testing.T) {
 	src := csFixture()
-	m, err := newWithSource(src, Options{Zones: []string{"clusterset.local.", "in-addr.arpa."}, ClusterSet: []string{"clusterset.local."}, Cluster: "east", TTL: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	syncAll(m, src)
-	m.Next = fromNext
+	m := newPlugin(t, src, Options{Zones: []string{"clusterset.local.", "in-addr.arpa."},
+		ClusterSet: []string{"clusterset.local."}, TTL: 5})
 	runCase(t, m, testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.1")), false)
 	runCase(t, m, testCase("nginx-set-0.east.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.east.nginx-svc"+cs, "10.0.0.10")), false)
 	runCase(t, m, testCase("1.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("1.0.97.10.in-addr.arpa.", "web"+cs)), false)
@@ -445,14 +424,7 @@ func TestClusterSetOptions(t *testing.T) {
 
 func TestClusterSetMetrics(t *testing.T) {
 	m := newCSPlugin(t, csFixture(), fall.Zero)
-	count := func(k index.Kind, rcode string) float64 {
-		return testutil.ToFloat64(answers.WithLabelValues(k.String(), rcode))
-	}
-	for _, tt := range []struct {
-		tc    test.Case
-		kind  index.Kind
-		rcode string
-	}{
+	wantCounted(t, m, []countedCase{
 		{testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.1")), index.KindCS, "NOERROR"},
 		{csNXDOMAIN("idle"+cs, dns.TypeA), index.KindCS, "NXDOMAIN"},
 		{testCase("nginx-set-0.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10")), index.KindCSPod, "NOERROR"},
@@ -462,13 +434,7 @@ func TestClusterSetMetrics(t *testing.T) {
 		{testCase("dns-version.clusterset.local.", dns.TypeTXT, txt("dns-version.clusterset.local.", "1.0.0")), index.KindCSZone, "NOERROR"},
 		{csNXDOMAIN("nope.clusterset.local.", dns.TypeA), index.KindCSZone, "NXDOMAIN"},
 		{testCase("1.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("1.0.97.10.in-addr.arpa.", "web"+cs)), index.KindPTR, "NOERROR"},
-	} {
-		before := count(tt.kind, tt.rcode)
-		runCase(t, m, tt.tc, false)
-		if got := count(tt.kind, tt.rcode) - before; got != 1 {
-			t.Errorf("%s: answers_total{kind=%s,rcode=%s} grew by %v, want 1", tt.tc.Qname, tt.kind, tt.rcode, got)
-		}
-	}
+	})
 }
 
 // FuzzClusterSetName: any name of a clusterset zone is answered by

@@ -58,7 +58,6 @@ func fedFixture() *indextest.Source {
 // own.
 func TestFederatedAnswers(t *testing.T) {
 	m := newTestPlugin(t, fedFixture(), 5, fall.Zero)
-	m.Next = fromNext
 	const fed, west, local = "web-federated" + z, "west.web-federated" + z, "web" + z
 	for _, tc := range []test.Case{
 		{Qname: fed, Qtype: dns.TypeA, Answer: []dns.RR{a(fed, "10.1.0.1"), a(fed, "10.1.0.2"), a(fed, "10.96.5.5")}},
@@ -115,7 +114,6 @@ func TestFederatedNotClaimed(t *testing.T) {
 	f.Federate("empty-federated", "empty@west", "-")     // no slice at all
 	f.Federate("bad-federated", "idle,@west", "Bad")     // nothing well formed
 	m := newTestPlugin(t, f, 5, fall.Root)
-	m.Next = fromNext
 	for _, n := range []string{"idle", "gw", "lonely", "ghost", "empty", "bad"} {
 		runCase(t, m, next(n+"-federated"+z), false)
 		runCase(t, m, next("west."+n+"-federated"+z), false)
@@ -132,7 +130,6 @@ func TestFederatedNotClaimed(t *testing.T) {
 func TestFederatedMembersChange(t *testing.T) {
 	f := fedFixture()
 	m := newTestPlugin(t, f, 5, fall.Zero)
-	m.Next = fromNext
 	fed := "web-federated" + z
 	web := object.ServiceKey("default", "web")
 	wantA := func(want ...string) {
@@ -198,7 +195,6 @@ func TestFederatedMemberAlsoExported(t *testing.T) {
 	f.Federate("api-federated", "api@west", "-")
 	f.Federate("gw-federated", "gw@west", "-")
 	m := newTestPlugin(t, f, 5, fall.Zero)
-	m.Next = fromNext
 	for _, tc := range []test.Case{
 		{Qname: "api-federated" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("api-federated"+z, "10.1.0.5")}},
 		{Qname: "api-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("api-west"+z, "10.1.0.5")}},

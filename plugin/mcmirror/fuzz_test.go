@@ -16,6 +16,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
+	"github.com/stretchr/testify/require"
 
 	"github.com/miekg/dns"
 )
@@ -40,13 +41,9 @@ func FuzzServe(f *testing.F) {
 		}
 		want := answered(pkt)
 		udp, err := s.exchangeUDP(pkt, want)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		tcp, err := s.exchangeTCP(pkt, want)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if want {
 			checkReplies(t, pkt, udp, tcp)
 		}

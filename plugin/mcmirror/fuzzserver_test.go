@@ -15,6 +15,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
+	"github.com/stretchr/testify/require"
 
 	"github.com/miekg/dns"
 )
@@ -59,21 +60,14 @@ func (g guard) Name() string { return "guard" }
 func startWireServer(tb testing.TB, m *MCMirror) *wireServer {
 	tb.Helper()
 	s := &wireServer{}
-	m.Next = fromNext
 	cfg := &dnsserver.Config{Zone: ".", Transport: "dns", ListenHosts: []string{"127.0.0.1"}, Port: "0"}
 	cfg.AddPlugin(func(plugin.Handler) plugin.Handler { return guard{next: m, s: s} })
 	srv, err := dnsserver.NewServer("127.0.0.1:0", []*dnsserver.Config{cfg})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	go func() { _ = srv.ServePacket(pc) }()
 	go func() { _ = srv.Serve(ln) }()
 	tb.Cleanup(func() { _ = srv.Stop(); pc.Close(); ln.Close() })

@@ -138,8 +138,7 @@ func healthFixture() *indextest.Source {
 	f.AddMirror("default", "nginx-svc-paris", "paris", "", nil, httpPort)
 	f.AddMirror("default", "nginx-set-0-paris", "paris", "nginx-svc-paris", []string{"10.96.1.10"}, httpPort)
 
-	f.AddService("tokyo", "default", "nginx-svc", labels.Flat, nil, httpPort)
-	f.AddSlice("tokyo", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.3.0.10", true))
+	f.AddFlat("tokyo", "default", "nginx-svc", ep("nginx-set-0", "10.3.0.10", true))
 
 	f.AddService("east", "default", "nginx-svc", labels.Gateway, nil, httpPort)
 	f.AddSlice("east", "default", "nginx-svc", []object.Port{httpPort}, ep("nginx-set-0", "10.0.0.10", true))
@@ -149,19 +148,13 @@ func healthFixture() *indextest.Source {
 // newHealthPlugin returns a plugin over src, every group built, that reads
 // the peer states at url every interval once started.
 func newHealthPlugin(t *testing.T, src *indextest.Source, url string, interval time.Duration) *MCMirror {
-	t.Helper()
-	m, err := newWithSource(src, Options{
+	return newPlugin(t, src, Options{
 		Zones:                 []string{"cluster.local.", "in-addr.arpa."},
-		Cluster:               "east",
 		TTL:                   5,
 		Fall:                  fall.Zero,
 		GatewayHealthURL:      url,
 		GatewayHealthInterval: interval,
 	})
-	require.NoError(t, err)
-	syncAll(m, src)
-	m.Next = fromNext
-	return m
 }
 
 // query answers name through ServeDNS.

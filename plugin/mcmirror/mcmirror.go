@@ -32,7 +32,6 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnsutil"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/request"
-	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch"
@@ -110,9 +109,7 @@ type Options struct {
 	// its zone, since the DNS pods resolve with their node's resolver,
 	// which knows no Service names. Empty: the system's resolver.
 	GatewayHealthResolver string
-	// AllowedCIDRs bounds, per linked cluster, the flat-mode endpoint
-	// addresses answered (allowed_cidrs): a cluster without a list is not
-	// bounded, one with an empty list has none answered.
+	// AllowedCIDRs is allowed_cidrs (index.Options).
 	AllowedCIDRs map[string][]netip.Prefix
 }
 
@@ -120,7 +117,7 @@ type Options struct {
 const defaultStartupTimeout = 5 * time.Second
 
 // New returns an MCMirror that watches the local cluster through local.
-// Links are added with AddLink (or AddLinkSecrets); Start starts watching.
+// Links are added with AddLink (or by link Secrets); Start starts watching.
 func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
 	if o.StartupTimeout == 0 {
 		o.StartupTimeout = defaultStartupTimeout
@@ -222,32 +219,6 @@ func newHandler(o Options) (*MCMirror, index.Options, error) {
 func (m *MCMirror) AddLink(name string, client kubernetes.Interface) error {
 	return m.watch.AddLink(name, client)
 }
-
-// ReplaceLink watches a linked cluster through client, the one already
-// linked by that name (if any) going on serving until client's watches have
-// synced: for a kubeconfig that changed.
-func (m *MCMirror) ReplaceLink(name string, client kubernetes.Interface) error {
-	return m.watch.ReplaceLink(name, client)
-}
-
-// AddNarrowedLink is AddLink for a link narrowed to the namespaces ns:
-// no name of the others is answered.
-func (m *MCMirror) AddNarrowedLink(name string, client kubernetes.Interface, ns link.Namespaces) error {
-	return m.watch.AddNarrowedLink(name, client, ns)
-}
-
-// ReplaceNarrowedLink is ReplaceLink for a link narrowed to the
-// namespaces ns: for a kubeconfig, or namespaces, that changed.
-func (m *MCMirror) ReplaceNarrowedLink(name string, client kubernetes.Interface, ns link.Namespaces) error {
-	return m.watch.ReplaceNarrowedLink(name, client, ns)
-}
-
-// RemoveLink stops watching a linked cluster; its names go away.
-func (m *MCMirror) RemoveLink(name string) { m.watch.RemoveLink(name) }
-
-// AddLinkSecrets has the link Secrets that w finds added and removed as
-// links; Start starts w. The Handler w calls is the one LinkHandler returns.
-func (m *MCMirror) AddLinkSecrets(w *link.SecretWatcher) { m.watch.WatchSecrets(w) }
 
 // Start starts watching and waits, at most the startup timeout, until the
 // index is ready to answer.

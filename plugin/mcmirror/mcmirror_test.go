@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
+	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
@@ -27,19 +28,22 @@ var (
 	dnsPort  = indextest.DNSPort
 )
 
-// newTestPlugin returns a plugin over src with every group built.
+// newTestPlugin returns a plugin over src answering cluster.local and the
+// reverse zones (newPlugin).
 func newTestPlugin(t testing.TB, src *indextest.Source, ttl uint32, fl fall.F) *MCMirror {
+	zones := []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa."}
+	return newPlugin(t, src, Options{Zones: zones, TTL: ttl, Fall: fl})
+}
+
+// newPlugin returns a plugin of cluster east over src with the settings o,
+// every group built, and fromNext after it.
+func newPlugin(t testing.TB, src *indextest.Source, o Options) *MCMirror {
 	t.Helper()
-	m, err := newWithSource(src, Options{
-		Zones:   []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa."},
-		Cluster: "east",
-		TTL:     ttl,
-		Fall:    fl,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o.Cluster = "east"
+	m, err := newWithSource(src, o)
+	require.NoError(t, err)
 	syncAll(m, src)
+	m.Next = fromNext
 	return m
 }
 
@@ -207,7 +211,6 @@ var dnsTestCases = []test.Case{
 
 func TestServeDNS(t *testing.T) {
 	m := newTestPlugin(t, indextest.Fixture(), 5, fall.Zero)
-	m.Next = fromNext
 	for _, tc := range dnsTestCases {
 		t.Run(fmt.Sprintf("%s/%s", dns.TypeToString[tc.Qtype], tc.Qname), func(t *testing.T) {
 			runCase(t, m, tc, false)
@@ -240,12 +243,10 @@ func runCase(t *testing.T, m *MCMirror, tc test.Case, tcp bool) *dns.Msg {
 
 func TestServeDNSCase(t *testing.T) {
 	m := newTestPlugin(t, indextest.Fixture(), 5, fall.Zero)
-	m.Next = fromNext
 	q := "NGINX-Set-0.Nginx-Svc-WEST.Default.svc.Cluster.Local."
 	rec := dnstest.NewRecorder(&test.ResponseWriter{})
-	if _, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: q, Qtype: dns.TypeA}.Msg()); err != nil {
-		t.Fatal(err)
-	}
+	_, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: q, Qtype: dns.TypeA}.Msg())
+	require.NoError(t, err)
 	if rec.Msg.Question[0].Name != q {
 		t.Errorf("question %q, want the query's case %q", rec.Msg.Question[0].Name, q)
 	}
@@ -259,7 +260,6 @@ func TestServeDNSCase(t *testing.T) {
 
 func TestServeDNSFallthrough(t *testing.T) {
 	m := newTestPlugin(t, indextest.Fixture(), 5, fall.Root)
-	m.Next = fromNext
 	for _, tc := range []test.Case{
 		next("nginx-set-9.nginx-svc-west" + z), // NXDOMAIN falls through
 		next("_https._tcp.nginx-svc-west" + z),
@@ -271,14 +271,12 @@ func TestServeDNSFallthrough(t *testing.T) {
 
 	// Fallthrough for another zone only.
 	m = newTestPlugin(t, indextest.Fixture(), 5, fall.F{Zones: []string{"example.org."}})
-	m.Next = fromNext
 	runCase(t, m, nxdomain("nginx-set-9.nginx-svc-west"+z, dns.TypeA), false)
 }
 
 func TestServeDNSNotSynced(t *testing.T) {
 	src := indextest.Fixture()
 	m := newTestPlugin(t, src, 5, fall.Zero)
-	m.Next = fromNext
 	src.Synced = false
 	// What would be NXDOMAIN may just not be known yet.
 	runCase(t, m, test.Case{Qname: "nginx-set-9.nginx-svc-west" + z, Qtype: dns.TypeA, Rcode: dns.RcodeServerFailure, Ns: []dns.RR{test.SOA(soa)}}, false)
@@ -288,7 +286,6 @@ func TestServeDNSNotSynced(t *testing.T) {
 
 func TestServeDNSTTL(t *testing.T) {
 	m := newTestPlugin(t, indextest.Fixture(), 30, fall.Zero)
-	m.Next = fromNext
 	runCase(t, m, test.Case{Qname: "web-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{test.A("web-west" + z + " 30 IN A 10.96.0.20")}}, false)
 	runCase(t, m, test.Case{Qname: "_dns._udp.web-west" + z, Qtype: dns.TypeSRV,
 		Answer: []dns.RR{test.SRV("_dns._udp.web-west" + z + " 30 IN SRV 0 100 53 web-west" + z)},
@@ -306,7 +303,6 @@ func bigFixture() *indextest.Source { return indextest.Pods(150) }
 
 func TestServeDNSTruncation(t *testing.T) {
 	m := newTestPlugin(t, bigFixture(), 5, fall.Zero)
-	m.Next = fromNext
 	name := "_http._tcp.big-global" + z
 
 	for _, tc := range []struct {
@@ -319,9 +315,8 @@ func TestServeDNSTruncation(t *testing.T) {
 			r.SetEdns0(tc.edns, false)
 		}
 		rec := dnstest.NewRecorder(&test.ResponseWriter{TCP: tc.tcp})
-		if _, err := m.ServeDNS(context.Background(), request.NewScrubWriter(r, rec), r); err != nil {
-			t.Fatal(err)
-		}
+		_, err := m.ServeDNS(context.Background(), request.NewScrubWriter(r, rec), r)
+		require.NoError(t, err)
 		got := rec.Msg
 		if tc.tcp {
 			if got.Truncated || len(got.Answer) != 300 || len(got.Extra) != 300 {
@@ -347,9 +342,7 @@ func TestServeDNSTruncation(t *testing.T) {
 			limit = int(tc.edns)
 		}
 		buf, err := got.Pack()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if len(buf) > limit {
 			t.Errorf("UDP (EDNS %d): %d bytes, more than %d", tc.edns, len(buf), limit)
 		}
@@ -367,7 +360,6 @@ func TestServeDNSTruncation(t *testing.T) {
 func TestCacheInFrontKeepsWholeReply(t *testing.T) {
 	// 20 SRV records: fewer than maxRecords, more than 512 octets hold.
 	m := newTestPlugin(t, indextest.Pods(10), 5, fall.Zero)
-	m.Next = fromNext
 	c := cache.New()
 	c.Next = m
 	name := "_http._tcp.big-global" + z
@@ -379,16 +371,13 @@ func TestCacheInFrontKeepsWholeReply(t *testing.T) {
 		r := new(dns.Msg)
 		r.SetQuestion(name, dns.TypeSRV)
 		rec := dnstest.NewRecorder(&test.ResponseWriter{TCP: tcp})
-		if _, err := c.ServeDNS(context.Background(), request.NewScrubWriter(r, rec), r); err != nil {
-			t.Fatal(err)
-		}
+		_, err := c.ServeDNS(context.Background(), request.NewScrubWriter(r, rec), r)
+		require.NoError(t, err)
 		if rec.Msg == nil {
 			t.Fatal("no reply")
 		}
 		buf, err := rec.Msg.Pack()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if !tcp && len(buf) > dns.MinMsgSize {
 			t.Errorf("UDP reply of %d octets", len(buf))
 		}
@@ -415,9 +404,8 @@ func TestCutReplyIsTruncated(t *testing.T) {
 	r := new(dns.Msg)
 	r.SetQuestion("_http._tcp.big-global"+z, dns.TypeSRV)
 	w := &kept{ResponseWriter: test.ResponseWriter{}}
-	if _, err := m.ServeDNS(context.Background(), w, r); err != nil {
-		t.Fatal(err)
-	}
+	_, err := m.ServeDNS(context.Background(), w, r)
+	require.NoError(t, err)
 	if w.msg == nil || !w.msg.Truncated || len(w.msg.Answer) != maxRecords(dns.MinMsgSize) {
 		t.Fatalf("handed over %v; want %d answers with TC", w.msg, maxRecords(dns.MinMsgSize))
 	}
@@ -425,25 +413,31 @@ func TestCutReplyIsTruncated(t *testing.T) {
 
 func TestServeDNSMetrics(t *testing.T) {
 	m := newTestPlugin(t, indextest.Fixture(), 5, fall.Zero)
-	m.Next = fromNext
-	count := func(k index.Kind, rcode string) float64 {
-		return testutil.ToFloat64(answers.WithLabelValues(k.String(), rcode))
-	}
-	tests := []struct {
-		tc    test.Case
-		kind  index.Kind
-		rcode string
-	}{
+	wantCounted(t, m, []countedCase{
 		{test.Case{Qname: "web-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("web-west"+z, "10.96.0.20")}}, index.KindCluster, "NOERROR"},
 		{nodata("nginx-svc-global"+z, dns.TypeAAAA), index.KindGlobal, "NOERROR"},
 		{nxdomain("nope.nginx-svc-west"+z, dns.TypeA), index.KindPod, "NXDOMAIN"},
 		{nxdomain("_x._tcp.nginx-svc-west"+z, dns.TypeSRV), index.KindSRV, "NXDOMAIN"},
 		{test.Case{Qname: "20.0.96.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{ptrRR("20.0.96.10.in-addr.arpa.", "web-west"+z)}}, index.KindPTR, "NOERROR"},
-	}
-	for _, tt := range tests {
-		before := count(tt.kind, tt.rcode)
+	})
+}
+
+// countedCase is a query, and the answers_total series it is counted in.
+type countedCase struct {
+	tc    test.Case
+	kind  index.Kind
+	rcode string
+}
+
+// wantCounted runs each case on m, failing t unless it grows its
+// answers_total series by one.
+func wantCounted(t *testing.T, m *MCMirror, cases []countedCase) {
+	t.Helper()
+	for _, tt := range cases {
+		c := answers.WithLabelValues(tt.kind.String(), tt.rcode)
+		before := testutil.ToFloat64(c)
 		runCase(t, m, tt.tc, false)
-		if got := count(tt.kind, tt.rcode) - before; got != 1 {
+		if got := testutil.ToFloat64(c) - before; got != 1 {
 			t.Errorf("%s: answers_total{kind=%s,rcode=%s} grew by %v, want 1", tt.tc.Qname, tt.kind, tt.rcode, got)
 		}
 	}

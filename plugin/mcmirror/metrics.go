@@ -3,62 +3,39 @@ package mcmirror
 import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/mcmirror/mcmirror/internal/metric"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Every label here has a handful of values: a cluster name, a name kind, an
 // rcode, a record type. Never an address or a Service name.
 var (
-	// replyErrors counts the replies that could not be written.
-	replyErrors = promauto.NewCounter(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "reply_errors_total",
-		Help:      "Number of replies the server could not write (a reply that does not pack); the client gets SERVFAIL.",
-	})
+	metrics = metric.Set{Namespace: plugin.Namespace, Subsystem: "mcmirror"}
 
-	// answers counts answers by name kind and rcode.
-	answers = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "answers_total",
-		Help:      "Number of answers given, by name kind (cluster, pod, global, srv, ptr; clusterset, clusterset-pod, clusterset-zone in the clusterset zones) and rcode.",
-	}, []string{"kind", "rcode"})
+	replyErrors = metrics.Counter1("reply_errors_total",
+		"Number of replies the server could not write (a reply that does not pack); the client gets SERVFAIL.")
 
-	// gatewayAlive is whether a linked cluster's gateway is alive as the
-	// plugin sees it (gateway_health): what decides whether its
-	// gateway-mode members are in -global answers. Not the gateway's own
+	answers = metrics.Counter("answers_total",
+		"Number of answers given, by name kind (cluster, pod, global, srv, ptr; clusterset, clusterset-pod, clusterset-zone in the clusterset zones) and rcode.",
+		"kind", "rcode")
+
+	// gatewayAlive is what decides whether a linked cluster's gateway-mode
+	// members are in -global answers. Not the gateway's own
 	// coredns_mcmirror_gateway_alive, which the same binary registers.
-	gatewayAlive = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "gateway_health_alive",
-		Help:      "Whether the gateway of a linked cluster counts as alive for -global answers: 1 or 0.",
-	}, []string{"cluster"})
+	gatewayAlive = metrics.Gauge("gateway_health_alive",
+		"Whether the gateway of a linked cluster counts as alive for -global answers: 1 or 0.", "cluster")
 
-	// gatewayHealthErrors counts reads of the gateway_health URL that
-	// failed or answered something else than peer states.
-	gatewayHealthErrors = promauto.NewCounter(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "gateway_health_errors_total",
-		Help:      "Number of failed or unusable reads of the gateway_health URL.",
-	})
+	gatewayHealthErrors = metrics.Counter1("gateway_health_errors_total",
+		"Number of failed or unusable reads of the gateway_health URL.")
 
-	// linkRefused counts the link Secrets refused, by reason: a kubeconfig
-	// feature not allowed (exec, auth-provider, files, http,
-	// skip-tls-verify), or invalid, reserved, duplicate (link.Reason).
+	// linkRefused has a series for every reason (link.Reasons) from the start.
 	linkRefused = func() *prometheus.CounterVec {
-		c := promauto.NewCounterVec(prometheus.CounterOpts{
-			Namespace: plugin.Namespace,
-			Subsystem: "mcmirror",
-			Name:      "link_refused_total",
-			Help:      "Number of link Secrets refused, by reason (exec, auth-provider, files, http, skip-tls-verify, invalid, reserved, duplicate).",
-		}, []string{"reason"})
+		c := metrics.Counter("link_refused_total",
+			"Number of link Secrets refused, by reason (exec, auth-provider, files, http, skip-tls-verify, invalid, reserved, duplicate).",
+			"reason")
 		for _, r := range link.Reasons {
 			c.WithLabelValues(string(r))
 		}

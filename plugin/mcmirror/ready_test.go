@@ -9,6 +9,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
+	"github.com/stretchr/testify/require"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
@@ -42,16 +43,12 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 		t.Fatal("not ready after Start")
 	}
 	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	lateErrors := func() float64 {
 		return metricValue(t, "link_errors_total", "cluster", "late", "reason", link.FailureUnreachable)
 	}
 	before := lateErrors()
-	if err := m.AddLink("late", dead); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.AddLink("late", dead))
 	watchtest.WaitFor(t, watchtest.EventBound, "the late link tried", func() bool {
 		return lateErrors() > before
 	})

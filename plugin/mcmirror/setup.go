@@ -92,6 +92,30 @@ type config struct {
 // Multi-Cluster Services API's, which its DNS specification requires.
 const defaultClusterSetZone = "clusterset.local."
 
+// props are the properties of a stanza: how many arguments each takes
+// (max -1: any number), and whether it may be given more than once.
+var props = map[string]struct {
+	min, max int
+	repeat   bool
+}{
+	"cluster":                   {1, 1, false},
+	"kubeconfig":                {1, 2, false},
+	"link":                      {2, 3, true}, // once per name
+	"link_secrets":              {1, -1, false},
+	"export_selector":           {1, -1, false},
+	"ttl":                       {1, 1, false},
+	"startup_timeout":           {1, 1, false},
+	"stale_max_age":             {1, 1, false},
+	"fallthrough":               {0, -1, false},
+	"allow_insecure_kubeconfig": {1, -1, false},
+	"gateway_health":            {1, 2, false},
+	"allowed_cidrs":             {2, -1, true}, // once per cluster
+	"clusterset":                {0, -1, false},
+	"source":                    {1, 1, false},
+	"allowed_namespaces":        {2, -1, true}, // once per cluster
+	"denied_namespaces":         {2, -1, true},
+}
+
 func parse(c *caddy.Controller) (*config, error) {
 	var (
 		cfg *config
@@ -121,28 +145,25 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 	seen := map[string]bool{} // properties given, for the ones that may not repeat
 	for c.NextBlock() {
 		prop := c.Val()
+		p, ok := props[prop]
+		if !ok {
+			return nil, c.Errf("unknown property '%s'", prop)
+		}
+		args := c.RemainingArgs()
+		if len(args) < p.min || p.max >= 0 && len(args) > p.max {
+			return nil, c.ArgErr()
+		}
+		if seen[prop] && !p.repeat {
+			return nil, c.Errf("%s given twice", prop)
+		}
 		switch prop {
 		case "cluster":
-			args := c.RemainingArgs()
-			if len(args) != 1 {
-				return nil, c.ArgErr()
-			}
-			if cfg.cluster != "" {
-				return nil, c.Errf("cluster given twice")
-			}
 			if err := labels.ValidateClusterName(args[0]); err != nil {
 				return nil, c.Errf("%v", err)
 			}
 			cfg.cluster = args[0]
 
 		case "kubeconfig":
-			args := c.RemainingArgs()
-			if len(args) != 1 && len(args) != 2 {
-				return nil, c.ArgErr()
-			}
-			if cfg.kubeconfig != "" {
-				return nil, c.Errf("kubeconfig given twice")
-			}
 			cfg.kubeconfig = args[0]
 			if len(args) == 2 {
 				cfg.context = args[1]
@@ -150,10 +171,6 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			cfg.kubeconfigAt = where(c)
 
 		case "link":
-			args := c.RemainingArgs()
-			if len(args) != 2 && len(args) != 3 {
-				return nil, c.ArgErr()
-			}
 			if err := labels.ValidateClusterName(args[0]); err != nil {
 				return nil, c.Errf("link: %v", err)
 			}
@@ -168,13 +185,6 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			cfg.linksAt = append(cfg.linksAt, where(c))
 
 		case "link_secrets":
-			args := c.RemainingArgs()
-			if len(args) == 0 {
-				return nil, c.ArgErr()
-			}
-			if cfg.secrets {
-				return nil, c.Errf("link_secrets given twice")
-			}
 			if errs := validation.IsDNS1123Label(args[0]); len(errs) > 0 {
 				return nil, c.Errf("link_secrets: bad namespace %q: %s", args[0], strings.Join(errs, "; "))
 			}
@@ -188,13 +198,6 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			}
 
 		case "export_selector":
-			args := c.RemainingArgs()
-			if len(args) == 0 {
-				return nil, c.ArgErr()
-			}
-			if cfg.exportSel != nil {
-				return nil, c.Errf("export_selector given twice")
-			}
 			s := strings.Join(args, " ")
 			sel, err := k8slabels.Parse(s)
 			if err != nil {
@@ -206,13 +209,6 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			cfg.exportSel = sel
 
 		case "ttl":
-			args := c.RemainingArgs()
-			if len(args) != 1 {
-				return nil, c.ArgErr()
-			}
-			if seen["ttl"] {
-				return nil, c.Errf("ttl given twice")
-			}
 			t, err := strconv.Atoi(args[0])
 			if err != nil {
 				return nil, c.Errf("ttl: %q is not a number of seconds", args[0])
@@ -223,13 +219,6 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			cfg.ttl = uint32(t)
 
 		case "startup_timeout":
-			args := c.RemainingArgs()
-			if len(args) != 1 {
-				return nil, c.ArgErr()
-			}
-			if seen["startup_timeout"] {
-				return nil, c.Errf("startup_timeout given twice")
-			}
 			d, err := time.ParseDuration(args[0])
 			if err != nil {
 				return nil, c.Errf("startup_timeout: %v", err)
@@ -240,13 +229,6 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			cfg.startupTimeout = d
 
 		case "stale_max_age":
-			args := c.RemainingArgs()
-			if len(args) != 1 {
-				return nil, c.ArgErr()
-			}
-			if seen["stale_max_age"] {
-				return nil, c.Errf("stale_max_age given twice")
-			}
 			d, err := time.ParseDuration(args[0])
 			if err != nil {
 				return nil, c.Errf("stale_max_age: %v", err)
@@ -257,19 +239,9 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			cfg.staleMaxAge = d
 
 		case "fallthrough":
-			if seen["fallthrough"] {
-				return nil, c.Errf("fallthrough given twice")
-			}
-			cfg.fall.SetZonesFromArgs(c.RemainingArgs())
+			cfg.fall.SetZonesFromArgs(args)
 
 		case "allow_insecure_kubeconfig":
-			args := c.RemainingArgs()
-			if len(args) == 0 {
-				return nil, c.ArgErr()
-			}
-			if cfg.allowAt != "" {
-				return nil, c.Errf("allow_insecure_kubeconfig given twice")
-			}
 			for _, a := range args {
 				if err := cfg.allow.Set(a); err != nil {
 					return nil, c.Errf("allow_insecure_kubeconfig: %v", err)
@@ -278,28 +250,21 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			cfg.allowAt = where(c)
 
 		case "gateway_health":
-			if err := parseGatewayHealth(c, cfg); err != nil {
+			if err := parseGatewayHealth(c, cfg, args); err != nil {
 				return nil, err
 			}
 
 		case "allowed_cidrs":
-			if err := parseAllowedCIDRs(c, cfg); err != nil {
+			if err := parseAllowedCIDRs(c, cfg, args); err != nil {
 				return nil, err
 			}
 
 		case "clusterset":
-			if err := parseClusterSet(c, cfg); err != nil {
+			if err := parseClusterSet(c, cfg, args); err != nil {
 				return nil, err
 			}
 
 		case "source":
-			args := c.RemainingArgs()
-			if len(args) != 1 {
-				return nil, c.ArgErr()
-			}
-			if cfg.sourceAt != "" {
-				return nil, c.Errf("source given twice")
-			}
 			switch args[0] {
 			case "direct":
 			case "import":
@@ -310,12 +275,9 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			cfg.sourceAt = where(c)
 
 		case "allowed_namespaces", "denied_namespaces":
-			if err := parseLinkNamespaces(c, cfg); err != nil {
+			if err := parseLinkNamespaces(c, cfg, prop, args); err != nil {
 				return nil, err
 			}
-
-		default:
-			return nil, c.Errf("unknown property '%s'", prop)
 		}
 		seen[prop] = true
 	}
@@ -385,14 +347,7 @@ func healthResolver(cfg *config, server *dnsserver.Config) string {
 	return net.JoinHostPort(addr, server.Port)
 }
 
-func parseGatewayHealth(c *caddy.Controller, cfg *config) error {
-	args := c.RemainingArgs()
-	if len(args) != 1 && len(args) != 2 {
-		return c.ArgErr()
-	}
-	if cfg.healthURL != "" {
-		return c.Errf("gateway_health given twice")
-	}
+func parseGatewayHealth(c *caddy.Controller, cfg *config, args []string) error {
 	u, err := url.Parse(args[0])
 	if err != nil {
 		return c.Errf("gateway_health: bad URL %q: %v", args[0], err)
@@ -417,11 +372,7 @@ func parseGatewayHealth(c *caddy.Controller, cfg *config) error {
 // parseClusterSet parses clusterset [ZONE...]: zones of the stanza, not
 // reverse ones, that answer the names of the Multi-Cluster Services DNS
 // specification; clusterset.local without any.
-func parseClusterSet(c *caddy.Controller, cfg *config) error {
-	if cfg.clusterset != nil {
-		return c.Errf("clusterset given twice")
-	}
-	args := c.RemainingArgs()
+func parseClusterSet(c *caddy.Controller, cfg *config, args []string) error {
 	if len(args) == 0 {
 		args = []string{defaultClusterSetZone}
 	}
@@ -492,7 +443,7 @@ func (cfg *config) build() (*MCMirror, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: link %s: %w", cfg.linksAt[i], l.Name, err)
 		}
-		if err := m.AddNarrowedLink(l.Name, client, l.Namespaces); err != nil {
+		if err := m.watch.AddNarrowedLink(l.Name, client, l.Namespaces); err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.linksAt[i], err)
 		}
 		reserved = append(reserved, l.Name)
@@ -511,7 +462,7 @@ func (cfg *config) build() (*MCMirror, error) {
 		if err != nil {
 			return nil, err
 		}
-		m.AddLinkSecrets(w)
+		m.watch.WatchSecrets(w)
 	}
 	return m, nil
 }
@@ -549,12 +500,12 @@ func (m *MCMirror) LinkHandler() link.Handler {
 				log.Errorf("Link %s: %v", name, err)
 				return
 			}
-			if err := m.ReplaceNarrowedLink(name, client, ns); err != nil {
+			if err := m.watch.ReplaceNarrowedLink(name, client, ns); err != nil {
 				log.Errorf("Link %s: %v", name, err)
 				return
 			}
 			log.Infof("Linked cluster %s (%s), namespaces: %s", name, rc.Host, ns)
 		},
-		RemoveFunc: m.RemoveLink,
+		RemoveFunc: m.watch.RemoveLink,
 	}
 }

@@ -41,11 +41,7 @@ type allowedCIDRs struct {
 }
 
 // parseAllowedCIDRs parses `allowed_cidrs CLUSTER CIDR...` into cfg.
-func parseAllowedCIDRs(c *caddy.Controller, cfg *config) error {
-	args := c.RemainingArgs()
-	if len(args) < 2 {
-		return c.ArgErr()
-	}
+func parseAllowedCIDRs(c *caddy.Controller, cfg *config, args []string) error {
 	name := args[0]
 	if err := labels.ValidateClusterName(name); err != nil {
 		return c.Errf("allowed_cidrs: %v", err)

@@ -3,8 +3,6 @@ package mcmirror
 import (
 	"strings"
 	"testing"
-
-	"github.com/coredns/caddy"
 )
 
 func TestParseCIDRs(t *testing.T) {
@@ -49,8 +47,7 @@ func TestParseAllowedCIDRs(t *testing.T) {
 		{"mcmirror {\ncluster east\nlink west /w.kubeconfig\nallowed_cidrs West_1 10.1.0.0/16\n}", "allowed_cidrs: "},
 	}
 	for _, tc := range tests {
-		c := caddy.NewTestController("dns", tc.input)
-		c.ServerBlockKeys = []string{"cluster.local.:53"}
+		c := controller(tc.input)
 		cfg, err := parse(c)
 		if tc.shouldErr == "" {
 			if err != nil {

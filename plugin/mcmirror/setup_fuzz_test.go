@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/stretchr/testify/require"
 
 	"github.com/miekg/dns"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -68,9 +69,7 @@ func parseSeeds(f *testing.F) []string {
 		"mcmirror",
 	}
 	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		f.Fatal(err)
-	}
+	require.NoError(f, err)
 	for _, b := range corefileBlock.FindAllStringSubmatch(string(readme), -1) {
 		if s := stanza(b[1]); s != "" {
 			seeds = append(seeds, s)

@@ -23,12 +23,7 @@ type linkNamespaces struct {
 
 // parseLinkNamespaces parses one allowed_namespaces or denied_namespaces
 // line into cfg.
-func parseLinkNamespaces(c *caddy.Controller, cfg *config) error {
-	prop := c.Val()
-	args := c.RemainingArgs()
-	if len(args) < 2 {
-		return c.ArgErr()
-	}
+func parseLinkNamespaces(c *caddy.Controller, cfg *config, prop string, args []string) error {
 	name := args[0]
 	if err := labels.ValidateClusterName(name); err != nil {
 		return c.Errf("%s: %v", prop, err)

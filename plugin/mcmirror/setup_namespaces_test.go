@@ -6,20 +6,17 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/link"
 
-	"github.com/coredns/caddy"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // allowed_namespaces and denied_namespaces narrow a static link; every
 // mistake stops start-up with one error naming the line.
 func TestParseLinkNamespaces(t *testing.T) {
 	const head = "mcmirror {\ncluster east\nlink west /w.kubeconfig\nlink paris /p.kubeconfig\n"
-	c := caddy.NewTestController("dns", head+"denied_namespaces west tenant-b kube-system\nallowed_namespaces paris shop\n}")
-	c.ServerBlockKeys = []string{"cluster.local.:53"}
+	c := controller(head + "denied_namespaces west tenant-b kube-system\nallowed_namespaces paris shop\n}")
 	cfg, err := parse(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	assert.Equal(t, link.Namespaces{Deny: []string{"kube-system", "tenant-b"}}, cfg.links[0].Namespaces)
 	assert.Equal(t, link.Namespaces{Allow: []string{"shop"}}, cfg.links[1].Namespaces)
 
@@ -35,8 +32,7 @@ func TestParseLinkNamespaces(t *testing.T) {
 		{"allowed_namespaces tokyo a\n}", `Testfile:5 - Error during parsing: allowed_namespaces and denied_namespaces: no link named "tokyo" (those of a link Secret are its annotations mcmirror.dev/allowed-namespaces and mcmirror.dev/denied-namespaces)`},
 		{"allowed_namespaces West_1 a\n}", "allowed_namespaces: invalid cluster name"},
 	} {
-		c := caddy.NewTestController("dns", head+tc.input)
-		c.ServerBlockKeys = []string{"cluster.local.:53"}
+		c := controller(head + tc.input)
 		_, err := parse(c)
 		if err == nil || !strings.Contains(err.Error(), tc.shouldErr) {
 			t.Errorf("%q: error %v, want %q", tc.input, err, tc.shouldErr)

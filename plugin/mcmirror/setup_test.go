@@ -15,6 +15,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/stretchr/testify/require"
 
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/clientcmd"
@@ -208,8 +209,7 @@ func TestParse(t *testing.T) {
 	}
 
 	for i, tc := range tests {
-		c := caddy.NewTestController("dns", tc.input)
-		c.ServerBlockKeys = []string{"cluster.local.:53"}
+		c := controller(tc.input)
 		cfg, err := parse(c)
 		if tc.shouldErr != "" {
 			if err == nil {
@@ -232,25 +232,33 @@ func TestParse(t *testing.T) {
 // A server block for the root zone, with no zone on the mcmirror line,
 // would have mcmirror answer in ".".
 func TestParseRootServerBlock(t *testing.T) {
-	c := caddy.NewTestController("dns", "mcmirror {\ncluster east\n}")
-	c.ServerBlockKeys = []string{".:53"}
+	c := controller("mcmirror {\ncluster east\n}", ".:53")
 	if _, err := parse(c); err == nil || !strings.Contains(err.Error(), `Testfile:1 - Error during parsing: zone "." is not a cluster domain`) {
 		t.Fatalf("error %v, want one refusing the root zone", err)
 	}
-	c = caddy.NewTestController("dns", "mcmirror cluster.local {\ncluster east\n}")
-	c.ServerBlockKeys = []string{".:53"}
+	c = controller("mcmirror cluster.local {\ncluster east\n}", ".:53")
 	if _, err := parse(c); err != nil {
 		t.Fatalf("a named zone in a root server block: %v", err)
 	}
 }
 
 func TestParseErrorsNameTheLine(t *testing.T) {
-	c := caddy.NewTestController("dns", "mcmirror {\ncluster east\n\nttl 99999\n}")
-	c.ServerBlockKeys = []string{"cluster.local.:53"}
+	c := controller("mcmirror {\ncluster east\n\nttl 99999\n}")
 	_, err := parse(c)
 	if err == nil || !strings.Contains(err.Error(), "Testfile:4") {
 		t.Fatalf("error %v does not name line 4", err)
 	}
+}
+
+// controller returns a controller of corefile in a server block of keys,
+// cluster.local.:53 without any.
+func controller(corefile string, keys ...string) *caddy.Controller {
+	c := caddy.NewTestController("dns", corefile)
+	c.ServerBlockKeys = keys
+	if len(keys) == 0 {
+		c.ServerBlockKeys = []string{"cluster.local.:53"}
+	}
+	return c
 }
 
 // writeKubeconfig writes a kubeconfig with the contexts given, pointing at
@@ -267,18 +275,14 @@ func writeKubeconfig(t *testing.T, contexts ...string) string {
 		}
 	}
 	p := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, clientcmd.WriteToFile(*cfg, p))
 	return p
 }
 
 func TestSetup(t *testing.T) {
 	kc := writeKubeconfig(t, "east", "west")
 	garbage := filepath.Join(t.TempDir(), "garbage")
-	if err := os.WriteFile(garbage, []byte("::: not yaml ["), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(garbage, []byte("::: not yaml ["), 0o600))
 	missing := filepath.Join(t.TempDir(), "missing")
 
 	tests := []struct {
@@ -299,8 +303,7 @@ func TestSetup(t *testing.T) {
 		{"mcmirror {\ncluster east\nttl 99999\n}", "ttl must be in range"},
 	}
 	for i, tc := range tests {
-		c := caddy.NewTestController("dns", tc.input)
-		c.ServerBlockKeys = []string{"cluster.local.:53"}
+		c := controller(tc.input)
 		err := setup(c)
 		if tc.shouldErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.shouldErr) {
@@ -323,11 +326,8 @@ func TestSetup(t *testing.T) {
 
 func TestSetupGatewayHealth(t *testing.T) {
 	kc := writeKubeconfig(t, "east")
-	c := caddy.NewTestController("dns", "mcmirror {\ncluster east\nkubeconfig "+kc+"\ngateway_health http://127.0.0.1:1/peers 1s\n}")
-	c.ServerBlockKeys = []string{"cluster.local.:53"}
-	if err := setup(c); err != nil {
-		t.Fatal(err)
-	}
+	c := controller("mcmirror {\ncluster east\nkubeconfig " + kc + "\ngateway_health http://127.0.0.1:1/peers 1s\n}")
+	require.NoError(t, setup(c))
 	m, ok := dnsserver.GetConfig(c).Plugin[0](nil).(*MCMirror)
 	if !ok {
 		t.Fatal("no MCMirror")
@@ -343,19 +343,13 @@ func TestSetupGatewayHealth(t *testing.T) {
 func TestSetupStaleMaxAge(t *testing.T) {
 	kc := writeKubeconfig(t, "east", "west")
 	corefile := "mcmirror {\ncluster east\nkubeconfig " + kc + "\nlink west " + kc + " west\nstale_max_age 90s\n}"
-	c := caddy.NewTestController("dns", corefile)
-	c.ServerBlockKeys = []string{"cluster.local.:53"}
-	if err := setup(c); err != nil {
-		t.Fatal(err)
-	}
+	c := controller(corefile)
+	require.NoError(t, setup(c))
 	// The watches are given stale_max_age (package watch tests that it
 	// is each link's, and not the local cluster's).
-	c = caddy.NewTestController("dns", corefile)
-	c.ServerBlockKeys = []string{"cluster.local.:53"}
+	c = controller(corefile)
 	cfg, err := parse(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if got := cfg.options().watchOptions().StaleMaxAge; got != 90*time.Second {
 		t.Errorf("the watches' stale_max_age %s", got)
 	}
@@ -363,8 +357,7 @@ func TestSetupStaleMaxAge(t *testing.T) {
 
 func TestSetupInCluster(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	c := caddy.NewTestController("dns", "mcmirror {\ncluster east\n}")
-	c.ServerBlockKeys = []string{"cluster.local.:53"}
+	c := controller("mcmirror {\ncluster east\n}")
 	if err := setup(c); err == nil || !strings.Contains(err.Error(), "not running in a cluster") {
 		t.Fatalf("error %v, want one saying there is no in-cluster config", err)
 	}
@@ -376,9 +369,7 @@ var corefileBlock = regexp.MustCompile("(?s)(?:```|~~~) ?corefile\n(.*?)(?:```|~
 // README.md.
 func TestReadme(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	blocks := corefileBlock.FindAllStringSubmatch(string(readme), -1)
 	if len(blocks) < 3 {
 		t.Fatalf("found %d corefile examples, want at least 3", len(blocks))

@@ -11,6 +11,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
+	"github.com/stretchr/testify/require"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,22 +35,16 @@ import (
 func startPlugin(t *testing.T, local kubernetes.Interface, startup time.Duration, links ...any) *MCMirror {
 	t.Helper()
 	m, err := New(local, Options{Zones: []string{"cluster.local.", "in-addr.arpa."}, Cluster: "east", TTL: 5, StartupTimeout: startup})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for i := 0; i < len(links); i += 2 {
-		if err := m.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, m.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)))
 	}
 	t.Cleanup(func() { m.Stop() })
 	done := make(chan error, 1)
 	go func() { done <- m.Start() }()
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	case <-time.After(startup + watchtest.EventBound):
 		t.Fatalf("Start has not returned %s after startup_timeout %s", watchtest.EventBound, startup)
 	}
@@ -61,9 +56,8 @@ func startPlugin(t *testing.T, local kubernetes.Interface, startup time.Duration
 func askA(t *testing.T, m *MCMirror, name string) (int, []string) {
 	t.Helper()
 	rec := dnstest.NewRecorder(&test.ResponseWriter{})
-	if _, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: name, Qtype: dns.TypeA}.Msg()); err != nil {
-		t.Fatal(err)
-	}
+	_, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: name, Qtype: dns.TypeA}.Msg())
+	require.NoError(t, err)
 	var out []string
 	for _, rr := range rec.Msg.Answer {
 		if a, ok := rr.(*dns.A); ok {
@@ -88,9 +82,7 @@ func answersA(t *testing.T, m *MCMirror, name string, want ...string) func() boo
 func metricValue(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
 	families, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, f := range families {
 		if f.GetName() != "coredns_mcmirror_"+name {
 			continue

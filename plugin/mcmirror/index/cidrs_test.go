@@ -55,8 +55,7 @@ func TestIndexAllowedCIDRs(t *testing.T) {
 	src.AddSlice("west", "default", "flat", []object.Port{httpPort},
 		ep("", "10.1.0.30", true), ep("", "10.96.0.1", true), ep("", "::ffff:10.96.0.2", true),
 		ep("", "10.96.0.9", false)) // not ready: never answered, so not a drop
-	src.AddService("west", "default", "db", labels.Flat, nil, httpPort)
-	src.AddSlice("west", "default", "db", []object.Port{httpPort}, ep("db-0", "10.1.0.40", true), ep("db-1", "10.96.0.1", true))
+	src.AddFlat("west", "default", "db", ep("db-0", "10.1.0.40", true), ep("db-1", "10.96.0.1", true))
 	src.AddService("paris", "default", "flat", labels.Flat, []string{"10.100.0.3"}, httpPort)
 	src.AddSlice("paris", "default", "flat", []object.Port{httpPort}, ep("", "10.96.0.1", true))
 

@@ -39,10 +39,8 @@ func TestCollisionTakesTheSubtree(t *testing.T) {
 	for _, order := range [][]string{{"a", "a-b"}, {"a-b", "a"}} {
 		t.Run(strings.Join(order, ","), func(t *testing.T) {
 			src := indextest.NewSource("c", "b-c")
-			src.AddService("c", "default", "a-b", labels.Flat, nil, httpPort)
-			src.AddSlice("c", "default", "a-b", []object.Port{httpPort}, ep("loser-0", "10.1.0.1", true))
-			src.AddService("b-c", "default", "a", labels.Flat, nil, httpPort)
-			src.AddSlice("b-c", "default", "a", []object.Port{httpPort}, ep("winner-0", "10.2.0.1", true))
+			src.AddFlat("c", "default", "a-b", ep("loser-0", "10.1.0.1", true))
+			src.AddFlat("b-c", "default", "a", ep("winner-0", "10.2.0.1", true))
 			x := New(src, Options{Cluster: "east", Zones: []string{"cluster.local."}})
 			for _, svc := range order {
 				x.Sync(object.ServiceKey("default", svc))
@@ -97,8 +95,7 @@ func TestInvalidTargetsLeftOut(t *testing.T) {
 // target resolves there; addresses are compared by value.
 func TestDashedIPv6AndDedupe(t *testing.T) {
 	src := indextest.NewSource("west")
-	src.AddService("east", "default", "db", labels.Flat, nil, httpPort)
-	src.AddSlice("east", "default", "db", []object.Port{httpPort}, ep("", "fd00:1:2:3:4::", true))
+	src.AddFlat("east", "default", "db", ep("", "fd00:1:2:3:4::", true))
 	src.AddService("west", "default", "db", labels.Flat, nil, httpPort)
 	src.AddSlice("west", "default", "db", []object.Port{httpPort},
 		object.Endpoint{Addresses: []string{"fd00::1", "fd00:0::1"}, Ready: true},
@@ -116,10 +113,8 @@ func TestDashedIPv6AndDedupe(t *testing.T) {
 // a hostname with a dot would add a label and could shadow another name.
 func TestRemoteNamesAreLabels(t *testing.T) {
 	src := indextest.NewSource("west")
-	src.AddService("west", "b.c", "a", labels.Flat, nil, httpPort)
-	src.AddSlice("west", "b.c", "a", []object.Port{httpPort}, ep("x", "10.1.0.1", true))
-	src.AddService("west", "default", "web", labels.Flat, nil, httpPort)
-	src.AddSlice("west", "default", "web", []object.Port{httpPort}, ep("y.a-west", "10.1.0.2", true), ep("ok", "10.1.0.3", true))
+	src.AddFlat("west", "b.c", "a", ep("x", "10.1.0.1", true))
+	src.AddFlat("west", "default", "web", ep("y.a-west", "10.1.0.2", true), ep("ok", "10.1.0.3", true))
 	x := testIndex(src)
 	for name := range x.names {
 		if strings.Contains(name, "b.c.svc") || strings.HasPrefix(name, "y.") {

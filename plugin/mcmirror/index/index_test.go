@@ -283,8 +283,7 @@ func TestIndexInvalidNames(t *testing.T) {
 	long := strings.Repeat("a", 60) // a-...-west is 65 characters: no mirror name
 	src.AddService("west", "default", long, labels.Flat, []string{"10.100.0.1"}, httpPort)
 	src.AddSlice("west", "default", long, []object.Port{httpPort}, ep("", "10.1.0.1", true))
-	src.AddService("west", "default", "ok", labels.Flat, nil, httpPort)
-	src.AddSlice("west", "default", "ok", []object.Port{httpPort}, ep(strings.Repeat("h", 64), "10.1.0.2", true), ep("", "not-an-ip", true))
+	src.AddFlat("west", "default", "ok", ep(strings.Repeat("h", 64), "10.1.0.2", true), ep("", "not-an-ip", true))
 	x := testIndex(src)
 	if n := x.Len(); n == 0 {
 		t.Fatal("empty index")

@@ -5,9 +5,8 @@ import (
 
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/mcmirror/mcmirror/internal/metric"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // log is the plugin's: its lines say plugin/mcmirror, whichever package
@@ -16,45 +15,23 @@ var log = clog.NewWithPlugin("mcmirror")
 
 // Every label here has a handful of values: a cluster name, a record type.
 var (
-	// indexNames is the number of names in the index.
-	indexNames = promauto.NewGauge(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "index_names",
-		Help:      "Number of names in the index.",
-	})
+	metrics = metric.Set{Namespace: plugin.Namespace, Subsystem: "mcmirror"}
 
-	// indexRecords is the number of records in the index, by type.
-	indexRecords = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "index_records",
-		Help:      "Number of records in the index, by type.",
-	}, []string{"type"})
+	indexNames = metrics.Gauge1("index_names", "Number of names in the index.")
 
-	// droppedAddresses counts the flat-mode endpoint addresses of a linked
-	// cluster left out of the answers, special (endpointpolicy.Special) or
-	// outside its allowed_cidrs, when an EndpointSlice first shows them.
-	droppedAddresses = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "dropped_addresses_total",
-		Help:      "Number of endpoint addresses of a linked cluster not answered for being loopback, link-local, multicast or unspecified, or outside its allowed_cidrs, counted when an EndpointSlice first shows them.",
-	}, []string{"cluster"})
+	indexRecords = metrics.Gauge("index_records", "Number of records in the index, by type.", "type")
 
-	invalidNames = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "invalid_names_total",
-		Help:      "Number of names left out of the index for not being valid DNS names (a label over 63 octets, a name over 255, a namespace, Service or host name that is not one RFC 1123 label), by cluster, counted once per name.",
-	}, []string{"cluster"})
+	droppedAddresses = metrics.Counter("dropped_addresses_total",
+		"Number of endpoint addresses of a linked cluster not answered for being loopback, link-local, multicast or unspecified, or outside its allowed_cidrs, counted when an EndpointSlice first shows them.",
+		"cluster")
 
-	externalNames = promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace,
-		Subsystem: "mcmirror",
-		Name:      "externalname_exports_total",
-		Help:      "Number of exported ExternalName Services left out (they have no addresses to mirror), by cluster, counted once per Service.",
-	}, []string{"cluster"})
+	invalidNames = metrics.Counter("invalid_names_total",
+		"Number of names left out of the index for not being valid DNS names (a label over 63 octets, a name over 255, a namespace, Service or host name that is not one RFC 1123 label), by cluster, counted once per name.",
+		"cluster")
+
+	externalNames = metrics.Counter("externalname_exports_total",
+		"Number of exported ExternalName Services left out (they have no addresses to mirror), by cluster, counted once per Service.",
+		"cluster")
 )
 
 // once logs and counts each bad name or ExternalName export once, however

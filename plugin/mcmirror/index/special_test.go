@@ -25,14 +25,12 @@ func TestIndexSpecialAddresses(t *testing.T) {
 	}
 	src.AddService("west", "default", "flat", labels.Flat, []string{"10.100.0.3"}, httpPort)
 	src.AddSlice("west", "default", "flat", []object.Port{httpPort}, eps...)
-	src.AddService("west", "default", "db", labels.Flat, nil, httpPort)
-	src.AddSlice("west", "default", "db", []object.Port{httpPort}, ep("db-0", "10.1.0.40", true), ep("db-1", "169.254.169.254", true))
+	src.AddFlat("west", "default", "db", ep("db-0", "10.1.0.40", true), ep("db-1", "169.254.169.254", true))
 	// paris has an allow-list that takes everything: still none.
 	src.AddService("paris", "default", "flat", labels.Flat, []string{"10.100.0.3"}, httpPort)
 	src.AddSlice("paris", "default", "flat", []object.Port{httpPort}, ep("", "10.2.0.1", true), ep("", "169.254.169.254", true))
 	// The local cluster's own addresses are answered as they are.
-	src.AddService("east", "default", "db", labels.Flat, nil, httpPort)
-	src.AddSlice("east", "default", "db", []object.Port{httpPort}, ep("db-2", "169.254.0.7", true))
+	src.AddFlat("east", "default", "db", ep("db-2", "169.254.0.7", true))
 
 	x := New(src, Options{
 		Cluster:      "east",

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
+	"github.com/stretchr/testify/require"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -20,9 +22,7 @@ func TestToMirror(t *testing.T) {
 			labels.MirroredService: "true", labels.ClusterName: "west", labels.HeadlessMirrorSvcName: "nginx-svc-west"}},
 		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := &Mirror{Meta: Meta{Name: "nginx-set-0-west", Namespace: "default"}, IsMirror: true, Cluster: "west",
 		HeadlessOf: "nginx-svc-west", ClusterIPs: []string{"10.96.0.10"}, Ports: []Port{{"http", "tcp", 80}}}
 	if !reflect.DeepEqual(out, want) {
@@ -42,18 +42,14 @@ func TestToMirrorExport(t *testing.T) {
 		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
 	}
 	full, err := ToMirror(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantExport := &Service{Meta: Meta{Name: "web", Namespace: "default", Version: "7"}, Exported: true, Mode: labels.Flat,
 		Headless: true, Ports: []Port{{"http", "tcp", 80}}}
 	if got := full.(*Mirror).Export; !reflect.DeepEqual(got, wantExport) {
 		t.Errorf("ToMirror: Export = %+v, want %+v", got, wantExport)
 	}
 	bare, err := ToMirrorWithoutExport(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := *full.(*Mirror)
 	want.Export = nil
 	if !reflect.DeepEqual(bare, &want) {
@@ -78,9 +74,7 @@ func TestToSlice(t *testing.T) {
 		},
 	}
 	out, err := ToSlice(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := &Slice{
 		Meta: Meta{Name: "web-abc", Namespace: "default"}, Service: "web",
 		Ports:       []Port{{"http", "tcp", 8080}},
@@ -105,23 +99,7 @@ func TestToSlice(t *testing.T) {
 	}
 }
 
-// fedService is the local federated Service default/name as Linkerd's
-// service mirror makes it: a mirror without a cluster name; an annotation
-// is left out when its value is "-".
-func fedService(name, remote, local string) *corev1.Service {
-	ann := map[string]string{}
-	if remote != "-" {
-		ann[labels.RemoteDiscoveryAnnotation] = remote
-	}
-	if local != "-" {
-		ann[labels.LocalDiscoveryAnnotation] = local
-	}
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: ann,
-			Labels: map[string]string{labels.MirroredService: labels.MirroredServiceValue}},
-		Spec: corev1.ServiceSpec{ClusterIP: "10.96.9.9", Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
-	}
-}
+var fedService = watchtest.FedService
 
 // The members are read from the annotations; an entry that is not
 // <svc>@<cluster> of two DNS labels is left out, and so is a second entry

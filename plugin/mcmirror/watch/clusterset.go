@@ -6,14 +6,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// The derived Services: for every Service exported by at least one cluster,
-// the controller keeps in this cluster a Service derived-<hash> labelled
-// with the ServiceImport it stands for (labels.ServiceImport) and its own
-// managed-by label. It is a ClusterIP Service for a ClusterSetIP import (its
-// ClusterIPs are the ClusterSetIPs) and a headless one for a Headless
-// import. The clusterset zones answer from it, and from the exported
-// Services the index already holds: the plugin reads no ServiceImport, and
-// needs no permission beyond listing and watching Services.
+// The derived Services (object/derived.go), watched in the local cluster
+// with clusterset.
 
 // derivedImportIndex indexes the derived Services by namespace/import.
 const derivedImportIndex = "import"

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/stretchr/testify/require"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -54,9 +55,8 @@ func TestClusterSetWatch(t *testing.T) {
 	})
 
 	// web is imported: Headless, west's pod.
-	if _, err := local.CoreV1().Services("default").Create(ctx, derivedService("web", corev1.ClusterIPNone, true), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := local.CoreV1().Services("default").Create(ctx, derivedService("web", corev1.ClusterIPNone, true), metav1.CreateOptions{})
+	require.NoError(t, err)
 	eventually(t, "the Headless import", answersA(t, m, "web"+cs, "10.1.0.1"))
 	eventually(t, "its pod", answersA(t, m, "10-1-0-1.west.web"+cs, "10.1.0.1"))
 	if !answersA(t, m, "web-west"+z, "10.1.0.1")() {
@@ -64,13 +64,10 @@ func TestClusterSetWatch(t *testing.T) {
 	}
 
 	// api's derived Service gets a new ClusterIP, then goes.
-	if _, err := local.CoreV1().Services("default").Update(ctx, derivedService("api", "10.97.0.3", true), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = local.CoreV1().Services("default").Update(ctx, derivedService("api", "10.97.0.3", true), metav1.UpdateOptions{})
+	require.NoError(t, err)
 	eventually(t, "the new ClusterSetIP", answersA(t, m, "api"+cs, "10.97.0.3"))
-	if err := local.CoreV1().Services("default").Delete(ctx, "derived-api", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, local.CoreV1().Services("default").Delete(ctx, "derived-api", metav1.DeleteOptions{}))
 	eventually(t, "api gone", func() bool { rc, _ := askA(t, m, "api"+cs); return rc == dns.RcodeNameError })
 }
 

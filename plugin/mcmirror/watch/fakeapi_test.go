@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/stretchr/testify/require"
 )
 
 // fakeAPI is a Kubernetes API server over a real socket, serving lists and
@@ -46,15 +47,17 @@ type fakeEvent struct {
 	old, obj metav1.Object // old nil: added
 }
 
-func newFakeAPI(t *testing.T) *fakeAPI {
+// newFakeAPI returns a server holding objs, up until the test ends.
+func newFakeAPI(t *testing.T, objs ...metav1.Object) *fakeAPI {
 	f := &fakeAPI{t: t, objs: map[string]metav1.Object{}, changed: make(chan struct{})}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f.addr = l.Addr().String()
 	f.serve(l)
 	t.Cleanup(f.down)
+	for _, o := range objs {
+		f.put(o)
+	}
 	return f
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/stretchr/testify/require"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -25,24 +26,6 @@ var fedMember = map[string]string{labels.Federated: labels.FederatedMember}
 // answered. Losing the label drops it and its slices; the local pod
 // unready, nothing is left and the name goes down the chain; labelled
 // again, its slices are sent again and it is answered again.
-// fedService is the local federated Service ns default/name as Linkerd's
-// service mirror makes it: a mirror without a cluster name, with a
-// ClusterIP and no endpoints; an annotation is left out when its value is
-// "-".
-func fedService(name, remote, local string) *corev1.Service {
-	ann := map[string]string{}
-	if remote != "-" {
-		ann[labels.RemoteDiscoveryAnnotation] = remote
-	}
-	if local != "-" {
-		ann[labels.LocalDiscoveryAnnotation] = local
-	}
-	s := service(name, map[string]string{labels.MirroredService: labels.MirroredServiceValue}, "10.96.9.9",
-		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
-	s.Annotations = ann
-	return s
-}
-
 func TestFederatedMembersWatch(t *testing.T) {
 	ctx := context.Background()
 	port := corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}
@@ -110,9 +93,8 @@ func TestFederatedMembersWatch(t *testing.T) {
 	// East's pod unready: no ready member, the next plugin answers.
 	localSlice = localSlice.DeepCopy()
 	localSlice.Endpoints = []discovery.Endpoint{podEndpoint("", "10.0.0.5", false)}
-	if _, err := local.DiscoveryV1().EndpointSlices("default").Update(ctx, localSlice, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := local.DiscoveryV1().EndpointSlices("default").Update(ctx, localSlice, metav1.UpdateOptions{})
+	require.NoError(t, err)
 	waitFor(t, eventBound, "web-federated passed on", answersA(t, m, fed, passedOn))
 
 	// West's web a member again: its slices are sent again, it is answered.
@@ -120,9 +102,7 @@ func TestFederatedMembersWatch(t *testing.T) {
 	waitFor(t, eventBound, "west's web back", answersA(t, m, fed, "10.1.0.1", "10.1.0.2"))
 
 	// The federated Service goes.
-	if err := local.CoreV1().Services("default").Delete(ctx, "web-federated", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, local.CoreV1().Services("default").Delete(ctx, "web-federated", metav1.DeleteOptions{}))
 	waitFor(t, eventBound, "web-federated gone", answersA(t, m, fed, passedOn))
 	waitFor(t, 5*time.Second, "the groups built", idle(m))
 	if _, got := askA(t, m, "west.web-federated"+z); !slices.Equal(got, []string{passedOn}) {

@@ -11,6 +11,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/stretchr/testify/require"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -39,9 +40,8 @@ func TestStaleMaxAgeOption(t *testing.T) {
 // a change made while it was away is answered soon after it comes back,
 // without a restart.
 func TestStaleServingAndRecovery(t *testing.T) {
-	api := newFakeAPI(t)
-	api.put(service("web", flatExport, corev1.ClusterIPNone))
-	api.put(flatSlice("web-1", "web", "10.1.0.1"))
+	api := newFakeAPI(t, service("web", flatExport, corev1.ClusterIPNone),
+		flatSlice("web-1", "web", "10.1.0.1"))
 	m := startWith(t, remotetest.NewClientset(), eventBound, 0, "stale", api.client())
 	name := "web-stale" + z
 	waitFor(t, eventBound, "the first answer", answersA(t, m, name, "10.1.0.1"))
@@ -85,9 +85,8 @@ func TestStaleServingAndRecovery(t *testing.T) {
 // With stale_max_age, the names of a link down for longer go, and come
 // back when it answers again.
 func TestStaleMaxAge(t *testing.T) {
-	api := newFakeAPI(t)
-	api.put(service("web", flatExport, corev1.ClusterIPNone))
-	api.put(flatSlice("web-1", "web", "10.1.0.1"))
+	api := newFakeAPI(t, service("web", flatExport, corev1.ClusterIPNone),
+		flatSlice("web-1", "web", "10.1.0.1"))
 	const maxAge = 2 * time.Second
 	m := startWith(t, remotetest.NewClientset(), eventBound, maxAge, "aged", api.client())
 	name := "web-aged" + z
@@ -158,13 +157,10 @@ func TestRefusedLink(t *testing.T) {
 			}
 
 			// After a first good sync.
-			later := newFakeAPI(t)
-			later.put(service("web", flatExport, corev1.ClusterIPNone))
-			later.put(flatSlice("web-1", "web", "10.1.0.7"))
+			later := newFakeAPI(t, service("web", flatExport, corev1.ClusterIPNone),
+				flatSlice("web-1", "web", "10.1.0.7"))
 			cl2 := "expired-" + tc.reason
-			if err := m.watch.AddLink(cl2, later.client()); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, m.watch.AddLink(cl2, later.client()))
 			waitFor(t, eventBound, "the late link", answersA(t, m, "web-"+cl2+z, "10.1.0.7"))
 			before = testutil.ToFloat64(linkErrors.WithLabelValues(cl2, tc.reason))
 			later.refuse(tc.code) // ends the watches: the token expired, the role went
@@ -191,9 +187,7 @@ func TestRefusedLink(t *testing.T) {
 // link to fail: an order of events, which a slow machine keeps.
 func TestHangingLink(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var mu sync.Mutex
 	var conns []net.Conn
 	go func() {
@@ -216,9 +210,7 @@ func TestHangingLink(t *testing.T) {
 		}
 	})
 	hang, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + l.Addr().String(), TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	good := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
 	before := testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable))
 	m := startWith(t, remotetest.NewClientset(), 500*time.Millisecond, 0, "good", good, "hang", hang)

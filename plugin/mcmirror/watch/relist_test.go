@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
@@ -41,8 +42,8 @@ type relistProxy struct {
 	plain     int // lists (not watches) served
 }
 
-func newRelistProxy(t *testing.T) *relistProxy {
-	p := &relistProxy{api: newFakeAPI(t), expiredTo: -1}
+func newRelistProxy(t *testing.T, objs ...metav1.Object) *relistProxy {
+	p := &relistProxy{api: newFakeAPI(t, objs...), expiredTo: -1}
 	p.srv = httptest.NewServer(p)
 	t.Cleanup(func() {
 		p.let()
@@ -54,9 +55,7 @@ func newRelistProxy(t *testing.T) *relistProxy {
 
 func (p *relistProxy) client(t *testing.T) kubernetes.Interface {
 	c, err := kubernetes.NewForConfig(&rest.Config{Host: p.srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return c
 }
 
@@ -210,13 +209,11 @@ func idle(m *stack) func() bool {
 // relist keeps the objects that did not change (the very same ones) and
 // rebuilds only the groups that did.
 func TestRelistsOneAtATime(t *testing.T) {
-	west, paris := newRelistProxy(t), newRelistProxy(t)
-	west.api.put(service("api", flatExport, corev1.ClusterIPNone))
-	west.api.put(flatSlice("api-1", "api", "10.1.0.1"))
-	paris.api.put(service("web", flatExport, corev1.ClusterIPNone))
-	paris.api.put(flatSlice("web-1", "web", "10.2.0.1"))
-	paris.api.put(service("db", flatExport, corev1.ClusterIPNone))
-	paris.api.put(flatSlice("db-1", "db", "10.2.0.5"))
+	west := newRelistProxy(t, service("api", flatExport, corev1.ClusterIPNone),
+		flatSlice("api-1", "api", "10.1.0.1"))
+	paris := newRelistProxy(t, service("web", flatExport, corev1.ClusterIPNone),
+		flatSlice("web-1", "web", "10.2.0.1"),
+		service("db", flatExport, corev1.ClusterIPNone), flatSlice("db-1", "db", "10.2.0.5"))
 	m, builds := startCounting(t, "west", west.client(t), "paris", paris.client(t))
 	waitFor(t, 5*time.Second, "the first answers", func() bool {
 		return answersA(t, m, "api-west"+z, "10.1.0.1")() && answersA(t, m, "web-paris"+z, "10.2.0.1")() &&
@@ -301,9 +298,8 @@ func TestRelistsOneAtATime(t *testing.T) {
 // the cold start lists every link at once.
 func TestFirstListsNotGated(t *testing.T) {
 	west := remotetest.NewClientset(service("api", flatExport, corev1.ClusterIPNone), flatSlice("api-1", "api", "10.1.0.1"))
-	api := newRelistProxy(t)
-	api.api.put(service("web", flatExport, corev1.ClusterIPNone))
-	api.api.put(flatSlice("web-1", "web", "10.2.0.1"))
+	api := newRelistProxy(t, service("web", flatExport, corev1.ClusterIPNone),
+		flatSlice("web-1", "web", "10.2.0.1"))
 	m := newStack(t, remotetest.NewClientset(), Options{StartupTimeout: 5 * time.Second})
 	sl := m.watch.relists.acquire(context.Background(), "test")
 	defer sl.release()
@@ -381,11 +377,10 @@ func TestRelistGate(t *testing.T) {
 // A relist whose list fails gives its turn back, and its retry waits for
 // a turn again: it never runs beside the relist that holds the turn.
 func TestRelistRetryWaitsItsTurn(t *testing.T) {
-	west, paris := newRelistProxy(t), newRelistProxy(t)
-	west.api.put(service("api", flatExport, corev1.ClusterIPNone))
-	west.api.put(flatSlice("api-1", "api", "10.1.0.1"))
-	paris.api.put(service("web", flatExport, corev1.ClusterIPNone))
-	paris.api.put(flatSlice("web-1", "web", "10.2.0.1"))
+	west := newRelistProxy(t, service("api", flatExport, corev1.ClusterIPNone),
+		flatSlice("api-1", "api", "10.1.0.1"))
+	paris := newRelistProxy(t, service("web", flatExport, corev1.ClusterIPNone),
+		flatSlice("web-1", "web", "10.2.0.1"))
 	m, _ := startCounting(t, "west", west.client(t), "paris", paris.client(t))
 	waitFor(t, 5*time.Second, "the first answers", func() bool {
 		return answersA(t, m, "api-west"+z, "10.1.0.1")() && answersA(t, m, "web-paris"+z, "10.2.0.1")()

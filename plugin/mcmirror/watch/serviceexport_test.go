@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/stretchr/testify/require"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -85,9 +86,8 @@ func TestServiceExportStamp(t *testing.T) {
 	update := func(name string, lbls map[string]string) {
 		t.Helper()
 		svc := service(name, lbls, corev1.ClusterIPNone)
-		if _, err := west.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		_, err := west.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{})
+		require.NoError(t, err)
 	}
 
 	// both loses Linkerd's label: the stamp still exports it, slices and all.
@@ -141,9 +141,8 @@ func TestServiceExportStamp(t *testing.T) {
 	// A mirror carrying the stamp is never exported again.
 	mirror := mirrorService("db-paris", "paris", "", "10.96.0.9")
 	mirror.Labels[labels.ServiceExportMode] = labels.ModeGateway
-	if _, err := west.CoreV1().Services("default").Create(ctx, mirror, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := west.CoreV1().Services("default").Create(ctx, mirror, metav1.CreateOptions{})
+	require.NoError(t, err)
 	update("lk", stamp(labels.ModeFlat, flatExport)) // an event after the mirror's, to wait for
 	waitFor(t, 5*time.Second, "lk in the ServiceExport store", func() bool {
 		_, ok, _ := cl.mcsServices.idx.GetByKey("default/lk")
@@ -158,13 +157,11 @@ func TestServiceExportStamp(t *testing.T) {
 // own store only: a Service the other watch still exports keeps its name
 // and its slices, and what the other store holds is left as it was.
 func TestServiceExportRelist(t *testing.T) {
-	west := newRelistProxy(t)
-	west.api.put(service("lk", flatExport, corev1.ClusterIPNone))
-	west.api.put(flatSlice("lk-1", "lk", "10.1.0.1"))
-	west.api.put(service("mcs", stamp(labels.ModeFlat), corev1.ClusterIPNone))
-	west.api.put(flatSlice("mcs-1", "mcs", "10.1.0.2"))
-	west.api.put(service("both", stamp(labels.ModeFlat, flatExport), corev1.ClusterIPNone))
-	west.api.put(flatSlice("both-1", "both", "10.1.0.3"))
+	west := newRelistProxy(t,
+		service("lk", flatExport, corev1.ClusterIPNone), flatSlice("lk-1", "lk", "10.1.0.1"),
+		service("mcs", stamp(labels.ModeFlat), corev1.ClusterIPNone), flatSlice("mcs-1", "mcs", "10.1.0.2"),
+		service("both", stamp(labels.ModeFlat, flatExport), corev1.ClusterIPNone),
+		flatSlice("both-1", "both", "10.1.0.3"))
 	m, _ := startCounting(t, "west", west.client(t))
 	waitFor(t, 5*time.Second, "the first answers", func() bool {
 		return answersA(t, m, "lk-west"+z, "10.1.0.1")() && answersA(t, m, "mcs-west"+z, "10.1.0.2")() &&

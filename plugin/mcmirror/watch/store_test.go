@@ -14,6 +14,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/remote"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+	"github.com/stretchr/testify/require"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -91,18 +92,16 @@ func TestOnlyExportedSlicesSent(t *testing.T) {
 	}
 
 	a := service("a", flatExport, corev1.ClusterIPNone)
-	if _, err := west.CoreV1().Services("default").Update(ctx, a, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := west.CoreV1().Services("default").Update(ctx, a, metav1.UpdateOptions{})
+	require.NoError(t, err)
 	waitFor(t, 5*time.Second, "every endpoint of the newly exported Service", answersA(t, m, "a-held"+z, "10.2.0.1", "10.2.0.2", "10.2.0.3"))
 	if v := testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")); v != 3 {
 		t.Errorf("link_objects{endpointslice} = %v, want 3", v)
 	}
 
 	a = service("a", nil, corev1.ClusterIPNone)
-	if _, err := west.CoreV1().Services("default").Update(ctx, a, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = west.CoreV1().Services("default").Update(ctx, a, metav1.UpdateOptions{})
+	require.NoError(t, err)
 	waitFor(t, 5*time.Second, "the unexported Service's slices dropped", func() bool {
 		return slices.Equal(sliceKeys(cl), []string{"default/web-1"}) &&
 			testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")) == 1
@@ -121,13 +120,9 @@ func TestLinkMetricsGenerations(t *testing.T) {
 	// A kubeconfig that cannot connect: the old watches keep serving,
 	// and the metrics keep saying so.
 	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	errs := testutil.ToFloat64(linkErrors.WithLabelValues("gen", link.FailureUnreachable))
-	if err := m.watch.ReplaceLink("gen", dead); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.watch.ReplaceLink("gen", dead))
 	waitFor(t, 5*time.Second, "the replacement tried", func() bool {
 		return testutil.ToFloat64(linkErrors.WithLabelValues("gen", link.FailureUnreachable)) > errs
 	})
@@ -198,9 +193,7 @@ func TestReplaceKeepsUnchanged(t *testing.T) {
 	s := newObjectStore(object.ToSlice, nil, cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
 		return []string{obj.(*object.Slice).Namespace + "/" + obj.(*object.Slice).Service}, nil
 	}}, rec.handler())
-	if err := s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "2"), rawSlice("b-1", "b", "3")}, "3"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "2"), rawSlice("b-1", "b", "3")}, "3"))
 	held := map[string]any{}
 	for _, k := range keys(s) {
 		held[k], _, _ = s.idx.GetByKey(k)
@@ -216,9 +209,7 @@ func TestReplaceKeepsUnchanged(t *testing.T) {
 	}
 
 	// Nothing changed: nothing told, the same objects held.
-	if err := s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "2"), rawSlice("b-1", "b", "3")}, "3"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "2"), rawSlice("b-1", "b", "3")}, "3"))
 	if len(rec.events) != 0 {
 		t.Errorf("a relist that changed nothing told %v", rec.events)
 	}
@@ -229,9 +220,7 @@ func TestReplaceKeepsUnchanged(t *testing.T) {
 	}
 
 	// a-2 changed, b-1 gone, c-1 new.
-	if err := s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "5"), rawSlice("c-1", "c", "6")}, "6"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "5"), rawSlice("c-1", "c", "6")}, "6"))
 	want := []string{"update a-2@5", "add c-1@6", "del b-1@3"}
 	if !slices.Equal(rec.events, want) {
 		t.Errorf("events %v, want %v", rec.events, want)
@@ -264,9 +253,7 @@ func TestServiceTransform(t *testing.T) {
 		},
 	}
 	out, err := tr(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := &object.Service{
 		Meta: object.Meta{Name: "web", Namespace: "default", Version: "7"}, Exported: true, Mode: labels.Flat,
 		ClusterIPs: []string{"10.0.0.1", "fd00::1"},

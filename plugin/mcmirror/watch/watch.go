@@ -67,18 +67,11 @@ type Watcher struct {
 	// members of federated Services. A selector cannot OR two keys: each
 	// is a watch of Services, and one of their slices.
 	ways [3]remote.Way
-	// startupTimeout is how long a link that cannot sync holds up
-	// readiness.
+	// The Options'; clusterset is set before the local cluster is added.
 	startupTimeout time.Duration
-	// clusterset has the local cluster's derived Services watched, for
-	// the clusterset zones; set before the local cluster is added.
-	clusterset bool
-	// imports is import mode: the linked clusters are read from the
-	// local mirrors (imported.go), none is watched.
-	imports bool
-	// staleMaxAge is stale_max_age: how long the last known state of a
-	// linked cluster whose watches fail is answered; 0 is forever.
-	staleMaxAge time.Duration
+	clusterset     bool
+	imports        bool
+	staleMaxAge    time.Duration
 	// backoff is how the watches of a cluster retry while it fails: it
 	// bounds how long a cluster that comes back waits to be watched again.
 	backoff wait.Backoff

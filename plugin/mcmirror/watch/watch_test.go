@@ -13,6 +13,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
+	"github.com/stretchr/testify/require"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,7 @@ var (
 	endpointSlice = watchtest.EndpointSlice
 	podEndpoint   = watchtest.PodEndpoint
 	flatSlice     = watchtest.FlatSlice
+	fedService    = watchtest.FedService
 	exportedGW    = watchtest.ExportedGateway
 	flatExport    = watchtest.ExportedFlat
 	waitFor       = watchtest.WaitFor
@@ -67,9 +69,7 @@ func newStack(t *testing.T, local kubernetes.Interface, o Options) *stack {
 	t.Helper()
 	o.Cluster = "east"
 	w, err := New(local, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ixOpts := index.Options{Cluster: "east", Zones: []string{"cluster.local."}, PTR: true}
 	if o.ClusterSet {
 		ixOpts.ClusterSet = []string{clusterSetZone}
@@ -112,9 +112,7 @@ func startWith(t *testing.T, local kubernetes.Interface, startup, maxAge time.Du
 func (m *stack) link(t *testing.T, links ...any) {
 	t.Helper()
 	for i := 0; i < len(links); i += 2 {
-		if err := m.watch.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, m.watch.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)))
 	}
 }
 
@@ -183,6 +181,11 @@ func wantAddrs(t *testing.T, m *stack, name string, want ...string) {
 	}
 }
 
+// hasAddrs reports whether name is in the index with the addresses want.
+func hasAddrs(m *stack, name string, want ...string) func() bool {
+	return func() bool { got, _ := addrs(m, name); return slices.Equal(got, want) }
+}
+
 // wantAbsent fails t when name is in the index.
 func wantAbsent(t *testing.T, m *stack, name string) {
 	t.Helper()
@@ -236,18 +239,12 @@ func TestControllerWatches(t *testing.T) {
 	// Scale up: a new ready pod, whose mirror exists.
 	west.DiscoveryV1().EndpointSlices("default").Update(ctx, endpointSlice("nginx-svc-1", "nginx-svc",
 		podEndpoint("nginx-set-0", "10.1.0.10", true), podEndpoint("nginx-set-1", "10.1.0.11", true)), metav1.UpdateOptions{})
-	eventually(t, "the new pod", func() bool {
-		a, _ := addrs(m, "nginx-svc-west"+z)
-		return slices.Equal(a, []string{"10.96.0.10", "10.96.0.11"})
-	})
+	eventually(t, "the new pod", hasAddrs(m, "nginx-svc-west"+z, "10.96.0.10", "10.96.0.11"))
 
 	// A mirror's ClusterIP appears for a pod that had none.
 	west.DiscoveryV1().EndpointSlices("default").Create(ctx, endpointSlice("nginx-svc-2", "nginx-svc", podEndpoint("nginx-set-2", "10.1.0.12", true)), metav1.CreateOptions{})
 	local.CoreV1().Services("default").Create(ctx, mirrorService("nginx-set-2-west", "west", "nginx-svc-west", "10.96.0.12"), metav1.CreateOptions{})
-	eventually(t, "the pod whose mirror came", func() bool {
-		a, _ := addrs(m, "nginx-set-2.nginx-svc-west"+z)
-		return slices.Equal(a, []string{"10.96.0.12"})
-	})
+	eventually(t, "the pod whose mirror came", hasAddrs(m, "nginx-set-2.nginx-svc-west"+z, "10.96.0.12"))
 
 	// Unexport: the label goes.
 	west.CoreV1().Services("default").Update(ctx, service("nginx-svc", nil, corev1.ClusterIPNone), metav1.UpdateOptions{})
@@ -258,10 +255,7 @@ func TestControllerWatches(t *testing.T) {
 	west.DiscoveryV1().EndpointSlices("default").Create(ctx, endpointSlice("private-1", "private", podEndpoint("p", "10.1.0.20", true)), metav1.CreateOptions{})
 	private := service("private", map[string]string{labels.Exported: labels.ExportFlat}, "10.100.0.9")
 	west.CoreV1().Services("default").Update(ctx, private, metav1.UpdateOptions{})
-	eventually(t, "the newly exported Service", func() bool {
-		a, _ := addrs(m, "private-west"+z)
-		return slices.Equal(a, []string{"10.1.0.20"})
-	})
+	eventually(t, "the newly exported Service", hasAddrs(m, "private-west"+z, "10.1.0.20"))
 
 	// The link goes: so do its names.
 	m.watch.RemoveLink("west")
@@ -289,9 +283,7 @@ func TestControllerLocalExports(t *testing.T) {
 func TestControllerDeadLink(t *testing.T) {
 	// Nothing listens on port 1: the link never syncs.
 	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	west := remotetest.NewClientset(service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
 	local := remotetest.NewClientset(mirrorService("web-west", "west", "", "10.96.0.20"))
 
@@ -299,7 +291,7 @@ func TestControllerDeadLink(t *testing.T) {
 	// Start returns (startBounded) although paris never syncs.
 	m := startWith(t, local, 300*time.Millisecond, 0, "west", west, "paris", dead)
 	eventually(t, "readiness despite the dead link", m.watch.HasSynced)
-	eventually(t, "west's answer", func() bool { a, _ := addrs(m, "web-west"+z); return slices.Equal(a, []string{"10.96.0.20"}) })
+	eventually(t, "west's answer", hasAddrs(m, "web-west"+z, "10.96.0.20"))
 	// Evidence paris was tried before its not being synced counts.
 	eventually(t, "watch errors counted", func() bool {
 		return testutil.ToFloat64(linkErrors.WithLabelValues("paris", link.FailureUnreachable)) > before
@@ -311,16 +303,12 @@ func TestControllerDeadLink(t *testing.T) {
 
 func TestControllerNotReadyBeforeTimeout(t *testing.T) {
 	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	m := newStack(t, remotetest.NewClientset(), Options{StartupTimeout: time.Hour})
 	if m.watch.HasSynced() {
 		t.Error("ready before start")
 	}
-	if err := m.watch.AddLink("notyet", dead); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.watch.AddLink("notyet", dead))
 	before := testutil.ToFloat64(linkErrors.WithLabelValues("notyet", link.FailureUnreachable))
 	m.watch.Start(m.index)
 	defer m.watch.Stop()
@@ -345,9 +333,7 @@ func TestControllerProgrammingLatency(t *testing.T) {
 	h := programmingLatency.WithLabelValues("latency").(prometheus.Histogram)
 	count := func() uint64 {
 		var d dto.Metric
-		if err := h.Write(&d); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, h.Write(&d))
 		return d.GetHistogram().GetSampleCount()
 	}
 	before := count()
@@ -368,13 +354,9 @@ func TestControllerReplaceLink(t *testing.T) {
 
 	// A configuration that cannot connect: the last known state stays.
 	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	before := testutil.ToFloat64(linkErrors.WithLabelValues("west", link.FailureUnreachable))
-	if err := m.watch.ReplaceLink("west", dead); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.watch.ReplaceLink("west", dead))
 	// Positive evidence the broken configuration was tried: its watches
 	// (the old ones work) have failed, and failed again at their retries (a second apart at most). Only then does the old
 	// answer that stays count.
@@ -390,20 +372,13 @@ func TestControllerReplaceLink(t *testing.T) {
 	}
 
 	// A working one takes over once it has synced.
-	if err := m.watch.ReplaceLink("west", b); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the new configuration's answers", func() bool {
-		got, _ := addrs(m, "web-west"+z)
-		return slices.Equal(got, []string{"10.1.0.2"})
-	})
+	require.NoError(t, m.watch.ReplaceLink("west", b))
+	eventually(t, "the new configuration's answers", hasAddrs(m, "web-west"+z, "10.1.0.2"))
 	if got := m.watch.Links(); !slices.Equal(got, []string{"west"}) {
 		t.Errorf("links %v", got)
 	}
 
 	// A new name is a plain add.
-	if err := m.watch.ReplaceLink("paris", a); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, m.watch.ReplaceLink("paris", a))
 	eventually(t, "the added link", func() bool { return m.index.Lookup("web-paris"+z) != nil })
 }

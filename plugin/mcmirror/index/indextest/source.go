@@ -7,9 +7,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
 )
 
 // Source is an index.Source held in maps: a test writes them (or calls the
@@ -136,6 +134,13 @@ func (f *Source) AddSlice(cluster, ns, svc string, ports []object.Port, eps ...o
 	})
 }
 
+// AddFlat adds a headless flat-mode Service of port http/80, and its
+// EndpointSlice of eps.
+func (f *Source) AddFlat(cluster, ns, name string, eps ...object.Endpoint) {
+	f.AddService(cluster, ns, name, labels.Flat, nil, HTTPPort)
+	f.AddSlice(cluster, ns, name, []object.Port{HTTPPort}, eps...)
+}
+
 // AddMirror adds a local mirror Service; ips empty means headless.
 func (f *Source) AddMirror(ns, name, cluster, headlessOf string, ips []string, ports ...object.Port) {
 	f.Mirrors[[2]string{ns, name}] = &object.Mirror{
@@ -176,18 +181,7 @@ func (f *Source) AddMember(cluster, ns, name string, mode labels.Mode, ips []str
 // (<svc>@<cluster>,...) and local; an annotation is left out when its
 // value is "-".
 func (f *Source) Federate(name, remote, local string) {
-	ann := map[string]string{}
-	if remote != "-" {
-		ann[labels.RemoteDiscoveryAnnotation] = remote
-	}
-	if local != "-" {
-		ann[labels.LocalDiscoveryAnnotation] = local
-	}
-	m, _ := object.ToMirror(&corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: ann,
-			Labels: map[string]string{labels.MirroredService: labels.MirroredServiceValue}},
-		Spec: corev1.ServiceSpec{ClusterIP: "10.96.9.9", Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
-	})
+	m, _ := object.ToMirror(watchtest.FedService(name, remote, local))
 	f.Mirrors[[2]string{"default", name}] = m.(*object.Mirror)
 }
 

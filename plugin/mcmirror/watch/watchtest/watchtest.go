@@ -39,6 +39,24 @@ func MirrorService(name, cluster, headlessOf, clusterIP string) *corev1.Service 
 	return Service(name, l, clusterIP, corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
 }
 
+// FedService returns the local federated Service default/name as Linkerd's
+// service mirror makes it: a mirror without a cluster name, with a
+// ClusterIP, whose annotations list the members remote (<svc>@<cluster>,...)
+// and local; an annotation is left out when its value is "-".
+func FedService(name, remote, local string) *corev1.Service {
+	ann := map[string]string{}
+	if remote != "-" {
+		ann[labels.RemoteDiscoveryAnnotation] = remote
+	}
+	if local != "-" {
+		ann[labels.LocalDiscoveryAnnotation] = local
+	}
+	s := Service(name, map[string]string{labels.MirroredService: labels.MirroredServiceValue}, "10.96.9.9",
+		corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
+	s.Annotations = ann
+	return s
+}
+
 // EndpointSlice returns EndpointSlice default/name of Service svc, port
 // http/80.
 func EndpointSlice(name, svc string, eps ...discovery.Endpoint) *discovery.EndpointSlice {

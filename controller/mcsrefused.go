@@ -7,8 +7,6 @@ package controller
 import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,23 +55,13 @@ var mcsRefusedReasons = []string{
 	ReasonStampRefused, ReasonDerivedServiceTaken, ReasonExportedMetadataRefused,
 }
 
-// mcsRefusedTotal counts the refusals of the MCS side by reason; every
-// reason starts at zero.
-var mcsRefusedTotal = func() *prometheus.CounterVec {
-	c := promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace,
-		Subsystem: metricsSubsystem,
-		Name:      "mcs_refused_total",
-		Help: "Refusals of the Multi-Cluster Services side, by reason: a ServiceExport that became invalid (its Valid reason: " +
-			"NoService, InvalidServiceType, InvalidMode, MirrorService, DerivedService), a ServiceExport stamp the controller " +
-			"did not write (ServiceExportStampRefused), a derived Service's name held by another import (DerivedServiceTaken), " +
-			"exported labels or annotations of a ServiceExport left out (ExportedMetadataRefused).",
-	}, []string{"reason"})
-	for _, r := range mcsRefusedReasons {
-		c.WithLabelValues(r)
-	}
-	return c
-}()
+// mcsRefusedTotal: every reason starts at zero.
+var mcsRefusedTotal = withReasons(metrics.Counter("mcs_refused_total",
+	"Refusals of the Multi-Cluster Services side, by reason: a ServiceExport that became invalid (its Valid reason: "+
+		"NoService, InvalidServiceType, InvalidMode, MirrorService, DerivedService), a ServiceExport stamp the controller "+
+		"did not write (ServiceExportStampRefused), a derived Service's name held by another import (DerivedServiceTaken), "+
+		"exported labels or annotations of a ServiceExport left out (ExportedMetadataRefused).", "reason"),
+	mcsRefusedReasons...)
 
 // exportRefused records, once the conditions were written, a ServiceExport
 // that became invalid or is invalid for another reason now.

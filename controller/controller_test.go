@@ -49,18 +49,12 @@ func TestSyncRetriesFailedWrites(t *testing.T) {
 	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
 		"west": {exported("default", "web", "true", false, tcp("http", 80))},
 	})
-	fail := true
-	f.local.PrependReactor("create", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if fail {
-			return true, nil, errors.New("API server unavailable")
-		}
-		return false, nil, nil
-	})
+	fail := f.failing("create", "endpointslices")
 	require.Error(t, f.c.sync(f.ctx, "west/default/web"))
 	f.waitCaches()
 	assert.NotNil(t, f.service("default", "web-west"))
 	assert.Nil(t, f.slice("default", "web-west"))
-	fail = false
+	*fail = false
 	assert.Equal(t, []string{"create endpointslices web-west"}, f.sync("west/default/web"))
 	assert.Empty(t, f.sync("west/default/web"))
 }
@@ -107,13 +101,7 @@ func TestFailedWriteKeepsEgressPorts(t *testing.T) {
 			require.NotZero(t, recorded)
 			owner := portOwner("default", tc.svc, "80/TCP")
 
-			fail := true
-			f.local.PrependReactor(tc.verb, "services", func(k8stesting.Action) (bool, runtime.Object, error) {
-				if fail {
-					return true, nil, errors.New("API server unavailable")
-				}
-				return false, nil, nil
-			})
+			fail := f.failing(tc.verb, "services")
 			f.remote("west", tc.change...)
 			require.Error(t, f.c.sync(f.ctx, tc.key))
 			f.waitCaches()
@@ -126,7 +114,7 @@ func TestFailedWriteKeepsEgressPorts(t *testing.T) {
 			assert.Empty(t, f.service("default", "api-west").Annotations[EgressPorts], "no port free for api")
 
 			// The write succeeds: the port is released and api gets it.
-			fail = false
+			*fail = false
 			f.converge(tc.key)
 			_, ok = f.c.ports.Port(owner)
 			assert.False(t, ok, "released")
@@ -242,13 +230,7 @@ func testFailedSliceWriteKeepsEgressPorts(t *testing.T, o fixtureOptions, addrs 
 			owner, ok := f.c.ports.Owner(recorded)
 			require.True(t, ok)
 
-			fail := true
-			f.local.PrependReactor(tc.verb, "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
-				if fail {
-					return true, nil, errors.New("API server unavailable")
-				}
-				return false, nil, nil
-			})
+			fail := f.failing(tc.verb, "endpointslices")
 			f.remote("west", tc.change...)
 			require.Error(t, f.c.sync(f.ctx, tc.key))
 			f.waitCaches()
@@ -258,7 +240,7 @@ func testFailedSliceWriteKeepsEgressPorts(t *testing.T, o fixtureOptions, addrs 
 			f.sync("west/default/api")
 			assert.Empty(t, f.service("default", "api-west").Annotations[EgressPorts], "no port free for api")
 
-			fail = false
+			*fail = false
 			f.converge(tc.key)
 			f.converge("west/default/api")
 			f.assertEgressPortsUnique()

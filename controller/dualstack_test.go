@@ -369,16 +369,7 @@ func TestSyncDualStackRestart(t *testing.T) {
 	remote := []runtime.Object{dualRemote(exported("default", "web", "true", false, tcp("http", 80)), v4, v6)}
 	f := dualFixture(t, remote...)
 	f.converge("west/default/web")
-	var state []runtime.Object
-	svcs, _ := f.local.CoreV1().Services("").List(f.ctx, metav1.ListOptions{})
-	for i := range svcs.Items {
-		state = append(state, &svcs.Items[i])
-	}
-	es, _ := f.local.DiscoveryV1().EndpointSlices("").List(f.ctx, metav1.ListOptions{})
-	for i := range es.Items {
-		state = append(state, &es.Items[i])
-	}
-	g := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: state}, map[string][]runtime.Object{"west": remote})
+	g := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: f.mirrorState()}, map[string][]runtime.Object{"west": remote})
 	g.waitEgress(dualEgress...)
 	require.Eventually(t, func() bool { return len(g.c.ownedSlices()) == 2 }, 10*time.Second, time.Millisecond)
 	assert.Empty(t, g.sync("west/default/web"))

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 var gatewayEgress = types.NamespacedName{Namespace: "mcmirror", Name: "mcmirror-gateway-egress"}
@@ -361,13 +362,13 @@ func TestNewEgressOptions(t *testing.T) {
 		{EgressAddress: egressIP, EgressService: gatewayEgress},
 		{EgressService: types.NamespacedName{Name: "x"}},
 		{EgressService: types.NamespacedName{Namespace: "Bad", Name: "x"}},
-		{EgressAddress: netipMust("ff02::1")},
+		{EgressAddress: netip.MustParseAddr("ff02::1")},
 	} {
-		o.Cluster, o.Client, o.EgressPorts = "east", newFixtureClient(), PortRange{First: 1, Last: 2}
+		o.Cluster, o.Client, o.EgressPorts = "east", fake.NewClientset(), PortRange{First: 1, Last: 2}
 		_, err := New(o)
 		assert.Error(t, err, "%+v", o)
 	}
-	c, err := New(Options{Cluster: "east", Client: newFixtureClient(), EgressPorts: PortRange{First: 1, Last: 2}, EgressService: gatewayEgress})
+	c, err := New(Options{Cluster: "east", Client: fake.NewClientset(), EgressPorts: PortRange{First: 1, Last: 2}, EgressService: gatewayEgress})
 	require.NoError(t, err)
 	assert.NotNil(t, c.egressSlices)
 }

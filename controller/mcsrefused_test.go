@@ -58,27 +58,7 @@ func (f *mcsFixture) syncMCS(key string) []string {
 	require.NoError(f.t, err)
 	sources, links := f.c.importSources(ns, name)
 	require.NoError(f.t, errors.Join(f.c.syncExport(f.ctx, key, sources), f.c.syncImport(f.ctx, key, sources, links)))
-	var writes []string
-	for _, a := range append(f.local.Actions(), f.mcs.Actions()...) {
-		var name string
-		switch a := a.(type) {
-		case k8stesting.CreateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case k8stesting.UpdateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case k8stesting.DeleteAction:
-			name = a.GetName()
-		case k8stesting.PatchAction:
-			name = a.GetName()
-		default:
-			continue
-		}
-		res := a.GetResource().Resource
-		if a.GetSubresource() != "" {
-			res += "/" + a.GetSubresource()
-		}
-		writes = append(writes, a.GetVerb()+" "+res+" "+name)
-	}
+	writes := writesOf(append(f.local.Actions(), f.mcs.Actions()...))
 	f.waitCaches()
 	f.waitMCS()
 	return writes

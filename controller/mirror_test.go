@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // A ClusterIP export: a ClusterIP mirror with the remote ports, an
@@ -333,22 +335,13 @@ func TestRestartKeepsPorts(t *testing.T) {
 	// Allocate in one order...
 	f.converge("west/default/db")
 	f.converge("west/default/web")
-	var state []runtime.Object
-	svcs, _ := f.local.CoreV1().Services("").List(f.ctx, metav1.ListOptions{})
-	for i := range svcs.Items {
-		state = append(state, &svcs.Items[i])
-	}
-	es, _ := f.local.DiscoveryV1().EndpointSlices("").List(f.ctx, metav1.ListOptions{})
-	for i := range es.Items {
-		state = append(state, &es.Items[i])
-	}
 	before := map[string]string{}
-	for _, s := range svcs.Items {
-		before[s.Name] = s.Annotations[EgressPorts]
+	for _, name := range f.serviceNames("default") {
+		before[name] = f.service("default", name).Annotations[EgressPorts]
 	}
 
 	// ...and restart, syncing in the other order.
-	g := newFixture(t, fixtureOptions{local: state}, remote)
+	g := newFixture(t, fixtureOptions{local: f.mirrorState()}, remote)
 	assert.Empty(t, g.sync("west/default/web"))
 	assert.Empty(t, g.sync("west/default/db"))
 	for name, ports := range before {
@@ -383,13 +376,13 @@ func TestSweepKeys(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1", "::1", "0.0.0.0", "169.254.1.1"} {
-		_, err := New(Options{Cluster: "east", Client: newFixtureClient(), EgressAddress: netipMust(addr), EgressPorts: PortRange{First: 1, Last: 2}})
+		_, err := New(Options{Cluster: "east", Client: fake.NewClientset(), EgressAddress: netip.MustParseAddr(addr), EgressPorts: PortRange{First: 1, Last: 2}})
 		assert.Error(t, err, addr)
 	}
-	_, err := New(Options{Cluster: "global", Client: newFixtureClient(), EgressAddress: egressIP, EgressPorts: PortRange{First: 1, Last: 2}})
+	_, err := New(Options{Cluster: "global", Client: fake.NewClientset(), EgressAddress: egressIP, EgressPorts: PortRange{First: 1, Last: 2}})
 	assert.Error(t, err)
 	for _, r := range []PortRange{{}, {First: 0, Last: 10}} {
-		_, err := New(Options{Cluster: "east", Client: newFixtureClient(), EgressAddress: egressIP, EgressPorts: r})
+		_, err := New(Options{Cluster: "east", Client: fake.NewClientset(), EgressAddress: egressIP, EgressPorts: r})
 		assert.EqualError(t, err, "controller: no egress port range", "%#v: the zero range would contain every port", r)
 	}
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -143,24 +144,49 @@ func (f *fixture) sync(key string) []string {
 	f.t.Helper()
 	f.local.ClearActions()
 	require.NoError(f.t, f.c.sync(f.ctx, key))
-	var writes []string
-	for _, a := range f.local.Actions() {
-		switch a.GetVerb() {
-		case "create", "update", "delete", "patch":
-			name := ""
-			switch a := a.(type) {
-			case k8stesting.CreateAction:
-				name = a.GetObject().(interface{ GetName() string }).GetName()
-			case k8stesting.UpdateAction:
-				name = a.GetObject().(interface{ GetName() string }).GetName()
-			case k8stesting.DeleteAction:
-				name = a.GetName()
-			}
-			writes = append(writes, a.GetVerb()+" "+a.GetResource().Resource+" "+name)
-		}
-	}
+	writes := writesOf(f.local.Actions())
 	f.waitCaches()
 	return writes
+}
+
+// writesOf lists the writes among actions: "verb resource[/subresource]
+// name".
+func writesOf(actions []k8stesting.Action) []string {
+	var writes []string
+	for _, a := range actions {
+		var name string
+		switch a := a.(type) {
+		case k8stesting.CreateAction:
+			name = a.GetObject().(metav1.Object).GetName()
+		case k8stesting.UpdateAction:
+			name = a.GetObject().(metav1.Object).GetName()
+		case k8stesting.DeleteAction:
+			name = a.GetName()
+		case k8stesting.PatchAction:
+			name = a.GetName()
+		default:
+			continue
+		}
+		res := a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			res += "/" + a.GetSubresource()
+		}
+		writes = append(writes, a.GetVerb()+" "+res+" "+name)
+	}
+	return writes
+}
+
+// failing makes the local API server refuse verb on resource while the
+// flag returned is true.
+func (f *fixture) failing(verb, resource string) *bool {
+	fail := true
+	f.local.PrependReactor(verb, resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fail {
+			return true, nil, errors.New("API server unavailable")
+		}
+		return false, nil, nil
+	})
+	return &fail
 }
 
 // waitCaches waits until the local informers hold what the fake API holds.
@@ -404,7 +430,3 @@ func endpoints(ns, svc string, hosts ...string) *discoveryv1.EndpointSlice {
 	}
 	return es
 }
-
-func newFixtureClient() *fake.Clientset { return fake.NewClientset() }
-
-func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -6,6 +6,7 @@ package controller
 import (
 	"strings"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
@@ -48,7 +49,7 @@ func (s *syncer) releasePorts() {
 		keep[o] = true
 	}
 	for _, svc := range s.final.services {
-		for pk := range parseEgressPorts(svc.Annotations[EgressPorts]) {
+		for pk := range labels.ParseEgressPorts(svc.Annotations[EgressPorts]) {
 			keep[portOwner(svc.Namespace, svc.Name, pk)] = true
 		}
 	}

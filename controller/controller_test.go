@@ -97,7 +97,7 @@ func TestFailedWriteKeepsEgressPorts(t *testing.T) {
 			remote := append([]runtime.Object{exported("default", "api", "true", false, tcp("http", 80))}, tc.remote...)
 			f := newFixture(t, fixtureOptions{ports: tc.ports}, map[string][]runtime.Object{"west": remote})
 			f.converge(tc.key)
-			recorded := parseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"]
+			recorded := labels.ParseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"]
 			require.NotZero(t, recorded)
 			owner := portOwner("default", tc.svc, "80/TCP")
 
@@ -105,7 +105,7 @@ func TestFailedWriteKeepsEgressPorts(t *testing.T) {
 			f.remote("west", tc.change...)
 			require.Error(t, f.c.sync(f.ctx, tc.key))
 			f.waitCaches()
-			assert.Equal(t, recorded, parseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"], "still recorded")
+			assert.Equal(t, recorded, labels.ParseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"], "still recorded")
 			p, ok := f.c.ports.Port(owner)
 			assert.True(t, ok && p == recorded, "%s keeps %d while it is recorded (has %d, %v)", owner, recorded, p, ok)
 
@@ -120,7 +120,7 @@ func TestFailedWriteKeepsEgressPorts(t *testing.T) {
 			assert.False(t, ok, "released")
 			f.converge("west/default/api")
 			f.assertEgressPortsUnique()
-			assert.Equal(t, formatEgressPorts(map[string]int32{"80/TCP": recorded}), f.service("default", "api-west").Annotations[EgressPorts])
+			assert.Equal(t, labels.FormatEgressPorts(map[string]int32{"80/TCP": recorded}), f.service("default", "api-west").Annotations[EgressPorts])
 		})
 	}
 }
@@ -133,7 +133,7 @@ func (f *fixture) assertEgressPortsUnique() {
 	require.NoError(f.t, err)
 	by := map[int32]string{}
 	for _, s := range list.Items {
-		for pk, p := range parseEgressPorts(s.Annotations[EgressPorts]) {
+		for pk, p := range labels.ParseEgressPorts(s.Annotations[EgressPorts]) {
 			if prev, dup := by[p]; dup {
 				f.t.Errorf("egress port %d recorded twice: %s and %s/%s", p, prev, s.Name, pk)
 			}
@@ -151,9 +151,7 @@ func TestMirrorsGauge(t *testing.T) {
 			exported("default", "portless", "true", true),
 		},
 	})
-	f.converge("gauge/default/web")
-	f.converge("gauge/default/db")
-	f.converge("gauge/default/portless")
+	f.convergeAll("gauge/default/web", "gauge/default/db", "gauge/default/portless")
 	assert.Equal(t, float64(2), testutil.ToFloat64(mirrorsGauge.WithLabelValues("gauge", "service")))
 	assert.Equal(t, float64(2), testutil.ToFloat64(mirrorsGauge.WithLabelValues("gauge", "pod")))
 	assert.Equal(t, float64(1), testutil.ToFloat64(notMirroredGauge.WithLabelValues("gauge", ReasonHeadlessWithoutPorts)))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -278,7 +279,7 @@ func (f *fixture) assertDualSlices(name string, want map[string]string) {
 		}
 		got[es.Name] = fmt.Sprintf("%s %v", es.AddressType, eps)
 		require.Len(f.t, es.Ports, 1)
-		assert.Equal(f.t, parseEgressPorts(svc.Annotations[EgressPorts])["80/TCP"], *es.Ports[0].Port, es.Name)
+		assert.Equal(f.t, labels.ParseEgressPorts(svc.Annotations[EgressPorts])["80/TCP"], *es.Ports[0].Port, es.Name)
 	}
 	assert.Equal(f.t, want, got, name)
 }
@@ -330,8 +331,7 @@ func TestSyncDualStackNew(t *testing.T) {
 	f := dualFixture(t,
 		dualRemote(exported("default", "web", "true", false, tcp("http", 80)), v6, v4),
 		dualRemote(exported("default", "db", "true", true, tcp("http", 80)), v4, v6), endpoints("default", "db", "db-0"))
-	f.converge("west/default/web")
-	f.converge("west/default/db")
+	f.convergeAll("west/default/web", "west/default/db")
 
 	web := f.service("default", "web-west")
 	assert.Equal(t, []corev1.IPFamily{v6, v4}, web.Spec.IPFamilies)

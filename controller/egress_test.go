@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -129,8 +130,7 @@ func egressFixture(t *testing.T, local ...runtime.Object) *fixture {
 			exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"),
 		},
 	})
-	f.converge("west/default/web")
-	f.converge("west/default/db")
+	f.convergeAll("west/default/web", "west/default/db")
 	return f
 }
 
@@ -153,7 +153,7 @@ func (f *fixture) assertEgress(want ...string) {
 		}
 		assert.Equal(f.t, want, got, name)
 		require.Len(f.t, es.Ports, 1, name)
-		assert.Equal(f.t, parseEgressPorts(f.service("default", name).Annotations[EgressPorts])["80/TCP"], *es.Ports[0].Port, name)
+		assert.Equal(f.t, labels.ParseEgressPorts(f.service("default", name).Annotations[EgressPorts])["80/TCP"], *es.Ports[0].Port, name)
 	}
 	hs := f.slice("default", "db-west")
 	require.Len(f.t, hs.Endpoints, 2)
@@ -241,8 +241,7 @@ func TestEgressService(t *testing.T) {
 	// A third replica.
 	f.setGateway(gatewaySlice("gw-2", v4, "10.244.0.9"))
 	f.waitEgress("10.244.0.9", "10.244.0.11", "10.244.0.14")
-	f.converge("west/default/web")
-	f.converge("west/default/db")
+	f.convergeAll("west/default/web", "west/default/db")
 	f.assertEgress("10.244.0.9", "10.244.0.11", "10.244.0.14")
 	assert.Equal(t, float64(3), egressGauge())
 
@@ -252,8 +251,7 @@ func TestEgressService(t *testing.T) {
 	f.setGateway(gatewaySlice("gw-2", v4, "10.244.0.9!"))
 	require.NoError(t, f.local.DiscoveryV1().EndpointSlices(gatewayEgress.Namespace).Delete(f.ctx, "gw-2", metav1.DeleteOptions{}))
 	f.waitEgress("10.244.0.11", "10.244.0.14")
-	f.converge("west/default/web")
-	f.converge("west/default/db")
+	f.convergeAll("west/default/web", "west/default/db")
 	f.assertEgress("10.244.0.11", "10.244.0.14")
 	assert.Equal(t, float64(2), egressGauge())
 	f.setGateway(gatewaySlice("gw-1", v4, "10.244.0.14!", "10.244.0.11!"))
@@ -272,16 +270,14 @@ func TestEgressService(t *testing.T) {
 	// A ready pod again.
 	f.setGateway(gatewaySlice("gw-1", v4, "10.244.0.20"))
 	f.waitEgress("10.244.0.20")
-	f.converge("west/default/web")
-	f.converge("west/default/db")
+	f.convergeAll("west/default/web", "west/default/db")
 	f.assertEgress("10.244.0.20")
 	assert.Equal(t, float64(1), egressGauge())
 
 	// To IPv6: the address type is immutable, so the slices are recreated.
 	f.setGateway(gatewaySlice("gw-1", discoveryv1.AddressTypeIPv6, "fd00::20"))
 	f.waitEgress("fd00::20")
-	f.converge("west/default/web")
-	f.converge("west/default/db")
+	f.convergeAll("west/default/web", "west/default/db")
 	f.assertEgress("fd00::20")
 	assert.Equal(t, discoveryv1.AddressTypeIPv6, f.slice("default", "web-west").AddressType)
 }
@@ -337,8 +333,7 @@ func TestEgressServiceStartup(t *testing.T) {
 	h.assertEgress()
 	h.setGateway(gatewaySlice("gw-1", discoveryv1.AddressTypeIPv4, "10.244.0.5"))
 	h.waitEgress("10.244.0.5")
-	h.converge("west/default/web")
-	h.converge("west/default/db")
+	h.convergeAll("west/default/web", "west/default/db")
 	h.assertEgress("10.244.0.5")
 	assert.Equal(t, float64(1), egressGauge())
 }

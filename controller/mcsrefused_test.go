@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,28 +75,15 @@ func (f *mcsFixture) waitMCS() {
 	f.t.Helper()
 	require.Eventually(f.t, func() bool {
 		imports, err := f.mcs.MulticlusterV1beta1().ServiceImports("").List(f.ctx, metav1.ListOptions{})
-		if err != nil || len(imports.Items) != len(f.c.mcs.imports.GetStore().List()) {
+		if err != nil || !holds(f.c.mcs.imports.GetStore(), imports.Items, func(got, want *mcsv1beta1.ServiceImport) bool {
+			return semEqual(got.Spec, want.Spec) && semEqual(got.Status, want.Status) && semEqual(got.Annotations, want.Annotations)
+		}) {
 			return false
-		}
-		for i := range imports.Items {
-			got, ok, _ := f.c.mcs.imports.GetStore().Get(&imports.Items[i])
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceImport).Spec, imports.Items[i].Spec) ||
-				!apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceImport).Status, imports.Items[i].Status) ||
-				!apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceImport).Annotations, imports.Items[i].Annotations) {
-				return false
-			}
 		}
 		exports, err := f.mcs.MulticlusterV1beta1().ServiceExports("").List(f.ctx, metav1.ListOptions{})
-		if err != nil || len(exports.Items) != len(f.c.mcs.exports.GetStore().List()) {
-			return false
-		}
-		for i := range exports.Items {
-			got, ok, _ := f.c.mcs.exports.GetStore().Get(&exports.Items[i])
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceExport).Status, exports.Items[i].Status) {
-				return false
-			}
-		}
-		return true
+		return err == nil && holds(f.c.mcs.exports.GetStore(), exports.Items, func(got, want *mcsv1beta1.ServiceExport) bool {
+			return semEqual(got.Status, want.Status)
+		})
 	}, 10*time.Second, time.Millisecond)
 }
 

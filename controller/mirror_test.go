@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -254,8 +256,7 @@ func TestSyncSameNameOtherNamespace(t *testing.T) {
 			exported("b", "db", "true", true, tcp("http", 80)), endpoints("b", "db", "db-0"),
 		},
 	})
-	f.converge("west/a/db")
-	f.converge("west/b/db")
+	f.convergeAll("west/a/db", "west/b/db")
 	assert.Equal(t, []string{"db-0-west", "db-1-west", "db-west"}, f.serviceNames("a"))
 	assert.Equal(t, []string{"db-0-west", "db-west"}, f.serviceNames("b"))
 	assert.Empty(t, f.sync("west/a/db"))
@@ -264,8 +265,7 @@ func TestSyncSameNameOtherNamespace(t *testing.T) {
 	unexported := exported("b", "db", "true", true, tcp("http", 80))
 	unexported.Labels = nil
 	f.remote("west", unexported)
-	f.converge("west/b/db")
-	f.converge("west/a/db")
+	f.convergeAll("west/b/db", "west/a/db")
 	assert.Empty(t, f.serviceNames("b"))
 	assert.Equal(t, []string{"db-0-west", "db-1-west", "db-west"}, f.serviceNames("a"), "the other namespace's mirrors stay")
 }
@@ -309,16 +309,14 @@ func TestSyncPortsExhausted(t *testing.T) {
 	f := newFixture(t, fixtureOptions{ports: PortRange{First: 40000, Last: 40000}}, map[string][]runtime.Object{
 		"west": {exported("default", "one", "true", false, tcp("http", 80)), exported("default", "two", "true", false, tcp("http", 80))},
 	})
-	f.converge("west/default/one")
-	f.converge("west/default/two")
+	f.convergeAll("west/default/one", "west/default/two")
 	assert.Contains(t, strings.Join(f.drainEvents(), "\n"), ReasonPortsExhausted)
 	assert.NotNil(t, f.service("default", "two-west"), "the Service exists")
 	assert.Nil(t, f.slice("default", "two-west"), "but has no egress until a port is free")
 	assert.True(t, f.c.starved["west/default/two"])
 
 	f.deleteRemote("west", "services", "default", "one")
-	f.converge("west/default/one")
-	f.converge("west/default/two")
+	f.convergeAll("west/default/one", "west/default/two")
 	assert.Equal(t, "80/TCP=40000", f.service("default", "two-west").Annotations[EgressPorts])
 	assert.NotNil(t, f.slice("default", "two-west"))
 }
@@ -333,8 +331,7 @@ func TestRestartKeepsPorts(t *testing.T) {
 	}}
 	f := newFixture(t, fixtureOptions{}, remote)
 	// Allocate in one order...
-	f.converge("west/default/db")
-	f.converge("west/default/web")
+	f.convergeAll("west/default/db", "west/default/web")
 	before := map[string]string{}
 	for _, name := range f.serviceNames("default") {
 		before[name] = f.service("default", name).Annotations[EgressPorts]
@@ -347,7 +344,7 @@ func TestRestartKeepsPorts(t *testing.T) {
 	for name, ports := range before {
 		assert.Equal(t, ports, g.service("default", name).Annotations[EgressPorts], name)
 	}
-	assert.Equal(t, f.c.ports.sortedOwners(), g.c.ports.sortedOwners())
+	assert.Equal(t, slices.Sorted(maps.Keys(f.c.ports.byOwner)), slices.Sorted(maps.Keys(g.c.ports.byOwner)))
 }
 
 // Mirrors of a cluster that is no longer linked are swept, after the

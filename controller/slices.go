@@ -94,9 +94,9 @@ func (in sliceInput) sliceFor(name string, svc *corev1.Service, at discoveryv1.A
 
 // egressComplete reports whether every port of svc has an egress port.
 func egressComplete(svc *corev1.Service) bool {
-	allocated := parseEgressPorts(svc.Annotations[EgressPorts])
+	allocated := labels.ParseEgressPorts(svc.Annotations[EgressPorts])
 	for _, p := range svc.Spec.Ports {
-		if _, ok := allocated[portKey(p.Port, string(p.Protocol))]; !ok {
+		if _, ok := allocated[labels.EgressPortKey(p.Port, string(p.Protocol))]; !ok {
 			return false
 		}
 	}
@@ -111,10 +111,10 @@ func egressComplete(svc *corev1.Service) bool {
 // secondary's, <svc>.ipv6 or <svc>.ipv4 (familySliceName), only while the
 // egress has addresses of that family.
 func (in sliceInput) egressSlices(svc *corev1.Service, w want) []*discoveryv1.EndpointSlice {
-	allocated := parseEgressPorts(svc.Annotations[EgressPorts])
+	allocated := labels.ParseEgressPorts(svc.Annotations[EgressPorts])
 	var ports []discoveryv1.EndpointPort
 	for _, p := range svc.Spec.Ports {
-		ep, ok := allocated[portKey(p.Port, string(p.Protocol))]
+		ep, ok := allocated[labels.EgressPortKey(p.Port, string(p.Protocol))]
 		if !ok {
 			continue
 		}

@@ -197,17 +197,10 @@ func (f *fixture) waitCaches() {
 		if err != nil {
 			return false
 		}
-		items := svcs.(*corev1.ServiceList).Items
-		if len(items) != len(f.c.services.GetStore().List()) {
+		if !holds(f.c.services.GetStore(), svcs.(*corev1.ServiceList).Items, func(got, want *corev1.Service) bool {
+			return semEqual(got.Spec, want.Spec) && semEqual(got.Labels, want.Labels) && semEqual(got.Annotations, want.Annotations)
+		}) {
 			return false
-		}
-		for i := range items {
-			got, ok, _ := f.c.services.GetStore().Get(&items[i])
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*corev1.Service).Spec, items[i].Spec) ||
-				!apiequality.Semantic.DeepEqual(got.(*corev1.Service).Labels, items[i].Labels) ||
-				!apiequality.Semantic.DeepEqual(got.(*corev1.Service).Annotations, items[i].Annotations) {
-				return false
-			}
 		}
 		es, err := f.local.Tracker().List(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
 		if err != nil {
@@ -242,10 +235,35 @@ func (f *fixture) waitCaches() {
 	}, 10*time.Second, time.Millisecond)
 }
 
+// holds reports whether store holds exactly items, each the same as its
+// item.
+func holds[T any](store cache.Store, items []T, same func(got, want *T) bool) bool {
+	if len(items) != len(store.List()) {
+		return false
+	}
+	for i := range items {
+		got, ok, _ := store.Get(&items[i])
+		if !ok || !same(got.(*T), &items[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+var semEqual = apiequality.Semantic.DeepEqual
+
 // converge syncs key until a sync writes nothing, and returns every write.
 func (f *fixture) converge(key string) []string {
 	f.t.Helper()
 	return convergeBy(f.t, key, f.sync)
+}
+
+// convergeAll converges each key in turn.
+func (f *fixture) convergeAll(keys ...string) {
+	f.t.Helper()
+	for _, k := range keys {
+		f.converge(k)
+	}
 }
 
 // convergeBy runs sync of key until it writes nothing, and returns every

@@ -124,14 +124,18 @@ func TestParseEgressService(t *testing.T) {
 // with mirrors of a ClusterIP export (web) and a headless one (db, two
 // pods): three egress slices and one headless slice.
 func egressFixture(t *testing.T, local ...runtime.Object) *fixture {
-	f := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: local}, map[string][]runtime.Object{
-		"west": {
-			exported("default", "web", "true", false, tcp("http", 80)),
-			exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"),
-		},
-	})
+	f := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: local}, egressRemote())
 	f.convergeAll("west/default/web", "west/default/db")
 	return f
+}
+
+// egressRemote is west with a ClusterIP export (web) and a headless one
+// (db, two pods).
+func egressRemote() map[string][]runtime.Object {
+	return map[string][]runtime.Object{"west": {
+		exported("default", "web", "true", false, tcp("http", 80)),
+		exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"),
+	}}
 }
 
 var egressSliceNames = []string{"db-0-west", "db-1-west", "web-west"}
@@ -178,6 +182,16 @@ func (f *fixture) setGateway(es *discoveryv1.EndpointSlice) {
 		got, ok, _ := f.c.egressSlices.GetStore().Get(es)
 		return ok && apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Endpoints, es.Endpoints)
 	}, 10*time.Second, time.Millisecond)
+}
+
+// egressConverged waits for the egress addresses want, converges the
+// egressFixture's keys, and checks their slices and the gauge.
+func (f *fixture) egressConverged(want ...string) {
+	f.t.Helper()
+	f.waitEgress(want...)
+	f.convergeAll("west/default/web", "west/default/db")
+	f.assertEgress(want...)
+	assert.Equal(f.t, float64(len(want)), egressGauge())
 }
 
 // queued takes every key out of the work queue.
@@ -240,20 +254,14 @@ func TestEgressService(t *testing.T) {
 
 	// A third replica.
 	f.setGateway(gatewaySlice("gw-2", v4, "10.244.0.9"))
-	f.waitEgress("10.244.0.9", "10.244.0.11", "10.244.0.14")
-	f.convergeAll("west/default/web", "west/default/db")
-	f.assertEgress("10.244.0.9", "10.244.0.11", "10.244.0.14")
-	assert.Equal(t, float64(3), egressGauge())
+	f.egressConverged("10.244.0.9", "10.244.0.11", "10.244.0.14")
 
 	// The third replica goes; then no address is ready (a rollout gone
 	// wrong): the mirrors keep the last addresses, and a sync changes
 	// nothing.
 	f.setGateway(gatewaySlice("gw-2", v4, "10.244.0.9!"))
 	require.NoError(t, f.local.DiscoveryV1().EndpointSlices(gatewayEgress.Namespace).Delete(f.ctx, "gw-2", metav1.DeleteOptions{}))
-	f.waitEgress("10.244.0.11", "10.244.0.14")
-	f.convergeAll("west/default/web", "west/default/db")
-	f.assertEgress("10.244.0.11", "10.244.0.14")
-	assert.Equal(t, float64(2), egressGauge())
+	f.egressConverged("10.244.0.11", "10.244.0.14")
 	f.setGateway(gatewaySlice("gw-1", v4, "10.244.0.14!", "10.244.0.11!"))
 	require.Eventually(t, f.egressEmpty, 10*time.Second, time.Millisecond)
 	assert.Equal(t, addrs("10.244.0.11", "10.244.0.14"), f.c.egressAddresses())
@@ -269,16 +277,11 @@ func TestEgressService(t *testing.T) {
 
 	// A ready pod again.
 	f.setGateway(gatewaySlice("gw-1", v4, "10.244.0.20"))
-	f.waitEgress("10.244.0.20")
-	f.convergeAll("west/default/web", "west/default/db")
-	f.assertEgress("10.244.0.20")
-	assert.Equal(t, float64(1), egressGauge())
+	f.egressConverged("10.244.0.20")
 
 	// To IPv6: the address type is immutable, so the slices are recreated.
 	f.setGateway(gatewaySlice("gw-1", discoveryv1.AddressTypeIPv6, "fd00::20"))
-	f.waitEgress("fd00::20")
-	f.convergeAll("west/default/web", "west/default/db")
-	f.assertEgress("fd00::20")
+	f.egressConverged("fd00::20")
 	assert.Equal(t, discoveryv1.AddressTypeIPv6, f.slice("default", "web-west").AddressType)
 }
 
@@ -316,11 +319,7 @@ func TestEgressServiceStartup(t *testing.T) {
 
 	// Restart: the gateway has no ready pod meanwhile.
 	g := newFixture(t, fixtureOptions{egressService: gatewayEgress,
-		local: append(state, gatewaySlice("gw-1", discoveryv1.AddressTypeIPv4, "10.244.0.3!"))},
-		map[string][]runtime.Object{"west": {
-			exported("default", "web", "true", false, tcp("http", 80)),
-			exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"),
-		}})
+		local: append(state, gatewaySlice("gw-1", discoveryv1.AddressTypeIPv4, "10.244.0.3!"))}, egressRemote())
 	assert.Equal(t, addrs("10.244.0.1", "10.244.0.2"), g.c.egressAddresses())
 	assert.Equal(t, float64(2), egressGauge())
 	assert.Empty(t, g.sync("west/default/web"))
@@ -332,10 +331,7 @@ func TestEgressServiceStartup(t *testing.T) {
 	assert.Equal(t, float64(0), egressGauge())
 	h.assertEgress()
 	h.setGateway(gatewaySlice("gw-1", discoveryv1.AddressTypeIPv4, "10.244.0.5"))
-	h.waitEgress("10.244.0.5")
-	h.convergeAll("west/default/web", "west/default/db")
-	h.assertEgress("10.244.0.5")
-	assert.Equal(t, float64(1), egressGauge())
+	h.egressConverged("10.244.0.5")
 }
 
 // A fixed --egress-address is what every egress slice lists, as before.

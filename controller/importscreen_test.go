@@ -62,11 +62,11 @@ func TestPlanImportEndpointPolicy(t *testing.T) {
 	twoAddrs.Endpoints[0].Addresses = append(twoAddrs.Endpoints[0].Addresses, "127.0.0.1")
 	good := podSlice(discoveryv1.AddressTypeIPv4, "10.1.0.5", "10.1.0.6")
 
-	west := importSource{cluster: "west", service: importService(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} }),
+	west := importSource{cluster: "west", service: testExportService(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} }),
 		screened: true, slices: []*discoveryv1.EndpointSlice{good, handWritten, elsewhere, node, never, v6, twoAddrs}}
 	// The local export's slices are its own namespace's: carried as
 	// they are, hand-written or not.
-	local := importSource{cluster: "east", service: importService(nil), slices: []*discoveryv1.EndpointSlice{handWritten}}
+	local := importSource{cluster: "east", service: testExportService(nil), slices: []*discoveryv1.EndpointSlice{handWritten}}
 	base := DerivedName("shop", "web")
 	plan := func(policy endpointpolicy.Policy, sources ...importSource) importPlan {
 		return planImport(importInput{ns: "shop", name: "web", sources: sources, derived: liveDerived(false), policy: &policy})
@@ -88,7 +88,7 @@ func TestPlanImportEndpointPolicy(t *testing.T) {
 	// A selector-less Service: nothing, unless opted in; then its
 	// hand-written slices are, but still no address never believed.
 	legacy := west
-	legacy.service = importService(nil)
+	legacy.service = testExportService(nil)
 	p = plan(endpointpolicy.Policy{}, legacy)
 	assert.Empty(t, planned(p, base+"-west"))
 	require.Contains(t, p.slices, base+"-west", "the cluster keeps its (empty) slice")
@@ -122,7 +122,7 @@ func TestPlanImportBound(t *testing.T) {
 	// The lowest addresses are not ready: they go first.
 	flood.Endpoints[0].Conditions.Ready = ptr.To(false)
 	flood.Endpoints[1].Conditions.Ready = ptr.To(false)
-	web := importService(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} })
+	web := testExportService(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} })
 	west := importSource{cluster: "west", service: web, screened: true, slices: []*discoveryv1.EndpointSlice{flood}}
 	paris := importSource{cluster: "paris", service: web, screened: true,
 		slices: []*discoveryv1.EndpointSlice{podSlice(discoveryv1.AddressTypeIPv4, addrs("10.2.0", 3)...)}}

@@ -324,11 +324,7 @@ func TestSyncPortsExhausted(t *testing.T) {
 // A restarted controller reads the ports back from the mirrors: same
 // ports, no writes.
 func TestRestartKeepsPorts(t *testing.T) {
-	remote := map[string][]runtime.Object{"west": {
-		exported("default", "web", "true", false, tcp("http", 80)),
-		exported("default", "db", "true", true, tcp("http", 80)),
-		endpoints("default", "db", "db-0", "db-1"),
-	}}
+	remote := egressRemote()
 	f := newFixture(t, fixtureOptions{}, remote)
 	// Allocate in one order...
 	f.convergeAll("west/default/db", "west/default/web")

@@ -262,23 +262,15 @@ func (in sliceInput) headlessSlices(svc *corev1.Service) []*discoveryv1.Endpoint
 		placeNew = append(placeNew, host)
 	}
 	for _, host := range placeNew {
-		placed := false
-		for _, n := range names {
-			if len(groups[n]) < max && (in.owned[n] == nil || in.owned[n].AddressType == at) {
-				groups[n] = append(groups[n], host)
-				placed = true
-				break
+		i := slices.IndexFunc(names, func(n string) bool {
+			return len(groups[n]) < max && (in.owned[n] == nil || in.owned[n].AddressType == at)
+		})
+		for n := 2; i < 0; n++ {
+			if name := svc.Name + "." + strconv.Itoa(n); !slices.Contains(names, name) {
+				names, i = append(names, name), len(names)
 			}
 		}
-		for i := 2; !placed; i++ {
-			n := svc.Name + "." + strconv.Itoa(i)
-			if slices.Contains(names, n) {
-				continue
-			}
-			names = append(names, n)
-			groups[n] = append(groups[n], host)
-			placed = true
-		}
+		groups[names[i]] = append(groups[names[i]], host)
 	}
 
 	var out []*discoveryv1.EndpointSlice
@@ -291,10 +283,7 @@ func (in sliceInput) headlessSlices(svc *corev1.Service) []*discoveryv1.Endpoint
 			es.Endpoints = append(es.Endpoints, eps[host])
 		}
 		slices.SortFunc(es.Endpoints, func(a, b discoveryv1.Endpoint) int {
-			if *a.Hostname < *b.Hostname {
-				return -1
-			}
-			return 1
+			return strings.Compare(*a.Hostname, *b.Hostname)
 		})
 		for _, p := range svc.Spec.Ports {
 			es.Ports = append(es.Ports, discoveryv1.EndpointPort{

@@ -123,14 +123,6 @@ func TestPlanSlicesDualStack(t *testing.T) {
 		assert.True(t, known["web-west"])
 		return desired
 	}
-	endpointsOf := func(es *discoveryv1.EndpointSlice) []string {
-		var out []string
-		for _, ep := range es.Endpoints {
-			out = append(out, ep.Addresses...)
-		}
-		return out
-	}
-
 	desired := slicesOf(dualAddr)
 	require.Equal(t, []string{"web-west", "web-west.ipv4"}, sortedKeys(desired))
 	assert.Equal(t, discoveryv1.AddressTypeIPv6, desired["web-west"].AddressType, "the primary family's slice is named as the Service")
@@ -273,11 +265,7 @@ func (f *fixture) assertDualSlices(name string, want map[string]string) {
 		if es.Labels[discoveryv1.LabelServiceName] != name {
 			continue
 		}
-		var eps []string
-		for _, ep := range es.Endpoints {
-			eps = append(eps, ep.Addresses...)
-		}
-		got[es.Name] = fmt.Sprintf("%s %v", es.AddressType, eps)
+		got[es.Name] = fmt.Sprintf("%s %v", es.AddressType, endpointsOf(&es))
 		require.Len(f.t, es.Ports, 1)
 		assert.Equal(f.t, labels.ParseEgressPorts(svc.Annotations[EgressPorts])["80/TCP"], *es.Ports[0].Port, es.Name)
 	}

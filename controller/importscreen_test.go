@@ -30,11 +30,13 @@ func podSlice(at discoveryv1.AddressType, addrs ...string) *discoveryv1.Endpoint
 	return es
 }
 
-// planned lists the first address of every endpoint of the import's
-// slice name.
-func planned(p importPlan, name string) []string {
+// planned lists the addresses of the import's slice name.
+func planned(p importPlan, name string) []string { return endpointsOf(p.slices[name]) }
+
+// endpointsOf lists the addresses of every endpoint of es (none when nil).
+func endpointsOf(es *discoveryv1.EndpointSlice) []string {
 	var out []string
-	if es := p.slices[name]; es != nil {
+	if es != nil {
 		for _, ep := range es.Endpoints {
 			out = append(out, ep.Addresses...)
 		}

@@ -74,7 +74,8 @@ func (c *Controller) exportRefused(se *mcsv1beta1.ServiceExport, conds []metav1.
 		return
 	}
 	mcsRefusedTotal.WithLabelValues(valid.Reason).Inc()
-	c.recorder.Eventf(exportRef(se), corev1.EventTypeWarning, ReasonServiceExportInvalid, "ServiceExport not valid (%s): %s", valid.Reason, valid.Message)
+	c.recorder.Eventf(mcsRef("ServiceExport", se), corev1.EventTypeWarning, ReasonServiceExportInvalid,
+		"ServiceExport not valid (%s): %s", valid.Reason, valid.Message)
 }
 
 // exportMetadataRefused records, once the conditions were written, what of
@@ -90,17 +91,15 @@ func (c *Controller) exportMetadataRefused(se *mcsv1beta1.ServiceExport, conds [
 		return
 	}
 	mcsRefusedTotal.WithLabelValues(ReasonExportedMetadataRefused).Inc()
-	c.recorder.Eventf(exportRef(se), corev1.EventTypeWarning, ReasonExportedMetadataRefused,
+	c.recorder.Eventf(mcsRef("ServiceExport", se), corev1.EventTypeWarning, ReasonExportedMetadataRefused,
 		"Not exported to the ServiceImports of the clusterset (the rest is): %s", refusedSummary(refused))
 }
 
-// exportRef is the reference of an Event on se: the recorder's scheme
-// (client-go's) does not know the MCS API's kinds.
-func exportRef(se *mcsv1beta1.ServiceExport) *corev1.ObjectReference {
-	return &corev1.ObjectReference{
-		APIVersion: mcsv1beta1.SchemeGroupVersion.String(), Kind: "ServiceExport",
-		Namespace: se.Namespace, Name: se.Name, UID: se.UID, ResourceVersion: se.ResourceVersion,
-	}
+// mcsRef is the reference of an Event on o, of the MCS API's kind: the
+// recorder's scheme (client-go's) does not know those kinds.
+func mcsRef(kind string, o metav1.Object) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: mcsv1beta1.SchemeGroupVersion.String(), Kind: kind,
+		Namespace: o.GetNamespace(), Name: o.GetName(), UID: o.GetUID(), ResourceVersion: o.GetResourceVersion()}
 }
 
 // stampRefused records a stamp on svc that the controller did not write,

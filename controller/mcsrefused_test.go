@@ -142,8 +142,7 @@ func TestStampWithoutServiceExportRemoved(t *testing.T) {
 // mcs_refused_total say why, once.
 func TestServiceExportOfDerivedServiceInvalid(t *testing.T) {
 	name := DerivedName("default", "web")
-	derived := localService("default", name,
-		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1beta1.LabelServiceName: "web"}, nil)
+	derived, _ := derivedOf(name, "web", "")
 	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Generation: 1}}
 	f := newMCSFixture(t, []runtime.Object{derived}, []runtime.Object{se}, nil)
 	before := mcsRefused(reasonDerivedService)
@@ -206,16 +205,8 @@ func TestDerivedNamesOfCollidingImports(t *testing.T) {
 // mcs_refused_total.
 func TestDerivedServiceOfAnotherImportLeftAlone(t *testing.T) {
 	name := DerivedName("default", "web")
-	held := localService("default", name,
-		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "api", mcsv1beta1.LabelServiceName: "api"}, nil)
+	held, heldSlice := derivedOf(name, "api", "10.1.2.3")
 	held.Spec.Ports = []corev1.ServicePort{tcp("grpc", 9090)}
-	heldSlice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-west", Labels: map[string]string{
-			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: EndpointSliceManagedBy, ManagedBy: ManagedByValue,
-			mcsv1beta1.LabelServiceName: "api", mcsv1beta1.LabelSourceCluster: "west"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.2.3"}}},
-	}
 	f := newMCSFixture(t, []runtime.Object{held, heldSlice}, nil, map[string][]runtime.Object{"west": {
 		exported("default", "web", labels.ExportGateway, false, tcp("http", 80)), endpoints("default", "web", ""),
 	}})
@@ -239,19 +230,17 @@ func legacyName(ns, name string) string {
 	return derivedPrefix + derivedHash(ns, name)[:10]
 }
 
-// legacyDerived is the derived Service of default/web and its slice of
-// west as an earlier release made them.
-func legacyDerived() (*corev1.Service, *discoveryv1.EndpointSlice) {
-	name := legacyName("default", "web")
+// derivedOf is a derived Service default/name of ServiceImport si, and
+// its slice of west with one endpoint at addr.
+func derivedOf(name, si, addr string) (*corev1.Service, *discoveryv1.EndpointSlice) {
 	svc := localService("default", name,
-		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1beta1.LabelServiceName: "web"}, nil)
-	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "10.96.200.7", []string{"10.96.200.7"}
+		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: si, mcsv1beta1.LabelServiceName: si}, nil)
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-west", Labels: map[string]string{
 			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: EndpointSliceManagedBy, ManagedBy: ManagedByValue,
-			mcsv1beta1.LabelServiceName: "web", mcsv1beta1.LabelSourceCluster: "west"}},
+			mcsv1beta1.LabelServiceName: si, mcsv1beta1.LabelSourceCluster: "west"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{egressIP.String()}}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}}},
 	}
 	return svc, es
 }
@@ -262,7 +251,9 @@ func legacyDerived() (*corev1.Service, *discoveryv1.EndpointSlice) {
 // another, which the ServiceImport then says; an import no longer wanted
 // leaves nothing behind.
 func TestDerivedServiceRenamedOnUpgrade(t *testing.T) {
-	oldSvc, oldSlice := legacyDerived()
+	// As an earlier release made them.
+	oldSvc, oldSlice := derivedOf(legacyName("default", "web"), "web", egressIP.String())
+	oldSvc.Spec.ClusterIP, oldSvc.Spec.ClusterIPs = "10.96.200.7", []string{"10.96.200.7"}
 	si := &mcsv1beta1.ServiceImport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", Labels: map[string]string{ManagedBy: ManagedByValue}},
 		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPs: []string{"10.96.200.7"},

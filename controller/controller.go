@@ -349,16 +349,8 @@ func New(opts Options) (*Controller, error) {
 		inf cache.SharedIndexInformer
 		cache.ResourceEventHandlerFuncs
 	}{
-		{c.services, cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.onLocalService,
-			UpdateFunc: func(_, obj any) { c.onLocalService(obj) },
-			DeleteFunc: c.onLocalService,
-		}},
-		{c.slices, cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.onOwned,
-			UpdateFunc: func(_, obj any) { c.onOwned(obj) },
-			DeleteFunc: c.onOwned,
-		}},
+		{c.services, onAny(c.onLocalService)},
+		{c.slices, onAny(c.onOwned)},
 		{c.namespaces, cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.onNamespace,
 			UpdateFunc: func(_, obj any) { c.onNamespace(obj) },

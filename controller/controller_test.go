@@ -162,8 +162,7 @@ func TestMirrorsGauge(t *testing.T) {
 // sources have been read.
 func TestUnsyncedLinkKeepsMirrors(t *testing.T) {
 	mirror := func(cluster string) *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-" + cluster, Labels: map[string]string{
-			ManagedBy: ManagedByValue, labels.ClusterName: cluster, RemoteService: "web", labels.MirroredService: "true"}}}
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-" + cluster, Labels: mirrorLabels(cluster, "web")}}
 	}
 	f := newFixture(t, fixtureOptions{local: []runtime.Object{mirror("dead"), mirror("later")}}, nil)
 	dead := fake.NewClientset()

@@ -171,7 +171,7 @@ func TestServiceExportOfDerivedServiceInvalid(t *testing.T) {
 // their own ClusterSetIP, labels and EndpointSlices.
 func TestDerivedNamesOfCollidingImports(t *testing.T) {
 	const a, b = "svc-206765", "svc-2176644" // sha256("shop/"+name) share their first 40 bits
-	require.Equal(t, legacyName("shop", a), legacyName("shop", b), "the names collided before")
+	require.Equal(t, legacyDerivedName("shop", a), legacyDerivedName("shop", b), "the names collided before")
 	f := newMCSFixture(t, []runtime.Object{namespace("shop")}, nil, map[string][]runtime.Object{"west": {
 		exported("shop", a, labels.ExportGateway, false, tcp("http", 80)), endpoints("shop", a, ""),
 		exported("shop", b, labels.ExportGateway, false, tcp("grpc", 9090)), endpoints("shop", b, ""),
@@ -224,12 +224,6 @@ func TestDerivedServiceOfAnotherImportLeftAlone(t *testing.T) {
 	assert.Equal(t, before+1, mcsRefused(ReasonDerivedServiceTaken))
 }
 
-// legacyName is the derived Service's name in earlier releases:
-// derived-<10 hex digits of sha256(<ns>/<name>)>.
-func legacyName(ns, name string) string {
-	return derivedPrefix + derivedHash(ns, name)[:10]
-}
-
 // derivedOf is a derived Service default/name of ServiceImport si, and
 // its slice of west with one endpoint at addr.
 func derivedOf(name, si, addr string) (*corev1.Service, *discoveryv1.EndpointSlice) {
@@ -252,7 +246,7 @@ func derivedOf(name, si, addr string) (*corev1.Service, *discoveryv1.EndpointSli
 // leaves nothing behind.
 func TestDerivedServiceRenamedOnUpgrade(t *testing.T) {
 	// As an earlier release made them.
-	oldSvc, oldSlice := derivedOf(legacyName("default", "web"), "web", egressIP.String())
+	oldSvc, oldSlice := derivedOf(legacyDerivedName("default", "web"), "web", egressIP.String())
 	oldSvc.Spec.ClusterIP, oldSvc.Spec.ClusterIPs = "10.96.200.7", []string{"10.96.200.7"}
 	si := &mcsv1beta1.ServiceImport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", Labels: map[string]string{ManagedBy: ManagedByValue}},

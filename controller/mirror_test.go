@@ -360,8 +360,7 @@ func TestSweepUnlinked(t *testing.T) {
 // The sweep enqueues every key the controller owns objects for, and those
 // of the linked clusters.
 func TestSweepKeys(t *testing.T) {
-	orphan := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "old-gone", Labels: map[string]string{
-		ManagedBy: ManagedByValue, labels.ClusterName: "gone", RemoteService: "old", labels.MirroredService: "true"}}}
+	orphan := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "old-gone", Labels: mirrorLabels("gone", "old")}}
 	f := newFixture(t, fixtureOptions{local: []runtime.Object{orphan}}, map[string][]runtime.Object{"west": {exported("default", "web", "true", false, tcp("http", 80))}})
 	assert.Equal(t, 2, f.c.sweep())
 	assert.Equal(t, []string{"delete services old-gone"}, f.sync("gone/default/old"))

@@ -40,11 +40,11 @@ func (s *syncer) applyServices(wants []want) map[string]*corev1.Service {
 func (s *syncer) allocatePorts(existing, desired *corev1.Service) {
 	recorded := map[string]int32{}
 	if existing != nil {
-		recorded = parseEgressPorts(existing.Annotations[EgressPorts])
+		recorded = labels.ParseEgressPorts(existing.Annotations[EgressPorts])
 	}
 	got := map[string]int32{}
 	for _, p := range desired.Spec.Ports {
-		pk := portKey(p.Port, string(p.Protocol))
+		pk := labels.EgressPortKey(p.Port, string(p.Protocol))
 		owner := portOwner(s.ns, desired.Name, pk)
 		s.keepPorts[owner] = true
 		port, err := s.c.ports.Allocate(s.key, owner, recorded[pk])
@@ -54,7 +54,7 @@ func (s *syncer) allocatePorts(existing, desired *corev1.Service) {
 		}
 		got[pk] = port
 	}
-	desired.Annotations[EgressPorts] = formatEgressPorts(got)
+	desired.Annotations[EgressPorts] = labels.FormatEgressPorts(got)
 }
 
 // applyService creates or updates one wanted Service; it returns the
@@ -132,15 +132,8 @@ var optionalAnnotations = []string{EgressPorts, RemoteHeadless}
 
 // serviceNeedsUpdate compares the fields the controller owns.
 func serviceNeedsUpdate(existing, desired *corev1.Service) bool {
-	for k, v := range desired.Labels {
-		if existing.Labels[k] != v {
-			return true
-		}
-	}
-	for k, v := range desired.Annotations {
-		if existing.Annotations[k] != v {
-			return true
-		}
+	if !metaHolds(existing, desired) {
+		return true
 	}
 	for _, k := range optionalAnnotations {
 		_, want := desired.Annotations[k]
@@ -265,19 +258,25 @@ func (s *syncer) sliceConflict(desired *discoveryv1.EndpointSlice) {
 
 // sliceNeedsUpdate compares the fields the controller owns.
 func sliceNeedsUpdate(existing, desired *discoveryv1.EndpointSlice) bool {
-	for k, v := range desired.Labels {
-		if existing.Labels[k] != v {
-			return true
-		}
-	}
-	for k, v := range desired.Annotations {
-		if existing.Annotations[k] != v {
-			return true
-		}
-	}
-	return !apiequality.Semantic.DeepEqual(existing.OwnerReferences, desired.OwnerReferences) ||
+	return !metaHolds(existing, desired) ||
+		!apiequality.Semantic.DeepEqual(existing.OwnerReferences, desired.OwnerReferences) ||
 		!apiequality.Semantic.DeepEqual(existing.Endpoints, desired.Endpoints) ||
 		!apiequality.Semantic.DeepEqual(existing.Ports, desired.Ports)
+}
+
+// metaHolds reports whether existing has every label and annotation of
+// desired, with its value.
+func metaHolds(existing, desired metav1.Object) bool {
+	for _, m := range [][2]map[string]string{
+		{existing.GetLabels(), desired.GetLabels()}, {existing.GetAnnotations(), desired.GetAnnotations()},
+	} {
+		for k, v := range m[1] {
+			if m[0][k] != v {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // wrote counts one write and, when it failed, records the error: the

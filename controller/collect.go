@@ -4,8 +4,10 @@ package controller
 // wants, then the release of the egress ports no object records.
 
 import (
+	"maps"
 	"strings"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
@@ -19,14 +21,7 @@ type ledger struct {
 }
 
 func newLedger(services map[string]*corev1.Service, slices map[string]*discoveryv1.EndpointSlice) ledger {
-	l := ledger{services: map[string]*corev1.Service{}, slices: map[string]*discoveryv1.EndpointSlice{}}
-	for n, s := range services {
-		l.services[n] = s
-	}
-	for n, es := range slices {
-		l.slices[n] = es
-	}
-	return l
+	return ledger{services: maps.Clone(services), slices: maps.Clone(slices)}
 }
 
 // collect deletes what garbage names: slices first, then Services.
@@ -43,12 +38,9 @@ func (s *syncer) collect(delSlices, delServices []string) {
 // mirror nor any object the ledger holds records: a port is free only once
 // nothing in the cluster points at it.
 func (s *syncer) releasePorts() {
-	keep := map[string]bool{}
-	for o := range s.keepPorts {
-		keep[o] = true
-	}
+	keep := maps.Clone(s.keepPorts)
 	for _, svc := range s.final.services {
-		for pk := range parseEgressPorts(svc.Annotations[EgressPorts]) {
+		for pk := range labels.ParseEgressPorts(svc.Annotations[EgressPorts]) {
 			keep[portOwner(svc.Namespace, svc.Name, pk)] = true
 		}
 	}

@@ -308,9 +308,7 @@ func New(opts Options) (*Controller, error) {
 		opts:   opts,
 		client: opts.Client,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedMaxOfRateLimiter(
-				workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseBackoff, maxBackoff),
-			),
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](baseBackoff, maxBackoff),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcmirror-controller"}),
 		ports:    newPortAllocator(opts.EgressPorts),
 		now:      time.Now,
@@ -351,16 +349,8 @@ func New(opts Options) (*Controller, error) {
 		inf cache.SharedIndexInformer
 		cache.ResourceEventHandlerFuncs
 	}{
-		{c.services, cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.onLocalService,
-			UpdateFunc: func(_, obj any) { c.onLocalService(obj) },
-			DeleteFunc: c.onLocalService,
-		}},
-		{c.slices, cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.onOwned,
-			UpdateFunc: func(_, obj any) { c.onOwned(obj) },
-			DeleteFunc: c.onOwned,
-		}},
+		{c.services, onAny(c.onLocalService)},
+		{c.slices, onAny(c.onOwned)},
 		{c.namespaces, cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.onNamespace,
 			UpdateFunc: func(_, obj any) { c.onNamespace(obj) },
@@ -475,7 +465,7 @@ func (c *Controller) restorePorts(logger klog.Logger) {
 		if !owned {
 			continue
 		}
-		for pk, p := range parseEgressPorts(s.Annotations[EgressPorts]) {
+		for pk, p := range labels.ParseEgressPorts(s.Annotations[EgressPorts]) {
 			owner := portOwner(s.Namespace, s.Name, pk)
 			if !c.ports.Claim(key, owner, p) {
 				logger.Info("Egress port recorded on a mirror is out of range or taken; it will be reallocated", "service", klog.KObj(s), "port", pk, "egressPort", p)

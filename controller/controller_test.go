@@ -49,18 +49,12 @@ func TestSyncRetriesFailedWrites(t *testing.T) {
 	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
 		"west": {exported("default", "web", "true", false, tcp("http", 80))},
 	})
-	fail := true
-	f.local.PrependReactor("create", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if fail {
-			return true, nil, errors.New("API server unavailable")
-		}
-		return false, nil, nil
-	})
+	fail := f.failing("create", "endpointslices")
 	require.Error(t, f.c.sync(f.ctx, "west/default/web"))
 	f.waitCaches()
 	assert.NotNil(t, f.service("default", "web-west"))
 	assert.Nil(t, f.slice("default", "web-west"))
-	fail = false
+	*fail = false
 	assert.Equal(t, []string{"create endpointslices web-west"}, f.sync("west/default/web"))
 	assert.Empty(t, f.sync("west/default/web"))
 }
@@ -103,21 +97,15 @@ func TestFailedWriteKeepsEgressPorts(t *testing.T) {
 			remote := append([]runtime.Object{exported("default", "api", "true", false, tcp("http", 80))}, tc.remote...)
 			f := newFixture(t, fixtureOptions{ports: tc.ports}, map[string][]runtime.Object{"west": remote})
 			f.converge(tc.key)
-			recorded := parseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"]
+			recorded := labels.ParseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"]
 			require.NotZero(t, recorded)
 			owner := portOwner("default", tc.svc, "80/TCP")
 
-			fail := true
-			f.local.PrependReactor(tc.verb, "services", func(k8stesting.Action) (bool, runtime.Object, error) {
-				if fail {
-					return true, nil, errors.New("API server unavailable")
-				}
-				return false, nil, nil
-			})
+			fail := f.failing(tc.verb, "services")
 			f.remote("west", tc.change...)
 			require.Error(t, f.c.sync(f.ctx, tc.key))
 			f.waitCaches()
-			assert.Equal(t, recorded, parseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"], "still recorded")
+			assert.Equal(t, recorded, labels.ParseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"], "still recorded")
 			p, ok := f.c.ports.Port(owner)
 			assert.True(t, ok && p == recorded, "%s keeps %d while it is recorded (has %d, %v)", owner, recorded, p, ok)
 
@@ -126,13 +114,13 @@ func TestFailedWriteKeepsEgressPorts(t *testing.T) {
 			assert.Empty(t, f.service("default", "api-west").Annotations[EgressPorts], "no port free for api")
 
 			// The write succeeds: the port is released and api gets it.
-			fail = false
+			*fail = false
 			f.converge(tc.key)
 			_, ok = f.c.ports.Port(owner)
 			assert.False(t, ok, "released")
 			f.converge("west/default/api")
 			f.assertEgressPortsUnique()
-			assert.Equal(t, formatEgressPorts(map[string]int32{"80/TCP": recorded}), f.service("default", "api-west").Annotations[EgressPorts])
+			assert.Equal(t, labels.FormatEgressPorts(map[string]int32{"80/TCP": recorded}), f.service("default", "api-west").Annotations[EgressPorts])
 		})
 	}
 }
@@ -145,7 +133,7 @@ func (f *fixture) assertEgressPortsUnique() {
 	require.NoError(f.t, err)
 	by := map[int32]string{}
 	for _, s := range list.Items {
-		for pk, p := range parseEgressPorts(s.Annotations[EgressPorts]) {
+		for pk, p := range labels.ParseEgressPorts(s.Annotations[EgressPorts]) {
 			if prev, dup := by[p]; dup {
 				f.t.Errorf("egress port %d recorded twice: %s and %s/%s", p, prev, s.Name, pk)
 			}
@@ -163,9 +151,7 @@ func TestMirrorsGauge(t *testing.T) {
 			exported("default", "portless", "true", true),
 		},
 	})
-	f.converge("gauge/default/web")
-	f.converge("gauge/default/db")
-	f.converge("gauge/default/portless")
+	f.convergeAll("gauge/default/web", "gauge/default/db", "gauge/default/portless")
 	assert.Equal(t, float64(2), testutil.ToFloat64(mirrorsGauge.WithLabelValues("gauge", "service")))
 	assert.Equal(t, float64(2), testutil.ToFloat64(mirrorsGauge.WithLabelValues("gauge", "pod")))
 	assert.Equal(t, float64(1), testutil.ToFloat64(notMirroredGauge.WithLabelValues("gauge", ReasonHeadlessWithoutPorts)))
@@ -176,8 +162,7 @@ func TestMirrorsGauge(t *testing.T) {
 // sources have been read.
 func TestUnsyncedLinkKeepsMirrors(t *testing.T) {
 	mirror := func(cluster string) *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-" + cluster, Labels: map[string]string{
-			ManagedBy: ManagedByValue, labels.ClusterName: cluster, RemoteService: "web", labels.MirroredService: "true"}}}
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-" + cluster, Labels: mirrorLabels(cluster, "web")}}
 	}
 	f := newFixture(t, fixtureOptions{local: []runtime.Object{mirror("dead"), mirror("later")}}, nil)
 	dead := fake.NewClientset()
@@ -242,13 +227,7 @@ func testFailedSliceWriteKeepsEgressPorts(t *testing.T, o fixtureOptions, addrs 
 			owner, ok := f.c.ports.Owner(recorded)
 			require.True(t, ok)
 
-			fail := true
-			f.local.PrependReactor(tc.verb, "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
-				if fail {
-					return true, nil, errors.New("API server unavailable")
-				}
-				return false, nil, nil
-			})
+			fail := f.failing(tc.verb, "endpointslices")
 			f.remote("west", tc.change...)
 			require.Error(t, f.c.sync(f.ctx, tc.key))
 			f.waitCaches()
@@ -258,7 +237,7 @@ func testFailedSliceWriteKeepsEgressPorts(t *testing.T, o fixtureOptions, addrs 
 			f.sync("west/default/api")
 			assert.Empty(t, f.service("default", "api-west").Annotations[EgressPorts], "no port free for api")
 
-			fail = false
+			*fail = false
 			f.converge(tc.key)
 			f.converge("west/default/api")
 			f.assertEgressPortsUnique()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -122,14 +123,6 @@ func TestPlanSlicesDualStack(t *testing.T) {
 		assert.True(t, known["web-west"])
 		return desired
 	}
-	endpointsOf := func(es *discoveryv1.EndpointSlice) []string {
-		var out []string
-		for _, ep := range es.Endpoints {
-			out = append(out, ep.Addresses...)
-		}
-		return out
-	}
-
 	desired := slicesOf(dualAddr)
 	require.Equal(t, []string{"web-west", "web-west.ipv4"}, sortedKeys(desired))
 	assert.Equal(t, discoveryv1.AddressTypeIPv6, desired["web-west"].AddressType, "the primary family's slice is named as the Service")
@@ -272,13 +265,9 @@ func (f *fixture) assertDualSlices(name string, want map[string]string) {
 		if es.Labels[discoveryv1.LabelServiceName] != name {
 			continue
 		}
-		var eps []string
-		for _, ep := range es.Endpoints {
-			eps = append(eps, ep.Addresses...)
-		}
-		got[es.Name] = fmt.Sprintf("%s %v", es.AddressType, eps)
+		got[es.Name] = fmt.Sprintf("%s %v", es.AddressType, endpointsOf(&es))
 		require.Len(f.t, es.Ports, 1)
-		assert.Equal(f.t, parseEgressPorts(svc.Annotations[EgressPorts])["80/TCP"], *es.Ports[0].Port, es.Name)
+		assert.Equal(f.t, labels.ParseEgressPorts(svc.Annotations[EgressPorts])["80/TCP"], *es.Ports[0].Port, es.Name)
 	}
 	assert.Equal(f.t, want, got, name)
 }
@@ -330,8 +319,7 @@ func TestSyncDualStackNew(t *testing.T) {
 	f := dualFixture(t,
 		dualRemote(exported("default", "web", "true", false, tcp("http", 80)), v6, v4),
 		dualRemote(exported("default", "db", "true", true, tcp("http", 80)), v4, v6), endpoints("default", "db", "db-0"))
-	f.converge("west/default/web")
-	f.converge("west/default/db")
+	f.convergeAll("west/default/web", "west/default/db")
 
 	web := f.service("default", "web-west")
 	assert.Equal(t, []corev1.IPFamily{v6, v4}, web.Spec.IPFamilies)
@@ -369,16 +357,7 @@ func TestSyncDualStackRestart(t *testing.T) {
 	remote := []runtime.Object{dualRemote(exported("default", "web", "true", false, tcp("http", 80)), v4, v6)}
 	f := dualFixture(t, remote...)
 	f.converge("west/default/web")
-	var state []runtime.Object
-	svcs, _ := f.local.CoreV1().Services("").List(f.ctx, metav1.ListOptions{})
-	for i := range svcs.Items {
-		state = append(state, &svcs.Items[i])
-	}
-	es, _ := f.local.DiscoveryV1().EndpointSlices("").List(f.ctx, metav1.ListOptions{})
-	for i := range es.Items {
-		state = append(state, &es.Items[i])
-	}
-	g := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: state}, map[string][]runtime.Object{"west": remote})
+	g := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: f.mirrorState()}, map[string][]runtime.Object{"west": remote})
 	g.waitEgress(dualEgress...)
 	require.Eventually(t, func() bool { return len(g.c.ownedSlices()) == 2 }, 10*time.Second, time.Millisecond)
 	assert.Empty(t, g.sync("west/default/web"))

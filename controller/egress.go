@@ -194,11 +194,7 @@ func (c *Controller) newEgressInformer() error {
 		c.egressSlices = discoveryinformers.NewFilteredEndpointSliceInformer(c.client, n.Namespace, resyncPeriod, cache.Indexers{},
 			func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=" + n.Name })
 		_ = c.egressSlices.SetTransform(trim)
-		reg, err := c.egressSlices.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { c.refreshEgress(false) },
-			UpdateFunc: func(_, _ any) { c.refreshEgress(false) },
-			DeleteFunc: func(any) { c.refreshEgress(false) },
-		})
+		reg, err := c.egressSlices.AddEventHandler(onAny(func(any) { c.refreshEgress(false) }))
 		if err != nil {
 			return err
 		}

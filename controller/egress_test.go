@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 var gatewayEgress = types.NamespacedName{Namespace: "mcmirror", Name: "mcmirror-gateway-egress"}
@@ -122,15 +124,18 @@ func TestParseEgressService(t *testing.T) {
 // with mirrors of a ClusterIP export (web) and a headless one (db, two
 // pods): three egress slices and one headless slice.
 func egressFixture(t *testing.T, local ...runtime.Object) *fixture {
-	f := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: local}, map[string][]runtime.Object{
-		"west": {
-			exported("default", "web", "true", false, tcp("http", 80)),
-			exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"),
-		},
-	})
-	f.converge("west/default/web")
-	f.converge("west/default/db")
+	f := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: local}, egressRemote())
+	f.convergeAll("west/default/web", "west/default/db")
 	return f
+}
+
+// egressRemote is west with a ClusterIP export (web) and a headless one
+// (db, two pods).
+func egressRemote() map[string][]runtime.Object {
+	return map[string][]runtime.Object{"west": {
+		exported("default", "web", "true", false, tcp("http", 80)),
+		exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"),
+	}}
 }
 
 var egressSliceNames = []string{"db-0-west", "db-1-west", "web-west"}
@@ -152,7 +157,7 @@ func (f *fixture) assertEgress(want ...string) {
 		}
 		assert.Equal(f.t, want, got, name)
 		require.Len(f.t, es.Ports, 1, name)
-		assert.Equal(f.t, parseEgressPorts(f.service("default", name).Annotations[EgressPorts])["80/TCP"], *es.Ports[0].Port, name)
+		assert.Equal(f.t, labels.ParseEgressPorts(f.service("default", name).Annotations[EgressPorts])["80/TCP"], *es.Ports[0].Port, name)
 	}
 	hs := f.slice("default", "db-west")
 	require.Len(f.t, hs.Endpoints, 2)
@@ -177,6 +182,16 @@ func (f *fixture) setGateway(es *discoveryv1.EndpointSlice) {
 		got, ok, _ := f.c.egressSlices.GetStore().Get(es)
 		return ok && apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Endpoints, es.Endpoints)
 	}, 10*time.Second, time.Millisecond)
+}
+
+// egressConverged waits for the egress addresses want, converges the
+// egressFixture's keys, and checks their slices and the gauge.
+func (f *fixture) egressConverged(want ...string) {
+	f.t.Helper()
+	f.waitEgress(want...)
+	f.convergeAll("west/default/web", "west/default/db")
+	f.assertEgress(want...)
+	assert.Equal(f.t, float64(len(want)), egressGauge())
 }
 
 // queued takes every key out of the work queue.
@@ -239,22 +254,14 @@ func TestEgressService(t *testing.T) {
 
 	// A third replica.
 	f.setGateway(gatewaySlice("gw-2", v4, "10.244.0.9"))
-	f.waitEgress("10.244.0.9", "10.244.0.11", "10.244.0.14")
-	f.converge("west/default/web")
-	f.converge("west/default/db")
-	f.assertEgress("10.244.0.9", "10.244.0.11", "10.244.0.14")
-	assert.Equal(t, float64(3), egressGauge())
+	f.egressConverged("10.244.0.9", "10.244.0.11", "10.244.0.14")
 
 	// The third replica goes; then no address is ready (a rollout gone
 	// wrong): the mirrors keep the last addresses, and a sync changes
 	// nothing.
 	f.setGateway(gatewaySlice("gw-2", v4, "10.244.0.9!"))
 	require.NoError(t, f.local.DiscoveryV1().EndpointSlices(gatewayEgress.Namespace).Delete(f.ctx, "gw-2", metav1.DeleteOptions{}))
-	f.waitEgress("10.244.0.11", "10.244.0.14")
-	f.converge("west/default/web")
-	f.converge("west/default/db")
-	f.assertEgress("10.244.0.11", "10.244.0.14")
-	assert.Equal(t, float64(2), egressGauge())
+	f.egressConverged("10.244.0.11", "10.244.0.14")
 	f.setGateway(gatewaySlice("gw-1", v4, "10.244.0.14!", "10.244.0.11!"))
 	require.Eventually(t, f.egressEmpty, 10*time.Second, time.Millisecond)
 	assert.Equal(t, addrs("10.244.0.11", "10.244.0.14"), f.c.egressAddresses())
@@ -270,18 +277,11 @@ func TestEgressService(t *testing.T) {
 
 	// A ready pod again.
 	f.setGateway(gatewaySlice("gw-1", v4, "10.244.0.20"))
-	f.waitEgress("10.244.0.20")
-	f.converge("west/default/web")
-	f.converge("west/default/db")
-	f.assertEgress("10.244.0.20")
-	assert.Equal(t, float64(1), egressGauge())
+	f.egressConverged("10.244.0.20")
 
 	// To IPv6: the address type is immutable, so the slices are recreated.
 	f.setGateway(gatewaySlice("gw-1", discoveryv1.AddressTypeIPv6, "fd00::20"))
-	f.waitEgress("fd00::20")
-	f.converge("west/default/web")
-	f.converge("west/default/db")
-	f.assertEgress("fd00::20")
+	f.egressConverged("fd00::20")
 	assert.Equal(t, discoveryv1.AddressTypeIPv6, f.slice("default", "web-west").AddressType)
 }
 
@@ -319,11 +319,7 @@ func TestEgressServiceStartup(t *testing.T) {
 
 	// Restart: the gateway has no ready pod meanwhile.
 	g := newFixture(t, fixtureOptions{egressService: gatewayEgress,
-		local: append(state, gatewaySlice("gw-1", discoveryv1.AddressTypeIPv4, "10.244.0.3!"))},
-		map[string][]runtime.Object{"west": {
-			exported("default", "web", "true", false, tcp("http", 80)),
-			exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"),
-		}})
+		local: append(state, gatewaySlice("gw-1", discoveryv1.AddressTypeIPv4, "10.244.0.3!"))}, egressRemote())
 	assert.Equal(t, addrs("10.244.0.1", "10.244.0.2"), g.c.egressAddresses())
 	assert.Equal(t, float64(2), egressGauge())
 	assert.Empty(t, g.sync("west/default/web"))
@@ -335,11 +331,7 @@ func TestEgressServiceStartup(t *testing.T) {
 	assert.Equal(t, float64(0), egressGauge())
 	h.assertEgress()
 	h.setGateway(gatewaySlice("gw-1", discoveryv1.AddressTypeIPv4, "10.244.0.5"))
-	h.waitEgress("10.244.0.5")
-	h.converge("west/default/web")
-	h.converge("west/default/db")
-	h.assertEgress("10.244.0.5")
-	assert.Equal(t, float64(1), egressGauge())
+	h.egressConverged("10.244.0.5")
 }
 
 // A fixed --egress-address is what every egress slice lists, as before.
@@ -361,13 +353,13 @@ func TestNewEgressOptions(t *testing.T) {
 		{EgressAddress: egressIP, EgressService: gatewayEgress},
 		{EgressService: types.NamespacedName{Name: "x"}},
 		{EgressService: types.NamespacedName{Namespace: "Bad", Name: "x"}},
-		{EgressAddress: netipMust("ff02::1")},
+		{EgressAddress: netip.MustParseAddr("ff02::1")},
 	} {
-		o.Cluster, o.Client, o.EgressPorts = "east", newFixtureClient(), PortRange{First: 1, Last: 2}
+		o.Cluster, o.Client, o.EgressPorts = "east", fake.NewClientset(), PortRange{First: 1, Last: 2}
 		_, err := New(o)
 		assert.Error(t, err, "%+v", o)
 	}
-	c, err := New(Options{Cluster: "east", Client: newFixtureClient(), EgressPorts: PortRange{First: 1, Last: 2}, EgressService: gatewayEgress})
+	c, err := New(Options{Cluster: "east", Client: fake.NewClientset(), EgressPorts: PortRange{First: 1, Last: 2}, EgressService: gatewayEgress})
 	require.NoError(t, err)
 	assert.NotNil(t, c.egressSlices)
 }

@@ -51,8 +51,7 @@ func TestRefusedLinkKeepsMirrors(t *testing.T) {
 		exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0"),
 	}}
 	f := newFixture(t, fixtureOptions{}, remote)
-	f.converge("west/default/web")
-	f.converge("west/default/db")
+	f.convergeAll("west/default/web", "west/default/db")
 	before := f.serviceNames("default")
 	require.Equal(t, []string{"db-0-west", "db-west", "web-west"}, before)
 
@@ -77,8 +76,7 @@ func TestRefusedLinkKeepsMirrors(t *testing.T) {
 	// The Secret is deleted: the cluster is unlinked, its mirrors go.
 	require.NoError(t, g.local.CoreV1().Secrets("links").Delete(g.ctx, "west-link", metav1.DeleteOptions{}))
 	g.now = g.now.Add(refusedRecheck)
-	g.converge("west/default/web")
-	g.converge("west/default/db")
+	g.convergeAll("west/default/web", "west/default/db")
 	assert.Empty(t, g.serviceNames("default"))
 	assert.Equal(t, 0, g.c.ports.Len())
 }

@@ -41,8 +41,8 @@ func dualDerived(policy corev1.IPFamilyPolicy, families ...corev1.IPFamily) *cor
 // only when its primary family is none of theirs.
 func TestPlanImportFamilies(t *testing.T) {
 	v4, v6 := corev1.IPv4Protocol, corev1.IPv6Protocol
-	west := importSource{cluster: "west", service: importService(nil)}
-	paris := importSource{cluster: "paris", service: importService(nil), created: west.created.Add(1)}
+	west := importSource{cluster: "west", service: testExportService(nil)}
+	paris := importSource{cluster: "paris", service: testExportService(nil), created: west.created.Add(1)}
 	plan := func(derived *corev1.Service, sources ...importSource) importPlan {
 		return planImport(importInput{ns: "shop", name: "web", sources: sources, derived: derived})
 	}
@@ -88,7 +88,7 @@ func TestPlanImportFamilies(t *testing.T) {
 	// Headless: no ClusterSetIP, no family of its own; the ServiceImport
 	// says the sources'.
 	h := withFamilies(west, v6)
-	h.service = importService(func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone })
+	h.service = testExportService(func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone })
 	p := plan(nil, h)
 	assert.Nil(t, p.derived.Spec.IPFamilyPolicy)
 	assert.Equal(t, []corev1.IPFamily{v6}, p.spec.IPFamilies)
@@ -106,7 +106,7 @@ func TestApplyDerivedFamilies(t *testing.T) {
 	live := dualDerived(corev1.IPFamilyPolicyPreferDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)
 	client := fake.NewClientset(live)
 	c := &Controller{client: client}
-	west := withFamilies(importSource{cluster: "west", service: importService(nil)}, corev1.IPv4Protocol)
+	west := withFamilies(importSource{cluster: "west", service: testExportService(nil)}, corev1.IPv4Protocol)
 	p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{west}, derived: live})
 	got, err := c.applyDerived(t.Context(), live, p)
 	require.NoError(t, err)

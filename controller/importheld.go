@@ -124,7 +124,7 @@ func (c *Controller) noteKept(si *mcsv1beta1.ServiceImport, held []string) {
 			continue
 		}
 		klog.InfoS("Import goes on without a link that has not synced; its part is kept as it last was", "serviceImport", klog.KObj(si), "cluster", h)
-		c.recorder.Eventf(importRef(si), corev1.EventTypeWarning, ReasonImportSourceNotSynced,
+		c.recorder.Eventf(mcsRef("ServiceImport", si), corev1.EventTypeWarning, ReasonImportSourceNotSynced,
 			"Linked cluster %s has not synced within --link-startup-timeout (%s): this import goes on with the other clusters, and keeps %s's endpoints as they last were until its link syncs (see link_synced and the controller's log)",
 			h, c.opts.LinkStartupTimeout, h)
 	}

@@ -56,7 +56,7 @@ func TestPlanImportKept(t *testing.T) {
 	old := importSlice(importInput{ns: "shop", name: "web", derived: liveDerived(false)}, "tokyo", base+"-tokyo",
 		discoveryv1.AddressTypeIPv4, sourceSlice(discoveryv1.AddressTypeIPv4, 80, "10.7.0.1").Endpoints,
 		sourceSlice(discoveryv1.AddressTypeIPv4, 80).Ports)
-	west := importSource{cluster: "west", service: importService(nil),
+	west := importSource{cluster: "west", service: testExportService(nil),
 		slices: []*discoveryv1.EndpointSlice{sourceSlice(discoveryv1.AddressTypeIPv4, 80, "10.1.0.1")}}
 	replaced := liveDerived(false)
 	replaced.UID = "new-uid"

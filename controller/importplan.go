@@ -215,9 +215,12 @@ func planImport(in importInput) importPlan {
 			p.slices[es.Name] = es
 		}
 	}
+	// The slices of a cluster whose link has not synced (importheld.go),
+	// as they are but owned by the derived Service as it is now.
 	for _, kept := range in.kept {
 		for _, es := range kept {
-			p.slices[es.Name] = keptSlice(in, es)
+			p.slices[es.Name] = importSlice(in, es.Labels[mcsv1beta1.LabelSourceCluster], es.Name, es.AddressType,
+				es.Endpoints, es.Ports)
 		}
 	}
 	return p
@@ -274,13 +277,6 @@ func importSlices(in importInput, o *offer) []*discoveryv1.EndpointSlice {
 		}
 	}
 	return out
-}
-
-// keptSlice is es, an existing slice of a cluster whose link has not
-// synced (importheld.go), as it is but owned by the derived Service as it
-// is now.
-func keptSlice(in importInput, es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
-	return importSlice(in, es.Labels[mcsv1beta1.LabelSourceCluster], es.Name, es.AddressType, es.Endpoints, es.Ports)
 }
 
 // importSlice is one EndpointSlice of the derived Service.

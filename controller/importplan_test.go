@@ -17,20 +17,6 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
-func importService(mut func(*corev1.Service)) *corev1.Service {
-	s := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
-		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10",
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	if mut != nil {
-		mut(s)
-	}
-	return s
-}
-
 func sourceSlice(at discoveryv1.AddressType, port int32, addrs ...string) *discoveryv1.EndpointSlice {
 	es := &discoveryv1.EndpointSlice{AddressType: at, Ports: []discoveryv1.EndpointPort{
 		{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)},
@@ -61,9 +47,9 @@ func TestDerivedName(t *testing.T) {
 
 func TestPlanImport(t *testing.T) {
 	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	east := importSource{cluster: "east", created: t0.Add(time.Hour), service: importService(nil),
+	east := importSource{cluster: "east", created: t0.Add(time.Hour), service: testExportService(nil),
 		slices: []*discoveryv1.EndpointSlice{sourceSlice(discoveryv1.AddressTypeIPv4, 8080, "10.1.0.5", "10.1.0.4")}}
-	west := importSource{cluster: "west", created: t0, service: importService(nil),
+	west := importSource{cluster: "west", created: t0, service: testExportService(nil),
 		slices: []*discoveryv1.EndpointSlice{sourceSlice(discoveryv1.AddressTypeIPv4, 30001, "192.0.2.10")}}
 
 	t.Run("no sources: nothing", func(t *testing.T) {
@@ -113,7 +99,7 @@ func TestPlanImport(t *testing.T) {
 	t.Run("headless", func(t *testing.T) {
 		h := func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone }
 		src := west
-		src.service = importService(h)
+		src.service = testExportService(h)
 		src.slices = []*discoveryv1.EndpointSlice{sourceSlice(discoveryv1.AddressTypeIPv4, 80, "10.2.0.1")}
 		src.slices[0].Endpoints[0].Hostname = ptr.To("web-0")
 		p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{src}})
@@ -150,12 +136,12 @@ func TestPlanImport(t *testing.T) {
 		// StrictPortConflict of the MCS conformance suite: west is older
 		// and exports tcp/42, east tcp/4242 under the same name.
 		older := west
-		older.service = importService(func(s *corev1.Service) { s.Spec.Ports[0].Name, s.Spec.Ports[0].Port = "tcp", 42 })
+		older.service = testExportService(func(s *corev1.Service) { s.Spec.Ports[0].Name, s.Spec.Ports[0].Port = "tcp", 42 })
 		older.slices = []*discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.10"}}},
 			Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(30042))}}}}
 		newer := east
-		newer.service = importService(func(s *corev1.Service) { s.Spec.Ports[0].Name, s.Spec.Ports[0].Port = "tcp", 4242 })
+		newer.service = testExportService(func(s *corev1.Service) { s.Spec.Ports[0].Name, s.Spec.Ports[0].Port = "tcp", 4242 })
 		newer.slices = []*discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.9"}}},
 			Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(4242))}}}}
@@ -170,7 +156,7 @@ func TestPlanImport(t *testing.T) {
 
 	t.Run("a port conflict: the clashing port is left out", func(t *testing.T) {
 		src := east
-		src.service = importService(func(s *corev1.Service) { s.Spec.Ports[0].Protocol = corev1.ProtocolUDP })
+		src.service = testExportService(func(s *corev1.Service) { s.Spec.Ports[0].Protocol = corev1.ProtocolUDP })
 		p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{west, src}, derived: liveDerived(false)})
 		require.NotEmpty(t, p.merged.Conflicts)
 		assert.Equal(t, []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, p.spec.Ports)

@@ -63,21 +63,14 @@ func (c *Controller) noteRefusals(si *mcsv1beta1.ServiceImport, now refusals) {
 		msg := "Endpoints of linked clusters' flat-mode exports not imported: " + strings.Join(policy, "; ") +
 			". Only Pods of the exported Service's namespace listed by the EndpointSlice controller are imported"
 		klog.InfoS("Import leaves endpoints out", "serviceImport", klog.KObj(si), "refused", policy)
-		c.recorder.Event(importRef(si), corev1.EventTypeWarning, ReasonImportEndpointsRefused, msg)
+		c.recorder.Event(mcsRef("ServiceImport", si), corev1.EventTypeWarning, ReasonImportEndpointsRefused, msg)
 	}
 	if len(limited) > 0 {
 		msg := fmt.Sprintf("The import carries at most %d endpoints (--max-import-endpoints), shared among the exporting clusters; left out: %s",
 			c.opts.MaxImportEndpoints, strings.Join(limited, ", "))
 		klog.InfoS("Import over its endpoint limit", "serviceImport", klog.KObj(si), "limit", c.opts.MaxImportEndpoints, "leftOut", limited)
-		c.recorder.Event(importRef(si), corev1.EventTypeWarning, ReasonImportEndpointsLimited, msg)
+		c.recorder.Event(mcsRef("ServiceImport", si), corev1.EventTypeWarning, ReasonImportEndpointsLimited, msg)
 	}
-}
-
-// importRef is the reference of an Event on si: the recorder's scheme
-// (client-go's) does not know the MCS API's kinds.
-func importRef(si *mcsv1beta1.ServiceImport) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: "ServiceImport", APIVersion: mcsv1beta1.SchemeGroupVersion.String(),
-		Namespace: si.Namespace, Name: si.Name, UID: si.UID, ResourceVersion: si.ResourceVersion}
 }
 
 // forgetRefusals forgets the import key (namespace/name), deleted.

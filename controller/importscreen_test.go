@@ -30,11 +30,13 @@ func podSlice(at discoveryv1.AddressType, addrs ...string) *discoveryv1.Endpoint
 	return es
 }
 
-// planned lists the first address of every endpoint of the import's
-// slice name.
-func planned(p importPlan, name string) []string {
+// planned lists the addresses of the import's slice name.
+func planned(p importPlan, name string) []string { return endpointsOf(p.slices[name]) }
+
+// endpointsOf lists the addresses of every endpoint of es (none when nil).
+func endpointsOf(es *discoveryv1.EndpointSlice) []string {
 	var out []string
-	if es := p.slices[name]; es != nil {
+	if es != nil {
 		for _, ep := range es.Endpoints {
 			out = append(out, ep.Addresses...)
 		}
@@ -62,11 +64,11 @@ func TestPlanImportEndpointPolicy(t *testing.T) {
 	twoAddrs.Endpoints[0].Addresses = append(twoAddrs.Endpoints[0].Addresses, "127.0.0.1")
 	good := podSlice(discoveryv1.AddressTypeIPv4, "10.1.0.5", "10.1.0.6")
 
-	west := importSource{cluster: "west", service: importService(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} }),
+	west := importSource{cluster: "west", service: testExportService(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} }),
 		screened: true, slices: []*discoveryv1.EndpointSlice{good, handWritten, elsewhere, node, never, v6, twoAddrs}}
 	// The local export's slices are its own namespace's: carried as
 	// they are, hand-written or not.
-	local := importSource{cluster: "east", service: importService(nil), slices: []*discoveryv1.EndpointSlice{handWritten}}
+	local := importSource{cluster: "east", service: testExportService(nil), slices: []*discoveryv1.EndpointSlice{handWritten}}
 	base := DerivedName("shop", "web")
 	plan := func(policy endpointpolicy.Policy, sources ...importSource) importPlan {
 		return planImport(importInput{ns: "shop", name: "web", sources: sources, derived: liveDerived(false), policy: &policy})
@@ -88,7 +90,7 @@ func TestPlanImportEndpointPolicy(t *testing.T) {
 	// A selector-less Service: nothing, unless opted in; then its
 	// hand-written slices are, but still no address never believed.
 	legacy := west
-	legacy.service = importService(nil)
+	legacy.service = testExportService(nil)
 	p = plan(endpointpolicy.Policy{}, legacy)
 	assert.Empty(t, planned(p, base+"-west"))
 	require.Contains(t, p.slices, base+"-west", "the cluster keeps its (empty) slice")
@@ -122,7 +124,7 @@ func TestPlanImportBound(t *testing.T) {
 	// The lowest addresses are not ready: they go first.
 	flood.Endpoints[0].Conditions.Ready = ptr.To(false)
 	flood.Endpoints[1].Conditions.Ready = ptr.To(false)
-	web := importService(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} })
+	web := testExportService(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} })
 	west := importSource{cluster: "west", service: web, screened: true, slices: []*discoveryv1.EndpointSlice{flood}}
 	paris := importSource{cluster: "paris", service: web, screened: true,
 		slices: []*discoveryv1.EndpointSlice{podSlice(discoveryv1.AddressTypeIPv4, addrs("10.2.0", 3)...)}}

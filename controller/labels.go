@@ -7,7 +7,6 @@ import "github.com/mcmirror/mcmirror/internal/labels"
 // the Linkerd-compatible keys (mirrored-service, cluster-name,
 // headless-mirror-svc-name, remote-resource-version) are there as well.
 const (
-	Domain                 = labels.Domain
 	ManagedBy              = labels.ManagedBy
 	ManagedByValue         = labels.ManagedByValue
 	RemoteService          = labels.RemoteService

@@ -5,6 +5,8 @@ package controller
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/link"
@@ -59,16 +61,8 @@ func (lc linkConsumer) New(name string, client kubernetes.Interface, ns link.Nam
 	// Every way's Services enqueue alike: a Service leaving one (Linkerd's
 	// label or the ServiceExport stamp removed) is synced, and is still
 	// exported while another holds it.
-	onService := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onRemoteService(name, obj) },
-		UpdateFunc: func(_, obj any) { c.onRemoteService(name, obj) },
-		DeleteFunc: func(obj any) { c.onRemoteService(name, obj) },
-	}
-	onSlice := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onRemoteSlice(r, obj) },
-		UpdateFunc: func(_, obj any) { c.onRemoteSlice(r, obj) },
-		DeleteFunc: func(obj any) { c.onRemoteSlice(r, obj) },
-	}
+	onService := onAny(func(obj any) { c.onRemoteService(name, obj) })
+	onSlice := onAny(func(obj any) { c.onRemoteSlice(r, obj) })
 	for _, w := range r.ways {
 		regS, _ := w.services.AddEventHandler(onService)
 		regE, _ := w.slices.AddEventHandler(onSlice)
@@ -180,11 +174,7 @@ func (c *Controller) localKeysOfCluster(cluster string) []string {
 			}
 		}
 	}
-	out := make([]string, 0, len(keys))
-	for k := range keys {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(keys))
 }
 
 // link returns the linked cluster name, and how long a removed link's

@@ -34,7 +34,7 @@ func linkWays(r *remoteCluster, ways []remote.Way) []*linkWay {
 	for i, w := range ways {
 		out[i] = &linkWay{
 			way:      w,
-			services: linkInformer(r, remote.Services, w.Services, w.Name, 2*i, nil),
+			services: linkInformer(r, remote.Services, w.Services, w.Name, 2*i, cache.Indexers{}),
 			slices: linkInformer(r, remote.EndpointSlices, w.Slices(), w.SlicesName(), 2*i+1,
 				cache.Indexers{byService: indexSliceByService}),
 		}
@@ -52,9 +52,6 @@ func watchNames(ways []remote.Way) []string {
 }
 
 func linkInformer(r *remoteCluster, kind remote.Kind, sel k8slabels.Selector, what string, w int, indexers cache.Indexers) cache.SharedIndexInformer {
-	if indexers == nil {
-		indexers = cache.Indexers{}
-	}
 	inf := cache.NewSharedIndexInformerWithOptions(remote.ListWatch(r.client, kind, sel.String(), r.namespaces, r.health, w), kind.Object(),
 		cache.SharedIndexInformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers, ObjectDescription: "mcmirror/" + r.name + "/" + what})
 	_ = inf.SetTransform(trim)

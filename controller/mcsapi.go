@@ -85,11 +85,7 @@ func (c *Controller) newMCSAPI() error {
 		{m.exportSlices[0], enqueueSlice, trim}, {m.exportSlices[1], enqueueSlice, trim},
 	} {
 		_ = h.inf.SetTransform(h.transform)
-		reg, err := h.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    h.fn,
-			UpdateFunc: func(_, obj any) { h.fn(obj) },
-			DeleteFunc: h.fn,
-		})
+		reg, err := h.inf.AddEventHandler(onAny(h.fn))
 		if err != nil {
 			return err
 		}

@@ -7,8 +7,6 @@ package controller
 import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,23 +55,13 @@ var mcsRefusedReasons = []string{
 	ReasonStampRefused, ReasonDerivedServiceTaken, ReasonExportedMetadataRefused,
 }
 
-// mcsRefusedTotal counts the refusals of the MCS side by reason; every
-// reason starts at zero.
-var mcsRefusedTotal = func() *prometheus.CounterVec {
-	c := promauto.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace,
-		Subsystem: metricsSubsystem,
-		Name:      "mcs_refused_total",
-		Help: "Refusals of the Multi-Cluster Services side, by reason: a ServiceExport that became invalid (its Valid reason: " +
-			"NoService, InvalidServiceType, InvalidMode, MirrorService, DerivedService), a ServiceExport stamp the controller " +
-			"did not write (ServiceExportStampRefused), a derived Service's name held by another import (DerivedServiceTaken), " +
-			"exported labels or annotations of a ServiceExport left out (ExportedMetadataRefused).",
-	}, []string{"reason"})
-	for _, r := range mcsRefusedReasons {
-		c.WithLabelValues(r)
-	}
-	return c
-}()
+// mcsRefusedTotal: every reason starts at zero.
+var mcsRefusedTotal = withReasons(metrics.Counter("mcs_refused_total",
+	"Refusals of the Multi-Cluster Services side, by reason: a ServiceExport that became invalid (its Valid reason: "+
+		"NoService, InvalidServiceType, InvalidMode, MirrorService, DerivedService), a ServiceExport stamp the controller "+
+		"did not write (ServiceExportStampRefused), a derived Service's name held by another import (DerivedServiceTaken), "+
+		"exported labels or annotations of a ServiceExport left out (ExportedMetadataRefused).", "reason"),
+	mcsRefusedReasons...)
 
 // exportRefused records, once the conditions were written, a ServiceExport
 // that became invalid or is invalid for another reason now.
@@ -86,7 +74,8 @@ func (c *Controller) exportRefused(se *mcsv1beta1.ServiceExport, conds []metav1.
 		return
 	}
 	mcsRefusedTotal.WithLabelValues(valid.Reason).Inc()
-	c.recorder.Eventf(exportRef(se), corev1.EventTypeWarning, ReasonServiceExportInvalid, "ServiceExport not valid (%s): %s", valid.Reason, valid.Message)
+	c.recorder.Eventf(mcsRef("ServiceExport", se), corev1.EventTypeWarning, ReasonServiceExportInvalid,
+		"ServiceExport not valid (%s): %s", valid.Reason, valid.Message)
 }
 
 // exportMetadataRefused records, once the conditions were written, what of
@@ -102,17 +91,15 @@ func (c *Controller) exportMetadataRefused(se *mcsv1beta1.ServiceExport, conds [
 		return
 	}
 	mcsRefusedTotal.WithLabelValues(ReasonExportedMetadataRefused).Inc()
-	c.recorder.Eventf(exportRef(se), corev1.EventTypeWarning, ReasonExportedMetadataRefused,
+	c.recorder.Eventf(mcsRef("ServiceExport", se), corev1.EventTypeWarning, ReasonExportedMetadataRefused,
 		"Not exported to the ServiceImports of the clusterset (the rest is): %s", refusedSummary(refused))
 }
 
-// exportRef is the reference of an Event on se: the recorder's scheme
-// (client-go's) does not know the MCS API's kinds.
-func exportRef(se *mcsv1beta1.ServiceExport) *corev1.ObjectReference {
-	return &corev1.ObjectReference{
-		APIVersion: mcsv1beta1.SchemeGroupVersion.String(), Kind: "ServiceExport",
-		Namespace: se.Namespace, Name: se.Name, UID: se.UID, ResourceVersion: se.ResourceVersion,
-	}
+// mcsRef is the reference of an Event on o, of the MCS API's kind: the
+// recorder's scheme (client-go's) does not know those kinds.
+func mcsRef(kind string, o metav1.Object) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: mcsv1beta1.SchemeGroupVersion.String(), Kind: kind,
+		Namespace: o.GetNamespace(), Name: o.GetName(), UID: o.GetUID(), ResourceVersion: o.GetResourceVersion()}
 }
 
 // stampRefused records a stamp on svc that the controller did not write,

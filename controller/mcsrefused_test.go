@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,27 +57,7 @@ func (f *mcsFixture) syncMCS(key string) []string {
 	require.NoError(f.t, err)
 	sources, links := f.c.importSources(ns, name)
 	require.NoError(f.t, errors.Join(f.c.syncExport(f.ctx, key, sources), f.c.syncImport(f.ctx, key, sources, links)))
-	var writes []string
-	for _, a := range append(f.local.Actions(), f.mcs.Actions()...) {
-		var name string
-		switch a := a.(type) {
-		case k8stesting.CreateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case k8stesting.UpdateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case k8stesting.DeleteAction:
-			name = a.GetName()
-		case k8stesting.PatchAction:
-			name = a.GetName()
-		default:
-			continue
-		}
-		res := a.GetResource().Resource
-		if a.GetSubresource() != "" {
-			res += "/" + a.GetSubresource()
-		}
-		writes = append(writes, a.GetVerb()+" "+res+" "+name)
-	}
+	writes := writesOf(append(f.local.Actions(), f.mcs.Actions()...))
 	f.waitCaches()
 	f.waitMCS()
 	return writes
@@ -96,28 +75,15 @@ func (f *mcsFixture) waitMCS() {
 	f.t.Helper()
 	require.Eventually(f.t, func() bool {
 		imports, err := f.mcs.MulticlusterV1beta1().ServiceImports("").List(f.ctx, metav1.ListOptions{})
-		if err != nil || len(imports.Items) != len(f.c.mcs.imports.GetStore().List()) {
+		if err != nil || !holds(f.c.mcs.imports.GetStore(), imports.Items, func(got, want *mcsv1beta1.ServiceImport) bool {
+			return semEqual(got.Spec, want.Spec) && semEqual(got.Status, want.Status) && semEqual(got.Annotations, want.Annotations)
+		}) {
 			return false
-		}
-		for i := range imports.Items {
-			got, ok, _ := f.c.mcs.imports.GetStore().Get(&imports.Items[i])
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceImport).Spec, imports.Items[i].Spec) ||
-				!apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceImport).Status, imports.Items[i].Status) ||
-				!apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceImport).Annotations, imports.Items[i].Annotations) {
-				return false
-			}
 		}
 		exports, err := f.mcs.MulticlusterV1beta1().ServiceExports("").List(f.ctx, metav1.ListOptions{})
-		if err != nil || len(exports.Items) != len(f.c.mcs.exports.GetStore().List()) {
-			return false
-		}
-		for i := range exports.Items {
-			got, ok, _ := f.c.mcs.exports.GetStore().Get(&exports.Items[i])
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*mcsv1beta1.ServiceExport).Status, exports.Items[i].Status) {
-				return false
-			}
-		}
-		return true
+		return err == nil && holds(f.c.mcs.exports.GetStore(), exports.Items, func(got, want *mcsv1beta1.ServiceExport) bool {
+			return semEqual(got.Status, want.Status)
+		})
 	}, 10*time.Second, time.Millisecond)
 }
 
@@ -176,8 +142,7 @@ func TestStampWithoutServiceExportRemoved(t *testing.T) {
 // mcs_refused_total say why, once.
 func TestServiceExportOfDerivedServiceInvalid(t *testing.T) {
 	name := DerivedName("default", "web")
-	derived := localService("default", name,
-		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1beta1.LabelServiceName: "web"}, nil)
+	derived, _ := derivedOf(name, "web", "")
 	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Generation: 1}}
 	f := newMCSFixture(t, []runtime.Object{derived}, []runtime.Object{se}, nil)
 	before := mcsRefused(reasonDerivedService)
@@ -206,7 +171,7 @@ func TestServiceExportOfDerivedServiceInvalid(t *testing.T) {
 // their own ClusterSetIP, labels and EndpointSlices.
 func TestDerivedNamesOfCollidingImports(t *testing.T) {
 	const a, b = "svc-206765", "svc-2176644" // sha256("shop/"+name) share their first 40 bits
-	require.Equal(t, legacyName("shop", a), legacyName("shop", b), "the names collided before")
+	require.Equal(t, legacyDerivedName("shop", a), legacyDerivedName("shop", b), "the names collided before")
 	f := newMCSFixture(t, []runtime.Object{namespace("shop")}, nil, map[string][]runtime.Object{"west": {
 		exported("shop", a, labels.ExportGateway, false, tcp("http", 80)), endpoints("shop", a, ""),
 		exported("shop", b, labels.ExportGateway, false, tcp("grpc", 9090)), endpoints("shop", b, ""),
@@ -240,16 +205,8 @@ func TestDerivedNamesOfCollidingImports(t *testing.T) {
 // mcs_refused_total.
 func TestDerivedServiceOfAnotherImportLeftAlone(t *testing.T) {
 	name := DerivedName("default", "web")
-	held := localService("default", name,
-		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "api", mcsv1beta1.LabelServiceName: "api"}, nil)
+	held, heldSlice := derivedOf(name, "api", "10.1.2.3")
 	held.Spec.Ports = []corev1.ServicePort{tcp("grpc", 9090)}
-	heldSlice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-west", Labels: map[string]string{
-			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: EndpointSliceManagedBy, ManagedBy: ManagedByValue,
-			mcsv1beta1.LabelServiceName: "api", mcsv1beta1.LabelSourceCluster: "west"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.2.3"}}},
-	}
 	f := newMCSFixture(t, []runtime.Object{held, heldSlice}, nil, map[string][]runtime.Object{"west": {
 		exported("default", "web", labels.ExportGateway, false, tcp("http", 80)), endpoints("default", "web", ""),
 	}})
@@ -267,25 +224,17 @@ func TestDerivedServiceOfAnotherImportLeftAlone(t *testing.T) {
 	assert.Equal(t, before+1, mcsRefused(ReasonDerivedServiceTaken))
 }
 
-// legacyName is the derived Service's name in earlier releases:
-// derived-<10 hex digits of sha256(<ns>/<name>)>.
-func legacyName(ns, name string) string {
-	return derivedPrefix + derivedHash(ns, name)[:10]
-}
-
-// legacyDerived is the derived Service of default/web and its slice of
-// west as an earlier release made them.
-func legacyDerived() (*corev1.Service, *discoveryv1.EndpointSlice) {
-	name := legacyName("default", "web")
+// derivedOf is a derived Service default/name of ServiceImport si, and
+// its slice of west with one endpoint at addr.
+func derivedOf(name, si, addr string) (*corev1.Service, *discoveryv1.EndpointSlice) {
 	svc := localService("default", name,
-		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1beta1.LabelServiceName: "web"}, nil)
-	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "10.96.200.7", []string{"10.96.200.7"}
+		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: si, mcsv1beta1.LabelServiceName: si}, nil)
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-west", Labels: map[string]string{
 			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: EndpointSliceManagedBy, ManagedBy: ManagedByValue,
-			mcsv1beta1.LabelServiceName: "web", mcsv1beta1.LabelSourceCluster: "west"}},
+			mcsv1beta1.LabelServiceName: si, mcsv1beta1.LabelSourceCluster: "west"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{egressIP.String()}}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}}},
 	}
 	return svc, es
 }
@@ -296,7 +245,9 @@ func legacyDerived() (*corev1.Service, *discoveryv1.EndpointSlice) {
 // another, which the ServiceImport then says; an import no longer wanted
 // leaves nothing behind.
 func TestDerivedServiceRenamedOnUpgrade(t *testing.T) {
-	oldSvc, oldSlice := legacyDerived()
+	// As an earlier release made them.
+	oldSvc, oldSlice := derivedOf(legacyDerivedName("default", "web"), "web", egressIP.String())
+	oldSvc.Spec.ClusterIP, oldSvc.Spec.ClusterIPs = "10.96.200.7", []string{"10.96.200.7"}
 	si := &mcsv1beta1.ServiceImport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", Labels: map[string]string{ManagedBy: ManagedByValue}},
 		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPs: []string{"10.96.200.7"},

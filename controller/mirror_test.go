@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"maps"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // A ClusterIP export: a ClusterIP mirror with the remote ports, an
@@ -252,8 +256,7 @@ func TestSyncSameNameOtherNamespace(t *testing.T) {
 			exported("b", "db", "true", true, tcp("http", 80)), endpoints("b", "db", "db-0"),
 		},
 	})
-	f.converge("west/a/db")
-	f.converge("west/b/db")
+	f.convergeAll("west/a/db", "west/b/db")
 	assert.Equal(t, []string{"db-0-west", "db-1-west", "db-west"}, f.serviceNames("a"))
 	assert.Equal(t, []string{"db-0-west", "db-west"}, f.serviceNames("b"))
 	assert.Empty(t, f.sync("west/a/db"))
@@ -262,8 +265,7 @@ func TestSyncSameNameOtherNamespace(t *testing.T) {
 	unexported := exported("b", "db", "true", true, tcp("http", 80))
 	unexported.Labels = nil
 	f.remote("west", unexported)
-	f.converge("west/b/db")
-	f.converge("west/a/db")
+	f.convergeAll("west/b/db", "west/a/db")
 	assert.Empty(t, f.serviceNames("b"))
 	assert.Equal(t, []string{"db-0-west", "db-1-west", "db-west"}, f.serviceNames("a"), "the other namespace's mirrors stay")
 }
@@ -307,16 +309,14 @@ func TestSyncPortsExhausted(t *testing.T) {
 	f := newFixture(t, fixtureOptions{ports: PortRange{First: 40000, Last: 40000}}, map[string][]runtime.Object{
 		"west": {exported("default", "one", "true", false, tcp("http", 80)), exported("default", "two", "true", false, tcp("http", 80))},
 	})
-	f.converge("west/default/one")
-	f.converge("west/default/two")
+	f.convergeAll("west/default/one", "west/default/two")
 	assert.Contains(t, strings.Join(f.drainEvents(), "\n"), ReasonPortsExhausted)
 	assert.NotNil(t, f.service("default", "two-west"), "the Service exists")
 	assert.Nil(t, f.slice("default", "two-west"), "but has no egress until a port is free")
 	assert.True(t, f.c.starved["west/default/two"])
 
 	f.deleteRemote("west", "services", "default", "one")
-	f.converge("west/default/one")
-	f.converge("west/default/two")
+	f.convergeAll("west/default/one", "west/default/two")
 	assert.Equal(t, "80/TCP=40000", f.service("default", "two-west").Annotations[EgressPorts])
 	assert.NotNil(t, f.slice("default", "two-west"))
 }
@@ -324,37 +324,23 @@ func TestSyncPortsExhausted(t *testing.T) {
 // A restarted controller reads the ports back from the mirrors: same
 // ports, no writes.
 func TestRestartKeepsPorts(t *testing.T) {
-	remote := map[string][]runtime.Object{"west": {
-		exported("default", "web", "true", false, tcp("http", 80)),
-		exported("default", "db", "true", true, tcp("http", 80)),
-		endpoints("default", "db", "db-0", "db-1"),
-	}}
+	remote := egressRemote()
 	f := newFixture(t, fixtureOptions{}, remote)
 	// Allocate in one order...
-	f.converge("west/default/db")
-	f.converge("west/default/web")
-	var state []runtime.Object
-	svcs, _ := f.local.CoreV1().Services("").List(f.ctx, metav1.ListOptions{})
-	for i := range svcs.Items {
-		state = append(state, &svcs.Items[i])
-	}
-	es, _ := f.local.DiscoveryV1().EndpointSlices("").List(f.ctx, metav1.ListOptions{})
-	for i := range es.Items {
-		state = append(state, &es.Items[i])
-	}
+	f.convergeAll("west/default/db", "west/default/web")
 	before := map[string]string{}
-	for _, s := range svcs.Items {
-		before[s.Name] = s.Annotations[EgressPorts]
+	for _, name := range f.serviceNames("default") {
+		before[name] = f.service("default", name).Annotations[EgressPorts]
 	}
 
 	// ...and restart, syncing in the other order.
-	g := newFixture(t, fixtureOptions{local: state}, remote)
+	g := newFixture(t, fixtureOptions{local: f.mirrorState()}, remote)
 	assert.Empty(t, g.sync("west/default/web"))
 	assert.Empty(t, g.sync("west/default/db"))
 	for name, ports := range before {
 		assert.Equal(t, ports, g.service("default", name).Annotations[EgressPorts], name)
 	}
-	assert.Equal(t, f.c.ports.sortedOwners(), g.c.ports.sortedOwners())
+	assert.Equal(t, slices.Sorted(maps.Keys(f.c.ports.byOwner)), slices.Sorted(maps.Keys(g.c.ports.byOwner)))
 }
 
 // Mirrors of a cluster that is no longer linked are swept, after the
@@ -374,8 +360,7 @@ func TestSweepUnlinked(t *testing.T) {
 // The sweep enqueues every key the controller owns objects for, and those
 // of the linked clusters.
 func TestSweepKeys(t *testing.T) {
-	orphan := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "old-gone", Labels: map[string]string{
-		ManagedBy: ManagedByValue, labels.ClusterName: "gone", RemoteService: "old", labels.MirroredService: "true"}}}
+	orphan := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "old-gone", Labels: mirrorLabels("gone", "old")}}
 	f := newFixture(t, fixtureOptions{local: []runtime.Object{orphan}}, map[string][]runtime.Object{"west": {exported("default", "web", "true", false, tcp("http", 80))}})
 	assert.Equal(t, 2, f.c.sweep())
 	assert.Equal(t, []string{"delete services old-gone"}, f.sync("gone/default/old"))
@@ -383,13 +368,13 @@ func TestSweepKeys(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1", "::1", "0.0.0.0", "169.254.1.1"} {
-		_, err := New(Options{Cluster: "east", Client: newFixtureClient(), EgressAddress: netipMust(addr), EgressPorts: PortRange{First: 1, Last: 2}})
+		_, err := New(Options{Cluster: "east", Client: fake.NewClientset(), EgressAddress: netip.MustParseAddr(addr), EgressPorts: PortRange{First: 1, Last: 2}})
 		assert.Error(t, err, addr)
 	}
-	_, err := New(Options{Cluster: "global", Client: newFixtureClient(), EgressAddress: egressIP, EgressPorts: PortRange{First: 1, Last: 2}})
+	_, err := New(Options{Cluster: "global", Client: fake.NewClientset(), EgressAddress: egressIP, EgressPorts: PortRange{First: 1, Last: 2}})
 	assert.Error(t, err)
 	for _, r := range []PortRange{{}, {First: 0, Last: 10}} {
-		_, err := New(Options{Cluster: "east", Client: newFixtureClient(), EgressAddress: egressIP, EgressPorts: r})
+		_, err := New(Options{Cluster: "east", Client: fake.NewClientset(), EgressAddress: egressIP, EgressPorts: r})
 		assert.EqualError(t, err, "controller: no egress port range", "%#v: the zero range would contain every port", r)
 	}
 }

@@ -186,7 +186,7 @@ func live(p plan) map[string]*corev1.Service {
 			svc.Spec.ClusterIP = fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)
 		}
 		if w.egress {
-			svc.Annotations[EgressPorts] = formatEgressPorts(map[string]int32{"80/TCP": int32(30000 + i)})
+			svc.Annotations[EgressPorts] = labels.FormatEgressPorts(map[string]int32{"80/TCP": int32(30000 + i)})
 		}
 		out[svc.Name] = svc
 	}

@@ -4,7 +4,6 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"errors"
-	"slices"
 	"sync"
 )
 
@@ -144,24 +143,4 @@ func (a *portAllocator) Len() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.byPort)
-}
-
-// portKey, formatEgressPorts and parseEgressPorts: the EgressPorts
-// annotation, in internal/labels so that the gateway reads what is written.
-func portKey(port int32, protocol string) string { return labels.EgressPortKey(port, protocol) }
-
-func formatEgressPorts(ports map[string]int32) string { return labels.FormatEgressPorts(ports) }
-
-func parseEgressPorts(s string) map[string]int32 { return labels.ParseEgressPorts(s) }
-
-// sortedOwners is for tests and logs.
-func (a *portAllocator) sortedOwners() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]string, 0, len(a.byOwner))
-	for o := range a.byOwner {
-		out = append(out, o)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -71,9 +72,9 @@ func TestPortAllocatorClaim(t *testing.T) {
 
 func TestEgressPortsAnnotation(t *testing.T) {
 	m := map[string]int32{"80/TCP": 30000, "53/UDP": 30001}
-	s := formatEgressPorts(m)
+	s := labels.FormatEgressPorts(m)
 	assert.Equal(t, "53/UDP=30001,80/TCP=30000", s)
-	assert.Equal(t, m, parseEgressPorts(s))
-	assert.Equal(t, map[string]int32{"80/TCP": 1}, parseEgressPorts("80/TCP=1,bad,x=2,9/TCP=70000"))
-	assert.Empty(t, parseEgressPorts(""))
+	assert.Equal(t, m, labels.ParseEgressPorts(s))
+	assert.Equal(t, map[string]int32{"80/TCP": 1}, labels.ParseEgressPorts("80/TCP=1,bad,x=2,9/TCP=70000"))
+	assert.Empty(t, labels.ParseEgressPorts(""))
 }

@@ -94,9 +94,9 @@ func (in sliceInput) sliceFor(name string, svc *corev1.Service, at discoveryv1.A
 
 // egressComplete reports whether every port of svc has an egress port.
 func egressComplete(svc *corev1.Service) bool {
-	allocated := parseEgressPorts(svc.Annotations[EgressPorts])
+	allocated := labels.ParseEgressPorts(svc.Annotations[EgressPorts])
 	for _, p := range svc.Spec.Ports {
-		if _, ok := allocated[portKey(p.Port, string(p.Protocol))]; !ok {
+		if _, ok := allocated[labels.EgressPortKey(p.Port, string(p.Protocol))]; !ok {
 			return false
 		}
 	}
@@ -111,10 +111,10 @@ func egressComplete(svc *corev1.Service) bool {
 // secondary's, <svc>.ipv6 or <svc>.ipv4 (familySliceName), only while the
 // egress has addresses of that family.
 func (in sliceInput) egressSlices(svc *corev1.Service, w want) []*discoveryv1.EndpointSlice {
-	allocated := parseEgressPorts(svc.Annotations[EgressPorts])
+	allocated := labels.ParseEgressPorts(svc.Annotations[EgressPorts])
 	var ports []discoveryv1.EndpointPort
 	for _, p := range svc.Spec.Ports {
-		ep, ok := allocated[portKey(p.Port, string(p.Protocol))]
+		ep, ok := allocated[labels.EgressPortKey(p.Port, string(p.Protocol))]
 		if !ok {
 			continue
 		}
@@ -262,23 +262,15 @@ func (in sliceInput) headlessSlices(svc *corev1.Service) []*discoveryv1.Endpoint
 		placeNew = append(placeNew, host)
 	}
 	for _, host := range placeNew {
-		placed := false
-		for _, n := range names {
-			if len(groups[n]) < max && (in.owned[n] == nil || in.owned[n].AddressType == at) {
-				groups[n] = append(groups[n], host)
-				placed = true
-				break
+		i := slices.IndexFunc(names, func(n string) bool {
+			return len(groups[n]) < max && (in.owned[n] == nil || in.owned[n].AddressType == at)
+		})
+		for n := 2; i < 0; n++ {
+			if name := svc.Name + "." + strconv.Itoa(n); !slices.Contains(names, name) {
+				names, i = append(names, name), len(names)
 			}
 		}
-		for i := 2; !placed; i++ {
-			n := svc.Name + "." + strconv.Itoa(i)
-			if slices.Contains(names, n) {
-				continue
-			}
-			names = append(names, n)
-			groups[n] = append(groups[n], host)
-			placed = true
-		}
+		groups[names[i]] = append(groups[names[i]], host)
 	}
 
 	var out []*discoveryv1.EndpointSlice
@@ -291,10 +283,7 @@ func (in sliceInput) headlessSlices(svc *corev1.Service) []*discoveryv1.Endpoint
 			es.Endpoints = append(es.Endpoints, eps[host])
 		}
 		slices.SortFunc(es.Endpoints, func(a, b discoveryv1.Endpoint) int {
-			if *a.Hostname < *b.Hostname {
-				return -1
-			}
-			return 1
+			return strings.Compare(*a.Hostname, *b.Hostname)
 		})
 		for _, p := range svc.Spec.Ports {
 			es.Ports = append(es.Ports, discoveryv1.EndpointPort{

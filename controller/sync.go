@@ -310,11 +310,9 @@ func (s *syncer) portsExhausted(existing, desired *corev1.Service, pk string) {
 	s.c.mu.Unlock()
 	msg := fmt.Sprintf("No egress port left in %s for port %s of %s", s.c.opts.EgressPorts, pk, desired.Name)
 	s.logger.Info("Egress ports exhausted", "service", desired.Name, "port", pk)
-	var ref *corev1.ObjectReference
+	ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: s.ns, Name: desired.Name}
 	if existing != nil {
-		ref = &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: existing.Namespace, Name: existing.Name, UID: existing.UID}
-	} else {
-		ref = &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: s.ns, Name: desired.Name}
+		ref.UID = existing.UID
 	}
 	s.c.recorder.Event(ref, corev1.EventTypeWarning, ReasonPortsExhausted, msg)
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/internal/remote"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/stretchr/testify/require"
@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -143,24 +144,49 @@ func (f *fixture) sync(key string) []string {
 	f.t.Helper()
 	f.local.ClearActions()
 	require.NoError(f.t, f.c.sync(f.ctx, key))
-	var writes []string
-	for _, a := range f.local.Actions() {
-		switch a.GetVerb() {
-		case "create", "update", "delete", "patch":
-			name := ""
-			switch a := a.(type) {
-			case k8stesting.CreateAction:
-				name = a.GetObject().(interface{ GetName() string }).GetName()
-			case k8stesting.UpdateAction:
-				name = a.GetObject().(interface{ GetName() string }).GetName()
-			case k8stesting.DeleteAction:
-				name = a.GetName()
-			}
-			writes = append(writes, a.GetVerb()+" "+a.GetResource().Resource+" "+name)
-		}
-	}
+	writes := writesOf(f.local.Actions())
 	f.waitCaches()
 	return writes
+}
+
+// writesOf lists the writes among actions: "verb resource[/subresource]
+// name".
+func writesOf(actions []k8stesting.Action) []string {
+	var writes []string
+	for _, a := range actions {
+		var name string
+		switch a := a.(type) {
+		case k8stesting.CreateAction:
+			name = a.GetObject().(metav1.Object).GetName()
+		case k8stesting.UpdateAction:
+			name = a.GetObject().(metav1.Object).GetName()
+		case k8stesting.DeleteAction:
+			name = a.GetName()
+		case k8stesting.PatchAction:
+			name = a.GetName()
+		default:
+			continue
+		}
+		res := a.GetResource().Resource
+		if a.GetSubresource() != "" {
+			res += "/" + a.GetSubresource()
+		}
+		writes = append(writes, a.GetVerb()+" "+res+" "+name)
+	}
+	return writes
+}
+
+// failing makes the local API server refuse verb on resource while the
+// flag returned is true.
+func (f *fixture) failing(verb, resource string) *bool {
+	fail := true
+	f.local.PrependReactor(verb, resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fail {
+			return true, nil, errors.New("API server unavailable")
+		}
+		return false, nil, nil
+	})
+	return &fail
 }
 
 // waitCaches waits until the local informers hold what the fake API holds.
@@ -171,17 +197,10 @@ func (f *fixture) waitCaches() {
 		if err != nil {
 			return false
 		}
-		items := svcs.(*corev1.ServiceList).Items
-		if len(items) != len(f.c.services.GetStore().List()) {
+		if !holds(f.c.services.GetStore(), svcs.(*corev1.ServiceList).Items, func(got, want *corev1.Service) bool {
+			return semEqual(got.Spec, want.Spec) && semEqual(got.Labels, want.Labels) && semEqual(got.Annotations, want.Annotations)
+		}) {
 			return false
-		}
-		for i := range items {
-			got, ok, _ := f.c.services.GetStore().Get(&items[i])
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*corev1.Service).Spec, items[i].Spec) ||
-				!apiequality.Semantic.DeepEqual(got.(*corev1.Service).Labels, items[i].Labels) ||
-				!apiequality.Semantic.DeepEqual(got.(*corev1.Service).Annotations, items[i].Annotations) {
-				return false
-			}
 		}
 		es, err := f.local.Tracker().List(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
 		if err != nil {
@@ -216,10 +235,35 @@ func (f *fixture) waitCaches() {
 	}, 10*time.Second, time.Millisecond)
 }
 
+// holds reports whether store holds exactly items, each the same as its
+// item.
+func holds[T any](store cache.Store, items []T, same func(got, want *T) bool) bool {
+	if len(items) != len(store.List()) {
+		return false
+	}
+	for i := range items {
+		got, ok, _ := store.Get(&items[i])
+		if !ok || !same(got.(*T), &items[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+var semEqual = apiequality.Semantic.DeepEqual
+
 // converge syncs key until a sync writes nothing, and returns every write.
 func (f *fixture) converge(key string) []string {
 	f.t.Helper()
 	return convergeBy(f.t, key, f.sync)
+}
+
+// convergeAll converges each key in turn.
+func (f *fixture) convergeAll(keys ...string) {
+	f.t.Helper()
+	for _, k := range keys {
+		f.converge(k)
+	}
 }
 
 // convergeBy runs sync of key until it writes nothing, and returns every
@@ -274,55 +318,45 @@ func (f *fixture) deleteRemote(cluster string, gvr string, ns, name string) {
 func (f *fixture) waitRemote(cluster string) {
 	f.t.Helper()
 	r, _ := f.c.links.Get(cluster)
-	cs := f.remotes[cluster]
+	tr := f.remotes[cluster].Tracker()
+	svcGVR, esGVR := corev1.SchemeGroupVersion.WithResource("services"), discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+	sameSvc := func(got, want *corev1.Service) bool {
+		return semEqual(got.Labels, want.Labels) && semEqual(got.Spec, want.Spec)
+	}
+	sameES := func(got, want *discoveryv1.EndpointSlice) bool { return semEqual(got.Endpoints, want.Endpoints) }
 	require.Eventually(f.t, func() bool {
-		svcs, _ := cs.Tracker().List(corev1.SchemeGroupVersion.WithResource("services"), corev1.SchemeGroupVersion.WithKind("Service"), "")
-		// The fake lists by label selector but watches everything: each
-		// Service informer holds every Service its selector matches, and
-		// any other it heard of, all as the fake holds them.
-		for _, inf := range []struct {
-			store cache.Store
-			sel   k8slabels.Selector
-		}{{r.ways[0].services.GetStore(), f.c.opts.ExportSelector}, {r.ways[1].services.GetStore(), remote.Stamped.Services}} {
-			for _, s := range svcs.(*corev1.ServiceList).Items {
-				got, ok, _ := inf.store.Get(&s)
-				if !ok && inf.sel.Matches(k8slabels.Set(s.Labels)) {
-					return false
-				}
-				if ok && (!apiequality.Semantic.DeepEqual(got.(*corev1.Service).Labels, s.Labels) || !apiequality.Semantic.DeepEqual(got.(*corev1.Service).Spec, s.Spec)) {
-					return false
-				}
-			}
-			for _, k := range inf.store.ListKeys() {
-				ns, name, _ := strings.Cut(k, "/")
-				if _, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("services"), ns, name); err != nil {
-					return false
-				}
-			}
-		}
-		es, _ := cs.Tracker().List(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
-		items := es.(*discoveryv1.EndpointSliceList).Items
-		// Each way's informer holds the slices its selector selects (and,
-		// the fake watching everything, any other it heard of).
+		svcs, _ := tr.List(svcGVR, corev1.SchemeGroupVersion.WithKind("Service"), "")
+		es, _ := tr.List(esGVR, discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
 		for _, w := range r.ways {
-			for _, s := range items {
-				got, ok, _ := w.slices.GetStore().Get(&s)
-				if !ok && w.way.Slices().Matches(k8slabels.Set(s.Labels)) {
-					return false
-				}
-				if ok && !apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Endpoints, s.Endpoints) {
-					return false
-				}
-			}
-			for _, k := range w.slices.GetStore().ListKeys() {
-				ns, name, _ := strings.Cut(k, "/")
-				if _, err := cs.Tracker().Get(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), ns, name); err != nil {
-					return false
-				}
+			if !informed(tr, svcGVR, w.services.GetStore(), w.way.Services, svcs.(*corev1.ServiceList).Items, sameSvc) ||
+				!informed(tr, esGVR, w.slices.GetStore(), w.way.Slices(), es.(*discoveryv1.EndpointSliceList).Items, sameES) {
+				return false
 			}
 		}
 		return true
 	}, 10*time.Second, time.Millisecond)
+}
+
+// informed reports whether store, an informer's, holds every one of items
+// (what the fake tracker holds of gvr) that sel selects, and the same as
+// each other one it holds, and nothing the tracker no longer holds: the
+// fake lists by label selector but watches everything, so an informer
+// also holds any other object it heard of.
+func informed[T any](tr k8stesting.ObjectTracker, gvr schema.GroupVersionResource, store cache.Store, sel k8slabels.Selector,
+	items []T, same func(got, want *T) bool) bool {
+	for i := range items {
+		got, ok, _ := store.Get(&items[i])
+		if !ok && sel.Matches(k8slabels.Set(any(&items[i]).(metav1.Object).GetLabels())) || ok && !same(got.(*T), &items[i]) {
+			return false
+		}
+	}
+	for _, k := range store.ListKeys() {
+		ns, name, _ := strings.Cut(k, "/")
+		if _, err := tr.Get(gvr, ns, name); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func (f *fixture) service(ns, name string) *corev1.Service {
@@ -404,7 +438,3 @@ func endpoints(ns, svc string, hosts ...string) *discoveryv1.EndpointSlice {
 	}
 	return es
 }
-
-func newFixtureClient() *fake.Clientset { return fake.NewClientset() }
-
-func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }

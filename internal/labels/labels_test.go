@@ -116,9 +116,6 @@ func TestMirrorNames(t *testing.T) {
 			}
 		}
 	}
-	if g, err := GlobalName("nginx-svc"); err != nil || g != "nginx-svc-global" {
-		t.Errorf("GlobalName = %q, %v", g, err)
-	}
 }
 
 func TestSplitMirrorName(t *testing.T) {

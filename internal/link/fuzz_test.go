@@ -9,7 +9,6 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -30,22 +29,15 @@ func allowOf(b uint8) Allow {
 // written by hand (JSON, a relative path, a server with a password).
 func fuzzSeedKubeconfigs(f *testing.F) [][]byte {
 	f.Helper()
-	write := func(cfg *clientcmdapi.Config) []byte {
-		b, err := clientcmd.Write(*cfg)
-		if err != nil {
-			f.Fatal(err)
-		}
-		return b
-	}
-	out := [][]byte{write(hostile(nil))}
+	out := [][]byte{secretWith(f, hostile(nil))}
 	for _, tc := range hostileKubeconfigs {
-		out = append(out, write(hostile(tc.edit)))
+		out = append(out, secretWith(f, hostile(tc.edit)))
 	}
 	two := hostile(nil)
 	two.AuthInfos["other"] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{Command: "evil"}, TokenFile: "/etc/token"}
 	two.Clusters["other"] = &clientcmdapi.Cluster{Server: "http://other.example", InsecureSkipTLSVerify: true}
 	two.Contexts["other"] = &clientcmdapi.Context{Cluster: "other", AuthInfo: "other"}
-	out = append(out, write(two))
+	out = append(out, secretWith(f, two))
 	out = append(out,
 		[]byte(`{"apiVersion":"v1","kind":"Config","current-context":"c","contexts":[{"name":"c","context":{"cluster":"c","user":"u"}}],`+
 			`"clusters":[{"name":"c","cluster":{"server":"https://west.example:6443","certificate-authority-data":"Y2E="}}],"users":[{"name":"u","user":{"token":"t"}}]}`),
@@ -85,11 +77,7 @@ func FuzzFromSecret(f *testing.F) {
 		if clusterLabel != "" {
 			lbls = map[string]string{labels.LinkClusterName: clusterLabel}
 		}
-		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: "linkerd-multicluster", Labels: lbls},
-			Type:       labels.LinkSecretType,
-			Data:       map[string][]byte{labels.LinkSecretKey: kc},
-		}
+		s := secret(secretName, lbls, kc)
 		allow := allowOf(allowBits)
 		name, cfg, err := FromSecret(s, allow)
 		strictName, strict, strictErr := FromSecret(s, Allow{})
@@ -216,11 +204,7 @@ func FuzzKubeconfigFields(f *testing.F) {
 		if err != nil {
 			return
 		}
-		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "cluster-credentials-west", Namespace: "linkerd-multicluster"},
-			Type:       labels.LinkSecretType,
-			Data:       map[string][]byte{labels.LinkSecretKey: kc},
-		}
+		s := secret("cluster-credentials-west", nil, kc)
 		allow := allowOf(allowBits)
 		name, rc, err := FromSecret(s, allow)
 		checkOutcome(t, s, allow, name, rc, err)

@@ -127,7 +127,7 @@ func TestAllowSet(t *testing.T) {
 	assert.EqualError(t, err, `unknown value "all" (want exec, auth-provider, files, http, skip-tls-verify)`)
 }
 
-func secretWith(t *testing.T, cfg *clientcmdapi.Config) []byte {
+func secretWith(t testing.TB, cfg *clientcmdapi.Config) []byte {
 	t.Helper()
 	b, err := clientcmd.Write(*cfg)
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -110,30 +111,19 @@ func FuzzFromSecret(f *testing.F) {
 func checkOutcome(t *testing.T, s *corev1.Secret, allow Allow, name string, cfg *rest.Config, err error) {
 	t.Helper()
 	if err != nil {
-		if cfg != nil || name != "" {
-			t.Fatalf("refused (%v) with a config or name: %q %v", err, name, cfg)
-		}
-		if !strings.HasPrefix(err.Error(), "secret "+s.Namespace+"/"+s.Name+": ") {
-			t.Fatalf("error does not name the Secret: %v", err)
-		}
+		require.True(t, cfg == nil && name == "", "refused (%v) with a config or name: %q %v", err, name, cfg)
+		require.True(t, strings.HasPrefix(err.Error(), "secret "+s.Namespace+"/"+s.Name+": "),
+			"error does not name the Secret: %v", err)
 		r := ReasonOf(err)
-		if !slices.Contains(Reasons, r) || r == ReasonReserved || r == ReasonDuplicate {
-			t.Fatalf("reason %q for %v", r, err)
-		}
-		if r != ReasonInvalid && allow.allows(r) {
-			t.Fatalf("refused for %s, which %s allows: %v", r, allow, err)
-		}
+		require.True(t, slices.Contains(Reasons, r) && r != ReasonReserved && r != ReasonDuplicate,
+			"reason %q for %v", r, err)
+		require.False(t, r != ReasonInvalid && allow.allows(r), "refused for %s, which %s allows: %v", r, allow, err)
 		return
 	}
-	if cfg == nil {
-		t.Fatal("accepted without a config")
-	}
-	if want, ok := ClusterNameOf(s); !ok || name != want {
-		t.Fatalf("cluster %q, the Secret names %q (%t)", name, want, ok)
-	}
-	if err := labels.ValidateClusterName(name); err != nil {
-		t.Fatalf("accepted an invalid cluster name: %v", err)
-	}
+	require.NotNil(t, cfg, "accepted without a config")
+	want, ok := ClusterNameOf(s)
+	require.True(t, ok && name == want, "cluster %q, the Secret names %q (%t)", name, want, ok)
+	require.NoError(t, labels.ValidateClusterName(name), "accepted an invalid cluster name")
 	if cfg.ExecProvider != nil && !allow.Exec {
 		t.Fatalf("exec plugin %q accepted with %s", cfg.ExecProvider.Command, allow)
 	}
@@ -150,9 +140,7 @@ func checkOutcome(t *testing.T, s *corev1.Secret, allow Allow, name string, cfg 
 			}
 		}
 	}
-	if cfg.Insecure && !allow.SkipTLSVerify {
-		t.Fatalf("insecure-skip-tls-verify accepted with %s", allow)
-	}
+	require.False(t, cfg.Insecure && !allow.SkipTLSVerify, "insecure-skip-tls-verify accepted with %s", allow)
 	if !allow.HTTP {
 		// The URL the client will use, as client-go makes it.
 		u, _, err := rest.DefaultServerUrlFor(cfg)

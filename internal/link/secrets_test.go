@@ -219,9 +219,7 @@ func TestSecretWatcherIgnores(t *testing.T) {
 	rec, lg := startWatcher(t, client, SecretWatcherOptions{Reserved: []string{"east", "static"}})
 	rec.waitCalls(t, "+west https://x.example")
 	for _, want := range []string{`cluster "east" is the local cluster`, `cluster "static" is the local cluster`, "names no cluster"} {
-		if !lg.contains(want) {
-			t.Errorf("no log line about %q", want)
-		}
+		assert.True(t, lg.contains(want), "no log line about %q", want)
 	}
 	want := []string{
 		"linkerd-multicluster/cluster-credentials-east reserved",
@@ -231,9 +229,7 @@ func TestSecretWatcherIgnores(t *testing.T) {
 		"linkerd-multicluster/cluster-credentials-static reserved",
 		"linkerd-multicluster/no-name invalid",
 	}
-	if got := lg.refusals(); !slices.Equal(got, want) {
-		t.Errorf("refusals %q, want %q", got, want)
-	}
+	assert.Equal(t, want, lg.refusals(), "refusals")
 }
 
 func TestSecretWatcherSelector(t *testing.T) {
@@ -257,12 +253,8 @@ func TestSecretWatcherDuplicateTakesOver(t *testing.T) {
 	)
 	rec, lg := startWatcher(t, client, SecretWatcherOptions{})
 	first := rec.get()
-	if len(first) != 1 {
-		t.Fatalf("calls = %q, want one link to west", first)
-	}
-	if !lg.contains(`cluster "west" is already linked`) {
-		t.Error("duplicate not reported")
-	}
+	require.Len(t, first, 1, "one link to west")
+	assert.True(t, lg.contains(`cluster "west" is already linked`), "duplicate not reported")
 	loser, loserHost := "b", "https://b.example"
 	if first[0] == "+west https://b.example" {
 		loser, loserHost = "a", "https://a.example"
@@ -318,21 +310,16 @@ func TestSecretWatcherRefusesHostileKubeconfigs(t *testing.T) {
 		"linkerd-multicluster/cluster-credentials-tokyo http",
 		"linkerd-multicluster/cluster-credentials-west exec",
 	}
-	if got := lg.refusals(); !slices.Equal(got, want) {
-		t.Errorf("refusals %q, want %q", got, want)
-	}
+	assert.Equal(t, want, lg.refusals(), "refusals")
 
 	// Allowed, the same Secrets link.
 	rec2, lg2 := startWatcher(t, client, SecretWatcherOptions{Allow: Allow{Exec: true, HTTP: true}})
 	waitFor(t, func() bool { return len(rec2.get()) >= 3 }, "allowed: calls %v", rec2)
 	got := rec2.get()
 	slices.Sort(got)
-	if want := []string{"+paris https://west.example:6443", "+tokyo http://tokyo.example", "+west https://west.example:6443"}; !slices.Equal(got, want) {
-		t.Errorf("allowed: calls %q, want %q", got, want)
-	}
-	if r := lg2.refusals(); len(r) != 0 {
-		t.Errorf("allowed: refusals %q: %q", r, lg2.lines)
-	}
+	assert.Equal(t, []string{"+paris https://west.example:6443", "+tokyo http://tokyo.example", "+west https://west.example:6443"}, got,
+		"allowed: calls")
+	assert.Empty(t, lg2.refusals(), "allowed: refusals, logs %v", lg2)
 }
 
 // A duplicate is refused, and named as such.
@@ -344,7 +331,6 @@ func TestSecretWatcherDuplicateIsReported(t *testing.T) {
 	)
 	_, lg := startWatcher(t, client, SecretWatcherOptions{})
 	got := lg.refusals()
-	if len(got) != 1 || !strings.HasSuffix(got[0], " duplicate") {
-		t.Errorf("refusals %q, want one duplicate", got)
-	}
+	require.Len(t, got, 1, "one refusal")
+	assert.True(t, strings.HasSuffix(got[0], " duplicate"), "refusals %q, want one duplicate", got)
 }

@@ -126,17 +126,14 @@ func NewSecretWatcher(client kubernetes.Interface, h Handler, opts SecretWatcher
 		},
 	}
 	w.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Secret{}, 0, cache.Indexers{})
+	upsert := func(obj any) {
+		if s, ok := obj.(*corev1.Secret); ok {
+			w.upsert(s)
+		}
+	}
 	reg, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if s, ok := obj.(*corev1.Secret); ok {
-				w.upsert(s)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if s, ok := obj.(*corev1.Secret); ok {
-				w.upsert(s)
-			}
-		},
+		AddFunc:    upsert,
+		UpdateFunc: func(_, obj any) { upsert(obj) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj

@@ -212,13 +212,13 @@ func Add(corefile string, e Edit) (Result, error) {
 	}
 	at := kube[0].Line - 1
 	indent := leading(lines[at])
-	var stanza []string
-	for _, l := range strings.Split(strings.TrimRight(e.Stanza, "\n"), "\n") {
+	stanza := strings.Split(strings.TrimRight(e.Stanza, "\n"), "\n")
+	for i, l := range stanza {
 		if strings.TrimSpace(l) == "" {
-			stanza = append(stanza, "")
-			continue
+			stanza[i] = ""
+		} else {
+			stanza[i] = indent + l
 		}
-		stanza = append(stanza, indent+l)
 	}
 	lines = slices.Insert(lines, at, stanza...)
 	shift := func(line int) int { // a line of the original, in lines

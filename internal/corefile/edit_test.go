@@ -3,6 +3,7 @@ package corefile
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -183,19 +184,12 @@ func TestAddLameduck(t *testing.T) {
 		blocks, err := parse(res.Corefile)
 		require.NoError(t, err)
 		if h := blocks[0].tokens["health"]; len(h) > 0 {
-			assert.Contains(t, tokenTexts(h), "lameduck", res.Corefile)
+			isLameduck := func(t caddyfile.Token) bool { return t.Text == "lameduck" }
+			assert.True(t, slices.ContainsFunc(h, isLameduck), "no lameduck in %s", res.Corefile)
 		}
 	}
 	_, err := Add(".:53 {\n    health # liveness\n    kubernetes cluster.local\n}\n", edit())
 	assert.ErrorContains(t, err, "line 2: health is not alone on its line: give it lameduck 10s by hand")
-}
-
-func tokenTexts(ts []caddyfile.Token) []string {
-	var out []string
-	for _, t := range ts {
-		out = append(out, t.Text)
-	}
-	return out
 }
 
 // TestAddOnAnotherPort: a block on another port does not answer the

@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 // ProgressDeadlineExceeded is the reason of the Progressing condition the
@@ -40,10 +41,7 @@ type Rollout struct {
 // old replica not Ready it comes late, at the latest when the old ones
 // are gone.
 func RolloutOf(d *appsv1.Deployment) Rollout {
-	want := int32(1)
-	if d.Spec.Replicas != nil {
-		want = *d.Spec.Replicas
-	}
+	want := ptr.Deref(d.Spec.Replicas, 1)
 	st := d.Status
 	if st.ObservedGeneration < d.Generation {
 		return Rollout{Message: fmt.Sprintf("waiting for the deployment controller to observe generation %d (it has observed %d)",

@@ -8,9 +8,12 @@ import (
 
 func TestAccess(t *testing.T) {
 	o := Options{Cluster: "west"}
-	var got []string
-	for _, a := range GrantAccess(o) {
-		got = append(got, a.String())
+	strs := func(as []Access) []string {
+		var out []string
+		for _, a := range as {
+			out = append(out, a.String())
+		}
+		return out
 	}
 	assert.Equal(t, []string{
 		"create namespaces", "create serviceaccounts in mcmirror", "create secrets in mcmirror",
@@ -18,15 +21,11 @@ func TestAccess(t *testing.T) {
 		"patch namespaces", "patch serviceaccounts in mcmirror", "patch secrets in mcmirror",
 		"patch clusterroles.rbac.authorization.k8s.io", "patch clusterrolebindings.rbac.authorization.k8s.io",
 		"get secrets in mcmirror",
-	}, got)
-	got = nil
-	for _, a := range RevokeAccess(Options{Cluster: "west", Namespace: "links-in"}) {
-		got = append(got, a.String())
-	}
+	}, strs(GrantAccess(o)))
 	assert.Equal(t, []string{
 		"list secrets in links-in", "delete secrets in links-in", "delete serviceaccounts in links-in",
 		"delete clusterroles.rbac.authorization.k8s.io", "delete clusterrolebindings.rbac.authorization.k8s.io",
-	}, got)
+	}, strs(RevokeAccess(Options{Cluster: "west", Namespace: "links-in"})))
 	assert.Equal(t, []Access{{"list", "", "secrets", "mcmirror-links"}, {"delete", "", "secrets", "mcmirror-links"}},
 		SourceAccess(o, "list", "delete"))
 }

@@ -74,17 +74,11 @@ func Kubeconfig(o Options, ep Endpoint, token []byte) ([]byte, error) {
 // multicluster.linkerd.io/cluster-name and in the Secret's name, the
 // kubeconfig under the key "kubeconfig".
 func LinkSecret(o Options, kubeconfig []byte) *corev1.Secret {
-	o = o.WithDefaults()
-	return &corev1.Secret{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      o.LinkSecretName(),
-			Namespace: o.LinkNamespace,
-			Labels:    map[string]string{labels.LinkClusterName: o.Cluster},
-		},
-		Type: corev1.SecretType(labels.LinkSecretType),
-		Data: map[string][]byte{labels.LinkSecretKey: kubeconfig},
-	}
+	s := LinkSecretRef(o)
+	s.Labels = map[string]string{labels.LinkClusterName: o.Cluster}
+	s.Type = corev1.SecretType(labels.LinkSecretType)
+	s.Data = map[string][]byte{labels.LinkSecretKey: kubeconfig}
+	return s
 }
 
 // LinkSecretRef returns the link Secret with its identity alone: what
@@ -102,16 +96,22 @@ func LinkSecretRef(o Options) *corev1.Secret {
 // go to unlink it, or the source adopts the next.
 func SecretsOf(cluster string, secrets []corev1.Secret) []string {
 	var out []string
-	for i := range secrets {
-		s := &secrets[i]
-		if s.Type != corev1.SecretType(labels.LinkSecretType) {
-			continue
-		}
-		if name, ok := link.ClusterNameOf(s); ok && name == cluster {
-			out = append(out, s.Name)
-		}
+	for _, s := range linking(cluster, secrets) {
+		out = append(out, s.Name)
 	}
 	slices.Sort(out)
+	return out
+}
+
+// linking returns the link Secrets among secrets that link cluster.
+func linking(cluster string, secrets []corev1.Secret) []*corev1.Secret {
+	var out []*corev1.Secret
+	for i := range secrets {
+		s := &secrets[i]
+		if name, ok := link.ClusterNameOf(s); ok && name == cluster && s.Type == corev1.SecretType(labels.LinkSecretType) {
+			out = append(out, s)
+		}
+	}
 	return out
 }
 
@@ -122,15 +122,7 @@ func SecretsOf(cluster string, secrets []corev1.Secret) []string {
 // renew the token, say) is fine.
 func CheckSource(want *corev1.Secret, server string, existing []corev1.Secret) error {
 	cluster := want.Labels[labels.LinkClusterName]
-	for i := range existing {
-		s := &existing[i]
-		if s.Type != corev1.SecretType(labels.LinkSecretType) {
-			continue
-		}
-		name, ok := link.ClusterNameOf(s)
-		if !ok || name != cluster {
-			continue
-		}
+	for _, s := range linking(cluster, existing) {
 		if s.Name != want.Name {
 			return fmt.Errorf("cluster %q is already linked by Secret %s/%s: unlink it first, or choose another name", cluster, s.Namespace, s.Name)
 		}
@@ -148,12 +140,10 @@ func serverOf(kubeconfig []byte) string {
 	if err != nil {
 		return ""
 	}
-	ctx, ok := cfg.Contexts[cfg.CurrentContext]
-	if !ok {
-		return ""
-	}
-	if c, ok := cfg.Clusters[ctx.Cluster]; ok {
-		return c.Server
+	if ctx, ok := cfg.Contexts[cfg.CurrentContext]; ok {
+		if c, ok := cfg.Clusters[ctx.Cluster]; ok {
+			return c.Server
+		}
 	}
 	return ""
 }

@@ -188,12 +188,6 @@ func EndpointMirrorName(host, cluster string) (string, error) {
 	return join(host, cluster)
 }
 
-// GlobalName returns the name that aggregates Service svc of every cluster:
-// <svc>-global.
-func GlobalName(svc string) (string, error) {
-	return join(svc, Global)
-}
-
 // SplitMirrorName returns the Service name that name mirrors from cluster,
 // and false when name does not end in -<cluster>.
 func SplitMirrorName(name, cluster string) (string, bool) {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 )
 
@@ -23,33 +25,25 @@ func TestLinkerdStrings(t *testing.T) {
 		ExportGateway:         "true",
 		ExportFlat:            "remote-discovery",
 	} {
-		if got != want {
-			t.Errorf("got %q, want %q", got, want)
-		}
+		assert.Equal(t, want, got)
 	}
 }
 
 func TestDefaultExportSelector(t *testing.T) {
 	sel, err := k8slabels.Parse(DefaultExportSelector)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for value, want := range map[string]bool{"true": true, "remote-discovery": true, "false": false, "": false} {
 		set := k8slabels.Set{}
 		if value != "" {
 			set[Exported] = value
 		}
-		if got := sel.Matches(set); got != want {
-			t.Errorf("selector matches %s=%q: got %t, want %t", Exported, value, got, want)
-		}
+		assert.Equal(t, want, sel.Matches(set), "selector matches %s=%q", Exported, value)
 	}
 }
 
 func TestServiceExportSelector(t *testing.T) {
 	sel, err := k8slabels.Parse(ServiceExportSelector)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, tc := range []struct {
 		set  map[string]string
 		want bool
@@ -60,9 +54,7 @@ func TestServiceExportSelector(t *testing.T) {
 		{map[string]string{ServiceExportMode: ModeGateway, MirroredService: MirroredServiceValue}, false},
 		{map[string]string{Exported: ExportGateway}, false},
 	} {
-		if got := sel.Matches(k8slabels.Set(tc.set)); got != tc.want {
-			t.Errorf("ServiceExportSelector matches %v: got %t, want %t", tc.set, got, tc.want)
-		}
+		assert.Equal(t, tc.want, sel.Matches(k8slabels.Set(tc.set)), "ServiceExportSelector matches %v", tc.set)
 	}
 }
 
@@ -82,13 +74,10 @@ func TestExportMode(t *testing.T) {
 		{map[string]string{Exported: "remote-discovery", ServiceExportMode: ModeGateway}, Flat},
 	}
 	for _, tc := range tests {
-		if got := ExportMode(tc.labels); got != tc.want {
-			t.Errorf("ExportMode(%v) = %v, want %v", tc.labels, got, tc.want)
-		}
+		assert.Equal(t, tc.want, ExportMode(tc.labels), "ExportMode(%v)", tc.labels)
 	}
-	if Gateway.String() != "true" || Flat.String() != "remote-discovery" || NotExported.String() != "" {
-		t.Errorf("Mode.String is not the label value")
-	}
+	assert.Equal(t, []string{"true", "remote-discovery", ""}, []string{Gateway.String(), Flat.String(), NotExported.String()},
+		"Mode.String is the label value")
 }
 
 func TestMirrorNames(t *testing.T) {
@@ -108,16 +97,9 @@ func TestMirrorNames(t *testing.T) {
 	for _, tc := range tests {
 		for _, f := range []func(string, string) (string, error){MirrorName, EndpointMirrorName} {
 			got, err := f(tc.name, tc.cluster)
-			if (err != nil) != tc.wantErr {
-				t.Errorf("(%q, %q): err = %v, wantErr %t", tc.name, tc.cluster, err, tc.wantErr)
-			}
-			if got != tc.want {
-				t.Errorf("(%q, %q) = %q, want %q", tc.name, tc.cluster, got, tc.want)
-			}
+			assert.Equal(t, tc.wantErr, err != nil, "(%q, %q): err = %v", tc.name, tc.cluster, err)
+			assert.Equal(t, tc.want, got, "(%q, %q)", tc.name, tc.cluster)
 		}
-	}
-	if g, err := GlobalName("nginx-svc"); err != nil || g != "nginx-svc-global" {
-		t.Errorf("GlobalName = %q, %v", g, err)
 	}
 }
 
@@ -134,9 +116,8 @@ func TestSplitMirrorName(t *testing.T) {
 	}
 	for _, tc := range tests {
 		got, ok := SplitMirrorName(tc.name, tc.cluster)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("SplitMirrorName(%q, %q) = %q, %t; want %q, %t", tc.name, tc.cluster, got, ok, tc.want, tc.ok)
-		}
+		assert.Equal(t, tc.want, got, "SplitMirrorName(%q, %q)", tc.name, tc.cluster)
+		assert.Equal(t, tc.ok, ok, "SplitMirrorName(%q, %q)", tc.name, tc.cluster)
 	}
 }
 
@@ -151,8 +132,7 @@ func TestValidateClusterName(t *testing.T) {
 		"":                      false,
 		strings.Repeat("a", 64): false,
 	} {
-		if err := ValidateClusterName(name); (err == nil) != ok {
-			t.Errorf("ValidateClusterName(%q) = %v, want ok=%t", name, err, ok)
-		}
+		err := ValidateClusterName(name)
+		assert.Equal(t, ok, err == nil, "ValidateClusterName(%q) = %v", name, err)
 	}
 }

@@ -1,7 +1,8 @@
 package labels
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -138,11 +139,7 @@ func EgressPortKey(port int32, protocol string) string {
 
 // FormatEgressPorts renders the EgressPorts annotation, sorted by key.
 func FormatEgressPorts(ports map[string]int32) string {
-	keys := make([]string, 0, len(ports))
-	for k := range ports {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(ports))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = k + "=" + strconv.Itoa(int(ports[k]))

@@ -1,6 +1,10 @@
 package labels
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
 
 func TestMirrorNameMatches(t *testing.T) {
 	mirror := map[string]string{ClusterName: "west", RemoteService: "web"}
@@ -18,9 +22,7 @@ func TestMirrorNameMatches(t *testing.T) {
 		{"web-west", map[string]string{ClusterName: "west"}, false},
 		{"-west", map[string]string{ClusterName: "west", RemoteService: ""}, false},
 	} {
-		if got := MirrorNameMatches(tc.name, tc.l); got != tc.want {
-			t.Errorf("MirrorNameMatches(%q, %v) = %t, want %t", tc.name, tc.l, got, tc.want)
-		}
+		assert.Equal(t, tc.want, MirrorNameMatches(tc.name, tc.l), "MirrorNameMatches(%q, %v)", tc.name, tc.l)
 	}
 }
 
@@ -33,29 +35,24 @@ func TestParsePortRange(t *testing.T) {
 		{in: "8080", want: PortRange{First: 8080, Last: 8080}},
 		{in: " 1 - 2 ", want: PortRange{First: 1, Last: 2}},
 	} {
-		if got, err := ParsePortRange(tc.in); err != nil || got != tc.want {
-			t.Errorf("ParsePortRange(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
-		}
+		got, err := ParsePortRange(tc.in)
+		assert.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
 	}
 	for _, bad := range []string{"", "x", "0-10", "10-5", "1-65536", "a-b"} {
-		if _, err := ParsePortRange(bad); err == nil {
-			t.Errorf("ParsePortRange(%q): no error", bad)
-		}
+		_, err := ParsePortRange(bad)
+		assert.Error(t, err, bad)
 	}
 }
 
 func TestPortRange(t *testing.T) {
 	r := PortRange{First: 30000, Last: 32767}
-	if r.String() != "30000-32767" || r.Size() != 2768 || r.IsZero() {
-		t.Errorf("%v: String %q, Size %d, IsZero %t", r, r.String(), r.Size(), r.IsZero())
-	}
+	assert.Equal(t, "30000-32767", r.String())
+	assert.Equal(t, 2768, r.Size())
+	assert.False(t, r.IsZero())
 	for p, want := range map[int32]bool{29999: false, 30000: true, 32767: true, 32768: false} {
-		if r.Contains(p) != want {
-			t.Errorf("Contains(%d) = %t", p, !want)
-		}
+		assert.Equal(t, want, r.Contains(p), "Contains(%d)", p)
 	}
 	var zero PortRange
-	if !zero.IsZero() || !zero.Contains(1) || !zero.Contains(65535) || zero.String() != "" {
-		t.Error("the zero range contains every port")
-	}
+	assert.True(t, zero.IsZero() && zero.Contains(1) && zero.Contains(65535) && zero.String() == "", "the zero range contains every port")
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -30,22 +30,15 @@ func allowOf(b uint8) Allow {
 // written by hand (JSON, a relative path, a server with a password).
 func fuzzSeedKubeconfigs(f *testing.F) [][]byte {
 	f.Helper()
-	write := func(cfg *clientcmdapi.Config) []byte {
-		b, err := clientcmd.Write(*cfg)
-		if err != nil {
-			f.Fatal(err)
-		}
-		return b
-	}
-	out := [][]byte{write(hostile(nil))}
+	out := [][]byte{secretWith(f, hostile(nil))}
 	for _, tc := range hostileKubeconfigs {
-		out = append(out, write(hostile(tc.edit)))
+		out = append(out, secretWith(f, hostile(tc.edit)))
 	}
 	two := hostile(nil)
 	two.AuthInfos["other"] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{Command: "evil"}, TokenFile: "/etc/token"}
 	two.Clusters["other"] = &clientcmdapi.Cluster{Server: "http://other.example", InsecureSkipTLSVerify: true}
 	two.Contexts["other"] = &clientcmdapi.Context{Cluster: "other", AuthInfo: "other"}
-	out = append(out, write(two))
+	out = append(out, secretWith(f, two))
 	out = append(out,
 		[]byte(`{"apiVersion":"v1","kind":"Config","current-context":"c","contexts":[{"name":"c","context":{"cluster":"c","user":"u"}}],`+
 			`"clusters":[{"name":"c","cluster":{"server":"https://west.example:6443","certificate-authority-data":"Y2E="}}],"users":[{"name":"u","user":{"token":"t"}}]}`),
@@ -85,11 +78,7 @@ func FuzzFromSecret(f *testing.F) {
 		if clusterLabel != "" {
 			lbls = map[string]string{labels.LinkClusterName: clusterLabel}
 		}
-		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: "linkerd-multicluster", Labels: lbls},
-			Type:       labels.LinkSecretType,
-			Data:       map[string][]byte{labels.LinkSecretKey: kc},
-		}
+		s := secret(secretName, lbls, kc)
 		allow := allowOf(allowBits)
 		name, cfg, err := FromSecret(s, allow)
 		strictName, strict, strictErr := FromSecret(s, Allow{})
@@ -122,30 +111,19 @@ func FuzzFromSecret(f *testing.F) {
 func checkOutcome(t *testing.T, s *corev1.Secret, allow Allow, name string, cfg *rest.Config, err error) {
 	t.Helper()
 	if err != nil {
-		if cfg != nil || name != "" {
-			t.Fatalf("refused (%v) with a config or name: %q %v", err, name, cfg)
-		}
-		if !strings.HasPrefix(err.Error(), "secret "+s.Namespace+"/"+s.Name+": ") {
-			t.Fatalf("error does not name the Secret: %v", err)
-		}
+		require.True(t, cfg == nil && name == "", "refused (%v) with a config or name: %q %v", err, name, cfg)
+		require.True(t, strings.HasPrefix(err.Error(), "secret "+s.Namespace+"/"+s.Name+": "),
+			"error does not name the Secret: %v", err)
 		r := ReasonOf(err)
-		if !slices.Contains(Reasons, r) || r == ReasonReserved || r == ReasonDuplicate {
-			t.Fatalf("reason %q for %v", r, err)
-		}
-		if r != ReasonInvalid && allow.allows(r) {
-			t.Fatalf("refused for %s, which %s allows: %v", r, allow, err)
-		}
+		require.True(t, slices.Contains(Reasons, r) && r != ReasonReserved && r != ReasonDuplicate,
+			"reason %q for %v", r, err)
+		require.False(t, r != ReasonInvalid && allow.allows(r), "refused for %s, which %s allows: %v", r, allow, err)
 		return
 	}
-	if cfg == nil {
-		t.Fatal("accepted without a config")
-	}
-	if want, ok := ClusterNameOf(s); !ok || name != want {
-		t.Fatalf("cluster %q, the Secret names %q (%t)", name, want, ok)
-	}
-	if err := labels.ValidateClusterName(name); err != nil {
-		t.Fatalf("accepted an invalid cluster name: %v", err)
-	}
+	require.NotNil(t, cfg, "accepted without a config")
+	want, ok := ClusterNameOf(s)
+	require.True(t, ok && name == want, "cluster %q, the Secret names %q (%t)", name, want, ok)
+	require.NoError(t, labels.ValidateClusterName(name), "accepted an invalid cluster name")
 	if cfg.ExecProvider != nil && !allow.Exec {
 		t.Fatalf("exec plugin %q accepted with %s", cfg.ExecProvider.Command, allow)
 	}
@@ -162,9 +140,7 @@ func checkOutcome(t *testing.T, s *corev1.Secret, allow Allow, name string, cfg 
 			}
 		}
 	}
-	if cfg.Insecure && !allow.SkipTLSVerify {
-		t.Fatalf("insecure-skip-tls-verify accepted with %s", allow)
-	}
+	require.False(t, cfg.Insecure && !allow.SkipTLSVerify, "insecure-skip-tls-verify accepted with %s", allow)
 	if !allow.HTTP {
 		// The URL the client will use, as client-go makes it.
 		u, _, err := rest.DefaultServerUrlFor(cfg)
@@ -216,11 +192,7 @@ func FuzzKubeconfigFields(f *testing.F) {
 		if err != nil {
 			return
 		}
-		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "cluster-credentials-west", Namespace: "linkerd-multicluster"},
-			Type:       labels.LinkSecretType,
-			Data:       map[string][]byte{labels.LinkSecretKey: kc},
-		}
+		s := secret("cluster-credentials-west", nil, kc)
 		allow := allowOf(allowBits)
 		name, rc, err := FromSecret(s, allow)
 		checkOutcome(t, s, allow, name, rc, err)

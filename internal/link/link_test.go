@@ -32,18 +32,14 @@ func kubeconfig(t *testing.T, servers ...string) []byte {
 		}
 	}
 	b, err := clientcmd.Write(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return b
 }
 
 func writeFile(t *testing.T, name string, data []byte) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(p, data, 0o600))
 	return p
 }
 
@@ -68,17 +64,9 @@ func TestLoadKubeconfig(t *testing.T) {
 	for _, tc := range tests {
 		cfg, err := LoadKubeconfig(tc.path, tc.context)
 		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("LoadKubeconfig(%q, %q): err = %v, want one containing %q", tc.path, tc.context, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("LoadKubeconfig(%q, %q): %v", tc.path, tc.context, err)
-			continue
-		}
-		if cfg.Host != tc.wantHost {
-			t.Errorf("LoadKubeconfig(%q, %q): host %q, want %q", tc.path, tc.context, cfg.Host, tc.wantHost)
+			assert.ErrorContains(t, err, tc.wantErr, "LoadKubeconfig(%q, %q)", tc.path, tc.context)
+		} else if assert.NoError(t, err, "LoadKubeconfig(%q, %q)", tc.path, tc.context) {
+			assert.Equal(t, tc.wantHost, cfg.Host, "LoadKubeconfig(%q, %q)", tc.path, tc.context)
 		}
 	}
 }
@@ -103,9 +91,8 @@ func TestLoadKubeconfigRelativePaths(t *testing.T) {
 
 func TestStaticConfigNamesTheLink(t *testing.T) {
 	_, err := Static{Name: "west", Kubeconfig: filepath.Join(t.TempDir(), "missing")}.Config()
-	if err == nil || !strings.HasPrefix(err.Error(), "link west: ") {
-		t.Fatalf("err = %v, want one naming the link", err)
-	}
+	require.Error(t, err)
+	assert.True(t, strings.HasPrefix(err.Error(), "link west: "), "err = %v, want one naming the link", err)
 }
 
 func secret(name string, lbls map[string]string, kc []byte) *corev1.Secret {
@@ -144,17 +131,12 @@ func TestFromSecret(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			name, cfg, err := FromSecret(tc.s, Allow{})
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
-				}
+				require.ErrorContains(t, err, tc.wantErr)
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if name != tc.want || cfg.Host != tc.wantHost {
-				t.Errorf("got %q %q, want %q %q", name, cfg.Host, tc.want, tc.wantHost)
-			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, name)
+			assert.Equal(t, tc.wantHost, cfg.Host)
 		})
 	}
 }
@@ -167,9 +149,7 @@ func TestHandlerFuncs(t *testing.T) {
 	}
 	h.Add("west", nil, Namespaces{})
 	h.Remove("paris")
-	if added != "west" || removed != "paris" {
-		t.Errorf("added %q removed %q", added, removed)
-	}
+	assert.Equal(t, []string{"west", "paris"}, []string{added, removed}, "added, removed")
 	HandlerFuncs{}.Add("x", nil, Namespaces{}) // nil funcs are no-ops
 	HandlerFuncs{}.Remove("x")
 }

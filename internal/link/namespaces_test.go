@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -65,17 +64,14 @@ func TestSecretWatcherNamespaces(t *testing.T) {
 	rec, lg := startWatcher(t, client, SecretWatcherOptions{})
 	rec.waitCalls(t, "+west https://west.example (all but kube-system,tenant-b)")
 
-	secrets := client.CoreV1().Secrets("linkerd-multicluster")
 	s = secret("cluster-credentials-west", nil, kc)
 	s.Annotations = map[string]string{labels.LinkAllowedNamespaces: "shop"}
-	_, err := secrets.Update(ctxBG, s, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	update(t, client, s)
 	rec.waitCalls(t, "+west https://west.example (all but kube-system,tenant-b)", "+west https://west.example (only shop)")
 
 	s = secret("cluster-credentials-west", nil, kc)
 	s.Annotations = map[string]string{labels.LinkAllowedNamespaces: "shop", labels.LinkDeniedNamespaces: "Shop"}
-	_, err = secrets.Update(ctxBG, s, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	update(t, client, s)
 	lg.waitLog(t, `annotation`)
 	assert.Eventually(t, func() bool {
 		return lg.contains(`denied namespaces: "Shop" is not a namespace name`) && lg.contains("keeping the running link")
@@ -83,7 +79,6 @@ func TestSecretWatcherNamespaces(t *testing.T) {
 	assert.Equal(t, []string{"linkerd-multicluster/cluster-credentials-west invalid"}, lg.refusals())
 
 	// Leaving the annotations out is every namespace again.
-	_, err = secrets.Update(ctxBG, secret("cluster-credentials-west", nil, kc), metav1.UpdateOptions{})
-	require.NoError(t, err)
+	update(t, client, secret("cluster-credentials-west", nil, kc))
 	rec.waitCalls(t, "+west https://west.example (all but kube-system,tenant-b)", "+west https://west.example (only shop)", "+west https://west.example")
 }

@@ -89,20 +89,11 @@ func AllowValues() string {
 // Set allows one feature, by its name: exec, auth-provider, files, http or
 // skip-tls-verify.
 func (a *Allow) Set(value string) error {
-	switch Reason(value) {
-	case ReasonExec:
-		a.Exec = true
-	case ReasonAuthProvider:
-		a.AuthProvider = true
-	case ReasonFiles:
-		a.Files = true
-	case ReasonHTTP:
-		a.HTTP = true
-	case ReasonSkipTLSVerify:
-		a.SkipTLSVerify = true
-	default:
+	f := a.flag(Reason(value))
+	if f == nil {
 		return fmt.Errorf("unknown value %q (want %s)", value, AllowValues())
 	}
+	*f = true
 	return nil
 }
 
@@ -121,19 +112,26 @@ func (a Allow) String() string {
 }
 
 func (a Allow) allows(r Reason) bool {
+	f := a.flag(r)
+	return f != nil && *f
+}
+
+// flag is the field of a that allows the feature r; nil for a reason
+// that is no feature.
+func (a *Allow) flag(r Reason) *bool {
 	switch r {
 	case ReasonExec:
-		return a.Exec
+		return &a.Exec
 	case ReasonAuthProvider:
-		return a.AuthProvider
+		return &a.AuthProvider
 	case ReasonFiles:
-		return a.Files
+		return &a.Files
 	case ReasonHTTP:
-		return a.HTTP
+		return &a.HTTP
 	case ReasonSkipTLSVerify:
-		return a.SkipTLSVerify
+		return &a.SkipTLSVerify
 	}
-	return false
+	return nil
 }
 
 // RefusedError is a kubeconfig that uses what Allow does not permit. Reason

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -125,17 +126,14 @@ func NewSecretWatcher(client kubernetes.Interface, h Handler, opts SecretWatcher
 		},
 	}
 	w.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Secret{}, 0, cache.Indexers{})
+	upsert := func(obj any) {
+		if s, ok := obj.(*corev1.Secret); ok {
+			w.upsert(s)
+		}
+	}
 	reg, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if s, ok := obj.(*corev1.Secret); ok {
-				w.upsert(s)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if s, ok := obj.(*corev1.Secret); ok {
-				w.upsert(s)
-			}
-		},
+		AddFunc:    upsert,
+		UpdateFunc: func(_, obj any) { upsert(obj) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -159,18 +157,6 @@ func (w *SecretWatcher) Run(ctx context.Context) { w.informer.Run(ctx.Done()) }
 // been handled.
 func (w *SecretWatcher) HasSynced() bool { return w.reg.HasSynced() }
 
-// Links returns the names of the clusters linked by Secrets, sorted.
-func (w *SecretWatcher) Links() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	names := make([]string, 0, len(w.owner))
-	for n := range w.owner {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
-
 func key(s *corev1.Secret) string { return s.Namespace + "/" + s.Name }
 
 func (w *SecretWatcher) upsert(s *corev1.Secret) {
@@ -181,19 +167,15 @@ func (w *SecretWatcher) upsert(s *corev1.Secret) {
 	old, running := w.bySecret[k]
 	name, cfg, ns, err := fromLinkSecret(s, w.allow)
 	if err != nil {
-		reason := ReasonOf(err)
+		keeping := ""
 		if running {
-			w.logf("link secret %s refused (%s): %v; keeping the running link to cluster %q", k, reason, err, old.name)
-		} else {
-			w.logf("link secret %s refused (%s): %v", k, reason, err)
+			keeping = fmt.Sprintf("; keeping the running link to cluster %q", old.name)
 		}
-		w.onRefused(s, reason, err)
+		w.refuse(s, ReasonOf(err), err, keeping)
 		return
 	}
 	if w.reserved[name] {
-		err := fmt.Errorf("cluster %q is the local cluster or a configured link", name)
-		w.logf("link secret %s refused (%s): %v", k, ReasonReserved, err)
-		w.onRefused(s, ReasonReserved, err)
+		w.refuse(s, ReasonReserved, fmt.Errorf("cluster %q is the local cluster or a configured link", name), "")
 		if running {
 			w.stop(k, old)
 		}
@@ -216,14 +198,19 @@ func (w *SecretWatcher) upsert(s *corev1.Secret) {
 		w.adopt(old.name)
 	}
 	if other, taken := w.owner[name]; taken {
-		err := fmt.Errorf("cluster %q is already linked by secret %s", name, other)
-		w.logf("link secret %s refused (%s): %v", k, ReasonDuplicate, err)
-		w.onRefused(s, ReasonDuplicate, err)
+		w.refuse(s, ReasonDuplicate, fmt.Errorf("cluster %q is already linked by secret %s", name, other), "")
 		return
 	}
 	w.bySecret[k] = secretLink{name: name, sum: sum, ns: ns}
 	w.owner[name] = k
 	w.handler.Add(name, cfg, ns)
+}
+
+// refuse logs that Secret s is refused, and why (then what still runs),
+// and tells OnRefused.
+func (w *SecretWatcher) refuse(s *corev1.Secret, reason Reason, err error, then string) {
+	w.logf("link secret %s refused (%s): %v%s", key(s), reason, err, then)
+	w.onRefused(s, reason, err)
 }
 
 func (w *SecretWatcher) delete(s *corev1.Secret) {
@@ -263,12 +250,7 @@ func (w *SecretWatcher) adopt(name string) {
 			candidates = append(candidates, s)
 		}
 	}
-	slices.SortFunc(candidates, func(a, b *corev1.Secret) int {
-		if key(a) < key(b) {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(candidates, func(a, b *corev1.Secret) int { return strings.Compare(key(a), key(b)) })
 	for _, s := range candidates {
 		// A Secret that fails here was reported when it was seen.
 		n, cfg, ns, err := fromLinkSecret(s, w.allow)

@@ -3,6 +3,7 @@ package link
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
@@ -48,20 +51,25 @@ func (r *recorder) get() []string {
 	return slices.Clone(r.calls)
 }
 
-// waitCalls waits until the recorder has seen exactly want.
-func (r *recorder) waitCalls(t *testing.T, want ...string) {
+func (r *recorder) String() string { return fmt.Sprintf("%q", r.get()) }
+
+// waitFor polls cond for up to 5 seconds, and fails the test with what
+// it waited for when cond stays false.
+func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := r.get()
-		if slices.Equal(got, want) {
-			return
-		}
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("calls = %q, want %q", got, want)
+			t.Fatalf(format, args...)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// waitCalls waits until the recorder has seen exactly want.
+func (r *recorder) waitCalls(t *testing.T, want ...string) {
+	t.Helper()
+	waitFor(t, func() bool { return slices.Equal(r.get(), want) }, "calls = %v, want %q", r, want)
 }
 
 type logs struct {
@@ -88,19 +96,19 @@ func (l *logs) refusals() []string {
 // waitLog waits for a log line containing s.
 func (l *logs) waitLog(t *testing.T, s string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !l.contains(s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line containing %q in %q", s, l.lines)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, func() bool { return l.contains(s) }, "no log line containing %q in %v", s, l)
 }
 
 func (l *logs) logf(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+func (l *logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("%q", l.lines)
 }
 
 func (l *logs) contains(s string) bool {
@@ -114,7 +122,15 @@ func (l *logs) contains(s string) bool {
 	return false
 }
 
+// startWatcher runs a watcher of client's link Secrets in
+// linkerd-multicluster (unless opts names another namespace) until the
+// test ends, and waits for it to sync.
 func startWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOptions) (*recorder, *logs) {
+	rec, lg, _ := runWatcher(t, client, opts)
+	return rec, lg
+}
+
+func runWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOptions) (*recorder, *logs, *SecretWatcher) {
 	t.Helper()
 	rec, lg := &recorder{}, &logs{}
 	if opts.Namespace == "" {
@@ -122,23 +138,22 @@ func startWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOption
 	}
 	opts.Logf, opts.OnRefused = lg.logf, lg.refuse
 	w, err := NewSecretWatcher(client, rec, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go w.Run(ctx)
-	deadline := time.Now().Add(5 * time.Second)
-	for !w.HasSynced() {
-		if time.Now().After(deadline) {
-			t.Fatal("secret watcher did not sync")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return rec, lg
+	waitFor(t, w.HasSynced, "secret watcher did not sync")
+	return rec, lg, w
 }
 
 var ctxBG = context.Background()
+
+// update writes s, a Secret of linkerd-multicluster, over the one of its name.
+func update(t *testing.T, client *fake.Clientset, s *corev1.Secret) {
+	t.Helper()
+	_, err := client.CoreV1().Secrets("linkerd-multicluster").Update(ctxBG, s, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
 
 func TestSecretWatcherLifecycle(t *testing.T) {
 	west := kubeconfig(t, "https://west.example:6443")
@@ -153,25 +168,18 @@ func TestSecretWatcherLifecycle(t *testing.T) {
 	// An update that leaves the kubeconfig alone does not restart.
 	s := secret("cluster-credentials-west", nil, west)
 	s.Annotations = map[string]string{"touched": "yes"}
-	if _, err := secrets.Update(ctxBG, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	update(t, client, s)
 	// A new kubeconfig restarts the link: Add again, without a Remove.
-	if _, err := secrets.Update(ctxBG, secret("cluster-credentials-west", nil, west2), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	update(t, client, secret("cluster-credentials-west", nil, west2))
 	rec.waitCalls(t, "+west https://west.example:6443", "+west https://west-2.example:6443")
 
 	// Added at run time.
-	if _, err := secrets.Create(ctxBG, secret("cluster-credentials-paris", nil, west), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := secrets.Create(ctxBG, secret("cluster-credentials-paris", nil, west), metav1.CreateOptions{})
+	require.NoError(t, err)
 	rec.waitCalls(t, "+west https://west.example:6443", "+west https://west-2.example:6443", "+paris https://west.example:6443")
 
 	// Deleted at run time.
-	if err := secrets.Delete(ctxBG, "cluster-credentials-west", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, secrets.Delete(ctxBG, "cluster-credentials-west", metav1.DeleteOptions{}))
 	rec.waitCalls(t, "+west https://west.example:6443", "+west https://west-2.example:6443", "+paris https://west.example:6443", "-west")
 }
 
@@ -182,9 +190,7 @@ func TestSecretWatcherRename(t *testing.T) {
 	rec.waitCalls(t, "+west https://x.example")
 
 	// The label now names another cluster: the old link goes, the new comes.
-	if _, err := client.CoreV1().Secrets("linkerd-multicluster").Update(ctxBG, secret("link", map[string]string{labels.LinkClusterName: "paris"}, kc), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	update(t, client, secret("link", map[string]string{labels.LinkClusterName: "paris"}, kc))
 	rec.waitCalls(t, "+west https://x.example", "-west", "+paris https://x.example")
 }
 
@@ -194,16 +200,8 @@ func TestSecretWatcherBadUpdateKeepsLink(t *testing.T) {
 	rec, lg := startWatcher(t, client, SecretWatcherOptions{})
 	rec.waitCalls(t, "+west https://west.example")
 
-	if _, err := client.CoreV1().Secrets("linkerd-multicluster").Update(ctxBG, secret("cluster-credentials-west", nil, []byte("{{{")), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !lg.contains("keeping the running link") {
-		if time.Now().After(deadline) {
-			t.Fatal("bad kubeconfig was not reported")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	update(t, client, secret("cluster-credentials-west", nil, []byte("{{{")))
+	lg.waitLog(t, "keeping the running link")
 	rec.waitCalls(t, "+west https://west.example")
 }
 
@@ -221,9 +219,7 @@ func TestSecretWatcherIgnores(t *testing.T) {
 	rec, lg := startWatcher(t, client, SecretWatcherOptions{Reserved: []string{"east", "static"}})
 	rec.waitCalls(t, "+west https://x.example")
 	for _, want := range []string{`cluster "east" is the local cluster`, `cluster "static" is the local cluster`, "names no cluster"} {
-		if !lg.contains(want) {
-			t.Errorf("no log line about %q", want)
-		}
+		assert.True(t, lg.contains(want), "no log line about %q", want)
 	}
 	want := []string{
 		"linkerd-multicluster/cluster-credentials-east reserved",
@@ -233,9 +229,7 @@ func TestSecretWatcherIgnores(t *testing.T) {
 		"linkerd-multicluster/cluster-credentials-static reserved",
 		"linkerd-multicluster/no-name invalid",
 	}
-	if got := lg.refusals(); !slices.Equal(got, want) {
-		t.Errorf("refusals %q, want %q", got, want)
-	}
+	assert.Equal(t, want, lg.refusals(), "refusals")
 }
 
 func TestSecretWatcherSelector(t *testing.T) {
@@ -245,9 +239,7 @@ func TestSecretWatcherSelector(t *testing.T) {
 		secret("cluster-credentials-paris", nil, kc),
 	)
 	sel, err := k8slabels.Parse("mcmirror=yes")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rec, _ := startWatcher(t, client, SecretWatcherOptions{Selector: sel})
 	rec.waitCalls(t, "+west https://x.example")
 }
@@ -261,12 +253,8 @@ func TestSecretWatcherDuplicateTakesOver(t *testing.T) {
 	)
 	rec, lg := startWatcher(t, client, SecretWatcherOptions{})
 	first := rec.get()
-	if len(first) != 1 {
-		t.Fatalf("calls = %q, want one link to west", first)
-	}
-	if !lg.contains(`cluster "west" is already linked`) {
-		t.Error("duplicate not reported")
-	}
+	require.Len(t, first, 1, "one link to west")
+	assert.True(t, lg.contains(`cluster "west" is already linked`), "duplicate not reported")
 	loser, loserHost := "b", "https://b.example"
 	if first[0] == "+west https://b.example" {
 		loser, loserHost = "a", "https://a.example"
@@ -275,33 +263,19 @@ func TestSecretWatcherDuplicateTakesOver(t *testing.T) {
 	if loser == "a" {
 		winner = "b"
 	}
-	if err := client.CoreV1().Secrets("linkerd-multicluster").Delete(ctxBG, winner, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, client.CoreV1().Secrets("linkerd-multicluster").Delete(ctxBG, winner, metav1.DeleteOptions{}))
 	rec.waitCalls(t, first[0], "-west", "+west "+loserHost)
 }
 
 func TestSecretWatcherLinks(t *testing.T) {
 	kc := kubeconfig(t, "https://x.example")
 	client := fake.NewClientset(secret("cluster-credentials-west", nil, kc), secret("cluster-credentials-paris", nil, kc))
-	rec := &recorder{}
-	w, err := NewSecretWatcher(client, rec, SecretWatcherOptions{Namespace: "linkerd-multicluster"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctxBG)
-	defer cancel()
-	go w.Run(ctx)
-	deadline := time.Now().Add(5 * time.Second)
-	for !w.HasSynced() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if got := w.Links(); !slices.Equal(got, []string{"paris", "west"}) {
-		t.Errorf("Links() = %q", got)
-	}
-	if _, err := NewSecretWatcher(client, rec, SecretWatcherOptions{}); err == nil {
-		t.Error("no error without a namespace")
-	}
+	rec, _, w := runWatcher(t, client, SecretWatcherOptions{})
+	w.mu.Lock()
+	assert.Equal(t, []string{"paris", "west"}, slices.Sorted(maps.Keys(w.owner)), "the clusters linked")
+	w.mu.Unlock()
+	_, err := NewSecretWatcher(client, rec, SecretWatcherOptions{})
+	assert.Error(t, err, "no namespace")
 }
 
 // hostileKubeconfig is a kubeconfig whose user runs a command.
@@ -328,9 +302,7 @@ func TestSecretWatcherRefusesHostileKubeconfigs(t *testing.T) {
 
 	// A hostile update of a running link is refused, and the link keeps
 	// running on its last good kubeconfig.
-	if _, err := client.CoreV1().Secrets("linkerd-multicluster").Update(ctxBG, secret("cluster-credentials-west", nil, hostileKubeconfig(t)), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	update(t, client, secret("cluster-credentials-west", nil, hostileKubeconfig(t)))
 	lg.waitLog(t, `link secret linkerd-multicluster/cluster-credentials-west refused (exec): kubeconfig refused: user "u" runs a command (exec "/bin/sh") (exec not allowed); keeping the running link to cluster "west"`)
 	rec.waitCalls(t, "+west https://west.example")
 	want := []string{
@@ -338,24 +310,16 @@ func TestSecretWatcherRefusesHostileKubeconfigs(t *testing.T) {
 		"linkerd-multicluster/cluster-credentials-tokyo http",
 		"linkerd-multicluster/cluster-credentials-west exec",
 	}
-	if got := lg.refusals(); !slices.Equal(got, want) {
-		t.Errorf("refusals %q, want %q", got, want)
-	}
+	assert.Equal(t, want, lg.refusals(), "refusals")
 
 	// Allowed, the same Secrets link.
 	rec2, lg2 := startWatcher(t, client, SecretWatcherOptions{Allow: Allow{Exec: true, HTTP: true}})
-	deadline := time.Now().Add(5 * time.Second)
-	for len(rec2.get()) < 3 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, func() bool { return len(rec2.get()) >= 3 }, "allowed: calls %v", rec2)
 	got := rec2.get()
 	slices.Sort(got)
-	if want := []string{"+paris https://west.example:6443", "+tokyo http://tokyo.example", "+west https://west.example:6443"}; !slices.Equal(got, want) {
-		t.Errorf("allowed: calls %q, want %q", got, want)
-	}
-	if r := lg2.refusals(); len(r) != 0 {
-		t.Errorf("allowed: refusals %q: %q", r, lg2.lines)
-	}
+	assert.Equal(t, []string{"+paris https://west.example:6443", "+tokyo http://tokyo.example", "+west https://west.example:6443"}, got,
+		"allowed: calls")
+	assert.Empty(t, lg2.refusals(), "allowed: refusals, logs %v", lg2)
 }
 
 // A duplicate is refused, and named as such.
@@ -367,7 +331,6 @@ func TestSecretWatcherDuplicateIsReported(t *testing.T) {
 	)
 	_, lg := startWatcher(t, client, SecretWatcherOptions{})
 	got := lg.refusals()
-	if len(got) != 1 || !strings.HasSuffix(got[0], " duplicate") {
-		t.Errorf("refusals %q, want one duplicate", got)
-	}
+	require.Len(t, got, 1, "one refusal")
+	assert.True(t, strings.HasSuffix(got[0], " duplicate"), "refusals %q, want one duplicate", got)
 }

@@ -37,6 +37,9 @@ func failGet(err error) func(*fake.FakeDynamicClient) {
 
 func TestClusterID(t *testing.T) {
 	gr := ClusterPropertyResource.GroupResource()
+	// id is the objects of a cluster whose cluster.clusterset.k8s.io
+	// property has value.
+	id := func(value any) []runtime.Object { return []runtime.Object{clusterProperty(ClusterIDProperty, value)} }
 	for _, tc := range []struct {
 		name       string
 		objects    []runtime.Object
@@ -50,43 +53,20 @@ func TestClusterID(t *testing.T) {
 	}{
 		{name: "absent", configured: "east", want: "east"},
 		{name: "absent, not configured", configured: "", want: ""},
-		{
-			name:    "other properties only",
-			objects: []runtime.Object{clusterProperty("id.k8s.io", "8f3c0b4e")}, configured: "east", want: "east",
-		},
-		{
-			name:    "equal",
-			objects: []runtime.Object{clusterProperty(ClusterIDProperty, "east")}, configured: "east", want: "east",
-		},
-		{
-			name:    "not configured",
-			objects: []runtime.Object{clusterProperty(ClusterIDProperty, "east")}, configured: "", want: "east",
-		},
-		{
-			name:    "different",
-			objects: []runtime.Object{clusterProperty(ClusterIDProperty, "west")}, configured: "east",
-			wantErr: []string{ClusterIDProperty, `"west"`, `"east"`}, config: true,
-		},
-		{
-			name:    "invalid",
-			objects: []runtime.Object{clusterProperty(ClusterIDProperty, "East_1")}, configured: "east",
-			wantErr: []string{ClusterIDProperty, `"East_1"`}, config: true,
-		},
-		{
-			name:    "reserved",
-			objects: []runtime.Object{clusterProperty(ClusterIDProperty, "global")}, configured: "",
-			wantErr: []string{`"global"`, "reserved"}, config: true,
-		},
-		{
-			name:    "empty value",
-			objects: []runtime.Object{clusterProperty(ClusterIDProperty, "")}, configured: "east",
-			wantErr: []string{ClusterIDProperty, `""`}, config: true,
-		},
-		{
-			name:    "value not a string",
-			objects: []runtime.Object{clusterProperty(ClusterIDProperty, int64(7))}, configured: "east",
-			wantErr: []string{ClusterIDProperty, "spec.value"}, config: true,
-		},
+		{name: "other properties only", objects: []runtime.Object{clusterProperty("id.k8s.io", "8f3c0b4e")},
+			configured: "east", want: "east"},
+		{name: "equal", objects: id("east"), configured: "east", want: "east"},
+		{name: "not configured", objects: id("east"), configured: "", want: "east"},
+		{name: "different", objects: id("west"), configured: "east",
+			wantErr: []string{ClusterIDProperty, `"west"`, `"east"`}, config: true},
+		{name: "invalid", objects: id("East_1"), configured: "east",
+			wantErr: []string{ClusterIDProperty, `"East_1"`}, config: true},
+		{name: "reserved", objects: id("global"), configured: "",
+			wantErr: []string{`"global"`, "reserved"}, config: true},
+		{name: "empty value", objects: id(""), configured: "east",
+			wantErr: []string{ClusterIDProperty, `""`}, config: true},
+		{name: "value not a string", objects: id(int64(7)), configured: "east",
+			wantErr: []string{ClusterIDProperty, "spec.value"}, config: true},
 		{
 			// The API server's answer for a resource it does not serve.
 			name:       "not served",

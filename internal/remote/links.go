@@ -116,7 +116,8 @@ func (l *Links[G]) AddNarrowed(name string, client kubernetes.Interface, ns link
 		// Nothing serves yet, or nothing runs: the new one serves at once.
 		l.mu.Lock()
 		if !linkedNow {
-			l.names = sortedWith(l.names, name)
+			l.names = append(slices.Clone(l.names), name) // a new slice: Names hands out the old one
+			slices.Sort(l.names)
 		}
 		l.clusters[name] = gen
 		l.mu.Unlock()
@@ -281,10 +282,4 @@ func (l *Links[G]) ctxOf(c *linked[G]) context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return c.ctx
-}
-
-func sortedWith(names []string, name string) []string {
-	out := append(slices.Clone(names), name)
-	slices.Sort(out)
-	return out
 }

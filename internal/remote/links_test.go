@@ -79,6 +79,17 @@ func (r *record) gen(id int) *gen {
 	return r.gens[id-1]
 }
 
+// started returns links of a record in cluster east, started until the
+// test ends.
+func started(t *testing.T) (*record, *Links[*gen]) {
+	r := &record{}
+	l := NewLinks[*gen]("east", r)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	l.Start(ctx)
+	return r, l
+}
+
 // A link serves at once; a new kubeconfig of a running link is watched
 // beside the old one, which serves until the new one has synced; one
 // replaced again before it synced stops without serving; a removed link
@@ -130,11 +141,7 @@ func TestLinksLifecycle(t *testing.T) {
 
 // A replacement that never syncs never serves, and stops with its link.
 func TestLinksReplacementNeverSynced(t *testing.T) {
-	r := &record{}
-	l := NewLinks[*gen]("east", r)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	l.Start(ctx)
+	r, l := started(t)
 	l.AddClient("west", fake.NewClientset())
 	l.AddClient("west", fake.NewClientset())
 	g, _ := l.Get("west")
@@ -151,11 +158,7 @@ func TestLinksReplacementNeverSynced(t *testing.T) {
 
 // Stop stops what serves and what syncs, and removes nothing.
 func TestLinksStop(t *testing.T) {
-	r := &record{}
-	l := NewLinks[*gen]("east", r)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	l.Start(ctx)
+	r, l := started(t)
 	l.AddClient("west", fake.NewClientset())
 	l.AddClient("west", fake.NewClientset())
 	l.Stop()

@@ -50,23 +50,13 @@ func (k Kind) Object() runtime.Object {
 // Wrap the functions to act around each request; cache.ToListWatcherWithWatchListSemantics
 // (or ListWatch) makes it a ListerWatcher.
 func Requests(client kubernetes.Interface, kind Kind, selector string, ns link.Namespaces, h *Health, w int) *cache.ListWatch {
-	var list func(context.Context, metav1.ListOptions) (runtime.Object, error)
-	var watchf func(context.Context, metav1.ListOptions) (watch.Interface, error)
-	switch kind {
-	case EndpointSlices:
-		list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, o)
-		}
-		watchf = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
-		}
-	default:
-		list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
-		}
-		watchf = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
-		}
+	services := client.CoreV1().Services(metav1.NamespaceAll)
+	list := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return services.List(ctx, o) }
+	watchf := services.Watch
+	if kind == EndpointSlices {
+		eps := client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll)
+		list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return eps.List(ctx, o) }
+		watchf = eps.Watch
 	}
 	received := Received.WithLabelValues(h.Name(), kind.String())
 	fields := fieldSelector(ns)

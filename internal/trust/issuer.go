@@ -107,43 +107,40 @@ func SelfSign(tmpl *x509.Certificate, key crypto.Signer) (*x509.Certificate, err
 
 // NewRoot makes a trust root of trustDomain with a new key.
 func NewRoot(trustDomain string, notBefore, notAfter time.Time) (*CA, error) {
-	key, err := NewKey()
-	if err != nil {
-		return nil, err
-	}
-	cert, err := SelfSign(RootTemplate(trustDomain, notBefore, notAfter), key)
-	if err != nil {
-		return nil, err
-	}
-	return &CA{Cert: cert, Key: key}, nil
+	return issue(RootTemplate(trustDomain, notBefore, notAfter), nil)
 }
 
 // NewIntermediate makes cluster's intermediate, with a new key, signed by
 // root.
 func (root *CA) NewIntermediate(trustDomain, cluster string, notBefore, notAfter time.Time) (*CA, error) {
-	key, err := NewKey()
-	if err != nil {
-		return nil, err
-	}
-	cert, err := Sign(IntermediateTemplate(trustDomain, cluster, notBefore, notAfter), key.Public(), root)
-	if err != nil {
-		return nil, err
-	}
-	return &CA{Cert: cert, Key: key}, nil
+	return issue(IntermediateTemplate(trustDomain, cluster, notBefore, notAfter), root)
 }
 
 // NewGateway makes cluster's gateway certificate, with a new key, issued
 // by ca, which is to be cluster's intermediate.
 func (ca *CA) NewGateway(trustDomain, cluster string, notBefore, notAfter time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	gw, err := issue(GatewayTemplate(trustDomain, cluster, notBefore, notAfter), ca)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gw.Cert, gw.Key.(*ecdsa.PrivateKey), nil
+}
+
+// issue makes the certificate of tmpl with a new key, signed by parent
+// (nil: self-signed), and returns it with its key.
+func issue(tmpl *x509.Certificate, parent *CA) (*CA, error) {
 	key, err := NewKey()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	cert, err := Sign(GatewayTemplate(trustDomain, cluster, notBefore, notAfter), key.Public(), ca)
+	if parent == nil {
+		parent = &CA{Cert: tmpl, Key: key}
+	}
+	cert, err := Sign(tmpl, key.Public(), parent)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return cert, key, nil
+	return &CA{Cert: cert, Key: key}, nil
 }
 
 // CertPEM encodes certs, in order, as PEM: a chain, the certificate first.

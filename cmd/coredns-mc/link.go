@@ -47,9 +47,8 @@ const (
 
 // linkCmd is one run of `coredns-mc link` or `coredns-mc unlink`.
 type linkCmd struct {
-	name           string // "link" or "unlink"
-	stdout, stderr io.Writer
-	opts           grant.Options
+	cli  // name "link" or "unlink"
+	opts grant.Options
 	// The target cluster, the one linked to.
 	kubeconfig, context string
 	// The source cluster, the one that links; neither set: print instead.
@@ -79,22 +78,15 @@ func (c *linkCmd) parse(args []string) (code int, ok bool) {
 		fs.DurationVar(&c.tokenTimeout, "token-timeout", time.Minute, "how long to wait for the token controller to fill the token Secret")
 	}
 	c.fleet.addFlags(fs, c.name)
-	fs.SetOutput(io.Discard)
-	contexts, err := parseInterleaved(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(c.stderr)
-			fmt.Fprintln(c.stderr, usageOf[c.name])
-			fs.PrintDefaults()
-			return 0, false
-		}
-		return c.usage("%v (-h lists the flags)", err), false
+	contexts, code, ok := c.parseFlags(fs, args, usageOf[c.name], true)
+	if !ok {
+		return code, false
 	}
 	if len(contexts) > 0 {
 		return c.parseFleet(fs, contexts)
 	}
 	c.apiServer = c.fleet.lastServer()
-	if msg := c.fleet.onlyWithList(fs); msg != "" {
+	if msg := onlyWithList(fs, "cluster-name", "topology", "parallel"); msg != "" {
 		return c.usage("%s", msg), false
 	}
 	switch {
@@ -129,18 +121,6 @@ var usageOf = map[string]string{
 		fleetUsage("unlink") + "\n\nFlags:",
 }
 
-// usage reports a mistake in the command line: exit code 2.
-func (c *linkCmd) usage(format string, a ...any) int {
-	fmt.Fprintf(c.stderr, "coredns-mc %s: "+format+"\n", append([]any{c.name}, a...)...)
-	return 2
-}
-
-// fail reports a failure: exit code 1.
-func (c *linkCmd) fail(err error) int {
-	fmt.Fprintf(c.stderr, "coredns-mc %s: %v\n", c.name, err)
-	return 1
-}
-
 // progress reports a step done, on stderr: stdout is for the Secret.
 func (c *linkCmd) progress(format string, a ...any) {
 	fmt.Fprintf(c.stderr, format+"\n", a...)
@@ -158,11 +138,11 @@ func (c *linkCmd) print(obj runtime.Object) error {
 func (c *linkCmd) applySource() bool { return c.sourceKubeconfig != "" || c.sourceContext != "" }
 
 func runLink(args []string, stdout, stderr io.Writer) int {
-	return run(&linkCmd{name: "link", stdout: stdout, stderr: stderr}, args)
+	return run(&linkCmd{cli: cli{name: "link", stdout: stdout, stderr: stderr}}, args)
 }
 
 func runUnlink(args []string, stdout, stderr io.Writer) int {
-	return run(&linkCmd{name: "unlink", stdout: stdout, stderr: stderr}, args)
+	return run(&linkCmd{cli: cli{name: "unlink", stdout: stdout, stderr: stderr}}, args)
 }
 
 func run(c *linkCmd, args []string) int {

@@ -205,7 +205,7 @@ func (c *linkCmd) link(ctx context.Context) error {
 	}
 
 	for _, obj := range []runtime.Object{tg.Namespace, tg.ServiceAccount, tg.ClusterRole, tg.ClusterRoleBinding, tg.Token} {
-		if err := target.apply(ctx, obj); err != nil {
+		if _, err := target.apply(ctx, obj); err != nil {
 			return err
 		}
 	}
@@ -231,7 +231,7 @@ func (c *linkCmd) link(ctx context.Context) error {
 			secret.Namespace, secret.Name, o.Cluster, ep.Server)
 		return nil
 	}
-	if err := source.apply(ctx, secret); err != nil {
+	if _, err := source.apply(ctx, secret); err != nil {
 		return err
 	}
 	c.progress("%s: applied link Secret %s/%s: cluster %q (%s) is linked", source, secret.Namespace, secret.Name, o.Cluster, ep.Server)
@@ -263,7 +263,7 @@ func (c *linkCmd) unlink(ctx context.Context) error {
 		return err
 	}
 	tg := grant.TargetObjects(o)
-	if err := target.remove(ctx, tg.Token); err != nil {
+	if _, err := target.deleteTracked(ctx, tg.Token); err != nil {
 		return err
 	}
 	list, err := target.client.CoreV1().Secrets(o.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(corev1.SecretTypeServiceAccountToken)})
@@ -276,7 +276,7 @@ func (c *linkCmd) unlink(ctx context.Context) error {
 		return nil
 	}
 	for _, obj := range []runtime.Object{tg.ClusterRoleBinding, tg.ClusterRole, tg.ServiceAccount} {
-		if err := target.remove(ctx, obj); err != nil {
+		if _, err := target.deleteTracked(ctx, obj); err != nil {
 			return err
 		}
 	}
@@ -442,15 +442,10 @@ func (c *cluster) endpoint(server string) (grant.Endpoint, error) {
 	return grant.Endpoint{Server: server, CAData: tls.CAData, TLSServerName: tls.ServerName}, nil
 }
 
-// apply server-side applies obj, one of the kinds link writes.
-func (c *cluster) apply(ctx context.Context, obj runtime.Object) error {
-	_, err := c.applyVersion(ctx, obj)
-	return err
-}
-
-// applyVersion is apply, and returns the resourceVersion of the object as
-// applied: the one it had when the apply changed nothing.
-func (c *cluster) applyVersion(ctx context.Context, obj runtime.Object) (string, error) {
+// apply server-side applies obj, one of the kinds link writes, and returns
+// the resourceVersion of the object as applied: the one it had when the
+// apply changed nothing.
+func (c *cluster) apply(ctx context.Context, obj runtime.Object) (string, error) {
 	u, err := grant.Clean(obj)
 	if err != nil {
 		return "", err
@@ -480,31 +475,6 @@ func (c *cluster) applyVersion(ctx context.Context, obj runtime.Object) (string,
 		return "", fmt.Errorf("%s: apply %s %s: %s", c, u.GetKind(), strings.TrimPrefix(ns+"/"+name, "/"), grant.Describe(err))
 	}
 	return got.GetResourceVersion(), nil
-}
-
-// remove deletes obj, one of the kinds link writes; gone already is fine.
-func (c *cluster) remove(ctx context.Context, obj runtime.Object) error {
-	u, err := grant.Clean(obj)
-	if err != nil {
-		return err
-	}
-	name, ns, opts := u.GetName(), u.GetNamespace(), metav1.DeleteOptions{}
-	switch obj.(type) {
-	case *corev1.ServiceAccount:
-		err = c.client.CoreV1().ServiceAccounts(ns).Delete(ctx, name, opts)
-	case *corev1.Secret:
-		err = c.client.CoreV1().Secrets(ns).Delete(ctx, name, opts)
-	case *rbacv1.ClusterRole:
-		err = c.client.RbacV1().ClusterRoles().Delete(ctx, name, opts)
-	case *rbacv1.ClusterRoleBinding:
-		err = c.client.RbacV1().ClusterRoleBindings().Delete(ctx, name, opts)
-	default:
-		return fmt.Errorf("cannot delete a %T", obj)
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s: delete %s %s: %s", c, u.GetKind(), strings.TrimPrefix(ns+"/"+name, "/"), grant.Describe(err))
-	}
-	return nil
 }
 
 // waitToken waits until the token controller (in kube-controller-manager)

@@ -347,7 +347,7 @@ func (c *cluster) applyTracked(ctx context.Context, obj runtime.Object) (string,
 			return "", nil
 		}
 	}
-	after, err := c.applyVersion(ctx, obj)
+	after, err := c.apply(ctx, obj)
 	if err != nil {
 		return "", err
 	}

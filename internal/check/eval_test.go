@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -424,13 +425,7 @@ func TestEvaluateAndReport(t *testing.T) {
 	assert.True(t, strings.HasSuffix(buf.String(), "\n0 ok, 0 warn, 1 fail\n"), buf.String())
 }
 
-func keys(m map[string]any) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
+func keys(m map[string]any) []string { return slices.Collect(maps.Keys(m)) }
 
 // The DNS in import mode needs the controller, writing the flat-mode
 // mirrors' endpoints; in direct mode it needs neither.

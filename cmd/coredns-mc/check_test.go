@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,11 +15,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func runCheckCmd(args ...string) (int, string, string) {
+// runWith runs a subcommand, run, with args and returns its exit code,
+// stdout and stderr.
+func runWith(run func([]string, io.Writer, io.Writer) int, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	code := runCheck(args, &out, &errb)
+	code := run(args, &out, &errb)
 	return code, out.String(), errb.String()
 }
+
+func runCheckCmd(args ...string) (int, string, string) { return runWith(runCheck, args...) }
 
 // A mistake in the command line is one line on stderr and exit code 2,
 // before any cluster is contacted.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -16,11 +15,7 @@ import (
 
 // runDNSCmd runs `coredns-mc dns args...` and returns the exit code,
 // stdout and stderr.
-func runDNSCmd(args ...string) (int, string, string) {
-	var out, errb bytes.Buffer
-	code := runDNS(args, &out, &errb)
-	return code, out.String(), errb.String()
-}
+func runDNSCmd(args ...string) (int, string, string) { return runWith(runDNS, args...) }
 
 // projectPatchFile is deploy/patches/coredns.yaml.
 const projectPatchFile = "../../deploy/patches/coredns.yaml"

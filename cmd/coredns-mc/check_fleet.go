@@ -42,14 +42,7 @@ func (fc *fleetCheck) run(cl *cli, fs *flag.FlagSet, contexts []string, kubeconf
 		return usage("%v", err)
 	}
 	// Each pair is judged from its source: only sources are read.
-	var sources []fleet.Member
-	seen := map[string]bool{}
-	for _, p := range pairs {
-		if !seen[p.Source.Context] {
-			seen[p.Source.Context] = true
-			sources = append(sources, p.Source)
-		}
-	}
+	sources, _ := sides(pairs)
 	servers := map[string]string{}
 	clients := map[string]check.Options{}
 	for _, m := range members {

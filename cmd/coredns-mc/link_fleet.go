@@ -211,10 +211,10 @@ func (c *linkCmd) reachAll(ctx context.Context, clusters map[string]*cluster) ma
 	return out
 }
 
-// sides returns the distinct sources and targets of the pairs, in order.
-func (c *linkCmd) sides() (sources, targets []fleet.Member) {
+// sides returns the distinct sources and targets of pairs, in order.
+func sides(pairs []fleet.Pair) (sources, targets []fleet.Member) {
 	seen := map[[2]string]bool{}
-	for _, p := range c.fleet.pairs {
+	for _, p := range pairs {
 		if k := [2]string{"s", p.Source.Context}; !seen[k] {
 			seen[k] = true
 			sources = append(sources, p.Source)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/mcmirror/mcmirror/internal/dnspatch"
@@ -50,11 +49,7 @@ func TestDNSFlags(t *testing.T) {
 		{[]string{"revert", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"apply", "--patch-file", projectPatchFile, "--wait=maybe"}, `invalid boolean value "maybe" for -wait`},
 	} {
-		code, stdout, stderr := runDNSCmd(c.args...)
-		assert.Equal(t, 2, code, "%q", c.args)
-		assert.Empty(t, stdout, "%q", c.args)
-		assert.Contains(t, stderr, c.want, "%q", c.args)
-		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		usageError(t, c.want, c.args...)(runDNSCmd(c.args...))
 	}
 }
 

@@ -47,11 +47,7 @@ func TestLinkFlags(t *testing.T) {
 		{"link", []string{"--cluster", "west", "--token-timeout", "0s"}, "--token-timeout must be positive"},
 		{"link", []string{"--cluster", "west", "--token-timeout", "soon"}, `invalid value "soon" for flag -token-timeout`},
 	} {
-		code, stdout, stderr := runCmd(c.cmd, c.args...)
-		assert.Equal(t, 2, code, "%s %q", c.cmd, c.args)
-		assert.Empty(t, stdout, "%s %q", c.cmd, c.args)
-		assert.Contains(t, stderr, c.want, "%s %q", c.cmd, c.args)
-		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		usageError(t, c.want, append([]string{c.cmd}, c.args...)...)(runCmd(c.cmd, c.args...))
 	}
 }
 

@@ -68,9 +68,9 @@ var certsStepUsage = map[string]string{
 
 // certsCmd is one run of a step of `coredns-mc certs`.
 type certsCmd struct {
-	step           string
-	stdout, stderr io.Writer
-	now            time.Time
+	cli
+	step string
+	now  time.Time
 }
 
 func runCerts(args []string, stdout, stderr io.Writer, now func() time.Time) int {
@@ -78,7 +78,7 @@ func runCerts(args []string, stdout, stderr io.Writer, now func() time.Time) int
 		fmt.Fprintln(stderr, "coredns-mc certs: want a step, root, cluster or gateway (-h for help)")
 		return 2
 	}
-	c := &certsCmd{step: args[0], stdout: stdout, stderr: stderr, now: now()}
+	c := &certsCmd{cli: cli{name: "certs " + args[0], stdout: stdout, stderr: stderr}, step: args[0], now: now()}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stderr, certsUsage)
@@ -94,33 +94,11 @@ func runCerts(args []string, stdout, stderr io.Writer, now func() time.Time) int
 	return 2
 }
 
-// usage reports a mistake in the command line: exit code 2.
-func (c *certsCmd) usage(format string, a ...any) int {
-	fmt.Fprintf(c.stderr, "coredns-mc certs %s: "+format+"\n", append([]any{c.step}, a...)...)
-	return 2
-}
-
-// fail reports a failure: exit code 1.
-func (c *certsCmd) fail(err error) int {
-	fmt.Fprintf(c.stderr, "coredns-mc certs %s: %v\n", c.step, err)
-	return 1
-}
-
 // parse parses args with fl; ok false means exit with code. required are
 // the flags that must be given.
 func (c *certsCmd) parse(fl *flag.FlagSet, args []string, required ...string) (code int, ok bool) {
-	fl.SetOutput(io.Discard)
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fl.SetOutput(c.stderr)
-			fmt.Fprintln(c.stderr, certsStepUsage[c.step])
-			fl.PrintDefaults()
-			return 0, false
-		}
-		return c.usage("%v (-h lists the flags)", err), false
-	}
-	if fl.NArg() > 0 {
-		return c.usage("unexpected arguments %q", fl.Args()), false
+	if _, code, ok := c.parseFlags(fl, args, certsStepUsage[c.step], false); !ok {
+		return code, false
 	}
 	for _, name := range required {
 		if fl.Lookup(name).Value.String() == "" {
@@ -298,13 +276,6 @@ func (c *certsCmd) writeSecret(path, namespace, name string, files []outFile) er
 		return err
 	}
 	return writeFiles(filepath.Dir(path), []outFile{{filepath.Base(path), manifest, 0o600}}, true, "")
-}
-
-// given reports whether the flag name was set on the command line.
-func given(fl *flag.FlagSet, name string) bool {
-	found := false
-	fl.Visit(func(f *flag.Flag) { found = found || f.Name == name })
-	return found
 }
 
 func validTrustDomain(td string) error {

@@ -1,17 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,26 +19,20 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway"
-	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 )
 
 // certsRun runs `coredns-mc certs args` and returns its exit code, stdout
 // and stderr.
 func certsRun(args ...string) (int, string, string) {
-	var out, errb bytes.Buffer
-	code := runCerts(args, &out, &errb, time.Now)
-	return code, out.String(), errb.String()
+	run := func(args []string, stdout, stderr io.Writer) int { return runCerts(args, stdout, stderr, time.Now) }
+	return runWith(run, args...)
 }
 
 // mustCerts runs `coredns-mc certs args` and wants it to succeed; it
@@ -86,12 +80,7 @@ func decodeSecret(t *testing.T, manifest string) *corev1.Secret {
 	assert.Equal(t, "v1", s.APIVersion)
 	assert.Equal(t, "Secret", s.Kind)
 	assert.Equal(t, corev1.SecretTypeTLS, s.Type)
-	keys := make([]string, 0, len(s.Data))
-	for k := range s.Data {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	assert.Equal(t, []string{"ca.crt", "tls.crt", "tls.key"}, keys)
+	assert.Equal(t, []string{"ca.crt", "tls.crt", "tls.key"}, slices.Sorted(maps.Keys(s.Data)))
 	return &s
 }
 
@@ -296,16 +285,7 @@ func TestCertsMadeGatewaysWork(t *testing.T) {
 	signal.Notify(sigs, syscall.SIGTERM)
 	t.Cleanup(func() { signal.Stop(sigs) })
 	egressPort := int32(netip.MustParseAddrPort(freeAddr(t)).Port())
-	mirror := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-west", Namespace: "default",
-		Labels: map[string]string{
-			labels.MirroredService: labels.MirroredServiceValue, labels.ClusterName: "west",
-			labels.ManagedBy: labels.ManagedByValue, labels.RemoteService: "web",
-		},
-		Annotations: map[string]string{labels.EgressPorts: labels.FormatEgressPorts(map[string]int32{labels.EgressPortKey(80, "TCP"): egressPort})},
-	}}
-	old := newGatewayClient
-	newGatewayClient = func(*rest.Config) (kubernetes.Interface, error) { return fake.NewClientset(mirror), nil }
-	t.Cleanup(func() { newGatewayClient = old })
+	useMirrorOfWeb(t, egressPort)
 	kc, _ := testKubeconfigs(t, t.TempDir())
 	east := f.files("east")
 	args := []string{"--cluster", "east", "--kubeconfig", kc,

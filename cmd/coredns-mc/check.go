@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/check"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 func init() {
@@ -55,20 +55,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(output, "output", "text", "same as -o")
 	var fc fleetCheck
 	fc.addFlags(fs)
-	usage := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "coredns-mc check: "+format+"\n", a...)
-		return 2
-	}
-	fs.SetOutput(io.Discard)
-	contexts, err := parseInterleaved(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stderr)
-			fmt.Fprintln(stderr, checkUsage)
-			fs.PrintDefaults()
-			return 0
-		}
-		return usage("%v (-h lists the flags)", err)
+	c := &cli{name: "check", stdout: stdout, stderr: stderr}
+	usage := c.usage
+	contexts, code, ok := c.parseFlags(fs, args, checkUsage, true)
+	if !ok {
+		return code
 	}
 	switch {
 	case len(contexts) == 1:
@@ -79,9 +70,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return usage("--timeout must be positive")
 	}
 	if len(contexts) > 0 {
-		return fc.run(fs, contexts, *kubeconfig, check.Options{Timeout: *timeout}, *output == "json", stdout, stderr, usage)
+		return fc.run(c, fs, contexts, *kubeconfig, check.Options{Timeout: *timeout}, *output == "json")
 	}
-	if msg := fc.onlyWithList(fs); msg != "" {
+	if msg := onlyWithList(fs, "cluster-name", "topology"); msg != "" {
 		return usage("%s", msg)
 	}
 	if *dnsServer != "" {
@@ -97,22 +88,26 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		opts.GatewayCA, opts.GatewayCAFrom = pem, *gatewayCA+" (--gateway-ca)"
 	}
-	c, err := loadCluster("cluster", *kubeconfig, *kubeCtx, "--kubeconfig", "--context")
+	cl, err := loadCluster("cluster", *kubeconfig, *kubeCtx, "--kubeconfig", "--context")
 	if err != nil {
 		return usage("%v", err)
 	}
-	// A run is a burst of some fifty requests (one access review per
-	// permission), which client-go's default 5 per second would spread
-	// over ten seconds.
-	c.config.QPS, c.config.Burst = 100, 200
-	if opts.Client, err = kubernetes.NewForConfig(c.config); err != nil {
+	if opts.Client, opts.Config, err = cl.checkClient(); err != nil {
 		return usage("%v", err)
 	}
-	opts.Config = c.config
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return writeReport(check.Run(ctx, opts), *output == "json", stdout, stderr)
+}
+
+// checkClient is a client of cl for the checks. A run is a burst of some
+// fifty requests (one access review per permission), which client-go's
+// default 5 per second would spread over ten seconds.
+func (cl *cluster) checkClient() (kubernetes.Interface, *rest.Config, error) {
+	cl.config.QPS, cl.config.Burst = 100, 200
+	client, err := kubernetes.NewForConfig(cl.config)
+	return client, cl.config, err
 }
 
 // report is what a run of check writes: the report of one cluster, or of

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,10 +15,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func runCheckCmd(args ...string) (int, string, string) {
+// runWith runs a subcommand, run, with args and returns its exit code,
+// stdout and stderr.
+func runWith(run func([]string, io.Writer, io.Writer) int, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	code := runCheck(args, &out, &errb)
+	code := run(args, &out, &errb)
 	return code, out.String(), errb.String()
+}
+
+func runCheckCmd(args ...string) (int, string, string) { return runWith(runCheck, args...) }
+
+// usageError checks what a mistake in the command line args makes: exit
+// code 2, nothing on stdout, one line on stderr that holds want.
+func usageError(t *testing.T, want string, args ...string) func(code int, stdout, stderr string) {
+	return func(code int, stdout, stderr string) {
+		t.Helper()
+		assert.Equal(t, 2, code, "%q: %s", args, stderr)
+		assert.Empty(t, stdout, "%q", args)
+		assert.Contains(t, stderr, want, "%q", args)
+		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+	}
 }
 
 // A mistake in the command line is one line on stderr and exit code 2,
@@ -35,11 +52,7 @@ func TestCheckFlags(t *testing.T) {
 		{[]string{"--kubeconfig", "/nonexistent/kubeconfig"}, "coredns-mc check: cluster: --kubeconfig /nonexistent/kubeconfig: no such file or directory"},
 		{[]string{"--nope"}, "coredns-mc check: flag provided but not defined: -nope (-h lists the flags)"},
 	} {
-		code, stdout, stderr := runCheckCmd(c.args...)
-		assert.Equal(t, 2, code, "%q", c.args)
-		assert.Empty(t, stdout, "%q", c.args)
-		assert.Contains(t, stderr, c.want, "%q", c.args)
-		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		usageError(t, c.want, c.args...)(runCheckCmd(c.args...))
 	}
 }
 

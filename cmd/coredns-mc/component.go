@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -55,20 +54,9 @@ func (c component) fail(err error) int {
 func (c component) parse(args []string, addFlags func(*flag.FlagSet)) (code int, ok bool) {
 	fs := flag.NewFlagSet("coredns-mc "+c.name, flag.ContinueOnError)
 	addFlags(fs)
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fmt.Fprintln(os.Stderr, c.usage+"\n\nFlags:")
-			fs.PrintDefaults()
-			return 0, false
-		}
-		return c.fail(fmt.Errorf("%v (-h lists the flags)", err)), false
-	}
-	if fs.NArg() > 0 {
-		return c.fail(fmt.Errorf("unexpected arguments %q", fs.Args())), false
-	}
-	return 0, true
+	cl := cli{name: c.name, stdout: os.Stdout, stderr: os.Stderr}
+	_, code, ok = cl.parseFlags(fs, args, c.usage+"\n\nFlags:", false)
+	return code, ok
 }
 
 // localConfig returns the local cluster's client configuration.

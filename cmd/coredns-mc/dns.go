@@ -83,9 +83,9 @@ ServiceAccount needs get and patch on that Deployment, nothing else.`
 
 // dnsCmd is one run of `coredns-mc dns apply` or `coredns-mc dns revert`.
 type dnsCmd struct {
-	action         string // "apply" or "revert"
-	stdout, stderr io.Writer
-	ns, name       string
+	cli             // name "dns apply" or "dns revert"
+	action   string // "apply" or "revert"
+	ns, name string
 	// patchFile and patch: what apply applies.
 	patchFile string
 	patch     []dnspatch.Op
@@ -116,7 +116,7 @@ func runDNS(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "coredns-mc dns: want apply or revert (coredns-mc dns -h)")
 		return 2
 	}
-	c := &dnsCmd{action: args[0], stdout: stdout, stderr: stderr}
+	c := &dnsCmd{cli: cli{name: "dns " + args[0], stdout: stdout, stderr: stderr}, action: args[0]}
 	if code, ok := c.parse(args[1:]); !ok {
 		return code
 	}
@@ -161,20 +161,11 @@ func (c *dnsCmd) parse(args []string) (code int, ok bool) {
 	fs.BoolVar(&c.wait, "wait", true, "wait until the rollout completes; false: return once the Deployment is written")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: the in-cluster config of the pod's ServiceAccount)")
 	fs.StringVar(&c.context, "context", "", "context of the kubeconfig (default: its current context; alone: of $KUBECONFIG or ~/.kube/config)")
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(c.stderr)
-			fmt.Fprintln(c.stderr, dnsUsage+"\n\nFlags of "+c.action+":")
-			fs.PrintDefaults()
-			return 0, false
-		}
-		return c.usage("%v (-h lists the flags)", err), false
+	if _, code, ok := c.parseFlags(fs, args, dnsUsage+"\n\nFlags of "+c.action+":", false); !ok {
+		return code, false
 	}
 	ns, name, found := strings.Cut(*deployment, "/")
 	switch {
-	case fs.NArg() > 0:
-		return c.usage("unexpected arguments %q", fs.Args()), false
 	case !found || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0:
 		return c.usage("--deployment %q: want NAMESPACE/NAME", *deployment), false
 	case c.timeout <= 0:
@@ -196,19 +187,6 @@ func (c *dnsCmd) parse(args []string) (code int, ok bool) {
 		}
 	}
 	return 0, true
-}
-
-// usage reports a mistake in the command line or the patch file, before
-// anything is read from the cluster: exit code 2.
-func (c *dnsCmd) usage(format string, a ...any) int {
-	fmt.Fprintf(c.stderr, "coredns-mc dns %s: "+format+"\n", append([]any{c.action}, a...)...)
-	return 2
-}
-
-// fail reports a failure: exit code 1.
-func (c *dnsCmd) fail(err error) int {
-	fmt.Fprintf(c.stderr, "coredns-mc dns %s: %v\n", c.action, err)
-	return 1
 }
 
 // progress writes a line of the log: what was done, what is awaited.

@@ -38,11 +38,9 @@ type corefileStep struct {
 // stanza file.
 func (c *dnsCmd) parseCorefileFlags(upstream string) error {
 	s := &c.corefile
-	if upstream != "" {
-		for _, u := range strings.Split(upstream, ",") {
-			if u = strings.TrimSpace(u); u != "" {
-				s.upstream = append(s.upstream, u)
-			}
+	for _, u := range strings.Split(upstream, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			s.upstream = append(s.upstream, u)
 		}
 	}
 	if s.stanzaFile == "" {

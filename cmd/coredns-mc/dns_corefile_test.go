@@ -33,7 +33,7 @@ func corefileCmd(t *testing.T, resolv string, upstream ...string) (*dnsCmd, *fak
 		Data:       map[string]string{"Corefile": kubeadmCorefile, "NodeHosts": "10.0.0.5 node-a\n"},
 	})
 	var out bytes.Buffer
-	c := &dnsCmd{action: "apply", ns: "kube-system", name: "coredns", stdout: &out, stderr: &out, clients: cs,
+	c := &dnsCmd{action: "apply", ns: "kube-system", name: "coredns", cli: cli{stdout: &out, stderr: &out}, clients: cs,
 		corefile: corefileStep{stanzaFile: filepath.Join(dir, "stanza"), configMap: "coredns-mcmirror", zone: "cluster.local",
 			upstream: upstream, resolvConf: filepath.Join(dir, "resolv.conf")}}
 	require.NoError(t, c.parseCorefileFlags(""))

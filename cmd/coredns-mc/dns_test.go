@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/mcmirror/mcmirror/internal/dnspatch"
@@ -16,11 +14,7 @@ import (
 
 // runDNSCmd runs `coredns-mc dns args...` and returns the exit code,
 // stdout and stderr.
-func runDNSCmd(args ...string) (int, string, string) {
-	var out, errb bytes.Buffer
-	code := runDNS(args, &out, &errb)
-	return code, out.String(), errb.String()
-}
+func runDNSCmd(args ...string) (int, string, string) { return runWith(runDNS, args...) }
 
 // projectPatchFile is deploy/patches/coredns.yaml.
 const projectPatchFile = "../../deploy/patches/coredns.yaml"
@@ -55,11 +49,7 @@ func TestDNSFlags(t *testing.T) {
 		{[]string{"revert", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"apply", "--patch-file", projectPatchFile, "--wait=maybe"}, `invalid boolean value "maybe" for -wait`},
 	} {
-		code, stdout, stderr := runDNSCmd(c.args...)
-		assert.Equal(t, 2, code, "%q", c.args)
-		assert.Empty(t, stdout, "%q", c.args)
-		assert.Contains(t, stderr, c.want, "%q", c.args)
-		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		usageError(t, c.want, c.args...)(runDNSCmd(c.args...))
 	}
 }
 

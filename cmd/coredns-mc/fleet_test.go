@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"io"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -73,11 +72,7 @@ func TestLinkFleetFlags(t *testing.T) {
 		{"link", []string{"east", "west", "--kubeconfig", kc}, `cluster east: context "east": no such context in ` + kc + ` (it has "paris", "west")`},
 		{"unlink", []string{"west", "paris", "--kubeconfig", kc}, `contexts "west" and "paris" reach the same API server (https://127.0.0.1:1): a cluster does not link to itself`},
 	} {
-		code, stdout, stderr := runCmd(c.cmd, c.args...)
-		assert.Equal(t, 2, code, "%s %q: %s", c.cmd, c.args, stderr)
-		assert.Empty(t, stdout, "%s %q", c.cmd, c.args)
-		assert.Contains(t, stderr, c.want, "%s %q", c.cmd, c.args)
-		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		usageError(t, c.want, append([]string{c.cmd}, c.args...)...)(runCmd(c.cmd, c.args...))
 	}
 }
 
@@ -106,11 +101,7 @@ func TestCheckFleetFlags(t *testing.T) {
 		{[]string{"east", "west", "-o", "yaml"}, `-o "yaml": want text or json`},
 		{[]string{"east", "west", "--kubeconfig", kc}, `cluster east: context "east": no such context in ` + kc},
 	} {
-		code, stdout, stderr := runCheckCmd(c.args...)
-		assert.Equal(t, 2, code, "%q: %s", c.args, stderr)
-		assert.Empty(t, stdout, "%q", c.args)
-		assert.Contains(t, stderr, "coredns-mc check: "+c.want, "%q", c.args)
-		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		usageError(t, "coredns-mc check: "+c.want, c.args...)(runCheckCmd(c.args...))
 	}
 	code, _, stderr := runCheckCmd("-h")
 	assert.Equal(t, 0, code)

@@ -85,6 +85,21 @@ func westIngress(t *testing.T, ca *gatewaytest.CA, dir string, target netip.Addr
 	return in, ln.Addr().String()
 }
 
+// useMirrorOfWeb gives the gateways the test runs a local cluster with the
+// mirror web-west, whose port 80 is egressPort.
+func useMirrorOfWeb(t *testing.T, egressPort int32) {
+	mirror := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-west", Namespace: "default",
+		Labels: map[string]string{
+			labels.MirroredService: labels.MirroredServiceValue, labels.ClusterName: "west",
+			labels.ManagedBy: labels.ManagedByValue, labels.RemoteService: "web",
+		},
+		Annotations: map[string]string{labels.EgressPorts: labels.FormatEgressPorts(map[string]int32{labels.EgressPortKey(80, "TCP"): egressPort})},
+	}}
+	old := newGatewayClient
+	newGatewayClient = func(*rest.Config) (kubernetes.Interface, error) { return fake.NewClientset(mirror), nil }
+	t.Cleanup(func() { newGatewayClient = old })
+}
+
 // freeAddr returns a loopback address nothing listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -166,16 +181,7 @@ func eastEgress(t *testing.T, stopWithin time.Duration, args ...string) (egressA
 
 	egressPort := int32(netip.MustParseAddrPort(freeAddr(t)).Port())
 	egressAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(egressPort)))
-	mirror := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-west", Namespace: "default",
-		Labels: map[string]string{
-			labels.MirroredService: labels.MirroredServiceValue, labels.ClusterName: "west",
-			labels.ManagedBy: labels.ManagedByValue, labels.RemoteService: "web",
-		},
-		Annotations: map[string]string{labels.EgressPorts: labels.FormatEgressPorts(map[string]int32{labels.EgressPortKey(80, "TCP"): egressPort})},
-	}}
-	old := newGatewayClient
-	newGatewayClient = func(*rest.Config) (kubernetes.Interface, error) { return fake.NewClientset(mirror), nil }
-	t.Cleanup(func() { newGatewayClient = old })
+	useMirrorOfWeb(t, egressPort)
 
 	kc, _ := testKubeconfigs(t, dir)
 	metrics = freeAddr(t)

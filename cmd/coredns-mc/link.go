@@ -47,9 +47,8 @@ const (
 
 // linkCmd is one run of `coredns-mc link` or `coredns-mc unlink`.
 type linkCmd struct {
-	name           string // "link" or "unlink"
-	stdout, stderr io.Writer
-	opts           grant.Options
+	cli  // name "link" or "unlink"
+	opts grant.Options
 	// The target cluster, the one linked to.
 	kubeconfig, context string
 	// The source cluster, the one that links; neither set: print instead.
@@ -79,22 +78,15 @@ func (c *linkCmd) parse(args []string) (code int, ok bool) {
 		fs.DurationVar(&c.tokenTimeout, "token-timeout", time.Minute, "how long to wait for the token controller to fill the token Secret")
 	}
 	c.fleet.addFlags(fs, c.name)
-	fs.SetOutput(io.Discard)
-	contexts, err := parseInterleaved(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(c.stderr)
-			fmt.Fprintln(c.stderr, usageOf[c.name])
-			fs.PrintDefaults()
-			return 0, false
-		}
-		return c.usage("%v (-h lists the flags)", err), false
+	contexts, code, ok := c.parseFlags(fs, args, usageOf[c.name], true)
+	if !ok {
+		return code, false
 	}
 	if len(contexts) > 0 {
 		return c.parseFleet(fs, contexts)
 	}
 	c.apiServer = c.fleet.lastServer()
-	if msg := c.fleet.onlyWithList(fs); msg != "" {
+	if msg := onlyWithList(fs, "cluster-name", "topology", "parallel"); msg != "" {
 		return c.usage("%s", msg), false
 	}
 	switch {
@@ -129,18 +121,6 @@ var usageOf = map[string]string{
 		fleetUsage("unlink") + "\n\nFlags:",
 }
 
-// usage reports a mistake in the command line: exit code 2.
-func (c *linkCmd) usage(format string, a ...any) int {
-	fmt.Fprintf(c.stderr, "coredns-mc %s: "+format+"\n", append([]any{c.name}, a...)...)
-	return 2
-}
-
-// fail reports a failure: exit code 1.
-func (c *linkCmd) fail(err error) int {
-	fmt.Fprintf(c.stderr, "coredns-mc %s: %v\n", c.name, err)
-	return 1
-}
-
 // progress reports a step done, on stderr: stdout is for the Secret.
 func (c *linkCmd) progress(format string, a ...any) {
 	fmt.Fprintf(c.stderr, format+"\n", a...)
@@ -158,11 +138,11 @@ func (c *linkCmd) print(obj runtime.Object) error {
 func (c *linkCmd) applySource() bool { return c.sourceKubeconfig != "" || c.sourceContext != "" }
 
 func runLink(args []string, stdout, stderr io.Writer) int {
-	return run(&linkCmd{name: "link", stdout: stdout, stderr: stderr}, args)
+	return run(&linkCmd{cli: cli{name: "link", stdout: stdout, stderr: stderr}}, args)
 }
 
 func runUnlink(args []string, stdout, stderr io.Writer) int {
-	return run(&linkCmd{name: "unlink", stdout: stdout, stderr: stderr}, args)
+	return run(&linkCmd{cli: cli{name: "unlink", stdout: stdout, stderr: stderr}}, args)
 }
 
 func run(c *linkCmd, args []string) int {
@@ -225,7 +205,7 @@ func (c *linkCmd) link(ctx context.Context) error {
 	}
 
 	for _, obj := range []runtime.Object{tg.Namespace, tg.ServiceAccount, tg.ClusterRole, tg.ClusterRoleBinding, tg.Token} {
-		if err := target.apply(ctx, obj); err != nil {
+		if _, err := target.apply(ctx, obj); err != nil {
 			return err
 		}
 	}
@@ -251,7 +231,7 @@ func (c *linkCmd) link(ctx context.Context) error {
 			secret.Namespace, secret.Name, o.Cluster, ep.Server)
 		return nil
 	}
-	if err := source.apply(ctx, secret); err != nil {
+	if _, err := source.apply(ctx, secret); err != nil {
 		return err
 	}
 	c.progress("%s: applied link Secret %s/%s: cluster %q (%s) is linked", source, secret.Namespace, secret.Name, o.Cluster, ep.Server)
@@ -283,7 +263,7 @@ func (c *linkCmd) unlink(ctx context.Context) error {
 		return err
 	}
 	tg := grant.TargetObjects(o)
-	if err := target.remove(ctx, tg.Token); err != nil {
+	if _, err := target.deleteTracked(ctx, tg.Token); err != nil {
 		return err
 	}
 	list, err := target.client.CoreV1().Secrets(o.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(corev1.SecretTypeServiceAccountToken)})
@@ -296,7 +276,7 @@ func (c *linkCmd) unlink(ctx context.Context) error {
 		return nil
 	}
 	for _, obj := range []runtime.Object{tg.ClusterRoleBinding, tg.ClusterRole, tg.ServiceAccount} {
-		if err := target.remove(ctx, obj); err != nil {
+		if _, err := target.deleteTracked(ctx, obj); err != nil {
 			return err
 		}
 	}
@@ -462,15 +442,10 @@ func (c *cluster) endpoint(server string) (grant.Endpoint, error) {
 	return grant.Endpoint{Server: server, CAData: tls.CAData, TLSServerName: tls.ServerName}, nil
 }
 
-// apply server-side applies obj, one of the kinds link writes.
-func (c *cluster) apply(ctx context.Context, obj runtime.Object) error {
-	_, err := c.applyVersion(ctx, obj)
-	return err
-}
-
-// applyVersion is apply, and returns the resourceVersion of the object as
-// applied: the one it had when the apply changed nothing.
-func (c *cluster) applyVersion(ctx context.Context, obj runtime.Object) (string, error) {
+// apply server-side applies obj, one of the kinds link writes, and returns
+// the resourceVersion of the object as applied: the one it had when the
+// apply changed nothing.
+func (c *cluster) apply(ctx context.Context, obj runtime.Object) (string, error) {
 	u, err := grant.Clean(obj)
 	if err != nil {
 		return "", err
@@ -500,31 +475,6 @@ func (c *cluster) applyVersion(ctx context.Context, obj runtime.Object) (string,
 		return "", fmt.Errorf("%s: apply %s %s: %s", c, u.GetKind(), strings.TrimPrefix(ns+"/"+name, "/"), grant.Describe(err))
 	}
 	return got.GetResourceVersion(), nil
-}
-
-// remove deletes obj, one of the kinds link writes; gone already is fine.
-func (c *cluster) remove(ctx context.Context, obj runtime.Object) error {
-	u, err := grant.Clean(obj)
-	if err != nil {
-		return err
-	}
-	name, ns, opts := u.GetName(), u.GetNamespace(), metav1.DeleteOptions{}
-	switch obj.(type) {
-	case *corev1.ServiceAccount:
-		err = c.client.CoreV1().ServiceAccounts(ns).Delete(ctx, name, opts)
-	case *corev1.Secret:
-		err = c.client.CoreV1().Secrets(ns).Delete(ctx, name, opts)
-	case *rbacv1.ClusterRole:
-		err = c.client.RbacV1().ClusterRoles().Delete(ctx, name, opts)
-	case *rbacv1.ClusterRoleBinding:
-		err = c.client.RbacV1().ClusterRoleBindings().Delete(ctx, name, opts)
-	default:
-		return fmt.Errorf("cannot delete a %T", obj)
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s: delete %s %s: %s", c, u.GetKind(), strings.TrimPrefix(ns+"/"+name, "/"), grant.Describe(err))
-	}
-	return nil
 }
 
 // waitToken waits until the token controller (in kube-controller-manager)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -57,9 +58,6 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 
-// fleetOnly are the flags that make sense only with a list of contexts.
-var fleetOnly = []string{"cluster-name", "topology", "parallel"}
-
 // oneLinkOnly are the flags that name one link, and make no sense with a
 // list of contexts.
 var oneLinkOnly = []string{"cluster", "context", "source-cluster", "source-context", "source-kubeconfig"}
@@ -82,17 +80,10 @@ func (f *fleetFlags) lastServer() string {
 	return f.servers[len(f.servers)-1]
 }
 
-// onlyWithList says which flag of a fleet was given without a list of
-// contexts, if one was.
-func (f *fleetFlags) onlyWithList(fs *flag.FlagSet) string {
-	var set []string
-	fs.Visit(func(fl *flag.Flag) {
-		for _, n := range fleetOnly {
-			if fl.Name == n {
-				set = append(set, "--"+n)
-			}
-		}
-	})
+// onlyWithList says which of a fleet's flags (names) was given without a
+// list of contexts, if one was.
+func onlyWithList(fs *flag.FlagSet, names ...string) string {
+	set := givenFlags(fs, names...)
 	if len(set) == 0 {
 		return ""
 	}
@@ -102,15 +93,7 @@ func (f *fleetFlags) onlyWithList(fs *flag.FlagSet) string {
 // parseFleet checks the flags of a run over a list of contexts and computes
 // its members and pairs; ok false means exit with code.
 func (c *linkCmd) parseFleet(fs *flag.FlagSet, contexts []string) (code int, ok bool) {
-	var single []string
-	fs.Visit(func(fl *flag.Flag) {
-		for _, n := range oneLinkOnly {
-			if fl.Name == n {
-				single = append(single, "--"+n)
-			}
-		}
-	})
-	if len(single) > 0 {
+	if single := givenFlags(fs, oneLinkOnly...); len(single) > 0 {
 		return c.usage("unexpected arguments %q with %s: those flags make one link; a list of contexts links the pairs of a fleet, without them",
 			contexts, strings.Join(single, ", ")), false
 	}
@@ -130,7 +113,7 @@ func (c *linkCmd) parseFleet(fs *flag.FlagSet, contexts []string) (code int, ok 
 		}
 		ctx, url := a.Keys[0], a.Values[a.Keys[0]]
 		switch _, dup := f.apiServers[ctx]; {
-		case !containsString(contexts, ctx):
+		case !slices.Contains(contexts, ctx):
 			return c.usage("--api-server %s: context %q is not in the list", s, ctx), false
 		case dup:
 			return c.usage("--api-server: context %q given twice", ctx), false
@@ -154,15 +137,6 @@ func (c *linkCmd) parseFleet(fs *flag.FlagSet, contexts []string) (code int, ok 
 	}
 	f.contexts = contexts
 	return 0, true
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // runFleet links or unlinks every pair, each on its own: a pair that fails
@@ -237,10 +211,10 @@ func (c *linkCmd) reachAll(ctx context.Context, clusters map[string]*cluster) ma
 	return out
 }
 
-// sides returns the distinct sources and targets of the pairs, in order.
-func (c *linkCmd) sides() (sources, targets []fleet.Member) {
+// sides returns the distinct sources and targets of pairs, in order.
+func sides(pairs []fleet.Pair) (sources, targets []fleet.Member) {
 	seen := map[[2]string]bool{}
-	for _, p := range c.fleet.pairs {
+	for _, p := range pairs {
 		if k := [2]string{"s", p.Source.Context}; !seen[k] {
 			seen[k] = true
 			sources = append(sources, p.Source)

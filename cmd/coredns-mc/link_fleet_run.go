@@ -47,7 +47,7 @@ func (c *linkCmd) sidesOf(members []fleet.Member, prepare func(fleet.Member) sid
 // source's token in the target, and its link Secret in the source.
 func (c *linkCmd) linkFleet(ctx context.Context, clusters map[string]*cluster) []fleet.Outcome {
 	down := c.reachAll(ctx, clusters)
-	sources, targets := c.sides()
+	sources, targets := sides(c.fleet.pairs)
 	ts := c.sidesOf(targets, func(m fleet.Member) side {
 		if err := down[m.Context]; err != nil {
 			return side{err: err}
@@ -166,7 +166,7 @@ func (c *linkCmd) linkPair(ctx context.Context, p fleet.Pair, source, target *cl
 // target, the ServiceAccount and its role once no token is left.
 func (c *linkCmd) unlinkFleet(ctx context.Context, clusters map[string]*cluster) []fleet.Outcome {
 	down := c.reachAll(ctx, clusters)
-	sources, targets := c.sides()
+	sources, targets := sides(c.fleet.pairs)
 	o := c.opts
 	ss := c.sidesOf(sources, func(m fleet.Member) side {
 		if err := down[m.Context]; err != nil {
@@ -347,7 +347,7 @@ func (c *cluster) applyTracked(ctx context.Context, obj runtime.Object) (string,
 			return "", nil
 		}
 	}
-	after, err := c.applyVersion(ctx, obj)
+	after, err := c.apply(ctx, obj)
 	if err != nil {
 		return "", err
 	}

@@ -1,22 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,13 +17,10 @@ import (
 
 // runCmd runs link or unlink and returns the exit code, stdout and stderr.
 func runCmd(name string, args ...string) (int, string, string) {
-	var out, errb bytes.Buffer
-	run := runLink
 	if name == "unlink" {
-		run = runUnlink
+		return runWith(runUnlink, args...)
 	}
-	code := run(args, &out, &errb)
-	return code, out.String(), errb.String()
+	return runWith(runLink, args...)
 }
 
 // A mistake in the command line is one line on stderr and exit code 2,
@@ -57,11 +47,7 @@ func TestLinkFlags(t *testing.T) {
 		{"link", []string{"--cluster", "west", "--token-timeout", "0s"}, "--token-timeout must be positive"},
 		{"link", []string{"--cluster", "west", "--token-timeout", "soon"}, `invalid value "soon" for flag -token-timeout`},
 	} {
-		code, stdout, stderr := runCmd(c.cmd, c.args...)
-		assert.Equal(t, 2, code, "%s %q", c.cmd, c.args)
-		assert.Empty(t, stdout, "%s %q", c.cmd, c.args)
-		assert.Contains(t, stderr, c.want, "%s %q", c.cmd, c.args)
-		assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+		usageError(t, c.want, append([]string{c.cmd}, c.args...)...)(runCmd(c.cmd, c.args...))
 	}
 }
 
@@ -106,36 +92,19 @@ func writeKubeconfig(t *testing.T, server, tls, current string) string {
 // testCA returns the PEM of a self-signed CA certificate.
 func testCA(t *testing.T) []byte {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	root, err := trust.NewRoot("test.example", time.Now(), time.Now().Add(time.Hour))
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
-// closedPort returns a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
+	return trust.CertPEM(root.Cert)
 }
 
 // Kubeconfigs that cannot be used, and API servers that cannot be reached:
 // one line on stderr that names the cause, exit code 1, nothing printed.
 func TestLinkClusterErrors(t *testing.T) {
-	down := "https://" + closedPort(t)
+	down := "https://" + freeAddr(t)
 	good := writeKubeconfig(t, down, "", "west")
 	garbage := filepath.Join(t.TempDir(), "garbage")
 	require.NoError(t, os.WriteFile(garbage, []byte("clusters: {{{"), 0o600))
-	otherDown := "https://" + closedPort(t)
+	otherDown := "https://" + freeAddr(t)
 	other := writeKubeconfig(t, otherDown, "", "west")
 
 	for _, c := range []struct {
@@ -152,7 +121,7 @@ func TestLinkClusterErrors(t *testing.T) {
 		{"link", []string{"--kubeconfig", good, "--source-kubeconfig", other, "--source-context", "tokyo"}, `source cluster: --source-context "tokyo": no such context`},
 		{"link", []string{"--kubeconfig", good, "--source-kubeconfig", good, "--source-context", "paris"}, "the source and the target are the same API server (" + down + "): a cluster does not link to itself"},
 		{"link", []string{"--kubeconfig", writeKubeconfig(t, down, "insecure-skip-tls-verify: true", "west")}, "target cluster " + down + ": the kubeconfig skips TLS verification (insecure-skip-tls-verify)"},
-		{"link", []string{"--kubeconfig", writeKubeconfig(t, "http://"+closedPort(t), "", "west")}, "want https://HOST[:PORT]"},
+		{"link", []string{"--kubeconfig", writeKubeconfig(t, "http://"+freeAddr(t), "", "west")}, "want https://HOST[:PORT]"},
 		{"link", []string{"--kubeconfig", good}, "target cluster " + down + ": unreachable: dial tcp " + strings.TrimPrefix(down, "https://") + ": connect: connection refused"},
 		{"link", []string{"--kubeconfig", good, "--context", "paris"}, "target cluster " + down + ": unreachable:"},
 		{"unlink", []string{"--kubeconfig", good}, "target cluster " + down + ": unreachable:"},

@@ -16,8 +16,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	_ "github.com/coredns/coredns/core/plugin" // the standard plugins
@@ -64,13 +65,8 @@ func setMemoryLimit() {
 }
 
 func usage() {
-	names := make([]string, 0, len(subcommands))
-	for name := range subcommands {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	fmt.Println("usage: coredns-mc [coredns flags] | coredns-mc SUBCOMMAND [flags]")
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(subcommands)) {
 		fmt.Println("  " + n)
 	}
 }

@@ -17,6 +17,7 @@ package check
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -85,18 +86,9 @@ func Evaluate(f *Facts) []Result {
 		peers = []Result{{ID: "peer-reachable", Status: OK, Message: "no gateway here: no peers to reach"}}
 	}
 	out = append(out, peers...)
-	if !hasID(out, "peer-certificate") {
+	if !slices.ContainsFunc(out, func(r Result) bool { return r.ID == "peer-certificate" }) {
 		out = append(out, Result{ID: "peer-certificate", Status: OK, Message: "no --peer: no peer certificate to check"})
 	}
 	out = append(out, evalEgress(f.Egress), evalLeader(f.Lease, f.Now), evalVersions(f.Install))
 	return out
-}
-
-func hasID(rs []Result, id string) bool {
-	for _, r := range rs {
-		if r.ID == id {
-			return true
-		}
-	}
-	return false
 }

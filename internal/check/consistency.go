@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -104,13 +105,7 @@ func evalVersions(in Install) Result {
 		r.Status, r.Message = OK, fmt.Sprintf("only the %s runs coredns-mc: %s%s", parts[0].who, parts[0].image, dnsNote)
 		return r
 	}
-	var differ []string
-	for _, p := range parts[1:] {
-		if p.image != parts[0].image {
-			differ = append(differ, fmt.Sprintf("%s %s", p.who, p.image))
-		}
-	}
-	if len(differ) > 0 {
+	if slices.ContainsFunc(parts, func(p part) bool { return p.image != parts[0].image }) {
 		var all []string
 		for _, p := range parts {
 			all = append(all, p.who+" "+p.image)

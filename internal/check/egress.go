@@ -2,6 +2,7 @@ package check
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -117,8 +118,8 @@ func evalEgress(f EgressFacts) Result {
 	} else {
 		byPort := map[int32][]string{}
 		var outside []string
-		for _, m := range slicesSortedKeys(f.Claims) {
-			for _, k := range slicesSortedKeys(f.Claims[m]) {
+		for _, m := range slices.Sorted(maps.Keys(f.Claims)) {
+			for _, k := range slices.Sorted(maps.Keys(f.Claims[m])) {
 				p := f.Claims[m][k]
 				byPort[p] = append(byPort[p], m+" "+k)
 				claimed++
@@ -127,7 +128,7 @@ func evalEgress(f EgressFacts) Result {
 				}
 			}
 		}
-		for _, p := range slicesSortedKeys(byPort) {
+		for _, p := range slices.Sorted(maps.Keys(byPort)) {
 			if len(byPort[p]) > 1 {
 				add(Fail, fmt.Sprintf("egress port %d is claimed by %d mirrors: %s; the gateway serves one of them", p, len(byPort[p]), strings.Join(byPort[p], ", ")),
 					"apply deploy/admission-policy.yaml (only the controller may write the claims), and delete the mirror Services that are not the controller's: it makes its own again")
@@ -140,12 +141,7 @@ func evalEgress(f EgressFacts) Result {
 		}
 	}
 	if len(problems) > 0 {
-		worst := problems[0]
-		for _, p := range problems[1:] {
-			if p.Status.rank() > worst.Status.rank() {
-				worst = p
-			}
-		}
+		worst := mostSevere(problems)
 		r.Status, r.Message, r.Fix = worst.Status, worst.Message, worst.Fix
 		if len(problems) > 1 {
 			r.Message += fmt.Sprintf(" (and %d more problems)", len(problems)-1)
@@ -186,13 +182,4 @@ func portOf(addr string) (int32, bool) {
 	}
 	n, err := strconv.ParseUint(p, 10, 16)
 	return int32(n), err == nil && n > 0
-}
-
-func slicesSortedKeys[K interface{ ~string | ~int32 }, V any](m map[K]V) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

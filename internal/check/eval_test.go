@@ -8,9 +8,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"maps"
 	"math/big"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,16 +81,39 @@ func (p *pki) chain(cluster string, to time.Time) []*x509.Certificate {
 	return []*x509.Certificate{leaf, inter}
 }
 
+// evalCase is one case of a check that judges one subject: its base facts
+// edited, the status wanted, and a part of the message.
+type evalCase[F any] struct {
+	name   string
+	edit   func(*F)
+	status Status
+	msg    string
+}
+
+// runEvalCases judges each case's facts with eval, and wants a fix
+// exactly when the result is not ok.
+func runEvalCases[F any](t *testing.T, base F, eval func(F) Result, cases []evalCase[F]) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := base
+			c.edit(&f)
+			r := eval(f)
+			assert.Equal(t, c.status, r.Status, r.Message)
+			assert.Contains(t, r.Message, c.msg)
+			assert.Equal(t, r.Status != OK, r.Fix != "", "a fix exactly when not ok: %+v", r)
+		})
+	}
+}
+
 func TestEvalRBAC(t *testing.T) {
 	need := Need{Verb: "list", Resource: "secrets", Namespace: "mcmirror-links"}
 	base := RBACFacts{Component: "controller", Installed: true, Why: "Deployment mcmirror/mcmirror-controller",
 		Namespace: "mcmirror", ServiceAccount: "mcmirror-controller", AccountFound: true, Fix: "apply it"}
-	for _, c := range []struct {
-		name   string
-		edit   func(*RBACFacts)
-		status Status
-		msg    string
-	}{
+	runEvalCases(t, base, func(f RBACFacts) Result {
+		r := evalRBAC(f)
+		assert.Equal(t, "rbac-controller", r.ID)
+		return r
+	}, []evalCase[RBACFacts]{
 		{"all allowed", func(f *RBACFacts) { f.Access = []Access{{Need: need, Allowed: true}} }, OK, "may do all 1 thing its code needs"},
 		{"denied", func(f *RBACFacts) { f.Access = []Access{{Need: need}} }, Fail, "may not list secrets in mcmirror-links"},
 		{"review failed", func(f *RBACFacts) { f.Access = []Access{{Need: need, Err: "forbidden"}} }, Warn, "could not review 1 of 1"},
@@ -97,17 +122,7 @@ func TestEvalRBAC(t *testing.T) {
 		{"absent but required", func(f *RBACFacts) { f.Installed, f.Why, f.Required = false, "no controller", "2 link Secrets wait" }, Fail, "2 link Secrets wait"},
 		{"absent, wanted", func(f *RBACFacts) { f.Installed, f.Why, f.Wanted = false, "no DNS", "names unanswered" }, Warn, "names unanswered"},
 		{"unreadable", func(f *RBACFacts) { f.ReadErr = "forbidden" }, Warn, "could not tell"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			f := base
-			c.edit(&f)
-			r := evalRBAC(f)
-			assert.Equal(t, "rbac-controller", r.ID)
-			assert.Equal(t, c.status, r.Status, r.Message)
-			assert.Contains(t, r.Message, c.msg)
-			assert.Equal(t, r.Status != OK, r.Fix != "", "a fix exactly when not ok: %+v", r)
-		})
-	}
+	})
 }
 
 func mirror(ns, name string, l map[string]string, ip string) corev1.Service {
@@ -220,12 +235,7 @@ func TestEvalLinks(t *testing.T) {
 
 func TestEvalGateway(t *testing.T) {
 	base := GatewayFacts{Installed: true, Config: GatewayConfig{Cluster: "east"}, Service: "mcmirror/mcmirror-gateway-metrics", Ready: true, CertExpiry: now.Add(90 * 24 * time.Hour)}
-	for _, c := range []struct {
-		name   string
-		edit   func(*GatewayFacts)
-		status Status
-		msg    string
-	}{
+	runEvalCases(t, base, func(f GatewayFacts) Result { return evalGateway(f, now) }, []evalCase[GatewayFacts]{
 		{"ready", func(*GatewayFacts) {}, OK, "expires on 2027-02-24T12:00:00Z, in 90 days"},
 		{"absent", func(f *GatewayFacts) { f.Installed, f.NotInstalled = false, "no gateway" }, OK, "no gateway"},
 		{"absent but mirrors", func(f *GatewayFacts) {
@@ -237,16 +247,7 @@ func TestEvalGateway(t *testing.T) {
 		{"expiring", func(f *GatewayFacts) { f.CertExpiry = now.Add(13 * 24 * time.Hour) }, Warn, "in 13 days"},
 		{"expired", func(f *GatewayFacts) { f.CertExpiry = now.Add(-time.Hour) }, Fail, "1h0m0s ago"},
 		{"expiry unknown", func(f *GatewayFacts) { f.CertErr = "no metric" }, Warn, "expiry is unknown"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			f := base
-			c.edit(&f)
-			r := evalGateway(f, now)
-			assert.Equal(t, c.status, r.Status, r.Message)
-			assert.Contains(t, r.Message, c.msg)
-			assert.Equal(t, r.Status != OK, r.Fix != "")
-		})
-	}
+	})
 }
 
 func TestEvalPeers(t *testing.T) {
@@ -311,18 +312,20 @@ func TestEvalEgress(t *testing.T) {
 	ctl := ControllerConfig{EgressPorts: "30000-32767"}
 	gw := GatewayConfig{EgressPorts: "30000-32767", Egress: true, IngressAddress: ":4143", MetricsAddress: ":9155"}
 	base := EgressFacts{Controller: true, Gateway: true, ControllerCfg: ctl, GatewayCfg: gw,
-		Claims: map[string]map[string]int32{"default/web-west": {"80/TCP": 30000}, "default/db-0-west": {"5432/TCP": 30001}}}
-	for _, c := range []struct {
-		name   string
-		edit   func(*EgressFacts)
-		status Status
-		msg    string
-	}{
+		Claims: map[string]map[string]int32{"default/web-west": {"80/TCP": 30000}, "default/db-0-west": {"5432/TCP": 30001}}, NodePortsErr: "unknown"}
+	// claim gives the edited facts a claim of their own.
+	claim := func(port int32) func(*EgressFacts) {
+		return func(f *EgressFacts) {
+			f.Claims = maps.Clone(f.Claims)
+			f.Claims["default/x-west"] = map[string]int32{"80/TCP": port}
+		}
+	}
+	runEvalCases(t, base, evalEgress, []evalCase[EgressFacts]{
 		{"agree", func(*EgressFacts) {}, OK, "agree on 30000-32767; 2 ports claimed, none twice; the NodePort range could not be determined"},
 		{"differ", func(f *EgressFacts) { f.GatewayCfg.EgressPorts = "31000-32767" }, Fail, "differ"},
 		{"gateway believes any port", func(f *EgressFacts) { f.GatewayCfg.EgressPorts = "" }, Warn, "no --egress-ports"},
-		{"claimed twice", func(f *EgressFacts) { f.Claims["default/x-west"] = map[string]int32{"80/TCP": 30000} }, Fail, "egress port 30000 is claimed by 2 mirrors"},
-		{"outside", func(f *EgressFacts) { f.Claims["default/x-west"] = map[string]int32{"80/TCP": 2000} }, Warn, "outside"},
+		{"claimed twice", claim(30000), Fail, "egress port 30000 is claimed by 2 mirrors"},
+		{"outside", claim(2000), Warn, "outside"},
 		{"own port inside", func(f *EgressFacts) { f.GatewayCfg.MetricsAddress = ":30500" }, Fail, "--metrics-addr port 30500"},
 		{"node ports overlap in the pod", func(f *EgressFacts) { f.NodePorts, f.NodePortsFrom = "30000-32767", "default" }, OK, "harmlessly"},
 		{"node ports overlap on the host", func(f *EgressFacts) {
@@ -332,21 +335,7 @@ func TestEvalEgress(t *testing.T) {
 		{"unknown node ports on the host", func(f *EgressFacts) { f.GatewayHostNetwork, f.NodePortsErr = true, "managed" }, Warn, "could not be determined (managed)"},
 		{"no controller flag", func(f *EgressFacts) { f.ControllerCfg.EgressPorts = "" }, Fail, "cannot start"},
 		{"nothing installed", func(f *EgressFacts) { f.Controller, f.Gateway = false, false }, OK, "no egress ports"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			f := base
-			f.Claims = map[string]map[string]int32{}
-			for k, v := range base.Claims {
-				f.Claims[k] = v
-			}
-			f.NodePortsErr = "unknown"
-			c.edit(&f)
-			r := evalEgress(f)
-			assert.Equal(t, c.status, r.Status, r.Message)
-			assert.Contains(t, r.Message, c.msg)
-			assert.Equal(t, r.Status != OK, r.Fix != "")
-		})
-	}
+	})
 }
 
 func TestClaimsOf(t *testing.T) {
@@ -360,12 +349,7 @@ func TestClaimsOf(t *testing.T) {
 func TestEvalLeader(t *testing.T) {
 	cfg := ControllerConfig{LeaderElect: true, LeaseNamespace: "mcmirror", LeaseName: "mcmirror-controller"}
 	base := LeaseFacts{Controller: true, Cfg: cfg, Replicas: 2, Found: true, Holder: "mcmirror-controller-abc", RenewTime: now.Add(-3 * time.Second), Duration: 15 * time.Second}
-	for _, c := range []struct {
-		name   string
-		edit   func(*LeaseFacts)
-		status Status
-		msg    string
-	}{
+	runEvalCases(t, base, func(f LeaseFacts) Result { return evalLeader(f, now) }, []evalCase[LeaseFacts]{
 		{"held", func(*LeaseFacts) {}, OK, "mcmirror-controller-abc leads (Lease mcmirror/mcmirror-controller renewed 3s ago, within its 15s)"},
 		{"stale", func(f *LeaseFacts) { f.RenewTime = now.Add(-16 * time.Second) }, Fail, "last renewed 16s ago"},
 		{"released", func(f *LeaseFacts) { f.Holder = "" }, Fail, "held by nobody"},
@@ -374,16 +358,7 @@ func TestEvalLeader(t *testing.T) {
 		{"two without election", func(f *LeaseFacts) { f.Cfg.LeaderElect = false }, Fail, "2 replicas without --leader-elect"},
 		{"one without election", func(f *LeaseFacts) { f.Cfg.LeaderElect, f.Replicas = false, 1 }, OK, "one controller replica"},
 		{"no controller", func(f *LeaseFacts) { f.Controller = false }, OK, "no controller"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			f := base
-			c.edit(&f)
-			r := evalLeader(f, now)
-			assert.Equal(t, c.status, r.Status, r.Message)
-			assert.Contains(t, r.Message, c.msg)
-			assert.Equal(t, r.Status != OK, r.Fix != "")
-		})
-	}
+	})
 }
 
 func TestEvalClusterNameAndVersions(t *testing.T) {
@@ -450,13 +425,7 @@ func TestEvaluateAndReport(t *testing.T) {
 	assert.True(t, strings.HasSuffix(buf.String(), "\n0 ok, 0 warn, 1 fail\n"), buf.String())
 }
 
-func keys(m map[string]any) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
+func keys(m map[string]any) []string { return slices.Collect(maps.Keys(m)) }
 
 // The DNS in import mode needs the controller, writing the flat-mode
 // mirrors' endpoints; in direct mode it needs neither.

@@ -145,12 +145,7 @@ func evalPairLink(p fleet.Pair, f LinkFacts) (string, Result) {
 			Fix: fmt.Sprintf("coredns-mc link --context %s --cluster %s --source-context %s --source-cluster %s",
 				p.Target.Context, tgt, p.Source.Context, src)}
 	}
-	worst := mine[0]
-	for _, r := range mine[1:] {
-		if r.Status.rank() > worst.Status.rank() {
-			worst = r
-		}
-	}
+	worst := mostSevere(mine)
 	worst.ID, worst.Subject = "linked", ""
 	cell := "no" // a --peer that no Secret links
 	for _, s := range f.Secrets {

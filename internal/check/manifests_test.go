@@ -191,7 +191,8 @@ func TestInstallOfManifests(t *testing.T) {
 	assert.Equal(t, "mcmirror-controller", ctl.LeaseName)
 	assert.NotEmpty(t, ctl.EgressPorts)
 	assert.Equal(t, "mcmirror-controller", in.Controller.ServiceAccount)
-	assert.NoError(t, ctl.Validate(), "the controller starts with these arguments")
+	_, err := ctl.Complete()
+	assert.NoError(t, err, "the controller starts with these arguments")
 
 	gw := ParseGateway(in.Gateway.Args)
 	assert.Equal(t, "east", gw.Cluster)
@@ -205,7 +206,8 @@ func TestInstallOfManifests(t *testing.T) {
 	assert.Equal(t, "mcmirror-gateway-tls", secret)
 	assert.Equal(t, "ca.crt", key)
 	assert.True(t, in.Gateway.Env["POD_NAME"])
-	assert.NoError(t, gw.Validate(), "the gateway starts with these arguments")
+	_, err = gw.Complete()
+	assert.NoError(t, err, "the gateway starts with these arguments")
 
 	d := ParseCorefile(in.Corefile)
 	assert.True(t, d.Mcmirror)

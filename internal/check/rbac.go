@@ -43,8 +43,7 @@ func needs(group, resource, ns string, verbs ...string) []Need {
 // ControllerNeeds is what the controller configured by c does, running in
 // namespace ns.
 func ControllerNeeds(c ControllerConfig) []Need {
-	var out []Need
-	out = append(out, needs("", "services", "", "list", "watch", "create", "update", "patch", "delete")...)
+	out := needs("", "services", "", "list", "watch", "create", "update", "patch", "delete")
 	out = append(out, needs("discovery.k8s.io", "endpointslices", "", "get", "list", "watch", "create", "update", "delete")...)
 	out = append(out, needs("", "namespaces", "", "list", "watch")...)
 	// The Multi-Cluster Services API (controller/mcsapi.go), and the
@@ -73,9 +72,7 @@ func ControllerNeeds(c ControllerConfig) []Need {
 // GatewayNeeds is what the gateway does; events is the namespace of its
 // Pod when it records Events ($POD_NAME set), empty otherwise.
 func GatewayNeeds(events string) []Need {
-	var out []Need
-	out = append(out, needs("", "services", "", "list", "watch")...)
-	out = append(out, needs("discovery.k8s.io", "endpointslices", "", "list", "watch")...)
+	out := LinkNeeds()
 	if events != "" {
 		out = append(out, needs("", "events", events, "create", "patch")...)
 	}
@@ -85,10 +82,7 @@ func GatewayNeeds(events string) []Need {
 // DNSNeeds is what the cluster DNS with mcmirror configured by d does
 // (the kubernetes plugin beside it reads the same, and Namespaces).
 func DNSNeeds(d DNSConfig) []Need {
-	var out []Need
-	out = append(out, needs("", "services", "", "list", "watch")...)
-	out = append(out, needs("discovery.k8s.io", "endpointslices", "", "list", "watch")...)
-	out = append(out, needs("", "namespaces", "", "list", "watch")...)
+	out := append(LinkNeeds(), needs("", "namespaces", "", "list", "watch")...)
 	if d.LinkNamespace != "" {
 		out = append(out, needs("", "secrets", d.LinkNamespace, "list", "watch")...)
 	}

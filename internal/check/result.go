@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -38,6 +39,11 @@ func (s Status) worse(o Status) Status {
 		return o
 	}
 	return s
+}
+
+// mostSevere is the first of rs with the most severe status.
+func mostSevere(rs []Result) Result {
+	return slices.MaxFunc(rs, func(a, b Result) int { return a.Status.rank() - b.Status.rank() })
 }
 
 // Result is one line of the report: one check of one subject.

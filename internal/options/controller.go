@@ -168,14 +168,8 @@ type CompletedController struct {
 	Links []link.Static
 }
 
-// Validate returns o's first mistake, in the words the controller exits
-// with, or nil.
-func (o *Controller) Validate() error {
-	_, err := o.Complete()
-	return err
-}
-
-// Complete validates o and parses its values.
+// Complete returns o's values parsed, or its first mistake in the words the
+// controller exits with.
 func (o *Controller) Complete() (CompletedController, error) {
 	var c CompletedController
 	if err := o.validateScalars(); err != nil {

@@ -214,14 +214,8 @@ type CompletedGateway struct {
 	AllowClusters map[string]bool
 }
 
-// Validate returns o's first mistake, in the words the gateway exits with,
-// or nil.
-func (o *Gateway) Validate() error {
-	_, err := o.Complete()
-	return err
-}
-
-// Complete validates o and parses its values.
+// Complete returns o's values parsed, or its first mistake in the words the
+// gateway exits with.
 func (o *Gateway) Complete() (CompletedGateway, error) {
 	var c CompletedGateway
 	switch {

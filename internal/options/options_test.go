@@ -93,7 +93,7 @@ func TestControllerValidate(t *testing.T) {
 	} {
 		o := NewController()
 		require.NoError(t, parse(o.AddFlags, tc.args...), "%q", tc.args)
-		err := o.Validate()
+		_, err := o.Complete()
 		require.Error(t, err, "%q", tc.args)
 		assert.Contains(t, err.Error(), tc.want, "%q", tc.args)
 	}
@@ -181,7 +181,7 @@ func TestGatewayValidate(t *testing.T) {
 	} {
 		o := NewGateway()
 		require.NoError(t, parse(o.AddFlags, tc.args...), "%q", tc.args)
-		err := o.Validate()
+		_, err := o.Complete()
 		require.Error(t, err, "%q", tc.args)
 		assert.Contains(t, err.Error(), tc.want, "%q", tc.args)
 	}
@@ -295,7 +295,8 @@ func TestLinkNamespaces(t *testing.T) {
 		o := NewController()
 		require.NoError(t, parse(o.AddFlags, append([]string{"--cluster", "east", "--egress-address", "10.0.0.1", "--egress-ports", "30000-30100",
 			"--link", "west=/etc/west.kubeconfig"}, tc.args...)...))
-		assert.ErrorContains(t, o.Validate(), tc.err, "%v", tc.args)
+		_, err := o.Complete()
+		assert.ErrorContains(t, err, tc.err, "%v", tc.args)
 	}
 	for _, bad := range [][]string{
 		{"--link-denied-namespaces", "west"},

@@ -268,7 +268,7 @@ func TestLinkHealthReplaced(t *testing.T) {
 	f.c.Add("replaced", &rest.Config{Host: working.URL}, link.Namespaces{})
 	require.Eventually(t, func() bool {
 		cur, _ := f.c.link("replaced")
-		return cur != old && cur.HasSynced()
+		return cur != old && cur.serving.Load()
 	}, 10*time.Second, 10*time.Millisecond, "a replacement that syncs takes over")
 	old.health.Result(0, errors.New("connection refused"))
 	assert.Equal(t, float64(1), testutil.ToFloat64(linkUp.WithLabelValues("replaced")), "the old link's late results write nothing")

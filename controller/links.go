@@ -74,10 +74,14 @@ func (lc linkConsumer) New(name string, client kubernetes.Interface, ns link.Nam
 // Serve is told that r serves its cluster, first or in place of old.
 func (lc linkConsumer) Serve(name string, r, old *remoteCluster, replaced bool) {
 	c := lc.c
+	if replaced {
+		// The old link's late results write nothing from now: the gauges
+		// are the new one's.
+		old.health.Stop()
+	}
 	r.serving.Store(true)
 	linkUp.WithLabelValues(name).Set(b2f(r.health.Up()))
 	if replaced {
-		old.health.Stop()
 		// What the new informers hold is synced: a Service the old ones
 		// held and the new ones do not (its namespace no longer linked,
 		// say) loses its mirrors and its part of the imports.

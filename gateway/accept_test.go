@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"syscall"
@@ -117,12 +116,7 @@ func TestIngressAcceptRetriesTemporaryErrors(t *testing.T) {
 	before := value(acceptErrors.WithLabelValues(DirectionIngress))
 	go func() { served <- in.Serve(ctx, &failingListener{Listener: ln, fails: fails, err: emfile}) }()
 
-	c := dialIngress(t, ln.Addr().String(), p.east.ClientConfig("west", nil))
-	resp, br := connect(t, c, connectRequest(web.String()))
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	line, err := br.ReadString('\n')
-	require.NoError(t, err)
+	_, _, line := p.tunnel(t, ln.Addr().String(), web.String())
 	assert.Equal(t, "hi\n", line)
 	assert.Equal(t, 1, target.count())
 	assert.Equal(t, before+fails, value(acceptErrors.WithLabelValues(DirectionIngress)))

@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // failingListener is a real listener whose Accept fails with err, without
@@ -87,9 +86,7 @@ func TestEgressAcceptFatalErrorIsNotSilent(t *testing.T) {
 	echo := startEcho(t, "hi\n")
 	p.resolver.set(web, echo.addr)
 	egressPort := freePort(t)
-	_, err := p.client.CoreV1().Services("default").Create(context.Background(),
-		mirrorService("web-west", "web", "", map[int32]int32{80: egressPort}), metav1.CreateOptions{})
-	require.NoError(t, err)
+	p.create(t, mirrorService("web-west", "web", "", map[int32]int32{80: egressPort}))
 
 	require.Eventually(t, func() bool { return !p.egress.Ready() }, 5*time.Second, time.Millisecond,
 		"the egress stays ready with a port whose accept loop has ended")

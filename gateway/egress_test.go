@@ -90,8 +90,7 @@ func TestEgressUnknownPeerResets(t *testing.T) {
 	egressPort := freePort(t)
 	svc := mirrorService("web-paris", "web", "", map[int32]int32{80: egressPort})
 	svc.Labels[labels.ClusterName] = "paris"
-	_, err := p.client.CoreV1().Services("default").Create(context.Background(), svc, metav1.CreateOptions{})
-	require.NoError(t, err)
+	p.create(t, svc)
 	p.waitListening(t, egressPort, true)
 
 	before := refusals("paris", DirectionEgress, ReasonUnknownPeer)

@@ -151,9 +151,7 @@ func (p *pair) mirror(t *testing.T, svc, host string, port int32) int32 {
 	if host != "" {
 		name = host + "-west"
 	}
-	_, err := p.client.CoreV1().Services("default").Create(context.Background(),
-		mirrorService(name, svc, host, map[int32]int32{port: egressPort}), metav1.CreateOptions{})
-	require.NoError(t, err)
+	p.create(t, mirrorService(name, svc, host, map[int32]int32{port: egressPort}))
 	p.waitListening(t, egressPort, true)
 	return egressPort
 }
@@ -163,6 +161,13 @@ func (p *pair) serveWeb(t *testing.T, target netip.AddrPort) int32 {
 	t.Helper()
 	p.resolver.set(web, target)
 	return p.mirror(t, "web", "", 80)
+}
+
+// create writes the Service svc through the egress's clientset.
+func (p *pair) create(t *testing.T, svc *corev1.Service) {
+	t.Helper()
+	_, err := p.client.CoreV1().Services(svc.Namespace).Create(context.Background(), svc, metav1.CreateOptions{})
+	require.NoError(t, err)
 }
 
 // waitListening waits until the egress listens on port (or no longer

@@ -25,24 +25,18 @@ import (
 // allow-list, the same certificate is served.
 func TestIngressRefusesClusterNotAllowed(t *testing.T) {
 	p, target := exportsPair(t, func(in *Ingress, _ *Egress) { in.AllowClusters = map[string]bool{"east": true} })
-	paris, err := p.ca.Issue("paris", gatewaytest.Options{})
-	require.NoError(t, err)
+	paris := issue(t, p.ca, "paris", gatewaytest.Options{})
 
 	for _, request := range []string{connectRequest("web.default:80"), "GET " + ProbePath + " HTTP/1.1\r\nHost: west\r\n\r\n"} {
-		before := refusals("paris", DirectionIngress, ReasonClusterNotAllowed)
 		seen := target.count()
-		c := dialIngress(t, p.ingressAddr, clientTLS(t, paris))
-		resp, _ := connect(t, c, request)
-		assert.Equal(t, http.StatusForbidden, resp.StatusCode)
-		assert.Equal(t, string(ReasonClusterNotAllowed), resp.Header.Get("X-Mcmirror-Reason"))
-		assert.Equal(t, before+1, refusals("paris", DirectionIngress, ReasonClusterNotAllowed), "refusals_total{peer=paris,reason=cluster_not_allowed}")
+		p.requireRefusal(t, p.ingressAddr, clientTLS(t, paris), request, "paris",
+			http.StatusForbidden, ReasonClusterNotAllowed)
 		p.allowedOnce(t, "web.default:80")
 		assert.Equal(t, seen+1, target.count(), "the target saw a connection of a cluster not allowed")
 	}
 
 	open, _ := exportsPair(t)
-	paris, err = open.ca.Issue("paris", gatewaytest.Options{})
-	require.NoError(t, err)
+	paris = issue(t, open.ca, "paris", gatewaytest.Options{})
 	c := dialIngress(t, open.ingressAddr, clientTLS(t, paris))
 	resp, _ := connect(t, c, connectRequest("web.default:80"))
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "without an allow-list, any cluster of the root")
@@ -100,13 +94,7 @@ func TestIngressEvictsPendingForNewcomers(t *testing.T) {
 	var open []*bufio.Reader
 	var openConns []*tls.Conn
 	for range streams {
-		c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-		resp, br := connect(t, c, connectRequest("web.default:80"))
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		line, err := br.ReadString('\n')
-		require.NoError(t, err)
-		require.Equal(t, "west here\n", line)
+		c, br := p.openStream(t)
 		open, openConns = append(open, br), append(openConns, c)
 	}
 
@@ -137,12 +125,7 @@ func TestIngressEvictsPendingForNewcomers(t *testing.T) {
 	assert.Equal(t, tooManyBefore, refusals("", DirectionIngress, ReasonTooMany), "nobody was refused while pending connections held places")
 	// The established streams were never evicted.
 	for i, c := range openConns {
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		_, err := io.WriteString(c, "still here\n")
-		require.NoError(t, err, "stream %d", i)
-		line, err := open[i].ReadString('\n')
-		require.NoError(t, err, "stream %d", i)
-		assert.Equal(t, "still here\n", line)
+		requireOpen(t, c, open[i], fmt.Sprintf("stream %d", i))
 	}
 }
 
@@ -160,32 +143,13 @@ func pendingPeer(in *Ingress, clientAddr string) (peer string, pending bool) {
 	return "", false
 }
 
-// openStream opens a stream through the ingress to web and reads the
-// target's greeting.
-func openStream(t *testing.T, p *pair) (*tls.Conn, *bufio.Reader) {
+// openStream opens a stream through the ingress to web (exportsPair's
+// echo target) and reads the target's greeting.
+func (p *pair) openStream(t *testing.T) (*tls.Conn, *bufio.Reader) {
 	t.Helper()
-	c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-	resp, br := connect(t, c, connectRequest("web.default:80"))
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	_ = c.SetReadDeadline(time.Now().Add(eventBound))
-	line, err := br.ReadString('\n')
-	require.NoError(t, err)
+	c, br, line := p.tunnel(t, p.ingressAddr, "web.default:80")
 	require.Equal(t, "west here\n", line)
-	_ = c.SetReadDeadline(time.Time{})
 	return c, br
-}
-
-// requireStreamWorks writes a line on an established stream and reads it
-// back from the echo target.
-func requireStreamWorks(t *testing.T, c *tls.Conn, br *bufio.Reader, what string) {
-	t.Helper()
-	_ = c.SetDeadline(time.Now().Add(eventBound))
-	defer func() { _ = c.SetDeadline(time.Time{}) }()
-	_, err := io.WriteString(c, "still here\n")
-	require.NoError(t, err, "%s: established stream cut", what)
-	line, err := br.ReadString('\n')
-	require.NoError(t, err, "%s: established stream cut", what)
-	require.Equal(t, "still here\n", line, what)
 }
 
 // A full ingress cannot tell an honest peer whose handshake is slow from a
@@ -213,7 +177,7 @@ func TestIngressEvictsPendingLegitimateClient(t *testing.T) {
 	}
 	var established []stream
 	for range streams {
-		c, br := openStream(t, p)
+		c, br := p.openStream(t)
 		established = append(established, stream{c, br})
 	}
 	for _, tc := range []struct {
@@ -270,7 +234,7 @@ func TestIngressEvictsPendingLegitimateClient(t *testing.T) {
 				require.ErrorIs(t, err, os.ErrDeadlineExceeded, "pending connection %d closed although the oldest was another", i)
 			}
 			for i, s := range established {
-				requireStreamWorks(t, s.c, s.br, fmt.Sprintf("stream %d", i))
+				requireOpen(t, s.c, s.br, fmt.Sprintf("stream %d", i))
 			}
 			// The retry gets in: it takes the place of the oldest of the
 			// flood, and is served.
@@ -282,6 +246,6 @@ func TestIngressEvictsPendingLegitimateClient(t *testing.T) {
 		})
 	}
 	for i, s := range established {
-		requireStreamWorks(t, s.c, s.br, fmt.Sprintf("stream %d at the end", i))
+		requireOpen(t, s.c, s.br, fmt.Sprintf("stream %d at the end", i))
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"syscall"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // failingListener is a real listener whose Accept fails with err, without
@@ -88,9 +86,7 @@ func TestEgressAcceptFatalErrorIsNotSilent(t *testing.T) {
 	echo := startEcho(t, "hi\n")
 	p.resolver.set(web, echo.addr)
 	egressPort := freePort(t)
-	_, err := p.client.CoreV1().Services("default").Create(context.Background(),
-		mirrorService("web-west", "web", "", map[int32]int32{80: egressPort}), metav1.CreateOptions{})
-	require.NoError(t, err)
+	p.create(t, mirrorService("web-west", "web", "", map[int32]int32{80: egressPort}))
 
 	require.Eventually(t, func() bool { return !p.egress.Ready() }, 5*time.Second, time.Millisecond,
 		"the egress stays ready with a port whose accept loop has ended")
@@ -117,12 +113,7 @@ func TestIngressAcceptRetriesTemporaryErrors(t *testing.T) {
 	before := value(acceptErrors.WithLabelValues(DirectionIngress))
 	go func() { served <- in.Serve(ctx, &failingListener{Listener: ln, fails: fails, err: emfile}) }()
 
-	c := dialIngress(t, ln.Addr().String(), p.east.ClientConfig("west", nil))
-	resp, br := connect(t, c, connectRequest(web.String()))
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	line, err := br.ReadString('\n')
-	require.NoError(t, err)
+	_, _, line := p.tunnel(t, ln.Addr().String(), web.String())
 	assert.Equal(t, "hi\n", line)
 	assert.Equal(t, 1, target.count())
 	assert.Equal(t, before+fails, value(acceptErrors.WithLabelValues(DirectionIngress)))

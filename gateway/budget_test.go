@@ -72,8 +72,7 @@ func TestStalledReadersStayWithinBufferBudget(t *testing.T) {
 		_, _ = c.Write(chunk)
 		_, _ = io.Copy(io.Discard, c)
 	})
-	p.resolver.set(web, flood.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, flood.addr)
 	echo := startEcho(t, "")
 	echoDest := Destination{Namespace: "default", Service: "echo", Port: 81}
 	p.resolver.set(echoDest, echo.addr)

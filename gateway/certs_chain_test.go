@@ -82,14 +82,10 @@ func ingressRefuses(t *testing.T, addr string, cfg *tls.Config) error {
 // made it.
 func TestIngressRefusesCertificatesNotFromTheirClustersIntermediate(t *testing.T) {
 	p := newPair(t)
-	fromWest, err := p.ca.Issue("east", gatewaytest.Options{Issuer: "west"})
-	require.NoError(t, err)
-	fromParis, err := p.ca.Issue("east", gatewaytest.Options{Issuer: "paris"})
-	require.NoError(t, err)
-	fromRoot, err := p.ca.Issue("east", gatewaytest.Options{FromRoot: true})
-	require.NoError(t, err)
-	legit, err := p.ca.Issue("east", gatewaytest.Options{})
-	require.NoError(t, err)
+	fromWest := issue(t, p.ca, "east", gatewaytest.Options{Issuer: "west"})
+	fromParis := issue(t, p.ca, "east", gatewaytest.Options{Issuer: "paris"})
+	fromRoot := issue(t, p.ca, "east", gatewaytest.Options{FromRoot: true})
+	legit := issue(t, p.ca, "east", gatewaytest.Options{})
 
 	// The legitimate one, as positive evidence: the request is read and
 	// answered.
@@ -141,9 +137,7 @@ func TestEgressRefusesIngressNotFromItsClustersIntermediate(t *testing.T) {
 	// The fake ingress presents whatever forged holds.
 	var forged atomic.Pointer[tls.Certificate]
 	p := newPair(t, func(_ *Ingress, e *Egress) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		t.Cleanup(func() { ln.Close() })
+		ln := listen(t)
 		e.Peers = StaticPeers{"west": ln.Addr().String()}
 		go func() {
 			for {
@@ -162,8 +156,7 @@ func TestEgressRefusesIngressNotFromItsClustersIntermediate(t *testing.T) {
 			}
 		}()
 	})
-	is, err := p.ca.Issue("west", gatewaytest.Options{Issuer: "east"})
-	require.NoError(t, err)
+	is := issue(t, p.ca, "west", gatewaytest.Options{Issuer: "east"})
 	cert, err := tls.X509KeyPair(is.CertPEM, is.KeyPEM)
 	require.NoError(t, err)
 	forged.Store(&cert)
@@ -216,17 +209,13 @@ func TestLoadCertsRefusesCertificateNotFromItsClustersIntermediate(t *testing.T)
 		writeFile(t, f.CA, caPEM)
 		return f
 	}
-	forged, err := ca.Issue("west", gatewaytest.Options{Issuer: "east"})
-	require.NoError(t, err)
-	fromRoot, err := ca.Issue("west", gatewaytest.Options{FromRoot: true})
-	require.NoError(t, err)
+	forged := issue(t, ca, "west", gatewaytest.Options{Issuer: "east"})
+	fromRoot := issue(t, ca, "west", gatewaytest.Options{FromRoot: true})
 	deepCert, deepKey, deepRoot := deeperChain(t, "west")
 	westCA, err := ca.Intermediate("west", gatewaytest.Options{})
 	require.NoError(t, err)
-	inBundle, err := westCA.Issue("west", gatewaytest.Options{})
-	require.NoError(t, err)
-	alone, err := westCA.Issue("west", gatewaytest.Options{})
-	require.NoError(t, err)
+	inBundle := issue(t, westCA, "west", gatewaytest.Options{})
+	alone := issue(t, westCA, "west", gatewaytest.Options{})
 	// The certificate without the intermediate that follows it.
 	aloneFiles := writeSet(t, "alone", alone.CertPEM[:len(alone.CertPEM)-len(westCA.CertPEM)], alone.KeyPEM, ca.CertPEM)
 	for _, tc := range []struct {
@@ -320,16 +309,14 @@ func TestRootRotationWithBundle(t *testing.T) {
 	reloaded(t, east)
 	reloaded(t, west)
 	// 2. West moves to the new root's intermediate; east has not yet.
-	is, err := newRoot.Issue("west", gatewaytest.Options{})
-	require.NoError(t, err)
+	is := issue(t, newRoot, "west", gatewaytest.Options{})
 	writeFile(t, westFiles.Cert, is.CertPEM)
 	writeFile(t, westFiles.Key, is.KeyPEM)
 	reloaded(t, west)
 	require.NotNil(t, clientSerial(t, east, west), "east (old root) to west (new root)")
 	assert.Equal(t, parseCert(t, is.CertPEM).SerialNumber, clientSerial(t, west, east), "west (new root) to east (old root)")
 	// A forgery under the new root is still one.
-	forged, err := newRoot.Issue("west", gatewaytest.Options{Issuer: "east"})
-	require.NoError(t, err)
+	forged := issue(t, newRoot, "west", gatewaytest.Options{Issuer: "east"})
 	_, _, err = CheckCertificates(forged.CertPEM, forged.KeyPEM, append(append([]byte{}, oldRoot.CertPEM...), newRoot.CertPEM...), "")
 	require.ErrorContains(t, err, "certificate for west issued by east's intermediate")
 }

@@ -80,9 +80,8 @@ func parseCert(t *testing.T, certPEM []byte) *x509.Certificate {
 // from the pair's root, and returns it.
 func (p *pair) reissue(t *testing.T, cluster string, o gatewaytest.Options) *x509.Certificate {
 	t.Helper()
-	is, err := p.ca.Issue(cluster, o)
-	require.NoError(t, err)
-	_, err = p.ca.Write(p.dir, cluster, is)
+	is := issue(t, p.ca, cluster, o)
+	_, err := p.ca.Write(p.dir, cluster, is)
 	require.NoError(t, err)
 	return parseCert(t, is.CertPEM)
 }
@@ -130,8 +129,7 @@ func TestCertRotationUnderLoad(t *testing.T) {
 		}
 		fmt.Fprintf(c, "%d %x", n, h.Sum(nil))
 	})
-	p.resolver.set(web, sink.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, sink.addr)
 	oldWest := p.ingressSerial(t)
 
 	const streams = 8
@@ -229,14 +227,10 @@ func TestCertReloadKeepsOldOnError(t *testing.T) {
 	oldExpiry := value(certExpiry)
 	other, err := gatewaytest.NewCA("another root")
 	require.NoError(t, err)
-	a, err := p.ca.Issue("west", gatewaytest.Options{})
-	require.NoError(t, err)
-	b, err := p.ca.Issue("west", gatewaytest.Options{})
-	require.NoError(t, err)
-	paris, err := p.ca.Issue("paris", gatewaytest.Options{})
-	require.NoError(t, err)
-	foreign, err := other.Issue("west", gatewaytest.Options{})
-	require.NoError(t, err)
+	a := issue(t, p.ca, "west", gatewaytest.Options{})
+	b := issue(t, p.ca, "west", gatewaytest.Options{})
+	paris := issue(t, p.ca, "paris", gatewaytest.Options{})
+	foreign := issue(t, other, "west", gatewaytest.Options{})
 
 	for _, tc := range []struct {
 		name  string

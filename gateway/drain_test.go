@@ -14,9 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	k8slabels "k8s.io/apimachinery/pkg/labels"
 
-	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 )
 
@@ -44,8 +42,7 @@ func TestAbortResetsStreams(t *testing.T) {
 				_, err := io.Copy(c, c)
 				targetErr <- err
 			})
-			p.resolver.set(web, target.addr)
-			port := p.mirror(t, "web", "", 80)
+			port := p.serveWeb(t, target.addr)
 			c := dialEgress(t, port)
 			readGreeting(t, c, "hi\n")
 			_, err := io.WriteString(c, "ping\n")
@@ -77,8 +74,7 @@ func TestAbortResetsStreams(t *testing.T) {
 func TestAbortResetsLaterConnections(t *testing.T) {
 	p := newPair(t)
 	echo := startEcho(t, "hi\n")
-	p.resolver.set(web, echo.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, echo.addr)
 	assert.Zero(t, p.egress.Abort())
 	requireDialReset(t, egressAddr(port))
 	assert.Zero(t, echo.count())
@@ -112,19 +108,11 @@ func TestEgressRetriesPeerOnce(t *testing.T) {
 			peers := &switchPeers{addrs: map[string]string{}}
 			p := newPair(t, func(_ *Ingress, eg *Egress) {
 				eg.Peers = peers
-				eg.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-					n := dials.Add(1)
-					if tc.dial != nil {
-						addr = tc.dial(n, addr)
-					}
-					var d net.Dialer
-					return d.DialContext(ctx, network, addr)
-				}
+				countDials(eg, &dials, tc.dial)
 			})
 			peers.set("west", tc.peer(t, p.ingressAddr))
 			echo := startEcho(t, "hi\n")
-			p.resolver.set(web, echo.addr)
-			port := p.mirror(t, "web", "", 80)
+			port := p.serveWeb(t, echo.addr)
 
 			retries := value(dialRetries.WithLabelValues("west"))
 			dialErrs := value(dialErrorsTotal.WithLabelValues("west", DirectionEgress))
@@ -143,11 +131,7 @@ func TestEgressRetriesPeerOnce(t *testing.T) {
 	t.Run("refused twice", func(t *testing.T) {
 		var dials atomic.Int32
 		p := newPair(t, func(_ *Ingress, eg *Egress) {
-			eg.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
-				dials.Add(1)
-				var d net.Dialer
-				return d.DialContext(ctx, network, closedPort)
-			}
+			countDials(eg, &dials, func(int32, string) string { return closedPort })
 		})
 		port := p.mirror(t, "web", "", 80)
 		dialErrs := value(dialErrorsTotal.WithLabelValues("west", DirectionEgress))
@@ -157,13 +141,23 @@ func TestEgressRetriesPeerOnce(t *testing.T) {
 	})
 }
 
+// countDials has eg count its dials in n, and send the nth to to(n, addr)
+// when to is set.
+func countDials(eg *Egress, n *atomic.Int32, to func(n int32, addr string) string) {
+	eg.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if i := n.Add(1); to != nil {
+			addr = to(i, addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
 // resetFirstProxy listens on loopback and resets the first connection it
 // accepts at once; it carries the others to addr.
 func resetFirstProxy(t *testing.T, addr string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
+	ln := listen(t)
 	go func() {
 		for first := true; ; first = false {
 			c, err := ln.Accept()
@@ -195,13 +189,7 @@ func resetFirstProxy(t *testing.T, addr string) string {
 // A refusal of the destination is an answer: it is not tried again.
 func TestEgressDoesNotRetryRefusal(t *testing.T) {
 	var dials atomic.Int32
-	p := newPair(t, func(_ *Ingress, eg *Egress) {
-		eg.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials.Add(1)
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}
-	})
+	p := newPair(t, func(_ *Ingress, eg *Egress) { countDials(eg, &dials, nil) })
 	port := p.mirror(t, "web", "", 80) // web is not exported
 	requireDialReset(t, egressAddr(port))
 	assert.Equal(t, int32(1), dials.Load())
@@ -212,22 +200,10 @@ func TestEgressDoesNotRetryRefusal(t *testing.T) {
 // may try again, rather than 403 not_exported, which it should not.
 func TestIngressNotSynced(t *testing.T) {
 	p := newPair(t)
-	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
-	require.NoError(t, err)
-	exports := NewExports(remotetest.NewClientset(), sel) // never run: never synced
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	in := &Ingress{Certs: p.west, Resolver: exports}
-	go func() { _ = in.Serve(ctx, ln) }()
-
-	before := refusals("east", DirectionIngress, ReasonNotSynced)
-	c := dialIngress(t, ln.Addr().String(), p.east.ClientConfig("west", nil))
-	resp, _ := connect(t, c, connectRequest("web.default:80"))
-	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	assert.Equal(t, string(ReasonNotSynced), resp.Header.Get("X-Mcmirror-Reason"))
-	assert.Equal(t, before+1, refusals("east", DirectionIngress, ReasonNotSynced))
+	exports := newExports(t, remotetest.NewClientset()) // never run: never synced
+	addr := serveIngress(t, &Ingress{Certs: p.west, Resolver: exports})
+	p.requireRefusal(t, addr, nil, connectRequest("web.default:80"), "east",
+		http.StatusServiceUnavailable, ReasonNotSynced)
 }
 
 // The egress waits for the answer to its CONNECT longer than the peer's
@@ -245,8 +221,7 @@ func TestEgressOutwaitsIngressDial(t *testing.T) {
 		eg.DialTimeout = dialTimeout
 	})
 	echo := startEcho(t, "hi\n")
-	p.resolver.set(web, echo.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, echo.addr)
 
 	refused := refusals("west", DirectionEgress, ReasonPeerRefused)
 	failed := refusals("west", DirectionEgress, ReasonDialFailed)

@@ -114,14 +114,8 @@ func (e *Egress) Run(ctx context.Context, client kubernetes.Interface) error {
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = MirrorSelector }))
 	inf := f.Core().V1().Services().Informer()
-	kick := func(any) {
-		select {
-		case e.kick <- struct{}{}:
-		default:
-		}
-	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: kick, DeleteFunc: kick,
-		UpdateFunc: func(_, o any) { kick(o) }})
+	kick := func(any) { e.wake() }
+	onEvent(inf, kick)
 	lister := f.Core().V1().Services().Lister()
 	claimsSynced := e.Trust.watch(f, logger, kick)
 	f.Start(ctx.Done())
@@ -155,11 +149,7 @@ func (e *Egress) Active() int {
 
 func (e *Egress) init() {
 	e.once.Do(func() {
-		n := e.MaxConns
-		if n <= 0 {
-			n = 16384
-		}
-		e.limit = newLimiter(n)
+		e.limit = newLimiter(orDefault(e.MaxConns, 16384))
 		e.perSource.max = e.MaxConnsPerSource
 		if e.perSource.max == 0 {
 			e.perSource.max = 1024
@@ -233,14 +223,11 @@ func (e *Egress) apply(ctx context.Context, logger klog.Logger, svcs []*corev1.S
 		logger.V(1).Info("Listening", "port", p, "cluster", r.Cluster, "destination", r.Dest.String())
 		go e.serve(ctx, logger, p, ln)
 	}
-	for p := range e.failed {
-		if _, want := routes[p]; !want {
-			delete(e.failed, p)
-		}
-	}
-	for p := range e.dead {
-		if _, want := routes[p]; !want {
-			delete(e.dead, p)
+	for _, m := range []map[int32]string{e.failed, e.dead} {
+		for p := range m {
+			if _, want := routes[p]; !want {
+				delete(m, p)
+			}
 		}
 	}
 	e.deadN.Store(int32(len(e.dead)))
@@ -308,12 +295,15 @@ func (e *Egress) serve(ctx context.Context, logger klog.Logger, port int32, ln n
 	}
 	e.mu.Unlock()
 	logger.Error(err, "Egress port stopped accepting connections; listening on it again in a second", "port", port)
-	time.AfterFunc(time.Second, func() {
-		select {
-		case e.kick <- struct{}{}:
-		default:
-		}
-	})
+	time.AfterFunc(time.Second, e.wake)
+}
+
+// wake has Run apply the mirrors again.
+func (e *Egress) wake() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
 }
 
 // handle carries one client connection to its route's peer. It reports
@@ -400,7 +390,7 @@ func (e *Egress) tryConnect(ctx context.Context, r Route, addr string) (*tls.Con
 	dialTimeout := orDefault(e.DialTimeout, 5*time.Second)
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	raw, err := e.dial(ctx, addr)
+	raw, err := dialTCP(ctx, e.DialContext, addr)
 	if err != nil {
 		return nil, nil, &connectFailure{reason: ReasonDialFailed, err: err, dial: true}
 	}
@@ -436,14 +426,6 @@ func (e *Egress) tryConnect(ctx context.Context, r Route, addr string) (*tls.Con
 		early = append([]byte(nil), b...)
 	}
 	return conn, early, nil
-}
-
-func (e *Egress) dial(ctx context.Context, addr string) (net.Conn, error) {
-	if e.DialContext != nil {
-		return e.DialContext(ctx, "tcp", addr)
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", addr)
 }
 
 // reset refuses a client connection with a reset, and counts it.

@@ -46,9 +46,7 @@ func TestEgressPeerDownResets(t *testing.T) {
 // A peer whose ingress accepts TCP and then says nothing: the client is
 // reset once DialTimeout has passed, not left hanging.
 func TestEgressSilentPeerResets(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
+	ln := listen(t)
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -92,8 +90,7 @@ func TestEgressUnknownPeerResets(t *testing.T) {
 	egressPort := freePort(t)
 	svc := mirrorService("web-paris", "web", "", map[int32]int32{80: egressPort})
 	svc.Labels[labels.ClusterName] = "paris"
-	_, err := p.client.CoreV1().Services("default").Create(context.Background(), svc, metav1.CreateOptions{})
-	require.NoError(t, err)
+	p.create(t, svc)
 	p.waitListening(t, egressPort, true)
 
 	before := refusals("paris", DirectionEgress, ReasonUnknownPeer)
@@ -153,8 +150,7 @@ func TestEgressFollowsMirrorPorts(t *testing.T) {
 func TestEgressPortConflict(t *testing.T) {
 	p := newPair(t)
 	echo := startEcho(t, "web\n")
-	p.resolver.set(web, echo.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, echo.addr)
 	roundTrip(t, port, "web\n")
 	requireValue(t, egressConflicts, 0)
 
@@ -201,13 +197,8 @@ func TestEgressChecksPeerIdentity(t *testing.T) {
 
 	// An ingress of cluster paris, from the same root, that would carry
 	// web to the same target.
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	paris := &Ingress{Certs: p.certs(t, "paris", gatewaytest.Options{}), Resolver: p.resolver}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = paris.Serve(ctx, ln) }()
-	peers.set("west", ln.Addr().String())
+	peers.set("west", serveIngress(t, paris))
 	port := p.mirror(t, "web", "", 80)
 
 	failures := value(handshakeFailures.WithLabelValues(DirectionEgress))
@@ -226,8 +217,7 @@ func TestEgressChecksPeerIdentity(t *testing.T) {
 func TestEgressMaxConns(t *testing.T) {
 	p := newPair(t, func(_ *Ingress, eg *Egress) { eg.MaxConns = 2 })
 	echo := startEcho(t, "hi\n")
-	p.resolver.set(web, echo.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, echo.addr)
 
 	first := dialEgress(t, port)
 	readGreeting(t, first, "hi\n")

@@ -89,11 +89,7 @@ func NewExports(client kubernetes.Interface, selector k8slabels.Selector) *Expor
 			}}),
 			selector: w.Services,
 		}
-		_, _ = r.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { e.count(objectKey(o)) },
-			UpdateFunc: func(_, o any) { e.count(objectKey(o)) },
-			DeleteFunc: func(o any) { e.count(objectKey(o)) },
-		})
+		onEvent(r.services, func(o any) { e.count(objectKey(o)) })
 		e.guard.follow(r.slices, r.services)
 		e.routes = append(e.routes, r)
 	}

@@ -139,7 +139,7 @@ func TestExportsFollowsCluster(t *testing.T) {
 		endpointSlice("web", "web-b", "http", 8080, ep{addr: "10.0.0.3"}),
 		unexported, endpointSlice("secret", "secret-a", "http", 8080, ep{addr: "10.0.9.1"}),
 	)
-	exports := runExports(t, client)
+	exports := runExports(t, client, EndpointPolicy{Selectorless: []string{"*"}})
 	ctx := t.Context()
 	require.Eventually(t, func() bool { return value(exportedServices) == 1 }, 5*time.Second, 5*time.Millisecond)
 
@@ -246,20 +246,20 @@ func relabel(t *testing.T, client *fake.Clientset, name, key, value string) time
 	return at
 }
 
-// seen waits until the informer of route i holds the Service default/name
-// with label key set to value, or, for value "", without it or not at all
-// (a watch that selects deletes it): proof that a change relabel made to a
-// Service the informer held was delivered, before a test asserts that it
-// changed nothing.
-// runExports runs Exports over client with the default export selector and
-// every selector-less Service let in, until t ends: not synced before Run,
-// synced once it returns.
-func runExports(t *testing.T, client *fake.Clientset) *Exports {
+// newExports is Exports over client with the default export selector.
+func newExports(t *testing.T, client *fake.Clientset) *Exports {
 	t.Helper()
 	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
 	require.NoError(t, err)
-	exports := NewExports(client, sel)
-	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"*"}})
+	return NewExports(client, sel)
+}
+
+// runExports runs Exports over client with the default export selector and
+// policy, until t ends: not synced before Run, synced once it returns.
+func runExports(t *testing.T, client *fake.Clientset, policy EndpointPolicy) *Exports {
+	t.Helper()
+	exports := newExports(t, client)
+	exports.SetPolicy(policy)
 	assert.False(t, exports.HasSynced())
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -268,6 +268,11 @@ func runExports(t *testing.T, client *fake.Clientset) *Exports {
 	return exports
 }
 
+// seen waits until the informer of route i holds the Service default/name
+// with label key set to value, or, for value "", without it or not at all
+// (a watch that selects deletes it): proof that a change relabel made to a
+// Service the informer held was delivered, before a test asserts that it
+// changed nothing.
 func seen(t *testing.T, e *Exports, i int, name, key, value string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
@@ -314,7 +319,7 @@ func testExportsServiceExportStamp(t *testing.T, selecting bool) {
 	if selecting {
 		selectingWatches(client)
 	}
-	exports := runExports(t, client)
+	exports := runExports(t, client, EndpointPolicy{Selectorless: []string{"*"}})
 
 	resolves := func(name string) Reason {
 		_, r := exports.Resolve(Destination{Namespace: "default", Service: name, Port: 80})
@@ -404,9 +409,7 @@ func TestExportsNotSyncedUntilServiceExportsListed(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
-	require.NoError(t, err)
-	exports := NewExports(client, sel)
+	exports := newExports(t, client)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ran := make(chan error, 1)

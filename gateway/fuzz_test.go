@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -27,34 +28,22 @@ func FuzzParseDestination(f *testing.F) {
 	f.Fuzz(func(t *testing.T, authority string) {
 		d, err := ParseDestination(authority)
 		if err != nil {
-			if d != (Destination{}) {
-				t.Fatalf("%q: error %v with a destination %+v", authority, err, d)
-			}
+			require.Zero(t, d, "%q: error %v with a destination", authority, err)
 			return
 		}
-		if d.Port < 1 || d.Port > 65535 {
-			t.Fatalf("%q: port %d", authority, d.Port)
-		}
+		require.True(t, d.Port >= 1 && d.Port <= 65535, "%q: port %d", authority, d.Port)
 		names := []string{d.Service, d.Namespace}
 		if d.Host != "" {
 			names = append(names, d.Host)
 		}
 		for _, n := range names {
-			if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
-				t.Fatalf("%q: name %q accepted: %v", authority, n, errs)
-			}
+			require.Empty(t, validation.IsDNS1123Label(n), "%q: name %q accepted", authority, n)
 		}
 		s := d.String()
-		if !utf8.ValidString(s) || len(s) > 3*63+2+1+5 {
-			t.Fatalf("%q: authority %q", authority, s)
-		}
+		require.True(t, utf8.ValidString(s) && len(s) <= 3*63+2+1+5, "%q: authority %q", authority, s)
 		again, err := ParseDestination(s)
-		if err != nil {
-			t.Fatalf("%q parsed to %+v, whose authority %q does not parse: %v", authority, d, s, err)
-		}
-		if again != d {
-			t.Fatalf("%q parsed to %+v, whose authority %q parses to %+v", authority, d, s, again)
-		}
+		require.NoError(t, err, "%q parsed to %+v, whose authority %q does not parse", authority, d, s)
+		require.Equal(t, d, again, "%q parsed to %+v, whose authority %q parses otherwise", authority, d, s)
 	})
 }
 
@@ -93,60 +82,40 @@ func FuzzReadRequest(f *testing.F) {
 		max := int(limit)%4096 + 1
 		src := &countingReader{r: bytes.NewReader(data)}
 		req, br, tooLarge, err := readRequest(src, max)
-		if src.n > int64(max) {
-			t.Fatalf("read %d bytes past a limit of %d", src.n, max)
-		}
+		require.LessOrEqual(t, src.n, int64(max), "read past the limit")
 		if err != nil {
-			if tooLarge && src.n != int64(max) {
-				t.Fatalf("too large after %d bytes of a limit of %d", src.n, max)
-			}
+			require.False(t, tooLarge && src.n != int64(max), "too large after %d bytes of a limit of %d", src.n, max)
 			return
 		}
-		if br == nil {
-			t.Fatal("no reader for the bytes after the request")
-		}
+		require.NotNil(t, br, "no reader for the bytes after the request")
 		// The bytes after the request are the stream's first: they
 		// must be the input's own.
 		if n := br.Buffered(); n > 0 {
 			rest, _ := br.Peek(n)
-			if want := data[src.n-int64(n) : src.n]; !bytes.Equal(rest, want) {
-				t.Fatalf("bytes after the request %q, not the input's %q", rest, want)
-			}
+			require.Equal(t, data[src.n-int64(n):src.n], rest, "bytes after the request, not the input's")
 		}
 		asked, reason, perr := parseRequest(req)
 		if reason != "" {
-			if perr == nil {
-				t.Fatalf("refused (%s) without an error", reason)
-			}
-			if st := reason.status(); st < 400 || st == http.StatusInternalServerError {
-				t.Fatalf("refusal %s answers %d", reason, st)
-			}
+			require.Error(t, perr, "refused (%s) without an error", reason)
+			st := reason.status()
+			require.True(t, st >= 400 && st != http.StatusInternalServerError, "refusal %s answers %d", reason, st)
 			return
 		}
-		if perr != nil {
-			t.Fatalf("accepted with an error: %v", perr)
-		}
+		require.NoError(t, perr, "accepted with an error")
 		if asked.probe {
-			if req.Method != http.MethodGet || req.URL.Path != ProbePath {
-				t.Fatalf("a probe from %s %s", req.Method, req.URL)
-			}
+			require.True(t, req.Method == http.MethodGet && req.URL.Path == ProbePath, "a probe from %s %s", req.Method, req.URL)
 			return
 		}
-		if req.Method != http.MethodConnect {
-			t.Fatalf("a tunnel from a %s", req.Method)
-		}
+		require.Equal(t, http.MethodConnect, req.Method, "a tunnel from another method")
 		d, err := ParseDestination(req.RequestURI)
-		if err != nil || d != asked.dest {
-			t.Fatalf("target %q: parsed to %+v (%v), the request to %+v", req.RequestURI, d, err, asked.dest)
-		}
+		require.NoError(t, err, "target %q", req.RequestURI)
+		require.Equal(t, asked.dest, d, "target %q: parsed otherwise than the request", req.RequestURI)
 		// What the egress sends for it asks for the same.
 		again, _, _, err := readRequest(strings.NewReader(connectRequest(d.String())), 8192)
-		if err != nil {
-			t.Fatalf("the egress's request for %+v does not read: %v", d, err)
-		}
-		if a, reason, err := parseRequest(again); reason != "" || a.dest != d {
-			t.Fatalf("the egress's request for %+v parses to %+v (%s %v)", d, a.dest, reason, err)
-		}
+		require.NoError(t, err, "the egress's request for %+v does not read", d)
+		a, reason, err := parseRequest(again)
+		require.Empty(t, reason, "the egress's request for %+v: %v", d, err)
+		require.Equal(t, d, a.dest, "the egress's request for %+v", d)
 	})
 }
 

@@ -77,33 +77,9 @@ func (in *Ingress) Active() int {
 	return in.admit.active()
 }
 
-func (in *Ingress) dialTimeout() time.Duration { return orDefault(in.DialTimeout, 5*time.Second) }
-func (in *Ingress) handshakeTimeout() time.Duration {
-	return orDefault(in.HandshakeTimeout, 10*time.Second)
-}
-func (in *Ingress) idleTimeout() time.Duration { return idleOrDefault(in.IdleTimeout) }
-func (in *Ingress) maxHeaderBytes() int {
-	if in.MaxHeaderBytes > 0 {
-		return in.MaxHeaderBytes
-	}
-	return 8 << 10
-}
-
-func (in *Ingress) dial(ctx context.Context, addr string) (net.Conn, error) {
-	if in.DialContext != nil {
-		return in.DialContext(ctx, "tcp", addr)
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", addr)
-}
-
 func (in *Ingress) init() {
 	in.once.Do(func() {
-		n := in.MaxConns
-		if n <= 0 {
-			n = 16384
-		}
-		in.admit = newAdmission(n, in.MaxConnsPerPeer)
+		in.admit = newAdmission(orDefault(in.MaxConns, 16384), in.MaxConnsPerPeer)
 		in.tls = in.Certs.ServerConfig()
 	})
 }
@@ -180,7 +156,7 @@ func (in *Ingress) done(p *pendingConn) {
 // which gives the connection's place back when it ends.
 func (in *Ingress) handle(ctx context.Context, logger klog.Logger, p *pendingConn) (carried bool) {
 	raw := p.conn
-	deadline := time.Now().Add(in.handshakeTimeout())
+	deadline := time.Now().Add(orDefault(in.HandshakeTimeout, 10*time.Second))
 	_ = raw.SetDeadline(deadline)
 	conn := tls.Server(newRawConn(raw), in.tls)
 	if err := conn.HandshakeContext(ctx); err != nil {
@@ -208,7 +184,7 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, p *pendingCon
 	}
 	in.admit.identified(p, peer)
 
-	req, br, tooLarge, err := readRequest(conn, in.maxHeaderBytes())
+	req, br, tooLarge, err := readRequest(conn, orDefault(in.MaxHeaderBytes, 8<<10))
 	if err == nil && !in.admit.establish(p) {
 		// Evicted as the request arrived: the place is another's.
 		abort(conn)
@@ -259,8 +235,8 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, p *pendingCon
 		in.refuse(logger, conn, peer, req.Host, reason, nil)
 		return false
 	}
-	dctx, cancel := context.WithTimeout(ctx, in.dialTimeout())
-	tc, err := in.dial(dctx, target.String())
+	dctx, cancel := context.WithTimeout(ctx, orDefault(in.DialTimeout, 5*time.Second))
+	tc, err := dialTCP(dctx, in.DialContext, target.String())
 	cancel()
 	if err != nil {
 		dialErrorsTotal.WithLabelValues(peer, DirectionIngress).Inc()
@@ -284,7 +260,7 @@ func (in *Ingress) handle(ctx context.Context, logger klog.Logger, p *pendingCon
 	}
 	logger.V(3).Info("Tunnel", "peer", peer, "destination", req.Host, "target", target.String())
 	release := in.guardStream(peer, dest, target, conn, tc)
-	carry(peer, DirectionIngress, conn, tc, in.idleTimeout(), func() { release(); in.done(p) })
+	carry(peer, DirectionIngress, conn, tc, idleOrDefault(in.IdleTimeout), func() { release(); in.done(p) })
 	return true
 }
 
@@ -336,11 +312,21 @@ func carry(peer, direction string, client, target net.Conn, idle time.Duration, 
 	})
 }
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
+// orDefault is v, or def when v is not positive.
+func orDefault[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
 	}
 	return def
+}
+
+// dialTCP dials addr with dial, or with a net.Dialer when dial is nil.
+func dialTCP(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error),
+	addr string) (net.Conn, error) {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	return dial(ctx, "tcp", addr)
 }
 
 func idleOrDefault(d time.Duration) time.Duration {

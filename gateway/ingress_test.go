@@ -22,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -78,15 +77,9 @@ func exportsPair(t *testing.T, configure ...func(*Ingress, *Egress)) (*pair, *se
 	t.Helper()
 	target := startEcho(t, "west here\n")
 	client := remotetest.NewClientset(westObjects(int32(target.addr.Port()), freePort(t))...)
-	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
-	require.NoError(t, err)
-	exports := NewExports(client, sel)
 	// westObjects are selector-less Services with slices written by hand,
 	// every endpoint on loopback: opted in, loopback let in for tests.
-	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"*"}}.AllowLoopback())
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	require.NoError(t, exports.Run(ctx))
+	exports := runExports(t, client, EndpointPolicy{Selectorless: []string{"*"}}.AllowLoopback())
 	p := newPair(t, append([]func(*Ingress, *Egress){func(in *Ingress, _ *Egress) { in.Resolver = exports }}, configure...)...)
 	return p, target
 }
@@ -96,13 +89,8 @@ func exportsPair(t *testing.T, configure ...func(*Ingress, *Egress)) (*pair, *se
 // connection it was ever going to be given before.
 func (p *pair) allowedOnce(t *testing.T, authority string) {
 	t.Helper()
-	c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-	defer c.Close()
-	resp, br := connect(t, c, connectRequest(authority))
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	line, err := br.ReadString('\n')
-	require.NoError(t, err)
+	c, _, line := p.tunnel(t, p.ingressAddr, authority)
+	c.Close()
 	require.Equal(t, "west here\n", line)
 }
 
@@ -132,26 +120,17 @@ func TestIngressRefusals(t *testing.T) {
 		{"oversized header", "CONNECT web.default:80 HTTP/1.1\r\nHost: web.default:80\r\nX-Pad: " + strings.Repeat("a", 8192) + "\r\n\r\n", 431, ReasonHeaderTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := refusals("east", DirectionIngress, tc.reason)
 			seen := target.count()
-			c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-			resp, _ := connect(t, c, tc.request)
-			assert.Equal(t, tc.status, resp.StatusCode)
-			assert.Equal(t, string(tc.reason), resp.Header.Get("X-Mcmirror-Reason"))
-			assert.Equal(t, before+1, refusals("east", DirectionIngress, tc.reason), "refusals_total{reason=%q}", tc.reason)
+			p.requireRefusal(t, p.ingressAddr, nil, tc.request, "east", tc.status, tc.reason)
 			p.allowedOnce(t, "web.default:80")
 			assert.Equal(t, seen+1, target.count(), "the target saw a connection for the refused request")
 		})
 	}
 
 	t.Run("dial failed", func(t *testing.T) {
-		before := refusals("east", DirectionIngress, ReasonDialFailed)
 		dialErrs := value(dialErrorsTotal.WithLabelValues("east", DirectionIngress))
-		c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-		resp, _ := connect(t, c, connectRequest("down.default:80"))
-		assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
-		assert.Equal(t, string(ReasonDialFailed), resp.Header.Get("X-Mcmirror-Reason"))
-		assert.Equal(t, before+1, refusals("east", DirectionIngress, ReasonDialFailed))
+		p.requireRefusal(t, p.ingressAddr, nil, connectRequest("down.default:80"), "east",
+			http.StatusBadGateway, ReasonDialFailed)
 		assert.Equal(t, dialErrs+1, value(dialErrorsTotal.WithLabelValues("east", DirectionIngress)))
 	})
 
@@ -171,14 +150,10 @@ func TestIngressRejectsHandshakes(t *testing.T) {
 	p, target := exportsPair(t)
 	other, err := gatewaytest.NewCA("another root")
 	require.NoError(t, err)
-	fromOther, err := other.Issue("east", gatewaytest.Options{})
-	require.NoError(t, err)
-	expired, err := p.ca.Issue("east", gatewaytest.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
-	require.NoError(t, err)
-	noIdentity, err := p.ca.Issue("east", gatewaytest.Options{NoIdentity: true})
-	require.NoError(t, err)
-	otherDomain, err := p.ca.Issue("east", gatewaytest.Options{TrustDomain: "example.org"})
-	require.NoError(t, err)
+	fromOther := issue(t, other, "east", gatewaytest.Options{})
+	expired := issue(t, p.ca, "east", gatewaytest.Options{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	noIdentity := issue(t, p.ca, "east", gatewaytest.Options{NoIdentity: true})
+	otherDomain := issue(t, p.ca, "east", gatewaytest.Options{TrustDomain: "example.org"})
 
 	for _, tc := range []struct {
 		name string
@@ -324,12 +299,7 @@ func TestIngressMaxConns(t *testing.T) {
 	p, target := exportsPair(t, func(in *Ingress, _ *Egress) { in.MaxConns = 2 })
 	var open []*tls.Conn
 	for range 2 {
-		c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-		resp, br := connect(t, c, connectRequest("web.default:80"))
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		line, err := br.ReadString('\n')
-		require.NoError(t, err)
-		require.Equal(t, "west here\n", line)
+		c, _ := p.openStream(t)
 		open = append(open, c)
 	}
 	before := refusals("", DirectionIngress, ReasonTooMany)
@@ -376,11 +346,6 @@ func TestIngressSlowDial(t *testing.T) {
 		}
 	})
 	p.resolver.set(web, echo.addr)
-	c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-	resp, br := connect(t, c, connectRequest("web.default:80"))
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	line, err := br.ReadString('\n')
-	require.NoError(t, err)
+	_, _, line := p.tunnel(t, p.ingressAddr, "web.default:80")
 	assert.Equal(t, "slow\n", line)
 }

@@ -96,14 +96,7 @@ func (p *Prober) forget(listed map[string]string) {
 func (p *Prober) probe(ctx context.Context, cluster, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, orDefault(p.Timeout, 2*time.Second))
 	defer cancel()
-	var raw net.Conn
-	var err error
-	if p.DialContext != nil {
-		raw, err = p.DialContext(ctx, "tcp", addr)
-	} else {
-		var d net.Dialer
-		raw, err = d.DialContext(ctx, "tcp", addr)
-	}
+	raw, err := dialTCP(ctx, p.DialContext, addr)
 	if err != nil {
 		return err
 	}
@@ -129,10 +122,6 @@ func (p *Prober) probe(ctx context.Context, cluster, addr string) error {
 }
 
 func (p *Prober) record(logger klog.Logger, cluster string, rtt time.Duration, err error) {
-	threshold := p.FailureThreshold
-	if threshold <= 0 {
-		threshold = 2
-	}
 	p.mu.Lock()
 	st, ok := p.state[cluster]
 	if !ok {
@@ -150,7 +139,7 @@ func (p *Prober) record(logger klog.Logger, cluster string, rtt time.Duration, e
 		p.failures[cluster]++
 		st.Error = err.Error()
 		probesTotal.WithLabelValues(cluster, "failure").Inc()
-		if p.failures[cluster] >= threshold {
+		if p.failures[cluster] >= orDefault(p.FailureThreshold, 2) {
 			st.Alive = false
 		}
 	}

@@ -86,12 +86,7 @@ func TestProberFollowsPeer(t *testing.T) {
 	}
 	latencies := histogramCount(t, probeLatency.WithLabelValues("north"))
 	successes := value(probesTotal.WithLabelValues("north", "success"))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		prober.Run(ctx)
-	}()
+	stop := runProber(prober)
 	require.Eventually(t, func() bool { return prober.States()["north"].Probed }, 10*time.Second, 5*time.Millisecond,
 		"no probe ended: the first one waited for the interval")
 	st := prober.States()["north"]
@@ -100,23 +95,13 @@ func TestProberFollowsPeer(t *testing.T) {
 	assert.Equal(t, 1.0, value(peerAlive.WithLabelValues("north")))
 	assert.Equal(t, latencies+1, histogramCount(t, probeLatency.WithLabelValues("north")))
 	assert.Equal(t, successes+1, value(probesTotal.WithLabelValues("north", "success")))
-	cancel()
-	<-done
+	stop()
 
 	// Now a prober that probes often, with the ingress going away and
 	// coming back.
 	prober = &Prober{Certs: p.east, Peers: prober.Peers, OnChange: prober.OnChange,
 		Interval: 20 * time.Millisecond, Timeout: 500 * time.Millisecond, FailureThreshold: 2}
-	ctx, cancel = context.WithCancel(context.Background())
-	done = make(chan struct{})
-	go func() {
-		defer close(done)
-		prober.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	defer runProber(prober)()
 	require.Eventually(t, func() bool { return value(probesTotal.WithLabelValues("north", "success")) >= successes+3 }, 10*time.Second, 5*time.Millisecond)
 	failures := value(probesTotal.WithLabelValues("north", "failure"))
 	north.stop()
@@ -149,6 +134,20 @@ func TestProberFollowsPeer(t *testing.T) {
 	gone.Store(true)
 	require.Eventually(t, func() bool { _, ok := prober.States()["north"]; return !ok }, 10*time.Second, 5*time.Millisecond)
 	assert.Equal(t, "[]\n", peersBody(t, prober))
+}
+
+// runProber runs p until the function it returns is called.
+func runProber(p *Prober) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 func peersBody(t *testing.T, p *Prober) string {
@@ -190,13 +189,8 @@ func TestProbeFailures(t *testing.T) {
 	require.NoError(t, prober.probe(ctx, "west", p.ingressAddr))
 	assert.ErrorContains(t, prober.probe(ctx, "north", p.ingressAddr), `cluster "west", not "north"`)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ictx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	unsynced := &Ingress{Certs: p.west, Resolver: unsyncedResolver{&fakeResolver{}}}
-	go func() { _ = unsynced.Serve(ictx, ln) }()
-	assert.ErrorContains(t, prober.probe(ctx, "west", ln.Addr().String()), "503")
+	unsynced := serveIngress(t, &Ingress{Certs: p.west, Resolver: unsyncedResolver{&fakeResolver{}}})
+	assert.ErrorContains(t, prober.probe(ctx, "west", unsynced), "503")
 }
 
 type unsyncedResolver struct{ *fakeResolver }
@@ -207,9 +201,7 @@ func (unsyncedResolver) HasSynced() bool { return false }
 // first probe ends (here: an ingress that accepts and never answers).
 func TestProberAliveBeforeFirstProbe(t *testing.T) {
 	p := newPair(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
+	ln := listen(t)
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		if c, err := ln.Accept(); err == nil {
@@ -218,12 +210,7 @@ func TestProberAliveBeforeFirstProbe(t *testing.T) {
 	}()
 	prober := &Prober{Certs: p.east, Peers: func() map[string]string { return map[string]string{"south": ln.Addr().String()} },
 		Interval: time.Hour, Timeout: time.Hour}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		prober.Run(ctx)
-	}()
+	stop := runProber(prober)
 	var c net.Conn
 	select {
 	case c = <-accepted: // the first probe is under way
@@ -235,7 +222,6 @@ func TestProberAliveBeforeFirstProbe(t *testing.T) {
 	assert.True(t, st.Alive)
 	assert.Equal(t, 1.0, value(peerAlive.WithLabelValues("south")))
 	assert.Contains(t, peersBody(t, prober), `{"cluster":"south","alive":true,"probed":false,`)
-	cancel()
 	c.Close()
-	<-done
+	stop()
 }

@@ -52,8 +52,7 @@ func randomBytes(seed byte, n int) []byte {
 func TestEchoBothWays(t *testing.T) {
 	p := newPair(t)
 	echo := startEcho(t, "hello from west\n")
-	p.resolver.set(web, echo.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, echo.addr)
 
 	egressSent := value(bytesTotal.WithLabelValues("west", DirectionEgress, "sent"))
 	egressReceived := value(bytesTotal.WithLabelValues("west", DirectionEgress, "received"))
@@ -116,8 +115,7 @@ func TestResetPassesThrough(t *testing.T) {
 		_, err := io.Copy(io.Discard, c)
 		targetErr <- err
 	})
-	p.resolver.set(web, target.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, target.addr)
 
 	t.Run("target resets", func(t *testing.T) {
 		c := dialEgress(t, port)
@@ -171,8 +169,7 @@ func TestHTTPThroughEgress(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	p.resolver.set(web, mustAddrPort(t, srv.Listener.Addr().String()))
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, mustAddrPort(t, srv.Listener.Addr().String()))
 
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -209,8 +206,7 @@ func TestHalfCloseFromClient(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		fmt.Fprintf(c, "sha256 %x\n", h.Sum(nil))
 	})
-	p.resolver.set(web, target.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, target.addr)
 
 	c := dialEgress(t, port)
 	payload := randomBytes(3, 100000)
@@ -241,8 +237,7 @@ func TestHalfCloseFromTarget(t *testing.T) {
 		}
 		received <- string(b)
 	})
-	p.resolver.set(web, target.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, target.addr)
 
 	c := dialEgress(t, port)
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -278,8 +273,7 @@ func TestGigabyteIntact(t *testing.T) {
 		}
 		fmt.Fprintf(c, "%d %x", n, h.Sum(nil))
 	})
-	p.resolver.set(web, sink.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, sink.addr)
 
 	c := dialEgress(t, port)
 	h := sha256.New()
@@ -365,8 +359,7 @@ func TestOneWayTrafficIsNotIdle(t *testing.T) {
 				n++
 			}
 		})
-		p.resolver.set(web, target.addr)
-		port := p.mirror(t, "web", "", 80)
+		port := p.serveWeb(t, target.addr)
 		c := dialEgress(t, port)
 		deadline := time.Now().Add(3 * idle)
 		n := 0

@@ -14,40 +14,41 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // rawPair returns a wrapped TCP connection and its (ordinary) peer, over
 // loopback.
 func rawPair(t *testing.T) (*rawConn, *net.TCPConn) {
 	t.Helper()
+	c, peer := tcpPair(t)
+	rc, ok := carried(c).(*rawConn)
+	require.True(t, ok && rc.raw.Load(), "carried(%T) did not wrap it with raw calls on", c)
+	t.Cleanup(func() { rc.Close() })
+	return rc, peer
+}
+
+// tcpPair returns both ends of a loopback TCP connection, the accepted one
+// first; the dialled one is closed when t ends.
+func tcpPair(t *testing.T) (net.Conn, *net.TCPConn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	peer, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	t.Cleanup(func() { peer.Close() })
 	c, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, ok := carried(c).(*rawConn)
-	if !ok || !rc.raw.Load() {
-		t.Fatalf("carried(%T) did not wrap it with raw calls on", c)
-	}
-	t.Cleanup(func() { rc.Close(); peer.Close() })
-	return rc, peer.(*net.TCPConn)
+	require.NoError(t, err)
+	return c, peer.(*net.TCPConn)
 }
 
 func TestRawConnLeavesOtherConnsAlone(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	if got := newRawConn(a); got != a {
-		t.Fatalf("newRawConn(pipe) = %T, want the pipe itself", got)
-	}
+	require.Equal(t, a, newRawConn(a), "newRawConn(pipe): want the pipe itself")
 }
 
 func TestRawConnShortReadsAndDataBetweenReads(t *testing.T) {
@@ -67,79 +68,55 @@ func TestRawConnShortReadsAndDataBetweenReads(t *testing.T) {
 		}()
 		n, err := c.Read(buf)
 		<-done
-		if err != nil || string(buf[:n]) != msg {
-			t.Fatalf("read %d: %q, %v; want %q", i, buf[:n], err, msg)
-		}
-		if c.bulk {
-			t.Fatalf("read %d: a short read marked the connection bulk", i)
-		}
+		require.NoError(t, err, "read %d", i)
+		require.Equal(t, msg, string(buf[:n]), "read %d", i)
+		require.False(t, c.bulk, "read %d: a short read marked the connection bulk", i)
 	}
 }
 
 func TestRawConnDeadlineWhileParked(t *testing.T) {
 	c, peer := rawPair(t)
-	if err := c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
 	buf := make([]byte, 64)
 	start := time.Now()
 	n, err := c.Read(buf)
-	if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read past the deadline: %d, %v; want os.ErrDeadlineExceeded", n, err)
-	}
+	require.Zero(t, n, "read past the deadline")
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "read past the deadline")
 	var ne net.Error
-	if !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("%v is not a net.Error with Timeout(), as crypto/tls expects", err)
-	}
-	if waited := time.Since(start); waited < 40*time.Millisecond {
-		t.Fatalf("returned after %v, before the deadline", waited)
-	}
+	require.True(t, errors.As(err, &ne) && ne.Timeout(), "%v is not a net.Error with Timeout(), as crypto/tls expects", err)
+	require.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "returned before the deadline")
 	// The connection still works once the deadline is moved.
-	if err := c.SetReadDeadline(time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := peer.Write([]byte("late")); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "late" {
-		t.Fatalf("after the deadline: %q, %v", buf[:n], err)
-	}
+	require.NoError(t, c.SetReadDeadline(time.Time{}))
+	_, err = peer.Write([]byte("late"))
+	require.NoError(t, err)
+	n, err = c.Read(buf)
+	require.NoError(t, err, "after the deadline")
+	require.Equal(t, "late", string(buf[:n]), "after the deadline")
 }
 
 func TestRawConnEOFAndHalfClose(t *testing.T) {
 	c, peer := rawPair(t)
-	if _, err := peer.Write([]byte("last words")); err != nil {
-		t.Fatal(err)
-	}
-	if err := peer.CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
+	_, err := peer.Write([]byte("last words"))
+	require.NoError(t, err)
+	require.NoError(t, peer.CloseWrite())
 	got, err := io.ReadAll(c)
-	if err != nil || string(got) != "last words" {
-		t.Fatalf("ReadAll: %q, %v", got, err)
-	}
-	if n, err := c.Read(make([]byte, 8)); n != 0 || err != io.EOF {
-		t.Fatalf("read after EOF: %d, %v; want io.EOF", n, err)
-	}
+	require.NoError(t, err)
+	require.Equal(t, "last words", string(got))
+	n, err := c.Read(make([]byte, 8))
+	require.Zero(t, n, "read after EOF")
+	require.Equal(t, io.EOF, err, "read after EOF")
 	// The write side still works after the peer's half-close, and the
 	// copy path's half-close reaches the peer as EOF.
-	if _, err := c.Write([]byte("answer")); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.Write([]byte("answer"))
+	require.NoError(t, err)
 	hc, ok := net.Conn(c).(halfCloser)
-	if !ok {
-		t.Fatal("rawConn has no CloseWrite")
-	}
-	if err := hc.CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := net.Conn(c).(readCloser); !ok {
-		t.Fatal("rawConn has no CloseRead")
-	}
+	require.True(t, ok, "rawConn has no CloseWrite")
+	require.NoError(t, hc.CloseWrite())
+	_, ok = net.Conn(c).(readCloser)
+	require.True(t, ok, "rawConn has no CloseRead")
 	got, err = io.ReadAll(peer)
-	if err != nil || string(got) != "answer" {
-		t.Fatalf("peer ReadAll: %q, %v", got, err)
-	}
+	require.NoError(t, err)
+	require.Equal(t, "answer", string(got), "peer ReadAll")
 }
 
 func TestRawConnAbortResets(t *testing.T) {
@@ -147,15 +124,11 @@ func TestRawConnAbortResets(t *testing.T) {
 	abort(c)
 	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err := peer.Read(make([]byte, 8))
-	if !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("peer read after abort: %v; want ECONNRESET (linger 0)", err)
-	}
-	if _, err := c.Read(make([]byte, 8)); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("read of an aborted connection: %v; want net.ErrClosed", err)
-	}
-	if _, err := c.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("write to an aborted connection: %v; want net.ErrClosed", err)
-	}
+	require.ErrorIs(t, err, syscall.ECONNRESET, "peer read after abort (linger 0)")
+	_, err = c.Read(make([]byte, 8))
+	require.ErrorIs(t, err, net.ErrClosed, "read of an aborted connection")
+	_, err = c.Write([]byte("x"))
+	require.ErrorIs(t, err, net.ErrClosed, "write to an aborted connection")
 }
 
 func TestRawConnWriteToResetPeer(t *testing.T) {
@@ -167,9 +140,8 @@ func TestRawConnWriteToResetPeer(t *testing.T) {
 		_, err = c.Write([]byte("into the void"))
 		time.Sleep(time.Millisecond)
 	}
-	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
-		t.Fatalf("write to a reset peer: %v; want ECONNRESET or EPIPE", err)
-	}
+	require.True(t, errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE),
+		"write to a reset peer: %v; want ECONNRESET or EPIPE", err)
 }
 
 // TestRawConnFullDuplexAndBackpressure writes 8 MiB in raw-sized and
@@ -205,12 +177,8 @@ func TestRawConnFullDuplexAndBackpressure(t *testing.T) {
 	}()
 	// Small socket buffers, so that c's writes find them full while the
 	// peer does not read.
-	if err := c.SetWriteBuffer(64 << 10); err != nil {
-		t.Fatal(err)
-	}
-	if err := peer.SetReadBuffer(64 << 10); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.SetWriteBuffer(64<<10))
+	require.NoError(t, peer.SetReadBuffer(64<<10))
 	go func() { // the peer reads late, then slowly at first
 		defer wg.Done()
 		time.Sleep(100 * time.Millisecond)
@@ -259,27 +227,22 @@ func TestRawConnFullDuplexAndBackpressure(t *testing.T) {
 		if err == io.EOF {
 			break
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	wg.Wait()
-	if got := h.Sum(nil); total != size || !bytes.Equal(got, want[:]) {
-		t.Fatalf("read %d bytes, checksum match %v", total, bytes.Equal(got, want[:]))
-	}
-	if !bulkSeen {
-		t.Fatal("8 MiB read in 1 KiB and 256 KiB pieces never took the bulk path")
-	}
+	require.Equal(t, size, total)
+	require.Equal(t, want[:], h.Sum(nil), "checksum")
+	require.True(t, bulkSeen, "8 MiB read in 1 KiB and 256 KiB pieces never took the bulk path")
 }
 
 func TestRawConnZeroLength(t *testing.T) {
 	c, _ := rawPair(t)
-	if n, err := c.Read(nil); n != 0 || err != nil {
-		t.Fatalf("Read(nil) = %d, %v", n, err)
-	}
-	if n, err := c.Write(nil); n != 0 || err != nil {
-		t.Fatalf("Write(nil) = %d, %v", n, err)
-	}
+	n, err := c.Read(nil)
+	require.NoError(t, err)
+	require.Zero(t, n, "Read(nil)")
+	n, err = c.Write(nil)
+	require.NoError(t, err)
+	require.Zero(t, n, "Write(nil)")
 }
 
 // TestRawConnUnderTLS runs the way Ingress and Egress use the wrapper: the
@@ -288,58 +251,34 @@ func TestRawConnZeroLength(t *testing.T) {
 // the peer through both wrappers.
 func TestRawConnUnderTLS(t *testing.T) {
 	p := newPair(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	peerRaw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peerRaw.Close()
-	accepted, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	accepted, peerRaw := tcpPair(t)
 	wrapped := newRawConn(accepted)
 	r := wrapped.(*rawConn)
 	server := tls.Server(wrapped, p.west.ServerConfig())
 	peer := tls.Client(peerRaw, p.east.PeerConfig("west"))
 	hs := make(chan error, 1)
 	go func() { hs <- peer.Handshake() }()
-	if err := server.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-hs; err != nil {
-		t.Fatal(err)
-	}
-	if r.raw.Load() {
-		t.Fatal("raw calls on before the stream was carried")
-	}
-	if got := carried(server); got != net.Conn(server) || !r.raw.Load() {
-		t.Fatalf("carried(tls.Conn) = %T, raw %v; want the same connection, raw on", got, r.raw.Load())
-	}
+	require.NoError(t, server.Handshake())
+	require.NoError(t, <-hs)
+	require.False(t, r.raw.Load(), "raw calls on before the stream was carried")
+	require.Equal(t, net.Conn(server), carried(server), "carried(tls.Conn): want the same connection")
+	require.True(t, r.raw.Load(), "carried(tls.Conn) did not turn the raw calls on")
 	buf := make([]byte, 1024)
 	for i := range 50 {
 		msg := bytes.Repeat([]byte{byte(i)}, 64)
-		if _, err := peer.Write(msg); err != nil {
-			t.Fatal(err)
-		}
+		_, err := peer.Write(msg)
+		require.NoError(t, err)
 		n, err := server.Read(buf)
-		if err != nil || !bytes.Equal(buf[:n], msg) {
-			t.Fatalf("message %d: %d bytes, %v", i, n, err)
-		}
-		if _, err := server.Write(buf[:n]); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(peer, buf[:n]); err != nil || !bytes.Equal(buf[:n], msg) {
-			t.Fatalf("answer %d: %v", i, err)
-		}
+		require.NoError(t, err, "message %d", i)
+		require.Equal(t, msg, buf[:n], "message %d", i)
+		_, err = server.Write(buf[:n])
+		require.NoError(t, err)
+		_, err = io.ReadFull(peer, buf[:n])
+		require.NoError(t, err, "answer %d", i)
+		require.Equal(t, msg, buf[:n], "answer %d", i)
 	}
 	abort(server)
 	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := peer.Read(buf); !errors.Is(err, syscall.ECONNRESET) {
-		t.Fatalf("peer read after abort: %v; want ECONNRESET", err)
-	}
+	_, err := peer.Read(buf)
+	require.ErrorIs(t, err, syscall.ECONNRESET, "peer read after abort")
 }

@@ -87,8 +87,7 @@ func (t *RouteTrust) watch(f informers.SharedInformerFactory, logger klog.Logger
 		}
 		return obj, nil
 	})
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: kick, DeleteFunc: kick,
-		UpdateFunc: func(_, o any) { kick(o) }})
+	onEvent(inf, kick)
 	t.w = &claimWatch{slices: inf, logger: logger, ignored: map[string]string{}}
 	if t.Ports.IsZero() {
 		logger.Info("No --egress-ports: claims on any port are believed; give the gateway the controller's --egress-ports")
@@ -169,19 +168,16 @@ type claim struct {
 	corroborated bool
 }
 
-// before reports whether claim a beats claim b to a port: see RouteTrust.
-func (a claim) before(b claim) bool {
+// compare is negative when claim a beats claim b to a port: see RouteTrust.
+func (a claim) compare(b claim) int {
 	if a.corroborated != b.corroborated {
-		return a.corroborated
+		if a.corroborated {
+			return -1
+		}
+		return 1
 	}
-	ta, tb := a.svc.CreationTimestamp, b.svc.CreationTimestamp
-	if !ta.Equal(&tb) {
-		return ta.Before(&tb)
-	}
-	if c := cmp.Compare(a.route.Mirror, b.route.Mirror); c != 0 {
-		return c < 0
-	}
-	return a.route.Dest.Port < b.route.Dest.Port
+	return cmp.Or(a.svc.CreationTimestamp.Compare(b.svc.CreationTimestamp.Time),
+		cmp.Compare(a.route.Mirror, b.route.Mirror), cmp.Compare(a.route.Dest.Port, b.route.Dest.Port))
 }
 
 // computeRoutes is the route table of mirrors, with eps the controller's
@@ -244,15 +240,7 @@ func computeRoutes(mirrors []*corev1.Service, eps []*discoveryv1.EndpointSlice, 
 	}
 	tab := routeTable{routes: map[int32]Route{}, conflicts: map[int32][]string{}, ignored: ignored}
 	for p, claims := range byPort {
-		slices.SortFunc(claims, func(a, b claim) int {
-			switch {
-			case a.before(b):
-				return -1
-			case b.before(a):
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(claims, claim.compare)
 		tab.routes[p] = claims[0].route
 		if len(claims) > 1 {
 			names := make([]string, len(claims))

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,6 +105,14 @@ func newPair(t *testing.T, configure ...func(*Ingress, *Egress)) *pair {
 	return p
 }
 
+// issue issues cluster's certificate from ca.
+func issue(t *testing.T, ca *gatewaytest.CA, cluster string, o gatewaytest.Options) *gatewaytest.Issued {
+	t.Helper()
+	is, err := ca.Issue(cluster, o)
+	require.NoError(t, err)
+	return is
+}
+
 func (p *pair) certs(t *testing.T, cluster string, o gatewaytest.Options) *Certs {
 	t.Helper()
 	files, err := p.ca.IssueFiles(p.dir, cluster, o)
@@ -142,11 +151,23 @@ func (p *pair) mirror(t *testing.T, svc, host string, port int32) int32 {
 	if host != "" {
 		name = host + "-west"
 	}
-	_, err := p.client.CoreV1().Services("default").Create(context.Background(),
-		mirrorService(name, svc, host, map[int32]int32{port: egressPort}), metav1.CreateOptions{})
-	require.NoError(t, err)
+	p.create(t, mirrorService(name, svc, host, map[int32]int32{port: egressPort}))
 	p.waitListening(t, egressPort, true)
 	return egressPort
+}
+
+// serveWeb sends web to target and returns the egress port of its mirror.
+func (p *pair) serveWeb(t *testing.T, target netip.AddrPort) int32 {
+	t.Helper()
+	p.resolver.set(web, target)
+	return p.mirror(t, "web", "", 80)
+}
+
+// create writes the Service svc through the egress's clientset.
+func (p *pair) create(t *testing.T, svc *corev1.Service) {
+	t.Helper()
+	_, err := p.client.CoreV1().Services(svc.Namespace).Create(context.Background(), svc, metav1.CreateOptions{})
+	require.NoError(t, err)
 }
 
 // waitListening waits until the egress listens on port (or no longer
@@ -159,6 +180,26 @@ func (p *pair) waitListening(t *testing.T, port int32, want bool) {
 		_, ok := p.egress.ln[port]
 		return ok == want
 	}, 5*time.Second, 5*time.Millisecond, "egress listening on %d: want %v", port, want)
+}
+
+// listen listens on a free loopback port until t ends.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// serveIngress serves in on a free loopback port until t ends, and returns
+// its address.
+func serveIngress(t *testing.T, in *Ingress) string {
+	t.Helper()
+	ln := listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = in.Serve(ctx, ln) }()
+	return ln.Addr().String()
 }
 
 func freePort(t *testing.T) int32 {
@@ -178,9 +219,7 @@ type server struct {
 
 func startServer(t *testing.T, handle func(net.Conn)) *server {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
+	ln := listen(t)
 	s := &server{addr: netip.MustParseAddrPort(ln.Addr().String())}
 	go func() {
 		for {
@@ -307,6 +346,50 @@ func connect(t *testing.T, c net.Conn, request string) (*http.Response, *bufio.R
 	require.NoError(t, err)
 	_ = c.SetDeadline(time.Time{})
 	return resp, br
+}
+
+// tunnel opens a stream through the ingress at addr to authority, as east,
+// and returns it with the target's first line.
+func (p *pair) tunnel(t *testing.T, addr, authority string) (*tls.Conn, *bufio.Reader, string) {
+	t.Helper()
+	c := dialIngress(t, addr, p.east.ClientConfig("west", nil))
+	resp, br := connect(t, c, connectRequest(authority))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_ = c.SetReadDeadline(time.Now().Add(eventBound))
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	_ = c.SetReadDeadline(time.Time{})
+	return c, br, line
+}
+
+// requireRefusal connects to the ingress at addr with cfg (east's when
+// nil), sends request and wants it refused with status and reason, counted
+// once more under peer.
+func (p *pair) requireRefusal(t *testing.T, addr string, cfg *tls.Config, request, peer string,
+	status int, reason Reason) {
+	t.Helper()
+	if cfg == nil {
+		cfg = p.east.ClientConfig("west", nil)
+	}
+	before := refusals(peer, DirectionIngress, reason)
+	resp, _ := connect(t, dialIngress(t, addr, cfg), request)
+	assert.Equal(t, status, resp.StatusCode)
+	assert.Equal(t, string(reason), resp.Header.Get("X-Mcmirror-Reason"))
+	assert.Equal(t, before+1, refusals(peer, DirectionIngress, reason),
+		"refusals_total{peer=%q,reason=%q}", peer, reason)
+}
+
+// requireOpen checks that an established stream to an echo target still
+// carries bytes.
+func requireOpen(t *testing.T, c *tls.Conn, br *bufio.Reader, what string) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(eventBound))
+	defer func() { _ = c.SetDeadline(time.Time{}) }()
+	_, err := io.WriteString(c, "still here\n")
+	require.NoError(t, err, "%s: established stream cut", what)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err, "%s: established stream cut", what)
+	require.Equal(t, "still here\n", line, what)
 }
 
 func connectRequest(authority string) string {

@@ -30,8 +30,7 @@ func TestEgressBoundsConnectionsPerSource(t *testing.T) {
 	const perSource = 3
 	p := newPair(t, func(_ *Ingress, eg *Egress) { eg.MaxConnsPerSource = perSource })
 	echo := startEcho(t, "hi")
-	p.resolver.set(web, echo.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, echo.addr)
 
 	var held []net.Conn
 	for range perSource {
@@ -67,22 +66,17 @@ func TestIngressBoundsStreamsPerPeer(t *testing.T) {
 	const perPeer = 2
 	p, _ := exportsPair(t, func(in *Ingress, _ *Egress) { in.MaxConnsPerPeer = perPeer })
 	for range perPeer {
-		openStream(t, p)
+		p.openStream(t)
 	}
-	before := refusals("east", DirectionIngress, ReasonTooManyFromPeer)
-	c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-	resp, _ := connect(t, c, connectRequest("web.default:80"))
-	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	assert.Equal(t, string(ReasonTooManyFromPeer), resp.Header.Get("X-Mcmirror-Reason"))
-	assert.Equal(t, before+1, refusals("east", DirectionIngress, ReasonTooManyFromPeer), "refusals_total{peer=east,reason=too_many_from_peer}")
+	p.requireRefusal(t, p.ingressAddr, nil, connectRequest("web.default:80"), "east",
+		http.StatusServiceUnavailable, ReasonTooManyFromPeer)
 
 	probe := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-	resp, _ = connect(t, probe, "GET "+ProbePath+" HTTP/1.1\r\nHost: west\r\n\r\n")
+	resp, _ := connect(t, probe, "GET "+ProbePath+" HTTP/1.1\r\nHost: west\r\n\r\n")
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "a peer at its bound is probed as alive")
 
-	paris, err := p.ca.Issue("paris", gatewaytest.Options{})
-	require.NoError(t, err)
-	c = dialIngress(t, p.ingressAddr, clientTLS(t, paris))
+	paris := issue(t, p.ca, "paris", gatewaytest.Options{})
+	c := dialIngress(t, p.ingressAddr, clientTLS(t, paris))
 	resp, _ = connect(t, c, connectRequest("web.default:80"))
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "another cluster is served")
 }

@@ -39,8 +39,7 @@ func TestIdleTimeoutEndsStalledWrite(t *testing.T) {
 			}
 		}
 	})
-	p.resolver.set(web, flood.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, flood.addr)
 	noStreams(t)
 
 	c := dialEgress(t, port)
@@ -101,8 +100,7 @@ func TestSlowReaderIsNotCut(t *testing.T) {
 		_, _ = c.Write(payload)
 		_ = c.(*net.TCPConn).CloseWrite()
 	})
-	p.resolver.set(web, srv.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, srv.addr)
 
 	d := net.Dialer{Control: small(syscall.SO_RCVBUF)}
 	raw, err := d.Dial("tcp", egressAddr(port))

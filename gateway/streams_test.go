@@ -32,8 +32,7 @@ func held() (h [len(bufSizes)]int64) {
 func TestIdleStreamHoldsSmallBuffers(t *testing.T) {
 	p := newPair(t)
 	echo := startEcho(t, "hi")
-	p.resolver.set(web, echo.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, echo.addr)
 	noStreams(t)
 	base := held()
 	largeBefore := bufTaken[len(bufSizes)-1].Load()
@@ -125,8 +124,7 @@ func TestThousandConcurrentStreams(t *testing.T) {
 		in.DialTimeout = time.Minute
 	})
 	echo := startEcho(t, "hi")
-	p.resolver.set(web, echo.addr)
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, echo.addr)
 	addr := egressAddr(port)
 
 	// One stream first, so that what starts once (session caches, the

@@ -26,9 +26,8 @@ func TestEgressKeepsMirrorPortAgainstForgedClaims(t *testing.T) {
 
 	port, other := freePort(t), freePort(t)
 	real := made(mirrorService("web-west", "web", "", map[int32]int32{80: port}), "shop", 0)
-	_, err := p.client.CoreV1().Services("shop").Create(ctx, real, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = p.client.DiscoveryV1().EndpointSlices("shop").Create(ctx, controllerSlice(real), metav1.CreateOptions{})
+	p.create(t, real)
+	_, err := p.client.DiscoveryV1().EndpointSlices("shop").Create(ctx, controllerSlice(real), metav1.CreateOptions{})
 	require.NoError(t, err)
 	p.waitListening(t, port, true)
 	roundTrip(t, port, "shop/web\n")
@@ -43,8 +42,7 @@ func TestEgressKeepsMirrorPortAgainstForgedClaims(t *testing.T) {
 
 	// A forged mirror in another namespace, made later.
 	forged := made(mirrorService("evil-west", "evil", "", map[int32]int32{80: port}), "tenant", time.Minute)
-	_, err = p.client.CoreV1().Services("tenant").Create(ctx, forged, metav1.CreateOptions{})
-	require.NoError(t, err)
+	p.create(t, forged)
 	requireValue(t, egressConflicts, 1) // seen
 	require.True(t, listening(), "the real mirror's port is still served")
 	roundTrip(t, port, "shop/web\n")
@@ -54,8 +52,7 @@ func TestEgressKeepsMirrorPortAgainstForgedClaims(t *testing.T) {
 	// An older Service, relabelled as a mirror: the real mirror has the
 	// controller's EndpointSlice, it keeps the port.
 	older := made(mirrorService("evil-west", "evil", "", map[int32]int32{80: port}), "tenant", -time.Hour)
-	_, err = p.client.CoreV1().Services("tenant").Create(ctx, older, metav1.CreateOptions{})
-	require.NoError(t, err)
+	p.create(t, older)
 	requireValue(t, egressConflicts, 1)
 	require.True(t, listening())
 	roundTrip(t, port, "shop/web\n")
@@ -65,8 +62,7 @@ func TestEgressKeepsMirrorPortAgainstForgedClaims(t *testing.T) {
 	// A Service being deleted, held by a finalizer, claiming the port and
 	// another: ignored, both ports.
 	hog := deleting(made(mirrorService("hog-west", "hog", "", map[int32]int32{80: port, 81: other}), "tenant", time.Minute))
-	_, err = p.client.CoreV1().Services("tenant").Create(ctx, hog, metav1.CreateOptions{})
-	require.NoError(t, err)
+	p.create(t, hog)
 	requireValue(t, egressClaimsIgnored.WithLabelValues(ignoredDeleting), 2)
 	requireValue(t, egressConflicts, 0)
 	require.True(t, listening())

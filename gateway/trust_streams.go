@@ -80,6 +80,13 @@ func objectKey(obj any) string {
 	return k
 }
 
+// onEvent calls f with the object of every event of inf (the new one of
+// an update).
+func onEvent(inf cache.SharedInformer, f func(obj any)) {
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: f, DeleteFunc: f,
+		UpdateFunc: func(_, o any) { f(o) }})
+}
+
 // follow marks the Service of every event of the EndpointSlices informer
 // and of each Services informer (one per way of export).
 func (g *streamGuard) follow(slices cache.SharedIndexInformer, services ...cache.SharedIndexInformer) {
@@ -93,11 +100,7 @@ func (g *streamGuard) follow(slices cache.SharedIndexInformer, services ...cache
 		return ""
 	}
 	for _, inf := range services {
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { g.touch(objectKey(o)) },
-			UpdateFunc: func(_, o any) { g.touch(objectKey(o)) },
-			DeleteFunc: func(o any) { g.touch(objectKey(o)) },
-		})
+		onEvent(inf, func(o any) { g.touch(objectKey(o)) })
 	}
 	_, _ = slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(o any) { g.touch(sliceKey(o)) },

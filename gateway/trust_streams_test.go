@@ -20,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -53,13 +52,7 @@ func guardedPairLabelled(t *testing.T, lbls map[string]string, setup ...func(*fa
 	for _, f := range setup {
 		f(client)
 	}
-	sel, err := k8slabels.Parse(labels.DefaultExportSelector)
-	require.NoError(t, err)
-	exports := NewExports(client, sel)
-	exports.SetPolicy(EndpointPolicy{Selectorless: []string{"default/web"}}.AllowLoopback())
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	require.NoError(t, exports.Run(ctx))
+	exports := runExports(t, client, EndpointPolicy{Selectorless: []string{"default/web"}}.AllowLoopback())
 	p := newPair(t, func(in *Ingress, _ *Egress) { in.Resolver = exports })
 	return p, client, [2]netip.AddrPort{a.addr, b.addr}
 }
@@ -68,13 +61,7 @@ func guardedPairLabelled(t *testing.T, lbls map[string]string, setup ...func(*fa
 // and which of guardedPair's targets it reached (0 or 1), by its greeting.
 func (p *pair) stream(t *testing.T) (*tls.Conn, *bufio.Reader, int) {
 	t.Helper()
-	c := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-	resp, br := connect(t, c, connectRequest("web.default:80"))
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	line, err := br.ReadString('\n')
-	require.NoError(t, err)
-	_ = c.SetReadDeadline(time.Time{})
+	c, br, line := p.tunnel(t, p.ingressAddr, "web.default:80")
 	switch line {
 	case "west a\n":
 		return c, br, 0
@@ -99,18 +86,6 @@ func requireEnded(t *testing.T, c net.Conn, since time.Time, what string) time.D
 	return took
 }
 
-// requireOpen checks that an established stream still carries bytes.
-func requireOpen(t *testing.T, c *tls.Conn, br *bufio.Reader, what string) {
-	t.Helper()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	defer func() { _ = c.SetDeadline(time.Time{}) }()
-	_, err := io.WriteString(c, "still here\n")
-	require.NoError(t, err, what)
-	line, err := br.ReadString('\n')
-	require.NoError(t, err, what)
-	require.Equal(t, "still here\n", line, what)
-}
-
 // An established stream through a real ingress, on real sockets, is ended
 // within the bound when its export is withdrawn (the label taken off), when
 // its endpoint leaves the EndpointSlice, and when the Service is deleted;
@@ -122,12 +97,7 @@ func TestWithdrawnExportEndsStreams(t *testing.T) {
 		p, client, _ := guardedPair(t)
 		c, _, _ := p.stream(t)
 		before := value(streamsEnded.WithLabelValues("east", streamNotExported))
-		svc, err := client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
-		require.NoError(t, err)
-		delete(svc.Labels, labels.Exported)
-		start := time.Now()
-		_, err = client.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{})
-		require.NoError(t, err)
+		start := relabel(t, client, "web", labels.Exported, "")
 		requireEnded(t, c, start, "export withdrawn")
 		require.Eventually(t, func() bool { return value(streamsEnded.WithLabelValues("east", streamNotExported)) == before+1 }, time.Second, time.Millisecond)
 		// And nothing new gets in.

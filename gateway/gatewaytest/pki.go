@@ -92,15 +92,7 @@ func (ca *CA) Intermediate(cluster string, o Options) (*CA, error) {
 		return nil, errors.New("gatewaytest: an intermediate is made by the root")
 	}
 	o = o.withDefaults(90 * 24 * time.Hour)
-	key, err := trust.NewKey()
-	if err != nil {
-		return nil, err
-	}
-	tmpl := trust.IntermediateTemplate(o.TrustDomain, cluster, o.NotBefore, o.NotAfter)
-	if o.NoIdentity {
-		tmpl.URIs = nil
-	}
-	cert, err := trust.Sign(tmpl, key.Public(), &trust.CA{Cert: ca.Cert, Key: ca.Key})
+	cert, key, err := sign(trust.IntermediateTemplate(o.TrustDomain, cluster, o.NotBefore, o.NotAfter), ca, o)
 	if err != nil {
 		return nil, err
 	}
@@ -156,15 +148,7 @@ func (ca *CA) Issue(cluster string, o Options) (*Issued, error) {
 			return nil, err
 		}
 	}
-	key, err := trust.NewKey()
-	if err != nil {
-		return nil, err
-	}
-	tmpl := trust.GatewayTemplate(o.TrustDomain, cluster, o.NotBefore, o.NotAfter)
-	if o.NoIdentity {
-		tmpl.URIs = nil
-	}
-	cert, err := trust.Sign(tmpl, key.Public(), &trust.CA{Cert: signer.Cert, Key: signer.Key})
+	cert, key, err := sign(trust.GatewayTemplate(o.TrustDomain, cluster, o.NotBefore, o.NotAfter), signer, o)
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +161,20 @@ func (ca *CA) Issue(cluster string, o Options) (*Issued, error) {
 		chain = append(chain, signer.CertPEM...)
 	}
 	return &Issued{CertPEM: chain, KeyPEM: keyPEM}, nil
+}
+
+// sign makes a key and signs tmpl for it with signer, without the spiffe
+// URI SAN when o says so.
+func sign(tmpl *x509.Certificate, signer *CA, o Options) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	key, err := trust.NewKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.NoIdentity {
+		tmpl.URIs = nil
+	}
+	cert, err := trust.Sign(tmpl, key.Public(), &trust.CA{Cert: signer.Cert, Key: signer.Key})
+	return cert, key, err
 }
 
 // Root returns the root: ca itself, or the one that made the intermediate

@@ -11,6 +11,7 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -357,6 +358,37 @@ func rulesOf(t require.TestingT, ctx context.Context, c kubernetes.Interface, ns
 	return ruleStrings(r.Status)
 }
 
+// freshAccount creates, in namespace ns of cluster c, ServiceAccount name
+// bound to nothing (unless it is there already), and returns a client of
+// it: what every account may do (discovery, self reviews).
+func freshAccount(t *testing.T, c *harness.Cluster, ns, name string) kubernetes.Interface {
+	t.Helper()
+	_, err := c.Client.CoreV1().ServiceAccounts(ns).Create(context.Background(),
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	return saClient(t, c, ns, name)
+}
+
+// waitExtraRules waits until the rules of client in ns beyond those of
+// baseline are want (sorted): RBAC is read through an informer, so the
+// bindings of a manifest just applied count a moment later.
+func waitExtraRules(t *testing.T, client, baseline kubernetes.Interface, ns string, want []string) {
+	t.Helper()
+	ctx := context.Background()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		base := rulesOf(ct, ctx, baseline, ns)
+		var extra []string
+		for _, r := range rulesOf(ct, ctx, client, ns) {
+			if _, found := slices.BinarySearch(base, r); !found {
+				extra = append(extra, r)
+			}
+		}
+		assert.Equal(ct, want, extra, "rules in namespace %s beyond a fresh ServiceAccount's", ns)
+	}, wait, tick)
+}
+
 func saClient(t *testing.T, c *harness.Cluster, ns, name string) kubernetes.Interface {
 	t.Helper()
 	cfg, err := c.ServiceAccountConfig(context.Background(), ns, name)
@@ -381,33 +413,13 @@ func TestLeastPrivilege(t *testing.T) {
 			}
 			client := saClient(t, c, a.ns, a.name)
 			user := fmt.Sprintf("system:serviceaccount:%s:%s", a.ns, a.name)
-
-			// A fresh ServiceAccount of the same namespace: what every
-			// account gets (discovery, self reviews) and is no part of
-			// the role.
-			const fresh = "mcmirror-privilege-baseline"
-			_, err := c.Client.CoreV1().ServiceAccounts(a.ns).Create(ctx,
-				&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: fresh}}, metav1.CreateOptions{})
-			if !apierrors.IsAlreadyExists(err) {
-				require.NoError(t, err)
-			}
-			baseline := saClient(t, c, a.ns, fresh)
+			// The role is what a fresh ServiceAccount of the same
+			// namespace may not do.
+			baseline := freshAccount(t, c, a.ns, "mcmirror-privilege-baseline")
 
 			t.Run("rules", func(t *testing.T) {
-				for _, ns := range sortedKeys(a.rules) {
-					want := slices.Sorted(slices.Values(a.rules[ns]))
-					// RBAC is read through an informer: the bindings
-					// of a manifest just applied count a moment later.
-					require.EventuallyWithT(t, func(ct *assert.CollectT) {
-						base := rulesOf(ct, ctx, baseline, ns)
-						var extra []string
-						for _, r := range rulesOf(ct, ctx, client, ns) {
-							if _, found := slices.BinarySearch(base, r); !found {
-								extra = append(extra, r)
-							}
-						}
-						assert.Equal(ct, want, extra, "%s in namespace %s: rules beyond a fresh ServiceAccount's", user, ns)
-					}, wait, tick)
+				for _, ns := range slices.Sorted(maps.Keys(a.rules)) {
+					waitExtraRules(t, client, baseline, ns, slices.Sorted(slices.Values(a.rules[ns])))
 				}
 			})
 
@@ -421,10 +433,4 @@ func TestLeastPrivilege(t *testing.T) {
 			})
 		})
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := keys(m)
-	slices.Sort(out)
-	return out
 }

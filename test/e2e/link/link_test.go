@@ -2,6 +2,8 @@ package link_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,9 +52,10 @@ func TestLinkUnlink(t *testing.T) {
 	name := "nginx-svc-west." + ns + ".svc.cluster.local."
 	require.NoError(t, west.Apply(ctx, harness.StatefulSet(ns, "nginx-svc", "nginx-set", 2, map[string]string{labels.Exported: labels.ExportGateway})))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
-		assert.ElementsMatch(c, []string{"nginx-svc-west", "nginx-set-0-west", "nginx-set-1-west"}, m)
+		assert.ElementsMatch(c, []string{"nginx-svc-west", "nginx-set-0-west", "nginx-set-1-west"},
+			slices.Collect(maps.Keys(m)))
 	}, wait, tick, "west's export mirrored in east through the printed link")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		r := dnsServer.Ask(c, "udp", name, dns.TypeA)
@@ -74,7 +77,7 @@ func TestLinkUnlink(t *testing.T) {
 
 	// The controller drops the link and sweeps its mirrors.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Empty(c, m)
 	}, wait, tick, "the mirrors of west go with the link")

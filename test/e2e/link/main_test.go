@@ -77,19 +77,6 @@ func mustRun(t *testing.T, args ...string) result {
 	return r
 }
 
-// mirrors returns the names of east's mirror Services in ns.
-func mirrors(ctx context.Context, ns string) ([]string, error) {
-	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.MirrorSelector})
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, s := range list.Items {
-		out = append(out, s.Name)
-	}
-	return out, nil
-}
-
 // decodeSecret reads the one Secret of a printed YAML stream.
 func decodeSecret(t *testing.T, stream string) *corev1.Secret {
 	t.Helper()

@@ -287,8 +287,7 @@ func TestDNSHook(t *testing.T) {
 			return client.AppsV1().Deployments("kube-system").Delete(ctx, "coredns", metav1.DeleteOptions{})
 		},
 		"list Deployments": func() error {
-			_, err := client.AppsV1().Deployments("kube-system").List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(client.AppsV1().Deployments("kube-system").List(ctx, metav1.ListOptions{}))
 		},
 		"watch coredns": func() error {
 			w, err := client.AppsV1().Deployments("kube-system").Watch(ctx, metav1.SingleObject(metav1.ObjectMeta{Name: "coredns"}))
@@ -298,16 +297,13 @@ func TestDNSHook(t *testing.T) {
 			return err
 		},
 		"patch coredns elsewhere": func() error {
-			_, err := client.AppsV1().Deployments(ref).Patch(ctx, "coredns", types.JSONPatchType, []byte(`[]`), metav1.PatchOptions{})
-			return err
+			return errOf(client.AppsV1().Deployments(ref).Patch(ctx, "coredns", types.JSONPatchType, []byte(`[]`), metav1.PatchOptions{}))
 		},
 		"update coredns": func() error {
-			_, err := client.AppsV1().Deployments("kube-system").Update(ctx, reverted, metav1.UpdateOptions{})
-			return err
+			return errOf(client.AppsV1().Deployments("kube-system").Update(ctx, reverted, metav1.UpdateOptions{}))
 		},
 		"patch coredns's scale": func() error {
-			_, err := client.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", types.JSONPatchType, []byte(`[]`), metav1.PatchOptions{}, "scale")
-			return err
+			return errOf(client.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", types.JSONPatchType, []byte(`[]`), metav1.PatchOptions{}, "scale"))
 		},
 	} {
 		assert.True(t, apierrors.IsForbidden(do()), "the hook may not %s", what)

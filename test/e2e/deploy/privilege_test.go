@@ -46,8 +46,7 @@ func secretReads(ns string) []action {
 	}
 	acts := []action{
 		{"list Secrets in " + in, func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}))
 		}},
 		{"watch Secrets in " + in, func(ctx context.Context, c kubernetes.Interface) error {
 			w, err := c.CoreV1().Secrets(ns).Watch(ctx, metav1.ListOptions{})
@@ -59,8 +58,7 @@ func secretReads(ns string) []action {
 	}
 	if ns != "" {
 		acts = append(acts, action{"get a Secret in " + ns, func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Secrets(ns).Get(ctx, "cluster-credentials-west", metav1.GetOptions{})
-			return err
+			return errOf(c.CoreV1().Secrets(ns).Get(ctx, "cluster-credentials-west", metav1.GetOptions{}))
 		}})
 	}
 	return acts
@@ -81,12 +79,10 @@ func serviceWrites(ns string) []action {
 			return err
 		}},
 		{"update a Service", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
-			return err
+			return errOf(c.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}))
 		}},
 		{"patch a Service", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Services(ns).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-			return err
+			return errOf(c.CoreV1().Services(ns).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}))
 		}},
 		{"delete a Service", func(ctx context.Context, c kubernetes.Interface) error {
 			return c.CoreV1().Services(ns).Delete(ctx, svc.Name, metav1.DeleteOptions{})
@@ -95,8 +91,7 @@ func serviceWrites(ns string) []action {
 			return c.DiscoveryV1().EndpointSlices(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 		}},
 		{"update a Service's status", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
-			return err
+			return errOf(c.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}))
 		}},
 		{"create an EndpointSlice", func(ctx context.Context, c kubernetes.Interface) error {
 			e := es.DeepCopy()
@@ -105,12 +100,10 @@ func serviceWrites(ns string) []action {
 			return err
 		}},
 		{"update an EndpointSlice", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.DiscoveryV1().EndpointSlices(ns).Update(ctx, es, metav1.UpdateOptions{})
-			return err
+			return errOf(c.DiscoveryV1().EndpointSlices(ns).Update(ctx, es, metav1.UpdateOptions{}))
 		}},
 		{"patch an EndpointSlice", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.DiscoveryV1().EndpointSlices(ns).Patch(ctx, es.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-			return err
+			return errOf(c.DiscoveryV1().EndpointSlices(ns).Patch(ctx, es.Name, types.MergePatchType, patch, metav1.PatchOptions{}))
 		}},
 		{"delete an EndpointSlice", func(ctx context.Context, c kubernetes.Interface) error {
 			return c.DiscoveryV1().EndpointSlices(ns).Delete(ctx, es.Name, metav1.DeleteOptions{})
@@ -122,32 +115,25 @@ func serviceWrites(ns string) []action {
 func otherReads(ns string) []action {
 	return []action{
 		{"list Pods", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.CoreV1().Pods("").List(ctx, metav1.ListOptions{}))
 		}},
 		{"get a Pod", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Pods(ns).Get(ctx, "any", metav1.GetOptions{})
-			return err
+			return errOf(c.CoreV1().Pods(ns).Get(ctx, "any", metav1.GetOptions{}))
 		}},
 		{"list ConfigMaps", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{}))
 		}},
 		{"list Endpoints", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Endpoints("").List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.CoreV1().Endpoints("").List(ctx, metav1.ListOptions{}))
 		}},
 		{"list Nodes", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.CoreV1().Nodes().List(ctx, metav1.ListOptions{}))
 		}},
 		{"list Deployments", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.AppsV1().Deployments("").List(ctx, metav1.ListOptions{}))
 		}},
 		{"list ClusterRoles", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{}))
 		}},
 	}
 }
@@ -164,8 +150,7 @@ func escalations(self, ns string) []action {
 			return err
 		}},
 		{"create a token for itself", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, self, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-			return err
+			return errOf(c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, self, &authenticationv1.TokenRequest{}, metav1.CreateOptions{}))
 		}},
 		{"create a Pod", func(ctx context.Context, c kubernetes.Interface) error {
 			_, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
@@ -175,12 +160,10 @@ func escalations(self, ns string) []action {
 			return err
 		}},
 		{"create a Secret", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "privilege-test"}}, metav1.CreateOptions{})
-			return err
+			return errOf(c.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "privilege-test"}}, metav1.CreateOptions{}))
 		}},
 		{"create a Namespace", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "privilege-test"}}, metav1.CreateOptions{})
-			return err
+			return errOf(c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "privilege-test"}}, metav1.CreateOptions{}))
 		}},
 		{"delete a Namespace", func(ctx context.Context, c kubernetes.Interface) error {
 			return c.CoreV1().Namespaces().Delete(ctx, "default", metav1.DeleteOptions{})
@@ -200,10 +183,12 @@ func eventCreate(ns string) action {
 
 func serviceGet(ns string) action {
 	return action{"get a Service by name", func(ctx context.Context, c kubernetes.Interface) error {
-		_, err := c.CoreV1().Services(ns).Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err
+		return errOf(c.CoreV1().Services(ns).Get(ctx, "kubernetes", metav1.GetOptions{}))
 	}}
 }
+
+// errOf is the error of a call that returns a value too.
+func errOf[T any](_ T, err error) error { return err }
 
 func concat(lists ...[]action) []action { return slices.Concat(lists...) }
 
@@ -221,8 +206,7 @@ func only(acts []action, whats ...string) []action {
 }
 
 var getLinkSecret = action{"get a link Secret by name", func(ctx context.Context, c kubernetes.Interface) error {
-	_, err := c.CoreV1().Secrets(links).Get(ctx, "cluster-credentials-west", metav1.GetOptions{})
-	return err
+	return errOf(c.CoreV1().Secrets(links).Get(ctx, "cluster-credentials-west", metav1.GetOptions{}))
 }}
 
 // account is a ServiceAccount of deploy/ and what it may do.
@@ -295,8 +279,7 @@ func accounts() []account {
 					return err
 				}},
 				{"get another Lease in mcmirror", func(ctx context.Context, c kubernetes.Interface) error {
-					_, err := c.CoordinationV1().Leases("mcmirror").Get(ctx, "someone-else", metav1.GetOptions{})
-					return err
+					return errOf(c.CoordinationV1().Leases("mcmirror").Get(ctx, "someone-else", metav1.GetOptions{}))
 				}},
 				{"delete its Lease", func(ctx context.Context, c kubernetes.Interface) error {
 					return c.CoordinationV1().Leases("mcmirror").Delete(ctx, "mcmirror-controller", metav1.DeleteOptions{})

@@ -77,6 +77,9 @@ func mustRun(t *testing.T, args ...string) result {
 	return r
 }
 
+// errOf is the error of a call that returns a value too.
+func errOf[T any](_ T, err error) error { return err }
+
 // decodeSecret reads the one Secret of a printed YAML stream.
 func decodeSecret(t *testing.T, stream string) *corev1.Secret {
 	t.Helper()

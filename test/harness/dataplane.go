@@ -25,15 +25,6 @@ func (c *Cluster) NodeIP() netip.Addr {
 	return c.node.ip
 }
 
-// NodeNetns is the name of the node's network namespace ("" without a data
-// plane).
-func (c *Cluster) NodeNetns() string {
-	if c.node == nil {
-		return ""
-	}
-	return c.node.netns
-}
-
 // DNSServiceIP is the ClusterIP of the cluster DNS Service, kube-system/
 // kube-dns: the tenth address of the service CIDR, as kubeadm picks it.
 // Every pod's resolv.conf names it. It answers once a test runs a fleet

@@ -304,9 +304,6 @@ func (c *Cluster) startScheduler() error {
 	return err
 }
 
-// IsRealNode reports whether the cluster's node is real (ClusterOptions.RealNode).
-func (c *Cluster) IsRealNode() bool { return c.real != nil }
-
 // Kubectl runs the project's kubectl against the cluster with args and
 // returns its combined output (with `exec`, what the command in the pod
 // printed on either stream); on success without kubectl's own log lines

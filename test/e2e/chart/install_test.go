@@ -2,8 +2,10 @@ package chart_test
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,11 +145,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 	// Helm installed the chart's crds/, which `helm get manifest` does not
 	// list; the cluster had no CRD before.
 	crdsBefore := crds(t, ctx, east)
-	names := make([]string, 0, len(crdsBefore))
-	for n := range crdsBefore {
-		names = append(names, n)
-	}
-	require.ElementsMatch(t, harness.MCSCRDNames, names, "the CRDs after install")
+	require.ElementsMatch(t, harness.MCSCRDNames, slices.Collect(maps.Keys(crdsBefore)), "the CRDs after install")
 
 	// The same values again: nothing changes.
 	run(append([]string{"upgrade", "mcmirror", chartDir(), "-n", "mcmirror"}, values...)...)

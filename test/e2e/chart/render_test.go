@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -139,13 +141,7 @@ func (r rendered) stanza(t *testing.T) string {
 }
 
 // kinds lists what r holds, for messages.
-func (r rendered) kinds() []string {
-	var out []string
-	for k := range r {
-		out = append(out, k)
-	}
-	return out
-}
+func (r rendered) kinds() []string { return slices.Collect(maps.Keys(r)) }
 
 // The chart lints clean, strictly, with the values of deploy/'s example
 // cluster, and its defaults alone fail: cluster is required.

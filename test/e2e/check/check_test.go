@@ -3,7 +3,6 @@ package check_test
 import (
 	"context"
 	"crypto/tls"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +65,7 @@ func TestHealthy(t *testing.T) {
 	code, _, text := check(t, env.Cluster("east"), f, "-o", "text")
 	assert.Equal(t, 0, code)
 	t.Logf("the report:\n%s", text)
-	ls := lines(text)
+	ls := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
 	require.Greater(t, len(ls), len(rep.Results))
 	assert.Equal(t, "mcmirror check of east at "+env.Cluster("east").Server, ls[0])
 	for _, r := range rep.Results {
@@ -135,8 +134,9 @@ func TestPeerCertificateOfAnotherCluster(t *testing.T) {
 
 	parisTLS, err := f.ca.IssueFiles(t.TempDir(), "paris", gatewaytest.Options{NotAfter: time.Now().Add(30 * 24 * time.Hour)})
 	require.NoError(t, err)
-	bin := mustBin(t)
-	ingress, metrics := freeLoopback(t), freeLoopback(t)
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	ingress, metrics := harness.LoopbackAddr(harness.FreePort(t)), harness.LoopbackAddr(harness.FreePort(t))
 	paris := &proc{name: "paris/gateway", argv: append([]string{bin, "gateway", "--cluster=paris", "--kubeconfig=" + env.Cluster("west").Kubeconfig,
 		"--ingress-address=" + ingress, "--metrics-addr=" + metrics, "--egress=false", "--allow-cluster=east", "--drain-delay=0s"}, parisTLS.Args()...),
 		ready: httpOK("http://" + metrics + "/readyz")}
@@ -349,19 +349,4 @@ func TestOnlyLinkedTo(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, "warn", r.Status, r.Message)
 	assert.Contains(t, r.Message, "no mirror Service yet")
-}
-
-func mustBin(t *testing.T) string {
-	t.Helper()
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
-	return bin
-}
-
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -17,7 +17,6 @@
 package check_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,18 +182,14 @@ func start(ctx context.Context) (*fleet, error) {
 		return nil, err
 	}
 	valid := gatewaytest.Options{NotAfter: time.Now().Add(30 * 24 * time.Hour)}
-	for _, c := range []string{"east", "west"} {
+	var eastTLS, westTLS gatewaytest.Files
+	for c, files := range map[string]*gatewaytest.Files{"east": &eastTLS, "west": &westTLS} {
 		if err := os.MkdirAll(filepath.Join(f.dir, c), 0o755); err != nil {
 			return nil, err
 		}
-	}
-	eastTLS, err := f.ca.IssueFiles(filepath.Join(f.dir, "east"), "east", valid)
-	if err != nil {
-		return nil, err
-	}
-	westTLS, err := f.ca.IssueFiles(filepath.Join(f.dir, "west"), "west", valid)
-	if err != nil {
-		return nil, err
+		if *files, err = f.ca.IssueFiles(filepath.Join(f.dir, c), c, valid); err != nil {
+			return nil, err
+		}
 	}
 
 	// West: linked to (remote-link.yaml), exports a StatefulSet, runs its
@@ -283,7 +279,7 @@ func start(ctx context.Context) (*fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	kc, err := saKubeconfig(ctx, f.dir, "mcmirror", d.Spec.Template.Spec.ServiceAccountName)
+	kc, err := east.ServiceAccountKubeconfigFile(ctx, f.dir, "mcmirror", d.Spec.Template.Spec.ServiceAccountName)
 	if err != nil {
 		return nil, err
 	}
@@ -394,11 +390,6 @@ func gatewayEndpoints(ctx context.Context, host netip.Addr, port int) error {
 	return err
 }
 
-// saKubeconfig writes a kubeconfig of east's ServiceAccount ns/name.
-func saKubeconfig(ctx context.Context, dir, ns, name string) (string, error) {
-	return env.Cluster("east").ServiceAccountKubeconfigFile(ctx, dir, ns, name)
-}
-
 // startController runs the controller as its Deployment does.
 func startController(ctx context.Context, dir, bin string) error {
 	east := env.Cluster("east")
@@ -406,7 +397,7 @@ func startController(ctx context.Context, dir, bin string) error {
 	if err != nil {
 		return err
 	}
-	kc, err := saKubeconfig(ctx, dir, d.Namespace, d.Spec.Template.Spec.ServiceAccountName)
+	kc, err := east.ServiceAccountKubeconfigFile(ctx, dir, d.Namespace, d.Spec.Template.Spec.ServiceAccountName)
 	if err != nil {
 		return err
 	}
@@ -449,7 +440,7 @@ func startDNS(ctx context.Context, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	kc, err := saKubeconfig(ctx, dir, "kube-system", d.Spec.Template.Spec.ServiceAccountName)
+	kc, err := east.ServiceAccountKubeconfigFile(ctx, dir, "kube-system", d.Spec.Template.Spec.ServiceAccountName)
 	if err != nil {
 		return "", err
 	}
@@ -544,46 +535,22 @@ func check(t testing.TB, c *harness.Cluster, f *fleet, args ...string) (int, rep
 		t.Logf("coredns-mc check's stderr:\n%s", stderr.String())
 	}
 	var rep report
-	if !slicesContain(args, "text") {
+	if !slices.Contains(args, "text") {
 		require.NoError(t, json.Unmarshal(out, &rep), "the JSON report:\n%s", out)
 	}
 	return code, rep, string(out)
-}
-
-func slicesContain(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // healthy waits until check passes every check of east (exit 0, nothing
 // but ok) and returns that report.
 func healthy(t *testing.T, f *fleet) report {
 	t.Helper()
-	var last report
-	var lastCode int
-	deadline := time.Now().Add(wait)
-	for {
-		lastCode, last, _ = check(t, env.Cluster("east"), f, "-o", "json")
-		if lastCode == 0 && last.Summary.Warn == 0 && last.Summary.Fail == 0 {
-			return last
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("check of east not all ok within %s (exit %d):\n%s", wait, lastCode, last.notOK())
-		}
-		time.Sleep(tick)
-	}
-}
-
-// lines splits text output into its lines.
-func lines(s string) []string {
-	var out []string
-	sc := bufio.NewScanner(strings.NewReader(s))
-	for sc.Scan() {
-		out = append(out, sc.Text())
-	}
-	return out
+	var rep report
+	until(t, "check of east all ok", func() (bool, string) {
+		var code int
+		code, rep, _ = check(t, env.Cluster("east"), f, "-o", "json")
+		ok := code == 0 && rep.Summary.Warn == 0 && rep.Summary.Fail == 0
+		return ok, fmt.Sprintf("exit %d:\n%s", code, rep.notOK())
+	})
+	return rep
 }

@@ -32,9 +32,7 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 
 	var m map[string]corev1.Service
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		var err error
-		m, err = env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m = mirrors(c, ns)
 		assert.Len(c, podMirrors(m, "nginx-svc-west"), 3)
 		assert.Len(c, podMirrors(m, "nginx-svc-paris"), 2)
 		assert.Contains(c, m, "web-west")
@@ -83,9 +81,7 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 	// Scale west down: the pod's mirror goes, and so does its name.
 	require.NoError(t, west.Scale(ctx, ns, "nginx-svc-set", 1))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		var err error
-		m, err = env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m = mirrors(c, ns)
 		assert.Equal(c, []string{"nginx-svc-set-0-west"}, podMirrors(m, "nginx-svc-west"))
 		assert.Equal(c, ips("nginx-svc-set-0-west"), ask(c, "nginx-svc-west."+ns+"."+zone, dns.TypeA))
 		assert.Empty(c, ask(c, "nginx-svc-set-2.nginx-svc-west."+ns+"."+zone, dns.TypeA))

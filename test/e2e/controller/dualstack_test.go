@@ -175,9 +175,7 @@ func TestDualStackMirrors(t *testing.T) {
 	egress4, egress6 := "IPv4 ["+egressV4+"]", "IPv6 ["+egressV6+"]"
 	var m map[string]corev1.Service
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		var err error
-		m, err = env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m = mirrors(c, ns)
 		require.Equal(c, []string{"db-set-0-west", "db-set-1-west", "db-west", "plain-west", "web-west"}, names(m))
 		assertFamilies(c, m["web-west"], v6, v4)
 		assert.Equal(c, map[string]string{"web-west": egress6, "web-west.ipv4": egress4}, egressSlicesOf(c, ctx, m["web-west"]))
@@ -206,9 +204,7 @@ func TestDualStackMirrors(t *testing.T) {
 	// only, in place; web-west, IPv6 first, is made again in IPv4.
 	dropV6()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		var err error
-		m, err = env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m = mirrors(c, ns)
 		require.Contains(c, m, "plain-west")
 		require.Contains(c, m, "web-west")
 		assertFamilies(c, m["plain-west"], v4)
@@ -245,9 +241,7 @@ func TestDualStackDNS(t *testing.T) {
 
 	var m map[string]corev1.Service
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		var err error
-		m, err = env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m = mirrors(c, ns)
 		require.Equal(c, []string{"db-set-0-west", "db-west", "plain-west", "web-west"}, names(m))
 		assertFamilies(c, m["web-west"], corev1.IPv4Protocol, corev1.IPv6Protocol)
 		assertFamilies(c, m["db-set-0-west"], corev1.IPv4Protocol, corev1.IPv6Protocol)

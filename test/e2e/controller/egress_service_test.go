@@ -115,8 +115,7 @@ spec: {clusterIP: None}
 	expect := func(want ...string) {
 		t.Helper()
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			m, err := env.Cluster("east").Mirrors(ctx, ns)
-			require.NoError(c, err)
+			m := mirrors(c, ns)
 			assert.Equal(c, []string{"nginx-svc-set-0-west", "nginx-svc-set-1-west", "nginx-svc-west", "web-west"}, names(m))
 			assertEgressSlices(c, ctx, ns, m, want)
 			assert.Equal(c, float64(len(want)), harness.MetricValue(c, "http://"+metrics+"/metrics", "coredns_mcmirror_controller_egress_addresses", nil))

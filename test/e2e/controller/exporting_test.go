@@ -85,8 +85,7 @@ func requireStamp(t *testing.T, cluster, ns, name, mode string, created time.Tim
 func requireMirror(t *testing.T, ns, name string, present bool) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(context.Background(), ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		_, ok := m[name]
 		assert.Equal(c, present, ok, "mirror %s/%s in east: %v", ns, name, names(m))
 	}, wait, tick)

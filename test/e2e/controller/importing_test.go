@@ -124,8 +124,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		mirror, ok := m["api-west"]
 		require.True(c, ok, "mirror api-west")
 		port, ok := labels.ParseEgressPorts(mirror.Annotations[controller.EgressPorts])["80/TCP"]

@@ -38,14 +38,12 @@ func TestRestartKeepsPorts(t *testing.T) {
 	require.NoError(t, west.Apply(ctx, manifest.String()))
 	// Kill it as soon as some, not necessarily all, mirrors exist.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.GreaterOrEqual(c, len(m), 3)
 	}, wait, 5*time.Millisecond)
 	require.NoError(t, first.Signal(syscall.SIGKILL))
 	<-first.Done()
-	before, err := env.Cluster("east").Mirrors(ctx, ns)
-	require.NoError(t, err)
+	before := mirrors(t, ns)
 	t.Logf("%d of %d mirrors existed when the controller was killed", len(before), n+5)
 
 	// Meanwhile the remote cluster changes.
@@ -59,14 +57,12 @@ func TestRestartKeepsPorts(t *testing.T) {
 	}
 	sort.Strings(want)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Equal(c, want, names(m))
 		assertConsistent(c, ctx, ns, m)
 		assertPortsUnique(c, ctx)
 	}, wait, tick)
-	after, err := env.Cluster("east").Mirrors(ctx, ns)
-	require.NoError(t, err)
+	after := mirrors(t, ns)
 	for name, b := range before {
 		a := after[name]
 		assert.Equal(t, b.UID, a.UID, "%s was not recreated", name)
@@ -114,8 +110,7 @@ func TestLeaderElection(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) { leader = holder(c) }, wait, tick)
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "one", 80, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Contains(c, m, "one-west")
 	}, wait, tick)
 
@@ -176,8 +171,7 @@ spec: {ports: [{port: 1}]}
 
 	require.NoError(t, east.Client.CoreV1().Secrets("e2e-link-secrets").Delete(ctx, secret.Name, metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Equal(c, []string{"web-west"}, names(m))
 	}, wait, tick)
 	now, err := east.Client.CoreV1().Services(ns).Get(ctx, "bystander-paris", metav1.GetOptions{})
@@ -199,17 +193,15 @@ func TestNamespaces(t *testing.T) {
 		got, err := east.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		require.NoError(c, err)
 		assert.Equal(c, controller.ManagedByValue, got.Labels[controller.ManagedBy])
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Equal(c, []string{"db-set-0-west", "db-set-1-west", "db-west"}, names(m))
 	}, wait, tick)
 
 	require.NoError(t, west.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Empty(c, m)
-		_, err = east.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		_, err := east.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		assert.NoError(c, err, "namespaces are never deleted")
 	}, wait, tick)
 }
@@ -247,13 +239,11 @@ func TestRollingUpdateKeepsPodMirrors(t *testing.T) {
 			}
 		}
 		assert.Len(c, uids, 3, "three new pods")
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Equal(c, want, names(m))
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)
-	after, err := env.Cluster("east").Mirrors(ctx, ns)
-	require.NoError(t, err)
+	after := mirrors(t, ns)
 	for _, name := range want {
 		assert.Equal(t, before[name].UID, after[name].UID, "%s was not recreated", name)
 	}

@@ -34,14 +34,12 @@ func exportBoth(t *testing.T, left, kept string) {
 // pod).
 func requireComes(t *testing.T, s *harness.DNSServer, ns string) {
 	t.Helper()
-	ctx := context.Background()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		pods := podIPs(c, env.Cluster("west"), ns)
 		require.Len(c, pods, 1)
 		r := s.Ask(c, "tcp", "db-west."+ns+"."+zone, dns.TypeA)
 		assert.Equal(c, []string{pods["db-set-0"]}, harness.Answers(r), "name db-west.%s", ns)
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Contains(c, m, "db-west", "mirror")
 		imp, ok := readImport(c, ns, "db")
 		require.True(c, ok, "ServiceImport %s/db", ns)
@@ -58,10 +56,9 @@ func assertLeftOut(t *testing.T, s *harness.DNSServer, ns string) {
 	for _, name := range []string{"db-west." + ns + "." + zone, "db-set-0.db-west." + ns + "." + zone, "db-global." + ns + "." + zone} {
 		assert.Equal(t, dns.RcodeToString[dns.RcodeNameError], dns.RcodeToString[s.Ask(t, "tcp", name, dns.TypeA).Rcode], name)
 	}
-	m, err := env.Cluster("east").Mirrors(ctx, ns)
-	require.NoError(t, err)
+	m := mirrors(t, ns)
 	assert.Empty(t, names(m), "mirrors in %s", ns)
-	_, err = mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns).Get(ctx, "db", metav1.GetOptions{})
+	_, err := mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns).Get(ctx, "db", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "ServiceImport %s/db: %v", ns, err)
 }
 
@@ -102,8 +99,7 @@ func TestLinkDeniedNamespace(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		r := f.DNS.Ask(c, "tcp", "db-west."+tenant+"."+zone, dns.TypeA)
 		assert.Equal(c, dns.RcodeToString[dns.RcodeNameError], dns.RcodeToString[r.Rcode], "name")
-		m, err := east.Mirrors(ctx, tenant)
-		require.NoError(c, err)
+		m := mirrors(c, tenant)
 		assert.Empty(c, names(m), "mirrors")
 		_, ok := readImport(c, tenant, "db")
 		assert.False(c, ok, "ServiceImport")

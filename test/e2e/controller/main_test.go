@@ -9,6 +9,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"regexp"
@@ -26,7 +27,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -92,13 +92,13 @@ func exported(export string) map[string]string {
 	return map[string]string{labels.Exported: export}
 }
 
-func names[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
+func names[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// mirrors returns east's mirror Services of ns, by name.
+func mirrors(t require.TestingT, ns string) map[string]corev1.Service {
+	m, err := env.Cluster("east").Mirrors(context.Background(), ns)
+	require.NoError(t, err)
+	return m
 }
 
 // podMirrors lists the per-pod mirror names of headless mirror hm in ns.
@@ -181,9 +181,7 @@ func waitMirrors(t *testing.T, ns string, want ...string) map[string]corev1.Serv
 	t.Helper()
 	var m map[string]corev1.Service
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		var err error
-		m, err = env.Cluster("east").Mirrors(context.Background(), ns)
-		require.NoError(c, err)
+		m = mirrors(c, ns)
 		assert.Equal(c, want, names(m))
 		assertConsistent(c, context.Background(), ns, m)
 	}, wait, tick)
@@ -209,14 +207,6 @@ func assertPortsUnique(c *assert.CollectT, ctx context.Context) {
 	all, err := env.Cluster("east").EgressPorts(ctx, "")
 	require.NoError(c, err)
 	harness.AssertEgressPortsUnique(c, all)
-}
-
-func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
-
-// logSize is where the process's log ends now: later lines are after it.
-func logSize(t *testing.T, p *harness.Process) int {
-	t.Helper()
-	return len(p.Log(t))
 }
 
 // syncedRE matches the line that ends each sync (controller --v 4).

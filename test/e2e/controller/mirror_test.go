@@ -35,8 +35,7 @@ func TestExportScaleUnexport(t *testing.T) {
 	expect := func(westPods, parisPods int) {
 		t.Helper()
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			m, err := env.Cluster("east").Mirrors(ctx, ns)
-			require.NoError(c, err)
+			m := mirrors(c, ns)
 			assert.Equal(c, ordinals("nginx-svc-set", "west", westPods), podMirrors(m, "nginx-svc-west"))
 			assert.Equal(c, ordinals("nginx-svc-set", "paris", parisPods), podMirrors(m, "nginx-svc-paris"))
 			hm := m["nginx-svc-west"]
@@ -57,13 +56,11 @@ func TestExportScaleUnexport(t *testing.T) {
 
 	// Port change: the mirror's port follows, with an egress port of its
 	// own.
-	m, err := env.Cluster("east").Mirrors(ctx, ns)
-	require.NoError(t, err)
+	m := mirrors(t, ns)
 	oldPorts := m["web-west"].Annotations[controller.EgressPorts]
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 8080, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		web := m["web-west"]
 		require.Len(c, web.Spec.Ports, 1)
 		assert.Equal(c, int32(8080), web.Spec.Ports[0].Port)
@@ -112,22 +109,19 @@ spec:
 			}
 		}
 		assert.True(c, found, "a %s Event on the foreign Service", controller.ReasonNameTaken)
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Contains(c, m, "other-west", "other exports are mirrored meanwhile")
 	}, wait, tick)
 	now, err := east.Client.CoreV1().Services(ns).Get(ctx, "nginx-svc-west", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, foreign.ResourceVersion, now.ResourceVersion, "the foreign Service is untouched")
-	m, err := env.Cluster("east").Mirrors(ctx, ns)
-	require.NoError(t, err)
+	m := mirrors(t, ns)
 	assert.Empty(t, podMirrors(m, "nginx-svc-west"), "no per-pod mirrors for a mirror that cannot exist")
 
 	// The operator removes it: the mirror takes the name.
 	require.NoError(t, east.Client.CoreV1().Services(ns).Delete(ctx, "nginx-svc-west", metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Equal(c, controller.ManagedByValue, m["nginx-svc-west"].Labels[controller.ManagedBy])
 		assert.Equal(c, ordinals("nginx-svc-set", "west", 2), podMirrors(m, "nginx-svc-west"))
 		assertConsistent(c, ctx, ns, m)
@@ -162,8 +156,7 @@ spec: {clusterIP: None, selector: {app: x}}
 		assert.True(c, reasons[controller.ReasonNameTooLong], "reasons %v", reasons)
 		assert.True(c, reasons[controller.ReasonHeadlessWithoutPorts], "reasons %v", reasons)
 	}, wait, tick)
-	m, err := env.Cluster("east").Mirrors(ctx, ns)
-	require.NoError(t, err)
+	m := mirrors(t, ns)
 	assert.Empty(t, m)
 
 	// And the metrics say so.
@@ -189,16 +182,14 @@ func TestFlatMode(t *testing.T) {
 	p := startController(t, "controller", "--v", "4")
 	require.NoError(t, env.Cluster("paris").Apply(ctx, statefulSet(ns, "db", 2, labels.ExportFlat)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Equal(c, []string{"db-paris"}, names(m))
 		assert.Equal(c, corev1.ClusterIPNone, m["db-paris"].Spec.ClusterIP)
 	}, wait, tick)
 	// Nothing else appears: once a sync of the export has written
 	// nothing (the pods' EndpointSlices seen), there is nothing else.
 	waitSynced(t, p, 0, "paris/"+ns+"/db")
-	m, err := env.Cluster("east").Mirrors(ctx, ns)
-	require.NoError(t, err)
+	m := mirrors(t, ns)
 	assert.Equal(t, []string{"db-paris"}, names(m))
 	// Flat mirrors have no slices (the import's derived Service has).
 	slices, err := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "!" + mcsv1beta1.LabelServiceName})

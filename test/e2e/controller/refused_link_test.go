@@ -58,8 +58,7 @@ func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
 		assert.Regexp(c, `"Synced".* key="paris/`+ns+`/db".* skipped="link secret refused"`, b)
 	}, wait, tick, "the sweep's sync of paris's mirrors leaves them alone")
 	env.RequireAlive(t, second)
-	after, err := env.Cluster("east").Mirrors(ctx, ns)
-	require.NoError(t, err)
+	after := mirrors(t, ns)
 	require.Equal(t, want, names(after))
 	for name, b := range before {
 		assert.Equal(t, b.UID, after[name].UID, "%s kept", name)
@@ -68,8 +67,7 @@ func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
 	// The Secret goes: paris is unlinked, its mirrors are swept.
 	require.NoError(t, east.Client.CoreV1().Secrets(secretNS).Delete(ctx, secret.Name, metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Empty(c, m)
 	}, wait, tick)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -54,8 +55,7 @@ func TestServiceExportStamp(t *testing.T) {
 
 	var before map[string]corev1.Service
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Equal(c, []string{"both-west", "flat-west", "web-west"}, names(m))
 		web := m["web-west"]
 		assert.Equal(c, controller.ModeGateway, web.Labels[controller.Mode])
@@ -76,7 +76,7 @@ func TestServiceExportStamp(t *testing.T) {
 	require.Len(t, es.Endpoints, 1)
 	assert.Equal(t, []string{egress}, es.Endpoints[0].Addresses, "web-west's EndpointSlice points at the egress")
 	_, err = env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, "flat-west", metav1.GetOptions{})
-	assert.True(t, isNotFound(err), "a flat mirror has no EndpointSlice: %v", err)
+	assert.True(t, apierrors.IsNotFound(err), "a flat mirror has no EndpointSlice: %v", err)
 
 	// Linkerd's label removed, the stamp kept: the mirror stays, the same
 	// object; it records the remote Service's new resourceVersion, so the
@@ -85,8 +85,7 @@ func TestServiceExportStamp(t *testing.T) {
 	remote, err := west.Client.CoreV1().Services(ns).Get(ctx, "both", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		b, ok := m["both-west"]
 		require.True(c, ok, "still exported by its stamp")
 		assert.Equal(c, remote.ResourceVersion, b.Annotations[labels.RemoteResourceVersion])
@@ -102,11 +101,10 @@ func TestServiceExportStamp(t *testing.T) {
 	require.NoError(t, west.LabelService(ctx, ns, "web", labels.ServiceExportMode, ""))
 	require.NoError(t, west.LabelService(ctx, ns, "both", labels.ServiceExportMode, ""))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Equal(c, []string{"flat-west"}, names(m))
 		_, err = env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, "web-west", metav1.GetOptions{})
-		assert.True(c, isNotFound(err), "web-west's EndpointSlice is deleted: %v", err)
+		assert.True(c, apierrors.IsNotFound(err), "web-west's EndpointSlice is deleted: %v", err)
 		ports, err := env.Cluster("east").EgressPorts(ctx, "")
 		require.NoError(c, err)
 		assert.NotContains(c, ports, ns+"/web-west")

@@ -38,8 +38,7 @@ spec: {ports: [{name: http, port: 80}]}
 	p := startController(t, "controller", "--link", "dead="+path, "--v", "4")
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := env.Cluster("east").Mirrors(ctx, ns)
-		require.NoError(c, err)
+		m := mirrors(c, ns)
 		assert.Equal(c, []string{"api-dead", "web-west"}, names(m))
 	}, wait, tick, "west is mirrored although dead cannot be reached")
 	// The start-up sweep's sync of dead's mirror was seen, and left it

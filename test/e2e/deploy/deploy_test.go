@@ -16,11 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,15 +116,6 @@ func applyManifests(t *testing.T) {
 	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "coredns.yaml")))
 }
 
-// saKubeconfig writes a kubeconfig of east's ServiceAccount ns/name and
-// returns its path.
-func saKubeconfig(t *testing.T, ns, name string) string {
-	t.Helper()
-	path, err := env.Cluster("east").ServiceAccountKubeconfigFile(context.Background(), t.TempDir(), ns, name)
-	require.NoError(t, err)
-	return path
-}
-
 // linkWest writes, in east's namespace ns, the Linkerd-format link Secret
 // for west, with the credentials of deploy/remote-link.yaml, as
 // deploy/README.md tells an operator to.
@@ -177,7 +167,7 @@ func startController(t *testing.T, name string) *controllerProc {
 	spec := d.Spec.Template.Spec
 	bin, err := harness.CorednsMC()
 	require.NoError(t, err)
-	kubeconfig := saKubeconfig(t, d.Namespace, spec.ServiceAccountName)
+	kubeconfig := accountKubeconfig(t, env.Cluster("east"), d.Namespace, spec.ServiceAccountName)
 	metrics := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
 	argv := []string{bin}
 	for _, a := range spec.Containers[0].Args {
@@ -189,16 +179,34 @@ func startController(t *testing.T, name string) *controllerProc {
 	argv = append(argv, "--kubeconfig="+kubeconfig, "--v=2")
 	p := &controllerProc{proc: env.StartProcess(t, "east/"+name, nil, argv...), metrics: metrics}
 	// The probes of the Deployment: /healthz of --metrics-addr.
-	probe := spec.Containers[0].LivenessProbe.HTTPGet.Path
+	waitProbe(t, p.proc, metrics, spec.Containers[0].LivenessProbe)
+	return p
+}
+
+// waitProbe waits until the process p, listening on addr, answers the
+// HTTP probe with 200.
+func waitProbe(t *testing.T, p *harness.Process, addr string, probe *corev1.Probe) {
+	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		done, err := p.proc.Exited()
-		require.False(c, done, "%s exited: %v\n%s", name, err, p.proc.Tail(20))
-		resp, err := http.Get("http://" + metrics + probe)
+		done, err := p.Exited()
+		require.False(c, done, "%s exited: %v\n%s", p.Name, err, p.Tail(20))
+		resp, err := http.Get("http://" + addr + probe.HTTPGet.Path)
 		require.NoError(c, err)
 		resp.Body.Close()
 		assert.Equal(c, http.StatusOK, resp.StatusCode)
-	}, wait, tick, "%s answers %s", name, probe)
-	return p
+	}, wait, tick, "%s answers %s", p.Name, probe.HTTPGet.Path)
+}
+
+// assertHardened checks the securityContexts of a pod spec and its first
+// container: not root, a read-only root filesystem, no privilege
+// escalation.
+func assertHardened(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	require.NotNil(t, spec.SecurityContext)
+	assert.True(t, *spec.SecurityContext.RunAsNonRoot)
+	require.NotNil(t, spec.Containers[0].SecurityContext)
+	assert.True(t, *spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem)
+	assert.False(t, *spec.Containers[0].SecurityContext.AllowPrivilegeEscalation)
 }
 
 // corefile returns the Corefile of deploy/coredns.yaml's ConfigMap.
@@ -217,7 +225,7 @@ func corefile(t *testing.T) string {
 // configuration.
 func startDNS(t *testing.T) *harness.DNSServer {
 	t.Helper()
-	kubeconfig := saKubeconfig(t, "kube-system", "coredns")
+	kubeconfig := accountKubeconfig(t, env.Cluster("east"), "kube-system", "coredns")
 	cf, err := harness.HostCorefile(corefile(t), kubeconfig, harness.FreePort(t))
 	require.NoError(t, err)
 	// StartDNS waits for ready and for kubernetes.default to answer:
@@ -251,11 +259,7 @@ func TestManifests(t *testing.T) {
 	assert.Equal(t, "mcmirror", flagValue(t, ctr.Args, "leader-elect-namespace"))
 	assert.NotContains(t, ctr.Args, "--create-namespaces", "namespaces: list and watch only, so no --create-namespaces")
 	assert.Equal(t, "mcmirror-controller", spec.ServiceAccountName)
-	require.NotNil(t, spec.SecurityContext)
-	assert.True(t, *spec.SecurityContext.RunAsNonRoot)
-	require.NotNil(t, ctr.SecurityContext)
-	assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
-	assert.False(t, *ctr.SecurityContext.AllowPrivilegeEscalation)
+	assertHardened(t, spec)
 	assert.NotEmpty(t, ctr.Resources.Requests)
 	_, port, err := net.SplitHostPort(flagValue(t, ctr.Args, "metrics-addr"))
 	require.NoError(t, err)
@@ -343,7 +347,8 @@ spec:
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
-		assert.ElementsMatch(c, []string{"nginx-svc-west", "nginx-set-0-west", "nginx-set-1-west"}, keys(m))
+		assert.ElementsMatch(c, []string{"nginx-svc-west", "nginx-set-0-west", "nginx-set-1-west"},
+			slices.Collect(maps.Keys(m)))
 		for name, s := range m {
 			assert.Equal(c, controller.ManagedByValue, s.Labels[controller.ManagedBy], name)
 			assert.Equal(c, "west", s.Labels[labels.ClusterName], name)
@@ -475,11 +480,7 @@ func (a access) String() string {
 func checkAccess(t *testing.T, ns, name string, allowed, denied []access) kubernetes.Interface {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := env.Cluster("east").ServiceAccountConfig(ctx, ns, name)
-	require.NoError(t, err)
-	cfg.QPS, cfg.Burst = 100, 200
-	client, err := kubernetes.NewForConfig(cfg)
-	require.NoError(t, err)
+	client := saClient(t, env.Cluster("east"), ns, name)
 	review := func(a access) bool {
 		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
@@ -576,14 +577,6 @@ func TestRBACRefuses(t *testing.T) {
 	assert.True(t, apierrors.IsForbidden(err), "list Secrets in kube-system: %v", err)
 }
 
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
-
 // shellBlocks returns the ```sh blocks of deploy/README.md, unindented.
 func shellBlocks(t *testing.T) []string {
 	t.Helper()
@@ -611,9 +604,6 @@ func shellBlocks(t *testing.T) []string {
 // nothing else, and the Secret is the one the components look for.
 func TestREADMELinkRecipe(t *testing.T) {
 	env.LogOnFailure(t)
-	// kubectl is built with the control-plane binaries (test/tools).
-	kubectl, err := harness.Binary("kubectl")
-	require.NoError(t, err)
 	ctx := context.Background()
 	applyManifests(t)
 	east, west := env.Cluster("east"), env.Cluster("west")
@@ -638,19 +628,14 @@ func TestREADMELinkRecipe(t *testing.T) {
 	require.Len(t, steps, 3, "the README's recipe")
 
 	// Earlier tests wrote that Secret their own way.
-	err = east.Client.CoreV1().Secrets("mcmirror-links").Delete(ctx, "cluster-credentials-west", metav1.DeleteOptions{})
+	err := east.Client.CoreV1().Secrets("mcmirror-links").Delete(ctx, "cluster-credentials-west", metav1.DeleteOptions{})
 	if !apierrors.IsNotFound(err) {
 		require.NoError(t, err)
 	}
-	run := func(script string) string {
+	run := func(script string) {
 		t.Helper()
-		cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig,
-			"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
-		out, err := cmd.CombinedOutput()
+		out, err := shell(t, dir, kubeconfig, script)
 		require.NoError(t, err, "%s\n%s", script, out)
-		return string(out)
 	}
 	// The token controller of west fills the token Secret in.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,31 +75,12 @@ const hookAccount = "mcmirror-dns-hook"
 // a kubeconfig of it.
 func hookKubeconfig(t *testing.T, c *harness.Cluster, ns string) string {
 	t.Helper()
-	ctx := context.Background()
-	require.NoError(t, c.Apply(ctx, fmt.Sprintf(hookRBAC, ns)))
-	const fresh = "mcmirror-dns-hook-baseline"
-	_, err := c.Client.CoreV1().ServiceAccounts(ns).Create(ctx,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: fresh}}, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
-	client, baseline := saClient(t, c, ns, hookAccount), saClient(t, c, ns, fresh)
-	for _, in := range []string{ns, "default"} {
-		want := []string{"get apps/deployments/coredns", "patch apps/deployments/coredns"}
-		if in != ns {
-			want = nil
-		}
-		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			base := rulesOf(ct, ctx, baseline, in)
-			var extra []string
-			for _, r := range rulesOf(ct, ctx, client, in) {
-				if _, found := slices.BinarySearch(base, r); !found {
-					extra = append(extra, r)
-				}
-			}
-			assert.Equal(ct, want, extra, "rules of %s/%s in %s beyond a fresh ServiceAccount's", ns, hookAccount, in)
-		}, wait, tick)
-	}
+	require.NoError(t, c.Apply(context.Background(), fmt.Sprintf(hookRBAC, ns)))
+	client := saClient(t, c, ns, hookAccount)
+	baseline := freshAccount(t, c, ns, "mcmirror-dns-hook-baseline")
+	waitExtraRules(t, client, baseline, ns,
+		[]string{"get apps/deployments/coredns", "patch apps/deployments/coredns"})
+	waitExtraRules(t, client, baseline, "default", nil)
 	return accountKubeconfig(t, c, ns, hookAccount)
 }
 
@@ -106,10 +88,8 @@ func hookKubeconfig(t *testing.T, c *harness.Cluster, ns string) string {
 // cluster c and returns its path.
 func accountKubeconfig(t *testing.T, c *harness.Cluster, ns, name string) string {
 	t.Helper()
-	kc, err := c.ServiceAccountKubeconfig(context.Background(), ns, name)
+	path, err := c.ServiceAccountKubeconfigFile(context.Background(), t.TempDir(), ns, name)
 	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), c.Name+"-"+name+".kubeconfig")
-	require.NoError(t, os.WriteFile(path, kc, 0o600))
 	return path
 }
 
@@ -249,7 +229,7 @@ func TestDNSHook(t *testing.T) {
 	assert.Contains(t, out, "kube-system/coredns: not waiting for the rollout (--wait=false)")
 	applied := getCoreDNS(t, east, "kube-system")
 	assert.Equal(t, want.Spec, applied.Spec, "what kubectl patch makes of it")
-	require.Equal(t, []string{dnspatch.Annotation}, keys(applied.Annotations))
+	require.Equal(t, []string{dnspatch.Annotation}, slices.Collect(maps.Keys(applied.Annotations)))
 	var orig recorded
 	require.NoError(t, json.Unmarshal([]byte(applied.Annotations[dnspatch.Annotation]), &orig))
 	assert.Equal(t, &created.Spec.Template, orig.Template, "the original template, recorded")
@@ -307,8 +287,7 @@ func TestDNSHook(t *testing.T) {
 			return client.AppsV1().Deployments("kube-system").Delete(ctx, "coredns", metav1.DeleteOptions{})
 		},
 		"list Deployments": func() error {
-			_, err := client.AppsV1().Deployments("kube-system").List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(client.AppsV1().Deployments("kube-system").List(ctx, metav1.ListOptions{}))
 		},
 		"watch coredns": func() error {
 			w, err := client.AppsV1().Deployments("kube-system").Watch(ctx, metav1.SingleObject(metav1.ObjectMeta{Name: "coredns"}))
@@ -318,16 +297,13 @@ func TestDNSHook(t *testing.T) {
 			return err
 		},
 		"patch coredns elsewhere": func() error {
-			_, err := client.AppsV1().Deployments(ref).Patch(ctx, "coredns", types.JSONPatchType, []byte(`[]`), metav1.PatchOptions{})
-			return err
+			return errOf(client.AppsV1().Deployments(ref).Patch(ctx, "coredns", types.JSONPatchType, []byte(`[]`), metav1.PatchOptions{}))
 		},
 		"update coredns": func() error {
-			_, err := client.AppsV1().Deployments("kube-system").Update(ctx, reverted, metav1.UpdateOptions{})
-			return err
+			return errOf(client.AppsV1().Deployments("kube-system").Update(ctx, reverted, metav1.UpdateOptions{}))
 		},
 		"patch coredns's scale": func() error {
-			_, err := client.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", types.JSONPatchType, []byte(`[]`), metav1.PatchOptions{}, "scale")
-			return err
+			return errOf(client.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", types.JSONPatchType, []byte(`[]`), metav1.PatchOptions{}, "scale"))
 		},
 	} {
 		assert.True(t, apierrors.IsForbidden(do()), "the hook may not %s", what)

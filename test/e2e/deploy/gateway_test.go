@@ -19,7 +19,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -179,7 +178,7 @@ func startGateway(t *testing.T, pki gatewayPKI, peer string, extraEnv ...string)
 	}
 	argv = append(argv, pki.east.Args()...)
 	argv = append(argv,
-		"--kubeconfig="+saKubeconfig(t, d.Namespace, spec.ServiceAccountName),
+		"--kubeconfig="+accountKubeconfig(t, env.Cluster("east"), d.Namespace, spec.ServiceAccountName),
 		// The egress ports of every mirror in east, on loopback only.
 		"--egress-bind-address=127.0.0.1",
 		"--probe-interval=200ms", "--probe-timeout=1s")
@@ -206,14 +205,7 @@ func startGateway(t *testing.T, pki gatewayPKI, peer string, extraEnv ...string)
 	p.proc = env.StartProcess(t, "east/"+gatewayName, append(procEnv, extraEnv...), argv...)
 	// The Deployment's probes: liveness, then readiness.
 	for _, probe := range []*corev1.Probe{ctr.LivenessProbe, ctr.ReadinessProbe} {
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			done, err := p.proc.Exited()
-			require.False(c, done, "the gateway exited: %v\n%s", err, p.proc.Tail(20))
-			resp, err := http.Get("http://" + p.metrics + probe.HTTPGet.Path)
-			require.NoError(c, err)
-			resp.Body.Close()
-			assert.Equal(c, http.StatusOK, resp.StatusCode)
-		}, wait, tick, "the gateway answers %s", probe.HTTPGet.Path)
+		waitProbe(t, p.proc, p.metrics, probe)
 	}
 	return p
 }
@@ -297,11 +289,7 @@ func TestGatewayManifest(t *testing.T) {
 	assert.Equal(t, flagValue(t, controllerDeployment(t).Spec.Template.Spec.Containers[0].Args, "cluster"),
 		flagValue(t, ctr.Args, "cluster"), "the controller's --cluster")
 	assert.Equal(t, gatewayName, spec.ServiceAccountName)
-	require.NotNil(t, spec.SecurityContext)
-	assert.True(t, *spec.SecurityContext.RunAsNonRoot)
-	require.NotNil(t, ctr.SecurityContext)
-	assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
-	assert.False(t, *ctr.SecurityContext.AllowPrivilegeEscalation)
+	assertHardened(t, spec)
 	assert.NotEmpty(t, ctr.Resources.Requests)
 
 	// Ports: the container's are the flags', and the probes use them.
@@ -603,8 +591,6 @@ func TestGatewayRBACRefuses(t *testing.T) {
 // receives it.
 func TestREADMEGatewayCertRecipe(t *testing.T) {
 	env.LogOnFailure(t)
-	kubectl, err := harness.Binary("kubectl")
-	require.NoError(t, err)
 	mc, err := harness.CorednsMC()
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -630,11 +616,7 @@ func TestREADMEGatewayCertRecipe(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
 	require.NoError(t, os.Symlink(mc, filepath.Join(dir, "bin", "coredns-mc")))
 
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", "make() { [ \"$*\" = build ]; }\n"+steps[0])
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig,
-		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
+	out, err := shell(t, dir, kubeconfig, "make() { [ \"$*\" = build ]; }\n"+steps[0])
 	require.NoError(t, err, "%s\n%s", steps[0], out)
 
 	// No Secret in either cluster holds the root's key.

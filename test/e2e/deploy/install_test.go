@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -49,15 +48,15 @@ func contextsKubeconfig(t *testing.T, dir string) string {
 	return path
 }
 
-// shell runs script with bash in the root of the repository, with
-// kubeconfig as $KUBECONFIG and the test's kubectl first on $PATH, and
-// returns its output and error.
-func shell(t *testing.T, kubeconfig, script string) (string, error) {
+// shell runs script with bash in dir, with kubeconfig as $KUBECONFIG and
+// the test's kubectl (built with the control-plane binaries, test/tools)
+// first on $PATH, and returns its output and error.
+func shell(t *testing.T, dir, kubeconfig, script string) (string, error) {
 	t.Helper()
 	kubectl, err := harness.Binary("kubectl")
 	require.NoError(t, err)
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
-	cmd.Dir = harness.RepoPath()
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig,
 		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
@@ -90,7 +89,8 @@ func TestApplyDeployDirectory(t *testing.T) {
 	env.LogOnFailure(t)
 	ctx := context.Background()
 	east := env.Cluster("east")
-	out, err := shell(t, contextsKubeconfig(t, t.TempDir()), "kubectl --context east apply -f deploy/")
+	kubeconfig := contextsKubeconfig(t, t.TempDir())
+	out, err := shell(t, harness.RepoPath(), kubeconfig, "kubectl --context east apply -f deploy/")
 	require.NoError(t, err, "kubectl apply -f deploy/\n%s", out)
 	for _, want := range []string{
 		"deployment.apps/mcmirror-controller",
@@ -156,35 +156,12 @@ func TestCoreDNSPatch(t *testing.T) {
 	east := env.Cluster("east")
 	kubeconfig := contextsKubeconfig(t, t.TempDir())
 	command, diagnose := patchCommands(t)
-	deployments := east.Client.AppsV1()
-
-	// fresh makes coredns in ns from manifest, replacing any of an
-	// earlier run.
-	fresh := func(ns, manifest string) *appsv1.Deployment {
-		t.Helper()
-		if ns != "kube-system" {
-			env.TempNamespace(t, ns, east)
-		}
-		err := deployments.Deployments(ns).Delete(ctx, "coredns", metav1.DeleteOptions{})
-		if !apierrors.IsNotFound(err) {
-			require.NoError(t, err)
-		}
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			_, err := deployments.Deployments(ns).Get(ctx, "coredns", metav1.GetOptions{})
-			assert.True(c, apierrors.IsNotFound(err), "coredns in %s deleted: %v", ns, err)
-		}, wait, tick)
-		require.NoError(t, east.Apply(ctx, manifest))
-		d, err := deployments.Deployments(ns).Get(ctx, "coredns", metav1.GetOptions{})
-		require.NoError(t, err)
-		return d
-	}
 
 	// As kubeadm makes it: the patch takes effect.
-	before := fresh("kube-system", kubeadmDeployment("kube-system"))
-	out, err := shell(t, kubeconfig, command)
+	before := recreateCoreDNS(t, east, "kube-system", kubeadmDeployment("kube-system"))
+	out, err := shell(t, harness.RepoPath(), kubeconfig, command)
 	require.NoError(t, err, "%s\n%s", command, out)
-	d, err := deployments.Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
-	require.NoError(t, err)
+	d := getCoreDNS(t, east, "kube-system")
 	spec := d.Spec.Template.Spec
 	require.Len(t, spec.Containers, 1)
 	ctr := spec.Containers[0]
@@ -200,12 +177,8 @@ func TestCoreDNSPatch(t *testing.T) {
 	assert.Equal(t, resource.MustParse("512Mi"), ctr.Resources.Limits[corev1.ResourceMemory])
 	assert.Equal(t, resource.MustParse("128Mi"), ctr.Resources.Requests[corev1.ResourceMemory])
 	assert.NotContains(t, ctr.Resources.Limits, corev1.ResourceCPU, "no CPU limit")
-	require.NotNil(t, spec.SecurityContext)
-	assert.True(t, *spec.SecurityContext.RunAsNonRoot)
-	require.NotNil(t, ctr.SecurityContext)
+	assertHardened(t, spec)
 	assert.True(t, *ctr.SecurityContext.RunAsNonRoot)
-	assert.True(t, *ctr.SecurityContext.ReadOnlyRootFilesystem)
-	assert.False(t, *ctr.SecurityContext.AllowPrivilegeEscalation)
 	// The rollout: a new pod must be available (Ready for 35 s) before
 	// an old one stops; every new pod starts at once.
 	assert.Equal(t, appsv1.RollingUpdateDeploymentStrategyType, d.Spec.Strategy.Type)
@@ -236,14 +209,12 @@ func TestCoreDNSPatch(t *testing.T) {
 
 	// Again: every test still holds, and nothing changes; the README's
 	// diagnosis finds nothing to say.
-	out, err = shell(t, kubeconfig, diagnose)
+	out, err = shell(t, harness.RepoPath(), kubeconfig, diagnose)
 	require.NoError(t, err, "%s\n%s", diagnose, out)
 	assert.Empty(t, out)
-	out, err = shell(t, kubeconfig, command)
+	out, err = shell(t, harness.RepoPath(), kubeconfig, command)
 	require.NoError(t, err, "the patch a second time\n%s", out)
-	again, err := deployments.Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, d.Generation, again.Generation, "a second patch changes nothing")
+	assert.Equal(t, d.Generation, getCoreDNS(t, east, "kube-system").Generation, "a second patch changes nothing")
 
 	// Laid out otherwise, kubeadm's Deployment with edits (old, new
 	// pairs): the patch fails and changes nothing.
@@ -263,18 +234,18 @@ func TestCoreDNSPatch(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := harness.ReplaceOnce(kubeadmDeployment(c.ns), c.edits...)
 			require.NoError(t, err)
-			before := fresh(c.ns, m)
+			env.TempNamespace(t, c.ns, east)
+			before := recreateCoreDNS(t, east, c.ns, m)
 			cmd := strings.Replace(command, "-n kube-system ", "-n "+c.ns+" ", 1)
-			out, err := shell(t, kubeconfig, cmd)
+			out, err := shell(t, harness.RepoPath(), kubeconfig, cmd)
 			require.Error(t, err, "%s must fail\n%s", cmd, out)
 			assert.Contains(t, out, "the server rejected our request due to an error in our request", "as the README says")
 			// The README's diagnosis names the test that failed.
 			diag := strings.Replace(diagnose, "-n kube-system ", "-n "+c.ns+" ", 1)
-			out, err = shell(t, kubeconfig, diag)
+			out, err = shell(t, harness.RepoPath(), kubeconfig, diag)
 			require.Error(t, err, "%s must fail\n%s", diag, out)
 			assert.Contains(t, out, "testing value "+c.failed+" failed")
-			after, err := deployments.Deployments(c.ns).Get(ctx, "coredns", metav1.GetOptions{})
-			require.NoError(t, err)
+			after := getCoreDNS(t, east, c.ns)
 			assert.Equal(t, before.ResourceVersion, after.ResourceVersion, "the Deployment is unchanged")
 			assert.Equal(t, before.Spec, after.Spec, "the Deployment is unchanged")
 		})

@@ -11,6 +11,7 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -45,8 +46,7 @@ func secretReads(ns string) []action {
 	}
 	acts := []action{
 		{"list Secrets in " + in, func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}))
 		}},
 		{"watch Secrets in " + in, func(ctx context.Context, c kubernetes.Interface) error {
 			w, err := c.CoreV1().Secrets(ns).Watch(ctx, metav1.ListOptions{})
@@ -58,8 +58,7 @@ func secretReads(ns string) []action {
 	}
 	if ns != "" {
 		acts = append(acts, action{"get a Secret in " + ns, func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Secrets(ns).Get(ctx, "cluster-credentials-west", metav1.GetOptions{})
-			return err
+			return errOf(c.CoreV1().Secrets(ns).Get(ctx, "cluster-credentials-west", metav1.GetOptions{}))
 		}})
 	}
 	return acts
@@ -80,12 +79,10 @@ func serviceWrites(ns string) []action {
 			return err
 		}},
 		{"update a Service", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
-			return err
+			return errOf(c.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}))
 		}},
 		{"patch a Service", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Services(ns).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-			return err
+			return errOf(c.CoreV1().Services(ns).Patch(ctx, svc.Name, types.MergePatchType, patch, metav1.PatchOptions{}))
 		}},
 		{"delete a Service", func(ctx context.Context, c kubernetes.Interface) error {
 			return c.CoreV1().Services(ns).Delete(ctx, svc.Name, metav1.DeleteOptions{})
@@ -94,8 +91,7 @@ func serviceWrites(ns string) []action {
 			return c.DiscoveryV1().EndpointSlices(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 		}},
 		{"update a Service's status", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
-			return err
+			return errOf(c.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}))
 		}},
 		{"create an EndpointSlice", func(ctx context.Context, c kubernetes.Interface) error {
 			e := es.DeepCopy()
@@ -104,12 +100,10 @@ func serviceWrites(ns string) []action {
 			return err
 		}},
 		{"update an EndpointSlice", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.DiscoveryV1().EndpointSlices(ns).Update(ctx, es, metav1.UpdateOptions{})
-			return err
+			return errOf(c.DiscoveryV1().EndpointSlices(ns).Update(ctx, es, metav1.UpdateOptions{}))
 		}},
 		{"patch an EndpointSlice", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.DiscoveryV1().EndpointSlices(ns).Patch(ctx, es.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-			return err
+			return errOf(c.DiscoveryV1().EndpointSlices(ns).Patch(ctx, es.Name, types.MergePatchType, patch, metav1.PatchOptions{}))
 		}},
 		{"delete an EndpointSlice", func(ctx context.Context, c kubernetes.Interface) error {
 			return c.DiscoveryV1().EndpointSlices(ns).Delete(ctx, es.Name, metav1.DeleteOptions{})
@@ -121,32 +115,25 @@ func serviceWrites(ns string) []action {
 func otherReads(ns string) []action {
 	return []action{
 		{"list Pods", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.CoreV1().Pods("").List(ctx, metav1.ListOptions{}))
 		}},
 		{"get a Pod", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Pods(ns).Get(ctx, "any", metav1.GetOptions{})
-			return err
+			return errOf(c.CoreV1().Pods(ns).Get(ctx, "any", metav1.GetOptions{}))
 		}},
 		{"list ConfigMaps", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{}))
 		}},
 		{"list Endpoints", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Endpoints("").List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.CoreV1().Endpoints("").List(ctx, metav1.ListOptions{}))
 		}},
 		{"list Nodes", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.CoreV1().Nodes().List(ctx, metav1.ListOptions{}))
 		}},
 		{"list Deployments", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.AppsV1().Deployments("").List(ctx, metav1.ListOptions{}))
 		}},
 		{"list ClusterRoles", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(c.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{}))
 		}},
 	}
 }
@@ -163,8 +150,7 @@ func escalations(self, ns string) []action {
 			return err
 		}},
 		{"create a token for itself", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, self, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-			return err
+			return errOf(c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, self, &authenticationv1.TokenRequest{}, metav1.CreateOptions{}))
 		}},
 		{"create a Pod", func(ctx context.Context, c kubernetes.Interface) error {
 			_, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
@@ -174,12 +160,10 @@ func escalations(self, ns string) []action {
 			return err
 		}},
 		{"create a Secret", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "privilege-test"}}, metav1.CreateOptions{})
-			return err
+			return errOf(c.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "privilege-test"}}, metav1.CreateOptions{}))
 		}},
 		{"create a Namespace", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "privilege-test"}}, metav1.CreateOptions{})
-			return err
+			return errOf(c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "privilege-test"}}, metav1.CreateOptions{}))
 		}},
 		{"delete a Namespace", func(ctx context.Context, c kubernetes.Interface) error {
 			return c.CoreV1().Namespaces().Delete(ctx, "default", metav1.DeleteOptions{})
@@ -199,10 +183,12 @@ func eventCreate(ns string) action {
 
 func serviceGet(ns string) action {
 	return action{"get a Service by name", func(ctx context.Context, c kubernetes.Interface) error {
-		_, err := c.CoreV1().Services(ns).Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err
+		return errOf(c.CoreV1().Services(ns).Get(ctx, "kubernetes", metav1.GetOptions{}))
 	}}
 }
+
+// errOf is the error of a call that returns a value too.
+func errOf[T any](_ T, err error) error { return err }
 
 func concat(lists ...[]action) []action { return slices.Concat(lists...) }
 
@@ -220,8 +206,7 @@ func only(acts []action, whats ...string) []action {
 }
 
 var getLinkSecret = action{"get a link Secret by name", func(ctx context.Context, c kubernetes.Interface) error {
-	_, err := c.CoreV1().Secrets(links).Get(ctx, "cluster-credentials-west", metav1.GetOptions{})
-	return err
+	return errOf(c.CoreV1().Secrets(links).Get(ctx, "cluster-credentials-west", metav1.GetOptions{}))
 }}
 
 // account is a ServiceAccount of deploy/ and what it may do.
@@ -294,8 +279,7 @@ func accounts() []account {
 					return err
 				}},
 				{"get another Lease in mcmirror", func(ctx context.Context, c kubernetes.Interface) error {
-					_, err := c.CoordinationV1().Leases("mcmirror").Get(ctx, "someone-else", metav1.GetOptions{})
-					return err
+					return errOf(c.CoordinationV1().Leases("mcmirror").Get(ctx, "someone-else", metav1.GetOptions{}))
 				}},
 				{"delete its Lease", func(ctx context.Context, c kubernetes.Interface) error {
 					return c.CoordinationV1().Leases("mcmirror").Delete(ctx, "mcmirror-controller", metav1.DeleteOptions{})
@@ -357,6 +341,37 @@ func rulesOf(t require.TestingT, ctx context.Context, c kubernetes.Interface, ns
 	return ruleStrings(r.Status)
 }
 
+// freshAccount creates, in namespace ns of cluster c, ServiceAccount name
+// bound to nothing (unless it is there already), and returns a client of
+// it: what every account may do (discovery, self reviews).
+func freshAccount(t *testing.T, c *harness.Cluster, ns, name string) kubernetes.Interface {
+	t.Helper()
+	_, err := c.Client.CoreV1().ServiceAccounts(ns).Create(context.Background(),
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	return saClient(t, c, ns, name)
+}
+
+// waitExtraRules waits until the rules of client in ns beyond those of
+// baseline are want (sorted): RBAC is read through an informer, so the
+// bindings of a manifest just applied count a moment later.
+func waitExtraRules(t *testing.T, client, baseline kubernetes.Interface, ns string, want []string) {
+	t.Helper()
+	ctx := context.Background()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		base := rulesOf(ct, ctx, baseline, ns)
+		var extra []string
+		for _, r := range rulesOf(ct, ctx, client, ns) {
+			if _, found := slices.BinarySearch(base, r); !found {
+				extra = append(extra, r)
+			}
+		}
+		assert.Equal(ct, want, extra, "rules in namespace %s beyond a fresh ServiceAccount's", ns)
+	}, wait, tick)
+}
+
 func saClient(t *testing.T, c *harness.Cluster, ns, name string) kubernetes.Interface {
 	t.Helper()
 	cfg, err := c.ServiceAccountConfig(context.Background(), ns, name)
@@ -381,33 +396,13 @@ func TestLeastPrivilege(t *testing.T) {
 			}
 			client := saClient(t, c, a.ns, a.name)
 			user := fmt.Sprintf("system:serviceaccount:%s:%s", a.ns, a.name)
-
-			// A fresh ServiceAccount of the same namespace: what every
-			// account gets (discovery, self reviews) and is no part of
-			// the role.
-			const fresh = "mcmirror-privilege-baseline"
-			_, err := c.Client.CoreV1().ServiceAccounts(a.ns).Create(ctx,
-				&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: fresh}}, metav1.CreateOptions{})
-			if !apierrors.IsAlreadyExists(err) {
-				require.NoError(t, err)
-			}
-			baseline := saClient(t, c, a.ns, fresh)
+			// The role is what a fresh ServiceAccount of the same
+			// namespace may not do.
+			baseline := freshAccount(t, c, a.ns, "mcmirror-privilege-baseline")
 
 			t.Run("rules", func(t *testing.T) {
-				for _, ns := range sortedKeys(a.rules) {
-					want := slices.Sorted(slices.Values(a.rules[ns]))
-					// RBAC is read through an informer: the bindings
-					// of a manifest just applied count a moment later.
-					require.EventuallyWithT(t, func(ct *assert.CollectT) {
-						base := rulesOf(ct, ctx, baseline, ns)
-						var extra []string
-						for _, r := range rulesOf(ct, ctx, client, ns) {
-							if _, found := slices.BinarySearch(base, r); !found {
-								extra = append(extra, r)
-							}
-						}
-						assert.Equal(ct, want, extra, "%s in namespace %s: rules beyond a fresh ServiceAccount's", user, ns)
-					}, wait, tick)
+				for _, ns := range slices.Sorted(maps.Keys(a.rules)) {
+					waitExtraRules(t, client, baseline, ns, slices.Sorted(slices.Values(a.rules[ns])))
 				}
 			})
 
@@ -421,10 +416,4 @@ func TestLeastPrivilege(t *testing.T) {
 			})
 		})
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := keys(m)
-	slices.Sort(out)
-	return out
 }

@@ -163,7 +163,7 @@ func TestOnlyExportedSlicesSent(t *testing.T) {
 		}
 	}
 	exportQuiet(labels.ExportFlat)
-	eventuallyAnswers(t, s, "quiet-0-west."+ns+"."+zone, sortedAddrs(want))
+	eventuallyAnswers(t, s, "quiet-0-west."+ns+"."+zone, slices.Compact(slices.Sorted(slices.Values(want))))
 	v, _ = s.Metric(t, held)
 	assert.Equal(t, strconv.Itoa(exportedSlices+3), v, "its three slices are held")
 
@@ -214,14 +214,6 @@ func countSlices(t *testing.T, c *harness.Cluster) (exported, all int) {
 		}
 	}
 	return exported, all
-}
-
-func sortedAddrs(a []string) []string {
-	m := map[string]string{}
-	for _, s := range a {
-		m[s] = s
-	}
-	return values(m)
 }
 
 // readyURLOf returns the URL of the ready plugin of s, read from the

@@ -6,8 +6,10 @@ package dns_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,7 +96,7 @@ func gatewayWalkthrough(t *testing.T, src source, ns string) {
 		assert.Equal(t, uint16(80), srv.Port)
 		targets = append(targets, srv.Target)
 	}
-	assert.ElementsMatch(t, keys(want), targets)
+	assert.ElementsMatch(t, slices.Collect(maps.Keys(want)), targets)
 	assert.Equal(t, want, glue(r), "glue A records for every target")
 	assert.Len(t, s.Dig(t, "SRV", "_http._tcp.nginx-svc-global."+ns+"."+zone), 9, "dig sees 9 peers")
 
@@ -351,12 +353,4 @@ func eventuallyRcode(t *testing.T, s *harness.DNSServer, name string, rcode int)
 		assert.Equal(c, dns.RcodeToString[rcode], dns.RcodeToString[s.Ask(c, "udp", name, dns.TypeA).Rcode])
 	}, 15*time.Second, 20*time.Millisecond, "%s answers %s", name, dns.RcodeToString[rcode])
 	t.Logf("%s answered %s after %v", name, dns.RcodeToString[rcode], time.Since(start).Round(time.Millisecond))
-}
-
-func keys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -126,14 +127,7 @@ func mustAddr(t *testing.T, s string) netip.Addr {
 }
 
 // values returns the values of m, sorted.
-func values(m map[string]string) []string {
-	var out []string
-	for _, v := range m {
-		out = append(out, v)
-	}
-	slices.Sort(out)
-	return out
-}
+func values(m map[string]string) []string { return slices.Sorted(maps.Values(m)) }
 
 // exportHeadless applies, in c, namespace ns with headless Service svc
 // (port http 80) exported in flat mode, and its EndpointSlices by hand:

@@ -205,25 +205,13 @@ func ask(s *harness.DNSServer, name string, qtype uint16) (*dns.Msg, error) {
 	return r, err
 }
 
-// addrs returns the sorted A records of a reply.
-func addrs(r *dns.Msg) []string {
-	var out []string
-	for _, rr := range r.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			out = append(out, a.A.String())
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // answered returns the A records of name, failing c unless the answer is
 // NOERROR with at least one record.
 func answered(c require.TestingT, s *harness.DNSServer, name string) []string {
 	r, err := ask(s, name, dns.TypeA)
 	require.NoError(c, err, name)
 	require.Equal(c, dns.RcodeSuccess, r.Rcode, "%s: %s", name, dns.RcodeToString[r.Rcode])
-	a := addrs(r)
+	a := harness.Answers(r)
 	require.NotEmpty(c, a, name)
 	return a
 }

@@ -132,8 +132,8 @@ func (q *querier) check(ctx context.Context, name string) {
 		why = err.Error()
 	case r.Rcode != dns.RcodeSuccess:
 		why = dns.RcodeToString[r.Rcode]
-	case !slices.Equal(addrs(r), q.want[name]):
-		why = fmt.Sprintf("%v, want %v", addrs(r), q.want[name])
+	case !slices.Equal(harness.Answers(r), q.want[name]):
+		why = fmt.Sprintf("%v, want %v", harness.Answers(r), q.want[name])
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -84,41 +84,6 @@ func (f legitFailure) String() string {
 	return fmt.Sprintf("%s %s: %v", f.at.Format("15:04:05.000"), what, f.err)
 }
 
-// legitGreet is greet, telling a failure before the pod's greeting (the
-// attempt was not established) from one after (an established stream was
-// cut).
-func legitGreet(addr string) (established bool, err error) {
-	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return false, fmt.Errorf("greeting: %w (read %q)", err, line)
-	}
-	if !strings.HasPrefix(line, "hello from ") {
-		return true, fmt.Errorf("greeting %q", line)
-	}
-	const ping = "ping through the gateway\n"
-	if _, err := io.WriteString(conn, ping); err != nil {
-		return true, err
-	}
-	echo, err := r.ReadString('\n')
-	if err != nil || echo != ping {
-		return true, fmt.Errorf("echo: %q, %v", echo, err)
-	}
-	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
-		return true, err
-	}
-	if rest, err := io.ReadAll(r); err != nil || len(rest) > 0 {
-		return true, fmt.Errorf("after the half-close: %q, %v (want EOF)", rest, err)
-	}
-	return true, nil
-}
-
 func startLegitLoop(addr string) *legitLoop {
 	l := &legitLoop{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
@@ -129,7 +94,7 @@ func startLegitLoop(addr string) *legitLoop {
 				return
 			default:
 			}
-			if established, err := legitGreet(addr); err != nil {
+			if _, established, err := greetStream(addr); err != nil {
 				l.mu.Lock()
 				l.fail = append(l.fail, legitFailure{time.Now(), established, err})
 				l.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -85,24 +86,43 @@ func waitMirror(t *testing.T, ns, name string) mirror {
 // ways and passes a half-close on: what it writes comes back, and once it
 // closes its side the server's side closes too.
 func greet(addr string) (string, error) {
+	pod, _, err := greetStream(addr)
+	return pod, err
+}
+
+// greetStream is greet, telling a failure before the pod's greeting (the
+// stream was not established) from one after (an established stream was
+// cut).
+func greetStream(addr string) (pod string, established bool, err error) {
 	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	r := bufio.NewReader(conn)
-	pod, err := harness.GreetConn(conn, r)
+	line, err := r.ReadString('\n')
 	if err != nil {
-		return "", err
+		return "", false, fmt.Errorf("greeting: %w (read %q)", err, line)
+	}
+	pod, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "hello from ")
+	if !ok {
+		return "", true, fmt.Errorf("greeting %q", line)
+	}
+	const ping = "ping through the gateway\n"
+	if _, err := io.WriteString(conn, ping); err != nil {
+		return "", true, err
+	}
+	if echo, err := r.ReadString('\n'); err != nil || echo != ping {
+		return "", true, fmt.Errorf("echo: %q, %v", echo, err)
 	}
 	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
-		return "", err
+		return "", true, err
 	}
 	if rest, err := io.ReadAll(r); err != nil || len(rest) > 0 {
-		return "", fmt.Errorf("after the half-close: %q, %v (want EOF)", rest, err)
+		return "", true, fmt.Errorf("after the half-close: %q, %v (want EOF)", rest, err)
 	}
-	return pod, nil
+	return pod, true, nil
 }
 
 // waitGreet polls greet until it succeeds within d, and returns the pod.

@@ -2,6 +2,8 @@ package link_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,9 +52,10 @@ func TestLinkUnlink(t *testing.T) {
 	name := "nginx-svc-west." + ns + ".svc.cluster.local."
 	require.NoError(t, west.Apply(ctx, harness.StatefulSet(ns, "nginx-svc", "nginx-set", 2, map[string]string{labels.Exported: labels.ExportGateway})))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
-		assert.ElementsMatch(c, []string{"nginx-svc-west", "nginx-set-0-west", "nginx-set-1-west"}, m)
+		assert.ElementsMatch(c, []string{"nginx-svc-west", "nginx-set-0-west", "nginx-set-1-west"},
+			slices.Collect(maps.Keys(m)))
 	}, wait, tick, "west's export mirrored in east through the printed link")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		r := dnsServer.Ask(c, "udp", name, dns.TypeA)
@@ -74,7 +77,7 @@ func TestLinkUnlink(t *testing.T) {
 
 	// The controller drops the link and sweeps its mirrors.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m, err := mirrors(ctx, ns)
+		m, err := env.Cluster("east").Mirrors(ctx, ns)
 		require.NoError(c, err)
 		assert.Empty(c, m)
 	}, wait, tick, "the mirrors of west go with the link")
@@ -130,23 +133,19 @@ func assertLinkAccess(t *testing.T, ctx context.Context, link kubernetes.Interfa
 	expiry := int64(3600)
 	for what, call := range map[string]func() error{
 		"get a Secret": func() error {
-			_, err := link.CoreV1().Secrets("kube-system").Get(ctx, "any", metav1.GetOptions{})
-			return err
+			return errOf(link.CoreV1().Secrets("kube-system").Get(ctx, "any", metav1.GetOptions{}))
 		},
 		"list Secrets": func() error { _, err := link.CoreV1().Secrets("").List(ctx, metav1.ListOptions{}); return err },
 		"list its own token": func() error {
-			_, err := link.CoreV1().Secrets(grant.DefaultNamespace).List(ctx, metav1.ListOptions{})
-			return err
+			return errOf(link.CoreV1().Secrets(grant.DefaultNamespace).List(ctx, metav1.ListOptions{}))
 		},
 		"watch Secrets":         func() error { _, err := link.CoreV1().Secrets("").Watch(ctx, metav1.ListOptions{}); return err },
 		"get a Service by name": func() error { _, err := link.CoreV1().Services(ns).Get(ctx, svc.Name, metav1.GetOptions{}); return err },
 		"create a Service": func() error {
-			_, err := link.CoreV1().Services(ns).Create(ctx, newService(ns), metav1.CreateOptions{})
-			return err
+			return errOf(link.CoreV1().Services(ns).Create(ctx, newService(ns), metav1.CreateOptions{}))
 		},
 		"update a Service": func() error {
-			_, err := link.CoreV1().Services(ns).Update(ctx, edited, metav1.UpdateOptions{})
-			return err
+			return errOf(link.CoreV1().Services(ns).Update(ctx, edited, metav1.UpdateOptions{}))
 		},
 		"patch a Service":  func() error { return patchLabel(ctx, link, ns, svc.Name) },
 		"delete a Service": func() error { return link.CoreV1().Services(ns).Delete(ctx, svc.Name, metav1.DeleteOptions{}) },
@@ -154,15 +153,13 @@ func assertLinkAccess(t *testing.T, ctx context.Context, link kubernetes.Interfa
 			return link.DiscoveryV1().EndpointSlices(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 		},
 		"create an EndpointSlice": func() error {
-			_, err := link.DiscoveryV1().EndpointSlices(ns).Create(ctx, newSlice(ns), metav1.CreateOptions{})
-			return err
+			return errOf(link.DiscoveryV1().EndpointSlices(ns).Create(ctx, newSlice(ns), metav1.CreateOptions{}))
 		},
 		"delete an EndpointSlice": func() error {
 			return link.DiscoveryV1().EndpointSlices(ns).Delete(ctx, slices.Items[0].Name, metav1.DeleteOptions{})
 		},
 		"get an EndpointSlice": func() error {
-			_, err := link.DiscoveryV1().EndpointSlices(ns).Get(ctx, slices.Items[0].Name, metav1.GetOptions{})
-			return err
+			return errOf(link.DiscoveryV1().EndpointSlices(ns).Get(ctx, slices.Items[0].Name, metav1.GetOptions{}))
 		},
 		"list Pods":       func() error { _, err := link.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); return err },
 		"list ConfigMaps": func() error { _, err := link.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); return err },
@@ -170,14 +167,12 @@ func assertLinkAccess(t *testing.T, ctx context.Context, link kubernetes.Interfa
 		"list Nodes":      func() error { _, err := link.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err },
 		"list Endpoints":  func() error { _, err := link.CoreV1().Endpoints("").List(ctx, metav1.ListOptions{}); return err },
 		"create a Pod": func() error {
-			_, err := link.CoreV1().Pods(ns).Create(ctx, newPod(ns), metav1.CreateOptions{})
-			return err
+			return errOf(link.CoreV1().Pods(ns).Create(ctx, newPod(ns), metav1.CreateOptions{}))
 		},
 		"list ServiceAccounts": func() error { _, err := link.CoreV1().ServiceAccounts("").List(ctx, metav1.ListOptions{}); return err },
 		"list ClusterRoles":    func() error { _, err := link.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{}); return err },
 		"create a ClusterRoleBinding": func() error {
-			_, err := link.RbacV1().ClusterRoleBindings().Create(ctx, newAdminBinding(), metav1.CreateOptions{})
-			return err
+			return errOf(link.RbacV1().ClusterRoleBindings().Create(ctx, newAdminBinding(), metav1.CreateOptions{}))
 		},
 		"mint a token of itself": func() error {
 			_, err := link.CoreV1().ServiceAccounts(grant.DefaultNamespace).CreateToken(ctx, grant.ServiceAccount,
@@ -224,8 +219,7 @@ func newAdminBinding() *rbacv1.ClusterRoleBinding {
 }
 
 func patchLabel(ctx context.Context, c kubernetes.Interface, ns, name string) error {
-	_, err := c.CoreV1().Services(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"edited":"yes"}}}`), metav1.PatchOptions{})
-	return err
+	return errOf(c.CoreV1().Services(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"edited":"yes"}}}`), metav1.PatchOptions{}))
 }
 
 // Linking again changes nothing; each named source gets a token of its

@@ -77,18 +77,8 @@ func mustRun(t *testing.T, args ...string) result {
 	return r
 }
 
-// mirrors returns the names of east's mirror Services in ns.
-func mirrors(ctx context.Context, ns string) ([]string, error) {
-	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.MirrorSelector})
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, s := range list.Items {
-		out = append(out, s.Name)
-	}
-	return out, nil
-}
+// errOf is the error of a call that returns a value too.
+func errOf[T any](_ T, err error) error { return err }
 
 // decodeSecret reads the one Secret of a printed YAML stream.
 func decodeSecret(t *testing.T, stream string) *corev1.Secret {

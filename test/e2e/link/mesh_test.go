@@ -57,12 +57,13 @@ func TestMeshLinkCheckUnlink(t *testing.T) {
 		}
 	}
 
-	rep := untilCheck(t, list, "every pair linked and synced", func(code int, rep fleetReport) string {
+	allOK := func(code int, rep fleetReport) string {
 		if code != 0 || rep.Summary.OK != 6 {
 			return fmt.Sprintf("exit %d, %+v: %s", code, rep.Summary, rep.problems())
 		}
 		return ""
-	})
+	}
+	rep := untilCheck(t, list, "every pair linked and synced", allOK)
 	for _, p := range rep.Pairs {
 		assert.Equal(t, []string{"ok", "yes", "1/1", "-"}, []string{p.Status, p.Linked, p.Synced, p.Gateway}, "%s->%s", p.Source, p.Target)
 		assert.True(t, strings.HasSuffix(p.LastChange, " ago"), "%s->%s heard from %q", p.Source, p.Target, p.LastChange)
@@ -99,12 +100,7 @@ func TestMeshLinkCheckUnlink(t *testing.T) {
 	want["east->west"] = "linked"
 	assert.Equal(t, want, outcomes(t, r.stdout))
 	assert.Contains(t, r.stdout, "created Secret mcmirror-links/cluster-credentials-west in east")
-	untilCheck(t, list, "every pair ok again", func(code int, rep fleetReport) string {
-		if code != 0 || rep.Summary.OK != 6 {
-			return fmt.Sprintf("exit %d, %+v: %s", code, rep.Summary, rep.problems())
-		}
-		return ""
-	})
+	untilCheck(t, list, "every pair ok again", allOK)
 
 	// Tokyo's API server stopped: the pairs of tokyo fail, the others not.
 	restart := tokyo.APIServerOutage(t)
@@ -123,12 +119,7 @@ func TestMeshLinkCheckUnlink(t *testing.T) {
 	assert.Equal(t, "failing", rep.pair("west", "tokyo").Linked)
 	assert.Contains(t, rep.problems(), "pod kube-system/coredns-e2e's link to tokyo is down, serving its last known state")
 	restart()
-	untilCheck(t, list, "every pair ok once tokyo is back", func(code int, rep fleetReport) string {
-		if code != 0 || rep.Summary.OK != 6 {
-			return fmt.Sprintf("exit %d, %+v: %s", code, rep.Summary, rep.problems())
-		}
-		return ""
-	})
+	untilCheck(t, list, "every pair ok once tokyo is back", allOK)
 
 	r = mustRun(t, append([]string{"unlink"}, list...)...)
 	assert.Equal(t, results(all, "unlinked"), outcomes(t, r.stdout))

@@ -6,7 +6,8 @@ package kube
 import (
 	"context"
 	"fmt"
-	"maps"
+
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -65,11 +66,9 @@ func Headless(ctx context.Context, cs kubernetes.Interface, ns, name, managedBy 
 // EndpointSlice controller's slices do, so that the watches of exported
 // slices select it.
 func Slice(ns, svc, managedBy string, lbl map[string]string, eps []Endpoint) *discoveryv1.EndpointSlice {
-	l := maps.Clone(lbl)
-	if l == nil {
-		l = map[string]string{}
-	}
-	l[discoveryv1.LabelServiceName], l[discoveryv1.LabelManagedBy] = svc, managedBy
+	l := remotetest.SliceLabels(lbl, map[string]string{
+		discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: managedBy,
+	})
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: svc + "-0", Namespace: ns, Labels: l},
 		AddressType: discoveryv1.AddressTypeIPv4,

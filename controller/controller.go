@@ -349,8 +349,8 @@ func New(opts Options) (*Controller, error) {
 		inf cache.SharedIndexInformer
 		cache.ResourceEventHandlerFuncs
 	}{
-		{c.services, onAny(c.onLocalService)},
-		{c.slices, onAny(c.onOwned)},
+		{c.services, remote.OnAny(c.onLocalService)},
+		{c.slices, remote.OnAny(c.onOwned)},
 		{c.namespaces, cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.onNamespace,
 			UpdateFunc: func(_, obj any) { c.onNamespace(obj) },

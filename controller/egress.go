@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/mcmirror/mcmirror/internal/options"
+	"github.com/mcmirror/mcmirror/internal/remote"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -194,7 +195,7 @@ func (c *Controller) newEgressInformer() error {
 		c.egressSlices = discoveryinformers.NewFilteredEndpointSliceInformer(c.client, n.Namespace, resyncPeriod, cache.Indexers{},
 			func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=" + n.Name })
 		_ = c.egressSlices.SetTransform(trim)
-		reg, err := c.egressSlices.AddEventHandler(onAny(func(any) { c.refreshEgress(false) }))
+		reg, err := c.egressSlices.AddEventHandler(remote.OnAny(func(any) { c.refreshEgress(false) }))
 		if err != nil {
 			return err
 		}

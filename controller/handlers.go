@@ -214,11 +214,6 @@ func indexSliceByService(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// onAny calls fn with the object of every add, update and delete.
-func onAny(fn func(obj any)) cache.ResourceEventHandlerFuncs {
-	return cache.ResourceEventHandlerFuncs{AddFunc: fn, UpdateFunc: func(_, obj any) { fn(obj) }, DeleteFunc: fn}
-}
-
 func metaOf(obj any) (metav1.Object, bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj

@@ -61,8 +61,8 @@ func (lc linkConsumer) New(name string, client kubernetes.Interface, ns link.Nam
 	// Every way's Services enqueue alike: a Service leaving one (Linkerd's
 	// label or the ServiceExport stamp removed) is synced, and is still
 	// exported while another holds it.
-	onService := onAny(func(obj any) { c.onRemoteService(name, obj) })
-	onSlice := onAny(func(obj any) { c.onRemoteSlice(r, obj) })
+	onService := remote.OnAny(func(obj any) { c.onRemoteService(name, obj) })
+	onSlice := remote.OnAny(func(obj any) { c.onRemoteSlice(r, obj) })
 	for _, w := range r.ways {
 		regS, _ := w.services.AddEventHandler(onService)
 		regE, _ := w.slices.AddEventHandler(onSlice)

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -85,7 +86,7 @@ func (c *Controller) newMCSAPI() error {
 		{m.exportSlices[0], enqueueSlice, trim}, {m.exportSlices[1], enqueueSlice, trim},
 	} {
 		_ = h.inf.SetTransform(h.transform)
-		reg, err := h.inf.AddEventHandler(onAny(h.fn))
+		reg, err := h.inf.AddEventHandler(remote.OnAny(h.fn))
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -115,7 +116,7 @@ func (e *Egress) Run(ctx context.Context, client kubernetes.Interface) error {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = MirrorSelector }))
 	inf := f.Core().V1().Services().Informer()
 	kick := func(any) { e.wake() }
-	onEvent(inf, kick)
+	_, _ = inf.AddEventHandler(remote.OnAny(kick))
 	lister := f.Core().V1().Services().Lister()
 	claimsSynced := e.Trust.watch(f, logger, kick)
 	f.Start(ctx.Done())

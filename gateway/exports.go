@@ -89,7 +89,7 @@ func NewExports(client kubernetes.Interface, selector k8slabels.Selector) *Expor
 			}}),
 			selector: w.Services,
 		}
-		onEvent(r.services, func(o any) { e.count(objectKey(o)) })
+		_, _ = r.services.AddEventHandler(remote.OnAny(func(o any) { e.count(objectKey(o)) }))
 		e.guard.follow(r.slices, r.services)
 		e.routes = append(e.routes, r)
 	}

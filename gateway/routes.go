@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/internal/remote"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -87,7 +88,7 @@ func (t *RouteTrust) watch(f informers.SharedInformerFactory, logger klog.Logger
 		}
 		return obj, nil
 	})
-	onEvent(inf, kick)
+	_, _ = inf.AddEventHandler(remote.OnAny(kick))
 	t.w = &claimWatch{slices: inf, logger: logger, ignored: map[string]string{}}
 	if t.Ports.IsZero() {
 		logger.Info("No --egress-ports: claims on any port are believed; give the gateway the controller's --egress-ports")

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/remote"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -80,13 +81,6 @@ func objectKey(obj any) string {
 	return k
 }
 
-// onEvent calls f with the object of every event of inf (the new one of
-// an update).
-func onEvent(inf cache.SharedInformer, f func(obj any)) {
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: f, DeleteFunc: f,
-		UpdateFunc: func(_, o any) { f(o) }})
-}
-
 // follow marks the Service of every event of the EndpointSlices informer
 // and of each Services informer (one per way of export).
 func (g *streamGuard) follow(slices cache.SharedIndexInformer, services ...cache.SharedIndexInformer) {
@@ -100,7 +94,7 @@ func (g *streamGuard) follow(slices cache.SharedIndexInformer, services ...cache
 		return ""
 	}
 	for _, inf := range services {
-		onEvent(inf, func(o any) { g.touch(objectKey(o)) })
+		_, _ = inf.AddEventHandler(remote.OnAny(func(o any) { g.touch(objectKey(o)) }))
 	}
 	_, _ = slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(o any) { g.touch(sliceKey(o)) },

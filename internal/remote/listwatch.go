@@ -91,3 +91,9 @@ func Requests(client kubernetes.Interface, kind Kind, selector string, ns link.N
 func ListWatch(client kubernetes.Interface, kind Kind, selector string, ns link.Namespaces, h *Health, w int) cache.ListerWatcher {
 	return cache.ToListWatcherWithWatchListSemantics(Requests(client, kind, selector, ns, h, w), client)
 }
+
+// OnAny is an informer's event handler that calls fn with the object of
+// every add, update (the new one) and delete.
+func OnAny(fn func(obj any)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{AddFunc: fn, UpdateFunc: func(_, obj any) { fn(obj) }, DeleteFunc: fn}
+}

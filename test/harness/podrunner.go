@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/remote"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -80,11 +82,7 @@ func (r *podRunner) start() error {
 			r.queue.Add(k)
 		}
 	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
-		DeleteFunc: enqueue,
-	}); err != nil {
+	if _, err := inf.Informer().AddEventHandler(remote.OnAny(enqueue)); err != nil {
 		cancel()
 		return err
 	}

@@ -61,7 +61,7 @@ func TestSecretWatcherNamespaces(t *testing.T) {
 	s := secret("cluster-credentials-west", nil, kc)
 	s.Annotations = map[string]string{labels.LinkDeniedNamespaces: "tenant-b, kube-system"}
 	client := fake.NewClientset(s)
-	rec, lg := startWatcher(t, client, SecretWatcherOptions{})
+	rec, lg, _ := startWatcher(t, client, SecretWatcherOptions{})
 	rec.waitCalls(t, "+west https://west.example (all but kube-system,tenant-b)")
 
 	s = secret("cluster-credentials-west", nil, kc)

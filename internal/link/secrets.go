@@ -56,7 +56,7 @@ type SecretWatcherOptions struct {
 // used.
 type SecretWatcher struct {
 	handler   Handler
-	reserved  map[string]bool
+	reserved  []string
 	allow     Allow
 	logf      func(string, ...any)
 	onRefused func(*corev1.Secret, Reason, error)
@@ -90,7 +90,7 @@ func NewSecretWatcher(client kubernetes.Interface, h Handler, opts SecretWatcher
 	}
 	w := &SecretWatcher{
 		handler:   h,
-		reserved:  make(map[string]bool, len(opts.Reserved)),
+		reserved:  opts.Reserved,
 		allow:     opts.Allow,
 		logf:      opts.Logf,
 		onRefused: opts.OnRefused,
@@ -102,9 +102,6 @@ func NewSecretWatcher(client kubernetes.Interface, h Handler, opts SecretWatcher
 	}
 	if w.onRefused == nil {
 		w.onRefused = func(*corev1.Secret, Reason, error) {}
-	}
-	for _, r := range opts.Reserved {
-		w.reserved[r] = true
 	}
 
 	selector := ""
@@ -174,7 +171,7 @@ func (w *SecretWatcher) upsert(s *corev1.Secret) {
 		w.refuse(s, ReasonOf(err), err, keeping)
 		return
 	}
-	if w.reserved[name] {
+	if slices.Contains(w.reserved, name) {
 		w.refuse(s, ReasonReserved, fmt.Errorf("cluster %q is the local cluster or a configured link", name), "")
 		if running {
 			w.stop(k, old)
@@ -185,25 +182,25 @@ func (w *SecretWatcher) upsert(s *corev1.Secret) {
 	if running && old.name == name && old.sum == sum && old.ns.Equal(ns) {
 		return // nothing DNS depends on changed
 	}
-	if running && old.name == name {
-		// The kubeconfig or the namespaces changed: the handler restarts
-		// the link.
-		w.bySecret[k] = secretLink{name: name, sum: sum, ns: ns}
-		w.handler.Add(name, cfg, ns)
-		return
-	}
-	if running {
+	if running && old.name != name {
 		// The Secret names another cluster now.
 		w.stop(k, old)
 		w.adopt(old.name)
 	}
-	if other, taken := w.owner[name]; taken {
+	if other, taken := w.owner[name]; taken && other != k {
 		w.refuse(s, ReasonDuplicate, fmt.Errorf("cluster %q is already linked by secret %s", name, other), "")
 		return
 	}
-	w.bySecret[k] = secretLink{name: name, sum: sum, ns: ns}
-	w.owner[name] = k
-	w.handler.Add(name, cfg, ns)
+	// A new link, or the kubeconfig or the namespaces of this one changed:
+	// the handler restarts it.
+	w.link(k, secretLink{name: name, sum: sum, ns: ns}, cfg)
+}
+
+// link makes Secret k run l through cfg.
+func (w *SecretWatcher) link(k string, l secretLink, cfg *rest.Config) {
+	w.bySecret[k] = l
+	w.owner[l.name] = k
+	w.handler.Add(l.name, cfg, l.ns)
 }
 
 // refuse logs that Secret s is refused, and why (then what still runs),
@@ -257,10 +254,7 @@ func (w *SecretWatcher) adopt(name string) {
 		if err != nil || n != name {
 			continue
 		}
-		k := key(s)
-		w.bySecret[k] = secretLink{name: name, sum: sha256.Sum256(s.Data[labels.LinkSecretKey]), ns: ns}
-		w.owner[name] = k
-		w.handler.Add(name, cfg, ns)
+		w.link(key(s), secretLink{name: name, sum: sha256.Sum256(s.Data[labels.LinkSecretKey]), ns: ns}, cfg)
 		return
 	}
 }

@@ -57,13 +57,7 @@ func (r *recorder) String() string { return fmt.Sprintf("%q", r.get()) }
 // it waited for when cond stays false.
 func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf(format, args...)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	require.Eventually(t, cond, 5*time.Second, 5*time.Millisecond, append([]any{format}, args...)...)
 }
 
 // waitCalls waits until the recorder has seen exactly want.
@@ -114,23 +108,13 @@ func (l *logs) String() string {
 func (l *logs) contains(s string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, line := range l.lines {
-		if strings.Contains(line, s) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(l.lines, func(line string) bool { return strings.Contains(line, s) })
 }
 
 // startWatcher runs a watcher of client's link Secrets in
 // linkerd-multicluster (unless opts names another namespace) until the
 // test ends, and waits for it to sync.
-func startWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOptions) (*recorder, *logs) {
-	rec, lg, _ := runWatcher(t, client, opts)
-	return rec, lg
-}
-
-func runWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOptions) (*recorder, *logs, *SecretWatcher) {
+func startWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOptions) (*recorder, *logs, *SecretWatcher) {
 	t.Helper()
 	rec, lg := &recorder{}, &logs{}
 	if opts.Namespace == "" {
@@ -159,7 +143,7 @@ func TestSecretWatcherLifecycle(t *testing.T) {
 	west := kubeconfig(t, "https://west.example:6443")
 	west2 := kubeconfig(t, "https://west-2.example:6443")
 	client := fake.NewClientset(secret("cluster-credentials-west", nil, west))
-	rec, _ := startWatcher(t, client, SecretWatcherOptions{})
+	rec, _, _ := startWatcher(t, client, SecretWatcherOptions{})
 	secrets := client.CoreV1().Secrets("linkerd-multicluster")
 
 	// Existing at start.
@@ -186,7 +170,7 @@ func TestSecretWatcherLifecycle(t *testing.T) {
 func TestSecretWatcherRename(t *testing.T) {
 	kc := kubeconfig(t, "https://x.example")
 	client := fake.NewClientset(secret("link", map[string]string{labels.LinkClusterName: "west"}, kc))
-	rec, _ := startWatcher(t, client, SecretWatcherOptions{})
+	rec, _, _ := startWatcher(t, client, SecretWatcherOptions{})
 	rec.waitCalls(t, "+west https://x.example")
 
 	// The label now names another cluster: the old link goes, the new comes.
@@ -197,7 +181,7 @@ func TestSecretWatcherRename(t *testing.T) {
 func TestSecretWatcherBadUpdateKeepsLink(t *testing.T) {
 	kc := kubeconfig(t, "https://west.example")
 	client := fake.NewClientset(secret("cluster-credentials-west", nil, kc))
-	rec, lg := startWatcher(t, client, SecretWatcherOptions{})
+	rec, lg, _ := startWatcher(t, client, SecretWatcherOptions{})
 	rec.waitCalls(t, "+west https://west.example")
 
 	update(t, client, secret("cluster-credentials-west", nil, []byte("{{{")))
@@ -216,7 +200,7 @@ func TestSecretWatcherIgnores(t *testing.T) {
 		secret("no-name", nil, kc), // names no cluster
 		secret("cluster-credentials-west", nil, kc),
 	)
-	rec, lg := startWatcher(t, client, SecretWatcherOptions{Reserved: []string{"east", "static"}})
+	rec, lg, _ := startWatcher(t, client, SecretWatcherOptions{Reserved: []string{"east", "static"}})
 	rec.waitCalls(t, "+west https://x.example")
 	for _, want := range []string{`cluster "east" is the local cluster`, `cluster "static" is the local cluster`, "names no cluster"} {
 		assert.True(t, lg.contains(want), "no log line about %q", want)
@@ -240,7 +224,7 @@ func TestSecretWatcherSelector(t *testing.T) {
 	)
 	sel, err := k8slabels.Parse("mcmirror=yes")
 	require.NoError(t, err)
-	rec, _ := startWatcher(t, client, SecretWatcherOptions{Selector: sel})
+	rec, _, _ := startWatcher(t, client, SecretWatcherOptions{Selector: sel})
 	rec.waitCalls(t, "+west https://x.example")
 }
 
@@ -251,17 +235,13 @@ func TestSecretWatcherDuplicateTakesOver(t *testing.T) {
 		secret("a", map[string]string{labels.LinkClusterName: "west"}, a),
 		secret("b", map[string]string{labels.LinkClusterName: "west"}, b),
 	)
-	rec, lg := startWatcher(t, client, SecretWatcherOptions{})
+	rec, lg, _ := startWatcher(t, client, SecretWatcherOptions{})
 	first := rec.get()
 	require.Len(t, first, 1, "one link to west")
 	assert.True(t, lg.contains(`cluster "west" is already linked`), "duplicate not reported")
-	loser, loserHost := "b", "https://b.example"
+	winner, loserHost := "a", "https://b.example"
 	if first[0] == "+west https://b.example" {
-		loser, loserHost = "a", "https://a.example"
-	}
-	winner := "a"
-	if loser == "a" {
-		winner = "b"
+		winner, loserHost = "b", "https://a.example"
 	}
 	require.NoError(t, client.CoreV1().Secrets("linkerd-multicluster").Delete(ctxBG, winner, metav1.DeleteOptions{}))
 	rec.waitCalls(t, first[0], "-west", "+west "+loserHost)
@@ -270,7 +250,7 @@ func TestSecretWatcherDuplicateTakesOver(t *testing.T) {
 func TestSecretWatcherLinks(t *testing.T) {
 	kc := kubeconfig(t, "https://x.example")
 	client := fake.NewClientset(secret("cluster-credentials-west", nil, kc), secret("cluster-credentials-paris", nil, kc))
-	rec, _, w := runWatcher(t, client, SecretWatcherOptions{})
+	rec, _, w := startWatcher(t, client, SecretWatcherOptions{})
 	w.mu.Lock()
 	assert.Equal(t, []string{"paris", "west"}, slices.Sorted(maps.Keys(w.owner)), "the clusters linked")
 	w.mu.Unlock()
@@ -295,7 +275,7 @@ func TestSecretWatcherRefusesHostileKubeconfigs(t *testing.T) {
 		secret("cluster-credentials-paris", nil, hostileKubeconfig(t)),
 		secret("cluster-credentials-tokyo", nil, plain),
 	)
-	rec, lg := startWatcher(t, client, SecretWatcherOptions{})
+	rec, lg, _ := startWatcher(t, client, SecretWatcherOptions{})
 	rec.waitCalls(t, "+west https://west.example")
 	lg.waitLog(t, `link secret linkerd-multicluster/cluster-credentials-paris refused (exec): kubeconfig refused: user "u" runs a command (exec "/bin/sh") (exec not allowed)`)
 	lg.waitLog(t, `link secret linkerd-multicluster/cluster-credentials-tokyo refused (http)`)
@@ -313,7 +293,7 @@ func TestSecretWatcherRefusesHostileKubeconfigs(t *testing.T) {
 	assert.Equal(t, want, lg.refusals(), "refusals")
 
 	// Allowed, the same Secrets link.
-	rec2, lg2 := startWatcher(t, client, SecretWatcherOptions{Allow: Allow{Exec: true, HTTP: true}})
+	rec2, lg2, _ := startWatcher(t, client, SecretWatcherOptions{Allow: Allow{Exec: true, HTTP: true}})
 	waitFor(t, func() bool { return len(rec2.get()) >= 3 }, "allowed: calls %v", rec2)
 	got := rec2.get()
 	slices.Sort(got)
@@ -329,7 +309,7 @@ func TestSecretWatcherDuplicateIsReported(t *testing.T) {
 		secret("a", map[string]string{labels.LinkClusterName: "west"}, kc),
 		secret("b", map[string]string{labels.LinkClusterName: "west"}, kc),
 	)
-	_, lg := startWatcher(t, client, SecretWatcherOptions{})
+	_, lg, _ := startWatcher(t, client, SecretWatcherOptions{})
 	got := lg.refusals()
 	require.Len(t, got, 1, "one refusal")
 	assert.True(t, strings.HasSuffix(got[0], " duplicate"), "refusals %q, want one duplicate", got)

@@ -261,12 +261,9 @@ func TestAddImportHidesCopies(t *testing.T) {
 			assert.True(t, sel.Matches(own), "every other object is")
 
 			want := strings.Replace(direct.Corefile, "link_secrets mcmirror-links", "source import", 1)
-			var got []string
-			for _, l := range strings.Split(imp.Corefile, "\n") {
-				if strings.TrimSpace(l) != "labels !mcmirror.dev/flat-endpoints" {
-					got = append(got, l)
-				}
-			}
+			got := slices.DeleteFunc(strings.Split(imp.Corefile, "\n"), func(l string) bool {
+				return strings.TrimSpace(l) == "labels !mcmirror.dev/flat-endpoints"
+			})
 			assert.Equal(t, want, strings.Join(got, "\n"), "nothing else changed")
 		})
 	}

@@ -82,6 +82,15 @@ func written(t testing.TB, obj map[string]any, p Plan, rv string) map[string]any
 	return w
 }
 
+// opsOf lists ops as "op path".
+func opsOf(ops []Op) []string {
+	var out []string
+	for _, o := range ops {
+		out = append(out, o.Op+" "+o.Path)
+	}
+	return out
+}
+
 func str(s string) json.RawMessage {
 	b, _ := json.Marshal(s)
 	return b
@@ -155,11 +164,7 @@ func TestApplyAgain(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, p.Records, "the original is kept")
 	assert.Equal(t, Op{Op: "test", Path: "/metadata/resourceVersion", Value: str("1240")}, p.Ops[0])
-	var restore []string
-	for _, o := range p.Ops[1:p.First] {
-		restore = append(restore, o.Op+" "+o.Path)
-	}
-	assert.Equal(t, []string{"add /spec/template", "add /spec/strategy", "remove /spec/minReadySeconds"}, restore)
+	assert.Equal(t, []string{"add /spec/template", "add /spec/strategy", "remove /spec/minReadySeconds"}, opsOf(p.Ops[1:p.First]))
 	assert.Equal(t, patch, p.Ops[p.First:])
 	again, err := p.Preview(applied)
 	require.NoError(t, err)
@@ -204,12 +209,8 @@ func TestRevert(t *testing.T) {
 		p, found, err := Revert(applied)
 		require.NoError(t, err)
 		require.True(t, found)
-		var ops []string
-		for _, o := range p.Ops {
-			ops = append(ops, o.Op+" "+o.Path)
-		}
 		assert.Equal(t, []string{"test /metadata/resourceVersion", "add /spec/template", "add /spec/strategy",
-			"remove /spec/minReadySeconds", "remove /metadata/annotations/mcmirror.dev~1dns-original"}, ops)
+			"remove /spec/minReadySeconds", "remove /metadata/annotations/mcmirror.dev~1dns-original"}, opsOf(p.Ops))
 		out, err := p.Preview(applied)
 		require.NoError(t, err)
 		assert.True(t, SameSpec(toJSON(t, obj), out), "the spec as it was")

@@ -7,6 +7,7 @@ package remote
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 
@@ -191,10 +192,7 @@ func (l *Links[G]) Start(ctx context.Context) {
 	defer l.change.Unlock()
 	l.mu.Lock()
 	l.ctx = ctx
-	all := make([]*linked[G], 0, len(l.clusters))
-	for _, c := range l.clusters {
-		all = append(all, c)
-	}
+	all := slices.Collect(maps.Values(l.clusters))
 	l.mu.Unlock()
 	for _, c := range all {
 		l.start(c)

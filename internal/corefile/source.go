@@ -3,6 +3,7 @@ package corefile
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,18 +29,13 @@ type Source struct {
 // own name when the volume has no items). It refuses a Corefile that does
 // not come from a ConfigMap, saying where it comes from instead.
 func SourceOf(spec corev1.PodSpec, container string) (Source, error) {
-	var c *corev1.Container
-	for i := range spec.Containers {
-		if container == "" || spec.Containers[i].Name == container {
-			c = &spec.Containers[i]
-			break
-		}
-	}
-	if c == nil {
+	ci := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return container == "" || c.Name == container })
+	if ci < 0 {
 		return Source{}, fmt.Errorf("no container %q", container)
 	}
+	c := &spec.Containers[ci]
 	conf := DefaultConf
-	args := append(append([]string{}, c.Command...), c.Args...)
+	args := slices.Concat(c.Command, c.Args)
 	for i, a := range args {
 		switch {
 		case (a == "-conf" || a == "--conf") && i+1 < len(args):
@@ -78,11 +74,9 @@ func SourceOf(spec corev1.PodSpec, container string) (Source, error) {
 			s.Key = file
 			return s, nil
 		}
-		for _, it := range v.ConfigMap.Items {
-			if it.Path == file {
-				s.Key = it.Key
-				return s, nil
-			}
+		if i := slices.IndexFunc(v.ConfigMap.Items, func(it corev1.KeyToPath) bool { return it.Path == file }); i >= 0 {
+			s.Key = v.ConfigMap.Items[i].Key
+			return s, nil
 		}
 		return Source{}, fmt.Errorf("container %s reads its Corefile %s from volume %s, whose items project no key to %s", c.Name, conf, v.Name, file)
 	}

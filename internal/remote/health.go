@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -72,15 +73,7 @@ func (h *Health) Up() bool {
 }
 
 func (h *Health) up() bool {
-	if !h.answered {
-		return false
-	}
-	for _, r := range h.failing {
-		if r != "" {
-			return false
-		}
-	}
-	return true
+	return h.answered && !slices.ContainsFunc(h.failing, func(r string) bool { return r != "" })
 }
 
 // Since is when the cluster began to fail; zero while it does not.

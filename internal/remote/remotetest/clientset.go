@@ -40,14 +40,8 @@ func NewClientset(objs ...runtime.Object) *fake.Clientset {
 	}
 	cs := fake.NewClientset(objs...)
 	label := func(a k8stesting.Action) (bool, runtime.Object, error) {
-		var obj runtime.Object
-		switch a := a.(type) {
-		case k8stesting.CreateAction:
-			obj = a.GetObject()
-		case k8stesting.UpdateAction:
-			obj = a.GetObject()
-		}
-		if es, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		// A create or an update.
+		if es, ok := a.(interface{ GetObject() runtime.Object }).GetObject().(*discoveryv1.EndpointSlice); ok {
 			if svc, err := cs.Tracker().Get(servicesGVR, es.Namespace, es.Labels[discoveryv1.LabelServiceName]); err == nil {
 				es.Labels = SliceLabels(svc.(*corev1.Service).Labels, es.Labels)
 			}

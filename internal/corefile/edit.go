@@ -305,15 +305,10 @@ func addOption(lines []string, dir []caddyfile.Token, shift func(int) int, optio
 	n := shift(d.Line) - 1
 	indent := leading(lines[n])
 	line := indent + "    " + option
-	if slices.ContainsFunc(dir, func(t caddyfile.Token) bool { return t.Text == "{" }) {
+	if i := slices.IndexFunc(dir, func(t caddyfile.Token) bool { return t.Text == "{" }); i >= 0 {
 		// A block: the option first in it, on a line after the one of
 		// its {.
-		for _, t := range dir {
-			if t.Text == "{" {
-				n = shift(t.Line) - 1
-				break
-			}
-		}
+		n = shift(dir[i].Line) - 1
 		if strings.Contains(lines[n], "}") || strings.Contains(lines[n], "#") {
 			return fmt.Errorf("line %d: %s's block is not laid out one option a line", d.Line, d.Text)
 		}

@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -113,12 +114,10 @@ func check(o Op) error {
 
 // recorded reports whether path is within one of the recorded fields.
 func recorded(path string) bool {
-	for _, f := range fields {
-		if p := "/spec/" + f; path == p || strings.HasPrefix(path, p+"/") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(fields, func(f string) bool {
+		p := "/spec/" + f
+		return path == p || strings.HasPrefix(path, p+"/")
+	})
 }
 
 // checkPointer checks the syntax of an RFC 6901 JSON pointer other than

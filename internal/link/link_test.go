@@ -76,11 +76,7 @@ func TestLoadKubeconfig(t *testing.T) {
 func TestLoadKubeconfigRelativePaths(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("from-file"), 0o600))
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://west.example"}
-	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{TokenFile: "token"}
-	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	cfg.CurrentContext = "c"
+	cfg := hostile(func(u *clientcmdapi.AuthInfo, _ *clientcmdapi.Cluster) { u.Token, u.TokenFile = "", "token" })
 	path := filepath.Join(dir, "kubeconfig")
 	require.NoError(t, clientcmd.WriteToFile(*cfg, path))
 	rc, err := LoadKubeconfig(path, "")

@@ -11,18 +11,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// certWith is a certificate of common name cn with the URI SANs uris.
+func certWith(t *testing.T, cn string, uris ...string) *x509.Certificate {
+	c := &x509.Certificate{Subject: pkix.Name{CommonName: cn}, NotAfter: time.Unix(1000, 0)}
+	for _, s := range uris {
+		u, err := url.Parse(s)
+		require.NoError(t, err)
+		c.URIs = append(c.URIs, u)
+	}
+	return c
+}
+
 // The chain rule on its own, on chains as x509 Verify returns them: the
 // certificate first, the root last.
 func TestIssuerChainRule(t *testing.T) {
-	cert := func(cn string, uris ...string) *x509.Certificate {
-		c := &x509.Certificate{Subject: pkix.Name{CommonName: cn}, NotAfter: time.Unix(1000, 0)}
-		for _, s := range uris {
-			u, err := url.Parse(s)
-			require.NoError(t, err)
-			c.URIs = append(c.URIs, u)
-		}
-		return c
-	}
+	cert := func(cn string, uris ...string) *x509.Certificate { return certWith(t, cn, uris...) }
 	root := cert("root", "spiffe://mcmirror.dev")
 	west, east := cert("west ca", "spiffe://mcmirror.dev/cluster/west"), cert("east ca", "spiffe://mcmirror.dev/cluster/east")
 	leaf := cert("gateway.west", "spiffe://mcmirror.dev/cluster/west")

@@ -1,8 +1,6 @@
 package trust
 
 import (
-	"crypto/x509"
-	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,11 +9,6 @@ import (
 
 // ClusterOf reads the cluster from the one spiffe URI SAN.
 func TestClusterOf(t *testing.T) {
-	uri := func(s string) *url.URL {
-		u, err := url.Parse(s)
-		require.NoError(t, err)
-		return u
-	}
 	for _, tc := range []struct {
 		name string
 		uris []string
@@ -33,11 +26,7 @@ func TestClusterOf(t *testing.T) {
 		{"reserved name", []string{"spiffe://mcmirror.dev/cluster/global"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cert := &x509.Certificate{}
-			for _, s := range tc.uris {
-				cert.URIs = append(cert.URIs, uri(s))
-			}
-			got, err := ClusterOf(cert, DefaultTrustDomain)
+			got, err := ClusterOf(certWith(t, "", tc.uris...), DefaultTrustDomain)
 			if tc.want == "" {
 				assert.Error(t, err, "got %q", got)
 				return

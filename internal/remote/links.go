@@ -225,12 +225,11 @@ func (l *Links[G]) Stop() {
 func (l *Links[G]) Get(name string) (G, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, ok := l.clusters[name]
-	if !ok {
-		var zero G
-		return zero, false
+	if c, ok := l.clusters[name]; ok {
+		return c.g, true
 	}
-	return c.g, true
+	var zero G
+	return zero, false
 }
 
 // Names returns the names of the linked clusters, sorted. The slice is

@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -218,14 +219,7 @@ func TestConflictBetweenClusters(t *testing.T) {
 	f.queued()
 	f.deleteRemote("west", "services", "default", "foo-east")
 	f.converge("west/default/foo-east")
-	require.Eventually(t, func() bool {
-		for _, k := range f.queued() {
-			if k == "east-west/default/foo" {
-				return true
-			}
-		}
-		return false
-	}, 5*time.Second, time.Millisecond, "the loser is synced again when the winner goes")
+	require.Eventually(t, func() bool { return slices.Contains(f.queued(), "east-west/default/foo") }, 5*time.Second, time.Millisecond, "the loser is synced again when the winner goes")
 	f.converge("east-west/default/foo")
 	assert.Equal(t, "east-west", f.service("default", "foo-east-west").Labels[labels.ClusterName])
 }

@@ -286,10 +286,7 @@ func TestGarbageSparesUnaccounted(t *testing.T) {
 	l := live(p)
 	all, _ := planSlices(sliceInput{cluster: "west", ns: "default", name: "db", plan: p, live: l, egress: []netip.Addr{egressIP}})
 	require.Len(t, all, 3)
-	owned := map[string]*corev1.Service{}
-	for n, s := range l {
-		owned[n] = s
-	}
+	owned := maps.Clone(l)
 	owned["gone-west"] = &corev1.Service{}
 
 	delete(l, "db-1-west") // its write failed

@@ -82,23 +82,16 @@ func TestPlanPodNamedLikeItsService(t *testing.T) {
 // nothing DNS finds); a per-pod name leaves that pod out.
 func TestPlanTakenNames(t *testing.T) {
 	holder := &corev1.Service{}
-	in := planIn(exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"))
-	in.taken = func(n string) *corev1.Service {
-		if n == "db-1-west" {
-			return holder
-		}
-		return nil
+	takenOnly := func(name string) func(string) *corev1.Service {
+		return func(n string) *corev1.Service { return map[string]*corev1.Service{name: holder}[n] }
 	}
+	in := planIn(exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"))
+	in.taken = takenOnly("db-1-west")
 	p := planServices(in)
 	assert.Equal(t, []string{"db-west", "db-0-west"}, wantNames(p))
 	assert.Equal(t, []*corev1.Service{holder}, p.conflicts)
 
-	in.taken = func(n string) *corev1.Service {
-		if n == "db-west" {
-			return holder
-		}
-		return nil
-	}
+	in.taken = takenOnly("db-west")
 	p = planServices(in)
 	assert.Empty(t, p.wants)
 	assert.Len(t, p.conflicts, 1)

@@ -6,6 +6,7 @@ package controller
 // collection and port release go by the ledger (collect.go).
 
 import (
+	"context"
 	"fmt"
 	"maps"
 
@@ -158,34 +159,33 @@ func serviceNeedsUpdate(existing, desired *corev1.Service) bool {
 	return false
 }
 
+// deleteService deletes a mirror; one it could not delete stays in the
+// ledger, and keeps its ports.
 func (s *syncer) deleteService(svc *corev1.Service) {
-	err := s.c.client.CoreV1().Services(svc.Namespace).Delete(s.ctx, svc.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &svc.UID},
-	})
-	if apierrors.IsNotFound(err) {
-		err = nil
+	if s.deleteOwned("services", svc, s.c.client.CoreV1().Services(svc.Namespace).Delete) {
+		delete(s.final.services, svc.Name)
+		s.logger.V(2).Info("Deleted mirror", "service", klog.KObj(svc))
 	}
-	s.wrote("delete", "services", svc.Name, err)
-	if err != nil {
-		return // still there: the ledger keeps it, and its ports
-	}
-	delete(s.final.services, svc.Name)
-	s.logger.V(2).Info("Deleted mirror", "service", klog.KObj(svc))
 }
 
 func (s *syncer) deleteSlice(es *discoveryv1.EndpointSlice) bool {
-	err := s.c.client.DiscoveryV1().EndpointSlices(es.Namespace).Delete(s.ctx, es.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &es.UID},
-	})
-	if apierrors.IsNotFound(err) {
-		err = nil
-	}
-	s.wrote("delete", "endpointslices", es.Name, err)
-	if err != nil {
+	if !s.deleteOwned("endpointslices", es, s.c.client.DiscoveryV1().EndpointSlices(es.Namespace).Delete) {
 		return false
 	}
 	delete(s.final.slices, es.Name)
 	return true
+}
+
+// deleteOwned deletes obj by del, on condition of its UID, and reports
+// whether it is gone (NotFound included).
+func (s *syncer) deleteOwned(resource string, obj metav1.Object, del func(context.Context, string, metav1.DeleteOptions) error) bool {
+	uid := obj.GetUID()
+	err := del(s.ctx, obj.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) {
+		err = nil
+	}
+	s.wrote("delete", resource, obj.GetName(), err)
+	return err == nil
 }
 
 // applySlice creates or updates one EndpointSlice.

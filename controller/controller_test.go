@@ -64,8 +64,7 @@ func TestSyncRetriesFailedWrites(t *testing.T) {
 // port stays allocated, and a mirror synced meanwhile does not get it.
 func TestFailedWriteKeepsEgressPorts(t *testing.T) {
 	web := exported("default", "web", "true", false, tcp("http", 80))
-	unexported := web.DeepCopy()
-	unexported.Labels = nil
+	unexported := unlabelled(web)
 	for _, tc := range []struct {
 		name string
 		// ports is just big enough for key's mirrors before and after

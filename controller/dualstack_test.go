@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -124,7 +125,7 @@ func TestPlanSlicesDualStack(t *testing.T) {
 		return desired
 	}
 	desired := slicesOf(dualAddr)
-	require.Equal(t, []string{"web-west", "web-west.ipv4"}, sortedKeys(desired))
+	require.Equal(t, []string{"web-west", "web-west.ipv4"}, slices.Sorted(maps.Keys(desired)))
 	assert.Equal(t, discoveryv1.AddressTypeIPv6, desired["web-west"].AddressType, "the primary family's slice is named as the Service")
 	assert.Equal(t, []string{"2001:db8::10"}, endpointsOf(desired["web-west"]))
 	assert.Equal(t, discoveryv1.AddressTypeIPv4, desired["web-west.ipv4"].AddressType)
@@ -140,7 +141,7 @@ func TestPlanSlicesDualStack(t *testing.T) {
 	// The egress loses its IPv4 addresses before the mirror is changed:
 	// no IPv4 slice, and the one there is goes (garbage).
 	desired = slicesOf(addrs("2001:db8::10"))
-	assert.Equal(t, []string{"web-west"}, sortedKeys(desired))
+	assert.Equal(t, []string{"web-west"}, slices.Sorted(maps.Keys(desired)))
 	owned := map[string]*discoveryv1.EndpointSlice{"web-west.ipv4": {ObjectMeta: metav1.ObjectMeta{Name: "web-west.ipv4",
 		Labels: map[string]string{discoveryv1.LabelServiceName: "web-west"}}}}
 	delSlices, delServices := garbage(p, map[string]*corev1.Service{"web-west": live}, owned, desired, map[string]bool{"web-west": true})
@@ -150,17 +151,8 @@ func TestPlanSlicesDualStack(t *testing.T) {
 	// A single-stack mirror: one slice, of its family only.
 	live.Spec.IPFamilies = []corev1.IPFamily{v4}
 	desired = slicesOf(dualAddr)
-	require.Equal(t, []string{"web-west"}, sortedKeys(desired))
+	require.Equal(t, []string{"web-west"}, slices.Sorted(maps.Keys(desired)))
 	assert.Equal(t, []string{"192.0.2.10", "192.0.2.11"}, endpointsOf(desired["web-west"]))
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // The names of a mirror's slices are the controller's: the mirror's own,

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -171,13 +172,11 @@ func (f *fixture) assertEgress(want ...string) {
 func (f *fixture) setGateway(es *discoveryv1.EndpointSlice) {
 	f.t.Helper()
 	cl := f.local.DiscoveryV1().EndpointSlices(es.Namespace)
-	if _, err := cl.Get(f.ctx, es.Name, metav1.GetOptions{}); err == nil {
-		_, err = cl.Update(f.ctx, es, metav1.UpdateOptions{})
-		require.NoError(f.t, err)
-	} else {
+	_, err := cl.Update(f.ctx, es, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
 		_, err = cl.Create(f.ctx, es, metav1.CreateOptions{})
-		require.NoError(f.t, err)
 	}
+	require.NoError(f.t, err)
 	require.Eventually(f.t, func() bool {
 		got, ok, _ := f.c.egressSlices.GetStore().Get(es)
 		return ok && apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Endpoints, es.Endpoints)
@@ -307,15 +306,9 @@ func TestEgressServiceNotReadyPod(t *testing.T) {
 func TestEgressServiceStartup(t *testing.T) {
 	f := egressFixture(t, gatewaySlice("gw-1", discoveryv1.AddressTypeIPv4, "10.244.0.1", "10.244.0.2"))
 	f.assertEgress("10.244.0.1", "10.244.0.2")
-	var state []runtime.Object
-	svcs, _ := f.local.CoreV1().Services("").List(f.ctx, metav1.ListOptions{})
-	for i := range svcs.Items {
-		state = append(state, &svcs.Items[i])
-	}
-	es, _ := f.local.DiscoveryV1().EndpointSlices("default").List(f.ctx, metav1.ListOptions{})
-	for i := range es.Items {
-		state = append(state, &es.Items[i])
-	}
+	state := slices.DeleteFunc(f.mirrorState(), func(o runtime.Object) bool {
+		return o.(metav1.Object).GetNamespace() == gatewayEgress.Namespace
+	})
 
 	// Restart: the gateway has no ready pod meanwhile.
 	g := newFixture(t, fixtureOptions{egressService: gatewayEgress,

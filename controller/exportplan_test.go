@@ -50,28 +50,27 @@ func TestPlanExport(t *testing.T) {
 	created := exportCreated.Format(time.RFC3339)
 	gw := stamp{mode: labels.ModeGateway, created: created, metadata: "{}"}
 	tests := []struct {
-		name      string
-		in        exportInput
-		stamp     stamp
-		write     bool
-		foreign   stamp
-		valid     string // reason of Valid; "" for no conditions
-		ready     metav1.ConditionStatus
-		conflict  string // reason of Conflict; "" for none
-		validTrue bool
+		name     string
+		in       exportInput
+		stamp    stamp
+		write    bool
+		foreign  stamp
+		valid    string // reason of Valid; "" for no conditions
+		ready    metav1.ConditionStatus
+		conflict string // reason of Conflict; "" for none
 	}{
 		{name: "export, Service unstamped: stamp it, Ready pending",
 			in:    exportInput{export: testExport(nil), service: testExportService(nil)},
-			stamp: gw, write: true, valid: "Valid", validTrue: true, ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
+			stamp: gw, write: true, valid: "Valid", ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
 		{name: "stamped already: nothing to write, Ready",
 			in:    exportInput{export: testExport(nil), service: testExportService(nil), owned: gw},
-			stamp: gw, valid: "Valid", validTrue: true, ready: metav1.ConditionTrue, conflict: "NoConflicts"},
+			stamp: gw, valid: "Valid", ready: metav1.ConditionTrue, conflict: "NoConflicts"},
 		{name: "flat by annotation",
 			in:    exportInput{export: testExport(map[string]string{labels.ModeLabel: "flat"}), service: testExportService(nil), owned: gw},
-			stamp: stamp{mode: labels.ModeFlat, created: created, metadata: "{}"}, write: true, valid: "Valid", validTrue: true, ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
+			stamp: stamp{mode: labels.ModeFlat, created: created, metadata: "{}"}, write: true, valid: "Valid", ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
 		{name: "flat by default",
 			in:    exportInput{export: testExport(nil), service: testExportService(nil), defaultMode: labels.ModeFlat},
-			stamp: stamp{mode: labels.ModeFlat, created: created, metadata: "{}"}, write: true, valid: "Valid", validTrue: true, ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
+			stamp: stamp{mode: labels.ModeFlat, created: created, metadata: "{}"}, write: true, valid: "Valid", ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
 		{name: "bad mode annotation: invalid, stamp removed",
 			in:    exportInput{export: testExport(map[string]string{labels.ModeLabel: "mesh"}), service: testExportService(nil), owned: gw},
 			write: true, valid: reasonInvalidMode, ready: metav1.ConditionFalse},
@@ -113,7 +112,7 @@ func TestPlanExport(t *testing.T) {
 				s.Annotations = map[string]string{labels.ServiceExportCreated: "1970-01-01T00:00:00Z"}
 			}), owned: stamp{mode: labels.ModeGateway}},
 			stamp: gw, write: true, foreign: stamp{mode: labels.ModeGateway, created: "1970-01-01T00:00:00Z"},
-			valid: "Valid", validTrue: true, ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
+			valid: "Valid", ready: metav1.ConditionUnknown, conflict: "NoConflicts"},
 		{name: "an invalid export stamped by hand: removed, refused",
 			in: exportInput{export: testExport(map[string]string{labels.ModeLabel: "mesh"}), service: testExportService(func(s *corev1.Service) {
 				s.Labels = map[string]string{labels.ServiceExportMode: labels.ModeFlat}
@@ -129,18 +128,18 @@ func TestPlanExport(t *testing.T) {
 				Cluster: "west", Created: exportCreated.Add(-time.Minute),
 				Service: testExportService(func(s *corev1.Service) { s.Spec.Ports[0].Port = 8080 }),
 			}}},
-			stamp: gw, valid: "Valid", validTrue: true, ready: metav1.ConditionTrue, conflict: string(mcsv1beta1.ServiceExportReasonPortConflict)},
+			stamp: gw, valid: "Valid", ready: metav1.ConditionTrue, conflict: string(mcsv1beta1.ServiceExportReasonPortConflict)},
 		{name: "a peer headless: type conflict",
 			in: exportInput{export: testExport(nil), service: testExportService(nil), owned: gw, peers: []mcs.Export{{
 				Cluster: "west", Created: exportCreated.Add(time.Minute),
 				Service: testExportService(func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone }),
 			}}},
-			stamp: gw, valid: "Valid", validTrue: true, ready: metav1.ConditionTrue, conflict: string(mcsv1beta1.ServiceExportReasonTypeConflict)},
+			stamp: gw, valid: "Valid", ready: metav1.ConditionTrue, conflict: string(mcsv1beta1.ServiceExportReasonTypeConflict)},
 		{name: "a peer that agrees",
 			in: exportInput{export: testExport(nil), service: testExportService(nil), owned: gw, peers: []mcs.Export{{
 				Cluster: "west", Created: exportCreated, Service: testExportService(nil),
 			}}},
-			stamp: gw, valid: "Valid", validTrue: true, ready: metav1.ConditionTrue, conflict: "NoConflicts"},
+			stamp: gw, valid: "Valid", ready: metav1.ConditionTrue, conflict: "NoConflicts"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,7 +157,7 @@ func TestPlanExport(t *testing.T) {
 			}
 			v := condition(t, p, mcsv1beta1.ServiceExportConditionValid)
 			assert.Equal(t, tc.valid, v.Reason)
-			assert.Equal(t, tc.validTrue, v.Status == metav1.ConditionTrue)
+			assert.Equal(t, tc.valid == "Valid", v.Status == metav1.ConditionTrue)
 			assert.Equal(t, tc.ready, condition(t, p, mcsv1beta1.ServiceExportConditionReady).Status)
 			c := meta.FindStatusCondition(p.conditions, string(mcsv1beta1.ServiceExportConditionConflict))
 			if tc.conflict == "" {

@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -138,14 +139,12 @@ func TestSyncHeadlessSplit(t *testing.T) {
 		"west": {exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", hosts...)},
 	})
 	f.converge("west/default/db")
-	count := map[string]int{}
 	total := 0
 	for _, n := range []string{"db-west", "db-west.2", "db-west.3"} {
 		es := f.slice("default", n)
 		require.NotNil(t, es, n)
 		assert.LessOrEqual(t, len(es.Endpoints), 3)
 		assert.Equal(t, "db-west", es.Labels[discoveryv1.LabelServiceName])
-		count[n] = len(es.Endpoints)
 		total += len(es.Endpoints)
 	}
 	assert.Equal(t, 7, total)
@@ -154,12 +153,9 @@ func TestSyncHeadlessSplit(t *testing.T) {
 	f.remote("west", endpoints("default", "db", "db-0", "db-1", "db-2", "db-3", "db-4", "db-5", "db-7"))
 	f.now = f.now.Add(time.Hour) // no PodGrace in this fixture anyway
 	writes := f.converge("west/default/db")
-	var sliceWrites []string
-	for _, w := range writes {
-		if strings.HasPrefix(w, "update endpointslices db-west") || strings.HasPrefix(w, "create endpointslices db-west") {
-			sliceWrites = append(sliceWrites, w)
-		}
-	}
+	sliceWrites := slices.DeleteFunc(slices.Clone(writes), func(w string) bool {
+		return !strings.HasPrefix(w, "update endpointslices db-west") && !strings.HasPrefix(w, "create endpointslices db-west")
+	})
 	assert.Equal(t, []string{"update endpointslices db-west.3"}, sliceWrites, "only the slice that held db-6 changes: %v", writes)
 }
 
@@ -218,14 +214,7 @@ func TestConflictBetweenClusters(t *testing.T) {
 	f.queued()
 	f.deleteRemote("west", "services", "default", "foo-east")
 	f.converge("west/default/foo-east")
-	require.Eventually(t, func() bool {
-		for _, k := range f.queued() {
-			if k == "east-west/default/foo" {
-				return true
-			}
-		}
-		return false
-	}, 5*time.Second, time.Millisecond, "the loser is synced again when the winner goes")
+	require.Eventually(t, func() bool { return slices.Contains(f.queued(), "east-west/default/foo") }, 5*time.Second, time.Millisecond, "the loser is synced again when the winner goes")
 	f.converge("east-west/default/foo")
 	assert.Equal(t, "east-west", f.service("default", "foo-east-west").Labels[labels.ClusterName])
 }

@@ -234,13 +234,7 @@ func trim(obj any) (any, error) {
 func trimKeeping(manager string) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		if m, ok := obj.(metav1.Object); ok {
-			mf := m.GetManagedFields()
-			kept := mf[:0]
-			for _, f := range mf {
-				if f.Manager == manager {
-					kept = append(kept, f)
-				}
-			}
+			kept := slices.DeleteFunc(m.GetManagedFields(), func(f metav1.ManagedFieldsEntry) bool { return f.Manager != manager })
 			if len(kept) == 0 {
 				kept = nil
 			}

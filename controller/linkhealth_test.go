@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,12 +130,8 @@ func (l *logLines) count(subs ...string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
-	for _, line := range strings.Split(l.buf.String(), "\n") {
-		all := true
-		for _, s := range subs {
-			all = all && strings.Contains(line, s)
-		}
-		if all {
+	for line := range strings.SplitSeq(l.buf.String(), "\n") {
+		if !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(line, s) }) {
 			n++
 		}
 	}

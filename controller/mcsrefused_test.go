@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,13 +90,7 @@ func (f *mcsFixture) waitMCS() {
 
 // eventsWith returns the events recorded so far that contain reason.
 func (f *mcsFixture) eventsWith(reason string) []string {
-	var out []string
-	for _, e := range f.drainEvents() {
-		if strings.Contains(e, " "+reason+" ") {
-			out = append(out, e)
-		}
-	}
-	return out
+	return slices.DeleteFunc(f.drainEvents(), func(e string) bool { return !strings.Contains(e, " "+reason+" ") })
 }
 
 func mcsRefused(reason string) float64 {
@@ -253,7 +248,7 @@ func TestDerivedServiceRenamedOnUpgrade(t *testing.T) {
 		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPs: []string{"10.96.200.7"},
 			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}
-	newName := func() string { return DerivedName("default", "web") }
+	newName := DerivedName("default", "web")
 	web := []runtime.Object{exported("default", "web", labels.ExportGateway, false, tcp("http", 80)), endpoints("default", "web", "")}
 	for _, tc := range []struct {
 		name string
@@ -277,7 +272,7 @@ func TestDerivedServiceRenamedOnUpgrade(t *testing.T) {
 			if tc.taken {
 				f.local.PrependReactor("create", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
 					if a.(k8stesting.CreateAction).GetObject().(*corev1.Service).Spec.ClusterIP == "10.96.200.7" {
-						return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Service"}, newName(),
+						return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Service"}, newName,
 							field.ErrorList{field.Invalid(field.NewPath("spec", "clusterIPs"), []string{"10.96.200.7"}, "provided IP is already allocated")})
 					}
 					return false, nil, nil
@@ -287,7 +282,6 @@ func TestDerivedServiceRenamedOnUpgrade(t *testing.T) {
 			f.convergeMCS("default/web")
 			assert.Nil(t, f.service("default", oldSvc.Name), "the former derived Service is gone")
 			assert.Nil(t, f.slice("default", oldSlice.Name), "and its slice")
-			newName := newName()
 			if tc.unexport {
 				assert.Nil(t, f.service("default", newName))
 				_, err := f.mcs.MulticlusterV1beta1().ServiceImports("default").Get(f.ctx, "web", metav1.GetOptions{})

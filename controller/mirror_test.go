@@ -115,9 +115,7 @@ func TestSyncHeadless(t *testing.T) {
 	assert.Equal(t, 2, f.c.ports.Len(), "ports of removed pods are released")
 
 	// Unexport (Linkerd #8475): every mirror goes, per-pod ones included.
-	unexported := exported("default", "nginx-svc", "true", true, tcp("http", 80))
-	unexported.Labels = nil
-	f.remote("west", unexported)
+	f.remote("west", unlabelled(exported("default", "nginx-svc", "true", true, tcp("http", 80))))
 	f.converge("west/default/nginx-svc")
 	assert.Empty(t, f.serviceNames("default"))
 	assert.Equal(t, 0, f.c.ports.Len())
@@ -262,9 +260,7 @@ func TestSyncSameNameOtherNamespace(t *testing.T) {
 	assert.Empty(t, f.sync("west/a/db"))
 	assert.Empty(t, f.sync("west/b/db"))
 
-	unexported := exported("b", "db", "true", true, tcp("http", 80))
-	unexported.Labels = nil
-	f.remote("west", unexported)
+	f.remote("west", unlabelled(exported("b", "db", "true", true, tcp("http", 80))))
 	f.convergeAll("west/b/db", "west/a/db")
 	assert.Empty(t, f.serviceNames("b"))
 	assert.Equal(t, []string{"db-0-west", "db-1-west", "db-west"}, f.serviceNames("a"), "the other namespace's mirrors stay")

@@ -82,23 +82,16 @@ func TestPlanPodNamedLikeItsService(t *testing.T) {
 // nothing DNS finds); a per-pod name leaves that pod out.
 func TestPlanTakenNames(t *testing.T) {
 	holder := &corev1.Service{}
-	in := planIn(exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"))
-	in.taken = func(n string) *corev1.Service {
-		if n == "db-1-west" {
-			return holder
-		}
-		return nil
+	takenOnly := func(name string) func(string) *corev1.Service {
+		return func(n string) *corev1.Service { return map[string]*corev1.Service{name: holder}[n] }
 	}
+	in := planIn(exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"))
+	in.taken = takenOnly("db-1-west")
 	p := planServices(in)
 	assert.Equal(t, []string{"db-west", "db-0-west"}, wantNames(p))
 	assert.Equal(t, []*corev1.Service{holder}, p.conflicts)
 
-	in.taken = func(n string) *corev1.Service {
-		if n == "db-west" {
-			return holder
-		}
-		return nil
-	}
+	in.taken = takenOnly("db-west")
 	p = planServices(in)
 	assert.Empty(t, p.wants)
 	assert.Len(t, p.conflicts, 1)
@@ -286,10 +279,7 @@ func TestGarbageSparesUnaccounted(t *testing.T) {
 	l := live(p)
 	all, _ := planSlices(sliceInput{cluster: "west", ns: "default", name: "db", plan: p, live: l, egress: []netip.Addr{egressIP}})
 	require.Len(t, all, 3)
-	owned := map[string]*corev1.Service{}
-	for n, s := range l {
-		owned[n] = s
-	}
+	owned := maps.Clone(l)
 	owned["gone-west"] = &corev1.Service{}
 
 	delete(l, "db-1-west") // its write failed

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -292,11 +293,11 @@ func (f *fixture) remote(cluster string, objs ...runtime.Object) {
 		if _, ok := o.(*discoveryv1.EndpointSlice); ok {
 			gvr = discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
 		}
-		if _, err := cs.Tracker().Get(gvr, m.GetNamespace(), m.GetName()); err == nil {
-			require.NoError(f.t, cs.Tracker().Update(gvr, o, m.GetNamespace()))
-		} else {
-			require.NoError(f.t, cs.Tracker().Add(o))
+		err := cs.Tracker().Update(gvr, o, m.GetNamespace())
+		if apierrors.IsNotFound(err) {
+			err = cs.Tracker().Add(o)
 		}
+		require.NoError(f.t, err)
 	}
 	// Each slice carries its Service's labels, as the EndpointSlice
 	// controller writes them: the watches of a way of export select the
@@ -360,19 +361,19 @@ func informed[T any](tr k8stesting.ObjectTracker, gvr schema.GroupVersionResourc
 }
 
 func (f *fixture) service(ns, name string) *corev1.Service {
-	s, err := f.local.CoreV1().Services(ns).Get(f.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil
-	}
-	return s
+	return found(f.local.CoreV1().Services(ns).Get(f.ctx, name, metav1.GetOptions{}))
 }
 
 func (f *fixture) slice(ns, name string) *discoveryv1.EndpointSlice {
-	s, err := f.local.DiscoveryV1().EndpointSlices(ns).Get(f.ctx, name, metav1.GetOptions{})
+	return found(f.local.DiscoveryV1().EndpointSlices(ns).Get(f.ctx, name, metav1.GetOptions{}))
+}
+
+// found is what a Get found, nil when it failed.
+func found[T any](obj *T, err error) *T {
 	if err != nil {
 		return nil
 	}
-	return s
+	return obj
 }
 
 func (f *fixture) serviceNames(ns string) []string {

@@ -105,6 +105,15 @@ func (c *certsCmd) parse(fl *flag.FlagSet, args []string, required ...string) (c
 			return c.usage("--%s is required", name), false
 		}
 	}
+	if fl.Lookup("cluster") == nil { // root: its --trust-domain first
+		return 0, true
+	}
+	if err := labels.ValidateClusterName(fl.Lookup("cluster").Value.String()); err != nil {
+		return c.usage("--cluster: %v", err), false
+	}
+	if fl.Lookup("valid").Value.(flag.Getter).Get().(time.Duration) <= 0 {
+		return c.usage("--valid must be positive"), false
+	}
 	return 0, true
 }
 
@@ -148,12 +157,6 @@ func (c *certsCmd) cluster(args []string) int {
 	force := fl.Bool("force", false, "replace files that exist in --out (a new intermediate for the cluster)")
 	if code, ok := c.parse(fl, args, "root", "cluster", "out"); !ok {
 		return code
-	}
-	if err := labels.ValidateClusterName(*cluster); err != nil {
-		return c.usage("--cluster: %v", err)
-	}
-	if *valid <= 0 {
-		return c.usage("--valid must be positive")
 	}
 	if *secretName == "" && (*secretFile != "" || given(fl, "namespace")) {
 		return c.usage("--secret-file and --namespace are the Secret's: give --secret-name too")
@@ -211,12 +214,6 @@ func (c *certsCmd) gateway(args []string) int {
 	force := fl.Bool("force", false, "replace files that exist in --out (renewing the certificate)")
 	if code, ok := c.parse(fl, args, "issuer", "cluster", "out"); !ok {
 		return code
-	}
-	if err := labels.ValidateClusterName(*cluster); err != nil {
-		return c.usage("--cluster: %v", err)
-	}
-	if *valid <= 0 {
-		return c.usage("--valid must be positive")
 	}
 	*secret = *secret || given(fl, "secret-name") || given(fl, "namespace") || *secretFile != ""
 	if *secret {
@@ -323,11 +320,11 @@ func makeRoot(trustDomain string, now time.Time, valid time.Duration) ([]outFile
 
 // loadRoot reads the root that 'certs root' wrote into dir.
 func loadRoot(dir string) (*trust.CA, error) {
-	crt, key, err := readPair(dir, rootCertFile, rootKeyFile, "--root is the directory 'coredns-mc certs root' wrote")
+	files, err := readFiles(dir, "--root is the directory 'coredns-mc certs root' wrote", rootCertFile, rootKeyFile)
 	if err != nil {
 		return nil, err
 	}
-	root, _, err := trust.ParseCA(crt, key)
+	root, _, err := trust.ParseCA(files[0], files[1])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, rootCertFile), err)
 	}
@@ -337,17 +334,19 @@ func loadRoot(dir string) (*trust.CA, error) {
 	return root, nil
 }
 
-// readPair reads a certificate file and a key file of dir; hint says what
-// dir should be when they are missing.
-func readPair(dir, certName, keyName, hint string) (crt, key []byte, err error) {
-	crt, err = os.ReadFile(filepath.Join(dir, certName))
-	if err == nil {
-		key, err = os.ReadFile(filepath.Join(dir, keyName))
+// readFiles reads the files names of dir, in order; hint says what dir
+// should be when one is missing.
+func readFiles(dir, hint string, names ...string) ([][]byte, error) {
+	out := make([][]byte, len(names))
+	for i, name := range names {
+		var err error
+		if out[i], err = os.ReadFile(filepath.Join(dir, name)); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w (%s)", err, hint)
+		} else if err != nil {
+			return nil, err
+		}
 	}
-	if errors.Is(err, fs.ErrNotExist) {
-		err = fmt.Errorf("%w (%s)", err, hint)
-	}
-	return crt, key, err
+	return out, nil
 }
 
 // rootTrustDomain is the trust domain of root's intermediates: the one the
@@ -405,19 +404,11 @@ type issuerSet struct {
 // loadIssuer reads a cluster's intermediate from dir and checks it: a CA
 // that chains to a root of dir's ca.crt and names a cluster.
 func loadIssuer(dir string) (*issuerSet, error) {
-	hint := "--issuer is the directory 'coredns-mc certs cluster' wrote"
-	crt, key, err := readPair(dir, tlsCertFile, tlsKeyFile, hint)
+	files, err := readFiles(dir, "--issuer is the directory 'coredns-mc certs cluster' wrote", tlsCertFile, tlsKeyFile, caCertFile)
 	if err != nil {
 		return nil, err
 	}
-	roots, err := os.ReadFile(filepath.Join(dir, caCertFile))
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			err = fmt.Errorf("%w (%s)", err, hint)
-		}
-		return nil, err
-	}
-	return parseIssuer(crt, key, roots, filepath.Join(dir, tlsCertFile))
+	return parseIssuer(files[0], files[1], files[2], filepath.Join(dir, tlsCertFile))
 }
 
 // parseIssuer checks an intermediate (certPEM, keyPEM) against roots; name

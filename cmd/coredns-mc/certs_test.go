@@ -1,20 +1,15 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
 	"maps"
 	"net"
-	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,7 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/klog/v2"
 )
 
 // certsRun runs `coredns-mc certs args` and returns its exit code, stdout
@@ -270,41 +264,11 @@ func TestCertsValidityCutToIssuer(t *testing.T) {
 // cannot make a certificate that west's ingress takes as west's.
 func TestCertsMadeGatewaysWork(t *testing.T) {
 	f := makeFleetCerts(t)
-	westCerts, err := gateway.LoadCerts(f.files("west"))
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	in := &gateway.Ingress{Certs: westCerts, Resolver: staticResolver{webDest: echoTarget(t)}}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go func() { _ = in.Serve(ctx, ln) }()
-	westAddr := ln.Addr().String()
-
+	westAddr := westIngress(t, f.files("west"), echoTarget(t))
 	// East's egress, runGateway itself, stopped by SIGTERM at the end.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM)
-	t.Cleanup(func() { signal.Stop(sigs) })
-	egressPort := int32(netip.MustParseAddrPort(freeAddr(t)).Port())
-	useMirrorOfWeb(t, egressPort)
-	kc, _ := testKubeconfigs(t, t.TempDir())
 	east := f.files("east")
-	args := []string{"--cluster", "east", "--kubeconfig", kc,
-		"--tls-cert", east.Cert, "--tls-key", east.Key, "--tls-ca", east.CA,
-		"--ingress-address", "", "--egress-bind-address", "127.0.0.1", "--metrics-addr", freeAddr(t),
-		"--peer", "west=" + westAddr, "--drain-delay", "0s", "--shutdown-grace", "1s"}
-	code := make(chan int, 1)
-	go func() { code <- runGateway(args) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
-		select {
-		case c := <-code:
-			assert.Equal(t, 0, c, "the gateway's exit code")
-		case <-time.After(30 * time.Second):
-			t.Error("the gateway did not stop on SIGTERM")
-		}
-		klog.Flush()
-	})
-	egressAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(egressPort)))
+	egressAddr, _, _, _ := egressTo(t, 20*time.Second, westAddr, []string{"--tls-cert", east.Cert, "--tls-key", east.Key, "--tls-ca", east.CA},
+		"--drain-delay", "0s", "--shutdown-grace", "1s")
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		c, _, err := greeted(egressAddr)
 		require.NoError(ct, err)

@@ -141,17 +141,13 @@ func runDNS(args []string, stdout, stderr io.Writer) int {
 func (c *dnsCmd) parse(args []string) (code int, ok bool) {
 	fs := flag.NewFlagSet("coredns-mc dns "+c.action, flag.ContinueOnError)
 	deployment := fs.String("deployment", "kube-system/coredns", "NAMESPACE/NAME of the CoreDNS Deployment")
-	if c.action == "apply" {
-		fs.StringVar(&c.patchFile, "patch-file", "", "the JSON patch to apply, as JSON or YAML, e.g. deploy/patches/coredns.yaml (required)")
-	}
 	var upstream string
 	if c.action == "apply" {
+		fs.StringVar(&c.patchFile, "patch-file", "", "the JSON patch to apply, as JSON or YAML, e.g. deploy/patches/coredns.yaml (required)")
 		fs.StringVar(&c.corefile.stanzaFile, "corefile-stanza", "", "mcmirror's block, to add to the Corefile the Deployment runs, written to --corefile-configmap; without it the patch alone is applied")
 		fs.StringVar(&c.corefile.zone, "cluster-domain", "cluster.local", "the zone of the kubernetes plugin: the server block that answers it gets the stanza")
 		fs.StringVar(&upstream, "upstream", "", "comma-separated resolvers that replace each forward's resolv.conf in the Corefile (default: keep them)")
 		fs.StringVar(&c.corefile.resolvConf, "resolv-conf", corefile.ResolvConf, "the resolv.conf the DNS pods get (dnsPolicy Default: the node's); apply refuses a Corefile that would forward to a loopback nameserver of it; empty: no check")
-	}
-	if c.action == "apply" {
 		fs.StringVar(&c.corefile.configMap, "corefile-configmap", "coredns-mcmirror", "the ConfigMap, in the Deployment's namespace, that apply writes the Corefile to (with --corefile-stanza)")
 	} else {
 		fs.StringVar(&c.corefile.configMap, "corefile-configmap", "", "the ConfigMap, in the Deployment's namespace, that apply wrote the Corefile to: deleted once the original runs again (default: none)")

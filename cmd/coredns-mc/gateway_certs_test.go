@@ -1,14 +1,7 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/internal/trust"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,24 +29,17 @@ func TestGatewayRefusesCertificateWithoutBothUsages(t *testing.T) {
 		{x509.ExtKeyUsageServerAuth, "not valid for client authentication (extended key usage clientAuth)"},
 	} {
 		dir := t.TempDir()
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		key, err := trust.NewKey()
 		require.NoError(t, err)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(time.Now().UnixNano()),
-			Subject:      pkix.Name{CommonName: "gateway.east"},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{tc.usage},
-			URIs:         []*url.URL{{Scheme: "spiffe", Host: "mcmirror.dev", Path: "/cluster/east"}},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+		tmpl := trust.GatewayTemplate(trust.DefaultTrustDomain, "east", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{tc.usage}
+		cert, err := trust.Sign(tmpl, &key.PublicKey, &trust.CA{Cert: ca.Cert, Key: ca.Key})
 		require.NoError(t, err)
-		kder, err := x509.MarshalECPrivateKey(key)
+		keyPEM, err := trust.KeyPEM(key)
 		require.NoError(t, err)
 		crt, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
-		require.NoError(t, os.WriteFile(crt, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-		require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
+		require.NoError(t, os.WriteFile(crt, trust.CertPEM(cert), 0o600))
+		require.NoError(t, os.WriteFile(keyFile, keyPEM, 0o600))
 		require.NoError(t, os.WriteFile(caFile, ca.CertPEM, 0o600))
 
 		var code int

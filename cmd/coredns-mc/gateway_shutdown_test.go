@@ -68,21 +68,33 @@ func echoTarget(t *testing.T) netip.AddrPort {
 	return netip.MustParseAddrPort(ln.Addr().String())
 }
 
-// westIngress serves, in this process, the ingress of cluster west, which
-// carries web.default:80 to target.
-func westIngress(t *testing.T, ca *gatewaytest.CA, dir string, target netip.AddrPort) (*gateway.Ingress, string) {
+// westIngress serves, in this process, the ingress of cluster west, with
+// the certificate files, which carries web.default:80 to target; it
+// returns the ingress's address.
+func westIngress(t *testing.T, files gateway.CertFiles, target netip.AddrPort) string {
 	t.Helper()
-	files, err := ca.IssueFiles(dir, "west", gatewaytest.Options{})
-	require.NoError(t, err)
-	certs, err := gateway.LoadCerts(gateway.CertFiles{Cert: files.Cert, Key: files.Key, CA: files.CA})
-	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	in := &gateway.Ingress{Certs: certs, Resolver: staticResolver{webDest: target}}
+	in := &gateway.Ingress{Certs: loadCerts(t, files), Resolver: staticResolver{webDest: target}}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() { _ = in.Serve(ctx, ln) }()
-	return in, ln.Addr().String()
+	return ln.Addr().String()
+}
+
+// issued issues cluster's gateway certificate from ca into dir.
+func issued(t *testing.T, ca *gatewaytest.CA, dir, cluster string) gateway.CertFiles {
+	t.Helper()
+	f, err := ca.IssueFiles(dir, cluster, gatewaytest.Options{})
+	require.NoError(t, err)
+	return gateway.CertFiles{Cert: f.Cert, Key: f.Key, CA: f.CA}
+}
+
+func loadCerts(t *testing.T, files gateway.CertFiles) *gateway.Certs {
+	t.Helper()
+	certs, err := gateway.LoadCerts(files)
+	require.NoError(t, err)
+	return certs
 }
 
 // useMirrorOfWeb gives the gateways the test runs a local cluster with the
@@ -162,13 +174,21 @@ func readyz(metrics string) (int, string) {
 // --drain-delay while endpoints catch up, then stops listening and lets
 // open streams go on for --shutdown-grace; a stream still open then is
 // reset, never ended as if it were complete. The process exits 0.
-// eastEgress runs runGateway, in this process, as east's egress (no
-// ingress) with args added: one mirror, web-west, on a free port, and
-// west's ingress in this process in front of an echo target. It returns
-// the egress's address, the metrics address, runGateway's exit code and
-// whether the test has seen it exit; at the end of the test it is stopped
-// with SIGTERM and given stopWithin plus 10 s.
+// eastEgress runs egressTo with east's certificate, from a new trust
+// root, and west's ingress in this process in front of an echo target.
 func eastEgress(t *testing.T, stopWithin time.Duration, args ...string) (egressAddr, metrics string, code <-chan int, exited *atomic.Bool) {
+	t.Helper()
+	dir, ca, east := eastFiles(t)
+	return egressTo(t, stopWithin, westIngress(t, issued(t, ca, dir, "west"), echoTarget(t)), east.Args(), args...)
+}
+
+// egressTo runs runGateway, in this process, as east's egress (no
+// ingress) with the certificate flags tlsArgs and args added: one mirror,
+// web-west, on a free port, and west's ingress at westAddr. It returns the
+// egress's address, the metrics address, runGateway's exit code and
+// whether the test has seen it exit; at the end of the test it is stopped
+// with SIGTERM and given stopWithin plus 10 s, and must exit 0.
+func egressTo(t *testing.T, stopWithin time.Duration, westAddr string, tlsArgs []string, args ...string) (egressAddr, metrics string, code <-chan int, exited *atomic.Bool) {
 	t.Helper()
 	// SIGTERM is sent to this process: while the test runs, one that
 	// arrives when runGateway does not listen (not yet, or no more) must
@@ -176,16 +196,13 @@ func eastEgress(t *testing.T, stopWithin time.Duration, args ...string) (egressA
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM)
 	t.Cleanup(func() { signal.Stop(sigs) })
-	dir, ca, east := eastFiles(t)
-	_, westAddr := westIngress(t, ca, dir, echoTarget(t))
-
 	egressPort := int32(netip.MustParseAddrPort(freeAddr(t)).Port())
 	egressAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(int(egressPort)))
 	useMirrorOfWeb(t, egressPort)
 
-	kc, _ := testKubeconfigs(t, dir)
+	kc, _ := testKubeconfigs(t, t.TempDir())
 	metrics = freeAddr(t)
-	all := append([]string{"--cluster", "east", "--kubeconfig", kc}, east.Args()...)
+	all := append([]string{"--cluster", "east", "--kubeconfig", kc}, tlsArgs...)
 	all = append(all, "--ingress-address", "", "--egress-bind-address", "127.0.0.1", "--metrics-addr", metrics,
 		"--peer", "west="+westAddr)
 	all = append(all, args...)
@@ -197,8 +214,10 @@ func eastEgress(t *testing.T, stopWithin time.Duration, args ...string) (egressA
 			// Stop it, whatever the test's outcome.
 			_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
 			select {
-			case <-c:
+			case code := <-c:
+				assert.Equal(t, 0, code, "the gateway's exit code")
 			case <-time.After(stopWithin + 10*time.Second):
+				t.Error("the gateway did not stop on SIGTERM")
 			}
 		}
 		klog.Flush()
@@ -270,27 +289,17 @@ func TestGatewaySIGTERMDrainsThenResets(t *testing.T) {
 // grace is reset, at the egress's client too.
 func TestShutdownIngressDrainsThenResets(t *testing.T) {
 	const drainDelay, grace = 2 * time.Second, time.Second
-	dir := t.TempDir()
-	ca, err := gatewaytest.NewCA("root")
-	require.NoError(t, err)
-	target := echoTarget(t)
-	files, err := ca.IssueFiles(dir, "west", gatewaytest.Options{})
-	require.NoError(t, err)
-	westCerts, err := gateway.LoadCerts(gateway.CertFiles{Cert: files.Cert, Key: files.Key, CA: files.CA})
-	require.NoError(t, err)
+	dir, ca, east := eastFiles(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	in := &gateway.Ingress{Certs: westCerts, Resolver: staticResolver{webDest: target}}
+	in := &gateway.Ingress{Certs: loadCerts(t, issued(t, ca, dir, "west")), Resolver: staticResolver{webDest: echoTarget(t)}}
 	ctx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
 	errc := make(chan error, 1)
 	go func() { errc <- in.Serve(ctx, ln) }()
 
 	// A client of the ingress, as the egress is.
-	eastFiles, err := ca.IssueFiles(dir, "east", gatewaytest.Options{})
-	require.NoError(t, err)
-	eastCerts, err := gateway.LoadCerts(gateway.CertFiles{Cert: eastFiles.Cert, Key: eastFiles.Key, CA: eastFiles.CA})
-	require.NoError(t, err)
+	eastCerts := loadCerts(t, gateway.CertFiles{Cert: east.Cert, Key: east.Key, CA: east.CA})
 	tunnel := func() (net.Conn, *bufio.Reader, error) {
 		raw, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
 		if err != nil {

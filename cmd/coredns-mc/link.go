@@ -189,13 +189,7 @@ func (c *linkCmd) link(ctx context.Context) error {
 		if err := source.reach(ctx); err != nil {
 			return err
 		}
-		if err := source.may(ctx, "write the link Secret", grant.SourceAccess(o, "list", "create", "patch")...); err != nil {
-			return err
-		}
-		if err := source.checkLinkNamespace(ctx, o.LinkNamespace); err != nil {
-			return err
-		}
-		existing, err := source.linkSecrets(ctx, o.LinkNamespace)
+		existing, err := source.linkSecrets(ctx, o, true)
 		if err != nil {
 			return err
 		}
@@ -266,11 +260,11 @@ func (c *linkCmd) unlink(ctx context.Context) error {
 	if _, err := target.deleteTracked(ctx, tg.Token); err != nil {
 		return err
 	}
-	list, err := target.client.CoreV1().Secrets(o.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(corev1.SecretTypeServiceAccountToken)})
+	others, err := target.otherTokens(ctx, o)
 	if err != nil {
-		return fmt.Errorf("%s: list token Secrets in %s: %s", target, o.Namespace, grant.Describe(err))
+		return err
 	}
-	if others := grant.OtherTokens(o, list.Items); len(others) > 0 {
+	if len(others) > 0 {
 		c.progress("%s: deleted token Secret %s/%s; kept ServiceAccount %s/%s and its role: token Secrets %s still use them",
 			target, o.Namespace, o.TokenName(), o.Namespace, grant.ServiceAccount, strings.Join(others, ", "))
 		return nil
@@ -292,10 +286,7 @@ func (c *linkCmd) unlinkSource(ctx context.Context, source *cluster) error {
 	if err := source.reach(ctx); err != nil {
 		return err
 	}
-	if err := source.may(ctx, "delete the link Secret", grant.SourceAccess(o, "list", "delete")...); err != nil {
-		return err
-	}
-	existing, err := source.linkSecrets(ctx, o.LinkNamespace)
+	existing, err := source.linkSecrets(ctx, o, false)
 	if err != nil {
 		return err
 	}
@@ -526,24 +517,39 @@ func (c *cluster) checkToken(ctx context.Context, token []byte) error {
 	return nil
 }
 
-// checkLinkNamespace fails when the source has no namespace for link
-// Secrets: nothing there would read them.
-func (c *cluster) checkLinkNamespace(ctx context.Context, ns string) error {
-	_, err := c.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return fmt.Errorf("%s: no namespace %s: apply deploy/controller.yaml there first, or give --link-namespace", c, ns)
-	case err != nil && !apierrors.IsForbidden(err):
-		return fmt.Errorf("%s: namespace %s: %s", c, ns, grant.Describe(err))
+// linkSecrets checks that the caller may write the link Secrets of the
+// source (or delete them, write false), and lists them. A source that
+// takes a link needs their namespace: nothing else would read them.
+func (c *cluster) linkSecrets(ctx context.Context, o grant.Options, write bool) ([]corev1.Secret, error) {
+	why, verbs := "delete the link Secret", []string{"list", "delete"}
+	if write {
+		why, verbs = "write the link Secret", []string{"list", "create", "patch"}
 	}
-	return nil
-}
-
-// linkSecrets lists the link Secrets of namespace ns.
-func (c *cluster) linkSecrets(ctx context.Context, ns string) ([]corev1.Secret, error) {
+	if err := c.may(ctx, why, grant.SourceAccess(o, verbs...)...); err != nil {
+		return nil, err
+	}
+	ns := o.LinkNamespace
+	if write {
+		switch _, err := c.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); {
+		case apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("%s: no namespace %s: apply deploy/controller.yaml there first, or give --link-namespace", c, ns)
+		case err != nil && !apierrors.IsForbidden(err):
+			return nil, fmt.Errorf("%s: namespace %s: %s", c, ns, grant.Describe(err))
+		}
+	}
 	list, err := c.client.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{FieldSelector: "type=" + labels.LinkSecretType})
 	if err != nil {
 		return nil, fmt.Errorf("%s: list link Secrets in %s: %s", c, ns, grant.Describe(err))
 	}
 	return list.Items, nil
+}
+
+// otherTokens lists the token Secrets of the link's ServiceAccount other
+// than o's own.
+func (c *cluster) otherTokens(ctx context.Context, o grant.Options) ([]string, error) {
+	list, err := c.client.CoreV1().Secrets(o.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(corev1.SecretTypeServiceAccountToken)})
+	if err != nil {
+		return nil, fmt.Errorf("%s: list token Secrets in %s: %s", c, o.Namespace, grant.Describe(err))
+	}
+	return grant.OtherTokens(o, list.Items), nil
 }

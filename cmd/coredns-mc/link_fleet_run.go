@@ -30,10 +30,17 @@ type side struct {
 	granted []string
 }
 
-// sidesOf runs prepare on each of members side by side.
-func (c *linkCmd) sidesOf(members []fleet.Member, prepare func(fleet.Member) side) map[string]*side {
+// sidesOf runs prepare on each of members side by side, but for those
+// down, whose error is their side's.
+func (c *linkCmd) sidesOf(members []fleet.Member, down map[string]error, prepare func(fleet.Member) side) map[string]*side {
 	out := make([]side, len(members))
-	fleet.Each(len(members), c.fleet.parallel, func(i int) { out[i] = prepare(members[i]) })
+	fleet.Each(len(members), c.fleet.parallel, func(i int) {
+		if err := down[members[i].Context]; err != nil {
+			out[i] = side{err: err}
+		} else {
+			out[i] = prepare(members[i])
+		}
+	})
 	m := map[string]*side{}
 	for i := range members {
 		m[members[i].Context] = &out[i]
@@ -48,25 +55,9 @@ func (c *linkCmd) sidesOf(members []fleet.Member, prepare func(fleet.Member) sid
 func (c *linkCmd) linkFleet(ctx context.Context, clusters map[string]*cluster) []fleet.Outcome {
 	down := c.reachAll(ctx, clusters)
 	sources, targets := sides(c.fleet.pairs)
-	ts := c.sidesOf(targets, func(m fleet.Member) side {
-		if err := down[m.Context]; err != nil {
-			return side{err: err}
-		}
-		return c.grantTarget(ctx, clusters[m.Context], m)
-	})
-	ss := c.sidesOf(sources, func(m fleet.Member) side {
-		if err := down[m.Context]; err != nil {
-			return side{err: err}
-		}
-		s := clusters[m.Context]
-		o := c.opts
-		if err := s.may(ctx, "write the link Secret", grant.SourceAccess(o, "list", "create", "patch")...); err != nil {
-			return side{err: err}
-		}
-		if err := s.checkLinkNamespace(ctx, o.LinkNamespace); err != nil {
-			return side{err: err}
-		}
-		existing, err := s.linkSecrets(ctx, o.LinkNamespace)
+	ts := c.sidesOf(targets, down, func(m fleet.Member) side { return c.grantTarget(ctx, clusters[m.Context], m) })
+	ss := c.sidesOf(sources, down, func(m fleet.Member) side {
+		existing, err := clusters[m.Context].linkSecrets(ctx, c.opts, true)
 		return side{err: err, existing: existing}
 	})
 	pairs := c.fleet.pairs
@@ -168,21 +159,11 @@ func (c *linkCmd) unlinkFleet(ctx context.Context, clusters map[string]*cluster)
 	down := c.reachAll(ctx, clusters)
 	sources, targets := sides(c.fleet.pairs)
 	o := c.opts
-	ss := c.sidesOf(sources, func(m fleet.Member) side {
-		if err := down[m.Context]; err != nil {
-			return side{err: err}
-		}
-		s := clusters[m.Context]
-		if err := s.may(ctx, "delete the link Secret", grant.SourceAccess(o, "list", "delete")...); err != nil {
-			return side{err: err}
-		}
-		existing, err := s.linkSecrets(ctx, o.LinkNamespace)
+	ss := c.sidesOf(sources, down, func(m fleet.Member) side {
+		existing, err := clusters[m.Context].linkSecrets(ctx, o, false)
 		return side{err: err, existing: existing}
 	})
-	ts := c.sidesOf(targets, func(m fleet.Member) side {
-		if err := down[m.Context]; err != nil {
-			return side{err: err}
-		}
+	ts := c.sidesOf(targets, down, func(m fleet.Member) side {
 		return side{err: clusters[m.Context].may(ctx, "remove the link's access", grant.RevokeAccess(o)...)}
 	})
 	pairs := c.fleet.pairs
@@ -264,12 +245,12 @@ func (c *linkCmd) revokeIfLast(ctx context.Context, t *cluster, m fleet.Member, 
 		}
 	}
 	o := c.pairOptions(mine[0].Pair)
-	list, err := t.client.CoreV1().Secrets(o.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(corev1.SecretTypeServiceAccountToken)})
+	others, err := t.otherTokens(ctx, o)
 	if err != nil {
-		report(fleet.Failed, fmt.Sprintf("%s: list token Secrets in %s: %s", t, o.Namespace, grant.Describe(err)))
+		report(fleet.Failed, err.Error())
 		return
 	}
-	if others := grant.OtherTokens(o, list.Items); len(others) > 0 {
+	if len(others) > 0 {
 		c.fleetProgress("%s: kept ServiceAccount %s/%s and its role: token Secrets %s still use them", t, o.Namespace, grant.ServiceAccount, strings.Join(others, ", "))
 		return
 	}

@@ -42,17 +42,11 @@ func newPlugin(t testing.TB, src *indextest.Source, o Options) *MCMirror {
 	o.Cluster = "east"
 	m, err := newWithSource(src, o)
 	require.NoError(t, err)
-	syncAll(m, src)
+	for _, k := range src.Keys() {
+		m.syncNow(k)
+	}
 	m.Next = fromNext
 	return m
-}
-
-// syncAll builds every group of src, and the groups those builds ask for.
-func syncAll(m *MCMirror, src *indextest.Source) {
-	for queue := src.Keys(); len(queue) > 0; {
-		k := queue[0]
-		queue = append(queue[1:], m.index.Sync(k)...)
-	}
 }
 
 const (

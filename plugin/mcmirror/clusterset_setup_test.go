@@ -2,7 +2,6 @@ package mcmirror
 
 import (
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/coredns/coredns/core/dnsserver"
@@ -35,19 +34,7 @@ func TestParseClusterSet(t *testing.T) {
 		{"mcmirror clusterset.local in-addr.arpa {\ncluster east\nclusterset 10.0.0.0/8\n}", nil, nil, "clusterset"},
 	}
 	for i, tc := range tests {
-		c := controller(tc.input, tc.keys...)
-		cfg, err := parse(c)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("test %d: error %v, want one containing %q", i, err, tc.err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("test %d: %v", i, err)
-			continue
-		}
-		if !slices.Equal(cfg.clusterset, tc.want) {
+		if cfg := parsed(t, i, tc.input, tc.err, tc.keys...); cfg != nil && !slices.Equal(cfg.clusterset, tc.want) {
 			t.Errorf("test %d: clusterset %q, want %q", i, cfg.clusterset, tc.want)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
-	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
@@ -199,11 +198,7 @@ var csTestCases = []test.Case{
 
 func TestClusterSetServeDNS(t *testing.T) {
 	m := newCSPlugin(t, csFixture(), fall.Zero)
-	for _, tc := range csTestCases {
-		t.Run(fmt.Sprintf("%s/%s", dns.TypeToString[tc.Qtype], tc.Qname), func(t *testing.T) {
-			runCase(t, m, tc, false)
-		})
-	}
+	runSubtests(t, m, csTestCases)
 }
 
 // Nothing goes on down the chain from a clusterset zone, fallthrough or
@@ -240,13 +235,7 @@ func TestClusterSetClassAndCase(t *testing.T) {
 			t.Errorf("%s %s class %d: rcode %d, err %v, written %v; want REFUSED left to the server", tc.name, dns.TypeToString[tc.qtype], tc.class, rcode, err, rec.Msg)
 		}
 	}
-	q := "NGINX-Set-0.West.Nginx-Svc.Default.svc.ClusterSet.Local."
-	rec := dnstest.NewRecorder(&test.ResponseWriter{})
-	_, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: q, Qtype: dns.TypeA}.Msg())
-	require.NoError(t, err)
-	if rec.Msg.Question[0].Name != q || len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != "10.96.0.10" || !rec.Msg.Authoritative {
-		t.Errorf("mixed case: %v", rec.Msg)
-	}
+	wantMixedCase(t, m, "NGINX-Set-0.West.Nginx-Svc.Default.svc.ClusterSet.Local.", "10.96.0.10")
 }
 
 // A derived Service appearing, changing type and going: the names follow

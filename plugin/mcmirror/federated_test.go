@@ -1,7 +1,6 @@
 package mcmirror
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 
@@ -59,7 +58,7 @@ func fedFixture() *indextest.Source {
 func TestFederatedAnswers(t *testing.T) {
 	m := newTestPlugin(t, fedFixture(), 5, fall.Zero)
 	const fed, west, local = "web-federated" + z, "west.web-federated" + z, "web" + z
-	for _, tc := range []test.Case{
+	runSubtests(t, m, []test.Case{
 		{Qname: fed, Qtype: dns.TypeA, Answer: []dns.RR{a(fed, "10.1.0.1"), a(fed, "10.1.0.2"), a(fed, "10.96.5.5")}},
 		nodata(fed, dns.TypeAAAA),
 		{Qname: fed, Qtype: dns.TypeSRV,
@@ -75,11 +74,7 @@ func TestFederatedAnswers(t *testing.T) {
 		next("web-west" + z), // a federated member is not exported
 		next("web-global" + z),
 		next(local), // the kubernetes plugin's
-	} {
-		t.Run(fmt.Sprintf("%s/%s", dns.TypeToString[tc.Qtype], tc.Qname), func(t *testing.T) {
-			runCase(t, m, tc, false)
-		})
-	}
+	})
 	// The local member leads, as in -global.
 	if got := ask(t, m, fed, dns.TypeA); got == nil || got.Answer[0].(*dns.A).A.String() != "10.96.5.5" {
 		t.Errorf("the local member is not first: %v", got)

@@ -29,7 +29,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // peersServer serves GET /peers as the gateway's Prober does
@@ -169,13 +168,7 @@ func query(t *testing.T, m *MCMirror, name string, qtype uint16) *dns.Msg {
 
 // answerA returns the A addresses ServeDNS answers for name, sorted.
 func answerA(t *testing.T, m *MCMirror, name string) []string {
-	var out []string
-	for _, rr := range query(t, m, name, dns.TypeA).Answer {
-		if a, ok := rr.(*dns.A); ok {
-			out = append(out, a.A.String())
-		}
-	}
-	slices.Sort(out)
+	_, out := askA(t, m, name)
 	return out
 }
 
@@ -216,6 +209,18 @@ func aliveGauge(cluster string) (float64, bool) {
 	return v, found
 }
 
+// answersEventually fails t unless name comes to be answered the A
+// addresses want within 5 s.
+func answersEventually(t *testing.T, m *MCMirror, name string, want []string, msgAndArgs ...any) {
+	t.Helper()
+	eventually(t, func() bool { return slices.Equal(answerA(t, m, name), want) }, msgAndArgs...)
+}
+
+func eventually(t *testing.T, cond func() bool, msgAndArgs ...any) {
+	t.Helper()
+	require.Eventually(t, cond, 5*time.Second, 5*time.Millisecond, msgAndArgs...)
+}
+
 func gaugeIs(cluster string, want float64) bool {
 	v, ok := aliveGauge(cluster)
 	return ok && v == want
@@ -242,7 +247,7 @@ func TestGatewayHealthGlobal(t *testing.T) {
 	global, srvGlobal := "nginx-svc-global"+z, "_http._tcp.nginx-svc-global"+z
 
 	// Alive: every member, and the gauge says so.
-	require.Eventually(t, func() bool { return gaugeIs("west", 1) && gaugeIs("paris", 1) }, 5*time.Second, 5*time.Millisecond)
+	eventually(t, func() bool { return gaugeIs("west", 1) && gaugeIs("paris", 1) })
 	require.Equal(t, globalAll, answerA(t, m, global))
 	targets, _ := answerSRV(t, m, srvGlobal)
 	require.Contains(t, targets, "nginx-set-1.nginx-svc-west"+z)
@@ -252,7 +257,7 @@ func TestGatewayHealthGlobal(t *testing.T) {
 	// West's gateway goes down: its gateway-mode members leave -global.
 	down := time.Now()
 	peers.set("west", false)
-	require.Eventually(t, func() bool { return slices.Equal(answerA(t, m, global), globalNoWest) }, 5*time.Second, 5*time.Millisecond)
+	answersEventually(t, m, global, globalNoWest)
 	t.Logf("west out of -global %s after the flip (interval %s)", time.Since(down).Round(time.Millisecond), interval)
 	runCase(t, m, test.Case{Qname: srvGlobal, Qtype: dns.TypeSRV,
 		Answer: []dns.RR{
@@ -266,8 +271,7 @@ func TestGatewayHealthGlobal(t *testing.T) {
 	assert.Equal(t, []string{"10.96.0.10", "10.96.0.11"}, answerA(t, m, "nginx-svc-west"+z), "per-cluster names keep answering")
 	assert.Equal(t, []string{"10.96.0.10"}, answerA(t, m, "nginx-set-0.nginx-svc-west"+z))
 	// web's group is requeued on its own, maybe after nginx-svc's.
-	require.Eventually(t, func() bool { return len(answerA(t, m, "web-global"+z)) == 0 }, 5*time.Second, 5*time.Millisecond,
-		"west was web's only member")
+	answersEventually(t, m, "web-global"+z, nil, "west was web's only member")
 	assert.Equal(t, []string{"10.96.0.20"}, answerA(t, m, "web-west"+z))
 	assert.Equal(t, []string{"10.1.0.30"}, answerA(t, m, "flat-global"+z), "a flat-mode export needs no gateway")
 	assert.True(t, gaugeIs("west", 0), "gateway_health_alive{west}")
@@ -276,15 +280,14 @@ func TestGatewayHealthGlobal(t *testing.T) {
 
 	// It comes back.
 	peers.set("west", true)
-	require.Eventually(t, func() bool { return slices.Equal(answerA(t, m, global), globalAll) }, 5*time.Second, 5*time.Millisecond)
-	require.Eventually(t, func() bool {
+	answersEventually(t, m, global, globalAll)
+	eventually(t, func() bool {
 		targets, glue := answerSRV(t, m, srvGlobal)
 		return len(targets) == 5 && slices.Contains(targets, "nginx-set-1.nginx-svc-west"+z) && slices.Contains(glue, "nginx-set-1.nginx-svc-west"+z)
-	}, 5*time.Second, 5*time.Millisecond)
+	})
 	// Each group west is in is requeued on its own: web's may come back
 	// after nginx-svc's.
-	require.Eventually(t, func() bool { return slices.Equal(answerA(t, m, "web-global"+z), []string{"10.96.0.20"}) },
-		5*time.Second, 5*time.Millisecond, "web-global back with west")
+	answersEventually(t, m, "web-global"+z, []string{"10.96.0.20"}, "web-global back with west")
 	assert.True(t, gaugeIs("west", 1), "gateway_health_alive{west}")
 }
 
@@ -299,13 +302,13 @@ func TestGatewayHealthFailOpen(t *testing.T) {
 	t.Cleanup(func() { m.health.stop() })
 	global := "nginx-svc-global" + z
 
-	require.Eventually(t, func() bool { return slices.Equal(answerA(t, m, global), globalNoWest) }, 5*time.Second, 5*time.Millisecond)
+	answersEventually(t, m, global, globalNoWest)
 	require.True(t, gaugeIs("west", 0))
 
 	errs := testutil.ToFloat64(gatewayHealthErrors)
 	peers.Close()
-	require.Eventually(t, func() bool { return testutil.ToFloat64(gatewayHealthErrors) >= errs+2 }, 5*time.Second, 5*time.Millisecond)
-	require.Eventually(t, func() bool { return slices.Equal(answerA(t, m, global), globalAll) }, 5*time.Second, 5*time.Millisecond)
+	eventually(t, func() bool { return testutil.ToFloat64(gatewayHealthErrors) >= errs+2 })
+	answersEventually(t, m, global, globalAll)
 	assert.True(t, gaugeIs("west", 1), "failed open: gateway_health_alive{west}")
 	assert.Equal(t, 1, logs.count("keeping the last known gateway states"), logs.lines)
 	assert.Equal(t, 1, logs.count("counting every gateway alive"), logs.lines)
@@ -455,29 +458,18 @@ func TestGatewayHealthController(t *testing.T) {
 		watchtest.MirrorService("web-paris", "paris", "", "10.96.1.20"),
 	)
 	peers := newPeersServer(t, map[string]bool{"paris": true, "west": true})
-	m, err := New(local, Options{Zones: []string{"cluster.local."}, Cluster: "east", TTL: 5, StartupTimeout: time.Second,
-		GatewayHealthURL: peers.URL + "/peers", GatewayHealthInterval: 50 * time.Millisecond})
-	require.NoError(t, err)
-	for name, c := range map[string]kubernetes.Interface{"west": west, "paris": paris} {
-		require.NoError(t, m.AddLink(name, c))
-	}
-	require.NoError(t, m.Start())
-	t.Cleanup(func() { m.Stop() })
-	m.Next = fromNext
+	m := startPlugin(t, local, Options{StartupTimeout: time.Second,
+		GatewayHealthURL: peers.URL + "/peers", GatewayHealthInterval: 50 * time.Millisecond}, "west", west, "paris", paris)
 
-	require.Eventually(t, func() bool {
+	eventually(t, func() bool {
 		return slices.Equal(answerA(t, m, "web-global"+z), []string{"10.96.0.20", "10.96.1.20"}) && peers.readCount() > 0
-	}, 5*time.Second, 5*time.Millisecond)
+	})
 	peers.set("west", false)
-	require.Eventually(t, func() bool {
-		return slices.Equal(answerA(t, m, "web-global"+z), []string{"10.96.1.20"})
-	}, 5*time.Second, 5*time.Millisecond)
+	answersEventually(t, m, "web-global"+z, []string{"10.96.1.20"})
 	assert.Equal(t, []string{"10.96.0.20"}, answerA(t, m, "web-west"+z))
 	assert.Equal(t, []string{"10.1.0.2"}, answerA(t, m, "db-global"+z))
 	peers.set("west", true)
-	require.Eventually(t, func() bool {
-		return slices.Equal(answerA(t, m, "web-global"+z), []string{"10.96.0.20", "10.96.1.20"})
-	}, 5*time.Second, 5*time.Millisecond)
+	answersEventually(t, m, "web-global"+z, []string{"10.96.0.20", "10.96.1.20"})
 }
 
 // hookSource runs hook once, at the start of the next build.

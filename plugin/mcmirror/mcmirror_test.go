@@ -42,17 +42,11 @@ func newPlugin(t testing.TB, src *indextest.Source, o Options) *MCMirror {
 	o.Cluster = "east"
 	m, err := newWithSource(src, o)
 	require.NoError(t, err)
-	syncAll(m, src)
+	for _, k := range src.Keys() {
+		m.syncNow(k)
+	}
 	m.Next = fromNext
 	return m
-}
-
-// syncAll builds every group of src, and the groups those builds ask for.
-func syncAll(m *MCMirror, src *indextest.Source) {
-	for queue := src.Keys(); len(queue) > 0; {
-		k := queue[0]
-		queue = append(queue[1:], m.index.Sync(k)...)
-	}
 }
 
 const (
@@ -211,10 +205,13 @@ var dnsTestCases = []test.Case{
 
 func TestServeDNS(t *testing.T) {
 	m := newTestPlugin(t, indextest.Fixture(), 5, fall.Zero)
-	for _, tc := range dnsTestCases {
-		t.Run(fmt.Sprintf("%s/%s", dns.TypeToString[tc.Qtype], tc.Qname), func(t *testing.T) {
-			runCase(t, m, tc, false)
-		})
+	runSubtests(t, m, dnsTestCases)
+}
+
+// runSubtests runs each of cases on m, a subtest named by its type and name.
+func runSubtests(t *testing.T, m *MCMirror, cases []test.Case) {
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s/%s", dns.TypeToString[tc.Qtype], tc.Qname), func(t *testing.T) { runCase(t, m, tc, false) })
 	}
 }
 
@@ -243,14 +240,20 @@ func runCase(t *testing.T, m *MCMirror, tc test.Case, tcp bool) *dns.Msg {
 
 func TestServeDNSCase(t *testing.T) {
 	m := newTestPlugin(t, indextest.Fixture(), 5, fall.Zero)
-	q := "NGINX-Set-0.Nginx-Svc-WEST.Default.svc.Cluster.Local."
+	wantMixedCase(t, m, "NGINX-Set-0.Nginx-Svc-WEST.Default.svc.Cluster.Local.", "10.96.0.10")
+}
+
+// wantMixedCase fails t unless the A query of q is answered ip alone,
+// authoritatively, with the question in the query's case.
+func wantMixedCase(t *testing.T, m *MCMirror, q, ip string) {
+	t.Helper()
 	rec := dnstest.NewRecorder(&test.ResponseWriter{})
 	_, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: q, Qtype: dns.TypeA}.Msg())
 	require.NoError(t, err)
 	if rec.Msg.Question[0].Name != q {
 		t.Errorf("question %q, want the query's case %q", rec.Msg.Question[0].Name, q)
 	}
-	if len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != "10.96.0.10" {
+	if len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != ip {
 		t.Errorf("answer %v", rec.Msg.Answer)
 	}
 	if !rec.Msg.Authoritative {

@@ -37,7 +37,7 @@ func TestReady(t *testing.T) {
 // later has not synced (it never will) and while groups are rebuilt.
 func TestNoServfailAfterFirstSync(t *testing.T) {
 	west := remotetest.NewClientset(watchtest.Service("web", watchtest.ExportedFlat, corev1.ClusterIPNone), watchtest.FlatSlice("web-1", "web", "10.1.0.1"))
-	m := startPlugin(t, remotetest.NewClientset(), time.Hour, "west", west)
+	m := startPlugin(t, remotetest.NewClientset(), Options{StartupTimeout: time.Hour}, "west", west)
 	watchtest.WaitFor(t, watchtest.EventBound, "the first answer", answersA(t, m, "web-west"+z, "10.1.0.1"))
 	if !m.Ready() {
 		t.Fatal("not ready after Start")

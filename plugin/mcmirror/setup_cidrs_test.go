@@ -46,21 +46,9 @@ func TestParseAllowedCIDRs(t *testing.T) {
 		{"mcmirror {\ncluster east\nlink west /w.kubeconfig\nallowed_cidrs east 10.0.0.0/16\n}", "Testfile:4 - Error during parsing: allowed_cidrs: \"east\" is this cluster"},
 		{"mcmirror {\ncluster east\nlink west /w.kubeconfig\nallowed_cidrs West_1 10.1.0.0/16\n}", "allowed_cidrs: "},
 	}
-	for _, tc := range tests {
-		c := controller(tc.input)
-		cfg, err := parse(c)
-		if tc.shouldErr == "" {
-			if err != nil {
-				t.Errorf("%q: %v", tc.input, err)
-				continue
-			}
-			if len(cfg.allowed.lists) != 1 {
-				t.Errorf("%q: lists %v", tc.input, cfg.allowed.lists)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), tc.shouldErr) {
-			t.Errorf("%q: error %v, want %q", tc.input, err, tc.shouldErr)
+	for i, tc := range tests {
+		if cfg := parsed(t, i, tc.input, tc.shouldErr); cfg != nil && len(cfg.allowed.lists) != 1 {
+			t.Errorf("%q: lists %v", tc.input, cfg.allowed.lists)
 		}
 	}
 }

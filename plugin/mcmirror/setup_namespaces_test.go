@@ -1,7 +1,6 @@
 package mcmirror
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/mcmirror/mcmirror/internal/link"
@@ -20,7 +19,7 @@ func TestParseLinkNamespaces(t *testing.T) {
 	assert.Equal(t, link.Namespaces{Deny: []string{"kube-system", "tenant-b"}}, cfg.links[0].Namespaces)
 	assert.Equal(t, link.Namespaces{Allow: []string{"shop"}}, cfg.links[1].Namespaces)
 
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		input     string
 		shouldErr string
 	}{
@@ -32,10 +31,6 @@ func TestParseLinkNamespaces(t *testing.T) {
 		{"allowed_namespaces tokyo a\n}", `Testfile:5 - Error during parsing: allowed_namespaces and denied_namespaces: no link named "tokyo" (those of a link Secret are its annotations mcmirror.dev/allowed-namespaces and mcmirror.dev/denied-namespaces)`},
 		{"allowed_namespaces West_1 a\n}", "allowed_namespaces: invalid cluster name"},
 	} {
-		c := controller(head + tc.input)
-		_, err := parse(c)
-		if err == nil || !strings.Contains(err.Error(), tc.shouldErr) {
-			t.Errorf("%q: error %v, want %q", tc.input, err, tc.shouldErr)
-		}
+		parsed(t, i, head+tc.input, tc.shouldErr)
 	}
 }

@@ -209,37 +209,34 @@ func TestParse(t *testing.T) {
 	}
 
 	for i, tc := range tests {
-		c := controller(tc.input)
-		cfg, err := parse(c)
-		if tc.shouldErr != "" {
-			if err == nil {
-				t.Errorf("test %d: no error, want one containing %q\n%s", i, tc.shouldErr, tc.input)
-			} else if !strings.Contains(err.Error(), tc.shouldErr) {
-				t.Errorf("test %d: error %q, want one containing %q", i, err, tc.shouldErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("test %d: %v\n%s", i, err, tc.input)
-			continue
-		}
-		if tc.check != nil {
+		if cfg := parsed(t, i, tc.input, tc.shouldErr); cfg != nil && tc.check != nil {
 			tc.check(t, cfg)
 		}
 	}
 }
 
+// parsed parses test i's Corefile input in a server block of keys: it
+// fails t unless the error holds wantErr (none when empty), and returns
+// the config of a good parse, or nil.
+func parsed(t *testing.T, i int, input, wantErr string, keys ...string) *config {
+	t.Helper()
+	cfg, err := parse(controller(input, keys...))
+	switch {
+	case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
+		t.Errorf("test %d: error %v, want one containing %q\n%s", i, err, wantErr, input)
+	case wantErr == "" && err != nil:
+		t.Errorf("test %d: %v\n%s", i, err, input)
+	case wantErr == "":
+		return cfg
+	}
+	return nil
+}
+
 // A server block for the root zone, with no zone on the mcmirror line,
 // would have mcmirror answer in ".".
 func TestParseRootServerBlock(t *testing.T) {
-	c := controller("mcmirror {\ncluster east\n}", ".:53")
-	if _, err := parse(c); err == nil || !strings.Contains(err.Error(), `Testfile:1 - Error during parsing: zone "." is not a cluster domain`) {
-		t.Fatalf("error %v, want one refusing the root zone", err)
-	}
-	c = controller("mcmirror cluster.local {\ncluster east\n}", ".:53")
-	if _, err := parse(c); err != nil {
-		t.Fatalf("a named zone in a root server block: %v", err)
-	}
+	parsed(t, 0, "mcmirror {\ncluster east\n}", `Testfile:1 - Error during parsing: zone "." is not a cluster domain`, ".:53")
+	parsed(t, 1, "mcmirror cluster.local {\ncluster east\n}", "", ".:53") // a named zone in a root server block
 }
 
 func TestParseErrorsNameTheLine(t *testing.T) {

@@ -1,13 +1,10 @@
 package mcmirror
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/coredns/coredns/plugin/pkg/dnstest"
-	"github.com/coredns/coredns/plugin/test"
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
@@ -26,15 +23,16 @@ import (
 // together. Package watch tests the watches themselves.
 
 // startPlugin starts a plugin of cluster east over local, with links
-// (name, client pairs) added in order and startup_timeout startup. It
-// fails t when Start, which returns once every cluster has synced or
-// startup_timeout has passed, has not returned within startup_timeout and
-// watchtest.EventBound: a Start that waited for a link that never syncs
-// would never return, and that is what the bound tells apart from a slow
-// machine.
-func startPlugin(t *testing.T, local kubernetes.Interface, startup time.Duration, links ...any) *MCMirror {
+// (name, client pairs) added in order and the settings o (TTL 5, zones
+// cluster.local and in-addr.arpa). It fails t when Start, which returns
+// once every cluster has synced or startup_timeout has passed, has not
+// returned within startup_timeout and watchtest.EventBound: a Start that
+// waited for a link that never syncs would never return, and that is what
+// the bound tells apart from a slow machine.
+func startPlugin(t *testing.T, local kubernetes.Interface, o Options, links ...any) *MCMirror {
 	t.Helper()
-	m, err := New(local, Options{Zones: []string{"cluster.local.", "in-addr.arpa."}, Cluster: "east", TTL: 5, StartupTimeout: startup})
+	o.Zones, o.Cluster, o.TTL = []string{"cluster.local.", "in-addr.arpa."}, "east", 5
+	m, err := New(local, o)
 	require.NoError(t, err)
 	for i := 0; i < len(links); i += 2 {
 		require.NoError(t, m.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)))
@@ -45,8 +43,8 @@ func startPlugin(t *testing.T, local kubernetes.Interface, startup time.Duration
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(startup + watchtest.EventBound):
-		t.Fatalf("Start has not returned %s after startup_timeout %s", watchtest.EventBound, startup)
+	case <-time.After(o.StartupTimeout + watchtest.EventBound):
+		t.Fatalf("Start has not returned %s after startup_timeout %s", watchtest.EventBound, o.StartupTimeout)
 	}
 	m.Next = fromNext
 	return m
@@ -55,17 +53,15 @@ func startPlugin(t *testing.T, local kubernetes.Interface, startup time.Duration
 // askA answers an A query through ServeDNS: the rcode and the addresses.
 func askA(t *testing.T, m *MCMirror, name string) (int, []string) {
 	t.Helper()
-	rec := dnstest.NewRecorder(&test.ResponseWriter{})
-	_, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: name, Qtype: dns.TypeA}.Msg())
-	require.NoError(t, err)
+	msg := query(t, m, name, dns.TypeA)
 	var out []string
-	for _, rr := range rec.Msg.Answer {
+	for _, rr := range msg.Answer {
 		if a, ok := rr.(*dns.A); ok {
 			out = append(out, a.A.String())
 		}
 	}
 	slices.Sort(out)
-	return rec.Msg.Rcode, out
+	return msg.Rcode, out
 }
 
 // answersA reports whether name is answered with the addresses want.
@@ -109,14 +105,14 @@ func metricValue(t *testing.T, name string, labels ...string) float64 {
 func TestControllerServeDNS(t *testing.T) {
 	west := remotetest.NewClientset(watchtest.Service("web", watchtest.ExportedGateway, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
 	local := remotetest.NewClientset(watchtest.MirrorService("web-west", "west", "", "10.96.0.20"))
-	m := startPlugin(t, local, watchtest.EventBound, "west", west)
+	m := startPlugin(t, local, Options{StartupTimeout: watchtest.EventBound}, "west", west)
 	runCase(t, m, testCase("web-west"+z, dns.TypeA, a("web-west"+z, "10.96.0.20")), false)
 	runCase(t, m, testCase("20.0.96.10.in-addr.arpa.", dns.TypePTR, ptrRR("20.0.96.10.in-addr.arpa.", "web-west"+z)), false)
 	runCase(t, m, next("web-paris"+z), false)
 }
 
 func TestLinkHandler(t *testing.T) {
-	m := startPlugin(t, remotetest.NewClientset(), 100*time.Millisecond)
+	m := startPlugin(t, remotetest.NewClientset(), Options{StartupTimeout: 100 * time.Millisecond})
 	h := m.LinkHandler()
 	h.Add("west", &rest.Config{Host: "http://127.0.0.1:1"}, link.Namespaces{})
 	if got := m.watch.Links(); !slices.Equal(got, []string{"west"}) {

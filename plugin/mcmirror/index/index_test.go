@@ -219,9 +219,7 @@ func TestIndexLinkRemoved(t *testing.T) {
 	x := testIndex(src)
 
 	src.Linked = []string{"paris"}
-	for _, k := range src.Keys() {
-		x.Sync(k)
-	}
+	syncAll(x, src)
 	for _, name := range []string{"nginx-svc-west" + z, "nginx-set-0.nginx-svc-west" + z, "web-west" + z, "flat-west" + z, "10.0.96.10.in-addr.arpa."} {
 		wantAbsent(t, x, name)
 	}
@@ -272,9 +270,7 @@ func TestIndexNameCollision(t *testing.T) {
 	if !slices.Equal(again, []object.GroupKey{object.ServiceKey("default", "foo-us")}) {
 		t.Fatalf("sync asked to rebuild %v, want foo-us", again)
 	}
-	for _, k := range again {
-		x.Sync(k)
-	}
+	syncKeys(x, again...)
 	wantAddrs(t, x, "foo-us-west"+z, "10.96.0.1")
 }
 

@@ -175,9 +175,6 @@ func (h *linkHealth) counted(kind int, delta int64) {
 	}
 }
 
-// result records the outcome of a list or watch of watch w.
-func (h *linkHealth) result(w int, err error) { h.core.Result(w, err) }
-
 // down logs a watch that fails, once per reason, and from the first
 // failure of a synced link times its withdrawal.
 func (h *linkHealth) down(watch, reason string, err error, first bool) {

@@ -108,8 +108,6 @@ func (g *relistGate) end() {
 	}
 }
 
-// stats returns the relists waiting or holding the slot, and those given
-// the slot so far.
 // relistBusy is a relistGate's busy: relist_in_progress is 1 while any
 // relist waits or runs. Memory meanwhile is bounded by the Deployment's
 // GOMEMLIMIT: a plugin leaves the process's GC settings alone.
@@ -121,6 +119,8 @@ func relistBusy(busy bool) {
 	}
 }
 
+// stats returns the relists waiting or holding the slot, and those given
+// the slot so far.
 func (g *relistGate) stats() (active, held int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

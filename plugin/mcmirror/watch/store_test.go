@@ -147,8 +147,8 @@ func TestLinkMetricsGenerations(t *testing.T) {
 	}
 	// What its watches might still do as they stop writes nothing.
 	old.touched(objSlice, 1)
-	old.health.result(watchServices, errors.New("no answer"))
-	old.health.result(watchServices, nil)
+	old.health.core.Result(watchServices, errors.New("no answer"))
+	old.health.core.Result(watchServices, nil)
 	old.health.setSynced()
 	old.health.contact()
 	old.health.latency(time.Second)

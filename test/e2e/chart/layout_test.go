@@ -54,6 +54,12 @@ func TestInstallChecksTheCoreDNSLayout(t *testing.T) {
 		require.NoError(t, err)
 		return m
 	}
+	// The config volume, and RKE2's names, otherwise than kubeadm's.
+	volume := edit("volume config",
+		"- name: config-volume\n        configMap:", "- name: config\n        configMap:",
+		"{name: config-volume, mountPath", "{name: config, mountPath")
+	rke2Names := edit("rke2", "metadata:\n  name: coredns\n", "metadata:\n  name: rke2-coredns-rke2-coredns\n",
+		"name: coredns\n          items:", "name: rke2-coredns-rke2-coredns\n          items:")
 	rke2Values := []string{"dns.coredns.deployment=rke2-coredns-rke2-coredns", "dns.coredns.configMap=rke2-coredns-rke2-coredns"}
 	for _, c := range []struct {
 		name, deployment, manifest string
@@ -62,24 +68,17 @@ func TestInstallChecksTheCoreDNSLayout(t *testing.T) {
 	}{
 		{"kubeadm", "coredns", kubeadm, nil, ""},
 		{"k3s", "coredns", k3s, nil, ""},
-		{"volume config", "coredns", edit("volume config",
-			"- name: config-volume\n        configMap:", "- name: config\n        configMap:",
-			"{name: config-volume, mountPath", "{name: config, mountPath"), nil,
+		{"volume config", "coredns", volume, nil,
 			"kube-system/coredns: container coredns's first volume mount is config at /etc/coredns, not config-volume at /etc/coredns (where mounted at /etc/coredns: dns.coredns.volume=config)"},
-		{"volume config, with the value", "coredns", edit("volume config",
-			"- name: config-volume\n        configMap:", "- name: config\n        configMap:",
-			"{name: config-volume, mountPath", "{name: config, mountPath"), []string{"dns.coredns.volume=config"}, ""},
+		{"volume config, with the value", "coredns", volume, []string{"dns.coredns.volume=config"}, ""},
 		{"another container name", "coredns", edit("container", "      - name: coredns\n        image:", "      - name: dns\n        image:"), nil,
 			"kube-system/coredns: its first container is named dns, not coredns (dns.coredns.container=dns)"},
 		{"another ServiceAccount", "coredns", edit("sa", "serviceAccountName: coredns", "serviceAccountName: kube-dns"), nil,
 			"kube-system/coredns runs as ServiceAccount kube-dns, not coredns (dns.coredns.serviceAccount=kube-dns)"},
-		{"RKE2's names", "rke2-coredns-rke2-coredns", edit("rke2", "metadata:\n  name: coredns\n", "metadata:\n  name: rke2-coredns-rke2-coredns\n",
-			"name: coredns\n          items:", "name: rke2-coredns-rke2-coredns\n          items:"),
+		{"RKE2's names", "rke2-coredns-rke2-coredns", rke2Names,
 			[]string{"dns.coredns.deployment=rke2-coredns-rke2-coredns"},
 			"kube-system/rke2-coredns-rke2-coredns: volume config-volume is the ConfigMap rke2-coredns-rke2-coredns, not coredns (dns.coredns.configMap=rke2-coredns-rke2-coredns)"},
-		{"RKE2's names, with the values", "rke2-coredns-rke2-coredns", edit("rke2", "metadata:\n  name: coredns\n", "metadata:\n  name: rke2-coredns-rke2-coredns\n",
-			"name: coredns\n          items:", "name: rke2-coredns-rke2-coredns\n          items:"),
-			[]string{"dns.coredns.deployment=rke2-coredns-rke2-coredns", "dns.coredns.configMap=rke2-coredns-rke2-coredns"}, ""},
+		{"RKE2's names, with the values", "rke2-coredns-rke2-coredns", rke2Names, rke2Values, ""},
 		{"RKE2's chart, its anti-affinity on one node", "rke2-coredns-rke2-coredns", rke2(""), rke2Values,
 			"kube-system/rke2-coredns-rke2-coredns requires a node of its own for each of its pods (a required podAntiAffinity on kubernetes.io/hostname that selects them), and has no node to spare (replicas 1, schedulable nodes 1)"},
 		{"RKE2's chart, the anti-affinity preferred", "rke2-coredns-rke2-coredns", rke2(harness.RKE2PreferredAffinity), rke2Values, ""},

@@ -11,7 +11,6 @@
 package deploy_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -393,12 +392,8 @@ spec:
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		links := 0
 		for _, r := range replicas {
-			resp, err := http.Get("http://" + r.metrics + "/metrics")
-			require.NoError(c, err)
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			require.NoError(c, err)
-			if bytes.Contains(body, []byte("coredns_mcmirror_controller_links 1\n")) {
+			v, _ := harness.SeriesValue(c, "http://"+r.metrics+"/metrics", "coredns_mcmirror_controller_links")
+			if v == 1 {
 				links++
 			}
 		}
@@ -444,17 +439,9 @@ func TestCoreDNSRBACSuffices(t *testing.T) {
 
 	// Flat mode: west's ready pod addresses.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		list, err := west.Client.DiscoveryV1().EndpointSlices(flat).List(ctx, metav1.ListOptions{LabelSelector: labels.ServiceName + "=nginx-svc"})
+		pods, err := west.ReadyEndpoints(ctx, flat, "nginx-svc")
 		require.NoError(c, err)
-		var want []string
-		for _, es := range list.Items {
-			for _, ep := range es.Endpoints {
-				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
-					want = append(want, ep.Addresses...)
-				}
-			}
-		}
-		slices.Sort(want)
+		want := slices.Sorted(maps.Values(pods))
 		require.Len(c, want, 2)
 		r := s.Ask(c, "udp", "nginx-svc-west."+flat+"."+zone, dns.TypeA)
 		require.Equal(c, dns.RcodeSuccess, r.Rcode)

@@ -2,23 +2,20 @@ package deploy_test
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	cf "github.com/mcmirror/mcmirror/internal/corefile"
 	"github.com/mcmirror/mcmirror/internal/dnspatch"
-	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // k3sCorefile is the Corefile k3s ships, with its imports of custom files.
@@ -49,26 +46,16 @@ import /etc/coredns/custom/*.server
 // chartDNSHook renders the chart's dns-patch.yaml with defaults for a
 // cluster east and returns the rules of its Role and the stanza its
 // ConfigMap gives the apply Job.
-func chartDNSHook(t *testing.T) (rules []any, stanza string) {
+func chartDNSHook(t *testing.T) (rules []rbacv1.PolicyRule, stanza string) {
 	t.Helper()
-	helm, err := harness.Binary("helm")
-	require.NoError(t, err)
-	out, err := exec.Command(helm, "template", "mcmirror", filepath.Join("..", "..", "..", "charts", "mcmirror"), "-n", "mcmirror",
-		"--set", "cluster=east", "--set", "gateway.allowClusters={west}", "--show-only", "templates/dns-patch.yaml").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	for _, doc := range strings.Split(string(out), "\n---\n") {
-		var obj map[string]any
-		require.NoError(t, yaml.Unmarshal([]byte(doc), &obj))
-		switch obj["kind"] {
-		case "Role":
-			rules = obj["rules"].([]any)
-		case "ConfigMap":
-			stanza = obj["data"].(map[string]any)["mcmirror.stanza"].(string)
-		}
-	}
-	require.NotEmpty(t, rules)
-	require.NotEmpty(t, stanza)
-	return rules, stanza
+	out := helmTemplate(t, "--set", "cluster=east", "--set", "gateway.allowClusters={west}",
+		"--show-only", "templates/dns-patch.yaml")
+	role, cm := &rbacv1.Role{}, &corev1.ConfigMap{}
+	object(t, out, "Role", "kube-system", "mcmirror-dns-patch", role)
+	object(t, out, "ConfigMap", "mcmirror", "mcmirror-dns-patch", cm)
+	require.NotEmpty(t, role.Rules)
+	require.NotEmpty(t, cm.Data["mcmirror.stanza"])
+	return role.Rules, cm.Data["mcmirror.stanza"]
 }
 
 // TestDNSHookKeepsTheClusterCorefile runs `coredns-mc dns apply` with the
@@ -86,20 +73,9 @@ func TestDNSHookKeepsTheClusterCorefile(t *testing.T) {
 	east := env.Cluster("east")
 	env.TempNamespace(t, ns, east)
 	rules, stanza := chartDNSHook(t)
-	role, err := yaml.Marshal(map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-		"metadata": map[string]any{"name": "dns-hook", "namespace": ns}, "rules": rules})
+	rulesJSON, err := json.Marshal(rules) // JSON is YAML
 	require.NoError(t, err)
-	require.NoError(t, east.Apply(ctx, string(role)+fmt.Sprintf(`---
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: dns-hook, namespace: %[1]s}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: dns-hook, namespace: %[1]s}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: dns-hook}
-subjects: [{kind: ServiceAccount, name: dns-hook, namespace: %[1]s}]
-`, ns)))
+	require.NoError(t, east.Apply(ctx, accountWithRole(ns, "dns-hook", string(rulesJSON))))
 	cms := east.Client.CoreV1().ConfigMaps(ns)
 	own, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "coredns"},
 		Data: map[string]string{"Corefile": k3sCorefile, "NodeHosts": "10.0.0.5 node-a\n"}}, metav1.CreateOptions{})

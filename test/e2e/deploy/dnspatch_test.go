@@ -3,7 +3,7 @@ package deploy_test
 // The Helm chart's hooks: `coredns-mc dns apply` (post-install,
 // post-upgrade) and `coredns-mc dns revert` (pre-delete), run as the real
 // processes a hook Job runs, with the token of a ServiceAccount bound to
-// hookRBAC only, against real API servers. In east (no controllers, so the
+// hookRules only, against real API servers. In east (no controllers, so the
 // processes run with --wait=false): apply makes of kubeadm's CoreDNS
 // Deployment what `kubectl patch --type=json --patch-file
 // deploy/patches/coredns.yaml` makes of it, with the original recorded;
@@ -22,11 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -42,30 +39,32 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// hookRBAC is what the hook Jobs run as: a ServiceAccount and the Role the
-// chart gives it, get and patch of the Deployment coredns and nothing else.
-// Formatted with the namespace.
-const hookRBAC = `
+// accountWithRole is ServiceAccount ns/name bound to a Role of the same
+// name whose rules are rules (a YAML sequence).
+func accountWithRole(ns, name, rules string) string {
+	return fmt.Sprintf(`
 apiVersion: v1
 kind: ServiceAccount
-metadata: {name: mcmirror-dns-hook, namespace: %[1]s}
+metadata: {name: %[2]s, namespace: %[1]s}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
-metadata: {name: mcmirror-dns-hook, namespace: %[1]s}
-rules:
-- apiGroups: [apps]
-  resources: [deployments]
-  resourceNames: [coredns]
-  verbs: [get, patch]
+metadata: {name: %[2]s, namespace: %[1]s}
+rules: %[3]s
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
-metadata: {name: mcmirror-dns-hook, namespace: %[1]s}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: mcmirror-dns-hook}
-subjects:
-- {kind: ServiceAccount, name: mcmirror-dns-hook, namespace: %[1]s}
-`
+metadata: {name: %[2]s, namespace: %[1]s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: %[2]s}
+subjects: [{kind: ServiceAccount, name: %[2]s, namespace: %[1]s}]
+`, ns, name, rules)
+}
+
+// hookRules are what the hook Jobs run as: the rules of the Role the chart
+// gives their ServiceAccount, get and patch of the Deployment coredns and
+// nothing else.
+const hookRules = "[{apiGroups: [apps], resources: [deployments], resourceNames: [coredns], " +
+	"verbs: [get, patch]}]"
 
 const hookAccount = "mcmirror-dns-hook"
 
@@ -75,7 +74,7 @@ const hookAccount = "mcmirror-dns-hook"
 // a kubeconfig of it.
 func hookKubeconfig(t *testing.T, c *harness.Cluster, ns string) string {
 	t.Helper()
-	require.NoError(t, c.Apply(context.Background(), fmt.Sprintf(hookRBAC, ns)))
+	require.NoError(t, c.Apply(context.Background(), accountWithRole(ns, hookAccount, hookRules)))
 	client := saClient(t, c, ns, hookAccount)
 	baseline := freshAccount(t, c, ns, "mcmirror-dns-hook-baseline")
 	waitExtraRules(t, client, baseline, ns,
@@ -177,21 +176,13 @@ func dnsHook(t *testing.T, kubeconfig string, args ...string) (int, string) {
 // projectPatch is the absolute path of deploy/patches/coredns.yaml.
 var projectPatch = harness.RepoPath("deploy", "patches", "coredns.yaml")
 
-// nextPatch writes the patch of a next version into a file of its own:
-// another image, and kubeadm's readiness failure threshold left alone.
-func nextPatch(t *testing.T) string {
+// editedPatch writes deploy/patches/coredns.yaml with each old replaced by
+// its new (pairs, as harness.ReplaceOnce takes them) into a file of its own.
+func editedPatch(t *testing.T, pairs ...string) string {
 	t.Helper()
-	text := harness.RepoFile(t, "deploy", "patches/coredns.yaml")
-	for _, r := range []struct{ old, new string }{
-		{"value: ghcr.io/mcmirror/coredns-mc:latest", "value: ghcr.io/mcmirror/coredns-mc:v2"},
-		{"- {op: add, path: /spec/template/spec/containers/0/readinessProbe/failureThreshold, value: 2}\n", ""},
-	} {
-		require.Equal(t, 1, strings.Count(text, r.old), "%q in the patch", r.old)
-		text = strings.Replace(text, r.old, r.new, 1)
-	}
-	path := filepath.Join(t.TempDir(), "coredns-next.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
-	return path
+	text, err := harness.ReplaceOnce(harness.RepoFile(t, "deploy", "patches", "coredns.yaml"), pairs...)
+	require.NoError(t, err)
+	return harness.TempFile(t, "coredns.yaml", []byte(text))
 }
 
 // recorded is the value of the annotation dns apply writes.
@@ -248,7 +239,10 @@ func TestDNSHook(t *testing.T) {
 
 	// An upgrade whose patch differs: it goes onto the original, as kubectl
 	// patch would on kubeadm's CoreDNS, and the original stays recorded.
-	next := nextPatch(t)
+	// The patch of a next version: another image, and kubeadm's readiness
+	// failure threshold left alone.
+	next := editedPatch(t, "value: ghcr.io/mcmirror/coredns-mc:latest", "value: ghcr.io/mcmirror/coredns-mc:v2",
+		"- {op: add, path: /spec/template/spec/containers/0/readinessProbe/failureThreshold, value: 2}\n", "")
 	recreateCoreDNS(t, east, ref, kubeadmDeployment(ref))
 	kubectlPatch(t, ref, next)
 	wantNext := getCoreDNS(t, east, ref)
@@ -356,28 +350,9 @@ func TestDNSHookRefuses(t *testing.T) {
 	// No Role: get is refused. A Role with get only: patch is.
 	before = recreateCoreDNS(t, east, ns, kubeadmDeployment(ns))
 	const nobody, reader = "mcmirror-dns-nobody", "mcmirror-dns-reader"
-	require.NoError(t, east.Apply(ctx, fmt.Sprintf(`
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: %[2]s, namespace: %[1]s}
----
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: %[3]s, namespace: %[1]s}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: %[3]s, namespace: %[1]s}
-rules:
-- {apiGroups: [apps], resources: [deployments], resourceNames: [coredns], verbs: [get]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: %[3]s, namespace: %[1]s}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: %[3]s}
-subjects:
-- {kind: ServiceAccount, name: %[3]s, namespace: %[1]s}
-`, ns, nobody, reader)))
+	nobodyAccount := fmt.Sprintf("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: %s, namespace: %s}\n---\n", nobody, ns)
+	require.NoError(t, east.Apply(ctx, nobodyAccount+
+		accountWithRole(ns, reader, "[{apiGroups: [apps], resources: [deployments], resourceNames: [coredns], verbs: [get]}]")))
 	get := access{"get", "apps", "deployments", ns, "coredns"}
 	patch := access{"patch", "apps", "deployments", ns, "coredns"}
 	checkAccess(t, ns, nobody, nil, []access{get, patch})
@@ -433,11 +408,8 @@ func TestDNSHookRollout(t *testing.T) {
 	onNode := []string{"      serviceAccountName: coredns\n", "      serviceAccountName: coredns\n      nodeName: " + harness.NodeName + "\n"}
 	// The project's patch with a minReadySeconds of 1: the old pods go
 	// within the test's wait.
-	quick := filepath.Join(t.TempDir(), "coredns-quick.yaml")
-	text := harness.RepoFile(t, "deploy", "patches/coredns.yaml")
-	require.Equal(t, 1, strings.Count(text, "{op: add, path: /spec/minReadySeconds, value: 35}"))
-	text = strings.Replace(text, "{op: add, path: /spec/minReadySeconds, value: 35}", "{op: add, path: /spec/minReadySeconds, value: 1}", 1)
-	require.NoError(t, os.WriteFile(quick, []byte(text), 0o600))
+	quick := editedPatch(t, "{op: add, path: /spec/minReadySeconds, value: 35}",
+		"{op: add, path: /spec/minReadySeconds, value: 1}")
 	hook := func(action string, more ...string) (int, string) {
 		return dnsHook(t, kubeconfig, append([]string{action, "--deployment", ns + "/coredns"}, more...)...)
 	}

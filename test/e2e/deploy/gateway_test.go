@@ -11,9 +11,7 @@ package deploy_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -43,6 +41,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 )
 
 const (
@@ -147,7 +146,7 @@ func startGateway(t *testing.T, pki gatewayPKI, peer string, extraEnv ...string)
 	p := &gatewayProc{
 		ingress: "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)),
 		metrics: "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)),
-		pod:     gatewayName + "-" + randomSuffix(t),
+		pod:     harness.UniqueName(gatewayName),
 	}
 	argv := []string{bin}
 	replaced := map[string]int{}
@@ -208,13 +207,6 @@ func startGateway(t *testing.T, pki gatewayPKI, peer string, extraEnv ...string)
 		waitProbe(t, p.proc, p.metrics, probe)
 	}
 	return p
-}
-
-func randomSuffix(t *testing.T) string {
-	b := make([]byte, 3)
-	_, err := rand.Read(b)
-	require.NoError(t, err)
-	return hex.EncodeToString(b)
 }
 
 // connect asks the ingress at addr, with certs (another cluster's
@@ -549,34 +541,17 @@ func TestGatewayRBACRefuses(t *testing.T) {
 	client := checkAccess(t, gatewayNS, gatewayName, allowed, denied)
 
 	// And really refused by the API server, not only said to be.
-	forbidden := func(what string, err error) {
-		t.Helper()
-		assert.True(t, apierrors.IsForbidden(err), "%s: want 403, got %v", what, err)
+	for _, act := range slices.Concat(only(secretReads(""), "list Secrets in every namespace"),
+		only(serviceWrites("default"), "create a Service", "delete a Service", "create an EndpointSlice"),
+		only(otherReads(gatewayNS), "list Pods"), []action{eventCreate("default"),
+			{"get its certificate Secret", func(ctx context.Context, c kubernetes.Interface) error {
+				return errOf(c.CoreV1().Secrets(gatewayNS).Get(ctx, "mcmirror-gateway-tls", metav1.GetOptions{}))
+			}}}) {
+		err := act.do(ctx, client)
+		assert.True(t, apierrors.IsForbidden(err), "%s: want 403, got %v", act.what, err)
 	}
-	_, err := client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
-	forbidden("list Secrets", err)
-	_, err = client.CoreV1().Secrets(gatewayNS).Get(ctx, "mcmirror-gateway-tls", metav1.GetOptions{})
-	forbidden("get its certificate Secret", err)
-	_, err = client.CoreV1().Services("default").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "gw-may-not"},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
-	}, metav1.CreateOptions{})
-	forbidden("create a Service", err)
-	err = client.CoreV1().Services("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{})
-	forbidden("delete a Service", err)
-	_, err = client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-	forbidden("list Pods", err)
-	_, err = client.DiscoveryV1().EndpointSlices("default").Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "gw-may-not"}, AddressType: discoveryv1.AddressTypeIPv4,
-	}, metav1.CreateOptions{})
-	forbidden("create an EndpointSlice", err)
-	_, err = client.CoreV1().Events("default").Create(ctx, &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: "gw-may-not"},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "x"},
-	}, metav1.CreateOptions{})
-	forbidden("create an Event in another namespace", err)
 	// What it may do, it can.
-	_, err = client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	_, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	assert.NoError(t, err, "list Services")
 }
 

@@ -63,22 +63,31 @@ func shell(t *testing.T, dir, kubeconfig, script string) (string, error) {
 	return string(out), err
 }
 
-// chartGatewayDeployment is the gateway's Deployment of the chart
-// charts/mcmirror rendered by the project's helm with the values of args
-// (helm template's --set and -f).
-func chartGatewayDeployment(t *testing.T, args ...string) *appsv1.Deployment {
+// helmTemplate is the chart charts/mcmirror rendered by the project's helm
+// as release mcmirror in namespace mcmirror, with args (helm template's
+// --set, -f and --show-only).
+func helmTemplate(t *testing.T, args ...string) string {
 	t.Helper()
 	helm, err := harness.Binary("helm")
 	require.NoError(t, err)
-	chart := filepath.Join(harness.RepoPath(), "charts", "mcmirror")
-	cmd := exec.Command(helm, append([]string{"template", "mcmirror", chart, "--namespace", gatewayNS,
-		"--show-only", "templates/gateway.yaml"}, args...)...)
+	cmd := exec.Command(helm, append([]string{"template", "mcmirror", harness.RepoPath("charts", "mcmirror"),
+		"--namespace", gatewayNS}, args...)...)
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	require.NoError(t, err, "helm template %q", args)
+	require.NoError(t, err, "helm template %q\n%s", args, stderr.String())
+	return string(out)
+}
+
+// chartGatewayDeployment is the gateway's Deployment of the chart rendered
+// with the values of args.
+func chartGatewayDeployment(t *testing.T, args ...string) *appsv1.Deployment {
+	t.Helper()
 	d := &appsv1.Deployment{}
-	object(t, string(out), "Deployment", gatewayNS, gatewayName, d)
+	out := helmTemplate(t, append([]string{"--show-only", "templates/gateway.yaml"}, args...)...)
+	object(t, out, "Deployment", gatewayNS, gatewayName, d)
 	return d
 }
 

@@ -10,9 +10,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -115,30 +113,22 @@ func webName(c *harness.Cluster) string {
 // hand-made slice (carrying the export label itself) of address addr.
 func exportWeb(t *testing.T, c *harness.Cluster, addr string) {
 	t.Helper()
-	ctx := context.Background()
-	exported := map[string]string{labels.Exported: labels.ExportFlat}
-	_, err := c.Client.CoreV1().Services(meshNS).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: meshNS, Labels: exported},
-		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-	}, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
-	es := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-manual", Namespace: meshNS, Labels: map[string]string{
-			discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "e2e", labels.Exported: labels.ExportFlat}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: new("http"), Port: new(int32(80))}},
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: new(true)}}},
-	}
-	old, err := c.Client.DiscoveryV1().EndpointSlices(meshNS).Get(ctx, es.Name, metav1.GetOptions{})
-	if err == nil {
-		es.ResourceVersion = old.ResourceVersion
-		_, err = c.Client.DiscoveryV1().EndpointSlices(meshNS).Update(ctx, es, metav1.UpdateOptions{})
-	} else {
-		_, err = c.Client.DiscoveryV1().EndpointSlices(meshNS).Create(ctx, es, metav1.CreateOptions{})
-	}
-	require.NoError(t, err)
+	require.NoError(t, c.Apply(context.Background(), fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: %[1]s, labels: {%[2]s: %[3]s}}
+spec: {clusterIP: None, ports: [{name: http, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-manual
+  namespace: %[1]s
+  labels: {%[4]s: web, %[5]s: e2e, %[2]s: %[3]s}
+addressType: IPv4
+ports: [{name: http, port: 80}]
+endpoints: [{addresses: [%[6]q], conditions: {ready: true}}]
+`, meshNS, labels.Exported, labels.ExportFlat, discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy, addr)))
 }
 
 // waitA waits until s answers name with exactly want (NXDOMAIN or no

@@ -3,6 +3,7 @@ package pods
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ kubectl --context east -n mcmirror rollout status deployment mcmirror-gateway --
 			return false, nil
 		}
 		for _, p := range pods.Items {
-			if !podReady(&p) || !contains(p.Spec.Containers[0].Args, "--max-connections=5000") {
+			if !podReady(&p) || !slices.Contains(p.Spec.Containers[0].Args, "--max-connections=5000") {
 				return false, nil
 			}
 		}
@@ -64,13 +65,4 @@ kubectl --context east -n mcmirror rollout status deployment mcmirror-gateway --
 	require.Equal(t, gateway+1, generation("mcmirror", "mcmirror-gateway"), "the gateway's Deployment: one new generation")
 	require.Equal(t, controller, generation("mcmirror", "mcmirror-controller"), "the controller's Deployment changed")
 	require.Equal(t, dns, generation("kube-system", "coredns"), "the cluster DNS's Deployment changed (the hook applied the same patch again)")
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

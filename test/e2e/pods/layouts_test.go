@@ -3,6 +3,7 @@ package pods
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -218,9 +219,7 @@ func servesMcmirror(t *testing.T, ctx context.Context, c layoutCase, since int64
 	}), "%s: east's pods never resolved %s: %s", l.Name, globalName, last)
 	for _, p := range pods {
 		names := map[string]string{globalName: ""}
-		for n, a := range c.names {
-			names[n] = a
-		}
+		maps.Copy(names, c.names)
 		answers(t, ctx, names, p.Status.PodIP)
 	}
 	return d.Generation, pods

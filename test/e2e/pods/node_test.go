@@ -2,6 +2,7 @@ package pods
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +62,9 @@ spec:
 		pod, err = west.Client.CoreV1().Pods("default").Get(ctx, "node-check", metav1.GetOptions{})
 		return err == nil && podReady(pod), nil
 	}), "pod never Ready: %+v", pod)
-	require.True(t, west.PodCIDR.Contains(mustAddr(t, pod.Status.PodIP)), "pod IP %s outside %s", pod.Status.PodIP, west.PodCIDR)
+	ip, err := netip.ParseAddr(pod.Status.PodIP)
+	require.NoError(t, err)
+	require.True(t, west.PodCIDR.Contains(ip), "pod IP %s outside %s", ip, west.PodCIDR)
 
 	out, err := west.Kubectl(ctx, "exec", "node-check", "--", "sh", "-c", "cat /secret/word; echo; id -u")
 	require.NoError(t, err)

@@ -1,20 +1,8 @@
 package pods
 
 import (
-	"net/netip"
-	"testing"
-
 	corev1 "k8s.io/api/core/v1"
 )
-
-func mustAddr(t *testing.T, s string) netip.Addr {
-	t.Helper()
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		t.Fatalf("address %q: %v", s, err)
-	}
-	return a
-}
 
 // podReady reports whether p's Ready condition is true.
 func podReady(p *corev1.Pod) bool {

@@ -1,13 +1,8 @@
 package stockcoredns_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,22 +15,6 @@ import (
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
-
-// plainCoreDNS returns the path of CoreDNS as its release builds it,
-// without mcmirror: $MCMIRROR_COREDNS_PLAIN when set (test/tools/gotest.sh
-// builds it), otherwise what test/tools/coredns-stock.sh --plain builds or
-// finds in its cache.
-func plainCoreDNS(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("MCMIRROR_COREDNS_PLAIN"); p != "" {
-		return p
-	}
-	var out bytes.Buffer
-	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "test", "tools", "coredns-stock.sh"), "--plain")
-	cmd.Stdout, cmd.Stderr = &out, os.Stderr
-	require.NoError(t, cmd.Run(), "test/tools/coredns-stock.sh --plain")
-	return strings.TrimSpace(out.String())
-}
 
 // Forward mode (deploy/README.md, "Replace or forward"): the cluster DNS is
 // a CoreDNS without mcmirror, as a managed cluster's is, and forwards
@@ -59,7 +38,7 @@ func TestForwardModeThroughPlainCoreDNS(t *testing.T) {
 	cmc, err := harness.CorednsMC()
 	require.NoError(t, err)
 
-	mcsAddr, mcsProc := startServer(t, "east/coredns-mc", cmc, fmt.Sprintf(`
+	mcsDNS := env.StartDNSWith(t, "east/coredns-mc", fmt.Sprintf(`
 clusterset.local {
     bind 127.0.0.1
     errors
@@ -71,10 +50,10 @@ clusterset.local {
         link %[3]s %[4]s
     }
 }
-`, east.Kubeconfig, east.Name, west.Name, westLink), "dns-version.clusterset.local")
+`, east.Kubeconfig, east.Name, west.Name, westLink),
+		harness.DNSOptions{Binary: cmc, Probe: "dns-version.clusterset.local"})
 
-	plain := plainCoreDNS(t)
-	addr, plainProc := startServer(t, "east/coredns-plain", plain, fmt.Sprintf(`
+	plain := env.StartDNSWith(t, "east/coredns-plain", fmt.Sprintf(`
 clusterset.local {
     bind 127.0.0.1
     forward . %[2]s
@@ -87,7 +66,9 @@ clusterset.local {
         kubeconfig %[1]s
     }
 }
-`, east.Kubeconfig, mcsAddr), "kubernetes.default."+zone)
+`, east.Kubeconfig, mcsDNS.Addr), harness.DNSOptions{
+		Binary: builtCoreDNS(t, "MCMIRROR_COREDNS_PLAIN", "--plain"), Probe: "kubernetes.default." + zone})
+	addr := plain.Addr
 
 	mcs, err := mcsclient.NewForConfig(east.Config)
 	require.NoError(t, err)
@@ -118,5 +99,5 @@ clusterset.local {
 	mirror, err := east.Client.CoreV1().Services(fns).Get(ctx, "web-west", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, []string{mirror.Spec.ClusterIP}, harness.Answers(harness.Ask(t, addr, "udp", "web-west."+fns+"."+zone, dns.TypeA)))
-	env.RequireAlive(t, mcsProc, plainProc)
+	env.RequireAlive(t, mcsDNS.Process, plain.Process)
 }

@@ -8,12 +8,10 @@ package stockcoredns_test
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,43 +25,28 @@ var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
 
 func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
 
-var (
-	stockOnce sync.Once
-	stockPath string
-	stockErr  error
-)
-
-// stockCoreDNS returns the path of the stock CoreDNS: $MCMIRROR_COREDNS_STOCK
-// when set (test/tools/gotest.sh builds it before the tests), otherwise what
-// test/tools/coredns-stock.sh builds, or finds in its cache, for this
-// checkout.
-func stockCoreDNS(t *testing.T) string {
+// builtCoreDNS returns the path of a CoreDNS that test/tools/coredns-stock.sh
+// builds with args (none: the stock CoreDNS with mcmirror; --plain: as its
+// release builds it, without mcmirror), or finds in its cache, for this
+// checkout: $envVar when set (test/tools/gotest.sh builds both before the
+// tests).
+func builtCoreDNS(t *testing.T, envVar string, args ...string) string {
 	t.Helper()
-	stockOnce.Do(func() {
-		if p := os.Getenv("MCMIRROR_COREDNS_STOCK"); p != "" {
-			stockPath = p
-			return
-		}
-		var out bytes.Buffer
-		cmd := exec.Command("bash", filepath.Join(repoRoot(t), "test", "tools", "coredns-stock.sh"))
-		cmd.Stdout, cmd.Stderr = &out, os.Stderr
-		if err := cmd.Run(); err != nil {
-			stockErr = fmt.Errorf("test/tools/coredns-stock.sh: %w", err)
-			return
-		}
-		stockPath = strings.TrimSpace(out.String())
-	})
-	require.NoError(t, stockErr)
-	return stockPath
+	if p := os.Getenv(envVar); p != "" {
+		return p
+	}
+	var out bytes.Buffer
+	script := harness.RepoPath("test", "tools", "coredns-stock.sh")
+	cmd := exec.Command("bash", append([]string{script}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	require.NoError(t, cmd.Run(), "test/tools/coredns-stock.sh %s", strings.Join(args, " "))
+	return strings.TrimSpace(out.String())
 }
 
-// repoRoot is the root of this checkout, symlinks resolved: go test runs a
-// package in its directory.
+// repoRoot is the root of this checkout, symlinks resolved.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.EvalSymlinks(filepath.Join("..", "..", ".."))
-	require.NoError(t, err)
-	root, err = filepath.Abs(root)
+	root, err := filepath.EvalSymlinks(harness.RepoPath())
 	require.NoError(t, err)
 	return root
 }

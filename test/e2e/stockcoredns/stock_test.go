@@ -34,7 +34,7 @@ const (
 // version output is CoreDNS's alone (coredns-mc's starts with mcmirror's),
 // and -plugins lists mcmirror beside the standard plugins.
 func TestStockBinaryIsCoreDNS(t *testing.T) {
-	bin := stockCoreDNS(t)
+	bin := builtCoreDNS(t, "MCMIRROR_COREDNS_STOCK")
 	root := repoRoot(t)
 
 	info, err := buildinfo.ReadFile(bin)
@@ -82,7 +82,7 @@ func TestStockBinaryIsCoreDNS(t *testing.T) {
 // and this server stops at "Unknown directive 'mcmirror'".
 func TestStockCoreDNSAnswers(t *testing.T) {
 	env.LogOnFailure(t)
-	bin := stockCoreDNS(t)
+	bin := builtCoreDNS(t, "MCMIRROR_COREDNS_STOCK")
 	ctx := context.Background()
 	east, west := env.Cluster("east"), env.Cluster("west")
 
@@ -97,7 +97,7 @@ func TestStockCoreDNSAnswers(t *testing.T) {
 	westLink, err := west.LinkKubeconfigFile(ctx)
 	require.NoError(t, err)
 
-	addr, p := startStock(t, bin, fmt.Sprintf(`
+	s := env.StartDNSWith(t, "east/coredns-stock", fmt.Sprintf(`
 . {
     bind 127.0.0.1
     errors
@@ -111,7 +111,9 @@ func TestStockCoreDNSAnswers(t *testing.T) {
         link %[3]s %[4]s
     }
 }
-`, east.Kubeconfig, east.Name, west.Name, westLink))
+`, east.Kubeconfig, east.Name, west.Name, westLink),
+		harness.DNSOptions{Binary: bin, Probe: "kubernetes.default." + zone})
+	addr := s.Addr
 
 	name := func(n string) string { return n + "." + ns + "." + zone }
 	westIPs := []string{pods["web-0"], pods["web-1"]}
@@ -142,22 +144,5 @@ func TestStockCoreDNSAnswers(t *testing.T) {
 	require.Len(t, r.Ns, 1)
 	assert.Equal(t, dns.TypeSOA, r.Ns[0].Header().Rrtype, "the kubernetes plugin's SOA")
 
-	env.RequireAlive(t, p)
-}
-
-// startStock runs the stock CoreDNS with corefile, whose {READY} is replaced
-// by the ready plugin's port, for the test t, and returns its DNS address
-// once it is ready and answers.
-func startStock(t *testing.T, bin, corefile string) (string, *harness.Process) {
-	t.Helper()
-	return startServer(t, "east/coredns-stock", bin, corefile, "kubernetes.default."+zone)
-}
-
-// startServer runs a CoreDNS binary as startStock does, under the name
-// name, and waits until the ready plugin says 200 and probe (a name that
-// is there) is answered NOERROR.
-func startServer(t *testing.T, name, bin, corefile, probe string) (string, *harness.Process) {
-	t.Helper()
-	s := env.StartDNSWith(t, name, corefile, harness.DNSOptions{Binary: bin, Probe: probe})
-	return s.Addr, s.Process
+	env.RequireAlive(t, s.Process)
 }

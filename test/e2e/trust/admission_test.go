@@ -90,7 +90,7 @@ func TestAdmissionPolicy(t *testing.T) {
 	// The controller, as its ServiceAccount, mirrors west's export.
 	kc, err := g.ServiceAccountKubeconfigFile(ctx, t.TempDir(), "mcmirror", "mcmirror-controller")
 	require.NoError(t, err)
-	exportService(t, shop, "web", map[string]string{"web-0": "192.0.2.33"})
+	exportService(t, west, shop, "web", "web-0", "192.0.2.33")
 	ctl := env.StartFleet(t, harness.FleetOptions{Local: g.Name, Remotes: []string{"west"}, Parts: harness.FleetController,
 		EgressPorts: harness.EgressPortWindow().String(), Controller: harness.ControllerOptions{Kubeconfig: kc}}).Controller.Process
 	mirror, port := waitMirror(t, g, shop, "web-west")

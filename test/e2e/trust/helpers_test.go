@@ -18,19 +18,15 @@ import (
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
-// exportService creates in west a selector-less Service ns/name, port http
-// 80 → 8080, exported in gateway mode, and an EndpointSlice written by
-// hand with the addresses given (pod names are their targetRefs). Both
-// are deleted when t ends.
-func exportService(t *testing.T, ns, name string, addrs map[string]string) {
+// exportService creates in cluster c a selector-less Service ns/name, port
+// http 80 → 8080, exported in gateway mode, and an EndpointSlice written by
+// hand with the address addr of pod (its targetRef). Both are deleted when
+// t ends.
+func exportService(t *testing.T, c *harness.Cluster, ns, name, pod, addr string) {
 	t.Helper()
-	var eps []harness.PodAddr
-	for pod, addr := range addrs {
-		eps = append(eps, harness.PodAddr{Name: pod, IP: addr})
-	}
-	env.Cluster("west").CreateSelectorless(t, ns, name, harness.SelectorlessService{
+	c.CreateSelectorless(t, ns, name, harness.SelectorlessService{
 		Labels: map[string]string{labels.Exported: labels.ExportGateway},
-		Port:   servicePort, TargetPort: podPort, Endpoints: eps})
+		Port:   servicePort, TargetPort: podPort, Endpoints: []harness.PodAddr{{Name: pod, IP: addr}}})
 }
 
 // waitMirror waits until cluster c holds the mirror Service ns/name with an

@@ -41,9 +41,9 @@ func TestIngressDialsOnlyWhatItMay(t *testing.T) {
 	apiServer := west.ServiceCIDR.Addr().Next() // the kubernetes Service's ClusterIP
 	f := startFleet(t, harness.EgressPortWindow(), "--allow-selectorless", shop+"/*", "--deny-cidr", west.ServiceCIDR.String())
 
-	exportService(t, shop, "web", map[string]string{"web-0": pod.IP.String()})
-	exportService(t, shop, "api", map[string]string{"kube-apiserver": apiServer.String()})
-	exportService(t, other, "web", map[string]string{"web-0": pod.IP.String()})
+	exportService(t, west, shop, "web", "web-0", pod.IP.String())
+	exportService(t, west, shop, "api", "kube-apiserver", apiServer.String())
+	exportService(t, west, other, "web", "web-0", pod.IP.String())
 	_, web := waitMirror(t, east, shop, "web-west")
 	_, api := waitMirror(t, east, shop, "api-west")
 	_, otherWeb := waitMirror(t, east, other, "web-west")

@@ -20,7 +20,6 @@ import (
 
 	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
-	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
@@ -50,7 +49,7 @@ func TestForgedIdentityRefusedByEveryIngress(t *testing.T) {
 	// A pod of east behind an exported Service, for west's stream.
 	ns := env.UniqueNamespace(t, "issuer", east)
 	pod := east.RunEchoPods(t, podPort, "web-0")[0]
-	exportIn(t, east, ns, "web", pod.IP.String())
+	exportService(t, east, ns, "web", "web-0", pod.IP.String())
 
 	ingresses := []struct {
 		name string
@@ -155,14 +154,4 @@ func forgedAsk(addr string, cfg *tls.Config) error {
 		return errors.New("the ingress answered")
 	}
 	return err
-}
-
-// exportIn creates in cluster c a selector-less Service ns/name, port http
-// 80 → 8080, exported in gateway mode, with an EndpointSlice written by
-// hand holding addr (pod web-0): deleted when t ends.
-func exportIn(t *testing.T, c *harness.Cluster, ns, name, addr string) {
-	t.Helper()
-	c.CreateSelectorless(t, ns, name, harness.SelectorlessService{
-		Labels: map[string]string{labels.Exported: labels.ExportGateway},
-		Port:   servicePort, TargetPort: podPort, Endpoints: []harness.PodAddr{{Name: "web-0", IP: addr}}})
 }

@@ -56,7 +56,7 @@ func TestForgedServiceChangesNoRoute(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(1100 * time.Millisecond) // creationTimestamp has seconds
 
-	exportService(t, shop, "web", map[string]string{"web-0": pod.IP.String()})
+	exportService(t, west, shop, "web", "web-0", pod.IP.String())
 	mirror, port := waitMirror(t, east, shop, "web-west")
 	addr := harness.LoopbackAddr(port)
 	require.Equal(t, "west/web-0", harness.WaitGreet(t, addr, wait, "the real mirror's egress port reaches west's pod"))

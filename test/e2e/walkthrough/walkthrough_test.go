@@ -3,6 +3,7 @@ package walkthrough_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -79,7 +80,7 @@ func walkthrough(t *testing.T, procs []*harness.Process) {
 				for i := range replicas {
 					want = append(want, harness.Identity("west", m.ns, fmt.Sprintf("nginx-set-%d", i)))
 				}
-				assert.ElementsMatch(t, want, keys(seen), "30 requests to nginx-svc-west reach every west pod, and only them: %v", seen)
+				assert.ElementsMatch(t, want, slices.Sorted(maps.Keys(seen)), "30 requests to nginx-svc-west reach every west pod, and only them: %v", seen)
 			})
 			t.Run("the ClusterSetIP reaches the pods of every cluster, the local one included", func(t *testing.T) {
 				ip := clusterSetIP(t, m.ns, "web")
@@ -91,7 +92,7 @@ func walkthrough(t *testing.T, procs []*harness.Process) {
 					require.True(t, ok, "answer %q", out)
 					seen[c]++
 				}
-				assert.ElementsMatch(t, []string{"east", "west", "paris"}, keys(seen), "requests to the ClusterSetIP %s of web reach every cluster: %v", ip, seen)
+				assert.ElementsMatch(t, []string{"east", "west", "paris"}, slices.Sorted(maps.Keys(seen)), "requests to the ClusterSetIP %s of web reach every cluster: %v", ip, seen)
 			})
 			t.Run("the peer finder connects to all nine peers", func(t *testing.T) {
 				peers := findPeers(t, m)
@@ -249,13 +250,4 @@ func mirrorClusterIP(t *testing.T, ns, name string) string {
 	require.NoError(t, err)
 	require.NotEmpty(t, svc.Spec.ClusterIP)
 	return svc.Spec.ClusterIP
-}
-
-func keys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

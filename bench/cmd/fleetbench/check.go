@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mcmirror/mcmirror/internal/fleet"
 )
 
 // question is one name of cluster c and the addresses it must answer.
@@ -105,32 +107,26 @@ func checkOne(addr string, q question) checkResult {
 func (f *fleetData) sampleCheck(d *deployment) checkResult {
 	var mu sync.Mutex
 	var total checkResult
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, 16)
-	for _, r := range d.replicas {
-		wg.Go(func() {
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			var res checkResult
-			for c := range f.clusters {
-				if c == r.cluster {
-					continue
-				}
-				for k := range f.cfg.samples {
-					i := rand.IntN(f.cfg.services)
-					q := f.svcQuestion(c, i)
-					if k%2 == 1 {
-						q = f.podQuestion(c, i, rand.IntN(f.cfg.endpoints))
-					}
-					res.add(checkOne(r.dns.Addr, q))
-				}
+	fleet.Each(len(d.replicas), 16, func(ri int) {
+		r := d.replicas[ri]
+		var res checkResult
+		for c := range f.clusters {
+			if c == r.cluster {
+				continue
 			}
-			mu.Lock()
-			total.add(res)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
+			for k := range f.cfg.samples {
+				i := rand.IntN(f.cfg.services)
+				q := f.svcQuestion(c, i)
+				if k%2 == 1 {
+					q = f.podQuestion(c, i, rand.IntN(f.cfg.endpoints))
+				}
+				res.add(checkOne(r.dns.Addr, q))
+			}
+		}
+		mu.Lock()
+		total.add(res)
+		mu.Unlock()
+	})
 	return total
 }
 

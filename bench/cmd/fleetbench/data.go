@@ -218,9 +218,7 @@ func (f *fleetData) churn(rate int, stop <-chan struct{}) int {
 	var wg sync.WaitGroup
 	epoch := time.Now().Unix() // names of this run of the churn
 	for c := range f.clusters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			cs := f.clients[c]
 			tick := time.NewTicker(time.Second / time.Duration(rate))
 			defer tick.Stop()
@@ -235,7 +233,7 @@ func (f *fleetData) churn(rate int, stop <-chan struct{}) int {
 				writes += n
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return writes

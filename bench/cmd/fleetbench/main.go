@@ -28,11 +28,7 @@ import (
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
-var began = time.Now()
-
-func logf(format string, a ...any) {
-	fmt.Fprintf(os.Stderr, "fleetbench %7.1fs: "+format+"\n", append([]any{time.Since(began).Seconds()}, a...)...)
-}
+var logf = proc.Logger("fleetbench", 7)
 
 func fatal(err error) {
 	fmt.Fprintf(os.Stderr, "fleetbench: %v\n", err)
@@ -124,14 +120,8 @@ func (cfg *config) validate(modes string) error {
 			return fmt.Errorf("-modes: %q is neither direct nor import", m)
 		}
 	}
-	for _, p := range []*string{&cfg.out, &cfg.cmc, &cfg.bin, &cfg.repo} {
-		if *p != "" {
-			abs, err := filepath.Abs(*p)
-			if err != nil {
-				return err
-			}
-			*p = abs
-		}
+	if err := proc.Abs(&cfg.out, &cfg.cmc, &cfg.bin, &cfg.repo); err != nil {
+		return err
 	}
 	if _, err := os.Stat(cfg.cmc); err != nil {
 		return fmt.Errorf("-coredns-mc: %w", err)

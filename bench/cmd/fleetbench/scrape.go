@@ -1,21 +1,25 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/mcmirror/mcmirror/bench/internal/proc"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
-// sample is one line of a Prometheus text exposition.
+// sample is one value of a Prometheus text exposition: a histogram's or
+// summary's _sum and _count are samples of their own names.
 type sample struct {
 	name   string
 	labels map[string]string
@@ -25,65 +29,22 @@ type sample struct {
 // samples is a parsed exposition.
 type samples []sample
 
-// parseSamples reads the Prometheus text format; comments and lines it
-// cannot read are skipped.
-func parseSamples(b []byte) samples {
+func parseSamples(b []byte) (samples, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	vec, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{}, slices.Collect(maps.Values(fams))...)
 	var out samples
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
+	for _, s := range vec {
+		labels := map[string]string{}
+		for k, v := range s.Metric {
+			labels[string(k)] = string(v)
 		}
-		s := sample{labels: map[string]string{}}
-		rest := line
-		if i := strings.IndexAny(line, "{ "); i > 0 && line[i] == '{' {
-			s.name = line[:i]
-			end := strings.LastIndexByte(line, '}')
-			if end < i {
-				continue
-			}
-			parseLabels(line[i+1:end], s.labels)
-			rest = line[end+1:]
-		} else if i > 0 {
-			s.name, rest = line[:i], line[i:]
-		} else {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
-		s.value = v
-		out = append(out, s)
+		out = append(out, sample{string(s.Metric[model.MetricNameLabel]), labels, float64(s.Value)})
 	}
-	return out
-}
-
-// parseLabels reads `k="v",k2="v2"` into m.
-func parseLabels(s string, m map[string]string) {
-	for s != "" {
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
-			return
-		}
-		k := strings.TrimSpace(s[:eq])
-		var v strings.Builder
-		i := eq + 2
-		for ; i < len(s) && s[i] != '"'; i++ {
-			if s[i] == '\\' && i+1 < len(s) {
-				i++
-			}
-			v.WriteByte(s[i])
-		}
-		m[k] = v.String()
-		s = strings.TrimLeft(s[min(i+1, len(s)):], ", ")
-	}
+	return out, err
 }
 
 // sum is the sum of the samples called name whose labels include every
@@ -140,7 +101,7 @@ func scrapeURL(url string) (samples, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return parseSamples(b), nil
+	return parseSamples(b)
 }
 
 // scrapeAPI reads the API server's own /metrics, as its admin.
@@ -151,7 +112,7 @@ func scrapeAPI(c *harness.Cluster) (samples, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseSamples(b), nil
+	return parseSamples(b)
 }
 
 // The resources a link reads.

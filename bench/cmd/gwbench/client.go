@@ -109,9 +109,7 @@ func bulk(addr string, streams int, dur time.Duration) clientResult {
 	start := time.Now()
 	deadline := start.Add(dur)
 	for range streams {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			got, err := bulkStream(addr, chunk, deadline)
 			end := time.Now()
 			mu.Lock()
@@ -123,7 +121,7 @@ func bulk(addr string, streams int, dur time.Duration) clientResult {
 			if end.After(last) {
 				last = end
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	r.Seconds = last.Sub(start).Seconds()
@@ -234,9 +232,7 @@ func connRate(addr string, conc, size int, dur time.Duration) clientResult {
 	start := time.Now()
 	deadline := start.Add(dur)
 	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			resp := make([]byte, size+1)
 			var ok int64
 			var errs []error
@@ -256,7 +252,7 @@ func connRate(addr string, conc, size int, dur time.Duration) clientResult {
 			for _, err := range errs {
 				r.fail(err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	r.Seconds = time.Since(start).Seconds()
@@ -314,9 +310,7 @@ func idle(addr string, n, size int) clientResult {
 	}
 	start := time.Now()
 	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range next {
 				c, err := dial(addr)
 				if err == nil {
@@ -333,7 +327,7 @@ func idle(addr string, n, size int) clientResult {
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	for i := range n {
 		next <- i

@@ -41,11 +41,7 @@ import (
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
-var began = time.Now()
-
-func logf(format string, a ...any) {
-	fmt.Fprintf(os.Stderr, "gwbench %6.1fs: "+format+"\n", append([]any{time.Since(began).Seconds()}, a...)...)
-}
+var logf = proc.Logger("gwbench", 6)
 
 type config struct {
 	argv                []string
@@ -96,12 +92,10 @@ func main() {
 	default:
 		fatal(fmt.Errorf("-profile: want auto, always or never, not %q", cfg.profile))
 	}
-	var err error
-	for _, p := range []*string{&cfg.cmc, &cfg.out} {
-		if *p, err = filepath.Abs(*p); err != nil {
-			fatal(err)
-		}
+	if err := proc.Abs(&cfg.cmc, &cfg.out); err != nil {
+		fatal(err)
 	}
+	var err error
 	if _, err := os.Stat(cfg.cmc); err != nil {
 		fatal(fmt.Errorf("%w (build it: go build -o bin/coredns-mc ./cmd/coredns-mc)", err))
 	}
@@ -223,7 +217,7 @@ func run(cfg *config, env *harness.Env, wp **world) int {
 	}
 
 	rep.loadEnd = proc.LoadAvg()
-	rep.elapsed = time.Since(began)
+	rep.elapsed = time.Since(proc.Began)
 	text := rep.String()
 	fmt.Println(text)
 	path := filepath.Join(cfg.out, "gateway.md")

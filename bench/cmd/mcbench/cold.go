@@ -80,9 +80,7 @@ func timeLists(env *harness.Env, sel string) (time.Duration, int, error) {
 	)
 	for _, c := range env.Clusters() {
 		cs := fastClient(c)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			n, d, err := listCluster(cs, sel, c.Name == "east")
 			mu.Lock()
 			defer mu.Unlock()
@@ -90,7 +88,7 @@ func timeLists(env *harness.Env, sel string) (time.Duration, int, error) {
 			if err != nil && first == nil {
 				first = fmt.Errorf("%s: %w", c.Name, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return worst, total, first

@@ -132,9 +132,7 @@ func newCreator(clusters []*harness.Cluster, workers int) *creator {
 		cr.clients[c.Name] = fastClient(c)
 	}
 	for range workers {
-		cr.wg.Add(1)
-		go func() {
-			defer cr.wg.Done()
+		cr.wg.Go(func() {
 			for j := range cr.jobs {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				err := j(ctx)
@@ -148,7 +146,7 @@ func newCreator(clusters []*harness.Cluster, workers int) *creator {
 				}
 				cr.n.Add(1)
 			}
-		}()
+		})
 	}
 	return cr
 }

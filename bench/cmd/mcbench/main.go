@@ -35,11 +35,7 @@ var (
 	clientCPU = "1"
 )
 
-var began = time.Now()
-
-func logf(format string, a ...any) {
-	fmt.Fprintf(os.Stderr, "mcbench %6.1fs: "+format+"\n", append([]any{time.Since(began).Seconds()}, a...)...)
-}
+var logf = proc.Logger("mcbench", 6)
 
 type config struct {
 	cmc, ref, out  string
@@ -92,15 +88,8 @@ func main() {
 		}
 		cfg.memSteps = append(cfg.memSteps, n)
 	}
-	for _, p := range []*string{&cfg.cmc, &cfg.ref, &cfg.out, &cfg.baseline, &cfg.pluginTest} {
-		if *p == "" {
-			continue
-		}
-		abs, err := filepath.Abs(*p)
-		if err != nil {
-			fatal(err)
-		}
-		*p = abs
+	if err := proc.Abs(&cfg.cmc, &cfg.ref, &cfg.out, &cfg.baseline, &cfg.pluginTest); err != nil {
+		fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.out, "logs"), 0o755); err != nil {
 		fatal(err)

@@ -178,9 +178,7 @@ func relist(env *harness.Env, cfg *config, s *server, metrics string, names floa
 	var wg sync.WaitGroup
 	errs := make(chan error, 10)
 	for _, c := range remotes(10) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			cl := env.Cluster(c)
 			cl.StopAPIServer()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -188,7 +186,7 @@ func relist(env *harness.Env, cfg *config, s *server, metrics string, names floa
 			if err := cl.StartAPIServer(ctx); err != nil {
 				errs <- fmt.Errorf("%s: restart kube-apiserver: %w", c, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

@@ -202,7 +202,7 @@ func (r *report) String() string {
 	p("## mcbench results, %s", r.start.Format("2006-01-02 15:04 MST"))
 	p("")
 	p("- machine: %s", proc.Machine())
-	p("- command: `%s`, %.0f s for mcbench itself", strings.Join(os.Args, " "), time.Since(began).Seconds())
+	p("- command: `%s`, %.0f s for mcbench itself", strings.Join(os.Args, " "), time.Since(proc.Began).Seconds())
 	p("- dnsperf %s, UDP, A queries, `-c 4 -q 100 -T 1`, %d interleaved runs of %s per server and size (A10 A1 Agw B C D, A10 A1 Agw B C D, ...) after a 1 s warm-up",
 		dnsperfVersion(), cfg.runs, cfg.dur)
 	p("- servers pinned to CPU %s (`taskset`, `GOMAXPROCS=1`), dnsperf to CPU %s; the API servers and etcd float; the machine is shared, so only the ratios within one table mean much",

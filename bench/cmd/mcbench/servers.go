@@ -136,9 +136,7 @@ func (s *server) verify(list []string, workers int) error {
 	)
 	ch := make(chan string)
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			c := &dns.Client{Net: "udp", Timeout: 2 * time.Second}
 			for name := range ch {
 				if err := check(c, s.addr(), name, s.expect[name]); err != nil {
@@ -149,7 +147,7 @@ func (s *server) verify(list []string, workers int) error {
 					mu.Unlock()
 				}
 			}
-		}()
+		})
 	}
 	for _, n := range list {
 		ch <- n

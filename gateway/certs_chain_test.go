@@ -57,11 +57,7 @@ func deeperChain(t *testing.T, cluster string) (certPEM, keyPEM, rootPEM []byte)
 // request.
 func ingressRefuses(t *testing.T, addr string, cfg *tls.Config) error {
 	t.Helper()
-	raw, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	require.NoError(t, err)
-	defer raw.Close()
-	c := tls.Client(raw, cfg)
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := dialTLS(t, addr, cfg)
 	// In TLS 1.3 the client's handshake ends before the server has
 	// checked its certificate: the refusal arrives on the first read.
 	if err := c.Handshake(); err != nil {
@@ -70,7 +66,7 @@ func ingressRefuses(t *testing.T, addr string, cfg *tls.Config) error {
 	if _, err := io.WriteString(c, connectRequest("web.default:80")); err != nil {
 		return err
 	}
-	_, err = c.Read(make([]byte, 1))
+	_, err := c.Read(make([]byte, 1))
 	return err
 }
 

@@ -29,6 +29,22 @@ func roundTrip(t *testing.T, port int32, greeting string) {
 	readGreeting(t, c, "ping\n")
 }
 
+// servedAgain reports whether a new client of the egress port is served:
+// it reads greeting.
+func servedAgain(port int32, greeting string) func() bool {
+	return func() bool {
+		c, err := net.Dial("tcp", egressAddr(port))
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, len(greeting))
+		_, err = io.ReadFull(c, b)
+		return err == nil && string(b) == greeting
+	}
+}
+
 // A peer whose ingress is down: the client is reset at once, and the
 // failed dial is counted.
 func TestEgressPeerDownResets(t *testing.T) {
@@ -230,17 +246,7 @@ func TestEgressMaxConns(t *testing.T) {
 	assert.Equal(t, 2, echo.count())
 
 	first.Close()
-	require.Eventually(t, func() bool {
-		c, err := net.Dial("tcp", egressAddr(port))
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b := make([]byte, 3)
-		_, err = io.ReadFull(c, b)
-		return err == nil && string(b) == "hi\n"
-	}, 10*time.Second, 20*time.Millisecond, "no new stream after one ended")
+	require.Eventually(t, servedAgain(port, "hi\n"), 10*time.Second, 20*time.Millisecond, "no new stream after one ended")
 	assert.Equal(t, 3, echo.count(), "a reset client reached the target")
 	// The second stream was never disturbed.
 	_, err := io.WriteString(second, "still\n")

@@ -259,12 +259,10 @@ func TestHalfCloseFromTarget(t *testing.T) {
 	}
 }
 
-// One gigabyte crosses egress → ingress intact: the target hashes what it
-// receives and the client compares with what it sent.
-func TestGigabyteIntact(t *testing.T) {
-	const size = 1 << 30
-	p := newPair(t)
-	sink := startServer(t, func(c net.Conn) {
+// startHashSink is a target that reads until the client's half-close and
+// answers with the number of bytes it read and their SHA-256.
+func startHashSink(t *testing.T) *server {
+	return startServer(t, func(c net.Conn) {
 		h := sha256.New()
 		n, err := io.CopyBuffer(h, c, make([]byte, 256<<10))
 		if err != nil {
@@ -273,7 +271,14 @@ func TestGigabyteIntact(t *testing.T) {
 		}
 		fmt.Fprintf(c, "%d %x", n, h.Sum(nil))
 	})
-	port := p.serveWeb(t, sink.addr)
+}
+
+// One gigabyte crosses egress → ingress intact: the target hashes what it
+// receives and the client compares with what it sent.
+func TestGigabyteIntact(t *testing.T) {
+	const size = 1 << 30
+	p := newPair(t)
+	port := p.serveWeb(t, startHashSink(t).addr)
 
 	c := dialEgress(t, port)
 	h := sha256.New()

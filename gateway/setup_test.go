@@ -117,9 +117,7 @@ func (p *pair) certs(t *testing.T, cluster string, o gatewaytest.Options) *Certs
 	t.Helper()
 	files, err := p.ca.IssueFiles(p.dir, cluster, o)
 	require.NoError(t, err)
-	c, err := LoadCerts(CertFiles{Cert: files.Cert, Key: files.Key, CA: files.CA})
-	require.NoError(t, err)
-	return c
+	return load(t, files)
 }
 
 // mirrorService is a mirror Service of west's Service svc (per-pod when
@@ -320,15 +318,23 @@ func clientTLS(t *testing.T, is *gatewaytest.Issued) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}
 }
 
-// dialIngress opens a TLS connection to the ingress and completes the
-// handshake.
-func dialIngress(t *testing.T, addr string, cfg *tls.Config) *tls.Conn {
+// dialTLS opens a TLS connection to addr, closed when t ends, with a
+// deadline 10 s away; its handshake is left to its first read or write.
+func dialTLS(t *testing.T, addr string, cfg *tls.Config) *tls.Conn {
 	t.Helper()
 	raw, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { raw.Close() })
 	c := tls.Client(raw, cfg)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
+}
+
+// dialIngress opens a TLS connection to the ingress and completes the
+// handshake.
+func dialIngress(t *testing.T, addr string, cfg *tls.Config) *tls.Conn {
+	t.Helper()
+	c := dialTLS(t, addr, cfg)
 	require.NoError(t, c.Handshake())
 	_ = c.SetDeadline(time.Time{})
 	return c

@@ -298,9 +298,7 @@ func TestIngressMaxConns(t *testing.T) {
 		c, _ := p.openStream(t)
 		open = append(open, c)
 	}
-	before := refusals("", DirectionIngress, ReasonTooMany)
-	requireDialReset(t, p.ingressAddr)
-	assert.Equal(t, before+1, refusals("", DirectionIngress, ReasonTooMany))
+	requireDialResetCounted(t, p.ingressAddr, "", DirectionIngress, ReasonTooMany)
 	assert.Equal(t, 2, target.count())
 
 	// One stream ends; its place is free again.

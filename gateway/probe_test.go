@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -189,13 +190,9 @@ func TestProbeFailures(t *testing.T) {
 	require.NoError(t, prober.probe(ctx, "west", p.ingressAddr))
 	assert.ErrorContains(t, prober.probe(ctx, "north", p.ingressAddr), `cluster "west", not "north"`)
 
-	unsynced := serveIngress(t, &Ingress{Certs: p.west, Resolver: unsyncedResolver{&fakeResolver{}}})
+	unsynced := serveIngress(t, &Ingress{Certs: p.west, Resolver: newExports(t, remotetest.NewClientset())})
 	assert.ErrorContains(t, prober.probe(ctx, "west", unsynced), "503")
 }
-
-type unsyncedResolver struct{ *fakeResolver }
-
-func (unsyncedResolver) HasSynced() bool { return false }
 
 // A peer counts as alive from the start, in the metric too, before its
 // first probe ends (here: an ingress that accepts and never answers).

@@ -88,8 +88,7 @@ func newPair(t *testing.T, configure ...func(*Ingress, *Egress)) *pair {
 	p.east = p.certs(t, "east", gatewaytest.Options{})
 	p.west = p.certs(t, "west", gatewaytest.Options{})
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	ln := listen(t)
 	p.ingressAddr = ln.Addr().String()
 	// Timeouts generous enough for a loaded machine; tests about them
 	// set their own.
@@ -293,6 +292,16 @@ func requireDialReset(t *testing.T, addr string) {
 	}
 	defer c.Close()
 	requireReset(t, c)
+}
+
+// requireDialResetCounted is requireDialReset, the reset counted once more
+// in refusals_total under peer, direction and reason.
+func requireDialResetCounted(t *testing.T, addr, peer, direction string, reason Reason) {
+	t.Helper()
+	before := refusals(peer, direction, reason)
+	requireDialReset(t, addr)
+	assert.Equal(t, before+1, refusals(peer, direction, reason),
+		"refusals_total{peer=%q,direction=%s,reason=%s}", peer, direction, reason)
 }
 
 func egressAddr(port int32) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))) }

@@ -37,9 +37,7 @@ func TestEgressBoundsConnectionsPerSource(t *testing.T) {
 		readGreeting(t, c, "hi")
 		held = append(held, c)
 	}
-	before := refusals("", DirectionEgress, ReasonTooManyFromSource)
-	requireDialReset(t, egressAddr(port))
-	assert.Equal(t, before+1, refusals("", DirectionEgress, ReasonTooManyFromSource), "refusals_total{direction=egress,reason=too_many_from_source}")
+	requireDialResetCounted(t, egressAddr(port), "", DirectionEgress, ReasonTooManyFromSource)
 
 	other := dialEgressFrom(t, "127.0.0.2", port)
 	readGreeting(t, other, "hi")

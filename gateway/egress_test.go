@@ -87,10 +87,8 @@ func TestEgressPeerRefusalResets(t *testing.T) {
 	echo := startEcho(t, "hi\n")
 	port := p.mirror(t, "web", "", 80) // the resolver does not know web yet
 
-	egressBefore := refusals("west", DirectionEgress, ReasonPeerRefused)
 	ingressBefore := refusals("east", DirectionIngress, ReasonNotExported)
-	requireDialReset(t, egressAddr(port))
-	assert.Equal(t, egressBefore+1, refusals("west", DirectionEgress, ReasonPeerRefused))
+	requireDialResetCounted(t, egressAddr(port), "west", DirectionEgress, ReasonPeerRefused)
 	assert.Equal(t, ingressBefore+1, refusals("east", DirectionIngress, ReasonNotExported))
 
 	p.resolver.set(web, echo.addr)
@@ -238,7 +236,8 @@ func TestEgressMaxConns(t *testing.T) {
 	assert.Equal(t, 2, echo.count())
 
 	first.Close()
-	require.Eventually(t, servedAgain(port, "hi\n"), 10*time.Second, 20*time.Millisecond, "no new stream after one ended")
+	require.Eventually(t, servedAgain(port, "hi\n"), 10*time.Second, 20*time.Millisecond,
+		"no new stream after one ended")
 	assert.Equal(t, 3, echo.count(), "a reset client reached the target")
 	// The second stream was never disturbed.
 	_, err := io.WriteString(second, "still\n")

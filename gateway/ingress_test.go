@@ -61,8 +61,8 @@ func westObjects(target, down int32) []runtime.Object {
 		case "web-paris":
 			svc.Labels[labels.MirroredService] = labels.MirroredServiceValue
 		}
-		es := endpointSlice(o.name, o.name+"-x1", "http", o.port, ep{addr: "127.0.0.1", host: o.host, ready: ptr(o.ready)})
-		objs = append(objs, svc, es)
+		endpoint := ep{addr: "127.0.0.1", host: o.host, ready: ptr(o.ready)}
+		objs = append(objs, svc, endpointSlice(o.name, o.name+"-x1", "http", o.port, endpoint))
 	}
 	return objs
 }

@@ -151,10 +151,13 @@ func runProber(p *Prober) (stop func()) {
 	}
 }
 
+// peersBody serves /peers and returns its body, JSON answered 200.
 func peersBody(t *testing.T, p *Prober) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/peers", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
 	return rec.Body.String()
 }
 
@@ -162,16 +165,12 @@ func peersBody(t *testing.T, p *Prober) string {
 // flags, in cluster order.
 func peerJSON(t *testing.T, p *Prober) []bool {
 	t.Helper()
-	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/peers", nil))
-	require.Equal(t, http.StatusOK, rec.Code)
-	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
 	var peers []struct {
 		Cluster string `json:"cluster"`
 		Alive   bool   `json:"alive"`
 		Probed  bool   `json:"probed"`
 	}
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &peers))
+	require.NoError(t, json.Unmarshal([]byte(peersBody(t, p)), &peers))
 	var alive []bool
 	for _, p := range peers {
 		assert.Equal(t, "north", p.Cluster)

@@ -43,7 +43,8 @@ func TestEgressBoundsConnectionsPerSource(t *testing.T) {
 	readGreeting(t, other, "hi")
 
 	held[0].Close()
-	require.Eventually(t, servedAgain(port, "hi"), eventBound, 50*time.Millisecond, "the place given back was not taken again")
+	require.Eventually(t, servedAgain(port, "hi"), eventBound, 50*time.Millisecond,
+		"the place given back was not taken again")
 }
 
 // One peer cluster holds at most MaxConnsPerPeer streams of the ingress:

@@ -21,13 +21,15 @@ func issueWithUsages(t *testing.T, ca *gatewaytest.CA, dir, cluster string, usag
 	require.NoError(t, err)
 	key, err := trust.NewKey()
 	require.NoError(t, err)
-	tmpl := trust.GatewayTemplate(trust.DefaultTrustDomain, cluster, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	now := time.Now()
+	tmpl := trust.GatewayTemplate(trust.DefaultTrustDomain, cluster, now.Add(-time.Hour), now.Add(time.Hour))
 	tmpl.ExtKeyUsage = usages
 	cert, err := trust.Sign(tmpl, key.Public(), &trust.CA{Cert: inter.Cert, Key: inter.Key})
 	require.NoError(t, err)
 	keyPEM, err := trust.KeyPEM(key)
 	require.NoError(t, err)
-	f, err := inter.Write(dir, cluster, &gatewaytest.Issued{CertPEM: trust.CertPEM(cert, inter.Cert), KeyPEM: keyPEM})
+	is := &gatewaytest.Issued{CertPEM: trust.CertPEM(cert, inter.Cert), KeyPEM: keyPEM}
+	f, err := inter.Write(dir, cluster, is)
 	require.NoError(t, err)
 	return CertFiles{Cert: f.Cert, Key: f.Key, CA: f.CA}
 }

@@ -104,7 +104,6 @@ func newPair(t *testing.T, configure ...func(*Ingress, *Egress)) *pair {
 	return p
 }
 
-// issue issues cluster's certificate from ca.
 func issue(t *testing.T, ca *gatewaytest.CA, cluster string, o gatewaytest.Options) *gatewaytest.Issued {
 	t.Helper()
 	is, err := ca.Issue(cluster, o)
@@ -411,7 +410,6 @@ func connectRequest(authority string) string {
 	return "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n"
 }
 
-// value reads a counter or gauge.
 func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
 
 // requireValue waits for a gauge to read want: the gauges of the egress
@@ -426,7 +424,6 @@ func refusals(peer, direction string, r Reason) float64 {
 	return value(refusalsTotal.WithLabelValues(peer, direction, string(r)))
 }
 
-// histogramCount reads how many observations a histogram has.
 func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
 	t.Helper()
 	var m dto.Metric

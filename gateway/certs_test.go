@@ -120,16 +120,7 @@ func clientSerial(t *testing.T, certs, server *Certs) *big.Int {
 // certificates, the ingress's and the egress's.
 func TestCertRotationUnderLoad(t *testing.T) {
 	p := newPair(t)
-	sink := startServer(t, func(c net.Conn) {
-		h := sha256.New()
-		n, err := io.Copy(h, c)
-		if err != nil {
-			fmt.Fprintf(c, "error after %d bytes: %v", n, err)
-			return
-		}
-		fmt.Fprintf(c, "%d %x", n, h.Sum(nil))
-	})
-	port := p.serveWeb(t, sink.addr)
+	port := p.serveWeb(t, startHashSink(t).addr)
 	oldWest := p.ingressSerial(t)
 
 	const streams = 8
@@ -324,11 +315,8 @@ func TestReloadEndsSessionResumption(t *testing.T) {
 			p := newPair(t)
 			probe := func() bool {
 				t.Helper()
-				raw, err := net.Dial("tcp", p.ingressAddr)
-				require.NoError(t, err)
-				defer raw.Close()
-				c := tls.Client(raw, p.east.PeerConfig("west"))
-				_, err = io.WriteString(c, "GET "+ProbePath+" HTTP/1.1\r\nHost: west\r\n\r\n")
+				c := dialTLS(t, p.ingressAddr, p.east.PeerConfig("west"))
+				_, err := io.WriteString(c, "GET "+ProbePath+" HTTP/1.1\r\nHost: west\r\n\r\n")
 				require.NoError(t, err)
 				// Reading the answer also takes in the session ticket.
 				resp, err := http.ReadResponse(bufio.NewReader(c), nil)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -20,8 +21,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -37,38 +36,35 @@ import (
 //	empty   exported, its one endpoint not ready
 //	down    exported, its endpoint a port nothing listens on
 func westObjects(target, down int32) []runtime.Object {
-	exported := map[string]string{labels.Exported: labels.ExportGateway}
-	svc := func(name, clusterIP string, l map[string]string) *corev1.Service {
-		return &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: l},
-			Spec: corev1.ServiceSpec{ClusterIP: clusterIP,
-				Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	var objs []runtime.Object
+	port80 := corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}
+	for i, o := range []struct {
+		name, mode, host string
+		port             int32
+		ready            bool
+	}{
+		{"web", labels.ExportGateway, "", target, true},
+		{"db", labels.ExportGateway, "db-0", target, true},
+		{"secret", "", "", target, true},
+		{"flat", labels.ExportFlat, "", target, true},
+		{"web-paris", labels.ExportGateway, "", target, true},
+		{"empty", labels.ExportGateway, "", target, false},
+		{"down", labels.ExportGateway, "", down, true},
+	} {
+		svc := exportedService(o.name, fmt.Sprintf("10.96.0.%d", 10+i), port80)
+		svc.Labels = map[string]string{labels.Exported: o.mode}
+		switch o.name {
+		case "db":
+			svc.Spec.ClusterIP = corev1.ClusterIPNone
+		case "secret":
+			svc.Labels = nil
+		case "web-paris":
+			svc.Labels[labels.MirroredService] = labels.MirroredServiceValue
 		}
+		endpoint := ep{addr: "127.0.0.1", host: o.host, ready: ptr(o.ready)}
+		objs = append(objs, svc, endpointSlice(o.name, o.name+"-x1", "http", o.port, endpoint))
 	}
-	slice := func(svc string, port int32, ready bool, hostname string) *discoveryv1.EndpointSlice {
-		ep := discoveryv1.Endpoint{Addresses: []string{"127.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}
-		if hostname != "" {
-			ep.Hostname = &hostname
-		}
-		name, proto := "http", corev1.ProtocolTCP
-		return &discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: svc + "-x1", Namespace: "default",
-				Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Endpoints:   []discoveryv1.Endpoint{ep},
-			Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
-		}
-	}
-	mirror := map[string]string{labels.Exported: labels.ExportGateway, labels.MirroredService: labels.MirroredServiceValue}
-	return []runtime.Object{
-		svc("web", "10.96.0.10", exported), slice("web", target, true, ""),
-		svc("db", corev1.ClusterIPNone, exported), slice("db", target, true, "db-0"),
-		svc("secret", "10.96.0.11", nil), slice("secret", target, true, ""),
-		svc("flat", "10.96.0.12", map[string]string{labels.Exported: labels.ExportFlat}), slice("flat", target, true, ""),
-		svc("web-paris", "10.96.0.13", mirror), slice("web-paris", target, true, ""),
-		svc("empty", "10.96.0.14", exported), slice("empty", target, false, ""),
-		svc("down", "10.96.0.15", exported), slice("down", down, true, ""),
-	}
+	return objs
 }
 
 // exportsPair is a pair whose ingress decides from real Exports over a
@@ -302,9 +298,7 @@ func TestIngressMaxConns(t *testing.T) {
 		c, _ := p.openStream(t)
 		open = append(open, c)
 	}
-	before := refusals("", DirectionIngress, ReasonTooMany)
-	requireDialReset(t, p.ingressAddr)
-	assert.Equal(t, before+1, refusals("", DirectionIngress, ReasonTooMany))
+	requireDialResetCounted(t, p.ingressAddr, "", DirectionIngress, ReasonTooMany)
 	assert.Equal(t, 2, target.count())
 
 	// One stream ends; its place is free again.

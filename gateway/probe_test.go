@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -150,10 +151,13 @@ func runProber(p *Prober) (stop func()) {
 	}
 }
 
+// peersBody serves /peers and returns its body, JSON answered 200.
 func peersBody(t *testing.T, p *Prober) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/peers", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
 	return rec.Body.String()
 }
 
@@ -161,16 +165,12 @@ func peersBody(t *testing.T, p *Prober) string {
 // flags, in cluster order.
 func peerJSON(t *testing.T, p *Prober) []bool {
 	t.Helper()
-	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/peers", nil))
-	require.Equal(t, http.StatusOK, rec.Code)
-	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
 	var peers []struct {
 		Cluster string `json:"cluster"`
 		Alive   bool   `json:"alive"`
 		Probed  bool   `json:"probed"`
 	}
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &peers))
+	require.NoError(t, json.Unmarshal([]byte(peersBody(t, p)), &peers))
 	var alive []bool
 	for _, p := range peers {
 		assert.Equal(t, "north", p.Cluster)
@@ -189,13 +189,9 @@ func TestProbeFailures(t *testing.T) {
 	require.NoError(t, prober.probe(ctx, "west", p.ingressAddr))
 	assert.ErrorContains(t, prober.probe(ctx, "north", p.ingressAddr), `cluster "west", not "north"`)
 
-	unsynced := serveIngress(t, &Ingress{Certs: p.west, Resolver: unsyncedResolver{&fakeResolver{}}})
+	unsynced := serveIngress(t, &Ingress{Certs: p.west, Resolver: newExports(t, remotetest.NewClientset())})
 	assert.ErrorContains(t, prober.probe(ctx, "west", unsynced), "503")
 }
-
-type unsyncedResolver struct{ *fakeResolver }
-
-func (unsyncedResolver) HasSynced() bool { return false }
 
 // A peer counts as alive from the start, in the metric too, before its
 // first probe ends (here: an ingress that accepts and never answers).

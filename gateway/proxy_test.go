@@ -83,9 +83,7 @@ func TestEchoBothWays(t *testing.T) {
 
 	// Counted on both sides, by peer cluster and direction: the stream,
 	// and its bytes each way.
-	require.Eventually(t, func() bool {
-		return value(connsOpen.WithLabelValues("west", DirectionEgress)) == 0 && value(connsOpen.WithLabelValues("east", DirectionIngress)) == 0
-	}, 5*time.Second, 5*time.Millisecond)
+	noStreams(t)
 	assert.Equal(t, egressConns+1, value(connsTotal.WithLabelValues("west", DirectionEgress)))
 	assert.Equal(t, ingressConns+1, value(connsTotal.WithLabelValues("east", DirectionIngress)))
 	up, down := float64(len(payload)), float64(len("hello from west\n")+len(payload))
@@ -259,12 +257,10 @@ func TestHalfCloseFromTarget(t *testing.T) {
 	}
 }
 
-// One gigabyte crosses egress → ingress intact: the target hashes what it
-// receives and the client compares with what it sent.
-func TestGigabyteIntact(t *testing.T) {
-	const size = 1 << 30
-	p := newPair(t)
-	sink := startServer(t, func(c net.Conn) {
+// startHashSink is a target that reads until the client's half-close and
+// answers with the number of bytes it read and their SHA-256.
+func startHashSink(t *testing.T) *server {
+	return startServer(t, func(c net.Conn) {
 		h := sha256.New()
 		n, err := io.CopyBuffer(h, c, make([]byte, 256<<10))
 		if err != nil {
@@ -273,7 +269,14 @@ func TestGigabyteIntact(t *testing.T) {
 		}
 		fmt.Fprintf(c, "%d %x", n, h.Sum(nil))
 	})
-	port := p.serveWeb(t, sink.addr)
+}
+
+// One gigabyte crosses egress → ingress intact: the target hashes what it
+// receives and the client compares with what it sent.
+func TestGigabyteIntact(t *testing.T) {
+	const size = 1 << 30
+	p := newPair(t)
+	port := p.serveWeb(t, startHashSink(t).addr)
 
 	c := dialEgress(t, port)
 	h := sha256.New()

@@ -88,8 +88,7 @@ func newPair(t *testing.T, configure ...func(*Ingress, *Egress)) *pair {
 	p.east = p.certs(t, "east", gatewaytest.Options{})
 	p.west = p.certs(t, "west", gatewaytest.Options{})
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	ln := listen(t)
 	p.ingressAddr = ln.Addr().String()
 	// Timeouts generous enough for a loaded machine; tests about them
 	// set their own.
@@ -105,7 +104,6 @@ func newPair(t *testing.T, configure ...func(*Ingress, *Egress)) *pair {
 	return p
 }
 
-// issue issues cluster's certificate from ca.
 func issue(t *testing.T, ca *gatewaytest.CA, cluster string, o gatewaytest.Options) *gatewaytest.Issued {
 	t.Helper()
 	is, err := ca.Issue(cluster, o)
@@ -117,9 +115,7 @@ func (p *pair) certs(t *testing.T, cluster string, o gatewaytest.Options) *Certs
 	t.Helper()
 	files, err := p.ca.IssueFiles(p.dir, cluster, o)
 	require.NoError(t, err)
-	c, err := LoadCerts(CertFiles{Cert: files.Cert, Key: files.Key, CA: files.CA})
-	require.NoError(t, err)
-	return c
+	return load(t, files)
 }
 
 // mirrorService is a mirror Service of west's Service svc (per-pod when
@@ -297,6 +293,16 @@ func requireDialReset(t *testing.T, addr string) {
 	requireReset(t, c)
 }
 
+// requireDialResetCounted is requireDialReset, the reset counted once more
+// in refusals_total under peer, direction and reason.
+func requireDialResetCounted(t *testing.T, addr, peer, direction string, reason Reason) {
+	t.Helper()
+	before := refusals(peer, direction, reason)
+	requireDialReset(t, addr)
+	assert.Equal(t, before+1, refusals(peer, direction, reason),
+		"refusals_total{peer=%q,direction=%s,reason=%s}", peer, direction, reason)
+}
+
 func egressAddr(port int32) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))) }
 
 // requireRefused dials port and wants the connection refused: nothing
@@ -320,15 +326,23 @@ func clientTLS(t *testing.T, is *gatewaytest.Issued) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}
 }
 
-// dialIngress opens a TLS connection to the ingress and completes the
-// handshake.
-func dialIngress(t *testing.T, addr string, cfg *tls.Config) *tls.Conn {
+// dialTLS opens a TLS connection to addr, closed when t ends, with a
+// deadline 10 s away; its handshake is left to its first read or write.
+func dialTLS(t *testing.T, addr string, cfg *tls.Config) *tls.Conn {
 	t.Helper()
 	raw, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { raw.Close() })
 	c := tls.Client(raw, cfg)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
+}
+
+// dialIngress opens a TLS connection to the ingress and completes the
+// handshake.
+func dialIngress(t *testing.T, addr string, cfg *tls.Config) *tls.Conn {
+	t.Helper()
+	c := dialTLS(t, addr, cfg)
 	require.NoError(t, c.Handshake())
 	_ = c.SetDeadline(time.Time{})
 	return c
@@ -396,7 +410,6 @@ func connectRequest(authority string) string {
 	return "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n"
 }
 
-// value reads a counter or gauge.
 func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
 
 // requireValue waits for a gauge to read want: the gauges of the egress
@@ -411,7 +424,6 @@ func refusals(peer, direction string, r Reason) float64 {
 	return value(refusalsTotal.WithLabelValues(peer, direction, string(r)))
 }
 
-// histogramCount reads how many observations a histogram has.
 func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
 	t.Helper()
 	var m dto.Metric

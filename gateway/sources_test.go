@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"io"
 	"net"
 	"net/http"
 	"testing"
@@ -38,25 +37,14 @@ func TestEgressBoundsConnectionsPerSource(t *testing.T) {
 		readGreeting(t, c, "hi")
 		held = append(held, c)
 	}
-	before := refusals("", DirectionEgress, ReasonTooManyFromSource)
-	requireDialReset(t, egressAddr(port))
-	assert.Equal(t, before+1, refusals("", DirectionEgress, ReasonTooManyFromSource), "refusals_total{direction=egress,reason=too_many_from_source}")
+	requireDialResetCounted(t, egressAddr(port), "", DirectionEgress, ReasonTooManyFromSource)
 
 	other := dialEgressFrom(t, "127.0.0.2", port)
 	readGreeting(t, other, "hi")
 
 	held[0].Close()
-	require.Eventually(t, func() bool {
-		c, err := net.Dial("tcp", egressAddr(port))
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b := make([]byte, 2)
-		_, err = io.ReadFull(c, b)
-		return err == nil && string(b) == "hi"
-	}, eventBound, 50*time.Millisecond, "the place given back was not taken again")
+	require.Eventually(t, servedAgain(port, "hi"), eventBound, 50*time.Millisecond,
+		"the place given back was not taken again")
 }
 
 // One peer cluster holds at most MaxConnsPerPeer streams of the ingress:

@@ -79,14 +79,9 @@ func TestIdleTimeoutEndsStreamWithoutBuffers(t *testing.T) {
 	requireEndedBothEnds(t, c, ended)
 }
 
-func countFDs(t *testing.T) int {
-	t.Helper()
-	fds, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
-	return len(fds)
-}
-
-func fdKinds(t *testing.T) (sockets, pipes int) {
+// fdCounts counts the process's open file descriptors, and among them
+// the sockets and the pipe ends.
+func fdCounts(t *testing.T) (all, sockets, pipes int) {
 	t.Helper()
 	fds, err := os.ReadDir("/proc/self/fd")
 	require.NoError(t, err)
@@ -99,7 +94,7 @@ func fdKinds(t *testing.T) (sockets, pipes int) {
 			pipes++
 		}
 	}
-	return sockets, pipes
+	return len(fds), sockets, pipes
 }
 
 // noStreams waits until no stream of the pair's clusters is open, so that
@@ -135,7 +130,8 @@ func TestThousandConcurrentStreams(t *testing.T) {
 	_, _ = io.ReadAll(warm)
 	warm.Close()
 	noStreams(t)
-	baseG, baseFD := runtime.NumGoroutine(), countFDs(t)
+	baseG := runtime.NumGoroutine()
+	baseFD, _, _ := fdCounts(t)
 	echoBefore := echo.count()
 
 	var established sync.WaitGroup
@@ -184,9 +180,9 @@ func TestThousandConcurrentStreams(t *testing.T) {
 	}
 	established.Wait()
 	openAll := time.Since(start)
-	peakG, peakFD := runtime.NumGoroutine(), countFDs(t)
+	peakG := runtime.NumGoroutine()
+	peakFD, sockets, pipes := fdCounts(t)
 	peakOpen := value(connsOpen.WithLabelValues("west", DirectionEgress))
-	sockets, pipes := fdKinds(t)
 	close(release)
 	wg.Wait()
 	close(errs)
@@ -220,7 +216,8 @@ func TestThousandConcurrentStreams(t *testing.T) {
 	const slack = 5
 	var g, fds int
 	ok := assert.Eventually(t, func() bool {
-		g, fds = runtime.NumGoroutine(), countFDs(t)
+		g = runtime.NumGoroutine()
+		fds, _, _ = fdCounts(t)
 		return g <= baseG+slack && fds <= baseFD+slack
 	}, 30*time.Second, 50*time.Millisecond)
 	t.Logf("goroutines: baseline %d, peak %d, after %d; fds: baseline %d, peak %d, after %d", baseG, peakG, g, baseFD, peakFD, fds)

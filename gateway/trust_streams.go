@@ -251,10 +251,6 @@ func (e *Exports) Guard(peer string, d Destination, target netip.AddrPort, allow
 	return e.guard.add(&guardedStream{peer: peer, dest: d, target: target, allowed: allowed, conns: conns})
 }
 
-// Recheck checks every established stream again now: call it when the
-// allow-list changes.
-func (e *Exports) Recheck() { e.guard.Recheck() }
-
 // streamGuarder is a Resolver that can end streams (Exports).
 type streamGuarder interface {
 	Guard(peer string, d Destination, target netip.AddrPort, allowed func() bool, conns ...net.Conn) func()

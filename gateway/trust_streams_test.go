@@ -182,7 +182,7 @@ func TestStreamsEndWhenClusterLeavesAllowList(t *testing.T) {
 	before := value(streamsEnded.WithLabelValues("north", streamClusterNotAllowed))
 	allowed.Store(false)
 	start := time.Now()
-	exports.Recheck()
+	exports.guard.Recheck()
 	requireEnded(t, b, start, "cluster left the allow-list")
 	require.Eventually(t, func() bool { return value(streamsEnded.WithLabelValues("north", streamClusterNotAllowed)) == before+1 }, time.Second, time.Millisecond)
 	requireOpen(t, c, br, "a stream of a cluster still allowed")

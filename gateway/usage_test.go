@@ -1,16 +1,7 @@
 package gateway
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net/url"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,28 +19,19 @@ func issueWithUsages(t *testing.T, ca *gatewaytest.CA, dir, cluster string, usag
 	t.Helper()
 	inter, err := ca.Intermediate(cluster, gatewaytest.Options{})
 	require.NoError(t, err)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := trust.NewKey()
 	require.NoError(t, err)
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	now := time.Now()
+	tmpl := trust.GatewayTemplate(trust.DefaultTrustDomain, cluster, now.Add(-time.Hour), now.Add(time.Hour))
+	tmpl.ExtKeyUsage = usages
+	cert, err := trust.Sign(tmpl, key.Public(), &trust.CA{Cert: inter.Cert, Key: inter.Key})
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "gateway." + cluster},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  usages,
-		URIs:         []*url.URL{trust.Identity(trust.DefaultTrustDomain, cluster)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, inter.Cert, &key.PublicKey, inter.Key)
+	keyPEM, err := trust.KeyPEM(key)
 	require.NoError(t, err)
-	kder, err := x509.MarshalECPrivateKey(key)
+	is := &gatewaytest.Issued{CertPEM: trust.CertPEM(cert, inter.Cert), KeyPEM: keyPEM}
+	f, err := inter.Write(dir, cluster, is)
 	require.NoError(t, err)
-	files := CertFiles{Cert: filepath.Join(dir, cluster+".crt"), Key: filepath.Join(dir, cluster+".key"), CA: filepath.Join(dir, "ca.crt")}
-	require.NoError(t, os.WriteFile(files.Cert, append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), inter.CertPEM...), 0o600))
-	require.NoError(t, os.WriteFile(files.Key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
-	require.NoError(t, os.WriteFile(files.CA, ca.CertPEM, 0o600))
-	return files
+	return CertFiles{Cert: f.Cert, Key: f.Key, CA: f.CA}
 }
 
 // The gateway's certificate serves as server (ingress) and as client

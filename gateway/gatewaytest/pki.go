@@ -26,8 +26,6 @@ type CA struct {
 	Cert    *x509.Certificate
 	Key     *ecdsa.PrivateKey
 	CertPEM []byte
-	// Cluster is the cluster an intermediate names; empty for a root.
-	Cluster string
 
 	// root is the root that signed an intermediate; nil for a root.
 	root *CA
@@ -96,7 +94,7 @@ func (ca *CA) Intermediate(cluster string, o Options) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CA{Cert: cert, Key: key, CertPEM: trust.CertPEM(cert), Cluster: cluster, root: ca}, nil
+	return &CA{Cert: cert, Key: key, CertPEM: trust.CertPEM(cert), root: ca}, nil
 }
 
 // intermediate returns the root's intermediate of cluster in trustDomain

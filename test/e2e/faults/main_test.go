@@ -79,12 +79,6 @@ func linkErrors(c require.TestingT, s *harness.DNSServer, cluster, reason string
 	return harness.RequireSeries(c, s.MetricsURL, linkErrorsSeries(cluster, reason))
 }
 
-// linkErrorsBaseline is linkErrors before the failure that must move it:
-// 0 while nothing has been counted.
-func linkErrorsBaseline(c require.TestingT, s *harness.DNSServer, cluster, reason string) float64 {
-	return counterBaseline(c, s.MetricsURL, linkErrorsSeries(cluster, reason))
-}
-
 func linkErrorsSeries(cluster, reason string) string {
 	return fmt.Sprintf(`coredns_mcmirror_link_errors_total{cluster=%q,reason=%q}`, cluster, reason)
 }
@@ -95,7 +89,7 @@ func linkErrorsSeries(cluster, reason string) string {
 // logged. down is when the API server stopped.
 func outage(t *testing.T, s *harness.DNSServer, c *harness.Cluster, logged ...string) (down time.Time, restart func()) {
 	t.Helper()
-	before := linkErrorsBaseline(t, s, c.Name, "unreachable")
+	before := s.Value(t, linkErrorsSeries(c.Name, "unreachable")) // a baseline: 0 while nothing is counted
 	down = time.Now()
 	restart = c.APIServerOutage(t)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {

@@ -114,7 +114,7 @@ func (c *Cluster) startAPIServer(etcdURL string) error {
 	if err := os.WriteFile(tokens, []byte(c.token+",admin,admin-uid,system:masters\n"), 0o600); err != nil {
 		return err
 	}
-	if err := c.writeKubeconfig(c.Kubeconfig, "admin", c.token); err != nil {
+	if err := clientcmd.WriteToFile(c.kubeconfig("admin", c.token), c.Kubeconfig); err != nil {
 		return err
 	}
 	c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
@@ -301,15 +301,15 @@ func (c *Cluster) warmIPPool(ctx context.Context) error {
 	return nil
 }
 
-// writeKubeconfig writes a kubeconfig for this cluster with the CA embedded
-// and the given bearer token.
-func (c *Cluster) writeKubeconfig(path, user, token string) error {
+// kubeconfig is a kubeconfig for this cluster with the CA embedded and the
+// given bearer token.
+func (c *Cluster) kubeconfig(user, token string) clientcmdapi.Config {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[c.Name] = &clientcmdapi.Cluster{Server: c.Server, CertificateAuthorityData: c.env.pki.CAPEM}
 	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: user}
 	cfg.CurrentContext = c.Name
-	return clientcmd.WriteToFile(*cfg, path)
+	return *cfg
 }
 
 // ServiceAccountKubeconfig returns a kubeconfig, as bytes, that authenticates
@@ -329,12 +329,7 @@ func (c *Cluster) ServiceAccountKubeconfigTTL(ctx context.Context, ns, name stri
 	if err != nil {
 		return nil, fmt.Errorf("%s: token for %s/%s: %w", c.Name, ns, name, err)
 	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[c.Name] = &clientcmdapi.Cluster{Server: c.Server, CertificateAuthorityData: c.env.pki.CAPEM}
-	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	cfg.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: name}
-	cfg.CurrentContext = c.Name
-	return clientcmd.Write(*cfg)
+	return clientcmd.Write(c.kubeconfig(name, tr.Status.Token))
 }
 
 // ServiceAccountConfig is ServiceAccountKubeconfig as a REST config.
@@ -369,7 +364,7 @@ func (c *Cluster) Apply(ctx context.Context, manifest string) error {
 			return err
 		}
 		_, err = ri.Patch(ctx, u.GetName(), types.ApplyPatchType, data,
-			metav1.PatchOptions{FieldManager: fieldManager, Force: ptrTo(true)})
+			metav1.PatchOptions{FieldManager: fieldManager, Force: new(true)})
 		return err
 	})
 }
@@ -445,8 +440,6 @@ func randomToken() string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // Scale sets the replicas of StatefulSet ns/name with a patch of its scale
 // subresource, as kubectl scale does: a patch carries no resourceVersion,

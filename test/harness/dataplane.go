@@ -72,12 +72,12 @@ func (c *Cluster) createDNSService(ctx context.Context) error {
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{
 			Addresses:  []string{c.node.ip.String()},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true)},
-			NodeName:   ptrTo(NodeName),
+			Conditions: discoveryv1.EndpointConditions{Ready: new(true)},
+			NodeName:   new(NodeName),
 		}},
 	}
 	for _, p := range ports {
-		es.Ports = append(es.Ports, discoveryv1.EndpointPort{Name: ptrTo(p.Name), Port: ptrTo(p.Port), Protocol: ptrTo(p.Protocol)})
+		es.Ports = append(es.Ports, discoveryv1.EndpointPort{Name: new(p.Name), Port: new(p.Port), Protocol: new(p.Protocol)})
 	}
 	if _, err := c.Client.DiscoveryV1().EndpointSlices(es.Namespace).Create(ctx, es, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("%s: cluster DNS EndpointSlice: %w", c.Name, err)

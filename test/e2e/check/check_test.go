@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +24,6 @@ import (
 // answered by the real DNS, the link, the peer's gateway and certificate,
 // the egress ports, the leader, the images.
 func TestHealthy(t *testing.T) {
-	env.LogOnFailure(t)
 	f := setup(t)
 	rep := healthy(t, f)
 
@@ -106,6 +106,16 @@ func failing(t *testing.T, f *fleet, id, subject string) (report, result) {
 	return rep, res
 }
 
+// stopped stops a part of the fleet, as a pod that dies, and returns what
+// starts it again: the test calls it, or it is called when the test ends.
+func stopped(t *testing.T, stop func(), start func() error) (restart func()) {
+	stop()
+	var once sync.Once
+	restart = func() { once.Do(func() { require.NoError(t, start()) }) }
+	t.Cleanup(restart)
+	return restart
+}
+
 // until calls cond until it holds, for wait at most, on the test's own
 // goroutine; the last state it reported is in the failure.
 func until(t *testing.T, what string, cond func() (bool, string)) {
@@ -127,7 +137,6 @@ func until(t *testing.T, what string, cond func() (bool, string)) {
 // the gateway of paris, a real coredns-mc gateway whose certificate, of the
 // same root, names paris. check fails peer-certificate west.
 func TestPeerCertificateOfAnotherCluster(t *testing.T) {
-	env.LogOnFailure(t)
 	f := setup(t)
 	healthy(t, f)
 	ctx := context.Background()
@@ -163,7 +172,6 @@ func TestPeerCertificateOfAnotherCluster(t *testing.T) {
 // Secret links "paris" (with west's credentials), and west, a --peer, is
 // linked by no Secret. check fails link west.
 func TestLinkSecretOfAnotherCluster(t *testing.T) {
-	env.LogOnFailure(t)
 	f := setup(t)
 	healthy(t, f)
 	ctx := context.Background()
@@ -188,7 +196,6 @@ func TestLinkSecretOfAnotherCluster(t *testing.T) {
 // presents west's certificate issued with NotAfter in the past. check
 // fails peer-certificate west with the date.
 func TestExpiredPeerCertificate(t *testing.T) {
-	env.LogOnFailure(t)
 	f := setup(t)
 	healthy(t, f)
 	ctx := context.Background()
@@ -237,7 +244,6 @@ func TestExpiredPeerCertificate(t *testing.T) {
 // The link Secret deleted: west is a --peer that nothing links. check
 // fails link west; the Secret back, every check passes again.
 func TestDeletedLinkSecret(t *testing.T) {
-	env.LogOnFailure(t)
 	f := setup(t)
 	healthy(t, f)
 	ctx := context.Background()
@@ -246,43 +252,31 @@ func TestDeletedLinkSecret(t *testing.T) {
 	secrets := east.Client.CoreV1().Secrets("mcmirror-links")
 	s, err := secrets.Get(ctx, labels.LinkSecretNamePrefix+"west", metav1.GetOptions{})
 	require.NoError(t, err)
-	require.NoError(t, secrets.Delete(ctx, s.Name, metav1.DeleteOptions{}))
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			kc, err := west.LinkKubeconfig(ctx)
-			require.NoError(t, err)
-			require.NoError(t, createLinkSecret(ctx, kc))
+	restore := stopped(t, func() { require.NoError(t, secrets.Delete(ctx, s.Name, metav1.DeleteOptions{})) }, func() error {
+		kc, err := west.LinkKubeconfig(ctx)
+		if err != nil {
+			return err
 		}
+		if err := createLinkSecret(ctx, kc); !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
 	})
 
 	_, res := failing(t, f, "link", "west")
 	assert.Contains(t, res.Message, "the gateway has --peer west, but no usable link Secret for west")
 
-	kc, err := west.LinkKubeconfig(ctx)
-	require.NoError(t, err)
-	err = createLinkSecret(ctx, kc)
-	if !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
-	restored = true
+	restore()
 	healthy(t, f)
 }
 
 // West's gateway stopped: its ingress refuses, and east's gateway sees it
 // down. check fails peer-reachable west; started again, all pass.
 func TestStoppedPeerGateway(t *testing.T) {
-	env.LogOnFailure(t)
 	f := setup(t)
 	healthy(t, f)
 
-	f.westGW.Stop()
-	restarted := false
-	t.Cleanup(func() {
-		if !restarted {
-			require.NoError(t, f.westGW.Launch())
-		}
-	})
+	restart := stopped(t, f.westGW.Stop, f.westGW.Launch)
 	_, res := failing(t, f, "peer-reachable", "west")
 	assert.Contains(t, res.Message, f.westIngress)
 	// East's gateway's prober marks west down after two failed probes:
@@ -294,30 +288,21 @@ func TestStoppedPeerGateway(t *testing.T) {
 		return r.Status == "fail" && strings.Contains(r.Message, "the gateway cannot reach west's ingress at "+f.westIngress), r.Status + ": " + r.Message
 	})
 
-	require.NoError(t, f.westGW.Launch())
-	restarted = true
+	restart()
 	healthy(t, f)
 }
 
 // East's own gateway stopped: the API server's proxy to its metrics Service
 // finds nothing listening. check fails gateway.
 func TestStoppedLocalGateway(t *testing.T) {
-	env.LogOnFailure(t)
 	f := setup(t)
 	healthy(t, f)
 
-	f.eastGW.stop()
-	restarted := false
-	t.Cleanup(func() {
-		if !restarted {
-			require.NoError(t, f.eastGW.start(context.Background()))
-		}
-	})
+	restart := stopped(t, f.eastGW.stop, func() error { return f.eastGW.start(context.Background()) })
 	_, res := failing(t, f, "gateway", "")
 	assert.Contains(t, res.Message, "no gateway pod serves Service mcmirror/mcmirror-gateway-metrics")
 
-	require.NoError(t, f.eastGW.start(context.Background()))
-	restarted = true
+	restart()
 	healthy(t, f)
 }
 
@@ -325,7 +310,6 @@ func TestStoppedLocalGateway(t *testing.T) {
 // gateway process but no Deployments) has no controller, DNS or gateway
 // to check: each is reported absent, as ok, and check exits 0.
 func TestOnlyLinkedTo(t *testing.T) {
-	env.LogOnFailure(t)
 	setup(t)
 	code, rep, _ := check(t, env.Cluster("west"), nil, "-o", "json")
 	assert.Equal(t, 0, code, rep.notOK())

@@ -85,9 +85,11 @@ var (
 	fleetErr  error
 )
 
-// setup installs and starts the fleet, once for the package.
+// setup installs and starts the fleet, once for the package, and has t
+// print the environment's logs if it fails.
 func setup(t *testing.T) *fleet {
 	t.Helper()
+	env.LogOnFailure(t)
 	fleetOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()

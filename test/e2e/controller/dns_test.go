@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"slices"
 	"testing"
 
@@ -19,11 +18,9 @@ import (
 // ClusterIP, the headless mirror name to all of them, -global SRV to the
 // peers of every cluster, and follows a scale-down.
 func TestDNSAnswersFromControllerMirrors(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-dns"
 	const zone = "svc.cluster.local."
-	namespace(t, ns, "east", "west", "paris")
+	ctx := setUp(t, ns, "east", "west", "paris")
 	west, paris := env.Cluster("west"), env.Cluster("paris")
 	startController(t, "controller")
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, "nginx-svc", 3, "true")))

@@ -158,10 +158,8 @@ func egressSlicesOf(c *assert.CollectT, ctx context.Context, s corev1.Service) m
 // place again (an IPv4-first mirror), or makes the mirror again in IPv4
 // (an IPv6-first one: the primary family is immutable).
 func TestDualStackMirrors(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns, gwNS = "e2e-dual", "e2e-dual-gw"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	namespace(t, gwNS, "east")
 	east, west := env.Cluster("east"), env.Cluster("west")
 	require.True(t, east.ServiceCIDRv6.IsValid(), "east is dual-stack")
@@ -226,11 +224,9 @@ func TestDualStackMirrors(t *testing.T) {
 // the per-pod names of a dual-stack headless Service: the ClusterIPs of
 // both families the controller made; a single-stack mirror has no AAAA.
 func TestDualStackDNS(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns, gwNS = "e2e-dual-dns", "e2e-dual-dns-gw"
 	const zone = "svc.cluster.local."
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	namespace(t, gwNS, "east")
 	west := env.Cluster("west")
 	dualGateway(t, gwNS)
@@ -277,10 +273,8 @@ func flatDualService(ns, svc, policy string, families ...string) string {
 // advertises only the ClusterSetIPs there are; west's v6, IPv6 only, gets
 // an IPv6 ClusterSetIP, not east's default family.
 func TestDualStackImport(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-dual-import"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	west := env.Cluster("west")
 	require.NoError(t, west.Apply(ctx, flatDualService(ns, "api", "")))
 	require.NoError(t, west.Apply(ctx, flatDualService(ns, "v6", "SingleStack", "IPv6")))

@@ -73,10 +73,8 @@ func assertEgressSlices(c *assert.CollectT, ctx context.Context, ns string, m ma
 // ready address of a headless Service of east, follows a changed address,
 // and keeps the last ones while none is ready.
 func TestEgressService(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns, gwNS = "e2e-egress-svc", "e2e-egress-gw"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	namespace(t, gwNS, "east")
 	east, west := env.Cluster("east"), env.Cluster("west")
 
@@ -130,8 +128,7 @@ spec: {clusterIP: None}
 	// No ready address: the mirrors keep the last ones.
 	update("192.0.2.23!", "192.0.2.21!")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		b := proc.Log(c)
-		assert.Contains(c, b, "Egress Service has no ready address")
+		assert.Contains(c, proc.Log(c), "Egress Service has no ready address")
 	}, wait, tick)
 	expect("192.0.2.21", "192.0.2.23")
 }

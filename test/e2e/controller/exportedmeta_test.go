@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,10 +41,8 @@ func createExportedMeta(t *testing.T, cluster, ns, name string, lbls, annotation
 // ServiceImport, and a label put there by hand stays; a sync of the
 // import with nothing new to export writes nothing.
 func TestExportedLabelsAndAnnotations(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-mcs-exported-meta"
-	namespace(t, ns, "east", "west", "paris")
+	ctx := setUp(t, ns, "east", "west", "paris")
 	for _, cluster := range []string{"paris", "west"} {
 		require.NoError(t, env.Cluster(cluster).Apply(ctx, fmt.Sprintf(`
 apiVersion: v1
@@ -89,14 +88,10 @@ spec: {selector: {app: hello}, ports: [{name: http, port: 80}]}
 		valid := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid))
 		require.NotNil(c, valid)
 		assert.Contains(c, valid.Message, `exportedLabels "mcmirror.dev/managed-by": reserved`)
-		events, err := env.Cluster("paris").Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		require.NoError(c, err)
-		found := false
-		for _, e := range events.Items {
-			found = found || e.Reason == "ExportedMetadataRefused" && e.InvolvedObject.UID == parisSE.UID &&
+		assert.True(c, hasEvent(c, "paris", ns, func(e corev1.Event) bool {
+			return e.Reason == "ExportedMetadataRefused" && e.InvolvedObject.UID == parisSE.UID &&
 				strings.Contains(e.Message, "mcmirror.dev/managed-by")
-		}
-		assert.True(c, found, "an ExportedMetadataRefused Event on paris's ServiceExport")
+		}), "an ExportedMetadataRefused Event on paris's ServiceExport")
 		assert.Greater(c, metric(c, parisMetrics, "coredns_mcmirror_controller_mcs_refused_total", refused), before)
 	}, wait, tick)
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -114,19 +115,10 @@ func annotateExport(t *testing.T, cluster, ns, name, value string) {
 // own labels are never touched, and a sync of unchanged state writes
 // nothing.
 func TestServiceExportExports(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-mcs-export"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	west := env.Cluster("west")
-	require.NoError(t, west.Apply(ctx, fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: api, namespace: %s, labels: {team: a}}
-spec:
-  selector: {app: api}
-  ports: [{name: http, port: 80}]
-`, ns)))
+	require.NoError(t, west.Apply(ctx, labelledService(ns, "api", 80, map[string]string{"team": "a"})))
 	p, metrics := startExporter(t, "west", "paris")
 	startController(t, "controller")
 
@@ -193,10 +185,8 @@ spec: {clusterIP: None, selector: {app: late}, ports: [{port: 5432}]}
 // ServiceExports say Conflict, with the specification's reason, until the
 // ports agree.
 func TestServiceExportConflict(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-mcs-conflict"
-	namespace(t, ns, "west", "paris")
+	ctx := setUp(t, ns, "west", "paris")
 	svc := func(port int) string {
 		return fmt.Sprintf(`
 apiVersion: v1
@@ -254,10 +244,8 @@ func TestClusterIDMustMatch(t *testing.T) {
 // cluster's controller removes the stamp (the owner's labels kept), with
 // an Event on the Service and a count in mcs_refused_total.
 func TestServiceExportStampByHand(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-mcs-byhand"
-	namespace(t, ns, "west")
+	ctx := setUp(t, ns, "west")
 	west := env.Cluster("west")
 	p, metrics := startExporter(t, "west", "paris")
 	refused := map[string]string{"reason": controller.ReasonStampRefused}
@@ -282,13 +270,9 @@ spec:
 	require.NoError(t, err)
 	requireStamp(t, "west", ns, "api", "", time.Time{})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		events, err := west.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		require.NoError(c, err)
-		found := false
-		for _, e := range events.Items {
-			found = found || e.Reason == controller.ReasonStampRefused && e.InvolvedObject.UID == svc.UID
-		}
-		assert.True(c, found, "a %s Event on the Service", controller.ReasonStampRefused)
+		assert.True(c, hasEvent(c, "west", ns, func(e corev1.Event) bool {
+			return e.Reason == controller.ReasonStampRefused && e.InvolvedObject.UID == svc.UID
+		}), "a %s Event on the Service", controller.ReasonStampRefused)
 		assert.Greater(c, metric(c, metrics, "coredns_mcmirror_controller_mcs_refused_total", refused), before)
 	}, wait, tick)
 	env.RequireAlive(t, p)

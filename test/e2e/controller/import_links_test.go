@@ -76,10 +76,8 @@ func leftImport(t *testing.T, ns, name, cluster, addr string) {
 // (west's export joins it) and keeps that cluster's slice as it last was,
 // with an Event; the timeout is counted.
 func TestImportsWithUnsyncedLink(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-mcs-unsynced"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	west := env.Cluster("west")
 	leftImport(t, ns, "db", "tokyo", "10.250.0.7")
 

@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -20,10 +19,8 @@ import (
 // importEvents returns the messages of the Events of reason on the
 // ServiceImport ns/name in east.
 func importEvents(c require.TestingT, ns, name, reason string) []string {
-	events, err := env.Cluster("east").Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
-	require.NoError(c, err)
 	var out []string
-	for _, e := range events.Items {
+	for _, e := range events(c, "east", ns) {
 		if e.Reason == reason && e.InvolvedObject.Kind == "ServiceImport" && e.InvolvedObject.Name == name {
 			out = append(out, e.Message)
 		}
@@ -39,10 +36,8 @@ func importEvents(c require.TestingT, ns, name, reason string) []string {
 // anything of a selector-less Service not opted in. Each refusal is an
 // Event on the ServiceImport and counted by reason.
 func TestServiceImportEndpointPolicy(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-mcs-policy"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	west := env.Cluster("west")
 	ctl := env.StartFleet(t, harness.FleetOptions{Local: "east", Parts: harness.FleetController,
 		Links:      []harness.Link{{Name: "west", Kubeconfig: west.Kubeconfig}},

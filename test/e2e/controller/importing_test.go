@@ -115,10 +115,8 @@ func exportLocalAPI(t *testing.T, ns string) {
 // gateway egress), east's own endpoints directly. Port changes, and
 // unexports, follow; the last unexport deletes it all.
 func TestServiceImportLifecycle(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-mcs-import"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
 	p := startController(t, "controller")
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
@@ -152,13 +150,9 @@ func TestServiceImportLifecycle(t *testing.T) {
 	createServiceExport(t, "east", ns, derivedName)
 	requireConditions(t, "east", ns, derivedName, map[string]string{"Valid": "False/DerivedService", "Ready": "False/Failed"})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		events, err := east.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		require.NoError(c, err)
-		found := false
-		for _, e := range events.Items {
-			found = found || e.Reason == controller.ReasonServiceExportInvalid && e.InvolvedObject.Kind == "ServiceExport" && e.InvolvedObject.Name == derivedName
-		}
-		assert.True(c, found, "a %s Event on the ServiceExport", controller.ReasonServiceExportInvalid)
+		assert.True(c, hasEvent(c, "east", ns, func(e corev1.Event) bool {
+			return e.Reason == controller.ReasonServiceExportInvalid && e.InvolvedObject.Kind == "ServiceExport" && e.InvolvedObject.Name == derivedName
+		}), "a %s Event on the ServiceExport", controller.ReasonServiceExportInvalid)
 	}, wait, tick)
 	d, err := east.Client.CoreV1().Services(ns).Get(ctx, derivedName, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -234,10 +228,8 @@ func TestServiceImportLifecycle(t *testing.T) {
 // Headless: the derived Service has no ClusterIP, and paris's slice holds
 // its pods' addresses under their hostnames.
 func TestServiceImportHeadlessFlat(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-mcs-headless"
-	namespace(t, ns, "east", "paris")
+	ctx := setUp(t, ns, "east", "paris")
 	paris := env.Cluster("paris")
 	startController(t, "controller")
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, "db", 2, labels.ExportFlat)))
@@ -256,10 +248,8 @@ func TestServiceImportHeadlessFlat(t *testing.T) {
 // A cluster unlinked (its link Secret deleted) leaves the import: its
 // EndpointSlice goes, and with it the last export, the ServiceImport.
 func TestServiceImportClusterUnlinked(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns, secretNS = "e2e-mcs-unlink", "e2e-mcs-unlink-links"
-	namespace(t, ns, "east", "paris")
+	ctx := setUp(t, ns, "east", "paris")
 	namespace(t, secretNS, "east")
 	east, paris := env.Cluster("east"), env.Cluster("paris")
 	secret := east.CreateLinkSecret(t, secretNS, "paris", paris.LinkData(t))
@@ -289,10 +279,8 @@ func TestServiceImportClusterUnlinked(t *testing.T) {
 // derived-<10 hex digits>: the controller renames the derived Service,
 // keeping its ClusterSetIP, and nothing stays under the former name.
 func TestServiceImportDerivedNameUpgrade(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-mcs-rename"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
 

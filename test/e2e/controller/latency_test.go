@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -22,11 +21,9 @@ import (
 // distribution; it asserts nothing about it (timed assertions are flaky),
 // only that every export is mirrored.
 func TestExportLatency(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-latency"
 	const n = 25
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
 	startController(t, "controller")
 

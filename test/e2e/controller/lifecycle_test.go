@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -22,11 +21,9 @@ import (
 // restarted: it converges, and what existed before keeps its ClusterIP,
 // its UID and its egress ports.
 func TestRestartKeepsPorts(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-restart"
 	const n = 100
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	west := env.Cluster("west")
 	first := startController(t, "controller-1")
 
@@ -38,8 +35,7 @@ func TestRestartKeepsPorts(t *testing.T) {
 	require.NoError(t, west.Apply(ctx, manifest.String()))
 	// Kill it as soon as some, not necessarily all, mirrors exist.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m := mirrors(c, ns)
-		assert.GreaterOrEqual(c, len(m), 3)
+		assert.GreaterOrEqual(c, len(mirrors(c, ns)), 3)
 	}, wait, 5*time.Millisecond)
 	require.NoError(t, first.Signal(syscall.SIGKILL))
 	<-first.Done()
@@ -83,10 +79,8 @@ func TestRestartKeepsPorts(t *testing.T) {
 // while the test asserts that only one replica leads. The takeover after
 // the kill waits for the lease duration (15 s), within wait.
 func TestLeaderElection(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-leader"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
 	le := []string{"--leader-elect", "--leader-elect-namespace", "kube-system", "--leader-elect-name", "mcmirror-e2e",
 		"--leader-elect-lease-duration", "15s", "--leader-elect-renew-deadline", "10s", "--leader-elect-retry-period", "250ms"}
@@ -110,8 +104,7 @@ func TestLeaderElection(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) { leader = holder(c) }, wait, tick)
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "one", 80, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m := mirrors(c, ns)
-		assert.Contains(c, m, "one-west")
+		assert.Contains(c, mirrors(c, ns), "one-west")
 	}, wait, tick)
 
 	leaderProc, follower, followerName := a, b, "b"
@@ -139,10 +132,8 @@ func TestLeaderElection(t *testing.T) {
 // Links from Linkerd-format Secrets: a link Secret for paris links it;
 // deleting the Secret sweeps paris's mirrors and nothing else.
 func TestLinkSecretRemoval(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-links"
-	namespace(t, ns, "east", "west", "paris")
+	ctx := setUp(t, ns, "east", "west", "paris")
 	namespace(t, "e2e-link-secrets", "east")
 	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
 
@@ -171,8 +162,7 @@ spec: {ports: [{port: 1}]}
 
 	require.NoError(t, east.Client.CoreV1().Secrets("e2e-link-secrets").Delete(ctx, secret.Name, metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m := mirrors(c, ns)
-		assert.Equal(c, []string{"web-west"}, names(m))
+		assert.Equal(c, []string{"web-west"}, names(mirrors(c, ns)))
 	}, wait, tick)
 	now, err := east.Client.CoreV1().Services(ns).Get(ctx, "bystander-paris", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -182,10 +172,8 @@ spec: {ports: [{port: 1}]}
 // A namespace missing locally is created with --create-namespaces; a
 // remote namespace deleted takes its mirrors with it.
 func TestNamespaces(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-ns"
-	namespace(t, ns, "west")
+	ctx := setUp(t, ns, "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
 	startController(t, "controller", "--create-namespaces")
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, "db", 2, "true")))
@@ -193,14 +181,12 @@ func TestNamespaces(t *testing.T) {
 		got, err := east.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		require.NoError(c, err)
 		assert.Equal(c, controller.ManagedByValue, got.Labels[controller.ManagedBy])
-		m := mirrors(c, ns)
-		assert.Equal(c, []string{"db-set-0-west", "db-set-1-west", "db-west"}, names(m))
+		assert.Equal(c, []string{"db-set-0-west", "db-set-1-west", "db-west"}, names(mirrors(c, ns)))
 	}, wait, tick)
 
 	require.NoError(t, west.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m := mirrors(c, ns)
-		assert.Empty(c, m)
+		assert.Empty(c, mirrors(c, ns))
 		_, err := east.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		assert.NoError(c, err, "namespaces are never deleted")
 	}, wait, tick)
@@ -209,10 +195,8 @@ func TestNamespaces(t *testing.T) {
 // Linkerd #12499: in a rolling update each pod is deleted and recreated;
 // its per-pod mirror, and so the ClusterIP DNS answers for it, stays.
 func TestRollingUpdateKeepsPodMirrors(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-rollout"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	west := env.Cluster("west")
 	startController(t, "controller", "--pod-grace", "30s")
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, "db", 3, "true")))

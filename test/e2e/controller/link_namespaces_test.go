@@ -56,8 +56,7 @@ func assertLeftOut(t *testing.T, s *harness.DNSServer, ns string) {
 	for _, name := range []string{"db-west." + ns + "." + zone, "db-set-0.db-west." + ns + "." + zone, "db-global." + ns + "." + zone} {
 		assert.Equal(t, dns.RcodeToString[dns.RcodeNameError], dns.RcodeToString[s.Ask(t, "tcp", name, dns.TypeA).Rcode], name)
 	}
-	m := mirrors(t, ns)
-	assert.Empty(t, names(m), "mirrors in %s", ns)
+	assert.Empty(t, names(mirrors(t, ns)), "mirrors in %s", ns)
 	_, err := mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns).Get(ctx, "db", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "ServiceImport %s/db: %v", ns, err)
 }
@@ -69,10 +68,8 @@ func assertLeftOut(t *testing.T, s *harness.DNSServer, ns string) {
 // watched anew and the denied namespace's export comes; with it again, it
 // goes.
 func TestLinkDeniedNamespace(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const shop, tenant, linkNS = "e2e-ns-shop", "e2e-ns-tenant", "e2e-ns-links"
-	namespace(t, shop, "east", "west")
+	ctx := setUp(t, shop, "east", "west")
 	namespace(t, tenant, "east", "west")
 	namespace(t, linkNS, "east")
 	east, west := env.Cluster("east"), env.Cluster("west")
@@ -99,8 +96,7 @@ func TestLinkDeniedNamespace(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		r := f.DNS.Ask(c, "tcp", "db-west."+tenant+"."+zone, dns.TypeA)
 		assert.Equal(c, dns.RcodeToString[dns.RcodeNameError], dns.RcodeToString[r.Rcode], "name")
-		m := mirrors(c, tenant)
-		assert.Empty(c, names(m), "mirrors")
+		assert.Empty(c, names(mirrors(c, tenant)), "mirrors")
 		_, ok := readImport(c, tenant, "db")
 		assert.False(c, ok, "ServiceImport")
 	}, wait, tick)

@@ -71,6 +71,27 @@ func namespace(t *testing.T, ns string, clusters ...string) {
 	env.TempNamespace(t, ns, cs...)
 }
 
+// setUp begins test t: the environment's logs printed if it fails, and
+// namespace ns in clusters. It returns the test's context.
+func setUp(t *testing.T, ns string, clusters ...string) context.Context {
+	t.Helper()
+	env.LogOnFailure(t)
+	namespace(t, ns, clusters...)
+	return context.Background()
+}
+
+// events lists the Events of ns in cluster.
+func events(c require.TestingT, cluster, ns string) []corev1.Event {
+	list, err := env.Cluster(cluster).Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	require.NoError(c, err)
+	return list.Items
+}
+
+// hasEvent reports whether cluster has, in ns, an Event that match accepts.
+func hasEvent(c require.TestingT, cluster, ns string, match func(corev1.Event) bool) bool {
+	return slices.ContainsFunc(events(c, cluster, ns), match)
+}
+
 // statefulSet is a headless Service svc and a StatefulSet of replicas
 // pods behind it; export is the mirror.linkerd.io/exported value ("" for
 // none).

@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,10 +20,8 @@ import (
 // Export, scale 3→5→2, port change, unexport: the mirrors follow, per-pod
 // mirrors included, and are consistent at every step.
 func TestExportScaleUnexport(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-scale"
-	namespace(t, ns, "east", "west", "paris")
+	ctx := setUp(t, ns, "east", "west", "paris")
 	west, paris := env.Cluster("west"), env.Cluster("paris")
 	startController(t, "controller")
 
@@ -56,8 +53,7 @@ func TestExportScaleUnexport(t *testing.T) {
 
 	// Port change: the mirror's port follows, with an egress port of its
 	// own.
-	m := mirrors(t, ns)
-	oldPorts := m["web-west"].Annotations[controller.EgressPorts]
+	oldPorts := mirrors(t, ns)["web-west"].Annotations[controller.EgressPorts]
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 8080, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m := mirrors(c, ns)
@@ -79,10 +75,8 @@ func TestExportScaleUnexport(t *testing.T) {
 // its name: untouched, reported with an Event; the mirror appears once it
 // is gone.
 func TestForeignObjectsUntouched(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-foreign"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
 	require.NoError(t, east.Apply(ctx, fmt.Sprintf(`
 apiVersion: v1
@@ -100,23 +94,15 @@ spec:
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "other", 80, "true")))
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		events, err := east.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		require.NoError(c, err)
-		found := false
-		for _, e := range events.Items {
-			if e.Reason == controller.ReasonNameTaken && e.InvolvedObject.Name == "nginx-svc-west" && e.InvolvedObject.UID == foreign.UID {
-				found = true
-			}
-		}
-		assert.True(c, found, "a %s Event on the foreign Service", controller.ReasonNameTaken)
-		m := mirrors(c, ns)
-		assert.Contains(c, m, "other-west", "other exports are mirrored meanwhile")
+		assert.True(c, hasEvent(c, "east", ns, func(e corev1.Event) bool {
+			return e.Reason == controller.ReasonNameTaken && e.InvolvedObject.Name == "nginx-svc-west" && e.InvolvedObject.UID == foreign.UID
+		}), "a %s Event on the foreign Service", controller.ReasonNameTaken)
+		assert.Contains(c, mirrors(c, ns), "other-west", "other exports are mirrored meanwhile")
 	}, wait, tick)
 	now, err := east.Client.CoreV1().Services(ns).Get(ctx, "nginx-svc-west", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, foreign.ResourceVersion, now.ResourceVersion, "the foreign Service is untouched")
-	m := mirrors(t, ns)
-	assert.Empty(t, podMirrors(m, "nginx-svc-west"), "no per-pod mirrors for a mirror that cannot exist")
+	assert.Empty(t, podMirrors(mirrors(t, ns), "nginx-svc-west"), "no per-pod mirrors for a mirror that cannot exist")
 
 	// The operator removes it: the mirror takes the name.
 	require.NoError(t, east.Client.CoreV1().Services(ns).Delete(ctx, "nginx-svc-west", metav1.DeleteOptions{}))
@@ -131,11 +117,9 @@ spec:
 // Headless exports without ports, and names that do not fit a DNS label,
 // are not mirrored, and say why.
 func TestNotMirrorable(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-refused"
-	namespace(t, ns, "east", "west")
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx := setUp(t, ns, "east", "west")
+	west := env.Cluster("west")
 	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
 	startController(t, "controller", "--metrics-addr", metrics)
 	long := "a-service-name-that-is-long-enough-to-overflow-the-dns-label"
@@ -147,17 +131,11 @@ metadata: {name: portless, namespace: %s, labels: {%s: "true"}}
 spec: {clusterIP: None, selector: {app: x}}
 `, ns, labels.Exported)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		events, err := east.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		require.NoError(c, err)
-		reasons := map[string]bool{}
-		for _, e := range events.Items {
-			reasons[e.Reason] = true
+		for _, reason := range []string{controller.ReasonNameTooLong, controller.ReasonHeadlessWithoutPorts} {
+			assert.True(c, hasEvent(c, "east", ns, func(e corev1.Event) bool { return e.Reason == reason }), "an Event %s", reason)
 		}
-		assert.True(c, reasons[controller.ReasonNameTooLong], "reasons %v", reasons)
-		assert.True(c, reasons[controller.ReasonHeadlessWithoutPorts], "reasons %v", reasons)
 	}, wait, tick)
-	m := mirrors(t, ns)
-	assert.Empty(t, m)
+	assert.Empty(t, mirrors(t, ns))
 
 	// And the metrics say so.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -175,10 +153,8 @@ spec: {clusterIP: None, selector: {app: x}}
 
 // Flat mode: only the mirror Service, headless, without endpoints.
 func TestFlatMode(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-flat"
-	namespace(t, ns, "east", "paris")
+	ctx := setUp(t, ns, "east", "paris")
 	p := startController(t, "controller", "--v", "4")
 	require.NoError(t, env.Cluster("paris").Apply(ctx, statefulSet(ns, "db", 2, labels.ExportFlat)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -18,10 +17,8 @@ import (
 // cluster is an unreachable link, not a removed one: every mirror and
 // per-pod mirror stays. Deleting the Secret then sweeps them.
 func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns, secretNS = "e2e-refused", "e2e-refused-links"
-	namespace(t, ns, "east", "paris")
+	ctx := setUp(t, ns, "east", "paris")
 	namespace(t, secretNS, "east")
 	east, paris := env.Cluster("east"), env.Cluster("paris")
 	secret := east.CreateLinkSecret(t, secretNS, "paris", paris.LinkData(t))
@@ -45,8 +42,7 @@ func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
 	_, err = east.Client.CoreV1().Secrets(secretNS).Update(ctx, secret, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		b := first.Log(c)
-		assert.Contains(c, b, "link secret "+secretNS+"/"+secret.Name+" refused (exec)")
+		assert.Contains(c, first.Log(c), "link secret "+secretNS+"/"+secret.Name+" refused (exec)")
 	}, wait, tick)
 
 	// A restart (or a leader failover): the Secret links nothing now.
@@ -67,7 +63,6 @@ func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
 	// The Secret goes: paris is unlinked, its mirrors are swept.
 	require.NoError(t, east.Client.CoreV1().Secrets(secretNS).Delete(ctx, secret.Name, metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m := mirrors(c, ns)
-		assert.Empty(c, m)
+		assert.Empty(c, mirrors(c, ns))
 	}, wait, tick)
 }

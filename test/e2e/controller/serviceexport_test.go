@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
@@ -39,10 +38,8 @@ spec:
 // Linkerd's label goes (the export selector's watch deletes it, the
 // stamp's keeps it); removing the stamp deletes the mirror.
 func TestServiceExportStamp(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-svcexport"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	west := env.Cluster("west")
 	p := startController(t, "controller")
 

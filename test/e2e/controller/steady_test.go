@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -20,10 +19,8 @@ import (
 // logs each sync's writes by key, and a watch on the test's namespace
 // sees every change to its mirrors, whoever makes it.
 func TestSteadyStateWritesNothing(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-steady"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
 	p := startController(t, "controller", "--v", "4")
 

@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
@@ -16,10 +15,8 @@ import (
 // A linked cluster that cannot be reached delays no other, and its mirrors
 // (the last known state) are kept, not swept.
 func TestUnreachableLink(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-unreachable"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	east, west := env.Cluster("east"), env.Cluster("west")
 
 	path := deadKubeconfig(t)
@@ -38,8 +35,7 @@ spec: {ports: [{name: http, port: 80}]}
 	p := startController(t, "controller", "--link", "dead="+path, "--v", "4")
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m := mirrors(c, ns)
-		assert.Equal(c, []string{"api-dead", "web-west"}, names(m))
+		assert.Equal(c, []string{"api-dead", "web-west"}, names(mirrors(c, ns)))
 	}, wait, tick, "west is mirrored although dead cannot be reached")
 	// The start-up sweep's sync of dead's mirror was seen, and left it
 	// alone; the controller still runs.

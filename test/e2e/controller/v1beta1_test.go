@@ -18,21 +18,12 @@ import (
 // version: with v1alpha1 no longer served (as the API will be), a
 // ServiceExport in west is exported, and east imports it.
 func TestMCSOnlyV1beta1Served(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
 	const ns = "e2e-mcs-v1beta1"
-	namespace(t, ns, "east", "west")
+	ctx := setUp(t, ns, "east", "west")
 	for _, c := range []string{"east", "west"} {
 		serveV1alpha1(t, c, false)
 	}
-	require.NoError(t, env.Cluster("west").Apply(ctx, fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: api, namespace: %s, labels: {team: a}}
-spec:
-  selector: {app: api}
-  ports: [{name: http, port: 80}]
-`, ns)))
+	require.NoError(t, env.Cluster("west").Apply(ctx, labelledService(ns, "api", 80, map[string]string{"team": "a"})))
 	startExporter(t, "west", "paris")
 	startController(t, "controller")
 

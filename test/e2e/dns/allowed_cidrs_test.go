@@ -2,7 +2,6 @@ package dns_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,10 +10,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -85,30 +82,9 @@ spec:
 // per hostname → address. Written by hand, it carries the export label
 // itself, or no watch selects it.
 func sliceOf(t *testing.T, ns, svc string, eps map[string]string) string {
-	return sliceLabelled(t, ns, svc, eps, map[string]string{labels.Exported: labels.ExportFlat})
-}
-
-// sliceLabelled is sliceOf with the labels lbls beside the slice's own.
-func sliceLabelled(t *testing.T, ns, svc string, eps map[string]string, lbls map[string]string) string {
-	l := map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "e2e"}
-	maps.Copy(l, lbls)
-	slice := &discoveryv1.EndpointSlice{
-		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: svc + "-manual", Namespace: ns,
-			Labels: l,
-		},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(80)), Protocol: ptr.To(corev1.ProtocolTCP)}},
-	}
+	var list []discoveryv1.Endpoint
 	for _, host := range slices.Sorted(maps.Keys(eps)) {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{eps[host]},
-			Hostname:   ptr.To(host),
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
-		})
+		list = append(list, endpoint(eps[host], host, true))
 	}
-	b, err := json.Marshal(slice)
-	require.NoError(t, err)
-	return string(b)
+	return endpointSlice(t, ns, svc, svc+"-manual", map[string]string{labels.Exported: labels.ExportFlat}, list...)
 }

@@ -128,15 +128,15 @@ func TestOnlyExportedSlicesSent(t *testing.T) {
 		svc := fmt.Sprintf("quiet-%d", i)
 		require.NoError(t, west.Apply(ctx, strings.Replace(selectorless(ns, svc), labels.Exported+": "+labels.ExportFlat, "app: quiet", 1)))
 		for j := range 3 {
-			eps := map[string]string{}
+			var eps []discoveryv1.Endpoint
 			for k := range 6 {
 				ip := fmt.Sprintf("10.201.%d.%d", 10+i, 1+j*6+k)
-				eps[fmt.Sprintf("q-%d-%d", j, k)] = ip
+				eps = append(eps, endpoint(ip, fmt.Sprintf("q-%d-%d", j, k), true))
 				if i == 0 {
 					want = append(want, ip)
 				}
 			}
-			require.NoError(t, west.Apply(ctx, strings.Replace(sliceLabelled(t, ns, svc, eps, nil), svc+"-manual", fmt.Sprintf("%s-%d", svc, j), 1)))
+			require.NoError(t, west.Apply(ctx, endpointSlice(t, ns, svc, fmt.Sprintf("%s-%d", svc, j), nil, eps...)))
 		}
 	}
 	s := startDNS(t, []string{"west"})

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
@@ -121,25 +120,12 @@ func plainService(t *testing.T, ns, name string, lbls, ann map[string]string) st
 }
 
 // readySlice is the EndpointSlice of Service ns/svc (port http 80) with an
-// endpoint per address, ready ones, then not-ready ones.
+// endpoint per address, ready ones, then not-ready ones. Written by hand,
+// it carries the member label itself.
 func readySlice(t *testing.T, ns, svc string, ready []string, unready ...string) string {
-	slice := &discoveryv1.EndpointSlice{
-		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: svc + "-manual", Namespace: ns,
-			// Written by hand: it carries the member label itself.
-			Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "e2e", labels.Federated: labels.FederatedMember},
-		},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(80)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	var eps []discoveryv1.Endpoint
+	for i, ip := range append(slices.Clone(ready), unready...) {
+		eps = append(eps, endpoint(ip, "", i < len(ready)))
 	}
-	for i, ip := range append(append([]string{}, ready...), unready...) {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{ip},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(i < len(ready))},
-		})
-	}
-	b, err := json.Marshal(slice)
-	require.NoError(t, err)
-	return string(b)
+	return endpointSlice(t, ns, svc, svc+"-manual", map[string]string{labels.Federated: labels.FederatedMember}, eps...)
 }

@@ -138,25 +138,37 @@ func exportHeadless(t *testing.T, c *harness.Cluster, ns, svc string, slices, pe
 	ctx := context.Background()
 	require.NoError(t, c.Apply(ctx, selectorless(ns, svc)))
 	for i := range slices {
-		slice := &discoveryv1.EndpointSlice{
-			TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("%s-%d", svc, i), Namespace: ns,
-				Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "e2e", labels.Exported: labels.ExportFlat},
-			},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(80)), Protocol: ptr.To(corev1.ProtocolTCP)}},
-		}
+		var eps []discoveryv1.Endpoint
 		for j := range perSlice {
 			n := i*perSlice + j
-			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-				Addresses:  []string{addr(n)},
-				Hostname:   ptr.To(fmt.Sprintf("%s-%d", svc, n)),
-				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
-			})
+			eps = append(eps, endpoint(addr(n), fmt.Sprintf("%s-%d", svc, n), true))
 		}
-		manifest, err := json.Marshal(slice)
-		require.NoError(t, err)
-		require.NoError(t, c.Apply(ctx, string(manifest)))
+		exported := map[string]string{labels.Exported: labels.ExportFlat}
+		require.NoError(t, c.Apply(ctx, endpointSlice(t, ns, svc, fmt.Sprintf("%s-%d", svc, i), exported, eps...)))
 	}
+}
+
+// endpointSlice is EndpointSlice name of Service ns/svc (port http 80),
+// written by hand: labelled lbls beside its own labels, with endpoints eps.
+func endpointSlice(t *testing.T, ns, svc, name string, lbls map[string]string, eps ...discoveryv1.Endpoint) string {
+	l := map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "e2e"}
+	maps.Copy(l, lbls)
+	b, err := json.Marshal(&discoveryv1.EndpointSlice{
+		TypeMeta:    metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: ns, Labels: l},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(80)), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Endpoints:   eps,
+	})
+	require.NoError(t, err)
+	return string(b)
+}
+
+// endpoint is an endpoint at addr named host, none when host is "".
+func endpoint(addr, host string, ready bool) discoveryv1.Endpoint {
+	ep := discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)}}
+	if host != "" {
+		ep.Hostname = ptr.To(host)
+	}
+	return ep
 }

@@ -103,8 +103,7 @@ func waitMetricAbove(t *testing.T, s *harness.DNSServer, series string, before f
 func waitLogLine(t *testing.T, p *harness.Process, want string) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		log := p.Log(c)
-		assert.Contains(c, log, want)
+		assert.Contains(c, p.Log(c), want)
 	}, 30*time.Second, 50*time.Millisecond, "log line %q", want)
 }
 

@@ -175,7 +175,7 @@ func checkReported(t *testing.T, dnsServer *harness.DNSServer, ctl *harness.Cont
 	t.Helper()
 	first, ctlFirst := map[string]float64{}, map[string]float64{}
 	for _, n := range names {
-		first[n] = linkErrorsBaseline(t, dnsServer, n, reasons[n])
+		first[n] = dnsServer.Value(t, linkErrorsSeries(n, reasons[n]))
 		ctlFirst[n] = ctlLinkErrors(t, ctl, n, reasons[n]) // every reason exported from the link's start
 	}
 	assert.EventuallyWithT(t, func(c *assert.CollectT) {

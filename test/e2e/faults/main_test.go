@@ -13,6 +13,7 @@ package faults_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -78,12 +79,6 @@ func linkErrors(c require.TestingT, s *harness.DNSServer, cluster, reason string
 	return harness.RequireSeries(c, s.MetricsURL, linkErrorsSeries(cluster, reason))
 }
 
-// linkErrorsBaseline is linkErrors before the failure that must move it:
-// 0 while nothing has been counted.
-func linkErrorsBaseline(c require.TestingT, s *harness.DNSServer, cluster, reason string) float64 {
-	return counterBaseline(c, s.MetricsURL, linkErrorsSeries(cluster, reason))
-}
-
 func linkErrorsSeries(cluster, reason string) string {
 	return fmt.Sprintf(`coredns_mcmirror_link_errors_total{cluster=%q,reason=%q}`, cluster, reason)
 }
@@ -94,7 +89,7 @@ func linkErrorsSeries(cluster, reason string) string {
 // logged. down is when the API server stopped.
 func outage(t *testing.T, s *harness.DNSServer, c *harness.Cluster, logged ...string) (down time.Time, restart func()) {
 	t.Helper()
-	before := linkErrorsBaseline(t, s, c.Name, "unreachable")
+	before := s.Value(t, linkErrorsSeries(c.Name, "unreachable")) // a baseline: 0 while nothing is counted
 	down = time.Now()
 	restart = c.APIServerOutage(t)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -152,13 +147,18 @@ endpoints:
 %[5]s`, name, ns, labels.Exported, mode, eps.String())
 }
 
-// mirrorSet returns east's mirror Services of ns as name → UID.
-func mirrorSet(t require.TestingT, ns string) map[string]string {
+// managed returns the Services east's controller made in ns.
+func managed(t require.TestingT, ns string) []corev1.Service {
 	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(context.Background(),
 		metav1.ListOptions{LabelSelector: controller.ManagedBy + "=" + controller.ManagedByValue})
 	require.NoError(t, err)
+	return list.Items
+}
+
+// mirrorSet returns east's mirror Services of ns as name → UID.
+func mirrorSet(t require.TestingT, ns string) map[string]string {
 	out := map[string]string{}
-	for _, s := range list.Items {
+	for _, s := range managed(t, ns) {
 		out[s.Name] = string(s.UID)
 	}
 	return out
@@ -182,19 +182,30 @@ func waitMirrors(t *testing.T, ns string, want []string, within time.Duration) {
 	t.Helper()
 	slices.Sort(want)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(context.Background(),
-			metav1.ListOptions{LabelSelector: controller.ManagedBy + "=" + controller.ManagedByValue})
-		require.NoError(c, err)
 		var got []string
-		for _, s := range list.Items {
-			if s.Spec.ClusterIP == "" {
-				continue
+		for _, s := range managed(c, ns) {
+			if s.Spec.ClusterIP != "" {
+				got = append(got, s.Name)
 			}
-			got = append(got, s.Name)
 		}
 		slices.Sort(got)
 		assert.Equal(c, want, got)
 	}, within, 200*time.Millisecond, "mirrors of %s", ns)
+}
+
+// waitKept waits until east holds the mirrors of ns in mirrors (mirrorSet)
+// and added beside them, and checks that the controller kept every one of
+// them and every EndpointSlice of sliceUIDs (mirrorSlices): the same UIDs.
+func waitKept(t *testing.T, ns string, mirrors, sliceUIDs map[string]string, added string, within time.Duration) {
+	t.Helper()
+	waitMirrors(t, ns, append(slices.Collect(maps.Keys(mirrors)), added), within)
+	after := mirrorSet(t, ns)
+	delete(after, added)
+	assert.Equal(t, mirrors, after, "no mirror was deleted or recreated")
+	sl := mirrorSlices(t, ns)
+	for name, uid := range sliceUIDs {
+		assert.Equal(t, uid, sl[name], "EndpointSlice %s kept", name)
+	}
 }
 
 // ask sends one query over UDP with a short timeout (queryTimeout).
@@ -218,11 +229,8 @@ func answered(c require.TestingT, s *harness.DNSServer, name string) []string {
 
 // mirrorIPs returns name → ClusterIP of the mirrors in ns.
 func mirrorIPs(t require.TestingT, ns string) map[string]string {
-	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(context.Background(),
-		metav1.ListOptions{LabelSelector: controller.ManagedBy + "=" + controller.ManagedByValue})
-	require.NoError(t, err)
 	out := map[string]string{}
-	for _, s := range list.Items {
+	for _, s := range managed(t, ns) {
 		if s.Spec.ClusterIP != corev1.ClusterIPNone {
 			out[s.Name] = s.Spec.ClusterIP
 		}

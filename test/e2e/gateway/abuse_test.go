@@ -321,7 +321,6 @@ func expectRefusals(t *testing.T, west *harness.Gateway, c *ingressClient, peer 
 // bound, and its memory is logged before and after and stays under the
 // Deployment's limit (1 GiB).
 func TestIngressUnderAbuse(t *testing.T) {
-	env.LogOnFailure(t)
 	ctx := context.Background()
 	ns := env.UniqueNamespace(t, "gw-abuse")
 	westC := env.Cluster("west")

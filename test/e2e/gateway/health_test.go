@@ -17,7 +17,6 @@ const healthBound = 10 * time.Second
 // gateway_alive{cluster="west"} 0 within 10 s. West's gateway starts again
 // on the same address: alive is 1 again within 10 s and connections work.
 func TestIngressDownAndBack(t *testing.T) {
-	env.LogOnFailure(t)
 	f := startFleet(t)
 	_, m := exportWeb(t, "gw-health", nil, "web-a", "web-b")
 	addr := m.addr()

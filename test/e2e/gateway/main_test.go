@@ -54,8 +54,10 @@ func fleet(westArgs ...string) harness.FleetOptions {
 		IngressArgs: append([]string{"--allow-selectorless", "*"}, westArgs...)}
 }
 
-// startFleet starts fleet(westArgs...) for the test t.
+// startFleet starts fleet(westArgs...) for the test t, and has t print
+// the environment's logs if it fails.
 func startFleet(t *testing.T, westArgs ...string) *harness.Fleet {
 	t.Helper()
+	env.LogOnFailure(t)
 	return env.StartFleet(t, fleet(westArgs...))
 }

@@ -17,7 +17,6 @@ import (
 // known state (as it does while a controller is down or lagging), while
 // west's ingress follows its own cluster's export live.
 func TestNotExportedRefused(t *testing.T) {
-	env.LogOnFailure(t)
 	west := env.Cluster("west")
 	f := startFleet(t)
 	ns, m := exportWeb(t, "gw-refused", nil, "web-a", "web-b")

@@ -31,7 +31,6 @@ const streamEndBound = 5 * time.Second
 // controller lags), the stamp taken off ends the open stream and new
 // streams are refused by west's ingress.
 func TestServiceExportStampThroughGateway(t *testing.T) {
-	env.LogOnFailure(t)
 	west := env.Cluster("west")
 	f := startFleet(t)
 	ns, m := exportWeb(t, "gw-mcs", map[string]string{labels.ServiceExportMode: labels.ModeGateway}, "web-a", "web-b")

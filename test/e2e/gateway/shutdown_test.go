@@ -19,7 +19,6 @@ import (
 // covers the delay), stops taking connections, while the streams already
 // open go on; the process exits, cleanly, once the last one ends.
 func TestShutdownDrainsStreams(t *testing.T) {
-	env.LogOnFailure(t)
 	f := startFleet(t, "--drain-delay", "0s")
 	_, m := exportWeb(t, "gw-drain", nil, "web-a")
 	addr := m.addr()

@@ -20,7 +20,6 @@ const connections = 12
 // passed on; over several connections, more than one pod answers. Both
 // gateways count the streams.
 func TestServiceThroughGateway(t *testing.T) {
-	env.LogOnFailure(t)
 	f := startFleet(t)
 	_, m := exportWeb(t, "gw-service", nil, "web-a", "web-b", "web-c")
 	addr := m.addr()
@@ -58,7 +57,6 @@ func TestServiceThroughGateway(t *testing.T) {
 // real server: each per-pod mirror in east has an egress port of its own,
 // and a connection there reaches exactly that pod, every time.
 func TestPodThroughGateway(t *testing.T) {
-	env.LogOnFailure(t)
 	ns := env.UniqueNamespace(t, "gw-pod")
 	west := env.Cluster("west")
 	pods := west.RunEchoPods(t, podPort, "web-0", "web-1")

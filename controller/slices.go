@@ -265,10 +265,9 @@ func (in sliceInput) headlessSlices(svc *corev1.Service) []*discoveryv1.Endpoint
 		i := slices.IndexFunc(names, func(n string) bool {
 			return len(groups[n]) < max && (in.owned[n] == nil || in.owned[n].AddressType == at)
 		})
-		for n := 2; i < 0; n++ {
-			if name := svc.Name + "." + strconv.Itoa(n); !slices.Contains(names, name) {
-				names, i = append(names, name), len(names)
-			}
+		if i < 0 { // every slice is full, or of the other family
+			names = append(names, nextSliceName(svc.Name, names))
+			i = len(names) - 1
 		}
 		groups[names[i]] = append(groups[names[i]], host)
 	}
@@ -293,6 +292,15 @@ func (in sliceInput) headlessSlices(svc *corev1.Service) []*discoveryv1.Endpoint
 		out = append(out, es)
 	}
 	return out
+}
+
+// nextSliceName is the first of <svc>.2, <svc>.3, ... not among names.
+func nextSliceName(svc string, names []string) string {
+	for n := 2; ; n++ {
+		if name := svc + "." + strconv.Itoa(n); !slices.Contains(names, name) {
+			return name
+		}
+	}
 }
 
 func addressType(a netip.Addr) discoveryv1.AddressType {

@@ -2,6 +2,8 @@ package faults_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -58,7 +60,7 @@ func TestLocalAPIServerDown(t *testing.T) {
 	// The controller resumes: a new export is mirrored and answered.
 	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "late", labels.ExportGateway)))
 	start := time.Now()
-	waitKept(t, ns, mirrorsBefore, slicesBefore, "late-west", 60*time.Second)
+	waitMirrors(t, ns, append(slices.Collect(maps.Keys(mirrorsBefore)), "late-west"), 60*time.Second)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		answered(c, dnsServer, "late-west."+ns+"."+zone)
 	}, 30*time.Second, 100*time.Millisecond)
@@ -67,4 +69,5 @@ func TestLocalAPIServerDown(t *testing.T) {
 	q.answeredSince(t, time.Now(), "after east's return")
 	q.stop().requireRight(t, "during and after the outage")
 	env.RequireAlive(t, ctl.Process, dnsServer.Process)
+	requireKept(t, ns, mirrorsBefore, slicesBefore, "late-west")
 }

@@ -194,11 +194,18 @@ func waitMirrors(t *testing.T, ns string, want []string, within time.Duration) {
 }
 
 // waitKept waits until east holds the mirrors of ns in mirrors (mirrorSet)
-// and added beside them, and checks that the controller kept every one of
-// them and every EndpointSlice of sliceUIDs (mirrorSlices): the same UIDs.
+// and added beside them, then requireKept.
 func waitKept(t *testing.T, ns string, mirrors, sliceUIDs map[string]string, added string, within time.Duration) {
 	t.Helper()
 	waitMirrors(t, ns, append(slices.Collect(maps.Keys(mirrors)), added), within)
+	requireKept(t, ns, mirrors, sliceUIDs, added)
+}
+
+// requireKept checks that the controller kept every mirror of mirrors
+// (mirrorSet) and every EndpointSlice of sliceUIDs (mirrorSlices), the
+// same UIDs, beside the mirror added.
+func requireKept(t *testing.T, ns string, mirrors, sliceUIDs map[string]string, added string) {
+	t.Helper()
 	after := mirrorSet(t, ns)
 	delete(after, added)
 	assert.Equal(t, mirrors, after, "no mirror was deleted or recreated")

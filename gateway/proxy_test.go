@@ -83,7 +83,9 @@ func TestEchoBothWays(t *testing.T) {
 
 	// Counted on both sides, by peer cluster and direction: the stream,
 	// and its bytes each way.
-	noStreams(t)
+	require.Eventually(t, func() bool {
+		return value(connsOpen.WithLabelValues("west", DirectionEgress)) == 0 && value(connsOpen.WithLabelValues("east", DirectionIngress)) == 0
+	}, 5*time.Second, 5*time.Millisecond, "the stream closed on both sides")
 	assert.Equal(t, egressConns+1, value(connsTotal.WithLabelValues("west", DirectionEgress)))
 	assert.Equal(t, ingressConns+1, value(connsTotal.WithLabelValues("east", DirectionIngress)))
 	up, down := float64(len(payload)), float64(len("hello from west\n")+len(payload))

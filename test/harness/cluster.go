@@ -94,7 +94,7 @@ type Cluster struct {
 // own etcd prefix and its own service CIDR.
 func (c *Cluster) startAPIServer(etcdURL string) error {
 	e := c.env
-	port, err := serverPort()
+	port, err := freePort()
 	if err != nil {
 		return err
 	}

@@ -32,9 +32,10 @@ type DNSServer struct {
 	// placeholders replaced.
 	Corefile string
 
-	readyURL string
-	hasReady bool   // the Corefile runs the ready plugin
-	probe    string // a name the server must answer NOERROR once it serves
+	readyURL   string
+	hasReady   bool   // the Corefile runs the ready plugin
+	hasMetrics bool   // the Corefile's prometheus plugin listens on {METRICS}
+	probe      string // a name the server must answer NOERROR once it serves
 }
 
 // DNSOptions are what StartDNSWith changes of the server StartDNS runs.
@@ -88,7 +89,7 @@ func (e *Env) launchDNS(ctx context.Context, name string, c *Cluster, corefile, 
 	if c != nil {
 		host = c.NodeIP()
 	} else {
-		p, err := freeUDPTCPPort()
+		p, err := pickPort(true)
 		if err != nil {
 			return nil, err
 		}
@@ -145,6 +146,7 @@ func newDNSServer(host netip.Addr, port int, corefile, dir string, o DNSOptions)
 	if err != nil {
 		return nil, nil, err
 	}
+	hasMetrics := strings.Contains(corefile, "{METRICS}")
 	corefile = strings.NewReplacer("{READY}", strconv.Itoa(readyPort), "{METRICS}", strconv.Itoa(metricsPort), "{HOST}", host.String()).Replace(corefile)
 	path := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
@@ -157,6 +159,7 @@ func newDNSServer(host netip.Addr, port int, corefile, dir string, o DNSOptions)
 		Corefile:   path,
 		readyURL:   "http://" + net.JoinHostPort(h, strconv.Itoa(readyPort)) + "/ready",
 		hasReady:   strings.Contains(corefile, "ready "),
+		hasMetrics: hasMetrics,
 		probe:      dns.Fqdn(probe),
 	}
 	return s, []string{bin, "-conf", path, "-dns.port", strconv.Itoa(port)}, nil
@@ -176,30 +179,39 @@ func (s *DNSServer) EditCorefile(t testing.TB, edit func(string) string) string 
 	return text
 }
 
-// Ready reports whether the ready plugin answers 200 (the Corefile must
-// run it; StartDNS's {READY} port).
-func (s *DNSServer) Ready() (bool, error) {
+// Ready says why the ready plugin does not answer 200 (the Corefile must
+// run it; StartDNS's {READY} port), or nil.
+func (s *DNSServer) Ready() error {
 	if !s.hasReady {
-		return false, fmt.Errorf("the Corefile runs no ready plugin")
+		return fmt.Errorf("the Corefile runs no ready plugin")
 	}
-	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(s.readyURL)
+	return getOK(s.readyURL)
+}
+
+// getOK GETs url, which must answer 200.
+func getOK(url string) error {
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(url)
 	if err != nil {
-		return false, err
+		return err
 	}
 	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK, nil
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
 }
 
 // answers reports why the server is not serving yet, or nil.
 func (s *DNSServer) answers() error {
 	if s.hasReady {
-		resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(s.readyURL)
-		if err != nil {
+		if err := getOK(s.readyURL); err != nil {
 			return err
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", s.readyURL, resp.Status)
+	}
+	// CoreDNS serves on without metrics when their port is taken.
+	if s.hasMetrics {
+		if err := getOK(s.MetricsURL); err != nil {
+			return err
 		}
 	}
 	// CoreDNS's ready plugin listens a moment before it knows which
@@ -302,30 +314,10 @@ func (s *DNSServer) Metrics(t testing.TB) []string {
 	return strings.Split(string(body), "\n")
 }
 
-// freeUDPTCPPort returns a port free for both UDP and TCP on 127.0.0.1.
-func freeUDPTCPPort() (int, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", l.Addr().String())
-		l.Close()
-		if err == nil {
-			u.Close()
-			if handOut(port) {
-				return port, nil
-			}
-		}
-	}
-	return 0, fmt.Errorf("no port free for both UDP and TCP")
-}
-
-// FreePort returns a port on 127.0.0.1 free for both UDP and TCP.
+// FreePort returns a port free for both UDP and TCP (freePort).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	p, err := freeUDPTCPPort()
+	p, err := pickPort(true)
 	require.NoError(t, err)
 	return p
 }

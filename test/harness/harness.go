@@ -600,49 +600,55 @@ var handedOut = struct {
 func handOut(p int) bool {
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	if handedOut.ports[p] && len(handedOut.ports) < 10000 {
+	if handedOut.ports[p] && len(handedOut.ports) < 8000 {
 		return false
 	}
 	handedOut.ports[p] = true
 	return true
 }
 
-// serverPort returns a TCP port on 127.0.0.1, free a moment ago, for a
-// server that is restarted on the same port (kube-apiserver): below the
+// freePort returns a TCP port that was free on every address a moment ago
+// and that no other call in this process returned. It is below the
 // kernel's range of ephemeral ports (32768 and up), so that no client
-// connection takes it as its own port while the server is down (a fleet
-// makes thousands of connections; one took a port that way), and below
-// the egress port windows (20000 and up, controller.go).
-func serverPort() (int, error) {
-	const low, high = 10000, 20000
-	for range 100 {
-		p := low + rand.IntN(high-low)
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err == nil {
-			l.Close()
-			if handOut(p) {
-				return p, nil
-			}
-		}
-	}
-	return freePort()
-}
+// connection takes it as its own port before the server binds it, or
+// while a server restarted on it is down: a fleet makes thousands of
+// connections, and one took an API server's port that way, another a DNS
+// server's metrics port. It is above the kubelet's and kube-proxy's fixed
+// ports (10248 to 10259) and below the egress port windows (20000 and up,
+// controller.go).
+func freePort() (int, error) { return pickPort(false) }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago and
-// that no other call in this process returned.
-func freePort() (int, error) {
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if handOut(p) {
+// pickPort is freePort; with udp, the port is free for UDP too (a DNS
+// server's).
+func pickPort(udp bool) (int, error) {
+	const low, high = 11000, 20000
+	for range 1000 {
+		p := low + rand.IntN(high-low)
+		if portFree(p, udp) && handOut(p) {
 			return p, nil
 		}
 	}
-	return 0, fmt.Errorf("no free TCP port that was not handed out before")
+	return 0, fmt.Errorf("no port in [%d, %d) free and not handed out before", low, high)
+}
+
+// portFree reports whether port p can be bound on every address, as a
+// server listening on ":p" binds it.
+func portFree(p int, udp bool) bool {
+	addr := ":" + strconv.Itoa(p)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	if !udp {
+		return true
+	}
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	u.Close()
+	return true
 }
 
 // FreeTCPPort is freePort for the benchmarks, which launch processes

@@ -248,11 +248,7 @@ func ptr[T any](v T) *T { return &v }
 // restarted on its port finds it free, however many client connections
 // the fleet holds (one of them took a restarted server's port before).
 func TestAPIServerPortsOutsideEphemeralRange(t *testing.T) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	require.NoError(t, err)
-	var low, high int
-	_, err = fmt.Sscan(string(b), &low, &high)
-	require.NoError(t, err)
+	low, high := ephemeralPorts(t)
 	for _, c := range env.Clusters() {
 		u, err := url.Parse(c.Server)
 		require.NoError(t, err)
@@ -262,14 +258,30 @@ func TestAPIServerPortsOutsideEphemeralRange(t *testing.T) {
 	}
 }
 
+// ephemeralPorts is the kernel's range of ports for client connections.
+func ephemeralPorts(t *testing.T) (low, high int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	require.NoError(t, err)
+	_, err = fmt.Sscan(string(b), &low, &high)
+	require.NoError(t, err)
+	return low, high
+}
+
 // No two calls hand out the same port, though the kernel may give a port
 // just closed to the next bind: processes launched at once each get
-// their own.
+// their own. None is in the range the kernel gives client connections,
+// one of which would take it before its server binds it (one took a DNS
+// server's metrics port that way).
 func TestFreePortsAreNeverHandedOutTwice(t *testing.T) {
+	low, _ := ephemeralPorts(t)
 	seen := map[int]int{}
 	for i := range 3000 {
 		p, err := harness.FreeTCPPort()
 		require.NoError(t, err)
+		if i%2 == 1 {
+			p = harness.FreePort(t) // free for UDP too
+		}
+		require.Less(t, p, low, "call %d: port %d is in the ephemeral range", i, p)
 		if j, ok := seen[p]; ok {
 			t.Fatalf("port %d handed out by call %d and again by call %d", p, j, i)
 		}

@@ -162,7 +162,13 @@ func TestStalledReadersStayWithinBufferBudget(t *testing.T) {
 	// The pools' counters of two sizes are read one after the other: one
 	// buffer of slack.
 	assert.LessOrEqual(t, maxHeld, int64(budget+bufSizes[len(bufSizes)-1]), "grown buffers held over the budget")
-	assert.Greater(t, held, 0.0, "stalled writes hold no grown buffer: the budget was never used")
+	// Positive evidence that the budget was what bound them: the stalled
+	// streams filled it, to within one large buffer. Whether one still
+	// holds a grown buffer at the end is the kernel's doing: over minutes
+	// (a loaded machine took 3 to open the streams) it takes in more of a
+	// stalled stream's bytes, the blocked Write returns and the buffer
+	// goes back.
+	assert.Greater(t, maxReserved, float64(budget-bufSizes[len(bufSizes)-1]), "the stalled streams never filled the budget")
 	assert.Greater(t, refused, float64(stalled), "grows refused")
 	assert.Equal(t, float64(budget), gathered(t, "coredns_mcmirror_gateway_copy_buffer_budget_bytes"))
 

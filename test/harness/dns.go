@@ -313,11 +313,3 @@ func (s *DNSServer) Metrics(t testing.TB) []string {
 	require.NoError(t, err)
 	return strings.Split(string(body), "\n")
 }
-
-// FreePort returns a port free for both UDP and TCP (freePort).
-func FreePort(t testing.TB) int {
-	t.Helper()
-	p, err := pickPort(true)
-	require.NoError(t, err)
-	return p
-}

@@ -63,7 +63,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -585,72 +584,3 @@ func appendFile(path, line string) {
 	defer f.Close()
 	_, _ = f.WriteString(line)
 }
-
-// handedOut records every port this process's port pickers returned. The
-// kernel may give a port that was just closed to the next bind, so two
-// processes launched at once were given the same port (a DNS replica's
-// metrics URL answered 404: another replica's pprof had the port). A port
-// is handed out once per process, while there are ports to spare.
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// handOut reports whether port p was not handed out before, and records it.
-func handOut(p int) bool {
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	if handedOut.ports[p] && len(handedOut.ports) < 8000 {
-		return false
-	}
-	handedOut.ports[p] = true
-	return true
-}
-
-// freePort returns a TCP port that was free on every address a moment ago
-// and that no other call in this process returned. It is below the
-// kernel's range of ephemeral ports (32768 and up), so that no client
-// connection takes it as its own port before the server binds it, or
-// while a server restarted on it is down: a fleet makes thousands of
-// connections, and one took an API server's port that way, another a DNS
-// server's metrics port. It is above the kubelet's and kube-proxy's fixed
-// ports (10248 to 10259) and below the egress port windows (20000 and up,
-// controller.go).
-func freePort() (int, error) { return pickPort(false) }
-
-// pickPort is freePort; with udp, the port is free for UDP too (a DNS
-// server's).
-func pickPort(udp bool) (int, error) {
-	const low, high = 11000, 20000
-	for range 1000 {
-		p := low + rand.IntN(high-low)
-		if portFree(p, udp) && handOut(p) {
-			return p, nil
-		}
-	}
-	return 0, fmt.Errorf("no port in [%d, %d) free and not handed out before", low, high)
-}
-
-// portFree reports whether port p can be bound on every address, as a
-// server listening on ":p" binds it.
-func portFree(p int, udp bool) bool {
-	addr := ":" + strconv.Itoa(p)
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return false
-	}
-	defer l.Close()
-	if !udp {
-		return true
-	}
-	u, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		return false
-	}
-	u.Close()
-	return true
-}
-
-// FreeTCPPort is freePort for the benchmarks, which launch processes
-// beside the harness's: one record of the ports handed out.
-func FreeTCPPort() (int, error) { return freePort() }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"net/url"
@@ -31,7 +32,24 @@ var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
 	{Name: "paris", MCS: true},
 }})
 
-func TestMain(m *testing.M) { os.Exit(env.Run(m)) }
+func TestMain(m *testing.M) {
+	if n, _ := strconv.Atoi(os.Getenv(harness.PortsChildEnv)); n > 0 {
+		// The other harness process of TestPortsClaimedAcrossProcesses:
+		// it takes n ports, says which, and holds them until its stdin
+		// ends.
+		for range n {
+			p, err := harness.FreeTCPPort()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			fmt.Println(p)
+		}
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return
+	}
+	os.Exit(env.Run(m))
+}
 
 // A Service gets its ClusterIP from its own cluster's range and exists in no
 // other cluster, although all clusters share one etcd.

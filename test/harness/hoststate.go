@@ -54,6 +54,8 @@ type hostState struct {
 	absent  []string          // host paths that did not exist, to remove
 	cgroups []string          // cgroup roots made, relative to a hierarchy
 	dns     *upstreamDNS      // the nodes' upstream resolver
+	// kubelets lets one kubelet start at a time (startKubelet).
+	kubelets sync.Mutex
 }
 
 // hold takes the host for real nodes, once per environment: the lock, the

@@ -95,19 +95,7 @@ func (n *realNode) start(ctx context.Context) error {
 	if err := n.importImages(ctx); err != nil {
 		return err
 	}
-	kubelet, err := Binary("kubelet")
-	if err != nil {
-		return err
-	}
-	if n.kubelet, err = e.startProcess(c.Name+"/kubelet", nil, n.nsenter(kubelet,
-		"--config="+filepath.Join(n.dir, "kubelet.yaml"),
-		"--kubeconfig="+c.Kubeconfig,
-		"--root-dir="+filepath.Join(n.dir, "kubelet"),
-		"--cert-dir="+filepath.Join(n.dir, "pki"),
-		"--hostname-override="+n.name,
-		"--node-ip="+c.node.ip.String(),
-		"--node-labels=topology.kubernetes.io/zone="+c.Name+"-a",
-	)...); err != nil {
+	if err := n.startKubelet(ctx); err != nil {
 		return err
 	}
 	// A node is Ready once the kubelet has registered it and containerd
@@ -129,6 +117,45 @@ func (n *realNode) start(ctx context.Context) error {
 		return err
 	}
 	return c.startKubeProxy(ctx, n.name)
+}
+
+// devicePluginSocket is the kubelet's device plugin socket, the same for
+// every kubelet whatever its --root-dir. At start a kubelet empties its
+// directory, then binds it: two kubelets starting at once failed, the
+// second one's bind finding the first one's socket ("Failed to start
+// ContainerManager ... address already in use").
+const devicePluginSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
+
+// startKubelet starts the node's kubelet, one kubelet of the environment at
+// a time until it has bound devicePluginSocket.
+func (n *realNode) startKubelet(ctx context.Context) error {
+	c, e := n.c, n.c.env
+	kubelet, err := Binary("kubelet")
+	if err != nil {
+		return err
+	}
+	e.host.kubelets.Lock()
+	defer e.host.kubelets.Unlock()
+	if err := os.Remove(devicePluginSocket); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if n.kubelet, err = e.startProcess(c.Name+"/kubelet", nil, n.nsenter(kubelet,
+		"--config="+filepath.Join(n.dir, "kubelet.yaml"),
+		"--kubeconfig="+c.Kubeconfig,
+		"--root-dir="+filepath.Join(n.dir, "kubelet"),
+		"--cert-dir="+filepath.Join(n.dir, "pki"),
+		"--hostname-override="+n.name,
+		"--node-ip="+c.node.ip.String(),
+		"--node-labels=topology.kubernetes.io/zone="+c.Name+"-a",
+	)...); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return e.poll(ctx, c.Name+"/kubelet's "+devicePluginSocket, func(context.Context) (bool, error) {
+		fi, err := os.Stat(devicePluginSocket)
+		return err == nil && fi.Mode()&os.ModeSocket != 0, nil
+	})
 }
 
 // importImages imports every local image archive into containerd's k8s.io

@@ -285,8 +285,8 @@ func ephemeralPorts(t *testing.T) (low, high int) {
 	return low, high
 }
 
-// No two calls hand out the same port, though the kernel may give a port
-// just closed to the next bind: processes launched at once each get
+// No two calls hand out the same port, though a port handed out stays
+// free until its server binds it: processes launched at once each get
 // their own. None is in the range the kernel gives client connections,
 // one of which would take it before its server binds it (one took a DNS
 // server's metrics port that way).
@@ -294,9 +294,12 @@ func TestFreePortsAreNeverHandedOutTwice(t *testing.T) {
 	low, _ := ephemeralPorts(t)
 	seen := map[int]int{}
 	for i := range 3000 {
-		p, err := harness.FreeTCPPort()
-		require.NoError(t, err)
-		if i%2 == 1 {
+		var p int
+		if i%2 == 0 {
+			var err error
+			p, err = harness.FreeTCPPort()
+			require.NoError(t, err)
+		} else {
 			p = harness.FreePort(t) // free for UDP too
 		}
 		require.Less(t, p, low, "call %d: port %d is in the ephemeral range", i, p)

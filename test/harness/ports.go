@@ -14,11 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// handedOut records every port this process's port pickers returned. The
-// kernel may give a port that was just closed to the next bind, so two
-// processes launched at once were given the same port (a DNS replica's
-// metrics URL answered 404: another replica's pprof had the port). A port
-// is handed out once per process, while there are ports to spare.
+// handedOut records every port this process's port pickers returned. A
+// port handed out stays free until its server binds it, so a second pick
+// could return it again: two processes launched at once were given the
+// same port (a DNS replica's metrics URL answered 404: another replica's
+// pprof had the port). A port is handed out once per process, while there
+// are ports to spare. Other processes' ports are claim's.
 var handedOut = struct {
 	sync.Mutex
 	ports map[int]bool
@@ -83,7 +84,7 @@ func pickPort(udp bool) (int, error) {
 			return p, nil
 		}
 	}
-	return 0, fmt.Errorf("no port in [%d, %d) free and not handed out before", low, high)
+	return 0, fmt.Errorf("no port in [%d, %d) free, not handed out here before and not held by another harness process", low, high)
 }
 
 // portFree reports whether port p can be bound on every address, as a

@@ -29,6 +29,8 @@ type sample struct {
 // samples is a parsed exposition.
 type samples []sample
 
+// parseSamples reads a Prometheus text exposition; one it cannot parse is
+// an error.
 func parseSamples(b []byte) (samples, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))

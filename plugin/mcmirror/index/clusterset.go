@@ -66,13 +66,7 @@ func (x *Index) buildImport(k object.GroupKey, d *object.Derived, old *imported)
 			continue
 		}
 		seen[a] = true
-		if a.Is4() {
-			v := a.As4()
-			imp.v4 = append(imp.v4, v[:]...)
-		} else {
-			v := a.As16()
-			imp.v6 = append(imp.v6, v[:]...)
-		}
+		appendAddr(&imp.v4, &imp.v6, a)
 	}
 	return imp
 }

@@ -176,14 +176,21 @@ func (b *builder) addr(a netip.Addr) bool {
 		return false
 	}
 	b.seen[a] = true
+	appendAddr(&b.m.v4, &b.m.v6, a)
+	return true
+}
+
+// appendAddr appends a to *v4 or *v6, by its family, and reports whether
+// it is IPv4.
+func appendAddr(v4, v6 *[]byte, a netip.Addr) bool {
 	if a.Is4() {
 		v := a.As4()
-		b.m.v4 = append(b.m.v4, v[:]...)
-	} else {
-		v := a.As16()
-		b.m.v6 = append(b.m.v6, v[:]...)
+		*v4 = append(*v4, v[:]...)
+		return true
 	}
-	return true
+	v := a.As16()
+	*v6 = append(*v6, v[:]...)
+	return false
 }
 
 // podAddr adds an address of pod host with ports; false when the address
@@ -257,26 +264,16 @@ func (b *builder) finish(zones []string) {
 		}
 		p := pod{i4: uint32(len(m.v4) / 4), i6: uint32(len(m.v6) / 16), ports: b.portSet(b.ports[i])}
 		for _, a := range addrs {
-			if a.Is4() {
-				v := a.As4()
-				m.v4 = append(m.v4, v[:]...)
+			if appendAddr(&m.v4, &m.v6, a) {
 				p.n4++
 			} else {
-				v := a.As16()
-				m.v6 = append(m.v6, v[:]...)
 				p.n6++
 			}
 		}
 		m.pods = append(m.pods, p)
 	}
 	for _, a := range append(loose, b.loose...) {
-		if a.Is4() {
-			v := a.As4()
-			m.v4 = append(m.v4, v[:]...)
-		} else {
-			v := a.As16()
-			m.v6 = append(m.v6, v[:]...)
-		}
+		appendAddr(&m.v4, &m.v6, a)
 	}
 	m.v4, m.v6 = slices.Clip(m.v4), slices.Clip(m.v6)
 	m.pods, m.podNames = slices.Clip(m.pods), slices.Clip(m.podNames)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/miekg/dns"
@@ -59,9 +60,7 @@ func TestClusterSetWatch(t *testing.T) {
 	require.NoError(t, err)
 	eventually(t, "the Headless import", answersA(t, m, "web"+cs, "10.1.0.1"))
 	eventually(t, "its pod", answersA(t, m, "10-1-0-1.west.web"+cs, "10.1.0.1"))
-	if !answersA(t, m, "web-west"+z, "10.1.0.1")() {
-		t.Error("web-west no longer answered")
-	}
+	assert.True(t, answersA(t, m, "web-west"+z, "10.1.0.1")(), "web-west no longer answered")
 
 	// api's derived Service gets a new ClusterIP, then goes.
 	_, err = local.CoreV1().Services("default").Update(ctx, derivedService("api", "10.97.0.3", true), metav1.UpdateOptions{})
@@ -78,7 +77,5 @@ func TestClusterSetNoWatch(t *testing.T) {
 	if cl := m.watch.cluster("east"); cl.derived != nil {
 		t.Error("derived Services watched without clusterset")
 	}
-	if d := m.watch.Derived("default", "api"); d != nil {
-		t.Errorf("Derived(api) = %+v without clusterset", d)
-	}
+	assert.Nil(t, m.watch.Derived("default", "api"), "Derived(api) without clusterset")
 }

@@ -60,15 +60,9 @@ func TestFederatedMembersWatch(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, got, want)
 		}
 	}
-	if got, want := keys(cl.fedServices), []string{"default/gw", "default/web"}; !slices.Equal(got, want) {
-		t.Errorf("federated members held %v, want %v", got, want)
-	}
-	if got, want := keys(cl.services), []string{"default/gw"}; !slices.Equal(got, want) {
-		t.Errorf("exported Services held %v, want %v", got, want)
-	}
-	if got, want := sliceKeys(cl), []string{"default/gw-1", "default/web-1"}; !slices.Equal(got, want) {
-		t.Errorf("slices held %v, want %v", got, want)
-	}
+	wantKeys(t, "federated members held", keys(cl.fedServices), "default/gw", "default/web")
+	wantKeys(t, "exported Services held", keys(cl.services), "default/gw")
+	wantKeys(t, "slices held", sliceKeys(cl), "default/gw-1", "default/web-1")
 	if s := m.watch.Member("west", "default", "web"); s == nil || s.Mode != labels.Flat {
 		t.Errorf("Member(west, web) = %+v, want flat", s)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -45,27 +46,23 @@ func TestStaleServingAndRecovery(t *testing.T) {
 	m := startWith(t, remotetest.NewClientset(), eventBound, 0, "stale", api.client())
 	name := "web-stale" + z
 	waitFor(t, eventBound, "the first answer", answersA(t, m, name, "10.1.0.1"))
-	if v := testutil.ToFloat64(linkUp.WithLabelValues("stale")); v != 1 {
-		t.Fatalf("link_up = %v while up", v)
-	}
-	errs := testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable))
+	require.EqualValues(t, 1, testutil.ToFloat64(linkUp.WithLabelValues("stale")), "link_up while up")
+	errs := unreachable("stale")
 
 	api.down()
 	waitFor(t, eventBound, "the outage seen", func() bool {
 		return testutil.ToFloat64(linkUp.WithLabelValues("stale")) == 0 &&
-			testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable)) > errs
+			unreachable("stale") > errs
 	})
 	// Down for 10 s: long enough for client-go's default backoff to
 	// reach 6.4 s, and double it with jitter, before the next retry.
 	// Failed retries clear nothing.
-	n := testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable))
+	n := unreachable("stale")
 	down := time.Now()
 	waitFor(t, 10*time.Second+eventBound, "a 10 s outage with failed retries", func() bool {
-		return time.Since(down) > 10*time.Second && testutil.ToFloat64(linkErrors.WithLabelValues("stale", link.FailureUnreachable)) >= n+3
+		return time.Since(down) > 10*time.Second && unreachable("stale") >= n+3
 	})
-	if !answersA(t, m, name, "10.1.0.1")() {
-		t.Fatal("the last known answer is gone while the link is down")
-	}
+	require.True(t, answersA(t, m, name, "10.1.0.1")(), "the last known answer is gone while the link is down")
 
 	// Changed while away; back, and answered at the next retry, without
 	// a restart: within the longest delay between two retries
@@ -106,25 +103,19 @@ func TestStaleMaxAge(t *testing.T) {
 		failing := testutil.ToFloat64(linkUp.WithLabelValues("aged")) == 0
 		ok := answersA(t, m, name, "10.1.0.1")()
 		if time.Since(down) < maxAge {
-			if !ok {
-				t.Fatalf("withdrawn %s after the API server went, before stale_max_age %s", time.Since(down).Round(time.Millisecond), maxAge)
-			}
+			require.True(t, ok, "withdrawn %s after the API server went, before stale_max_age %s", time.Since(down).Round(time.Millisecond), maxAge)
 			staleSeen = staleSeen || failing
 		}
 		return testutil.ToFloat64(linkWithdrawn.WithLabelValues("aged")) == 1 && m.index.Lookup(name) == nil
 	})
-	if !staleSeen {
-		t.Fatalf("no answer while the link was seen down before stale_max_age %s: the outage was not seen in time to tell", maxAge)
-	}
+	require.True(t, staleSeen, "no answer while the link was seen down before stale_max_age %s: the outage was not seen in time to tell", maxAge)
 	if _, got := askA(t, m, name); !slices.Equal(got, []string{"192.0.2.53"}) { // not claimed any more
 		t.Errorf("withdrawn name answers %v, not the next plugin's", got)
 	}
 
 	api.up()
 	waitFor(t, eventBound, "back", answersA(t, m, name, "10.1.0.1"))
-	if v := testutil.ToFloat64(linkWithdrawn.WithLabelValues("aged")); v != 0 {
-		t.Errorf("link_withdrawn = %v once back", v)
-	}
+	assert.EqualValues(t, 0, testutil.ToFloat64(linkWithdrawn.WithLabelValues("aged")), "link_withdrawn once back")
 }
 
 // Refused credentials, at start-up and after a first good sync: the other
@@ -152,9 +143,7 @@ func TestRefusedLink(t *testing.T) {
 			waitFor(t, eventBound, "the refusal counted by reason", func() bool {
 				return testutil.ToFloat64(linkErrors.WithLabelValues(cl, tc.reason)) > before
 			})
-			if v := testutil.ToFloat64(linkSynced.WithLabelValues(cl)); v != 0 {
-				t.Errorf("link_synced = %v", v)
-			}
+			assert.EqualValues(t, 0, testutil.ToFloat64(linkSynced.WithLabelValues(cl)), "link_synced")
 
 			// After a first good sync.
 			later := newFakeAPI(t, service("web", flatExport, corev1.ClusterIPNone),
@@ -168,14 +157,10 @@ func TestRefusedLink(t *testing.T) {
 				return testutil.ToFloat64(linkErrors.WithLabelValues(cl2, tc.reason)) > before &&
 					testutil.ToFloat64(linkUp.WithLabelValues(cl2)) == 0
 			})
-			if !answersA(t, m, "web-"+cl2+z, "10.1.0.7")() {
-				t.Error("a refused link's names were deleted")
-			}
+			assert.True(t, answersA(t, m, "web-"+cl2+z, "10.1.0.7")(), "a refused link's names were deleted")
 			later.refuse(0)
 			waitFor(t, eventBound, "up again", func() bool { return testutil.ToFloat64(linkUp.WithLabelValues(cl2)) == 1 })
-			if !answersA(t, m, "web-"+cl2+z, "10.1.0.7")() {
-				t.Error("names lost after the refusal ended")
-			}
+			assert.True(t, answersA(t, m, "web-"+cl2+z, "10.1.0.7")(), "names lost after the refusal ended")
 		})
 	}
 }
@@ -212,19 +197,15 @@ func TestHangingLink(t *testing.T) {
 	hang, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + l.Addr().String(), TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
 	require.NoError(t, err)
 	good := remotetest.NewClientset(service("web", flatExport, corev1.ClusterIPNone), flatSlice("web-1", "web", "10.1.0.9"))
-	before := testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable))
+	before := unreachable("hang")
 	m := startWith(t, remotetest.NewClientset(), 500*time.Millisecond, 0, "good", good, "hang", hang)
 	waitFor(t, eventBound, "readiness", m.watch.HasSynced)
-	if testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable)) > before {
-		t.Error("ready only once the hanging link had failed, not at startup_timeout")
-	}
+	assert.False(t, unreachable("hang") > before, "ready only once the hanging link had failed, not at startup_timeout")
 	waitFor(t, eventBound, "the good link", answersA(t, m, "web-good"+z, "10.1.0.9"))
 	waitFor(t, eventBound, "the hanging link dialled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(conns) > 0
 	})
-	waitFor(t, remote.NoAnswerAfter+eventBound, "the hanging link counted unreachable", func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("hang", link.FailureUnreachable)) > before
-	})
+	waitFor(t, remote.NoAnswerAfter+eventBound, "the hanging link counted unreachable", func() bool { return unreachable("hang") > before })
 }

@@ -9,6 +9,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // isolateReadyInstances makes the test the only one whose instances count
@@ -52,28 +55,20 @@ func TestReloadDropsSeriesOfUnlinkedClusters(t *testing.T) {
 			if tc.newReadyFirst {
 				next = startWith(t, remotetest.NewClientset(), time.Second, 0, keep, linkedCluster())
 				waitFor(t, 5*time.Second, "the new instance ready", next.watch.HasSynced)
-				if n := seriesOf(drop); n == 0 {
-					t.Fatalf("%s's series gone while the old instance still watches it", drop)
-				}
+				require.NotZero(t, seriesOf(drop), "%s's series gone while the old instance still watches it", drop)
 				old.watch.Stop()
 			} else {
 				old.watch.Stop()
 				// Nobody knows yet whether a link Secret brings it back.
-				if n := seriesOf(drop); n == 0 {
-					t.Fatalf("%s's series gone before any instance knows its links", drop)
-				}
+				require.NotZero(t, seriesOf(drop), "%s's series gone before any instance knows its links", drop)
 				next = startWith(t, remotetest.NewClientset(), time.Second, 0, keep, linkedCluster())
 				waitFor(t, 5*time.Second, "the new instance ready", next.watch.HasSynced)
 			}
-			if n := seriesOf(drop); n != 0 {
-				t.Errorf("%d series of %s, which no instance links any more", n, drop)
-			}
+			assert.EqualValues(t, 0, seriesOf(drop), "series of %s, which no instance links any more", drop)
 			waitFor(t, 5*time.Second, keep+" synced in the new instance", func() bool {
 				return testutil.ToFloat64(linkSynced.WithLabelValues(keep)) == 1
 			})
-			if n := seriesOf(keep); n == 0 {
-				t.Errorf("%s, linked by both instances, lost its series", keep)
-			}
+			assert.NotZero(t, seriesOf(keep), "%s, linked by both instances, lost its series", keep)
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
@@ -237,17 +238,13 @@ func TestRelistsOneAtATime(t *testing.T) {
 	west.holdLists()
 	west.expire()
 	waitFor(t, 5*time.Second, "west's first relist in its list", func() bool { _, held := west.counts(); return held == 1 })
-	if v := testutil.ToFloat64(relistsActive); v != 1 {
-		t.Errorf("relist_in_progress %v during a relist, want 1", v)
-	}
+	assert.EqualValues(t, 1, testutil.ToFloat64(relistsActive), "relist_in_progress during a relist")
 	// Paris relists too, and a slice changes while it waits.
 	parisLists, _ := paris.counts()
 	paris.expire()
 	waitFor(t, 5*time.Second, "every watch's relist at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 2*linkWatches })
 	paris.api.put(flatSlice("web-1", "web", "10.2.0.9"))
-	if !m.watch.HasSynced() {
-		t.Fatal("not ready while relisting")
-	}
+	require.True(t, m.watch.HasSynced(), "not ready while relisting")
 	if n, _ := paris.counts(); n != parisLists {
 		t.Errorf("paris was asked %d watch-lists while west held the turn", n-parisLists)
 	}
@@ -255,9 +252,7 @@ func TestRelistsOneAtATime(t *testing.T) {
 		t.Errorf("west was asked %d watch-lists, want %d", n, linkWatches+1)
 	}
 	// The last known state is answered meanwhile.
-	if !answersA(t, m, "web-paris"+z, "10.2.0.1")() {
-		t.Error("paris's last known state not answered while it waits")
-	}
+	assert.True(t, answersA(t, m, "web-paris"+z, "10.2.0.1")(), "paris's last known state not answered while it waits")
 
 	west.let()
 	waitFor(t, 10*time.Second, "every relist done", func() bool {
@@ -266,9 +261,7 @@ func TestRelistsOneAtATime(t *testing.T) {
 	})
 	waitFor(t, 5*time.Second, "paris's change answered", answersA(t, m, "web-paris"+z, "10.2.0.9"))
 	waitFor(t, 5*time.Second, "the groups built", idle(m))
-	if v := testutil.ToFloat64(relistsActive); v != 0 {
-		t.Errorf("relist_in_progress %v after the relists, want 0", v)
-	}
+	assert.EqualValues(t, 0, testutil.ToFloat64(relistsActive), "relist_in_progress after the relists")
 	for name, p := range map[string]*relistProxy{"west": west, "paris": paris} {
 		if n, _ := p.counts(); n != 2*linkWatches {
 			t.Errorf("%s served %d watch-lists, want %d (%[3]d first lists, %[3]d relists)", name, n, 2*linkWatches, linkWatches)
@@ -323,33 +316,25 @@ func TestRelistGate(t *testing.T) {
 	done := make(chan struct{})
 	go func() { got.Store(g.acquire(ctx, "b")); close(done) }()
 	waitFor(t, 5*time.Second, "b waiting", func() bool { active, _ := g.stats(); return active == 2 })
-	if got.Load() != nil {
-		t.Fatal("b got the slot while a held it")
-	}
+	require.Nil(t, got.Load(), "b got the slot while a held it")
 	// A waiter whose context ends leaves, without the slot.
 	cctx, cancel := context.WithCancel(ctx)
 	cdone := make(chan *relistSlot)
 	go func() { cdone <- g.acquire(cctx, "c") }()
 	waitFor(t, 5*time.Second, "c waiting", func() bool { active, _ := g.stats(); return active == 3 })
 	cancel()
-	if c := <-cdone; c != nil {
-		t.Fatal("c got a slot after its context ended")
-	}
+	require.Nil(t, <-cdone, "c got a slot after its context ended")
 	a.release()
 	a.release() // twice is once
 	<-done
 	b := got.Load()
-	if b == nil {
-		t.Fatal("b got no slot")
-	}
+	require.NotNil(t, b, "b got no slot")
 	if active, held := g.stats(); active != 1 || held != 2 {
 		t.Errorf("stats %d active, %d held; want 1, 2", active, held)
 	}
 	b.release()
 	mu.Lock()
-	if len(busy) != 2 || !busy[0] || busy[1] {
-		t.Errorf("busy told %v, want [true false]", busy)
-	}
+	assert.False(t, len(busy) != 2 || !busy[0] || busy[1], "busy told %v, want [true false]", busy)
 	mu.Unlock()
 
 	// A holder that hangs: the next one starts after maxHold.
@@ -421,9 +406,7 @@ func TestRelistRetryWaitsItsTurn(t *testing.T) {
 	west.mu.Lock()
 	plain = west.plain + paris.plain - plain
 	west.mu.Unlock()
-	if plain != 0 || wl+pl-westLists-parisLists != 1 {
-		t.Errorf("%d lists and %d watch-lists asked since the failure, while one relist holds the turn; want 0 and 1", plain, wl+pl-westLists-parisLists)
-	}
+	assert.False(t, plain != 0 || wl+pl-westLists-parisLists != 1, "%d lists and %d watch-lists asked since the failure, while one relist holds the turn; want 0 and 1", plain, wl+pl-westLists-parisLists)
 	paris.let()
 	west.let()
 	waitFor(t, 10*time.Second, "every relist done", func() bool { active, _ := m.watch.relists.stats(); return active == 0 })

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -31,6 +32,9 @@ func stamp(mode string, more ...map[string]string) map[string]string {
 	}
 	return l
 }
+
+// held returns what st holds of default/name, or nil.
+func held(st *objectStore, name string) any { o, _, _ := st.idx.GetByKey("default/" + name); return o }
 
 // The two watches make one set of exported Services: a Service stamped
 // only is answered, in the stamp's mode; one in both watches is answered
@@ -61,18 +65,11 @@ func TestServiceExportStamp(t *testing.T) {
 	if ok := answersA(t, m, "plain-west"+z, passedOn)(); !ok {
 		t.Error("plain-west, neither labelled nor stamped, is claimed")
 	}
-	if got, want := sliceKeys(cl), []string{"default/both-1", "default/lk-1", "default/mcs-1"}; !slices.Equal(got, want) {
-		t.Errorf("slices held %v, want %v", got, want)
-	}
-	if got, want := keys(cl.services), []string{"default/both", "default/lk"}; !slices.Equal(got, want) {
-		t.Errorf("export selector's store %v, want %v", got, want)
-	}
-	if got, want := keys(cl.mcsServices), []string{"default/both", "default/gw", "default/mcs"}; !slices.Equal(got, want) {
-		t.Errorf("ServiceExport store %v, want %v", got, want)
-	}
+	wantKeys(t, "slices held", sliceKeys(cl), "default/both-1", "default/lk-1", "default/mcs-1")
+	wantKeys(t, "export selector's store", keys(cl.services), "default/both", "default/lk")
+	wantKeys(t, "ServiceExport store", keys(cl.mcsServices), "default/both", "default/gw", "default/mcs")
 	// A Service in both is the export selector's.
-	inLinkerd, _, _ := cl.services.idx.GetByKey("default/both")
-	if got := m.watch.Service("west", "default", "both"); got == nil || any(got) != inLinkerd {
+	if got := m.watch.Service("west", "default", "both"); got == nil || any(got) != held(cl.services, "both") {
 		t.Error("Service(both) is not the export selector's object")
 	}
 	if got := m.watch.Service("west", "default", "mcs"); got == nil || got.Mode != labels.Flat {
@@ -92,37 +89,20 @@ func TestServiceExportStamp(t *testing.T) {
 
 	// both loses Linkerd's label: the stamp still exports it, slices and all.
 	update("both", stamp(labels.ModeFlat))
-	waitFor(t, 5*time.Second, "both out of the export selector's store", func() bool {
-		_, ok, _ := cl.services.idx.GetByKey("default/both")
-		return !ok
-	})
+	waitFor(t, 5*time.Second, "both out of the export selector's store", func() bool { return held(cl.services, "both") == nil })
 	waitFor(t, 5*time.Second, "the groups built", idle(m))
-	if !answersA(t, m, "both-west"+z, "10.1.0.4")() {
-		t.Error("both-west not answered with its pod once only stamped")
-	}
-	if got, want := sliceKeys(cl), []string{"default/both-1", "default/lk-1", "default/mcs-1"}; !slices.Equal(got, want) {
-		t.Errorf("slices held %v once both is only stamped, want %v", got, want)
-	}
+	assert.True(t, answersA(t, m, "both-west"+z, "10.1.0.4")(), "both-west not answered with its pod once only stamped")
+	wantKeys(t, "slices held once both is only stamped:", sliceKeys(cl), "default/both-1", "default/lk-1", "default/mcs-1")
 
 	// Linkerd's label back.
 	update("both", stamp(labels.ModeFlat, flatExport))
-	waitFor(t, 5*time.Second, "both back in the export selector's store", func() bool {
-		_, ok, _ := cl.services.idx.GetByKey("default/both")
-		return ok
-	})
+	waitFor(t, 5*time.Second, "both back in the export selector's store", func() bool { return held(cl.services, "both") != nil })
 	// Then the stamp goes: Linkerd's label exports it, slices and all.
 	update("both", flatExport)
-	waitFor(t, 5*time.Second, "both out of the ServiceExport store", func() bool {
-		_, ok, _ := cl.mcsServices.idx.GetByKey("default/both")
-		return !ok
-	})
+	waitFor(t, 5*time.Second, "both out of the ServiceExport store", func() bool { return held(cl.mcsServices, "both") == nil })
 	waitFor(t, 5*time.Second, "the groups built", idle(m))
-	if !answersA(t, m, "both-west"+z, "10.1.0.4")() {
-		t.Error("both-west not answered once only Linkerd-labelled")
-	}
-	if got, want := sliceKeys(cl), []string{"default/both-1", "default/lk-1", "default/mcs-1"}; !slices.Equal(got, want) {
-		t.Errorf("slices held %v once both is only Linkerd-labelled, want %v", got, want)
-	}
+	assert.True(t, answersA(t, m, "both-west"+z, "10.1.0.4")(), "both-west not answered once only Linkerd-labelled")
+	wantKeys(t, "slices held once both is only Linkerd-labelled:", sliceKeys(cl), "default/both-1", "default/lk-1", "default/mcs-1")
 
 	// The stamp goes from mcs: its names and slices go.
 	update("mcs", nil)
@@ -144,13 +124,8 @@ func TestServiceExportStamp(t *testing.T) {
 	_, err := west.CoreV1().Services("default").Create(ctx, mirror, metav1.CreateOptions{})
 	require.NoError(t, err)
 	update("lk", stamp(labels.ModeFlat, flatExport)) // an event after the mirror's, to wait for
-	waitFor(t, 5*time.Second, "lk in the ServiceExport store", func() bool {
-		_, ok, _ := cl.mcsServices.idx.GetByKey("default/lk")
-		return ok
-	})
-	if _, ok, _ := cl.mcsServices.idx.GetByKey("default/db-paris"); ok {
-		t.Error("a stamped mirror is held as exported")
-	}
+	waitFor(t, 5*time.Second, "lk in the ServiceExport store", func() bool { return held(cl.mcsServices, "lk") != nil })
+	assert.False(t, held(cl.mcsServices, "db-paris") != nil, "a stamped mirror is held as exported")
 }
 
 // A relist of one Service watch drops what it no longer exports from its
@@ -168,7 +143,6 @@ func TestServiceExportRelist(t *testing.T) {
 			answersA(t, m, "both-west"+z, "10.1.0.3")()
 	})
 	cl := m.watch.cluster("west")
-	held := func(st *objectStore, key string) any { o, _, _ := st.idx.GetByKey("default/" + key); return o }
 	lk, mcs := held(cl.services, "lk"), held(cl.mcsServices, "mcs")
 
 	// relist has only the watch whose selector holds key relist, while
@@ -204,30 +178,20 @@ func TestServiceExportRelist(t *testing.T) {
 				t.Errorf("%s-west answers %v %s, want %s", name, got, when, want)
 			}
 		}
-		if got, want := sliceKeys(cl), []string{"default/both-1", "default/lk-1", "default/mcs-1"}; !slices.Equal(got, want) {
-			t.Errorf("slices held %v %s, want %v", got, when, want)
-		}
-		if held(cl.services, "lk") != lk {
-			t.Errorf("the unchanged lk replaced in the export selector's store %s", when)
-		}
-		if held(cl.mcsServices, "mcs") != mcs {
-			t.Errorf("the unchanged mcs replaced in the ServiceExport store %s", when)
-		}
+		wantKeys(t, "slices held "+when+":", sliceKeys(cl), "default/both-1", "default/lk-1", "default/mcs-1")
+		assert.False(t, held(cl.services, "lk") != lk, "the unchanged lk replaced in the export selector's store %s", when)
+		assert.False(t, held(cl.mcsServices, "mcs") != mcs, "the unchanged mcs replaced in the ServiceExport store %s", when)
 	}
 
 	// The ServiceExport watch relists; both has lost its stamp meanwhile.
 	relist(labels.ServiceExportMode, flatExport)
-	if held(cl.mcsServices, "both") != nil || held(cl.services, "both") == nil {
-		t.Error("both: not only in the export selector's store after the ServiceExport relist")
-	}
+	assert.False(t, held(cl.mcsServices, "both") != nil || held(cl.services, "both") == nil, "both: not only in the export selector's store after the ServiceExport relist")
 	check("after the ServiceExport watch relisted")
 
 	// The export selector's watch relists; both has its stamp back and has
 	// lost Linkerd's label meanwhile.
 	relist(labels.Exported, stamp(labels.ModeFlat))
-	if held(cl.services, "both") != nil || held(cl.mcsServices, "both") == nil {
-		t.Error("both: not only in the ServiceExport store after the export selector's relist")
-	}
+	assert.False(t, held(cl.services, "both") != nil || held(cl.mcsServices, "both") == nil, "both: not only in the ServiceExport store after the export selector's relist")
 	check("after the export selector's watch relisted")
 }
 
@@ -237,11 +201,7 @@ func TestServiceExportWatchSynced(t *testing.T) {
 	west := remotetest.NewClientset(service("mcs", stamp(labels.ModeFlat), corev1.ClusterIPNone), flatSlice("mcs-1", "mcs", "10.1.0.2"))
 	m := startWith(t, remotetest.NewClientset(), eventBound, 0, "west", west)
 	cl := m.watch.cluster("west")
-	if !cl.synced.Load() {
-		t.Fatal("west not synced after Start")
-	}
-	if !cl.mcsServices.HasSynced() {
-		t.Error("west synced before its ServiceExport watch listed")
-	}
+	require.True(t, cl.synced.Load(), "west not synced after Start")
+	assert.True(t, cl.mcsServices.HasSynced(), "west synced before its ServiceExport watch listed")
 	wantAddrs(t, m, "mcs-west"+z, "10.1.0.2")
 }

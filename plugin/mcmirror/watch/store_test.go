@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
-	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,8 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -78,26 +76,18 @@ func TestOnlyExportedSlicesSent(t *testing.T) {
 	m := startWith(t, remotetest.NewClientset(), 5*time.Second, 0, "held", west)
 	waitFor(t, 5*time.Second, "the exported Service", answersA(t, m, "web-held"+z, "10.1.0.1"))
 	cl := m.watch.cluster("held")
-	if got := sliceKeys(cl); !slices.Equal(got, []string{"default/web-1"}) {
-		t.Errorf("slices held %v, want only the exported Service's", got)
-	}
-	if v := testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")); v != 1 {
-		t.Errorf("link_objects{endpointslice} = %v, want 1", v)
-	}
+	wantKeys(t, "slices held", sliceKeys(cl), "default/web-1")
+	assert.EqualValues(t, 1, testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")), "link_objects{endpointslice}")
 	received := func() float64 {
 		return testutil.ToFloat64(remote.Received.WithLabelValues("held", "endpointslice"))
 	}
-	if v := received(); v != 1 {
-		t.Errorf("%v slices received, want 1: the unexported Services' six are never sent", v)
-	}
+	assert.EqualValues(t, 1, received(), "slices received")
 
 	a := service("a", flatExport, corev1.ClusterIPNone)
 	_, err := west.CoreV1().Services("default").Update(ctx, a, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	waitFor(t, 5*time.Second, "every endpoint of the newly exported Service", answersA(t, m, "a-held"+z, "10.2.0.1", "10.2.0.2", "10.2.0.3"))
-	if v := testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")); v != 3 {
-		t.Errorf("link_objects{endpointslice} = %v, want 3", v)
-	}
+	assert.EqualValues(t, 3, testutil.ToFloat64(linkObjects.WithLabelValues("held", "endpointslice")), "link_objects{endpointslice}")
 
 	a = service("a", nil, corev1.ClusterIPNone)
 	_, err = west.CoreV1().Services("default").Update(ctx, a, metav1.UpdateOptions{})
@@ -119,13 +109,9 @@ func TestLinkMetricsGenerations(t *testing.T) {
 
 	// A kubeconfig that cannot connect: the old watches keep serving,
 	// and the metrics keep saying so.
-	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"})
-	require.NoError(t, err)
-	errs := testutil.ToFloat64(linkErrors.WithLabelValues("gen", link.FailureUnreachable))
-	require.NoError(t, m.watch.ReplaceLink("gen", dead))
-	waitFor(t, 5*time.Second, "the replacement tried", func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("gen", link.FailureUnreachable)) > errs
-	})
+	errs := unreachable("gen")
+	require.NoError(t, m.watch.ReplaceLink("gen", deadClient(t)))
+	waitFor(t, 5*time.Second, "the replacement tried", func() bool { return unreachable("gen") > errs })
 	for _, g := range []struct {
 		name string
 		c    prometheus.Collector
@@ -136,15 +122,11 @@ func TestLinkMetricsGenerations(t *testing.T) {
 		{"link_objects{service}", linkObjects.WithLabelValues("gen", "service"), 1},
 		{"link_objects{endpointslice}", linkObjects.WithLabelValues("gen", "endpointslice"), 1},
 	} {
-		if v := testutil.ToFloat64(g.c); v != g.want {
-			t.Errorf("%s = %v while the old watches serve, want %v", g.name, v, g.want)
-		}
+		assert.Equal(t, g.want, testutil.ToFloat64(g.c), "%s while the old watches serve", g.name)
 	}
 
 	m.watch.RemoveLink("gen")
-	if n := seriesOf("gen"); n != 0 {
-		t.Fatalf("%d series of a removed link", n)
-	}
+	require.EqualValues(t, 0, seriesOf("gen"), "series of a removed link")
 	// What its watches might still do as they stop writes nothing.
 	old.touched(objSlice, 1)
 	old.health.core.Result(watchServices, errors.New("no answer"))
@@ -154,9 +136,7 @@ func TestLinkMetricsGenerations(t *testing.T) {
 	old.health.latency(time.Second)
 	m.watch.noteTrigger(object.ServiceKey("default", "web"), "gen", time.Now())
 	m.watch.observe(object.ServiceKey("default", "web"))
-	if n := seriesOf("gen"); n != 0 {
-		t.Errorf("%d series of a removed link re-created", n)
-	}
+	assert.EqualValues(t, 0, seriesOf("gen"), "series of a removed link re-created")
 }
 
 // seriesOf counts the plugin's series with cluster="name".
@@ -210,9 +190,7 @@ func TestReplaceKeepsUnchanged(t *testing.T) {
 
 	// Nothing changed: nothing told, the same objects held.
 	require.NoError(t, s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "2"), rawSlice("b-1", "b", "3")}, "3"))
-	if len(rec.events) != 0 {
-		t.Errorf("a relist that changed nothing told %v", rec.events)
-	}
+	assert.Empty(t, rec.events, "what a relist that changed nothing told")
 	for k, o := range held {
 		if got, _, _ := s.idx.GetByKey(k); got != o {
 			t.Errorf("%s replaced by a relist that did not change it", k)
@@ -222,15 +200,11 @@ func TestReplaceKeepsUnchanged(t *testing.T) {
 	// a-2 changed, b-1 gone, c-1 new.
 	require.NoError(t, s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "5"), rawSlice("c-1", "c", "6")}, "6"))
 	want := []string{"update a-2@5", "add c-1@6", "del b-1@3"}
-	if !slices.Equal(rec.events, want) {
-		t.Errorf("events %v, want %v", rec.events, want)
-	}
+	wantKeys(t, "events", rec.events, want...)
 	if got, _, _ := s.idx.GetByKey("default/a-1"); got != held["default/a-1"] {
 		t.Error("unchanged a-1 replaced")
 	}
-	if got := keys(s); !slices.Equal(got, []string{"default/a-1", "default/a-2", "default/c-1"}) {
-		t.Errorf("held %v", got)
-	}
+	wantKeys(t, "held", keys(s), "default/a-1", "default/a-2", "default/c-1")
 	if objs, _ := s.idx.ByIndex(sliceServiceIndex, "default/b"); len(objs) != 0 {
 		t.Errorf("the index still holds %d slices of b", len(objs))
 	}
@@ -259,9 +233,7 @@ func TestServiceTransform(t *testing.T) {
 		ClusterIPs: []string{"10.0.0.1", "fd00::1"},
 		Ports:      []object.Port{{Name: "http", Protocol: "tcp", Port: 80}, {Name: "dns", Protocol: "udp", Port: 53}}, PublishNotReady: true,
 	}
-	if !reflect.DeepEqual(out, want) {
-		t.Errorf("got %+v\nwant %+v", out, want)
-	}
+	assert.Equal(t, want, out)
 	// Idempotent: a transform may see its own output again.
 	if again, _ := tr(out); again != out {
 		t.Error("transform of a trimmed Service made a new object")

@@ -13,6 +13,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/miekg/dns"
@@ -208,6 +209,24 @@ func eventually(t *testing.T, what string, f func() bool) {
 	waitFor(t, eventBound, what, f)
 }
 
+// unreachable is link_errors_total{cluster, reason=unreachable}.
+func unreachable(cluster string) float64 {
+	return testutil.ToFloat64(linkErrors.WithLabelValues(cluster, link.FailureUnreachable))
+}
+
+// deadClient is a client of an address nothing listens on.
+func deadClient(t *testing.T) kubernetes.Interface {
+	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
+	require.NoError(t, err)
+	return dead
+}
+
+// wantKeys fails t unless got, the keys of what, are want.
+func wantKeys(t *testing.T, what string, got []string, want ...string) {
+	t.Helper()
+	assert.True(t, slices.Equal(got, want), "%s %v, want %v", what, got, want)
+}
+
 func TestControllerWatches(t *testing.T) {
 	ctx := context.Background()
 	west := remotetest.NewClientset(
@@ -223,12 +242,8 @@ func TestControllerWatches(t *testing.T) {
 	// startup_timeout is not what is tested: Start returns once both
 	// have synced, however long a loaded machine takes.
 	m := startWith(t, local, eventBound, 0, "west", west)
-	if !m.watch.HasSynced() {
-		t.Fatal("not ready after Start")
-	}
-	if got := testutil.ToFloat64(linkSynced.WithLabelValues("west")); got != 1 {
-		t.Errorf("link_synced{cluster=west} = %v", got)
-	}
+	require.True(t, m.watch.HasSynced(), "not ready after Start")
+	assert.EqualValues(t, 1, testutil.ToFloat64(linkSynced.WithLabelValues("west")), "link_synced{cluster=west}")
 	eventually(t, "objects metric", func() bool {
 		return testutil.ToFloat64(linkObjects.WithLabelValues("west", "service")) == 1 && // the fake's watch would send both
 			testutil.ToFloat64(linkObjects.WithLabelValues("east", "mirror")) == 3
@@ -260,9 +275,7 @@ func TestControllerWatches(t *testing.T) {
 	// The link goes: so do its names.
 	m.watch.RemoveLink("west")
 	eventually(t, "link removal", func() bool { return m.index.Lookup("private-west"+z) == nil })
-	if err := m.watch.AddLink("east", remotetest.NewClientset()); err == nil {
-		t.Error("a link named like the local cluster was accepted")
-	}
+	assert.Error(t, m.watch.AddLink("east", remotetest.NewClientset()), "a link named like the local cluster was accepted")
 }
 
 func TestControllerLocalExports(t *testing.T) {
@@ -282,34 +295,26 @@ func TestControllerLocalExports(t *testing.T) {
 
 func TestControllerDeadLink(t *testing.T) {
 	// Nothing listens on port 1: the link never syncs.
-	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
-	require.NoError(t, err)
+	dead := deadClient(t)
 	west := remotetest.NewClientset(service("web", exportedGW, "10.100.0.1", corev1.ServicePort{Name: "http", Port: 80}))
 	local := remotetest.NewClientset(mirrorService("web-west", "west", "", "10.96.0.20"))
 
-	before := testutil.ToFloat64(linkErrors.WithLabelValues("paris", link.FailureUnreachable))
+	before := unreachable("paris")
 	// Start returns (startBounded) although paris never syncs.
 	m := startWith(t, local, 300*time.Millisecond, 0, "west", west, "paris", dead)
 	eventually(t, "readiness despite the dead link", m.watch.HasSynced)
 	eventually(t, "west's answer", hasAddrs(m, "web-west"+z, "10.96.0.20"))
 	// Evidence paris was tried before its not being synced counts.
-	eventually(t, "watch errors counted", func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("paris", link.FailureUnreachable)) > before
-	})
-	if got := testutil.ToFloat64(linkSynced.WithLabelValues("paris")); got != 0 {
-		t.Errorf("link_synced{cluster=paris} = %v, want 0", got)
-	}
+	eventually(t, "watch errors counted", func() bool { return unreachable("paris") > before })
+	assert.EqualValues(t, 0, testutil.ToFloat64(linkSynced.WithLabelValues("paris")), "link_synced{cluster=paris}")
 }
 
 func TestControllerNotReadyBeforeTimeout(t *testing.T) {
-	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
-	require.NoError(t, err)
+	dead := deadClient(t)
 	m := newStack(t, remotetest.NewClientset(), Options{StartupTimeout: time.Hour})
-	if m.watch.HasSynced() {
-		t.Error("ready before start")
-	}
+	assert.False(t, m.watch.HasSynced(), "ready before start")
 	require.NoError(t, m.watch.AddLink("notyet", dead))
-	before := testutil.ToFloat64(linkErrors.WithLabelValues("notyet", link.FailureUnreachable))
+	before := unreachable("notyet")
 	m.watch.Start(m.index)
 	defer m.watch.Stop()
 	// Positive evidence that the watches run before their absence of
@@ -317,12 +322,8 @@ func TestControllerNotReadyBeforeTimeout(t *testing.T) {
 	// been tried and has failed. Only the link's time left holds
 	// readiness up now.
 	eventually(t, "the local cluster synced", func() bool { return m.watch.cluster("east").synced.Load() })
-	eventually(t, "the dead link tried and counted", func() bool {
-		return testutil.ToFloat64(linkErrors.WithLabelValues("notyet", link.FailureUnreachable)) > before
-	})
-	if m.watch.HasSynced() {
-		t.Error("ready with a link that has not synced and has time left")
-	}
+	eventually(t, "the dead link tried and counted", func() bool { return unreachable("notyet") > before })
+	assert.False(t, m.watch.HasSynced(), "ready with a link that has not synced and has time left")
 }
 
 func TestControllerProgrammingLatency(t *testing.T) {
@@ -353,23 +354,17 @@ func TestControllerReplaceLink(t *testing.T) {
 	first := m.watch.cluster("west")
 
 	// A configuration that cannot connect: the last known state stays.
-	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", Timeout: time.Second})
-	require.NoError(t, err)
-	before := testutil.ToFloat64(linkErrors.WithLabelValues("west", link.FailureUnreachable))
-	require.NoError(t, m.watch.ReplaceLink("west", dead))
+	before := unreachable("west")
+	require.NoError(t, m.watch.ReplaceLink("west", deadClient(t)))
 	// Positive evidence the broken configuration was tried: its watches
 	// (the old ones work) have failed, and failed again at their retries (a second apart at most). Only then does the old
 	// answer that stays count.
 	eventually(t, "the new configuration tried and refused, three times", func() bool {
-		if m.watch.cluster("west") != first {
-			t.Fatal("a configuration that never synced took over")
-		}
-		return testutil.ToFloat64(linkErrors.WithLabelValues("west", link.FailureUnreachable)) >= before+3
+		require.Same(t, first, m.watch.cluster("west"), "a configuration that never synced took over")
+		return unreachable("west") >= before+3
 	})
 	wantAddrs(t, m, "web-west"+z, "10.1.0.1")
-	if m.watch.cluster("west") != first {
-		t.Error("a configuration that never synced took over")
-	}
+	assert.Same(t, first, m.watch.cluster("west"), "a configuration that never synced took over")
 
 	// A working one takes over once it has synced.
 	require.NoError(t, m.watch.ReplaceLink("west", b))

@@ -76,16 +76,22 @@ func BenchmarkSync(b *testing.B) {
 	}
 }
 
+// tenLinks returns an empty source of the 10 linked clusters c0..c9, and
+// their names.
+func tenLinks() (*indextest.Source, []string) {
+	links := make([]string, 10)
+	for c := range links {
+		links[c] = fmt.Sprintf("c%d", c)
+	}
+	return indextest.NewSource(links...), links
+}
+
 // memSource is mcbench's mem set in a fake source: services Services in
 // each of 10 linked clusters c0..c9, each headless, flat mode, one slice of
 // pods named ready endpoints (100 in mcbench), every object with a
 // resourceVersion.
 func memSource(services, pods int) *indextest.Source {
-	links := make([]string, 10)
-	for c := range links {
-		links[c] = fmt.Sprintf("c%d", c)
-	}
-	f := indextest.NewSource(links...)
+	f, links := tenLinks()
 	for c, cl := range links {
 		for s := range services {
 			name := fmt.Sprintf("m%d", s)
@@ -141,11 +147,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 // 10-cluster × 1,000-pod group changed address, as the informer hands it
 // over: a new Slice object with a new resourceVersion.
 func BenchmarkSyncOneEndpoint(b *testing.B) {
-	links := make([]string, 10)
-	for c := range links {
-		links[c] = fmt.Sprintf("c%d", c)
-	}
-	f := indextest.NewSource(links...)
+	f, links := tenLinks()
 	for c, cl := range links {
 		f.AddService(cl, "default", "big", labels.Flat, nil, httpPort).Version = "1"
 		eps := make([]object.Endpoint, 1000)
@@ -178,11 +180,7 @@ func BenchmarkSyncOneEndpoint(b *testing.B) {
 // coldSource has services exported ClusterIP Services (flat mode, one
 // ready endpoint) in each of 10 linked clusters.
 func coldSource(services int) *indextest.Source {
-	links := make([]string, 10)
-	for c := range links {
-		links[c] = fmt.Sprintf("c%d", c)
-	}
-	f := indextest.NewSource(links...)
+	f, links := tenLinks()
 	for c, cl := range links {
 		for s := range services {
 			name := fmt.Sprintf("s%d", s)

@@ -9,6 +9,7 @@ import (
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 )
 
 func TestCIDRsAllows(t *testing.T) {
@@ -40,9 +41,7 @@ func TestCIDRsAllows(t *testing.T) {
 		{v6, "2001:db8::1", true},
 	}
 	for _, tc := range tests {
-		if got := tc.l.allows(netip.MustParseAddr(tc.ip)); got != tc.want {
-			t.Errorf("%v allows %s = %v, want %v", tc.l, tc.ip, got, tc.want)
-		}
+		assert.Equal(t, tc.want, tc.l.allows(netip.MustParseAddr(tc.ip)), "%v allows %s", tc.l, tc.ip)
 	}
 }
 
@@ -67,12 +66,8 @@ func TestIndexAllowedCIDRs(t *testing.T) {
 	west, paris := droppedAddresses.WithLabelValues("west"), droppedAddresses.WithLabelValues("paris")
 	before, beforeParis := testutil.ToFloat64(west), testutil.ToFloat64(paris)
 	syncAll(x, src)
-	if got := testutil.ToFloat64(west) - before; got != 3 {
-		t.Errorf("west: %v addresses counted dropped, want 3", got)
-	}
-	if got := testutil.ToFloat64(paris) - beforeParis; got != 0 {
-		t.Errorf("paris has no list, yet %v dropped", got)
-	}
+	assert.EqualValues(t, 3, testutil.ToFloat64(west)-before, "west: addresses counted dropped")
+	assert.EqualValues(t, 0, testutil.ToFloat64(paris)-beforeParis, "paris has no list, yet addresses counted dropped")
 
 	wantAddrs(t, x, "flat-west"+z, "10.1.0.30") // no AAAA record either
 	wantAddrs(t, x, "db-0.db-west"+z, "10.1.0.40")
@@ -89,16 +84,12 @@ func TestIndexAllowedCIDRs(t *testing.T) {
 	mid := testutil.ToFloat64(west)
 	x.Sync(object.ServiceKey("default", "flat"))
 	x.Sync(object.ServiceKey("default", "db"))
-	if got := testutil.ToFloat64(west); got != mid {
-		t.Errorf("a rebuild counted %v more drops", got-mid)
-	}
+	assert.Equal(t, mid, testutil.ToFloat64(west), "drops counted by a rebuild of the same addresses")
 	// A slice that shows one more address outside counts that one.
 	src.EndpointSlices[[3]string{"west", "default", "flat"}][0].Endpoints = append(src.EndpointSlices[[3]string{"west", "default", "flat"}][0].Endpoints,
 		ep("", "192.168.0.1", true))
 	x.Sync(object.ServiceKey("default", "flat"))
-	if got := testutil.ToFloat64(west) - mid; got != 1 {
-		t.Errorf("one new address outside: %v counted", got)
-	}
+	assert.EqualValues(t, 1, testutil.ToFloat64(west)-mid, "one new address outside: addresses counted dropped")
 }
 
 // allowed_cidrs bounds a federated member's addresses as any flat-mode
@@ -114,7 +105,5 @@ func TestFederatedAllowedCIDRs(t *testing.T) {
 	syncAll(x, f)
 	syncKeys(x, object.ServiceKey("default", "web")) // built again: counted once
 	wantAddrs(t, x, "web-federated"+z, "10.1.0.1")   // the allowed address only
-	if got := testutil.ToFloat64(droppedAddresses.WithLabelValues("west")) - before; got != 1 {
-		t.Errorf("%v addresses counted dropped, want 1", got)
-	}
+	assert.EqualValues(t, 1, testutil.ToFloat64(droppedAddresses.WithLabelValues("west"))-before, "addresses counted dropped")
 }

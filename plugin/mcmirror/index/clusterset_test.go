@@ -5,6 +5,9 @@ import (
 
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The clusterset names of a group come and go with its derived Service,
@@ -16,16 +19,12 @@ func TestClusterSetNamesGo(t *testing.T) {
 	src.AddImport("default", "nginx-svc", nil, httpPort)
 	src.AddImport("default", "solo", []string{"10.97.0.12"}, httpPort)
 	x := built(src, Options{Cluster: "east", Zones: []string{"cluster.local."}, ClusterSet: []string{"clusterset.local."}, PTR: true})
-	if len(x.cs) == 0 || x.csNS["default"] != 3 {
-		t.Fatalf("clusterset names %v, imports by namespace %v", x.cs, x.csNS)
-	}
+	require.False(t, len(x.cs) == 0 || x.csNS["default"] != 3, "clusterset names %v, imports by namespace %v", x.cs, x.csNS)
 	for _, svc := range []string{"web", "nginx-svc", "solo"} {
 		delete(src.Imports, [2]string{"default", svc})
 		x.Sync(object.ServiceKey("default", svc))
 	}
-	if len(x.cs) != 0 || len(x.csNS) != 0 {
-		t.Errorf("clusterset names left: %v, imports by namespace %v", x.cs, x.csNS)
-	}
+	assert.False(t, len(x.cs) != 0 || len(x.csNS) != 0, "clusterset names left: %v, imports by namespace %v", x.cs, x.csNS)
 	if _, ok := x.slots[object.ServiceKey("default", "solo")]; ok {
 		t.Error("the slot of a group nobody exports or imports is kept")
 	}
@@ -39,8 +38,6 @@ func TestClusterSetOff(t *testing.T) {
 	src := indextest.Fixture()
 	src.AddImport("default", "web", []string{"10.97.0.1"}, httpPort)
 	x := built(src, Options{Cluster: "east", Zones: []string{"cluster.local.", "clusterset.local."}})
-	if len(x.cs) != 0 {
-		t.Errorf("clusterset names without clusterset: %v", x.cs)
-	}
+	assert.Empty(t, x.cs, "clusterset names without clusterset")
 	wantAddrs(t, x, "web-west.default.svc.clusterset.local.", "10.96.0.20", "fd00::20")
 }

@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Every pod is found by its name, whatever the number of pods (the search
@@ -19,12 +22,8 @@ func TestFindPod(t *testing.T) {
 				for i := range n {
 					name := fmt.Sprintf("big-%d.big-%s%s", i, c, z)
 					h, ok := x.Find(name)
-					if !ok || h.r.kind != KindPod {
-						t.Fatalf("%s: not found as a pod", name)
-					}
-					if got := h.g.members[h.r.m].podName(int(h.r.p), int(h.r.zi)); got != name {
-						t.Fatalf("%s: found pod %s", name, got)
-					}
+					require.False(t, !ok || h.r.kind != KindPod, "%s: not found as a pod", name)
+					require.Equal(t, name, h.g.members[h.r.m].podName(int(h.r.p), int(h.r.zi)), "the pod found for %s", name)
 				}
 				for _, host := range []string{fmt.Sprintf("big-%d", n), "big-", "big", "big-0x", "x"} {
 					if name := host + ".big-" + c + z; x.Lookup(name) != nil {
@@ -47,11 +46,7 @@ func TestFindPodSameHash(t *testing.T) {
 	m.byHash = []uint64{ha | 0, ha | 1, hostHash("c") | 2}
 	slices.Sort(m.byHash)
 	for name, want := range map[string]int{"a.svc-west" + z: 0, "b.svc-west" + z: 1, "d.svc-west" + z: -1} {
-		if got := m.findPod("a", name, 0); got != want {
-			t.Errorf("findPod(a, %s) = %d, want %d", name, got, want)
-		}
+		assert.Equal(t, want, m.findPod("a", name, 0), "findPod(a, %s)", name)
 	}
-	if got := m.findPod("c", "c.svc-west"+z, 0); got != 2 {
-		t.Errorf("findPod(c) = %d, want 2", got)
-	}
+	assert.EqualValues(t, 2, m.findPod("c", "c.svc-west"+z, 0), "findPod(c)")
 }

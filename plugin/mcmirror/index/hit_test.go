@@ -10,6 +10,8 @@ import (
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // wantNXDOMAIN fails t unless name is below a name of the index without
@@ -68,9 +70,7 @@ func TestInvalidTargetsLeftOut(t *testing.T) {
 		ep(strings.Repeat("p", 63), "10.1.0.3", true)) // a name over 255 octets under zone
 	before := testutil.ToFloat64(invalidNames.WithLabelValues("west"))
 	x := built(src, Options{Cluster: "east", Zones: []string{"cluster.local.", zone}})
-	if got := testutil.ToFloat64(invalidNames.WithLabelValues("west")); got != before+2 {
-		t.Errorf("invalid_names_total{cluster=west} %v → %v, want 2 more", before, got)
-	}
+	assert.Equal(t, before+2, testutil.ToFloat64(invalidNames.WithLabelValues("west")), "invalid_names_total{cluster=west}: 2 more")
 	for _, name := range []string{"_http._tcp.web-west" + z, "web-west" + z, "web-global" + z} {
 		want := strings.TrimSuffix(name, z)
 		want = "ok-0." + strings.TrimPrefix(want, "_http._tcp.")
@@ -117,9 +117,7 @@ func TestRemoteNamesAreLabels(t *testing.T) {
 	src.AddFlat("west", "default", "web", ep("y.a-west", "10.1.0.2", true), ep("ok", "10.1.0.3", true))
 	x := testIndex(src)
 	for name := range x.names {
-		if strings.Contains(name, "b.c.svc") || strings.HasPrefix(name, "y.") {
-			t.Errorf("name %q from a name that is not a label", name)
-		}
+		assert.False(t, strings.Contains(name, "b.c.svc") || strings.HasPrefix(name, "y."), "name %q from a name that is not a label", name)
 	}
 	wantPassed(t, x, "a-west.b.c.svc.cluster.local.")
 	// The endpoint's address still answers the Service's name.
@@ -134,9 +132,7 @@ func TestExternalNameExports(t *testing.T) {
 	src.AddService("west", "default", "rext", labels.Gateway, nil, httpPort).ExternalName = true
 	before := testutil.ToFloat64(externalNames.WithLabelValues("west"))
 	x := testIndex(src)
-	if got := testutil.ToFloat64(externalNames.WithLabelValues("west")); got != before+1 {
-		t.Errorf("externalname_exports_total{cluster=west} %v → %v, want one more", before, got)
-	}
+	assert.Equal(t, before+1, testutil.ToFloat64(externalNames.WithLabelValues("west")), "externalname_exports_total{cluster=west}: one more")
 	for _, name := range []string{"ext-global" + z, "rext-west" + z, "rext-global" + z} {
 		wantPassed(t, x, name)
 	}
@@ -154,9 +150,7 @@ func TestGlobalLocalFirst(t *testing.T) {
 	src.AddSlice("east", "default", "db", []object.Port{httpPort}, ep("db-0", "10.0.0.1", true))
 	x := testIndex(src)
 	h := x.Lookup("db-global" + z)
-	if h == nil {
-		t.Fatal("db-global: not in the index")
-	}
+	require.NotNil(t, h, "db-global: not in the index")
 	if got := unpack(h.Addresses(false), 4); fmt.Sprint(got) != "[10.0.0.1 10.1.0.1 10.2.0.1]" {
 		t.Errorf("A: %v, want the local 10.0.0.1 first, then the links in order", got)
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const z = ".default.svc.cluster.local."
@@ -109,15 +111,15 @@ func wantAddrs(t *testing.T, x *Index, name string, want ...string) {
 		t.Errorf("%s: not in the index, want %v", name, want)
 		return
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("%s: %v, want %v", name, got, want)
-	}
+	assert.True(t, slices.Equal(got, want), "%s: %v, want %v", name, got, want)
 }
 
-func wantAbsent(t *testing.T, x *Index, name string) {
+func wantAbsent(t *testing.T, x *Index, names ...string) {
 	t.Helper()
-	if got, ok := addrs(x, name); ok {
-		t.Errorf("%s: in the index (%v), want it gone", name, got)
+	for _, name := range names {
+		if got, ok := addrs(x, name); ok {
+			t.Errorf("%s: in the index (%v), want it gone", name, got)
+		}
 	}
 }
 
@@ -132,16 +134,13 @@ func TestIndexUpdates(t *testing.T) {
 	delete(src.Mirrors, [2]string{"default", "nginx-set-1-west"})
 	x.Sync(nginx)
 	wantAddrs(t, x, "nginx-svc-west"+z, "10.96.0.10")
-	wantAbsent(t, x, "nginx-set-1.nginx-svc-west"+z)
-	wantAbsent(t, x, "11.0.96.10.in-addr.arpa.")
+	wantAbsent(t, x, "nginx-set-1.nginx-svc-west"+z, "11.0.96.10.in-addr.arpa.")
 
 	// ... and comes back with another ClusterIP.
 	src.AddMirror("default", "nginx-set-1-west", "west", "nginx-svc-west", []string{"10.96.0.99"}, httpPort)
 	x.Sync(nginx)
 	wantAddrs(t, x, "nginx-set-1.nginx-svc-west"+z, "10.96.0.99")
-	if got := ptr(x, "99.0.96.10.in-addr.arpa."); got != "nginx-set-1.nginx-svc-west"+z {
-		t.Errorf("PTR of the new mirror ClusterIP: %q", got)
-	}
+	assert.Equal(t, "nginx-set-1.nginx-svc-west"+z, ptr(x, "99.0.96.10.in-addr.arpa."), "PTR of the new mirror ClusterIP")
 
 	// A pod turns not ready.
 	src.EndpointSlices[[3]string{"west", "default", "nginx-svc"}][0].Endpoints[0].Ready = false
@@ -158,24 +157,20 @@ func TestIndexUpdates(t *testing.T) {
 	// West unexports: every west name of the group goes, -global shrinks.
 	delete(src.Services, [3]string{"west", "default", "nginx-svc"})
 	x.Sync(nginx)
-	wantAbsent(t, x, "nginx-svc-west"+z)
-	wantAbsent(t, x, "_http._tcp.nginx-svc-west"+z)
-	wantAbsent(t, x, "_tcp.nginx-svc-west"+z)
+	wantAbsent(t, x, "nginx-svc-west"+z, "_http._tcp.nginx-svc-west"+z, "_tcp.nginx-svc-west"+z)
 	wantAddrs(t, x, "nginx-svc-global"+z, "10.0.0.10", "10.96.1.10")
 	wantAddrs(t, x, "nginx-svc-paris"+z, "10.96.1.10")
 
 	// Paris unexports: -global is the local cluster alone.
 	delete(src.Services, [3]string{"paris", "default", "nginx-svc"})
 	x.Sync(nginx)
-	wantAbsent(t, x, "nginx-svc-paris"+z)
-	wantAbsent(t, x, "10.1.96.10.in-addr.arpa.")
+	wantAbsent(t, x, "nginx-svc-paris"+z, "10.1.96.10.in-addr.arpa.")
 	wantAddrs(t, x, "nginx-svc-global"+z, "10.0.0.10")
 
 	// The local cluster unexports: nothing is left of the group.
 	delete(src.Services, [3]string{"east", "default", "nginx-svc"})
 	x.Sync(nginx)
-	wantAbsent(t, x, "nginx-svc-global"+z)
-	wantAbsent(t, x, "_http._tcp.nginx-svc-global"+z)
+	wantAbsent(t, x, "nginx-svc-global"+z, "_http._tcp.nginx-svc-global"+z)
 
 	// Other groups were not touched.
 	wantAddrs(t, x, "web-west"+z, "10.96.0.20", "fd00::20")
@@ -220,9 +215,7 @@ func TestIndexLinkRemoved(t *testing.T) {
 
 	src.Linked = []string{"paris"}
 	syncAll(x, src)
-	for _, name := range []string{"nginx-svc-west" + z, "nginx-set-0.nginx-svc-west" + z, "web-west" + z, "flat-west" + z, "10.0.96.10.in-addr.arpa."} {
-		wantAbsent(t, x, name)
-	}
+	wantAbsent(t, x, "nginx-svc-west"+z, "nginx-set-0.nginx-svc-west"+z, "web-west"+z, "flat-west"+z, "10.0.96.10.in-addr.arpa.")
 	wantAddrs(t, x, "nginx-svc-global"+z, "10.0.0.10", "10.96.1.10")
 }
 
@@ -255,13 +248,9 @@ func TestIndexNameCollision(t *testing.T) {
 		for _, svc := range order {
 			x2.Sync(object.ServiceKey("default", svc))
 		}
-		if o := owner(x2, "foo-us-west"+z); o != "foo" {
-			t.Errorf("order %v: owner %q, want foo", order, o)
-		}
+		assert.Equal(t, "foo", owner(x2, "foo-us-west"+z), "order %v: owner", order)
 	}
-	if o := owner(x, "foo-us-west"+z); o != "foo" {
-		t.Fatalf("owner %q, want foo", o)
-	}
+	require.Equal(t, "foo", owner(x, "foo-us-west"+z), "owner")
 
 	// us-west unexports foo: the name goes to foo-us of west, rebuilt
 	// because it lost the name before.
@@ -281,19 +270,13 @@ func TestIndexInvalidNames(t *testing.T) {
 	src.AddSlice("west", "default", long, []object.Port{httpPort}, ep("", "10.1.0.1", true))
 	src.AddFlat("west", "default", "ok", ep(strings.Repeat("h", 64), "10.1.0.2", true), ep("", "not-an-ip", true))
 	x := testIndex(src)
-	if n := x.Len(); n == 0 {
-		t.Fatal("empty index")
-	}
+	require.NotZero(t, x.Len(), "empty index")
 	for name := range x.names {
 		if _, ok := dns.IsDomainName(name); !ok {
 			t.Errorf("invalid name %q in the index", name)
 		}
-		if strings.Contains(name, long) && !strings.Contains(name, "-global") {
-			t.Errorf("name %q of an unmirrorable Service", name)
-		}
-		if strings.Contains(name, "hhhh") {
-			t.Errorf("name %q of an overlong hostname", name)
-		}
+		assert.False(t, strings.Contains(name, long) && !strings.Contains(name, "-global"), "name %q of an unmirrorable Service", name)
+		assert.False(t, strings.Contains(name, "hhhh"), "name %q of an overlong hostname", name)
 	}
 	// The pod's name cannot be; its address still answers the Service's.
 	wantAddrs(t, x, "ok-west"+z, "10.1.0.2")
@@ -316,22 +299,14 @@ func TestIndexMetrics(t *testing.T) {
 	// web-west, web-global and two PTRs (the SRV names below them are
 	// made at query time); the records are what the names are made of:
 	// web-west's two addresses, one SRV target, two PTR names.
-	if got := testutil.ToFloat64(indexNames); got != 4 {
-		t.Errorf("index_names = %v, want 4", got)
-	}
+	assert.EqualValues(t, 4, testutil.ToFloat64(indexNames), "index_names")
 	for typ, want := range map[string]float64{"A": 1, "AAAA": 1, "SRV": 1, "PTR": 2} {
-		if got := testutil.ToFloat64(indexRecords.WithLabelValues(typ)); got != want {
-			t.Errorf("index_records{type=%s} = %v, want %v", typ, got, want)
-		}
+		assert.Equal(t, want, testutil.ToFloat64(indexRecords.WithLabelValues(typ)), "index_records{type=%s}", typ)
 	}
 	delete(src.Services, [3]string{"west", "default", "web"})
 	x.Sync(object.ServiceKey("default", "web"))
-	if got := testutil.ToFloat64(indexNames); got != 0 {
-		t.Errorf("index_names = %v after unexport, want 0", got)
-	}
-	if got := testutil.ToFloat64(indexRecords.WithLabelValues("SRV")); got != 0 {
-		t.Errorf("index_records{type=SRV} = %v after unexport, want 0", got)
-	}
+	assert.EqualValues(t, 0, testutil.ToFloat64(indexNames), "index_names after unexport")
+	assert.EqualValues(t, 0, testutil.ToFloat64(indexRecords.WithLabelValues("SRV")), "index_records{type=SRV} after unexport")
 }
 
 // A per-pod mirror belongs to one headless mirror (its
@@ -389,9 +364,7 @@ func TestSyncReusesUnchangedMembers(t *testing.T) {
 	after := x.slots[k].g
 	for _, c := range []string{"c0", "c1", "c2"} {
 		same := before.member(c) == after.member(c)
-		if same != (c != "c1") {
-			t.Errorf("member %s reused: %v, want %v", c, same, c != "c1")
-		}
+		assert.Equal(t, c != "c1", same, "member %s reused", c)
 	}
 	wantAddrs(t, x, "db-1.db-c1"+z, "10.1.0.99")
 	wantAddrs(t, x, "db-global"+z, "10.0.0.1", "10.0.0.2", "10.1.0.1", "10.1.0.99", "10.2.0.1", "10.2.0.2")

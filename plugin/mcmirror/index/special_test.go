@@ -9,6 +9,7 @@ import (
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 )
 
 // A linked cluster's loopback, link-local (the cloud's metadata service),
@@ -40,12 +41,8 @@ func TestIndexSpecialAddresses(t *testing.T) {
 	west, paris := droppedAddresses.WithLabelValues("west"), droppedAddresses.WithLabelValues("paris")
 	before, beforeParis := testutil.ToFloat64(west), testutil.ToFloat64(paris)
 	syncAll(x, src)
-	if got := testutil.ToFloat64(west) - before; got != float64(len(special)+1) {
-		t.Errorf("west: %v addresses counted dropped, want %d", got, len(special)+1)
-	}
-	if got := testutil.ToFloat64(paris) - beforeParis; got != 1 {
-		t.Errorf("paris: %v addresses counted dropped, want 1", got)
-	}
+	assert.Equal(t, float64(len(special)+1), testutil.ToFloat64(west)-before, "west: addresses counted dropped")
+	assert.EqualValues(t, 1, testutil.ToFloat64(paris)-beforeParis, "paris: addresses counted dropped")
 	wantAddrs(t, x, "flat-west"+z, "10.1.0.30")
 	wantAddrs(t, x, "db-0.db-west"+z, "10.1.0.40")
 	wantAbsent(t, x, "db-1.db-west"+z)

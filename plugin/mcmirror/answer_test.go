@@ -10,6 +10,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
@@ -64,15 +65,9 @@ func TestQueryClass(t *testing.T) {
 			rec := dnstest.NewRecorder(&test.ResponseWriter{})
 			rcode, err := m.ServeDNS(context.Background(), rec, r)
 			require.NoError(t, err)
-			if rcode != want {
-				t.Errorf("%s %s: rcode %s, want %s", dns.ClassToString[class], qname, dns.RcodeToString[rcode], dns.RcodeToString[want])
-			}
-			if want == dns.RcodeRefused && rec.Msg != nil {
-				t.Errorf("%s %s: wrote %v, want nothing (the server writes REFUSED)", dns.ClassToString[class], qname, rec.Msg)
-			}
-			if want == dns.RcodeSuccess && (rec.Msg == nil || len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != "192.0.2.53") {
-				t.Errorf("%s %s: %v, want it left to the next plugin", dns.ClassToString[class], qname, rec.Msg)
-			}
+			assert.Equal(t, dns.RcodeToString[want], dns.RcodeToString[rcode], "%s %s: rcode", dns.ClassToString[class], qname)
+			assert.False(t, want == dns.RcodeRefused && rec.Msg != nil, "%s %s: wrote %v, want nothing (the server writes REFUSED)", dns.ClassToString[class], qname, rec.Msg)
+			assert.False(t, want == dns.RcodeSuccess && (rec.Msg == nil || len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != "192.0.2.53"), "%s %s: %v, want it left to the next plugin", dns.ClassToString[class], qname, rec.Msg)
 		}
 	}
 }
@@ -106,12 +101,8 @@ func TestReplyOfEverySize(t *testing.T) {
 					}
 				}
 				slices.Sort(addrs)
-				if !slices.Equal(addrs, want) {
-					t.Errorf("%d endpoints, %s, EDNS %v: answer %v, want %v", n, dns.TypeToString[qtype], edns, addrs, want)
-				}
-				if (got.IsEdns0() != nil) != edns || len(got.Extra) != b2i(edns) {
-					t.Errorf("%d endpoints, %s, EDNS %v: additional %v", n, dns.TypeToString[qtype], edns, got.Extra)
-				}
+				assert.True(t, slices.Equal(addrs, want), "%d endpoints, %s, EDNS %v: answer %v, want %v", n, dns.TypeToString[qtype], edns, addrs, want)
+				assert.False(t, (got.IsEdns0() != nil) != edns || len(got.Extra) != b2i(edns), "%d endpoints, %s, EDNS %v: additional %v", n, dns.TypeToString[qtype], edns, got.Extra)
 			}
 		}
 	}
@@ -130,9 +121,7 @@ func TestReplyOfEverySize(t *testing.T) {
 				recs = append(recs, rr.String())
 			}
 		}
-		if !slices.Equal(recs, want) || (got.IsEdns0() != nil) != edns {
-			t.Errorf("EDNS %v: %v, want %v and the OPT record only with EDNS", edns, got, want)
-		}
+		assert.False(t, !slices.Equal(recs, want) || (got.IsEdns0() != nil) != edns, "EDNS %v: %v, want %v and the OPT record only with EDNS", edns, got, want)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -61,7 +62,5 @@ func TestSetupClusterSet(t *testing.T) {
 	c = controller(corefile, ".:53")
 	cfg, err := parse(c)
 	require.NoError(t, err)
-	if !cfg.options().watchOptions().ClusterSet {
-		t.Error("the derived Services are not watched")
-	}
+	assert.True(t, cfg.options().watchOptions().ClusterSet, "the derived Services are not watched")
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/object"
 
 	"github.com/miekg/dns"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The clusterset zone: the names of the Multi-Cluster Services DNS
@@ -231,9 +233,7 @@ func TestClusterSetClassAndCase(t *testing.T) {
 		r.Question[0].Qclass = tc.class
 		rec := dnstest.NewRecorder(&test.ResponseWriter{})
 		rcode, err := m.ServeDNS(context.Background(), rec, r)
-		if err != nil || rcode != dns.RcodeRefused || rec.Msg != nil {
-			t.Errorf("%s %s class %d: rcode %d, err %v, written %v; want REFUSED left to the server", tc.name, dns.TypeToString[tc.qtype], tc.class, rcode, err, rec.Msg)
-		}
+		assert.False(t, err != nil || rcode != dns.RcodeRefused || rec.Msg != nil, "%s %s class %d: rcode %d, err %v, written %v; want REFUSED left to the server", tc.name, dns.TypeToString[tc.qtype], tc.class, rcode, err, rec.Msg)
 	}
 	wantMixedCase(t, m, "NGINX-Set-0.West.Nginx-Svc.Default.svc.ClusterSet.Local.", "10.96.0.10")
 }
@@ -394,9 +394,7 @@ func TestClusterSetOnly(t *testing.T) {
 	runCase(t, m, testCase("1.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("1.0.97.10.in-addr.arpa.", "web"+cs)), false)
 	runCase(t, m, next("20.0.96.10.in-addr.arpa."), false) // a mirror's: no zone of mcmirror's to name it in
 	runCase(t, m, next("web-west"+z), false)
-	if n := m.index.Len(); n != 0 {
-		t.Errorf("%d names of mcmirror's zones without one", n)
-	}
+	assert.EqualValues(t, 0, m.index.Len(), "names of mcmirror's zones without one")
 }
 
 func TestClusterSetOptions(t *testing.T) {
@@ -461,9 +459,7 @@ func FuzzClusterSetName(f *testing.F) {
 		case got.passed:
 			t.Fatalf("%s %s: passed on from a clusterset zone", qname, dns.TypeToString[qtype])
 		case qtype == dns.TypeAXFR || qtype == dns.TypeIXFR:
-			if got.code != dns.RcodeRefused || got.msg != nil {
-				t.Fatalf("%s: transfer not refused: %s", qname, got)
-			}
+			require.False(t, got.code != dns.RcodeRefused || got.msg != nil, "%s: transfer not refused: %s", qname, got)
 			return
 		case got.msg == nil || got.code != dns.RcodeSuccess || got.err != nil:
 			t.Fatalf("%s %s: no answer written: %s", qname, dns.TypeToString[qtype], got)
@@ -472,15 +468,9 @@ func FuzzClusterSetName(f *testing.F) {
 			t.Fatalf("%s: reply does not pack: %v", qname, err)
 		}
 		for _, rr := range got.msg.Answer {
-			if rr.Header().Name != lower {
-				t.Fatalf("%s: answer for another name: %s", qname, rr)
-			}
+			require.Equal(t, lower, rr.Header().Name, "%s: answer for another name: %s", qname, rr)
 		}
-		if len(got.msg.Answer) == 0 && (len(got.msg.Ns) != 1 || got.msg.Ns[0].Header().Name != m.Zones[zi]) {
-			t.Fatalf("%s: negative answer without the zone's SOA: %s", qname, got.msg)
-		}
-		if got.msg.Rcode == dns.RcodeNameError && len(got.msg.Answer) > 0 {
-			t.Fatalf("%s: NXDOMAIN with records", qname)
-		}
+		require.False(t, len(got.msg.Answer) == 0 && (len(got.msg.Ns) != 1 || got.msg.Ns[0].Header().Name != m.Zones[zi]), "%s: negative answer without the zone's SOA: %s", qname, got.msg)
+		require.False(t, got.msg.Rcode == dns.RcodeNameError && len(got.msg.Answer) > 0, "%s: NXDOMAIN with records", qname)
 	})
 }

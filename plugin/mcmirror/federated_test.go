@@ -14,6 +14,7 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 )
 
 // The strings are Linkerd's (pkg/k8s/labels.go, the service mirror's
@@ -25,9 +26,7 @@ func TestFederatedLinkerdStrings(t *testing.T) {
 		labels.LocalDiscoveryAnnotation:                 "multicluster.linkerd.io/local-discovery",
 		"web-" + labels.FederatedSuffix:                 "web-federated",
 	} {
-		if got != want {
-			t.Errorf("got %q, want %q", got, want)
-		}
+		assert.Equal(t, want, got)
 	}
 }
 
@@ -84,9 +83,7 @@ func TestFederatedAnswers(t *testing.T) {
 	}
 	before := counted()
 	ask(t, m, fed, dns.TypeA)
-	if got := counted(); got != before+1 {
-		t.Errorf("answers_total{kind=federated} moved by %v, want 1", got-before)
-	}
+	assert.Equal(t, before+1, counted(), "answers_total{kind=federated}")
 }
 
 // The name is claimed only while a member has a ready, routable address:
@@ -113,9 +110,7 @@ func TestFederatedNotClaimed(t *testing.T) {
 		runCase(t, m, next(n+"-federated"+z), false)
 		runCase(t, m, next("west."+n+"-federated"+z), false)
 	}
-	if n := m.index.Len(); n != 0 {
-		t.Errorf("%d names in the index, want none", n)
-	}
+	assert.EqualValues(t, 0, m.index.Len(), "names in the index")
 }
 
 // Members that become unready or go away leave the answer; the last one
@@ -173,9 +168,7 @@ func TestFederatedMembersChange(t *testing.T) {
 	delete(f.Mirrors, [2]string{"default", "web-federated"})
 	m.requeue(object.FederatedKey("default", "web-federated"))
 	runCase(t, m, next(fed), false)
-	if n := m.index.Len(); n != 0 {
-		t.Errorf("%d names left in the index, want none", n)
-	}
+	assert.EqualValues(t, 0, m.index.Len(), "names left in the index")
 }
 
 // A member exported by Linkerd's label besides being federated keeps its

@@ -55,39 +55,25 @@ func FuzzServe(f *testing.F) {
 func checkReplies(t *testing.T, pkt, udp, tcp []byte) {
 	t.Helper()
 	var ru, rt dns.Msg
-	if err := ru.Unpack(udp); err != nil {
-		t.Fatalf("UDP reply does not parse: %v", err)
-	}
-	if err := rt.Unpack(tcp); err != nil {
-		t.Fatalf("TCP reply does not parse: %v", err)
-	}
+	require.NoError(t, ru.Unpack(udp), "UDP reply does not parse")
+	require.NoError(t, rt.Unpack(tcp), "TCP reply does not parse")
 	id := binary.BigEndian.Uint16(pkt)
 	for _, r := range []*dns.Msg{&ru, &rt} {
-		if r.Id != id || !r.Response {
-			t.Fatalf("reply is not a response to query %d: %v", id, r)
-		}
+		require.False(t, r.Id != id || !r.Response, "reply is not a response to query %d: %v", id, r)
 	}
-	if ru.Rcode != rt.Rcode {
-		t.Fatalf("UDP says %s, TCP says %s", dns.RcodeToString[ru.Rcode], dns.RcodeToString[rt.Rcode])
-	}
+	require.Equal(t, dns.RcodeToString[ru.Rcode], dns.RcodeToString[rt.Rcode], "the rcodes of UDP and TCP")
 	var q dns.Msg
 	if q.Unpack(pkt) != nil {
 		return // answered FORMERR from the header alone
 	}
 	// miekg/dns echoes the header of a query it rejects, TC included.
-	if rt.Truncated && !q.Truncated {
-		t.Fatalf("TCP reply truncated: %v", &rt)
-	}
+	require.False(t, rt.Truncated && !q.Truncated, "TCP reply truncated: %v", &rt)
 	size := dns.MinMsgSize // what a client without EDNS0 takes
 	if o := q.IsEdns0(); o != nil && int(o.UDPSize()) > size {
 		size = int(o.UDPSize())
 	}
-	if len(udp) > size {
-		t.Fatalf("UDP reply of %d octets for a client buffer of %d", len(udp), size)
-	}
-	if !ru.Truncated && len(ru.Answer) != len(rt.Answer) {
-		t.Fatalf("UDP gives %d answers untruncated, TCP %d", len(ru.Answer), len(rt.Answer))
-	}
+	require.False(t, len(udp) > size, "UDP reply of %d octets for a client buffer of %d", len(udp), size)
+	require.False(t, !ru.Truncated && len(ru.Answer) != len(rt.Answer), "UDP gives %d answers untruncated, TCP %d", len(ru.Answer), len(rt.Answer))
 }
 
 // seedPackets are real queries of every name kind and the odd and broken
@@ -242,31 +228,19 @@ func FuzzName(f *testing.F) {
 
 		ours := zi >= 0 && (m.index.Lookup(lower) != nil || refClaimed(m.index, lower))
 		if got.passed {
-			if ours {
-				t.Fatalf("%s %s: ours, but passed on", qname, dns.TypeToString[qtype])
-			}
+			require.False(t, ours, "%s %s: ours, but passed on", qname, dns.TypeToString[qtype])
 			return
 		}
-		if !ours {
-			t.Fatalf("%s %s: not ours, but answered %s", qname, dns.TypeToString[qtype], got)
-		}
+		require.True(t, ours, "%s %s: not ours, but answered %s", qname, dns.TypeToString[qtype], got)
 		if qtype == dns.TypeAXFR || qtype == dns.TypeIXFR {
-			if got.code != dns.RcodeRefused || got.msg != nil {
-				t.Fatalf("%s: transfer not refused: %s", qname, got)
-			}
+			require.False(t, got.code != dns.RcodeRefused || got.msg != nil, "%s: transfer not refused: %s", qname, got)
 			return
 		}
-		if got.msg == nil || got.code != dns.RcodeSuccess || got.err != nil {
-			t.Fatalf("%s %s: no answer written: %s", qname, dns.TypeToString[qtype], got)
-		}
+		require.False(t, got.msg == nil || got.code != dns.RcodeSuccess || got.err != nil, "%s %s: no answer written: %s", qname, dns.TypeToString[qtype], got)
 		for _, rr := range got.msg.Answer {
-			if rr.Header().Name != lower {
-				t.Fatalf("%s: answer for another name: %s", qname, rr)
-			}
+			require.Equal(t, lower, rr.Header().Name, "%s: answer for another name: %s", qname, rr)
 		}
-		if len(got.msg.Answer) == 0 && (len(got.msg.Ns) != 1 || got.msg.Ns[0].Header().Name != m.Zones[zi]) {
-			t.Fatalf("%s: negative answer without the zone's SOA: %s", qname, got.msg)
-		}
+		require.False(t, len(got.msg.Answer) == 0 && (len(got.msg.Ns) != 1 || got.msg.Ns[0].Header().Name != m.Zones[zi]), "%s: negative answer without the zone's SOA: %s", qname, got.msg)
 	})
 }
 

@@ -153,21 +153,13 @@ func (s *wireServer) healthy(t testing.TB) {
 	q := new(dns.Msg).SetQuestion(probeName, dns.TypeA)
 	pkt, _ := q.Pack()
 	raw, err := s.exchangeUDP(pkt, true)
-	if err != nil {
-		t.Fatalf("server no longer answers: %v", err)
-	}
+	require.NoError(t, err, "server no longer answers")
 	r := new(dns.Msg)
-	if err := r.Unpack(raw); err != nil {
-		t.Fatalf("good query: reply does not parse: %v", err)
-	}
-	if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != probeAddr {
-		t.Fatalf("good query answered wrong: %v", r)
-	}
+	require.NoError(t, r.Unpack(raw), "good query: reply does not parse")
+	require.False(t, len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != probeAddr, "good query answered wrong: %v", r)
 	deadline := time.Now().Add(replyWait)
 	for s.inflight.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls of the plugin chain have not returned", s.inflight.Load())
-		}
+		require.False(t, time.Now().After(deadline), "%d calls of the plugin chain have not returned", s.inflight.Load())
 		time.Sleep(time.Millisecond)
 	}
 	if p := s.panicked.Load(); p != nil {

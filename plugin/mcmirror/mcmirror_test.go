@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
@@ -223,9 +224,7 @@ func runCase(t *testing.T, m *MCMirror, tc test.Case, tcp bool) *dns.Msg {
 	if _, err := m.ServeDNS(context.Background(), request.NewScrubWriter(r, rec), r); err != nil {
 		t.Fatalf("ServeDNS: %v", err)
 	}
-	if rec.Msg == nil {
-		t.Fatal("no answer written")
-	}
+	require.NotNil(t, rec.Msg, "no answer written")
 	// What the server would send must pack.
 	if _, err := rec.Msg.Pack(); err != nil {
 		t.Fatalf("reply does not pack: %v", err)
@@ -250,15 +249,9 @@ func wantMixedCase(t *testing.T, m *MCMirror, q, ip string) {
 	rec := dnstest.NewRecorder(&test.ResponseWriter{})
 	_, err := m.ServeDNS(context.Background(), rec, test.Case{Qname: q, Qtype: dns.TypeA}.Msg())
 	require.NoError(t, err)
-	if rec.Msg.Question[0].Name != q {
-		t.Errorf("question %q, want the query's case %q", rec.Msg.Question[0].Name, q)
-	}
-	if len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != ip {
-		t.Errorf("answer %v", rec.Msg.Answer)
-	}
-	if !rec.Msg.Authoritative {
-		t.Error("answer not authoritative")
-	}
+	assert.Equal(t, q, rec.Msg.Question[0].Name, "the question, in the query's case")
+	assert.False(t, len(rec.Msg.Answer) != 1 || rec.Msg.Answer[0].(*dns.A).A.String() != ip, "answer %v", rec.Msg.Answer)
+	assert.True(t, rec.Msg.Authoritative, "answer not authoritative")
 }
 
 func TestServeDNSFallthrough(t *testing.T) {
@@ -322,33 +315,21 @@ func TestServeDNSTruncation(t *testing.T) {
 		require.NoError(t, err)
 		got := rec.Msg
 		if tc.tcp {
-			if got.Truncated || len(got.Answer) != 300 || len(got.Extra) != 300 {
-				t.Errorf("TCP: TC=%t, %d answers, %d extra; want the whole set of 300 with glue", got.Truncated, len(got.Answer), len(got.Extra))
-			}
+			assert.False(t, got.Truncated || len(got.Answer) != 300 || len(got.Extra) != 300, "TCP: TC=%t, %d answers, %d extra; want the whole set of 300 with glue", got.Truncated, len(got.Answer), len(got.Extra))
 			buf, err := got.Pack()
-			if err != nil {
-				t.Fatalf("TCP answer does not pack: %v", err)
-			}
-			if len(buf) > dns.MaxMsgSize {
-				t.Errorf("TCP answer is %d bytes", len(buf))
-			}
+			require.NoError(t, err, "TCP answer does not pack")
+			assert.False(t, len(buf) > dns.MaxMsgSize, "TCP answer is %d bytes", len(buf))
 			continue
 		}
-		if !got.Truncated {
-			t.Errorf("UDP (EDNS %d): TC not set with %d answers", tc.edns, len(got.Answer))
-		}
-		if len(got.Answer) == 0 || len(got.Answer) >= 300 {
-			t.Errorf("UDP (EDNS %d): %d answers, want some but not all", tc.edns, len(got.Answer))
-		}
+		assert.True(t, got.Truncated, "UDP (EDNS %d): TC not set with %d answers", tc.edns, len(got.Answer))
+		assert.False(t, len(got.Answer) == 0 || len(got.Answer) >= 300, "UDP (EDNS %d): %d answers, want some but not all", tc.edns, len(got.Answer))
 		limit := 512
 		if tc.edns > 0 {
 			limit = int(tc.edns)
 		}
 		buf, err := got.Pack()
 		require.NoError(t, err)
-		if len(buf) > limit {
-			t.Errorf("UDP (EDNS %d): %d bytes, more than %d", tc.edns, len(buf), limit)
-		}
+		assert.False(t, len(buf) > limit, "UDP (EDNS %d): %d bytes, more than %d", tc.edns, len(buf), limit)
 	}
 
 	// The index is intact afterwards.
@@ -376,14 +357,10 @@ func TestCacheInFrontKeepsWholeReply(t *testing.T) {
 		rec := dnstest.NewRecorder(&test.ResponseWriter{TCP: tcp})
 		_, err := c.ServeDNS(context.Background(), request.NewScrubWriter(r, rec), r)
 		require.NoError(t, err)
-		if rec.Msg == nil {
-			t.Fatal("no reply")
-		}
+		require.NotNil(t, rec.Msg, "no reply")
 		buf, err := rec.Msg.Pack()
 		require.NoError(t, err)
-		if !tcp && len(buf) > dns.MinMsgSize {
-			t.Errorf("UDP reply of %d octets", len(buf))
-		}
+		assert.False(t, !tcp && len(buf) > dns.MinMsgSize, "UDP reply of %d octets", len(buf))
 		return rec.Msg
 	}
 	for i := range 2 {
@@ -392,12 +369,8 @@ func TestCacheInFrontKeepsWholeReply(t *testing.T) {
 		}
 	}
 	whole := ask(true)
-	if whole.Truncated || len(whole.Answer) != 20 {
-		t.Errorf("TCP: TC=%t, %d answers; want all 20 SRV records", whole.Truncated, len(whole.Answer))
-	}
-	if got := asked() - before; got != 1 {
-		t.Errorf("mcmirror answered %v of the 3 queries; want 1, the rest from the cache", got)
-	}
+	assert.False(t, whole.Truncated || len(whole.Answer) != 20, "TCP: TC=%t, %d answers; want all 20 SRV records", whole.Truncated, len(whole.Answer))
+	assert.EqualValues(t, 1, asked()-before, "queries of the 3 mcmirror answered; the rest are the cache's")
 }
 
 // A reply cut at maxRecords has TC set by the plugin, so that no cache
@@ -409,9 +382,7 @@ func TestCutReplyIsTruncated(t *testing.T) {
 	w := &kept{ResponseWriter: test.ResponseWriter{}}
 	_, err := m.ServeDNS(context.Background(), w, r)
 	require.NoError(t, err)
-	if w.msg == nil || !w.msg.Truncated || len(w.msg.Answer) != maxRecords(dns.MinMsgSize) {
-		t.Fatalf("handed over %v; want %d answers with TC", w.msg, maxRecords(dns.MinMsgSize))
-	}
+	require.False(t, w.msg == nil || !w.msg.Truncated || len(w.msg.Answer) != maxRecords(dns.MinMsgSize), "handed over %v; want %d answers with TC", w.msg, maxRecords(dns.MinMsgSize))
 }
 
 func TestServeDNSMetrics(t *testing.T) {
@@ -440,9 +411,7 @@ func wantCounted(t *testing.T, m *MCMirror, cases []countedCase) {
 		c := answers.WithLabelValues(tt.kind.String(), tt.rcode)
 		before := testutil.ToFloat64(c)
 		runCase(t, m, tt.tc, false)
-		if got := testutil.ToFloat64(c) - before; got != 1 {
-			t.Errorf("%s: answers_total{kind=%s,rcode=%s} grew by %v, want 1", tt.tc.Qname, tt.kind, tt.rcode, got)
-		}
+		assert.EqualValues(t, 1, testutil.ToFloat64(c)-before, "%s: answers_total{kind=%s,rcode=%s}", tt.tc.Qname, tt.kind, tt.rcode)
 	}
 }
 
@@ -466,7 +435,5 @@ func TestLower(t *testing.T) {
 		}
 	}
 	name := "web-west.default.svc.cluster.local."
-	if n := testing.AllocsPerRun(10, func() { name = lower(name) }); n != 0 {
-		t.Errorf("lower of a lower-case name: %v allocations, want none", n)
-	}
+	assert.EqualValues(t, 0, testing.AllocsPerRun(10, func() { name = lower(name) }), "allocations of lower of a lower-case name")
 }

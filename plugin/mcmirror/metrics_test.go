@@ -6,6 +6,8 @@ import (
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestCountAnswer(t *testing.T) {
@@ -14,14 +16,10 @@ func TestCountAnswer(t *testing.T) {
 			c := answers.WithLabelValues(k.String(), dns.RcodeToString[rc])
 			before := testutil.ToFloat64(c)
 			countAnswer(k, rc)
-			if got := testutil.ToFloat64(c) - before; got != 1 {
-				t.Errorf("kind %s rcode %s: +%v, want +1", k, dns.RcodeToString[rc], got)
-			}
+			assert.EqualValues(t, 1, testutil.ToFloat64(c)-before, "kind %s rcode %s", k, dns.RcodeToString[rc])
 		}
 	}
 	// An rcode the plugin never gives is not counted, nor a new series made.
 	countAnswer(index.KindPod, dns.RcodeRefused)
-	if n := testutil.CollectAndCount(answers); n != int(index.NumKinds)*len(answerRcodes) {
-		t.Errorf("%d answer series, want %d", n, int(index.NumKinds)*len(answerRcodes))
-	}
+	assert.Equal(t, int(index.NumKinds)*len(answerRcodes), testutil.CollectAndCount(answers), "answer series")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
@@ -23,13 +24,9 @@ import (
 func TestReady(t *testing.T) {
 	src := indextest.Fixture()
 	m := newTestPlugin(t, src, 5, fall.Zero)
-	if !m.Ready() {
-		t.Error("not ready with a synced source")
-	}
+	assert.True(t, m.Ready(), "not ready with a synced source")
 	src.Synced = false
-	if m.Ready() {
-		t.Error("ready with a source that has not synced")
-	}
+	assert.False(t, m.Ready(), "ready with a source that has not synced")
 }
 
 // Once ready, the server stays ready and answers NXDOMAIN, not SERVFAIL,
@@ -39,9 +36,7 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 	west := remotetest.NewClientset(watchtest.Service("web", watchtest.ExportedFlat, corev1.ClusterIPNone), watchtest.FlatSlice("web-1", "web", "10.1.0.1"))
 	m := startPlugin(t, remotetest.NewClientset(), Options{StartupTimeout: time.Hour}, "west", west)
 	watchtest.WaitFor(t, watchtest.EventBound, "the first answer", answersA(t, m, "web-west"+z, "10.1.0.1"))
-	if !m.Ready() {
-		t.Fatal("not ready after Start")
-	}
+	require.True(t, m.Ready(), "not ready after Start")
 	dead, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"})
 	require.NoError(t, err)
 	lateErrors := func() float64 {
@@ -52,9 +47,7 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 	watchtest.WaitFor(t, watchtest.EventBound, "the late link tried", func() bool {
 		return lateErrors() > before
 	})
-	if !m.Ready() {
-		t.Error("a link added later made the server unready")
-	}
+	assert.True(t, m.Ready(), "a link added later made the server unready")
 	if rc, _ := askA(t, m, "web-9.web-west"+z); rc != dns.RcodeNameError {
 		t.Errorf("unknown pod of a claimed name: %s, want NXDOMAIN", dns.RcodeToString[rc])
 	}
@@ -70,9 +63,7 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 	last := "10.1.0.1"
 	deadline := time.Now().Add(watchtest.EventBound)
 	for i := 0; rebuilds < rebuildsWanted; i++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %d updates and %d queries, %d rebuilds seen, want %d", i, asked, rebuilds, rebuildsWanted)
-		}
+		require.False(t, time.Now().After(deadline), "after %d updates and %d queries, %d rebuilds seen, want %d", i, asked, rebuilds, rebuildsWanted)
 		_, _ = west.DiscoveryV1().EndpointSlices("default").Update(context.Background(),
 			watchtest.FlatSlice("web-1", "web", "10.1.0."+string(rune('1'+i%9))), metav1.UpdateOptions{})
 		if rc, _ := askA(t, m, "web-9.web-west"+z); rc != dns.RcodeNameError {
@@ -80,16 +71,12 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 		}
 		asked++
 		rc, got := askA(t, m, "web-west"+z)
-		if rc != dns.RcodeSuccess || len(got) != 1 {
-			t.Fatalf("the churned name during churn: %s %v, want one address", dns.RcodeToString[rc], got)
-		}
+		require.False(t, rc != dns.RcodeSuccess || len(got) != 1, "the churned name during churn: %s %v, want one address", dns.RcodeToString[rc], got)
 		if got[0] != last {
 			rebuilds++
 			last = got[0]
 		}
-		if !m.Ready() {
-			t.Fatal("unready during churn")
-		}
+		require.True(t, m.Ready(), "unready during churn")
 	}
 	t.Logf("%d queries of the unknown pod, NXDOMAIN each, while %d rebuilds landed", asked, rebuilds)
 }

@@ -1,8 +1,9 @@
 package mcmirror
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestParseCIDRs(t *testing.T) {
@@ -20,14 +21,10 @@ func TestParseCIDRs(t *testing.T) {
 	for _, tc := range tests {
 		got, err := parseCIDRs(tc.args)
 		if tc.shouldErr == "" {
-			if err != nil || len(got) != len(tc.args) {
-				t.Errorf("%v: %v, %v", tc.args, got, err)
-			}
+			assert.False(t, err != nil || len(got) != len(tc.args), "%v: %v, %v", tc.args, got, err)
 			continue
 		}
-		if err == nil || !strings.Contains(err.Error(), tc.shouldErr) {
-			t.Errorf("%v: error %v, want %q", tc.args, err, tc.shouldErr)
-		}
+		assert.ErrorContains(t, err, tc.shouldErr, "%v", tc.args)
 	}
 }
 

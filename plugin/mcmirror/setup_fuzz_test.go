@@ -128,21 +128,15 @@ func FuzzParse(f *testing.F) {
 		}
 		cfg, err := parseOnce()
 		again, errAgain := parseOnce()
-		if (err == nil) != (errAgain == nil) || (err != nil && err.Error() != errAgain.Error()) {
-			t.Fatalf("parsed twice: %v, then %v", err, errAgain)
-		}
+		require.False(t, (err == nil) != (errAgain == nil) || (err != nil && err.Error() != errAgain.Error()), "parsed twice: %v, then %v", err, errAgain)
 		if err != nil {
-			if !strings.Contains(err.Error(), "Testfile:") {
-				t.Fatalf("the error does not name its place in the Corefile: %v", err)
-			}
+			require.True(t, strings.Contains(err.Error(), "Testfile:"), "the error does not name its place in the Corefile: %v", err)
 			return
 		}
 		if cfg == nil {
 			return // no mcmirror token at all: setup is never called so
 		}
-		if !reflect.DeepEqual(cfg, again) {
-			t.Fatalf("parsed twice, two configurations:\n%+v\n%+v", cfg, again)
-		}
+		require.True(t, reflect.DeepEqual(cfg, again), "parsed twice, two configurations:\n%+v\n%+v", cfg, again)
 		checkConfig(t, cfg)
 	})
 }
@@ -150,9 +144,7 @@ func FuzzParse(f *testing.F) {
 // checkConfig checks what an accepted configuration holds.
 func checkConfig(t *testing.T, cfg *config) {
 	t.Helper()
-	if err := labels.ValidateClusterName(cfg.cluster); err != nil {
-		t.Fatalf("accepted cluster: %v", err)
-	}
+	require.NoError(t, labels.ValidateClusterName(cfg.cluster), "accepted cluster")
 	if len(cfg.zones) == 0 || !slices.ContainsFunc(cfg.zones, func(z string) bool { return !isReverse(z) }) {
 		t.Fatalf("zones %q: none outside the reverse zones", cfg.zones)
 	}
@@ -161,28 +153,16 @@ func checkConfig(t *testing.T, cfg *config) {
 			t.Fatalf("zone %q accepted", z)
 		}
 	}
-	if len(cfg.links) != len(cfg.linksAt) {
-		t.Fatalf("%d links, %d places", len(cfg.links), len(cfg.linksAt))
-	}
+	require.Len(t, cfg.linksAt, len(cfg.links), "the places of the links")
 	names := map[string]bool{}
 	for _, l := range cfg.links {
-		if err := labels.ValidateClusterName(l.Name); err != nil {
-			t.Fatalf("link accepted: %v", err)
-		}
-		if l.Name == cfg.cluster || names[l.Name] {
-			t.Fatalf("link %q accepted: this cluster's name, or twice", l.Name)
-		}
-		if l.Kubeconfig == "" {
-			t.Fatalf("link %q without a kubeconfig", l.Name)
-		}
+		require.NoError(t, labels.ValidateClusterName(l.Name), "link accepted")
+		require.False(t, l.Name == cfg.cluster || names[l.Name], "link %q accepted: this cluster's name, or twice", l.Name)
+		require.NotEmpty(t, l.Kubeconfig, "link %q without a kubeconfig", l.Name)
 		names[l.Name] = true
 	}
-	if cfg.ttl > 3600 {
-		t.Fatalf("ttl %d", cfg.ttl)
-	}
-	if cfg.startupTimeout <= 0 || cfg.staleMaxAge < 0 {
-		t.Fatalf("startup_timeout %s, stale_max_age %s", cfg.startupTimeout, cfg.staleMaxAge)
-	}
+	require.False(t, cfg.ttl > 3600, "ttl %d", cfg.ttl)
+	require.False(t, cfg.startupTimeout <= 0 || cfg.staleMaxAge < 0, "startup_timeout %s, stale_max_age %s", cfg.startupTimeout, cfg.staleMaxAge)
 	if cfg.secrets {
 		if errs := validation.IsDNS1123Label(cfg.secretsNS); len(errs) > 0 {
 			t.Fatalf("link_secrets namespace %q: %v", cfg.secretsNS, errs)
@@ -190,45 +170,27 @@ func checkConfig(t *testing.T, cfg *config) {
 	} else if cfg.secretsNS != "" || cfg.secretsSel != nil {
 		t.Fatalf("link_secrets settings without link_secrets: %q %v", cfg.secretsNS, cfg.secretsSel)
 	}
-	if cfg.allowAt != "" && !cfg.secrets {
-		t.Fatal("allow_insecure_kubeconfig without link_secrets")
-	}
+	require.False(t, cfg.allowAt != "" && !cfg.secrets, "allow_insecure_kubeconfig without link_secrets")
 	if cfg.allowAt == "" && cfg.allow != (link.Allow{}) {
 		t.Fatalf("allowed %s without allow_insecure_kubeconfig", cfg.allow)
 	}
-	if cfg.exportSel != nil && cfg.exportSel.Empty() {
-		t.Fatal("an export_selector that selects everything")
-	}
+	require.False(t, cfg.exportSel != nil && cfg.exportSel.Empty(), "an export_selector that selects everything")
 	if cfg.healthURL != "" {
 		u, err := url.Parse(cfg.healthURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			t.Fatalf("gateway_health %q accepted", cfg.healthURL)
-		}
-		if cfg.healthInterval <= 0 {
-			t.Fatalf("gateway_health interval %s", cfg.healthInterval)
-		}
+		require.False(t, err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "", "gateway_health %q accepted", cfg.healthURL)
+		require.False(t, cfg.healthInterval <= 0, "gateway_health interval %s", cfg.healthInterval)
 	}
 	for name, prefixes := range cfg.allowed.lists {
-		if name == cfg.cluster || (!names[name] && !cfg.secrets) {
-			t.Fatalf("allowed_cidrs for %q, which cannot be linked", name)
-		}
-		if len(prefixes) == 0 {
-			t.Fatalf("allowed_cidrs for %q without a prefix", name)
-		}
+		require.False(t, name == cfg.cluster || (!names[name] && !cfg.secrets), "allowed_cidrs for %q, which cannot be linked", name)
+		require.NotEmpty(t, prefixes, "allowed_cidrs for %q without a prefix", name)
 		for _, p := range prefixes {
-			if !p.IsValid() || p.Masked() != p || p.Addr().Zone() != "" {
-				t.Fatalf("allowed_cidrs for %q: prefix %v accepted", name, p)
-			}
+			require.False(t, !p.IsValid() || p.Masked() != p || p.Addr().Zone() != "", "allowed_cidrs for %q: prefix %v accepted", name, p)
 		}
 	}
 	for i, z := range cfg.clusterset {
-		if !slices.Contains(cfg.zones, z) || isReverse(z) || slices.Contains(cfg.clusterset[:i], z) {
-			t.Fatalf("clusterset zone %q accepted, zones %q", z, cfg.zones)
-		}
+		require.False(t, !slices.Contains(cfg.zones, z) || isReverse(z) || slices.Contains(cfg.clusterset[:i], z), "clusterset zone %q accepted, zones %q", z, cfg.zones)
 	}
 	for _, z := range cfg.fall.Zones {
-		if z != "." && !dns.IsFqdn(plugin.Name(z).Normalize()) {
-			t.Fatalf("fallthrough zone %q", z)
-		}
+		require.False(t, z != "." && !dns.IsFqdn(plugin.Name(z).Normalize()), "fallthrough zone %q", z)
 	}
 }

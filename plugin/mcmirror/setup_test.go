@@ -15,6 +15,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/link"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	k8slabels "k8s.io/apimachinery/pkg/labels"
@@ -30,24 +31,16 @@ func TestParse(t *testing.T) {
 	}{
 		// Defaults.
 		{"mcmirror {\ncluster east\n}", "", func(t *testing.T, c *config) {
-			if c.cluster != "east" || c.ttl != 5 || c.startupTimeout != 5*time.Second {
-				t.Errorf("cluster %q ttl %d startup_timeout %s", c.cluster, c.ttl, c.startupTimeout)
-			}
+			assert.False(t, c.cluster != "east" || c.ttl != 5 || c.startupTimeout != 5*time.Second, "cluster %q ttl %d startup_timeout %s", c.cluster, c.ttl, c.startupTimeout)
 			if !slices.Equal(c.zones, []string{"cluster.local."}) {
 				t.Errorf("zones %v, want the server block's", c.zones)
 			}
-			if c.exportSel != nil || c.secrets || len(c.links) != 0 || c.kubeconfig != "" {
-				t.Errorf("unexpected settings %+v", c)
-			}
+			assert.False(t, c.exportSel != nil || c.secrets || len(c.links) != 0 || c.kubeconfig != "", "unexpected settings %+v", c)
 			if !c.fall.Equal(fall.F{}) {
 				t.Errorf("fallthrough %v", c.fall)
 			}
-			if c.healthURL != "" {
-				t.Errorf("gateway_health %q without the option", c.healthURL)
-			}
-			if c.staleMaxAge != time.Hour {
-				t.Errorf("stale_max_age %s by default, want 1h", c.staleMaxAge)
-			}
+			assert.Empty(t, c.healthURL, "gateway_health without the option")
+			assert.Equal(t, time.Hour, c.staleMaxAge, "stale_max_age by default")
 		}},
 		// Every property.
 		{`mcmirror cluster.local in-addr.arpa {
@@ -62,48 +55,32 @@ func TestParse(t *testing.T) {
 			fallthrough example.org
 			gateway_health http://mcmirror-gateway.mcmirror.svc:9155/peers 500ms
 		}`, "", func(t *testing.T, c *config) {
-			if c.healthURL != "http://mcmirror-gateway.mcmirror.svc:9155/peers" || c.healthInterval != 500*time.Millisecond {
-				t.Errorf("gateway_health %q %s", c.healthURL, c.healthInterval)
-			}
+			assert.False(t, c.healthURL != "http://mcmirror-gateway.mcmirror.svc:9155/peers" || c.healthInterval != 500*time.Millisecond, "gateway_health %q %s", c.healthURL, c.healthInterval)
 			if !slices.Equal(c.zones, []string{"cluster.local.", "in-addr.arpa."}) {
 				t.Errorf("zones %v", c.zones)
 			}
-			if c.kubeconfig != "/etc/east.kubeconfig" || c.context != "east-admin" {
-				t.Errorf("kubeconfig %q %q", c.kubeconfig, c.context)
-			}
+			assert.False(t, c.kubeconfig != "/etc/east.kubeconfig" || c.context != "east-admin", "kubeconfig %q %q", c.kubeconfig, c.context)
 			if len(c.links) != 2 || c.links[0].Name != "west" || c.links[0].Kubeconfig != "/etc/west.kubeconfig" || c.links[0].Context != "" ||
 				c.links[1].Name != "paris" || c.links[1].Context != "paris-admin" {
 				t.Errorf("links %+v", c.links)
 			}
-			if !c.secrets || c.secretsNS != "linkerd-multicluster" || c.secretsSel.String() != "mcmirror.io/link in (true,yes)" {
-				t.Errorf("link_secrets %t %q %v", c.secrets, c.secretsNS, c.secretsSel)
-			}
-			if c.exportSel.String() != "example.com/export=yes" {
-				t.Errorf("export_selector %v", c.exportSel)
-			}
-			if c.ttl != 30 || c.startupTimeout != time.Minute {
-				t.Errorf("ttl %d startup_timeout %s", c.ttl, c.startupTimeout)
-			}
+			assert.False(t, !c.secrets || c.secretsNS != "linkerd-multicluster" || c.secretsSel.String() != "mcmirror.io/link in (true,yes)", "link_secrets %t %q %v", c.secrets, c.secretsNS, c.secretsSel)
+			assert.Equal(t, "example.com/export=yes", c.exportSel.String(), "export_selector")
+			assert.False(t, c.ttl != 30 || c.startupTimeout != time.Minute, "ttl %d startup_timeout %s", c.ttl, c.startupTimeout)
 			if !c.fall.Equal(fall.F{Zones: []string{"example.org."}}) {
 				t.Errorf("fallthrough %v", c.fall)
 			}
 		}},
 		{"mcmirror {\ncluster east\nlink_secrets linkerd\nfallthrough\nttl 0\n}", "", func(t *testing.T, c *config) {
-			if c.secretsSel != nil || c.ttl != 0 || !c.fall.Equal(fall.Root) {
-				t.Errorf("selector %v ttl %d fall %v", c.secretsSel, c.ttl, c.fall)
-			}
+			assert.False(t, c.secretsSel != nil || c.ttl != 0 || !c.fall.Equal(fall.Root), "selector %v ttl %d fall %v", c.secretsSel, c.ttl, c.fall)
 		}},
 		{"mcmirror {\ncluster east\nttl 3600\nexport_selector mirror.linkerd.io/exported in (true, remote-discovery)\n}", "", func(t *testing.T, c *config) {
 			want, _ := k8slabels.Parse(labels.DefaultExportSelector)
-			if c.ttl != 3600 || c.exportSel.String() != want.String() {
-				t.Errorf("ttl %d selector %v", c.ttl, c.exportSel)
-			}
+			assert.False(t, c.ttl != 3600 || c.exportSel.String() != want.String(), "ttl %d selector %v", c.ttl, c.exportSel)
 		}},
 
 		{"mcmirror {\ncluster east\ngateway_health https://gw.example:9155/peers\n}", "", func(t *testing.T, c *config) {
-			if c.healthURL != "https://gw.example:9155/peers" || c.healthInterval != 2*time.Second {
-				t.Errorf("gateway_health %q %s, want the default interval 2s", c.healthURL, c.healthInterval)
-			}
+			assert.False(t, c.healthURL != "https://gw.example:9155/peers" || c.healthInterval != 2*time.Second, "gateway_health %q %s, want the default interval 2s", c.healthURL, c.healthInterval)
 		}},
 
 		{"mcmirror {\ncluster east\nlink_secrets linkerd\nallow_insecure_kubeconfig exec files\n}", "", func(t *testing.T, c *config) {
@@ -148,14 +125,10 @@ func TestParse(t *testing.T) {
 		{"mcmirror {\ncluster east\nttl\n}", "Wrong argument count", nil},
 		// source: direct (the default) or import, which links nothing.
 		{"mcmirror {\ncluster east\nsource import\n}", "", func(t *testing.T, c *config) {
-			if !c.imports || !c.options().Import {
-				t.Errorf("source import: imports %v", c.imports)
-			}
+			assert.False(t, !c.imports || !c.options().Import, "source import: imports %v", c.imports)
 		}},
 		{"mcmirror {\ncluster east\nsource direct\nlink west /etc/west.kubeconfig\n}", "", func(t *testing.T, c *config) {
-			if c.imports {
-				t.Error("source direct is not import mode")
-			}
+			assert.False(t, c.imports, "source direct is not import mode")
 		}},
 		{"mcmirror {\ncluster east\nsource import\nallowed_cidrs west 10.0.0.0/8\n}", "", nil},
 		{"mcmirror {\ncluster east\nsource import\nlink west /etc/west.kubeconfig\n}", "source import with link or link_secrets", nil},
@@ -169,9 +142,7 @@ func TestParse(t *testing.T) {
 		{"mcmirror {\ncluster east\nttl 3601\n}", "ttl must be in range [0, 3600]: 3601", nil},
 		{"mcmirror {\ncluster east\nstartup_timeout\n}", "Wrong argument count", nil},
 		{"mcmirror {\ncluster east\nstale_max_age 10m\n}", "", func(t *testing.T, c *config) {
-			if c.staleMaxAge != 10*time.Minute {
-				t.Errorf("stale_max_age %s", c.staleMaxAge)
-			}
+			assert.Equal(t, 10*time.Minute, c.staleMaxAge, "stale_max_age")
 		}},
 		{"mcmirror {\ncluster east\nstale_max_age 0s\n}", "", nil},
 		{"mcmirror {\ncluster east\nstale_max_age\n}", "Wrong argument count", nil},
@@ -242,9 +213,7 @@ func TestParseRootServerBlock(t *testing.T) {
 func TestParseErrorsNameTheLine(t *testing.T) {
 	c := controller("mcmirror {\ncluster east\n\nttl 99999\n}")
 	_, err := parse(c)
-	if err == nil || !strings.Contains(err.Error(), "Testfile:4") {
-		t.Fatalf("error %v does not name line 4", err)
-	}
+	require.ErrorContains(t, err, "Testfile:4", "the error names line 4")
 }
 
 // controller returns a controller of corefile in a server block of keys,
@@ -315,9 +284,7 @@ func TestSetup(t *testing.T) {
 			continue
 		}
 		plugins := dnsserver.GetConfig(c).Plugin
-		if len(plugins) != 1 {
-			t.Errorf("test %d: %d plugins added", i, len(plugins))
-		}
+		assert.Len(t, plugins, 1, "test %d: plugins added", i)
 	}
 }
 
@@ -326,15 +293,9 @@ func TestSetupGatewayHealth(t *testing.T) {
 	c := controller("mcmirror {\ncluster east\nkubeconfig " + kc + "\ngateway_health http://127.0.0.1:1/peers 1s\n}")
 	require.NoError(t, setup(c))
 	m, ok := dnsserver.GetConfig(c).Plugin[0](nil).(*MCMirror)
-	if !ok {
-		t.Fatal("no MCMirror")
-	}
-	if m.health == nil || m.health.url != "http://127.0.0.1:1/peers" || m.health.interval != time.Second || m.health.grace != 5*time.Second {
-		t.Fatalf("health %+v", m.health)
-	}
-	if m.health.changed == nil {
-		t.Error("the index is not told the gateways' health")
-	}
+	require.True(t, ok, "no MCMirror")
+	require.False(t, m.health == nil || m.health.url != "http://127.0.0.1:1/peers" || m.health.interval != time.Second || m.health.grace != 5*time.Second, "health %+v", m.health)
+	assert.NotNil(t, m.health.changed, "the index is not told the gateways' health")
 }
 
 func TestSetupStaleMaxAge(t *testing.T) {
@@ -347,17 +308,13 @@ func TestSetupStaleMaxAge(t *testing.T) {
 	c = controller(corefile)
 	cfg, err := parse(c)
 	require.NoError(t, err)
-	if got := cfg.options().watchOptions().StaleMaxAge; got != 90*time.Second {
-		t.Errorf("the watches' stale_max_age %s", got)
-	}
+	assert.Equal(t, 90*time.Second, cfg.options().watchOptions().StaleMaxAge, "the watches' stale_max_age")
 }
 
 func TestSetupInCluster(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	c := controller("mcmirror {\ncluster east\n}")
-	if err := setup(c); err == nil || !strings.Contains(err.Error(), "not running in a cluster") {
-		t.Fatalf("error %v, want one saying there is no in-cluster config", err)
-	}
+	require.ErrorContains(t, setup(c), "not running in a cluster")
 }
 
 var corefileBlock = regexp.MustCompile("(?s)(?:```|~~~) ?corefile\n(.*?)(?:```|~~~)")
@@ -368,9 +325,7 @@ func TestReadme(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	blocks := corefileBlock.FindAllStringSubmatch(string(readme), -1)
-	if len(blocks) < 3 {
-		t.Fatalf("found %d corefile examples, want at least 3", len(blocks))
-	}
+	require.False(t, len(blocks) < 3, "found %d corefile examples, want at least 3", len(blocks))
 	directives := append(slices.Clone(dnsserver.Directives), pluginName)
 	for i, b := range blocks {
 		sbs, err := caddyfile.Parse("README.md", strings.NewReader(b[1]), directives)
@@ -392,8 +347,6 @@ func TestReadme(t *testing.T) {
 				t.Errorf("example %d: %v\n%s", i, err, b[1])
 			}
 		}
-		if !found {
-			t.Errorf("example %d has no mcmirror stanza", i)
-		}
+		assert.True(t, found, "example %d has no mcmirror stanza", i)
 	}
 }

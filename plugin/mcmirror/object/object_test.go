@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,9 +26,7 @@ func TestToMirror(t *testing.T) {
 	require.NoError(t, err)
 	want := &Mirror{Meta: Meta{Name: "nginx-set-0-west", Namespace: "default"}, IsMirror: true, Cluster: "west",
 		HeadlessOf: "nginx-svc-west", ClusterIPs: []string{"10.96.0.10"}, Ports: []Port{{"http", "tcp", 80}}}
-	if !reflect.DeepEqual(out, want) {
-		t.Errorf("got %+v\nwant %+v", out, want)
-	}
+	assert.Equal(t, want, out)
 }
 
 // TestToMirrorExport: a flat-mode mirror the controller wrote carries the
@@ -52,9 +51,7 @@ func TestToMirrorExport(t *testing.T) {
 	require.NoError(t, err)
 	want := *full.(*Mirror)
 	want.Export = nil
-	if !reflect.DeepEqual(bare, &want) {
-		t.Errorf("ToMirrorWithoutExport: got %+v\nwant %+v", bare, &want)
-	}
+	assert.Equal(t, &want, bare, "ToMirrorWithoutExport")
 }
 
 func TestToSlice(t *testing.T) {
@@ -81,9 +78,7 @@ func TestToSlice(t *testing.T) {
 		Endpoints:   []Endpoint{{Addresses: []string{"10.1.0.1"}, Hostname: "db-0", Ready: true}, {Addresses: []string{"10.1.0.2"}}},
 		TriggerTime: at,
 	}
-	if !reflect.DeepEqual(out, want) {
-		t.Errorf("got %+v\nwant %+v", out, want)
-	}
+	assert.Equal(t, want, out)
 
 	// FQDN slices have no addresses to answer; bad annotations cost only
 	// the latency sample.
@@ -94,9 +89,7 @@ func TestToSlice(t *testing.T) {
 	in.AddressType = discovery.AddressTypeIPv6
 	in.Annotations[labels.EndpointsLastChangeTriggerTime] = "yesterday"
 	out, err = ToSlice(in)
-	if err != nil || !out.(*Slice).TriggerTime.IsZero() {
-		t.Errorf("bad annotation: %v, %v", out, err)
-	}
+	assert.False(t, err != nil || !out.(*Slice).TriggerTime.IsZero(), "bad annotation: %v, %v", out, err)
 }
 
 var fedService = watchtest.FedService
@@ -108,9 +101,7 @@ var fedService = watchtest.FedService
 func TestFederationAnnotations(t *testing.T) {
 	f := federation(fedService("web-federated", " web@west,,web,@west,web@,a@b@c,Web@paris,web@West,other@west, api@paris ", " web "))
 	want := &Federation{Remote: []FedMember{{"web", "west"}, {"api", "paris"}}, Local: "web"}
-	if f == nil || !slices.Equal(f.Remote, want.Remote) || f.Local != want.Local {
-		t.Fatalf("federation = %+v, want %+v", f, want)
-	}
+	require.False(t, f == nil || !slices.Equal(f.Remote, want.Remote) || f.Local != want.Local, "federation = %+v, want %+v", f, want)
 	if got := f.MemberNames(); !slices.Equal(got, []string{"web", "api"}) {
 		t.Errorf("MemberNames = %v", got)
 	}
@@ -127,9 +118,7 @@ func TestFederationAnnotations(t *testing.T) {
 			return s
 		}(),
 	} {
-		if f := federation(s); f != nil {
-			t.Errorf("%s: federation = %+v, want none", what, f)
-		}
+		assert.Nil(t, federation(s), "%s: federation", what)
 	}
 	m, _ := ToMirror(fedService("web-federated", "web@west", "web"))
 	if f := m.(*Mirror).Fed; f == nil || !slices.Equal(f.Remote, []FedMember{{"web", "west"}}) || f.Local != "web" {

@@ -88,9 +88,7 @@ func FuzzFromSecret(f *testing.F) {
 
 		// Monotonic: the strictest policy accepts less.
 		if strictErr == nil {
-			if err != nil {
-				t.Fatalf("accepted with no feature allowed, refused with %s: %v", allow, err)
-			}
+			require.NoError(t, err, "accepted with no feature allowed, refused with %s", allow)
 			if name != strictName || cfg.Host != strict.Host || cfg.BearerToken != strict.BearerToken ||
 				cfg.Username != strict.Username || cfg.Password != strict.Password {
 				t.Fatalf("allowing %s changed a clean link: %q %q, strict %q %q", allow, name, cfg.Host, strictName, strict.Host)
@@ -100,9 +98,7 @@ func FuzzFromSecret(f *testing.F) {
 			_, _ = rest.TLSConfigFor(strict)
 		}
 		if err != nil && ReasonOf(err) != ReasonInvalid {
-			if strictErr == nil || ReasonOf(strictErr) == ReasonInvalid {
-				t.Fatalf("refused for %s with %s allowed, yet accepted or invalid with nothing allowed: %v", ReasonOf(err), allow, strictErr)
-			}
+			require.False(t, strictErr == nil || ReasonOf(strictErr) == ReasonInvalid, "refused for %s with %s allowed, yet accepted or invalid with nothing allowed: %v", ReasonOf(err), allow, strictErr)
 		}
 	})
 }
@@ -124,29 +120,21 @@ func checkOutcome(t *testing.T, s *corev1.Secret, allow Allow, name string, cfg 
 	want, ok := ClusterNameOf(s)
 	require.True(t, ok && name == want, "cluster %q, the Secret names %q (%t)", name, want, ok)
 	require.NoError(t, labels.ValidateClusterName(name), "accepted an invalid cluster name")
-	if cfg.ExecProvider != nil && !allow.Exec {
-		t.Fatalf("exec plugin %q accepted with %s", cfg.ExecProvider.Command, allow)
-	}
-	if cfg.AuthProvider != nil && !allow.AuthProvider {
-		t.Fatalf("auth-provider %q accepted with %s", cfg.AuthProvider.Name, allow)
-	}
+	require.False(t, cfg.ExecProvider != nil && !allow.Exec, "exec plugin %q accepted with %s", cfg.ExecProvider.Command, allow)
+	require.False(t, cfg.AuthProvider != nil && !allow.AuthProvider, "auth-provider %q accepted with %s", cfg.AuthProvider.Name, allow)
 	if !allow.Files {
 		for field, path := range map[string]string{
 			"tokenFile": cfg.BearerTokenFile, "client-certificate": cfg.CertFile,
 			"client-key": cfg.KeyFile, "certificate-authority": cfg.CAFile,
 		} {
-			if path != "" {
-				t.Fatalf("%s %q accepted with %s", field, path, allow)
-			}
+			require.Empty(t, path, "%s accepted with %s", field, allow)
 		}
 	}
 	require.False(t, cfg.Insecure && !allow.SkipTLSVerify, "insecure-skip-tls-verify accepted with %s", allow)
 	if !allow.HTTP {
 		// The URL the client will use, as client-go makes it.
 		u, _, err := rest.DefaultServerUrlFor(cfg)
-		if err == nil && u.Scheme != "https" {
-			t.Fatalf("server %q (used as %q) accepted with %s", cfg.Host, u.Redacted(), allow)
-		}
+		require.False(t, err == nil && u.Scheme != "https", "server %q (used as %q) accepted with %s", cfg.Host, u.Redacted(), allow)
 		if p, perr := url.Parse(cfg.Host); perr != nil || !strings.EqualFold(p.Scheme, "https") {
 			t.Fatalf("server %q accepted with %s", cfg.Host, allow)
 		}
@@ -199,9 +187,7 @@ func FuzzKubeconfigFields(f *testing.F) {
 		strictName, strict, strictErr := FromSecret(s, Allow{})
 		checkOutcome(t, s, Allow{}, strictName, strict, strictErr)
 		if strictErr == nil {
-			if err != nil || rc.Host != strict.Host {
-				t.Fatalf("accepted with nothing allowed (%q), not with %s: %v", strict.Host, allow, err)
-			}
+			require.False(t, err != nil || rc.Host != strict.Host, "accepted with nothing allowed (%q), not with %s: %v", strict.Host, allow, err)
 			// What a client of it would load must not panic; bad inline
 			// data only fails the link when it is dialled.
 			_, _ = rest.TLSConfigFor(strict)

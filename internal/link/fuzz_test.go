@@ -120,8 +120,12 @@ func checkOutcome(t *testing.T, s *corev1.Secret, allow Allow, name string, cfg 
 	want, ok := ClusterNameOf(s)
 	require.True(t, ok && name == want, "cluster %q, the Secret names %q (%t)", name, want, ok)
 	require.NoError(t, labels.ValidateClusterName(name), "accepted an invalid cluster name")
-	require.False(t, cfg.ExecProvider != nil && !allow.Exec, "exec plugin %q accepted with %s", cfg.ExecProvider.Command, allow)
-	require.False(t, cfg.AuthProvider != nil && !allow.AuthProvider, "auth-provider %q accepted with %s", cfg.AuthProvider.Name, allow)
+	if cfg.ExecProvider != nil && !allow.Exec {
+		t.Fatalf("exec plugin %q accepted with %s", cfg.ExecProvider.Command, allow)
+	}
+	if cfg.AuthProvider != nil && !allow.AuthProvider {
+		t.Fatalf("auth-provider %q accepted with %s", cfg.AuthProvider.Name, allow)
+	}
 	if !allow.Files {
 		for field, path := range map[string]string{
 			"tokenFile": cfg.BearerTokenFile, "client-certificate": cfg.CertFile,

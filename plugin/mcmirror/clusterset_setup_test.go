@@ -49,9 +49,7 @@ func TestSetupClusterSet(t *testing.T) {
 	c := controller(corefile, ".:53")
 	require.NoError(t, setup(c))
 	m := dnsserver.GetConfig(c).Plugin[0](nil).(*MCMirror)
-	if !slices.Equal(m.clusterset, []bool{false, true, false}) {
-		t.Errorf("clusterset zones %v of %v", m.clusterset, m.Zones)
-	}
+	assert.Equal(t, []bool{false, true, false}, m.clusterset, "clusterset zones of %v", m.Zones)
 	// The index answers the specification's names in clusterset.local,
 	// and not in cluster.local.
 	m.Next = fromNext

@@ -145,9 +145,7 @@ func FuzzParse(f *testing.F) {
 func checkConfig(t *testing.T, cfg *config) {
 	t.Helper()
 	require.NoError(t, labels.ValidateClusterName(cfg.cluster), "accepted cluster")
-	if len(cfg.zones) == 0 || !slices.ContainsFunc(cfg.zones, func(z string) bool { return !isReverse(z) }) {
-		t.Fatalf("zones %q: none outside the reverse zones", cfg.zones)
-	}
+	require.True(t, slices.ContainsFunc(cfg.zones, func(z string) bool { return !isReverse(z) }), "zones %q: none outside the reverse zones", cfg.zones)
 	for _, z := range cfg.zones {
 		if _, ok := dns.IsDomainName(z); !ok || z == "." || !dns.IsFqdn(z) {
 			t.Fatalf("zone %q accepted", z)
@@ -171,9 +169,7 @@ func checkConfig(t *testing.T, cfg *config) {
 		t.Fatalf("link_secrets settings without link_secrets: %q %v", cfg.secretsNS, cfg.secretsSel)
 	}
 	require.False(t, cfg.allowAt != "" && !cfg.secrets, "allow_insecure_kubeconfig without link_secrets")
-	if cfg.allowAt == "" && cfg.allow != (link.Allow{}) {
-		t.Fatalf("allowed %s without allow_insecure_kubeconfig", cfg.allow)
-	}
+	require.False(t, cfg.allowAt == "" && cfg.allow != (link.Allow{}), "allowed %s without allow_insecure_kubeconfig", cfg.allow)
 	require.False(t, cfg.exportSel != nil && cfg.exportSel.Empty(), "an export_selector that selects everything")
 	if cfg.healthURL != "" {
 		u, err := url.Parse(cfg.healthURL)

@@ -32,13 +32,9 @@ func TestParse(t *testing.T) {
 		// Defaults.
 		{"mcmirror {\ncluster east\n}", "", func(t *testing.T, c *config) {
 			assert.False(t, c.cluster != "east" || c.ttl != 5 || c.startupTimeout != 5*time.Second, "cluster %q ttl %d startup_timeout %s", c.cluster, c.ttl, c.startupTimeout)
-			if !slices.Equal(c.zones, []string{"cluster.local."}) {
-				t.Errorf("zones %v, want the server block's", c.zones)
-			}
+			assert.Equal(t, []string{"cluster.local."}, c.zones, "zones, want the server block's")
 			assert.False(t, c.exportSel != nil || c.secrets || len(c.links) != 0 || c.kubeconfig != "", "unexpected settings %+v", c)
-			if !c.fall.Equal(fall.F{}) {
-				t.Errorf("fallthrough %v", c.fall)
-			}
+			assert.True(t, c.fall.Equal(fall.F{}), "fallthrough %v", c.fall)
 			assert.Empty(t, c.healthURL, "gateway_health without the option")
 			assert.Equal(t, time.Hour, c.staleMaxAge, "stale_max_age by default")
 		}},
@@ -56,9 +52,7 @@ func TestParse(t *testing.T) {
 			gateway_health http://mcmirror-gateway.mcmirror.svc:9155/peers 500ms
 		}`, "", func(t *testing.T, c *config) {
 			assert.False(t, c.healthURL != "http://mcmirror-gateway.mcmirror.svc:9155/peers" || c.healthInterval != 500*time.Millisecond, "gateway_health %q %s", c.healthURL, c.healthInterval)
-			if !slices.Equal(c.zones, []string{"cluster.local.", "in-addr.arpa."}) {
-				t.Errorf("zones %v", c.zones)
-			}
+			assert.Equal(t, []string{"cluster.local.", "in-addr.arpa."}, c.zones, "zones")
 			assert.False(t, c.kubeconfig != "/etc/east.kubeconfig" || c.context != "east-admin", "kubeconfig %q %q", c.kubeconfig, c.context)
 			if len(c.links) != 2 || c.links[0].Name != "west" || c.links[0].Kubeconfig != "/etc/west.kubeconfig" || c.links[0].Context != "" ||
 				c.links[1].Name != "paris" || c.links[1].Context != "paris-admin" {
@@ -67,9 +61,7 @@ func TestParse(t *testing.T) {
 			assert.False(t, !c.secrets || c.secretsNS != "linkerd-multicluster" || c.secretsSel.String() != "mcmirror.io/link in (true,yes)", "link_secrets %t %q %v", c.secrets, c.secretsNS, c.secretsSel)
 			assert.Equal(t, "example.com/export=yes", c.exportSel.String(), "export_selector")
 			assert.False(t, c.ttl != 30 || c.startupTimeout != time.Minute, "ttl %d startup_timeout %s", c.ttl, c.startupTimeout)
-			if !c.fall.Equal(fall.F{Zones: []string{"example.org."}}) {
-				t.Errorf("fallthrough %v", c.fall)
-			}
+			assert.True(t, c.fall.Equal(fall.F{Zones: []string{"example.org."}}), "fallthrough %v", c.fall)
 		}},
 		{"mcmirror {\ncluster east\nlink_secrets linkerd\nfallthrough\nttl 0\n}", "", func(t *testing.T, c *config) {
 			assert.False(t, c.secretsSel != nil || c.ttl != 0 || !c.fall.Equal(fall.Root), "selector %v ttl %d fall %v", c.secretsSel, c.ttl, c.fall)
@@ -84,19 +76,14 @@ func TestParse(t *testing.T) {
 		}},
 
 		{"mcmirror {\ncluster east\nlink_secrets linkerd\nallow_insecure_kubeconfig exec files\n}", "", func(t *testing.T, c *config) {
-			if c.allow != (link.Allow{Exec: true, Files: true}) || c.allowAt != "Testfile:4" {
-				t.Errorf("allow_insecure_kubeconfig %+v at %q", c.allow, c.allowAt)
-			}
+			assert.Equal(t, link.Allow{Exec: true, Files: true}, c.allow, "allow_insecure_kubeconfig")
+			assert.Equal(t, "Testfile:4", c.allowAt, "the place of allow_insecure_kubeconfig")
 		}},
 		{"mcmirror {\ncluster east\nlink_secrets linkerd\nallow_insecure_kubeconfig auth-provider http skip-tls-verify\n}", "", func(t *testing.T, c *config) {
-			if c.allow != (link.Allow{AuthProvider: true, HTTP: true, SkipTLSVerify: true}) {
-				t.Errorf("allow_insecure_kubeconfig %+v", c.allow)
-			}
+			assert.Equal(t, link.Allow{AuthProvider: true, HTTP: true, SkipTLSVerify: true}, c.allow, "allow_insecure_kubeconfig")
 		}},
 		{"mcmirror {\ncluster east\nlink_secrets linkerd\n}", "", func(t *testing.T, c *config) {
-			if c.allow != (link.Allow{}) {
-				t.Errorf("allow_insecure_kubeconfig %+v without the option", c.allow)
-			}
+			assert.Zero(t, c.allow, "allow_insecure_kubeconfig without the option")
 		}},
 
 		// Errors.

@@ -256,9 +256,7 @@ func TestIndexNameCollision(t *testing.T) {
 	// because it lost the name before.
 	delete(src.Services, [3]string{"us-west", "default", "foo"})
 	again := x.Sync(object.ServiceKey("default", "foo"))
-	if !slices.Equal(again, []object.GroupKey{object.ServiceKey("default", "foo-us")}) {
-		t.Fatalf("sync asked to rebuild %v, want foo-us", again)
-	}
+	require.Equal(t, []object.GroupKey{object.ServiceKey("default", "foo-us")}, again, "the groups the sync asked to rebuild")
 	syncKeys(x, again...)
 	wantAddrs(t, x, "foo-us-west"+z, "10.96.0.1")
 }

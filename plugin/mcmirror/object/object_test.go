@@ -1,8 +1,6 @@
 package object
 
 import (
-	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -44,9 +42,7 @@ func TestToMirrorExport(t *testing.T) {
 	require.NoError(t, err)
 	wantExport := &Service{Meta: Meta{Name: "web", Namespace: "default", Version: "7"}, Exported: true, Mode: labels.Flat,
 		Headless: true, Ports: []Port{{"http", "tcp", 80}}}
-	if got := full.(*Mirror).Export; !reflect.DeepEqual(got, wantExport) {
-		t.Errorf("ToMirror: Export = %+v, want %+v", got, wantExport)
-	}
+	assert.Equal(t, wantExport, full.(*Mirror).Export, "ToMirror: Export")
 	bare, err := ToMirrorWithoutExport(in)
 	require.NoError(t, err)
 	want := *full.(*Mirror)
@@ -83,9 +79,8 @@ func TestToSlice(t *testing.T) {
 	// FQDN slices have no addresses to answer; bad annotations cost only
 	// the latency sample.
 	in.AddressType = discovery.AddressTypeFQDN
-	if out, _ := ToSlice(in); len(out.(*Slice).Endpoints) != 0 {
-		t.Error("FQDN slice kept its endpoints")
-	}
+	out, _ = ToSlice(in)
+	assert.Empty(t, out.(*Slice).Endpoints, "FQDN slice kept its endpoints")
 	in.AddressType = discovery.AddressTypeIPv6
 	in.Annotations[labels.EndpointsLastChangeTriggerTime] = "yesterday"
 	out, err = ToSlice(in)
@@ -101,10 +96,8 @@ var fedService = watchtest.FedService
 func TestFederationAnnotations(t *testing.T) {
 	f := federation(fedService("web-federated", " web@west,,web,@west,web@,a@b@c,Web@paris,web@West,other@west, api@paris ", " web "))
 	want := &Federation{Remote: []FedMember{{"web", "west"}, {"api", "paris"}}, Local: "web"}
-	require.False(t, f == nil || !slices.Equal(f.Remote, want.Remote) || f.Local != want.Local, "federation = %+v, want %+v", f, want)
-	if got := f.MemberNames(); !slices.Equal(got, []string{"web", "api"}) {
-		t.Errorf("MemberNames = %v", got)
-	}
+	require.Equal(t, want, f, "federation")
+	assert.Equal(t, []string{"web", "api"}, f.MemberNames(), "MemberNames")
 	if f := federation(fedService("web-federated", "-", "web_1")); f == nil || f.Local != "" || len(f.Remote) != 0 {
 		t.Errorf("a malformed local member: %+v, want a federation without members", f)
 	}
@@ -121,7 +114,5 @@ func TestFederationAnnotations(t *testing.T) {
 		assert.Nil(t, federation(s), "%s: federation", what)
 	}
 	m, _ := ToMirror(fedService("web-federated", "web@west", "web"))
-	if f := m.(*Mirror).Fed; f == nil || !slices.Equal(f.Remote, []FedMember{{"web", "west"}}) || f.Local != "web" {
-		t.Errorf("ToMirror: Fed = %+v", f)
-	}
+	assert.Equal(t, &Federation{Remote: []FedMember{{"web", "west"}}, Local: "web"}, m.(*Mirror).Fed, "ToMirror: Fed")
 }

@@ -74,9 +74,7 @@ func (f *fakeAPI) serve(l net.Listener) {
 // client returns a client of the server.
 func (f *fakeAPI) client() kubernetes.Interface {
 	c, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + f.addr})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	require.NoError(f.t, err)
 	return c
 }
 
@@ -96,9 +94,7 @@ func (f *fakeAPI) down() {
 // up brings the server back on its address.
 func (f *fakeAPI) up() {
 	l, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	require.NoError(f.t, err)
 	f.serve(l)
 }
 

@@ -225,9 +225,7 @@ func TestRelistsOneAtATime(t *testing.T) {
 		t.Fatalf("first lists went through the relist gate: %d active, %d held", active, held)
 	}
 	pc := m.watch.cluster("paris")
-	dbSvc, _, _ := pc.services.idx.GetByKey("default/db")
-	dbSlice, _, _ := pc.slices[0].idx.GetByKey("default/db-1")
-	webSlice, _, _ := pc.slices[0].idx.GetByKey("default/web-1")
+	dbSvc, dbSlice, webSlice := held(pc.services, "db"), held(pc.slices[0], "db-1"), held(pc.slices[0], "web-1")
 	before := map[object.GroupKey]int{}
 	for _, svc := range []string{"api", "db", "web"} {
 		k := object.ServiceKey("default", svc)
@@ -267,15 +265,9 @@ func TestRelistsOneAtATime(t *testing.T) {
 			t.Errorf("%s served %d watch-lists, want %d (%[3]d first lists, %[3]d relists)", name, n, 2*linkWatches, linkWatches)
 		}
 	}
-	if got, _, _ := pc.services.idx.GetByKey("default/db"); got != dbSvc {
-		t.Error("the unchanged Service db was replaced by the relist")
-	}
-	if got, _, _ := pc.slices[0].idx.GetByKey("default/db-1"); got != dbSlice {
-		t.Error("the unchanged slice db-1 was replaced by the relist")
-	}
-	if got, _, _ := pc.slices[0].idx.GetByKey("default/web-1"); got == webSlice {
-		t.Error("the changed slice web-1 was not replaced")
-	}
+	assert.Same(t, dbSvc, held(pc.services, "db"), "the unchanged Service db was replaced by the relist")
+	assert.Same(t, dbSlice, held(pc.slices[0], "db-1"), "the unchanged slice db-1 was replaced by the relist")
+	assert.NotSame(t, webSlice, held(pc.slices[0], "web-1"), "the changed slice web-1 was not replaced")
 	for k, n := range before {
 		got := builds(k) - n
 		switch {

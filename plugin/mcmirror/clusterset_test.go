@@ -464,9 +464,8 @@ func FuzzClusterSetName(f *testing.F) {
 		case got.msg == nil || got.code != dns.RcodeSuccess || got.err != nil:
 			t.Fatalf("%s %s: no answer written: %s", qname, dns.TypeToString[qtype], got)
 		}
-		if _, err := got.msg.Pack(); err != nil {
-			t.Fatalf("%s: reply does not pack: %v", qname, err)
-		}
+		_, err := got.msg.Pack()
+		require.NoError(t, err, "%s: reply does not pack", qname)
 		for _, rr := range got.msg.Answer {
 			require.Equal(t, lower, rr.Header().Name, "%s: answer for another name: %s", qname, rr)
 		}

@@ -1,7 +1,6 @@
 package mcmirror
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/pkg/fall"
@@ -15,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The strings are Linkerd's (pkg/k8s/labels.go, the service mirror's
@@ -124,9 +124,7 @@ func TestFederatedMembersChange(t *testing.T) {
 	web := object.ServiceKey("default", "web")
 	wantA := func(want ...string) {
 		t.Helper()
-		if got := answerA(t, m, fed); !slices.Equal(got, want) {
-			t.Fatalf("%s: %v, want %v", fed, got, want)
-		}
+		require.Equal(t, want, answerA(t, m, fed), fed)
 	}
 	wantA("10.1.0.1", "10.1.0.2", "10.96.5.5")
 

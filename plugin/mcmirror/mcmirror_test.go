@@ -221,19 +221,15 @@ func runCase(t *testing.T, m *MCMirror, tc test.Case, tcp bool) *dns.Msg {
 	rec := dnstest.NewRecorder(&test.ResponseWriter{TCP: tcp})
 	r := tc.Msg()
 	// The server wraps every writer so that replies fit the client.
-	if _, err := m.ServeDNS(context.Background(), request.NewScrubWriter(r, rec), r); err != nil {
-		t.Fatalf("ServeDNS: %v", err)
-	}
+	_, err := m.ServeDNS(context.Background(), request.NewScrubWriter(r, rec), r)
+	require.NoError(t, err, "ServeDNS")
 	require.NotNil(t, rec.Msg, "no answer written")
 	// What the server would send must pack.
-	if _, err := rec.Msg.Pack(); err != nil {
-		t.Fatalf("reply does not pack: %v", err)
-	}
+	_, err = rec.Msg.Pack()
+	require.NoError(t, err, "reply does not pack")
 	// SortAndCheck sorts in place; answers share the index's slices.
 	resp := rec.Msg.Copy()
-	if err := test.SortAndCheck(resp, tc); err != nil {
-		t.Error(err)
-	}
+	assert.NoError(t, test.SortAndCheck(resp, tc))
 	return resp
 }
 
@@ -429,9 +425,7 @@ func TestLower(t *testing.T) {
 			b := slices.Clone(base)
 			b[i] = byte(c)
 			name := string(b)
-			if got, want := lower(name), strings.ToLower(name); got != want {
-				t.Fatalf("lower(%q) = %q, want %q", name, got, want)
-			}
+			require.Equal(t, strings.ToLower(name), lower(name), "lower(%q)", name)
 		}
 	}
 	name := "web-west.default.svc.cluster.local."

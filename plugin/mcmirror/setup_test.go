@@ -259,19 +259,12 @@ func TestSetup(t *testing.T) {
 		c := controller(tc.input)
 		err := setup(c)
 		if tc.shouldErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.shouldErr) {
-				t.Errorf("test %d: error %v, want one containing %q", i, err, tc.shouldErr)
-			} else if !strings.HasPrefix(err.Error(), "plugin/mcmirror: ") {
-				t.Errorf("test %d: error %q is not the plugin's", i, err)
+			if assert.ErrorContains(t, err, tc.shouldErr, "test %d", i) {
+				assert.True(t, strings.HasPrefix(err.Error(), "plugin/mcmirror: "), "test %d: error %q is not the plugin's", i, err)
 			}
-			continue
+		} else if assert.NoError(t, err, "test %d", i) {
+			assert.Len(t, dnsserver.GetConfig(c).Plugin, 1, "test %d: plugins added", i)
 		}
-		if err != nil {
-			t.Errorf("test %d: %v", i, err)
-			continue
-		}
-		plugins := dnsserver.GetConfig(c).Plugin
-		assert.Len(t, plugins, 1, "test %d: plugins added", i)
 	}
 }
 
@@ -316,8 +309,7 @@ func TestReadme(t *testing.T) {
 	directives := append(slices.Clone(dnsserver.Directives), pluginName)
 	for i, b := range blocks {
 		sbs, err := caddyfile.Parse("README.md", strings.NewReader(b[1]), directives)
-		if err != nil {
-			t.Errorf("example %d: %v", i, err)
+		if !assert.NoError(t, err, "example %d", i) {
 			continue
 		}
 		found := false
@@ -330,9 +322,8 @@ func TestReadme(t *testing.T) {
 			c := caddy.NewTestController("dns", "")
 			c.Dispenser = caddyfile.NewDispenserTokens("README.md", tokens)
 			c.ServerBlockKeys = sb.Keys
-			if _, err := parse(c); err != nil {
-				t.Errorf("example %d: %v\n%s", i, err, b[1])
-			}
+			_, err := parse(c)
+			assert.NoError(t, err, "example %d\n%s", i, b[1])
 		}
 		assert.True(t, found, "example %d has no mcmirror stanza", i)
 	}

@@ -115,12 +115,8 @@ func TestLinkHandler(t *testing.T) {
 	m := startPlugin(t, remotetest.NewClientset(), Options{StartupTimeout: 100 * time.Millisecond})
 	h := m.LinkHandler()
 	h.Add("west", &rest.Config{Host: "http://127.0.0.1:1"}, link.Namespaces{})
-	if got := m.watch.Links(); !slices.Equal(got, []string{"west"}) {
-		t.Fatalf("links %v after Add", got)
-	}
+	require.Equal(t, []string{"west"}, m.watch.Links(), "links after Add")
 	h.Add("West", &rest.Config{Host: "http://127.0.0.1:1"}, link.Namespaces{}) // not a cluster name: logged, ignored
 	h.Remove("west")
-	if got := m.watch.Links(); len(got) != 0 {
-		t.Fatalf("links %v after Remove", got)
-	}
+	require.Empty(t, m.watch.Links(), "links after Remove")
 }

@@ -1,7 +1,6 @@
 package index
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -19,9 +18,8 @@ import (
 func wantNXDOMAIN(t *testing.T, x *Index, name string) {
 	t.Helper()
 	wantAbsent(t, x, name)
-	if _, ok := x.Claimed(name, "cluster.local."); !ok {
-		t.Errorf("%s: not claimed, want NXDOMAIN", name)
-	}
+	_, ok := x.Claimed(name, "cluster.local.")
+	assert.True(t, ok, "%s: not claimed, want NXDOMAIN", name)
 }
 
 // wantPassed fails t unless name is neither a name of the index nor below
@@ -29,9 +27,8 @@ func wantNXDOMAIN(t *testing.T, x *Index, name string) {
 func wantPassed(t *testing.T, x *Index, name string) {
 	t.Helper()
 	wantAbsent(t, x, name)
-	if _, ok := x.Claimed(name, "cluster.local."); ok {
-		t.Errorf("%s: claimed, want it left to the next plugin", name)
-	}
+	_, ok := x.Claimed(name, "cluster.local.")
+	assert.False(t, ok, "%s: claimed, want it left to the next plugin", name)
 }
 
 // Two groups produce the same name (svc a-b of cluster c, svc a of cluster
@@ -49,9 +46,7 @@ func TestCollisionTakesTheSubtree(t *testing.T) {
 			}
 			wantAddrs(t, x, "winner-0.a-b-c"+z, "10.2.0.1") // the kept name's pod
 			wantNXDOMAIN(t, x, "loser-0.a-b-c"+z)           // the other group's pod under the kept name
-			if got := targets(x, "_http._tcp.a-b-c"+z); strings.Join(got, ",") != "winner-0.a-b-c"+z {
-				t.Errorf("SRV of the kept name: %v", got)
-			}
+			assert.Equal(t, []string{"winner-0.a-b-c" + z}, targets(x, "_http._tcp.a-b-c"+z), "SRV of the kept name")
 		})
 	}
 }
@@ -77,17 +72,13 @@ func TestInvalidTargetsLeftOut(t *testing.T) {
 		if strings.HasPrefix(want, "ok-0.web-global") {
 			want = "ok-0.web-west"
 		}
-		if ts := targets(x, name); len(ts) != 1 || ts[0] != want+z {
-			t.Errorf("%s: targets %v, want %s", name, ts, want+z)
-		}
+		assert.Equal(t, []string{want + z}, targets(x, name), "%s: targets", name)
 	}
 	// Under the long zone the pod with the 63-octet host has no name;
 	// its address still answers the Service's name.
 	wname := "web-west.default.svc." + zone
 	wantAddrs(t, x, wname, "10.1.0.1", "10.1.0.2", "10.1.0.3")
-	if ts := targets(x, "_http._tcp."+wname); len(ts) != 1 {
-		t.Errorf("SRV under the long zone: %v", ts)
-	}
+	assert.Len(t, targets(x, "_http._tcp."+wname), 1, "SRV under the long zone")
 }
 
 // An endpoint without a hostname is named as the kubernetes plugin names
@@ -102,9 +93,7 @@ func TestDashedIPv6AndDedupe(t *testing.T) {
 		ep("", "fd00:0:0::1", true))
 	x := testIndex(src)
 
-	if ts := targets(x, "_http._tcp.db-global"+z); len(ts) != 2 || ts[0] != "fd00-1-2-3-4--0.db"+z || ts[1] != "fd00--1.db-west"+z {
-		t.Errorf("targets %v, want fd00-1-2-3-4--0.db (local, first) and fd00--1.db-west", ts)
-	}
+	assert.Equal(t, []string{"fd00-1-2-3-4--0.db" + z, "fd00--1.db-west" + z}, targets(x, "_http._tcp.db-global"+z), "targets, the local first")
 	// One record for fd00::1, written three ways.
 	wantAddrs(t, x, "db-west"+z, "fd00::1")
 }
@@ -151,9 +140,7 @@ func TestGlobalLocalFirst(t *testing.T) {
 	x := testIndex(src)
 	h := x.Lookup("db-global" + z)
 	require.NotNil(t, h, "db-global: not in the index")
-	if got := unpack(h.Addresses(false), 4); fmt.Sprint(got) != "[10.0.0.1 10.1.0.1 10.2.0.1]" {
-		t.Errorf("A: %v, want the local 10.0.0.1 first, then the links in order", got)
-	}
+	assert.Equal(t, []string{"10.0.0.1", "10.1.0.1", "10.2.0.1"}, unpack(h.Addresses(false), 4), "A: the local 10.0.0.1 first, then the links in order")
 	if ts := targets(x, "_http._tcp.db-global"+z); len(ts) != 3 || ts[0] != "db-0.db"+z {
 		t.Errorf("SRV targets %v, want the local db-0.db first", ts)
 	}

@@ -106,12 +106,9 @@ func owner(x *Index, name string) string {
 
 func wantAddrs(t *testing.T, x *Index, name string, want ...string) {
 	t.Helper()
-	got, ok := addrs(x, name)
-	if !ok {
-		t.Errorf("%s: not in the index, want %v", name, want)
-		return
+	if got, ok := addrs(x, name); assert.True(t, ok, "%s: not in the index, want %v", name, want) {
+		assert.True(t, slices.Equal(got, want), "%s: %v, want %v", name, got, want)
 	}
-	assert.True(t, slices.Equal(got, want), "%s: %v, want %v", name, got, want)
 }
 
 func wantAbsent(t *testing.T, x *Index, names ...string) {
@@ -225,9 +222,7 @@ func TestIndexLocalOnly(t *testing.T) {
 	x := testIndex(src)
 	wantAddrs(t, x, "api-global"+z, "10.100.0.7")
 	wantAbsent(t, x, "api-east"+z) // the local cluster's own names are the kubernetes plugin's
-	if srv := targets(x, "_http._tcp.api-global"+z); len(srv) != 1 || srv[0] != "api"+z {
-		t.Errorf("SRV of a local ClusterIP Service: %v", srv)
-	}
+	assert.Equal(t, []string{"api" + z}, targets(x, "_http._tcp.api-global"+z), "SRV of a local ClusterIP Service")
 }
 
 func TestIndexNameCollision(t *testing.T) {
@@ -270,9 +265,8 @@ func TestIndexInvalidNames(t *testing.T) {
 	x := testIndex(src)
 	require.NotZero(t, x.Len(), "empty index")
 	for name := range x.names {
-		if _, ok := dns.IsDomainName(name); !ok {
-			t.Errorf("invalid name %q in the index", name)
-		}
+		_, ok := dns.IsDomainName(name)
+		assert.True(t, ok, "invalid name %q in the index", name)
 		assert.False(t, strings.Contains(name, long) && !strings.Contains(name, "-global"), "name %q of an unmirrorable Service", name)
 		assert.False(t, strings.Contains(name, "hhhh"), "name %q of an overlong hostname", name)
 	}

@@ -74,8 +74,6 @@ func TestClusterSetWatch(t *testing.T) {
 func TestClusterSetNoWatch(t *testing.T) {
 	local := remotetest.NewClientset(derivedService("api", "10.97.0.1", true))
 	m := startWith(t, local, time.Second, 0)
-	if cl := m.watch.cluster("east"); cl.derived != nil {
-		t.Error("derived Services watched without clusterset")
-	}
+	assert.Nil(t, m.watch.cluster("east").derived, "derived Services watched without clusterset")
 	assert.Nil(t, m.watch.Derived("default", "api"), "Derived(api) without clusterset")
 }

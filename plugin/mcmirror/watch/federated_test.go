@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -69,9 +70,7 @@ func TestFederatedMembersWatch(t *testing.T) {
 	if s := m.watch.Member("west", "default", "gw"); s == nil || s.Mode != labels.Gateway {
 		t.Errorf("Member(west, gw) = %+v, want gateway", s)
 	}
-	if got := m.watch.Federations("default", "web"); !slices.Equal(got, []string{"web-federated"}) {
-		t.Errorf("Federations(web) = %v", got)
-	}
+	assert.Equal(t, []string{"web-federated"}, m.watch.Federations("default", "web"), "Federations(web)")
 	waitFor(t, eventBound, "the members counted", func() bool {
 		return testutil.ToFloat64(linkObjects.WithLabelValues("west", "federated-service")) == 2 &&
 			testutil.ToFloat64(linkObjects.WithLabelValues("east", "federated-service")) == 1

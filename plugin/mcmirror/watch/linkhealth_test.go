@@ -29,12 +29,8 @@ func TestStaleMaxAgeOption(t *testing.T) {
 	m := newStack(t, remotetest.NewClientset(), Options{StaleMaxAge: 90 * time.Second})
 	t.Cleanup(m.watch.Stop)
 	m.link(t, "west", remotetest.NewClientset())
-	if h := m.watch.cluster("west").health; h.maxAge != 90*time.Second {
-		t.Errorf("link west stale_max_age %s", h.maxAge)
-	}
-	if h := m.watch.cluster("east").health; h.maxAge != 0 {
-		t.Errorf("the local cluster's state is withdrawn after %s", h.maxAge)
-	}
+	assert.Equal(t, 90*time.Second, m.watch.cluster("west").health.maxAge, "link west stale_max_age")
+	assert.Zero(t, m.watch.cluster("east").health.maxAge, "the stale_max_age of the local cluster, whose state is never withdrawn")
 }
 
 // A linked cluster whose API server goes away keeps its last answers;

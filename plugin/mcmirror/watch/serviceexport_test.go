@@ -62,9 +62,7 @@ func TestServiceExportStamp(t *testing.T) {
 	waitFor(t, 5*time.Second, "the Service in both watches", answersA(t, m, "both-west"+z, "10.1.0.4"))
 	waitFor(t, 5*time.Second, "the Linkerd-labelled Service", answersA(t, m, "lk-west"+z, "10.1.0.1"))
 	waitFor(t, 5*time.Second, "-global of the stamped Services", answersA(t, m, "mcs-global"+z, "10.1.0.2", "10.1.0.3"))
-	if ok := answersA(t, m, "plain-west"+z, passedOn)(); !ok {
-		t.Error("plain-west, neither labelled nor stamped, is claimed")
-	}
+	assert.True(t, answersA(t, m, "plain-west"+z, passedOn)(), "plain-west, neither labelled nor stamped, is claimed")
 	wantKeys(t, "slices held", sliceKeys(cl), "default/both-1", "default/lk-1", "default/mcs-1")
 	wantKeys(t, "export selector's store", keys(cl.services), "default/both", "default/lk")
 	wantKeys(t, "ServiceExport store", keys(cl.mcsServices), "default/both", "default/gw", "default/mcs")
@@ -110,9 +108,7 @@ func TestServiceExportStamp(t *testing.T) {
 	waitFor(t, 5*time.Second, "mcs's slices dropped", func() bool {
 		return slices.Equal(sliceKeys(cl), []string{"default/both-1", "default/lk-1"})
 	})
-	if ok := answersA(t, m, "lk-west"+z, "10.1.0.1")(); !ok {
-		t.Error("lk-west, Linkerd-labelled, no longer answered")
-	}
+	assert.True(t, answersA(t, m, "lk-west"+z, "10.1.0.1")(), "lk-west, Linkerd-labelled, no longer answered")
 
 	// A stamp on a Service whose slices were never sent: they come.
 	update("plain", stamp(labels.ModeFlat))

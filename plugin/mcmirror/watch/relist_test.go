@@ -159,11 +159,13 @@ func (p *relistProxy) let() {
 	}
 }
 
-func (p *relistProxy) counts() (lists, held int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.lists, p.held
-}
+// listed is the number of watch-lists served; waiting, of those held;
+// plainLists, of lists.
+func (p *relistProxy) listed() int { p.mu.Lock(); defer p.mu.Unlock(); return p.lists }
+
+func (p *relistProxy) plainLists() int { p.mu.Lock(); defer p.mu.Unlock(); return p.plain }
+
+func (p *relistProxy) waiting() int { p.mu.Lock(); defer p.mu.Unlock(); return p.held }
 
 // counting is the index, counting the group builds by group.
 type counting struct {
@@ -235,20 +237,16 @@ func TestRelistsOneAtATime(t *testing.T) {
 	// West relists first, and its list hangs: it holds the turn.
 	west.holdLists()
 	west.expire()
-	waitFor(t, 5*time.Second, "west's first relist in its list", func() bool { _, held := west.counts(); return held == 1 })
+	waitFor(t, 5*time.Second, "west's first relist in its list", func() bool { return west.waiting() == 1 })
 	assert.EqualValues(t, 1, testutil.ToFloat64(relistsActive), "relist_in_progress during a relist")
 	// Paris relists too, and a slice changes while it waits.
-	parisLists, _ := paris.counts()
+	parisLists := paris.listed()
 	paris.expire()
 	waitFor(t, 5*time.Second, "every watch's relist at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 2*linkWatches })
 	paris.api.put(flatSlice("web-1", "web", "10.2.0.9"))
 	require.True(t, m.watch.HasSynced(), "not ready while relisting")
-	if n, _ := paris.counts(); n != parisLists {
-		t.Errorf("paris was asked %d watch-lists while west held the turn", n-parisLists)
-	}
-	if n, _ := west.counts(); n != linkWatches+1 { // the first lists and the held relist
-		t.Errorf("west was asked %d watch-lists, want %d", n, linkWatches+1)
-	}
+	assert.Equal(t, parisLists, paris.listed(), "watch-lists of paris, asked while west held the turn")
+	assert.Equal(t, linkWatches+1, west.listed(), "watch-lists of west: the first lists and the held relist")
 	// The last known state is answered meanwhile.
 	assert.True(t, answersA(t, m, "web-paris"+z, "10.2.0.1")(), "paris's last known state not answered while it waits")
 
@@ -261,9 +259,7 @@ func TestRelistsOneAtATime(t *testing.T) {
 	waitFor(t, 5*time.Second, "the groups built", idle(m))
 	assert.EqualValues(t, 0, testutil.ToFloat64(relistsActive), "relist_in_progress after the relists")
 	for name, p := range map[string]*relistProxy{"west": west, "paris": paris} {
-		if n, _ := p.counts(); n != 2*linkWatches {
-			t.Errorf("%s served %d watch-lists, want %d (%[3]d first lists, %[3]d relists)", name, n, 2*linkWatches, linkWatches)
-		}
+		assert.Equal(t, 2*linkWatches, p.listed(), "watch-lists %s served: %d first lists, %[2]d relists", name, linkWatches)
 	}
 	assert.Same(t, dbSvc, held(pc.services, "db"), "the unchanged Service db was replaced by the relist")
 	assert.Same(t, dbSlice, held(pc.slices[0], "db-1"), "the unchanged slice db-1 was replaced by the relist")
@@ -362,8 +358,8 @@ func TestRelistRetryWaitsItsTurn(t *testing.T) {
 	})
 	west.holdLists()
 	west.expire()
-	waitFor(t, 5*time.Second, "west's first relist in its list", func() bool { _, held := west.counts(); return held == 1 })
-	parisLists, _ := paris.counts()
+	waitFor(t, 5*time.Second, "west's first relist in its list", func() bool { return west.waiting() == 1 })
+	parisLists := paris.listed()
 	paris.holdLists()
 	paris.expire()
 	waitFor(t, 5*time.Second, "every watch's relist at the gate", func() bool { active, _ := m.watch.relists.stats(); return active == 2*linkWatches })
@@ -372,36 +368,24 @@ func TestRelistRetryWaitsItsTurn(t *testing.T) {
 	// goes to the next relist, and the failed one's retry (a watch-list or
 	// a plain list) waits at the gate again, not beside the one in its
 	// list.
-	west.mu.Lock()
-	plain := west.plain + paris.plain
-	west.mu.Unlock()
-	westLists, _ := west.counts()
+	plain := west.plainLists() + paris.plainLists()
+	westLists := west.listed()
 	west.expire()
 	waitFor(t, 10*time.Second, "the turn handed on, the failed relist back at the gate", func() bool {
 		active, held := m.watch.relists.stats()
 		return held == 2 && active == 2*linkWatches
 	})
-	waitFor(t, 5*time.Second, "the next relist in its list", func() bool {
-		_, w := west.counts()
-		_, p := paris.counts()
-		return w+p == 1
-	})
-	_, w := west.counts()
-	_, p := paris.counts()
+	waitFor(t, 5*time.Second, "the next relist in its list", func() bool { return west.waiting()+paris.waiting() == 1 })
+	w, p := west.waiting(), paris.waiting()
 	if active, held := m.watch.relists.stats(); active != 2*linkWatches || held != 2 || w+p != 1 {
 		t.Errorf("%d relists active, %d given the turn, %d in their lists (west %d, paris %d); want %d, 2, 1", active, held, w+p, w, p, 2*linkWatches)
 	}
-	wl, _ := west.counts()
-	pl, _ := paris.counts()
-	west.mu.Lock()
-	plain = west.plain + paris.plain - plain
-	west.mu.Unlock()
+	wl, pl := west.listed(), paris.listed()
+	plain = west.plainLists() + paris.plainLists() - plain
 	assert.False(t, plain != 0 || wl+pl-westLists-parisLists != 1, "%d lists and %d watch-lists asked since the failure, while one relist holds the turn; want 0 and 1", plain, wl+pl-westLists-parisLists)
 	paris.let()
 	west.let()
 	waitFor(t, 10*time.Second, "every relist done", func() bool { active, _ := m.watch.relists.stats(); return active == 0 })
 	waitFor(t, 5*time.Second, "west answered", answersA(t, m, "api-west"+z, "10.1.0.1"))
-	if n, _ := paris.counts(); n != parisLists+linkWatches {
-		t.Errorf("paris served %d relists, want %d", n-parisLists, linkWatches)
-	}
+	assert.Equal(t, parisLists+linkWatches, paris.listed(), "watch-lists of paris: one relist each")
 }

@@ -369,9 +369,7 @@ func TestControllerReplaceLink(t *testing.T) {
 	// A working one takes over once it has synced.
 	require.NoError(t, m.watch.ReplaceLink("west", b))
 	eventually(t, "the new configuration's answers", hasAddrs(m, "web-west"+z, "10.1.0.2"))
-	if got := m.watch.Links(); !slices.Equal(got, []string{"west"}) {
-		t.Errorf("links %v", got)
-	}
+	assert.Equal(t, []string{"west"}, m.watch.Links(), "links")
 
 	// A new name is a plain add.
 	require.NoError(t, m.watch.ReplaceLink("paris", a))

@@ -96,8 +96,7 @@ func healthClient(resolver string) *http.Client {
 	d := &net.Dialer{Resolver: &net.Resolver{
 		PreferGo: true,
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, resolver)
+			return new(net.Dialer).DialContext(ctx, network, resolver)
 		},
 	}}
 	t := http.DefaultTransport.(*http.Transport).Clone()

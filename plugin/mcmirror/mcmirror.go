@@ -116,8 +116,8 @@ type Options struct {
 // defaultStartupTimeout is the startup_timeout of the Corefile.
 const defaultStartupTimeout = 5 * time.Second
 
-// New returns an MCMirror that watches the local cluster through local.
-// Links are added with AddLink (or by link Secrets); Start starts watching.
+// New returns an MCMirror that watches the local cluster through local,
+// and the links setup and LinkHandler add; Start starts watching.
 func New(local kubernetes.Interface, o Options) (*MCMirror, error) {
 	if o.StartupTimeout == 0 {
 		o.StartupTimeout = defaultStartupTimeout
@@ -211,13 +211,6 @@ func newHandler(o Options) (*MCMirror, index.Options, error) {
 		m.health.client = healthClient(o.GatewayHealthResolver)
 	}
 	return m, ixOpts, nil
-}
-
-// AddLink watches a linked cluster through client. It fails when the name
-// is taken (by the local cluster or another link) or is not a valid cluster
-// name.
-func (m *MCMirror) AddLink(name string, client kubernetes.Interface) error {
-	return m.watch.AddLink(name, client)
 }
 
 // Start starts watching and waits, at most the startup timeout, until the

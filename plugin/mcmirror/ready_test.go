@@ -43,7 +43,7 @@ func TestNoServfailAfterFirstSync(t *testing.T) {
 		return metricValue(t, "link_errors_total", "cluster", "late", "reason", link.FailureUnreachable)
 	}
 	before := lateErrors()
-	require.NoError(t, m.AddLink("late", dead))
+	require.NoError(t, m.watch.AddLink("late", dead))
 	watchtest.WaitFor(t, watchtest.EventBound, "the late link tried", func() bool {
 		return lateErrors() > before
 	})

@@ -320,7 +320,6 @@ func checkZones(zones []string) error {
 	return nil
 }
 
-// parseGatewayHealth parses gateway_health URL [INTERVAL].
 // healthResolver returns where gateway_health's host is looked up: this
 // server itself (on loopback, at its port, or at its first bind address)
 // when the host is a name in one of the plugin's zones, such as
@@ -347,6 +346,7 @@ func healthResolver(cfg *config, server *dnsserver.Config) string {
 	return net.JoinHostPort(addr, server.Port)
 }
 
+// parseGatewayHealth parses gateway_health URL [INTERVAL].
 func parseGatewayHealth(c *caddy.Controller, cfg *config, args []string) error {
 	u, err := url.Parse(args[0])
 	if err != nil {

@@ -35,7 +35,7 @@ func startPlugin(t *testing.T, local kubernetes.Interface, o Options, links ...a
 	m, err := New(local, o)
 	require.NoError(t, err)
 	for i := 0; i < len(links); i += 2 {
-		require.NoError(t, m.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)))
+		require.NoError(t, m.watch.AddLink(links[i].(string), links[i+1].(kubernetes.Interface)))
 	}
 	t.Cleanup(func() { m.Stop() })
 	done := make(chan error, 1)

@@ -403,9 +403,8 @@ func TestClusterSetOptions(t *testing.T) {
 		{Zones: []string{"cluster.local.", "in-addr.arpa."}, ClusterSet: []string{"in-addr.arpa."}},
 	} {
 		o.Cluster = "east"
-		if _, err := newWithSource(indextest.NewSource(), o); err == nil {
-			t.Errorf("%v: no error", o.ClusterSet)
-		}
+		_, err := newWithSource(indextest.NewSource(), o)
+		assert.Error(t, err, "%v", o.ClusterSet)
 	}
 }
 

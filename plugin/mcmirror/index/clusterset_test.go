@@ -25,9 +25,7 @@ func TestClusterSetNamesGo(t *testing.T) {
 		x.Sync(object.ServiceKey("default", svc))
 	}
 	assert.False(t, len(x.cs) != 0 || len(x.csNS) != 0, "clusterset names left: %v, imports by namespace %v", x.cs, x.csNS)
-	if _, ok := x.slots[object.ServiceKey("default", "solo")]; ok {
-		t.Error("the slot of a group nobody exports or imports is kept")
-	}
+	assert.NotContains(t, x.slots, object.ServiceKey("default", "solo"), "the slot of a group nobody exports or imports is kept")
 	wantAddrs(t, x, "web-west"+z, "10.96.0.20", "fd00::20")
 	wantAddrs(t, x, "nginx-set-0.nginx-svc-paris"+z, "10.96.1.10")
 }

@@ -26,9 +26,7 @@ func TestFindPod(t *testing.T) {
 					require.Equal(t, name, h.g.members[h.r.m].podName(int(h.r.p), int(h.r.zi)), "the pod found for %s", name)
 				}
 				for _, host := range []string{fmt.Sprintf("big-%d", n), "big-", "big", "big-0x", "x"} {
-					if name := host + ".big-" + c + z; x.Lookup(name) != nil {
-						t.Errorf("%s: found, but no pod has that name", name)
-					}
+					assert.Nil(t, x.Lookup(host+".big-"+c+z), "%s: found, but no pod has that name", host+".big-"+c+z)
 				}
 			}
 		})

@@ -40,11 +40,10 @@ var measures = []measure{
 
 // sample is one client run on one setup.
 type sample struct {
-	ok   bool
-	why  string // why not ok
-	res  clientResult
-	cpu  float64 // CPU seconds the proxies used during the run
-	wall float64 // seconds the client process ran
+	ok  bool
+	why string // why not ok
+	res clientResult
+	cpu float64 // CPU seconds the proxies used during the run
 }
 
 // mbps is the bulk throughput in MB/s (10^6 bytes).
@@ -143,9 +142,8 @@ func runOne(cfg *config, s *setup, m measure) sample {
 		return sample{why: "not working before the run: " + err.Error()}
 	}
 	cpu0 := s.cpu()
-	t0 := time.Now()
 	res, err := runClient(cfg, m.dur(cfg)+2*time.Minute, append(m.args(cfg), "-addr", s.addr(m.port))...)
-	smp := sample{res: res, cpu: s.cpu() - cpu0, wall: time.Since(t0).Seconds()}
+	smp := sample{res: res, cpu: s.cpu() - cpu0}
 	switch {
 	case err != nil:
 		smp.why = err.Error()

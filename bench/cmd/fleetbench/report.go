@@ -240,7 +240,7 @@ func (rep *report) String() string {
 		var vals []float64
 		for _, r := range rep.modes {
 			v := math.NaN()
-			if row.value != nil && r.unavailable == "" {
+			if row.value != nil {
 				v = row.value(r)
 			}
 			vals = append(vals, v)
@@ -262,9 +262,6 @@ func (rep *report) String() string {
 		}
 	}
 	for _, r := range rep.modes {
-		if r.unavailable != "" {
-			fmt.Fprintf(&b, "- **%s mode unavailable**: %s.\n", r.m, r.unavailable)
-		}
 		for _, e := range r.errs {
 			fmt.Fprintf(&b, "- %s: **failed**: %s\n", r.m, e)
 		}
@@ -273,10 +270,8 @@ func (rep *report) String() string {
 				fmt.Fprintf(&b, "- %s: wrong answer: %s\n", r.m, w)
 			}
 		}
-		if r.unavailable == "" {
-			fmt.Fprintf(&b, "- %s: %d unexported objects written by the churn in the %.0f s window; link errors counted through the restarts: %.0f (one), %.0f (all).\n",
-				r.m, r.churn, r.window.Seconds(), r.one.errorsSeen, r.all.errorsSeen)
-		}
+		fmt.Fprintf(&b, "- %s: %d unexported objects written by the churn in the %.0f s window; link errors counted through the restarts: %.0f (one), %.0f (all).\n",
+			r.m, r.churn, r.window.Seconds(), r.one.errorsSeen, r.all.errorsSeen)
 	}
 	return b.String()
 }

@@ -45,21 +45,16 @@ func maxOf(v []float64) float64 {
 	return slices.Max(v)
 }
 
-func api(a []apiCounters, f func(apiCounters) float64) []float64 {
-	var out []float64
-	for _, x := range a {
-		out = append(out, f(x))
+// api is f of each of a: of each API server's counters, mostly.
+func api[T any](a []T, f func(T) float64) []float64 {
+	out := make([]float64, len(a))
+	for i, x := range a {
+		out[i] = f(x)
 	}
 	return out
 }
 
-func ints(v []int64) []float64 {
-	var out []float64
-	for _, x := range v {
-		out = append(out, float64(x))
-	}
-	return out
-}
+func ints(v []int64) []float64 { return api(v, func(x int64) float64 { return float64(x) }) }
 
 func secs(d time.Duration) float64 { return d.Seconds() }
 

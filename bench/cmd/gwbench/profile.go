@@ -116,13 +116,13 @@ func startInproc(cfg *config, w *world, memRate int) (base string, s *setup, err
 // cpuProfile warms the in-process pair with m's load, then profiles a run
 // of the same load.
 func cpuProfile(cfg *config, base string, s *setup, m measure) string {
-	_, _ = runClient(cfg, time.Minute, append(m.args(cfg), "-addr", s.addr(m.port))...)
+	_, _ = runClient(cfg, time.Minute, m.load(cfg, s, m.dur(cfg))...)
 	secs := int(m.dur(cfg).Round(time.Second) / time.Second)
 	path := filepath.Join(cfg.out, "gw-inproc."+m.key+".cpu.pprof")
 	done := make(chan error, 1)
 	go func() { done <- proc.Fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, max(1, secs)), path) }()
 	time.Sleep(100 * time.Millisecond)
-	res, err := runClient(cfg, m.dur(cfg)+time.Minute, append(m.args(cfg), "-addr", s.addr(m.port))...)
+	res, err := runClient(cfg, m.dur(cfg)+time.Minute, m.load(cfg, s, m.dur(cfg))...)
 	perr := <-done
 	switch {
 	case perr != nil:

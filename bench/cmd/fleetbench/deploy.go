@@ -59,18 +59,6 @@ func (m mode) controllerArgs() []string {
 	return a
 }
 
-// unavailable says why mode m cannot run with this coredns-mc, or "".
-func (m mode) unavailable(cmc string) string {
-	if m != imported {
-		return ""
-	}
-	out, _ := exec.Command(cmc, "controller", "-h").CombinedOutput()
-	if !strings.Contains(string(out), "mirror-flat-endpoints") {
-		return "this coredns-mc's controller has no --mirror-flat-endpoints (import mode not built in)"
-	}
-	return ""
-}
-
 // replica is one DNS replica of a cluster.
 type replica struct {
 	cluster int
@@ -275,10 +263,6 @@ func usage(pids []int) (cpu []float64, rss []int64) {
 // do: what a replica holds without a linked cluster's endpoint.
 func (f *fleetData) emptyPoint(m mode) emptyResult {
 	e := emptyResult{m: m}
-	if why := m.unavailable(f.cfg.cmc); why != "" {
-		e.err = why
-		return e
-	}
 	r, err := f.launchReplica(m, 0, m.linkSecrets())
 	if err != nil {
 		e.err = firstLine(err.Error())

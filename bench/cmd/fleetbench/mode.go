@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -12,9 +11,8 @@ import (
 
 // modeResult is what one mode measured.
 type modeResult struct {
-	m           mode
-	unavailable string // the mode cannot run with this build
-	errs        []string
+	m    mode
+	errs []string
 
 	settle  time.Duration // processes started → every replica holds every name
 	startup []apiCounters // per API server: from before the start to settled
@@ -49,29 +47,18 @@ func (r *modeResult) fail(format string, a ...any) {
 // failed reports whether the mode ran and went wrong: an error, or a wrong
 // answer anywhere.
 func (r *modeResult) failed() bool {
-	return r.unavailable == "" && (len(r.errs) > 0 || r.check.wrong > 0 || r.after.wrong > 0 || r.one.probe.wrong > 0 || r.all.probe.wrong > 0)
+	return len(r.errs) > 0 || r.check.wrong > 0 || r.after.wrong > 0 || r.one.probe.wrong > 0 || r.all.probe.wrong > 0
 }
 
 // runMode deploys mode m in every cluster, measures it, and stops it.
 func (f *fleetData) runMode(m mode) *modeResult {
 	r := &modeResult{m: m}
-	if r.unavailable = m.unavailable(f.cfg.cmc); r.unavailable != "" {
-		logf("%s: unavailable: %s", m, r.unavailable)
-		return r
-	}
 	before := f.readAPIs()
 	r.etcd[0] = etcdSize(f.env)
 	t := time.Now()
 	logf("%s: starting %d controllers and %d DNS replicas", m, len(f.clusters), len(f.clusters)*f.cfg.replicas)
 	d, err := f.deploy(m)
 	if err != nil {
-		// A plugin without `source` stops at its Corefile: the mode is not
-		// in this build, which is no failure of the fleet.
-		if m == imported && strings.Contains(err.Error(), "source") {
-			r.unavailable = "its DNS replicas did not start: " + firstLine(err.Error())
-			logf("%s: %v", m, err)
-			return r
-		}
 		r.fail("deploy: %v", err)
 		return r
 	}

@@ -45,21 +45,16 @@ func maxOf(v []float64) float64 {
 	return slices.Max(v)
 }
 
-func api(a []apiCounters, f func(apiCounters) float64) []float64 {
-	var out []float64
-	for _, x := range a {
-		out = append(out, f(x))
+// api is f of each of a: of each API server's counters, mostly.
+func api[T any](a []T, f func(T) float64) []float64 {
+	out := make([]float64, len(a))
+	for i, x := range a {
+		out[i] = f(x)
 	}
 	return out
 }
 
-func ints(v []int64) []float64 {
-	var out []float64
-	for _, x := range v {
-		out = append(out, float64(x))
-	}
-	return out
-}
+func ints(v []int64) []float64 { return api(v, func(x int64) float64 { return float64(x) }) }
 
 func secs(d time.Duration) float64 { return d.Seconds() }
 
@@ -171,25 +166,22 @@ func (rep *report) rows() []row {
 		{"HeapInuse then (MiB)", "%.1f", func(r *modeResult) float64 { return float64(r.cold.heap) / (1 << 20) }},
 		{"**One API server restarted** (" + clusterName(1%cfg.clusters, cfg.clusters) + ")", "", nil},
 	}
-	rows = append(rows, ran(cfg.restartOne, []row{
-		{"stopped and serving again (s)", "%.1f", func(r *modeResult) float64 { return recovered(r.one, r.one.down) }},
-		{"then every link of the fleet healthy (s)", "%.1f", func(r *modeResult) float64 { return recovered(r.one, r.one.healthy) }},
-		{"LISTs and watch-lists it served, stop to healthy", "%.0f", func(r *modeResult) float64 { return r.one.lists }},
-		{"peak LIST rate (/s, 2 s samples)", "%.1f", func(r *modeResult) float64 { return r.one.peakLists }},
-		{"answers checked meanwhile", "%.0f", func(r *modeResult) float64 { return float64(r.one.probe.asked) }},
-		{"wrong answers", "%.0f", func(r *modeResult) float64 { return float64(r.one.probe.wrong) }},
-		{"unanswered", "%.0f", func(r *modeResult) float64 { return float64(r.one.probe.unanswered) }},
-	})...)
+	restart := func(on bool, rec func(*modeResult) recovery, serving, served, peak string) []row {
+		return ran(on, []row{
+			{serving, "%.1f", func(r *modeResult) float64 { return recovered(rec(r), rec(r).down) }},
+			{"then every link of the fleet healthy (s)", "%.1f", func(r *modeResult) float64 { return recovered(rec(r), rec(r).healthy) }},
+			{served, "%.0f", func(r *modeResult) float64 { return rec(r).lists }},
+			{peak, "%.1f", func(r *modeResult) float64 { return rec(r).peakLists }},
+			{"answers checked meanwhile", "%.0f", func(r *modeResult) float64 { return float64(rec(r).probe.asked) }},
+			{"wrong answers", "%.0f", func(r *modeResult) float64 { return float64(rec(r).probe.wrong) }},
+			{"unanswered", "%.0f", func(r *modeResult) float64 { return float64(rec(r).probe.unanswered) }},
+		})
+	}
+	rows = append(rows, restart(cfg.restartOne, func(r *modeResult) recovery { return r.one }, "stopped and serving again (s)",
+		"LISTs and watch-lists it served, stop to healthy", "peak LIST rate (/s, 2 s samples)")...)
 	rows = append(rows, row{"**Every API server restarted at once**", "", nil})
-	rows = append(rows, ran(cfg.restartN, []row{
-		{"stopped and every one serving again (s)", "%.1f", func(r *modeResult) float64 { return recovered(r.all, r.all.down) }},
-		{"then every link of the fleet healthy (s)", "%.1f", func(r *modeResult) float64 { return recovered(r.all, r.all.healthy) }},
-		{"LISTs and watch-lists they served, stop to healthy", "%.0f", func(r *modeResult) float64 { return r.all.lists }},
-		{"peak LIST rate, all together (/s, 2 s samples)", "%.1f", func(r *modeResult) float64 { return r.all.peakLists }},
-		{"answers checked meanwhile", "%.0f", func(r *modeResult) float64 { return float64(r.all.probe.asked) }},
-		{"wrong answers", "%.0f", func(r *modeResult) float64 { return float64(r.all.probe.wrong) }},
-		{"unanswered", "%.0f", func(r *modeResult) float64 { return float64(r.all.probe.unanswered) }},
-	})...)
+	rows = append(rows, restart(cfg.restartN, func(r *modeResult) recovery { return r.all }, "stopped and every one serving again (s)",
+		"LISTs and watch-lists they served, stop to healthy", "peak LIST rate, all together (/s, 2 s samples)")...)
 	return append(rows, []row{
 		{"**Sampled names** of every other cluster, in every replica", "", nil},
 		{"checked once settled", "%.0f", func(r *modeResult) float64 { return float64(r.check.asked) }},
@@ -240,7 +232,7 @@ func (rep *report) String() string {
 		var vals []float64
 		for _, r := range rep.modes {
 			v := math.NaN()
-			if row.value != nil && r.unavailable == "" {
+			if row.value != nil {
 				v = row.value(r)
 			}
 			vals = append(vals, v)
@@ -262,9 +254,6 @@ func (rep *report) String() string {
 		}
 	}
 	for _, r := range rep.modes {
-		if r.unavailable != "" {
-			fmt.Fprintf(&b, "- **%s mode unavailable**: %s.\n", r.m, r.unavailable)
-		}
 		for _, e := range r.errs {
 			fmt.Fprintf(&b, "- %s: **failed**: %s\n", r.m, e)
 		}
@@ -273,10 +262,8 @@ func (rep *report) String() string {
 				fmt.Fprintf(&b, "- %s: wrong answer: %s\n", r.m, w)
 			}
 		}
-		if r.unavailable == "" {
-			fmt.Fprintf(&b, "- %s: %d unexported objects written by the churn in the %.0f s window; link errors counted through the restarts: %.0f (one), %.0f (all).\n",
-				r.m, r.churn, r.window.Seconds(), r.one.errorsSeen, r.all.errorsSeen)
-		}
+		fmt.Fprintf(&b, "- %s: %d unexported objects written by the churn in the %.0f s window; link errors counted through the restarts: %.0f (one), %.0f (all).\n",
+			r.m, r.churn, r.window.Seconds(), r.one.errorsSeen, r.all.errorsSeen)
 	}
 	return b.String()
 }

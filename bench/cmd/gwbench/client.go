@@ -34,10 +34,7 @@ type clientResult struct {
 	// rr: round-trip times in microseconds.
 	N   int     `json:"n,omitempty"`
 	P50 float64 `json:"p50,omitempty"`
-	P90 float64 `json:"p90,omitempty"`
 	P99 float64 `json:"p99,omitempty"`
-	Max float64 `json:"max,omitempty"`
-	CPU float64 `json:"cpu"` // the client's own CPU seconds
 }
 
 func (r *clientResult) fail(err error) {
@@ -72,7 +69,6 @@ func runClientCmd(args []string) int {
 		fmt.Fprintf(os.Stderr, "gwbench client: unknown -mode %q\n", *mode)
 		return 2
 	}
-	r.CPU = selfCPU()
 	_ = json.NewEncoder(os.Stdout).Encode(r)
 	return 0
 }
@@ -207,9 +203,22 @@ func roundTrips(addr string, size int, dur time.Duration) clientResult {
 	}
 	slices.Sort(samples)
 	r.N = len(samples)
-	r.P50, r.P90, r.P99 = stats.Rank(samples, 0.5), stats.Rank(samples, 0.9), stats.Rank(samples, 0.99)
-	r.Max = samples[len(samples)-1]
+	r.P50, r.P99 = stats.Rank(samples, 0.5), stats.Rank(samples, 0.99)
 	return r
+}
+
+// echo writes req on c and reads its echo into resp.
+func echo(c net.Conn, req, resp []byte) error {
+	if _, err := c.Write(req); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(c, resp); err != nil {
+		return err
+	}
+	if !bytes.Equal(req, resp) {
+		return errors.New("echo differs from the request")
+	}
+	return nil
 }
 
 func payload(size int) []byte {
@@ -295,18 +304,8 @@ func idle(addr string, n, size int) clientResult {
 	)
 	next := make(chan int)
 	rt := func(c *net.TCPConn) error {
-		resp := make([]byte, size)
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := c.Write(req); err != nil {
-			return err
-		}
-		if _, err := io.ReadFull(c, resp); err != nil {
-			return err
-		}
-		if !bytes.Equal(req, resp) {
-			return errors.New("echo differs from the request")
-		}
-		return nil
+		return echo(c, req, make([]byte, size))
 	}
 	start := time.Now()
 	for range 16 {

@@ -149,7 +149,6 @@ func runInproc(args []string) int {
 		return fail(err)
 	}
 	go func() { _ = http.Serve(pl, mux) }()
-	fmt.Printf("{\"pprof\":%q}\n", "http://"+pl.Addr().String())
 	<-ctx.Done()
 	return 0
 }

@@ -53,7 +53,6 @@ type config struct {
 	idle                int
 	proxyCPU, clientCPU string
 	profile             string
-	rr                  rrOnlyConfig
 }
 
 func main() {
@@ -77,11 +76,6 @@ func main() {
 	flag.StringVar(&cfg.proxyCPU, "proxy-cpu", "0", "CPU both proxies of a pair are pinned to")
 	flag.StringVar(&cfg.clientCPU, "client-cpu", "1", "CPU the client and the target are pinned to")
 	flag.StringVar(&cfg.profile, "profile", "auto", "profile the in-process gateway pair: auto (under the loads whose target was not met), always, never")
-	flag.BoolVar(&cfg.rr.on, "rr-only", false, "measure only round trips (and, with -rr-count, what the proxies do per round trip), then stop: see rronly.go")
-	flag.StringVar(&cfg.rr.bin, "rr-b", "", "with -rr-only: a second gateway pair from this coredns-mc binary, measured in the same runs")
-	flag.StringVar(&cfg.rr.env, "rr-b-env", "", "with -rr-only: comma-separated KEY=VALUE added to the environment of the second gateway pair (its binary is -coredns-mc unless -rr-b)")
-	flag.StringVar(&cfg.rr.measures, "rr-measures", "rr", "with -rr-only: the measures to run (comma-separated: rr, bulk1, bulk16, connrate; or mem alone: memory per idle connection on fresh proxies)")
-	flag.BoolVar(&cfg.rr.count, "rr-count", false, "with -rr-only: also count context switches (/proc) and system calls (strace) per round trip of every pair")
 	flag.Parse()
 	if flag.NArg() > 0 || cfg.runs < 1 || cfg.streams < 1 || cfg.conc < 1 || cfg.size < 1 || cfg.idle < 1 {
 		flag.Usage()
@@ -158,9 +152,6 @@ func run(cfg *config, env *harness.Env, wp **world) int {
 	if err != nil {
 		logf("HAProxy pair: %v", err)
 		return 1
-	}
-	if cfg.rr.on {
-		return rrOnly(cfg, w, dir, gw, hap)
 	}
 	logf("all three setups carry connections correctly; %d interleaved runs", cfg.runs)
 	res := newResults(cfg.runs)

@@ -10,41 +10,39 @@ import (
 // measure is one load the client puts on a setup.
 type measure struct {
 	key, title string
-	port       int32 // the target port it uses
-	args       func(cfg *config) []string
+	port       int32                      // the target port it uses
+	args       func(cfg *config) []string // but -duration and -addr
 	dur        func(cfg *config) time.Duration
+}
+
+// load is the client's arguments for m on s, for dur.
+func (m measure) load(cfg *config, s *setup, dur time.Duration) []string {
+	return append(m.args(cfg), "-duration", dur.String(), "-addr", s.addr(m.port))
 }
 
 var measures = []measure{
 	{key: "bulk1", title: "bulk throughput, 1 stream", port: sinkPort,
-		args: func(cfg *config) []string {
-			return []string{"-mode", "bulk", "-streams", "1", "-duration", cfg.bulkDur.String()}
-		},
-		dur: func(cfg *config) time.Duration { return cfg.bulkDur }},
+		args: func(cfg *config) []string { return []string{"-mode", "bulk", "-streams", "1"} },
+		dur:  func(cfg *config) time.Duration { return cfg.bulkDur }},
 	{key: "bulk16", title: "bulk throughput, 16 streams", port: sinkPort,
-		args: func(cfg *config) []string {
-			return []string{"-mode", "bulk", "-streams", strconv.Itoa(cfg.streams), "-duration", cfg.bulkDur.String()}
-		},
-		dur: func(cfg *config) time.Duration { return cfg.bulkDur }},
+		args: func(cfg *config) []string { return []string{"-mode", "bulk", "-streams", strconv.Itoa(cfg.streams)} },
+		dur:  func(cfg *config) time.Duration { return cfg.bulkDur }},
 	{key: "connrate", title: "connection set-up rate", port: oncePort,
 		args: func(cfg *config) []string {
-			return []string{"-mode", "connrate", "-streams", strconv.Itoa(cfg.conc), "-size", strconv.Itoa(cfg.size), "-duration", cfg.shortDur.String()}
+			return []string{"-mode", "connrate", "-streams", strconv.Itoa(cfg.conc), "-size", strconv.Itoa(cfg.size)}
 		},
 		dur: func(cfg *config) time.Duration { return cfg.shortDur }},
 	{key: "rr", title: "round trip on an established connection", port: echoPort,
-		args: func(cfg *config) []string {
-			return []string{"-mode", "rr", "-size", strconv.Itoa(cfg.size), "-duration", cfg.shortDur.String()}
-		},
-		dur: func(cfg *config) time.Duration { return cfg.shortDur }},
+		args: func(cfg *config) []string { return []string{"-mode", "rr", "-size", strconv.Itoa(cfg.size)} },
+		dur:  func(cfg *config) time.Duration { return cfg.shortDur }},
 }
 
 // sample is one client run on one setup.
 type sample struct {
-	ok   bool
-	why  string // why not ok
-	res  clientResult
-	cpu  float64 // CPU seconds the proxies used during the run
-	wall float64 // seconds the client process ran
+	ok  bool
+	why string // why not ok
+	res clientResult
+	cpu float64 // CPU seconds the proxies used during the run
 }
 
 // mbps is the bulk throughput in MB/s (10^6 bytes).
@@ -117,13 +115,7 @@ func measureAll(cfg *config, setups []*setup, res *results) {
 	for _, s := range setups {
 		logf("warm-up %s", s.name)
 		for _, m := range measures {
-			args := m.args(cfg)
-			for i, a := range args {
-				if a == "-duration" {
-					args[i+1] = "1s"
-				}
-			}
-			_, _ = runClient(cfg, time.Minute, append(args, "-addr", s.addr(m.port))...)
+			_, _ = runClient(cfg, time.Minute, m.load(cfg, s, time.Second)...)
 		}
 	}
 	for r := range cfg.runs {
@@ -143,9 +135,8 @@ func runOne(cfg *config, s *setup, m measure) sample {
 		return sample{why: "not working before the run: " + err.Error()}
 	}
 	cpu0 := s.cpu()
-	t0 := time.Now()
-	res, err := runClient(cfg, m.dur(cfg)+2*time.Minute, append(m.args(cfg), "-addr", s.addr(m.port))...)
-	smp := sample{res: res, cpu: s.cpu() - cpu0, wall: time.Since(t0).Seconds()}
+	res, err := runClient(cfg, m.dur(cfg)+2*time.Minute, m.load(cfg, s, m.dur(cfg))...)
+	smp := sample{res: res, cpu: s.cpu() - cpu0}
 	switch {
 	case err != nil:
 		smp.why = err.Error()

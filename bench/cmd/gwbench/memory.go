@@ -5,14 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mcmirror/mcmirror/bench/internal/proc"
-	"github.com/mcmirror/mcmirror/bench/internal/stats"
 )
 
 // memSample is one memory run: fresh proxies, their resident memory before
@@ -157,56 +155,4 @@ func holdIdle(cfg *config, addr string, during func(clientResult) error) error {
 		return fmt.Errorf("%d connections failed, the first: %s", final.Errors, final.FirstErr)
 	}
 	return nil
-}
-
-// memoryAB is -rr-only's memory measure (-rr-measures mem): the memory
-// runs of the full benchmark, on fresh proxies each time, for the gateway
-// pair, the second gateway pair (-rr-b, -rr-b-env) when there is one, and
-// the HAProxy pair, in an order that rotates from run to run; each pair
-// against HAProxy's within each run. The long-lived pairs must be stopped:
-// the fresh ones take their ports.
-func memoryAB(cfg *config, w *world, b *abPair, out *strings.Builder) {
-	type pair struct {
-		key, name string
-		start     func(*config, *world, string) (*setup, error)
-	}
-	pairs := []pair{{"gateway", "gateway pair", startGatewayPair}}
-	if b != nil {
-		pairs = append(pairs, pair{"gateway-b", b.name, func(cfg *config, w *world, tag string) (*setup, error) {
-			return startGatewayPairWith(cfg, w, tag+"b", b.bin, b.env, "127.0.0.2")
-		}})
-	}
-	pairs = append(pairs, pair{"haproxy", "HAProxy pair", startHAProxyPair})
-	perConn := map[string][]float64{} // KiB, NaN for an invalid run
-	for r := range cfg.runs {
-		for i := range pairs {
-			p := pairs[(i+r)%len(pairs)]
-			m := memRun(cfg, w, p.start, fmt.Sprintf("mem%d", r+1))
-			v := math.NaN()
-			if m.ok {
-				v = m.perConn() / 1024
-				logf("  run %d/%d mem      %-9s RSS %.1f -> %.1f MiB, %.1f KiB per connection", r+1, cfg.runs, p.key,
-					float64(m.before)/(1<<20), float64(m.after)/(1<<20), v)
-			} else {
-				logf("  run %d/%d mem      %-9s INVALID: %s", r+1, cfg.runs, p.key, m.why)
-			}
-			perConn[p.key] = append(perConn[p.key], v)
-		}
-	}
-	sides := make([]abSide, len(pairs))
-	for i, p := range pairs {
-		sides[i] = abSide{p.key, p.name}
-	}
-	abTable(out, "mem", fmt.Sprintf("Memory per idle connection, RSS of both proxies, %d connections", cfg.idle), "KiB", perConn, sides, cfg.runs)
-	for _, p := range pairs {
-		var v []float64
-		for _, x := range perConn[p.key] {
-			if !math.IsNaN(x) {
-				v = append(v, x)
-			}
-		}
-		st := stats.Of(v)
-		fmt.Fprintf(out, "- mem, %s: median %.1f KiB (%.1f–%.1f) over %d runs\n", p.name, st.Med, st.Min, st.Max, len(v))
-	}
-	out.WriteString("\n")
 }

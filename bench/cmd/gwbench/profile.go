@@ -1,21 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mcmirror/mcmirror/bench/internal/proc"
+	"github.com/mcmirror/mcmirror/test/harness"
 )
 
 // profiles are what the in-process pair showed, by workload.
@@ -38,7 +36,7 @@ type profiles struct {
 func profileGateway(cfg *config, w *world, keys []string, mem bool) *profiles {
 	out := &profiles{cpu: map[string]string{}}
 	if len(keys) > 0 {
-		base, s, stop, err := startInproc(cfg, w, 0)
+		base, s, err := startInproc(cfg, w, 0)
 		if err != nil {
 			out.err = err.Error()
 			return out
@@ -48,15 +46,15 @@ func profileGateway(cfg *config, w *world, keys []string, mem bool) *profiles {
 				out.cpu[m.key] = cpuProfile(cfg, base, s, m)
 			}
 		}
-		stop()
+		s.stop()
 	}
 	if mem {
-		base, s, stop, err := startInproc(cfg, w, 1)
+		base, s, err := startInproc(cfg, w, 1)
 		if err != nil {
 			out.memErr = err.Error()
 			return out
 		}
-		defer stop()
+		defer s.stop()
 		if out.memBefore, err = getMemStats(base); err != nil {
 			out.memErr = err.Error()
 			return out
@@ -79,69 +77,52 @@ func profileGateway(cfg *config, w *world, keys []string, mem bool) *profiles {
 	return out
 }
 
-// startInproc starts `gwbench inproc` (memRate 0: the default sampling) and
-// waits until it carries connections; stop ends it.
-func startInproc(cfg *config, w *world, memRate int) (base string, s *setup, stop func(), err error) {
+// startInproc starts `gwbench inproc` (memRate 0: the default sampling)
+// pinned to the proxy CPU and waits until it carries connections; s.stop
+// ends it.
+func startInproc(cfg *config, w *world, memRate int) (base string, s *setup, err error) {
 	var egress []string
 	for _, p := range targetPorts {
 		egress = append(egress, fmt.Sprintf("%d=%d", p.port, w.egress[p.port]))
 	}
-	args := []string{"inproc", "-certs", w.certDir, "-target", w.podIP.String(), "-egress", strings.Join(egress, ",")}
+	port, err := harness.FreeTCPPort()
+	if err != nil {
+		return "", nil, err
+	}
+	base = "http://127.0.0.1:" + strconv.Itoa(port)
+	argv := []string{"taskset", "-c", cfg.proxyCPU, cfg.self, "inproc", "-certs", w.certDir, "-target", w.podIP.String(),
+		"-egress", strings.Join(egress, ","), "-pprof", "127.0.0.1:" + strconv.Itoa(port)}
 	if memRate > 0 {
-		args = append(args, "-memprofilerate", strconv.Itoa(memRate))
+		argv = append(argv, "-memprofilerate", strconv.Itoa(memRate))
 	}
-	cmd := pinned(context.Background(), cfg, cfg.proxyCPU, args...)
-	cmd.SysProcAttr.Setpgid = true
-	logPath := filepath.Join(cfg.out, "logs", "gw-inproc.log")
-	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := proc.Start("inproc", filepath.Join(cfg.out, "logs", "gw-inproc.log"), []string{"GOMAXPROCS=1"}, argv...)
 	if err != nil {
-		return "", nil, nil, err
+		return "", nil, err
 	}
-	defer lf.Close()
-	cmd.Stderr = lf
-	stdout, err := cmd.StdoutPipe()
-	if err == nil {
-		err = cmd.Start()
+	s = &setup{key: "inproc", name: "in-process gateway pair", procs: []*proc.Proc{p}}
+	if err := p.WaitHTTP(base+"/debug/pprof/", 30*time.Second); err != nil {
+		s.stop()
+		return "", nil, fmt.Errorf("inproc did not start: %v\n%s", err, proc.Tail(p.Log, 20))
 	}
-	if err != nil {
-		return "", nil, nil, err
-	}
-	stop = func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}
-	var ready struct{ Pprof string }
-	if err := json.NewDecoder(bufio.NewReader(stdout)).Decode(&ready); err != nil {
-		stop()
-		return "", nil, nil, fmt.Errorf("inproc did not start: %v\n%s", err, proc.Tail(logPath, 20))
-	}
-	s = &setup{key: "inproc", name: "in-process gateway pair"}
 	at := func(port int32) string { return "127.0.0.1:" + strconv.Itoa(w.egress[port]) }
 	s.sink, s.echo, s.once = at(sinkPort), at(echoPort), at(oncePort)
 	if err := waitWorking(s, 30*time.Second); err != nil {
-		stop()
-		return "", nil, nil, err
+		s.stop()
+		return "", nil, err
 	}
-	return ready.Pprof, s, stop, nil
+	return base, s, nil
 }
 
 // cpuProfile warms the in-process pair with m's load, then profiles a run
 // of the same load.
 func cpuProfile(cfg *config, base string, s *setup, m measure) string {
-	_, _ = runClient(cfg, time.Minute, append(m.args(cfg), "-addr", s.addr(m.port))...)
+	_, _ = runClient(cfg, time.Minute, m.load(cfg, s, m.dur(cfg))...)
 	secs := int(m.dur(cfg).Round(time.Second) / time.Second)
 	path := filepath.Join(cfg.out, "gw-inproc."+m.key+".cpu.pprof")
 	done := make(chan error, 1)
 	go func() { done <- proc.Fetch(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, max(1, secs)), path) }()
 	time.Sleep(100 * time.Millisecond)
-	res, err := runClient(cfg, m.dur(cfg)+time.Minute, append(m.args(cfg), "-addr", s.addr(m.port))...)
+	res, err := runClient(cfg, m.dur(cfg)+time.Minute, m.load(cfg, s, m.dur(cfg))...)
 	perr := <-done
 	switch {
 	case perr != nil:

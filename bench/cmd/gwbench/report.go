@@ -154,20 +154,17 @@ func (r *report) String() string {
 		fmt.Fprintf(&b, "| added round trip %s, vs direct in the same run (µs) | – | %s | %s | %s |\n", q.name,
 			statCell(stats.Of(added("gateway")), "%.1f", res.runs), statCell(stats.Of(added("haproxy")), "%.1f", res.runs), ratioCell(stats.Of(ratios)))
 	}
-	memRow := func() {
-		cell := func(k string) []float64 {
-			var out []float64
-			for _, m := range res.mem[k] {
-				if m.ok {
-					out = append(out, m.perConn()/1024)
-				}
+	memCell := func(k string) []float64 {
+		var out []float64
+		for _, m := range res.mem[k] {
+			if m.ok {
+				out = append(out, m.perConn()/1024)
 			}
-			return out
 		}
-		fmt.Fprintf(&b, "| memory per idle connection, RSS of both proxies (KiB) | – | %s | %s | %s |\n",
-			statCell(stats.Of(cell("gateway")), "%.1f", res.runs), statCell(stats.Of(cell("haproxy")), "%.1f", res.runs), ratioCell(stats.Of(res.memRatios())))
+		return out
 	}
-	memRow()
+	fmt.Fprintf(&b, "| memory per idle connection, RSS of both proxies (KiB) | – | %s | %s | %s |\n",
+		statCell(stats.Of(memCell("gateway")), "%.1f", res.runs), statCell(stats.Of(memCell("haproxy")), "%.1f", res.runs), ratioCell(stats.Of(res.memRatios())))
 	row("proxy CPU per GB, 1 stream (CPU-s/GB, both proxies)", "bulk1", sample.cpuPerGB, "%.2f", false)
 	row(fmt.Sprintf("proxy CPU per GB, %d streams (CPU-s/GB)", cfg.streams), "bulk16", sample.cpuPerGB, "%.2f", false)
 	row("proxy CPU per connection (µs, both proxies)", "connrate", sample.cpuPerConn, "%.0f", false)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -105,14 +106,7 @@ func expectLoc(n int) names {
 		func(i, j int) string { return ipTen(j, i) })
 }
 
-func (m names) sorted() []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func (m names) sorted() []string { return slices.Sorted(maps.Keys(m)) }
 
 func fastClient(c *harness.Cluster) kubernetes.Interface { return kube.FastClient(c.Config) }
 

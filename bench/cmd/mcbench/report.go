@@ -198,6 +198,7 @@ func dnsperfVersion() string {
 func (r *report) String() string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	fence := func(text string) { p("```\n%s\n```\n", strings.TrimSpace(text)) }
 	cfg := r.cfg
 	p("## mcbench results, %s", r.start.Format("2006-01-02 15:04 MST"))
 	p("")
@@ -408,18 +409,12 @@ func (r *report) String() string {
 	if r.heapProfile != "" {
 		p("### Where the heap goes (in-use heap profile of the largest memory point, `go tool pprof -top -sample_index=inuse_space`)")
 		p("")
-		p("```")
-		p("%s", strings.TrimSpace(r.heapProfile))
-		p("```")
-		p("")
+		fence(r.heapProfile)
 	}
 	if c := r.cold; c != nil && c.profile != "" {
 		p("### Where the cold start's time goes (CPU profile from %.2f s after the process start, %s, GOMAXPROCS=1, `go tool pprof -top`)", c.profAt.Seconds(), cfg.coldProfile)
 		p("")
-		p("```")
-		p("%s", strings.TrimSpace(c.profile))
-		p("```")
-		p("")
+		fence(c.profile)
 	}
 	if c := r.cold; c != nil && c.relist != nil {
 		p("Relist: the restarted API servers' counts of lists since their restart:")
@@ -430,18 +425,12 @@ func (r *report) String() string {
 		p("")
 		p("Every 100 ms sample of the relist is in `bench/out/relist.tsv`. What the server holds after it (in-use heap profile after a forced GC, `go tool pprof -top -sample_index=inuse_space`):")
 		p("")
-		p("```")
-		p("%s", strings.TrimSpace(c.relist.heapProfile))
-		p("```")
-		p("")
+		fence(c.relist.heapProfile)
 	}
 	for _, prof := range r.profiles {
 		p("### Where %s's time goes (CPU profile, 5 s under dnsperf, `go tool pprof -top`, %s)", prof.key, filepath.Base(prof.path))
 		p("")
-		p("```")
-		p("%s", strings.TrimSpace(prof.top))
-		p("```")
-		p("")
+		fence(prof.top)
 	}
 	if rows := profileShares(cfg.cmc, r.profiles); len(rows) > 0 {
 		p("### A10 against A1 in those profiles (share of each profile's samples, cumulative)")

@@ -27,9 +27,15 @@ import (
 func (s *syncer) applyServices(wants []want) map[string]*corev1.Service {
 	live := map[string]*corev1.Service{}
 	for _, w := range wants {
-		if svc := s.applyService(w); svc != nil {
-			live[svc.Name] = svc
-			s.count(w)
+		svc := s.applyService(w)
+		if svc == nil {
+			continue
+		}
+		live[svc.Name] = svc
+		if w.host != "" {
+			s.status.pods++
+		} else {
+			s.status.services++
 		}
 	}
 	return live
@@ -117,14 +123,6 @@ func (s *syncer) applyService(w want) *corev1.Service {
 	s.logger.V(2).Info("Updated mirror", "service", klog.KObj(u))
 	s.final.services[u.Name] = u
 	return u
-}
-
-func (s *syncer) count(w want) {
-	if w.host != "" {
-		s.status.pods++
-	} else {
-		s.status.services++
-	}
 }
 
 // optionalAnnotations are the controller's annotations a mirror has only

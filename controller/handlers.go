@@ -196,13 +196,13 @@ func indexByKey(obj any) ([]string, error) {
 	return nil, nil
 }
 
+// indexByCluster indexes by the cluster part of indexByKey's key.
 func indexByCluster(obj any) ([]string, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		if _, owned := ownedKey(m); owned {
-			return []string{m.GetLabels()[labels.ClusterName]}, nil
-		}
+	keys, err := indexByKey(obj)
+	for i, k := range keys {
+		keys[i], _, _ = strings.Cut(k, "/")
 	}
-	return nil, nil
+	return keys, err
 }
 
 func indexSliceByService(obj any) ([]string, error) {

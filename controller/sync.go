@@ -131,7 +131,7 @@ func (s *syncer) run() error {
 		es := o.(*discoveryv1.EndpointSlice)
 		s.ownedSlices[es.Name] = es
 	}
-	s.final = newLedger(s.ownedServices, s.ownedSlices)
+	s.final = ledger{services: maps.Clone(s.ownedServices), slices: maps.Clone(s.ownedSlices)}
 
 	// Step 1: the plan, from the caches.
 	c.mu.Lock()

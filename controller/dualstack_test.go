@@ -238,7 +238,7 @@ func dualFixture(t *testing.T, remote ...runtime.Object) *fixture {
 	f := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: []runtime.Object{
 		gatewaySlice("gw-4", discoveryv1.AddressTypeIPv4, "192.0.2.11", "192.0.2.10"),
 		gatewaySlice("gw-6", discoveryv1.AddressTypeIPv6, "2001:db8::10"),
-	}}, map[string][]runtime.Object{"west": remote})
+	}}, west(remote...))
 	f.waitEgress(dualEgress...)
 	dualStackAPI(f)
 	return f
@@ -349,7 +349,7 @@ func TestSyncDualStackRestart(t *testing.T) {
 	remote := []runtime.Object{dualRemote(exported("default", "web", "true", false, tcp("http", 80)), v4, v6)}
 	f := dualFixture(t, remote...)
 	f.converge("west/default/web")
-	g := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: f.mirrorState()}, map[string][]runtime.Object{"west": remote})
+	g := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: f.mirrorState()}, west(remote...))
 	g.waitEgress(dualEgress...)
 	require.Eventually(t, func() bool { return len(g.c.ownedSlices()) == 2 }, 10*time.Second, time.Millisecond)
 	assert.Empty(t, g.sync("west/default/web"))

@@ -203,32 +203,12 @@ func (f *fixture) waitCaches() {
 		}) {
 			return false
 		}
-		es, err := f.local.Tracker().List(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
-		if err != nil {
-			return false
-		}
-		sl := es.(*discoveryv1.EndpointSliceList).Items
-		owned := 0
-		for i := range sl {
-			if sl[i].Labels[discoveryv1.LabelManagedBy] != EndpointSliceManagedBy {
-				continue
-			}
-			owned++
-			got, ok, _ := f.c.slices.GetStore().Get(&sl[i])
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Endpoints, sl[i].Endpoints) ||
-				!apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Ports, sl[i].Ports) {
-				return false
-			}
-		}
-		// The fake's watches ignore label selectors: count only the
-		// controller's slices in the cache too.
-		cached := 0
-		for _, o := range f.c.slices.GetStore().List() {
-			if o.(*discoveryv1.EndpointSlice).Labels[discoveryv1.LabelManagedBy] == EndpointSliceManagedBy {
-				cached++
-			}
-		}
-		if owned != cached {
+		esGVR := discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+		es, err := f.local.Tracker().List(esGVR, discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
+		if err != nil || !informed(f.local.Tracker(), esGVR, f.c.slices.GetStore(), ownedSliceSelector,
+			es.(*discoveryv1.EndpointSliceList).Items, func(got, want *discoveryv1.EndpointSlice) bool {
+				return semEqual(got.Endpoints, want.Endpoints) && semEqual(got.Ports, want.Ports)
+			}) {
 			return false
 		}
 		nss, _ := f.local.Tracker().List(corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"), "")
@@ -252,6 +232,9 @@ func holds[T any](store cache.Store, items []T, same func(got, want *T) bool) bo
 }
 
 var semEqual = apiequality.Semantic.DeepEqual
+
+// ownedSliceSelector selects the controller's EndpointSlices, as its informer does.
+var ownedSliceSelector = k8slabels.SelectorFromSet(k8slabels.Set{discoveryv1.LabelManagedBy: EndpointSliceManagedBy})
 
 // converge syncs key until a sync writes nothing, and returns every write.
 func (f *fixture) converge(key string) []string {
@@ -398,6 +381,11 @@ func (f *fixture) drainEvents() []string {
 			return out
 		}
 	}
+}
+
+// west is the remote objects of a fixture with one linked cluster, west.
+func west(objs ...runtime.Object) map[string][]runtime.Object {
+	return map[string][]runtime.Object{"west": objs}
 }
 
 func namespace(name string) *corev1.Namespace {

@@ -56,9 +56,8 @@ func TestPlanDualStack(t *testing.T) {
 		return dualRemote(exported("default", "web", "true", false, tcp("http", 80)), fams...)
 	}
 	existing := func(fams ...corev1.IPFamily) *corev1.Service {
-		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-west", Labels: map[string]string{}},
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-west", Labels: map[string]string{}},
 			Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.1", IPFamilies: fams}}
-		return s
 	}
 	for _, tc := range []struct {
 		name     string

@@ -181,7 +181,7 @@ func TestUnsyncedLinkKeepsMirrors(t *testing.T) {
 	dead.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	f.c.AddClient("dead", dead)
+	f.c.links.AddClient("dead", dead)
 	assert.Empty(t, f.sync("dead/default/web"))
 	assert.NotNil(t, f.service("default", "web-dead"))
 

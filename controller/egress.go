@@ -161,18 +161,6 @@ func isEgressSlice(es *discoveryv1.EndpointSlice) bool {
 	return true
 }
 
-// egressEndpoints is one endpoint per address, all with the same readiness.
-func egressEndpoints(addrs []netip.Addr, ready bool) []discoveryv1.Endpoint {
-	var eps []discoveryv1.Endpoint
-	for _, a := range addrs {
-		eps = append(eps, discoveryv1.Endpoint{
-			Addresses:  []string{a.String()},
-			Conditions: discoveryv1.EndpointConditions{Ready: new(ready)},
-		})
-	}
-	return eps
-}
-
 // Effects: the informer on the egress Service's EndpointSlices, and the
 // addresses in use.
 

@@ -25,11 +25,6 @@ func (c *Controller) Add(name string, cfg *rest.Config, ns link.Namespaces) {
 	c.links.Add(name, cfg, ns)
 }
 
-// AddClient links cluster name through client, every namespace of it.
-func (c *Controller) AddClient(name string, client kubernetes.Interface) {
-	c.links.AddClient(name, client)
-}
-
 // Remove unlinks cluster name; it implements link.Handler. Its mirrors are
 // swept after LinkRemovalGrace unless the link comes back.
 func (c *Controller) Remove(name string) { c.links.Remove(name) }

@@ -136,7 +136,10 @@ func (in sliceInput) egressSlices(svc *corev1.Service, w want) []*discoveryv1.En
 			name = familySliceName(svc.Name, at)
 		}
 		es := in.sliceFor(name, svc, at)
-		es.Endpoints = egressEndpoints(addrs, w.host == "" || w.ready)
+		for _, a := range addrs {
+			es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{a.String()},
+				Conditions: discoveryv1.EndpointConditions{Ready: new(w.host == "" || w.ready)}})
+		}
 		es.Ports = slices.Clone(ports)
 		out = append(out, es)
 	}

@@ -96,7 +96,7 @@ func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Obj
 	f.c = c
 	for name, objs := range remotes {
 		f.remotes[name] = remotetest.NewClientset(objs...)
-		c.AddClient(name, f.remotes[name])
+		c.links.AddClient(name, f.remotes[name])
 	}
 	f.start()
 	return f

@@ -210,7 +210,7 @@ func dualStackAPI(f *fixture) {
 	})
 	f.local.PrependReactor("update", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		svc := a.(k8stesting.UpdateAction).GetObject().(*corev1.Service)
-		obj, err := f.local.Tracker().Get(corev1.SchemeGroupVersion.WithResource("services"), svc.Namespace, svc.Name)
+		obj, err := f.local.Tracker().Get(svcGVR, svc.Namespace, svc.Name)
 		if err != nil || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 			return false, nil, nil
 		}

@@ -206,7 +206,7 @@ func TestConflictBetweenClusters(t *testing.T) {
 	assert.Equal(t, "west", f.service("default", "foo-east-west").Labels[labels.ClusterName])
 
 	f.queued()
-	f.deleteRemote("west", "services", "default", "foo-east")
+	f.deleteRemoteService("west", "default", "foo-east")
 	f.converge("west/default/foo-east")
 	require.Eventually(t, func() bool { return slices.Contains(f.queued(), "east-west/default/foo") }, 5*time.Second, time.Millisecond, "the loser is synced again when the winner goes")
 	f.converge("east-west/default/foo")

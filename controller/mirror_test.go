@@ -297,7 +297,7 @@ func TestSyncPortsExhausted(t *testing.T) {
 	assert.Nil(t, f.slice("default", "two-west"), "but has no egress until a port is free")
 	assert.True(t, f.c.starved["west/default/two"])
 
-	f.deleteRemote("west", "services", "default", "one")
+	f.deleteRemoteService("west", "default", "one")
 	f.convergeAll("west/default/one", "west/default/two")
 	assert.Equal(t, "80/TCP=40000", f.service("default", "two-west").Annotations[EgressPorts])
 	assert.NotNil(t, f.slice("default", "two-west"))

@@ -34,6 +34,9 @@ import (
 
 var egressIP = netip.MustParseAddr("192.0.2.10")
 
+// The resources of the fake trackers.
+var svcGVR, esGVR = corev1.SchemeGroupVersion.WithResource("services"), discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+
 // fixture is a controller on a fake local cluster "east" linked to fake
 // remote clusters. Syncs are run by hand, one key at a time.
 type fixture struct {
@@ -194,7 +197,7 @@ func (f *fixture) failing(verb, resource string) *bool {
 func (f *fixture) waitCaches() {
 	f.t.Helper()
 	require.Eventually(f.t, func() bool {
-		svcs, err := f.local.Tracker().List(corev1.SchemeGroupVersion.WithResource("services"), corev1.SchemeGroupVersion.WithKind("Service"), "")
+		svcs, err := f.local.Tracker().List(svcGVR, corev1.SchemeGroupVersion.WithKind("Service"), "")
 		if err != nil {
 			return false
 		}
@@ -203,7 +206,6 @@ func (f *fixture) waitCaches() {
 		}) {
 			return false
 		}
-		esGVR := discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
 		es, err := f.local.Tracker().List(esGVR, discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
 		if err != nil || !informed(f.local.Tracker(), esGVR, f.c.slices.GetStore(), ownedSliceSelector,
 			es.(*discoveryv1.EndpointSliceList).Items, func(got, want *discoveryv1.EndpointSlice) bool {
@@ -272,9 +274,9 @@ func (f *fixture) remote(cluster string, objs ...runtime.Object) {
 	cs := f.remotes[cluster]
 	for _, o := range objs {
 		m := o.(metav1.Object)
-		gvr := corev1.SchemeGroupVersion.WithResource("services")
+		gvr := svcGVR
 		if _, ok := o.(*discoveryv1.EndpointSlice); ok {
-			gvr = discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+			gvr = esGVR
 		}
 		err := cs.Tracker().Update(gvr, o, m.GetNamespace())
 		if apierrors.IsNotFound(err) {
@@ -289,13 +291,11 @@ func (f *fixture) remote(cluster string, objs ...runtime.Object) {
 	f.waitRemote(cluster)
 }
 
-func (f *fixture) deleteRemote(cluster string, gvr string, ns, name string) {
+// deleteRemoteService deletes a Service of a remote cluster and waits for
+// the informers.
+func (f *fixture) deleteRemoteService(cluster, ns, name string) {
 	f.t.Helper()
-	g := corev1.SchemeGroupVersion.WithResource(gvr)
-	if gvr == "endpointslices" {
-		g = discoveryv1.SchemeGroupVersion.WithResource(gvr)
-	}
-	require.NoError(f.t, f.remotes[cluster].Tracker().Delete(g, ns, name))
+	require.NoError(f.t, f.remotes[cluster].Tracker().Delete(svcGVR, ns, name))
 	f.waitRemote(cluster)
 }
 
@@ -303,7 +303,6 @@ func (f *fixture) waitRemote(cluster string) {
 	f.t.Helper()
 	r, _ := f.c.links.Get(cluster)
 	tr := f.remotes[cluster].Tracker()
-	svcGVR, esGVR := corev1.SchemeGroupVersion.WithResource("services"), discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
 	sameSvc := func(got, want *corev1.Service) bool {
 		return semEqual(got.Labels, want.Labels) && semEqual(got.Spec, want.Spec)
 	}

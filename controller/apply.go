@@ -27,9 +27,15 @@ import (
 func (s *syncer) applyServices(wants []want) map[string]*corev1.Service {
 	live := map[string]*corev1.Service{}
 	for _, w := range wants {
-		if svc := s.applyService(w); svc != nil {
-			live[svc.Name] = svc
-			s.count(w)
+		svc := s.applyService(w)
+		if svc == nil {
+			continue
+		}
+		live[svc.Name] = svc
+		if w.host != "" {
+			s.status.pods++
+		} else {
+			s.status.services++
 		}
 	}
 	return live
@@ -117,14 +123,6 @@ func (s *syncer) applyService(w want) *corev1.Service {
 	s.logger.V(2).Info("Updated mirror", "service", klog.KObj(u))
 	s.final.services[u.Name] = u
 	return u
-}
-
-func (s *syncer) count(w want) {
-	if w.host != "" {
-		s.status.pods++
-	} else {
-		s.status.services++
-	}
 }
 
 // optionalAnnotations are the controller's annotations a mirror has only
@@ -291,8 +289,7 @@ func (s *syncer) wrote(verb, resource, name string, err error) {
 	err = fmt.Errorf("%s %s %s/%s: %w", verb, resource, s.ns, name, err)
 	s.errs = append(s.errs, err)
 	if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err) {
-		ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: s.ns, Name: s.mirrorName()}
-		s.c.recorder.Event(ref, corev1.EventTypeWarning, ReasonWriteFailed, err.Error())
+		s.c.recorder.Event(mirrorRef(s.cluster, s.ns, s.name), corev1.EventTypeWarning, ReasonWriteFailed, err.Error())
 	}
 }
 
@@ -311,11 +308,11 @@ func countWrite(verb, resource string, err error) error {
 	return err
 }
 
-// mirrorName is the name of the key's Service mirror, or the remote
-// Service's name when no valid mirror name exists.
-func (s *syncer) mirrorName() string {
-	if n, err := labels.MirrorName(s.name, s.cluster); err == nil {
-		return n
+// mirrorRef is the Event target of key cluster/ns/name: its Service
+// mirror, or the remote Service's name when no valid mirror name exists.
+func mirrorRef(cluster, ns, name string) *corev1.ObjectReference {
+	if m, err := labels.MirrorName(name, cluster); err == nil {
+		name = m
 	}
-	return s.name
+	return &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ns, Name: name}
 }

@@ -3,8 +3,6 @@ package controller
 import (
 	"fmt"
 	"testing"
-
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // BenchmarkSyncUnchanged measures a sync of a converged headless export of
@@ -14,9 +12,7 @@ func BenchmarkSyncUnchanged(b *testing.B) {
 	for i := range hosts {
 		hosts[i] = fmt.Sprintf("db-%d", i)
 	}
-	f := newFixture(b, fixtureOptions{}, map[string][]runtime.Object{
-		"west": {exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", hosts...)},
-	})
+	f := newFixture(b, fixtureOptions{}, west(exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", hosts...)))
 	f.converge("west/default/db")
 	b.ReportAllocs()
 	for b.Loop() {
@@ -30,7 +26,7 @@ func BenchmarkSyncUnchanged(b *testing.B) {
 // writes) against a fake clientset: the controller's own share of the
 // export-to-ClusterIP time.
 func BenchmarkSyncExport(b *testing.B) {
-	f := newFixture(b, fixtureOptions{ports: PortRange{First: 1, Last: 65535}}, map[string][]runtime.Object{"west": nil})
+	f := newFixture(b, fixtureOptions{ports: PortRange{First: 1, Last: 65535}}, west())
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {

@@ -20,10 +20,6 @@ type ledger struct {
 	slices   map[string]*discoveryv1.EndpointSlice
 }
 
-func newLedger(services map[string]*corev1.Service, slices map[string]*discoveryv1.EndpointSlice) ledger {
-	return ledger{services: maps.Clone(services), slices: maps.Clone(slices)}
-}
-
 // collect deletes what garbage names: slices first, then Services.
 func (s *syncer) collect(delSlices, delServices []string) {
 	for _, name := range delSlices {

@@ -433,10 +433,7 @@ func (c *Controller) linkSourcesSynced() bool {
 // wanted (orphans of removed links and unexported Services included).
 func (c *Controller) sweep() int {
 	keys := map[string]bool{}
-	for _, k := range c.services.GetIndexer().ListIndexFuncValues(byKey) {
-		keys[k] = true
-	}
-	for _, k := range c.slices.GetIndexer().ListIndexFuncValues(byKey) {
+	for _, k := range c.ownedKeys() {
 		keys[k] = true
 	}
 	for _, r := range c.links.Serving() {

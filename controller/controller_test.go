@@ -46,9 +46,7 @@ func TestHandleErr(t *testing.T) {
 // A failed write makes the sync fail (so it is retried); the next sync
 // completes the work.
 func TestSyncRetriesFailedWrites(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
-		"west": {exported("default", "web", "true", false, tcp("http", 80))},
-	})
+	f := newFixture(t, fixtureOptions{}, west(exported("default", "web", "true", false, tcp("http", 80))))
 	fail := f.failing("create", "endpointslices")
 	require.Error(t, f.c.sync(f.ctx, "west/default/web"))
 	f.waitCaches()
@@ -64,49 +62,64 @@ func TestSyncRetriesFailedWrites(t *testing.T) {
 // port stays allocated, and a mirror synced meanwhile does not get it.
 func TestFailedWriteKeepsEgressPorts(t *testing.T) {
 	web := exported("default", "web", "true", false, tcp("http", 80))
-	unexported := unlabelled(web)
-	for _, tc := range []struct {
-		name string
-		// ports is just big enough for key's mirrors before and after
-		// the change: a released port is the only free one.
-		ports  PortRange
-		remote []runtime.Object
-		key    string
-		change []runtime.Object
-		// verb is the Service write that fails; svc records the port.
-		verb, svc string
-	}{{
+	testFailedWrite(t, fixtureOptions{}, "services", []failedWrite{{
 		name: "unexported, delete fails", ports: PortRange{First: 40000, Last: 40000},
 		remote: []runtime.Object{web}, key: "west/default/web",
-		change: []runtime.Object{unexported}, verb: "delete", svc: "web-west",
+		change: []runtime.Object{unlabelled(web)}, verb: "delete", obj: "web-west",
 	}, {
 		name: "port changed, update fails", ports: PortRange{First: 40000, Last: 40001},
 		remote: []runtime.Object{web}, key: "west/default/web",
-		change: []runtime.Object{exported("default", "web", "true", false, tcp("http", 8080))}, verb: "update", svc: "web-west",
+		change: []runtime.Object{exported("default", "web", "true", false, tcp("http", 8080))}, verb: "update", obj: "web-west",
 	}, {
 		name: "pod gone, delete fails", ports: PortRange{First: 40000, Last: 40001},
 		remote: []runtime.Object{exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1")},
-		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", svc: "db-1-west",
+		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", obj: "db-1-west",
 	}, {
 		name: "became headless, delete before recreate fails", ports: PortRange{First: 40000, Last: 40001},
 		remote: []runtime.Object{exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "")},
-		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", svc: "db-west",
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			remote := append([]runtime.Object{exported("default", "api", "true", false, tcp("http", 80))}, tc.remote...)
-			f := newFixture(t, fixtureOptions{ports: tc.ports}, map[string][]runtime.Object{"west": remote})
-			f.converge(tc.key)
-			recorded := labels.ParseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"]
-			require.NotZero(t, recorded)
-			owner := portOwner("default", tc.svc, "80/TCP")
+		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", obj: "db-west",
+	}}, func(f *fixture, svc string) int32 {
+		return labels.ParseEgressPorts(f.service("default", svc).Annotations[EgressPorts])["80/TCP"]
+	})
+}
 
-			fail := f.failing(tc.verb, "services")
+// failedWrite is a write that fails while the remote objects of key change
+// to change.
+type failedWrite struct {
+	name string
+	// ports is just big enough for key's mirrors before and after the
+	// change: a released port is the only free one.
+	ports  PortRange
+	remote []runtime.Object
+	key    string
+	change []runtime.Object
+	// verb is the write that fails; obj records the port.
+	verb, obj string
+}
+
+// testFailedWrite runs each case with the writes verb of resource failing:
+// the port that obj records (recordedOf) stays allocated to obj, so that
+// api, synced meanwhile, gets none, until the write succeeds: then the port
+// is released and api gets it.
+func testFailedWrite(t *testing.T, o fixtureOptions, resource string, cases []failedWrite, recordedOf func(f *fixture, obj string) int32) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o.ports = tc.ports
+			f := newFixture(t, o, west(append([]runtime.Object{exported("default", "api", "true", false, tcp("http", 80))}, tc.remote...)...))
+			f.converge(tc.key)
+			recorded := recordedOf(f, tc.obj)
+			require.NotZero(t, recorded)
+			owner := portOwner("default", tc.obj, "80/TCP")
+			p, ok := f.c.ports.Port(owner)
+			require.True(t, ok && p == recorded, "%s has %d (has %d, %v)", owner, recorded, p, ok)
+
+			fail := f.failing(tc.verb, resource)
 			f.remote("west", tc.change...)
 			require.Error(t, f.c.sync(f.ctx, tc.key))
 			f.waitCaches()
-			assert.Equal(t, recorded, labels.ParseEgressPorts(f.service("default", tc.svc).Annotations[EgressPorts])["80/TCP"], "still recorded")
-			p, ok := f.c.ports.Port(owner)
-			assert.True(t, ok && p == recorded, "%s keeps %d while it is recorded (has %d, %v)", owner, recorded, p, ok)
+			assert.Equal(t, recorded, recordedOf(f, tc.obj), "still recorded")
+			got, ok := f.c.ports.Owner(recorded)
+			assert.True(t, ok && got == owner, "port %d stays %s's while it is recorded (owner now %q)", recorded, owner, got)
 
 			f.sync("west/default/api")
 			f.assertEgressPortsUnique()
@@ -168,7 +181,7 @@ func TestUnsyncedLinkKeepsMirrors(t *testing.T) {
 	dead.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	f.c.AddClient("dead", dead)
+	f.c.links.AddClient("dead", dead)
 	assert.Empty(t, f.sync("dead/default/web"))
 	assert.NotNil(t, f.service("default", "web-dead"))
 
@@ -200,47 +213,18 @@ func TestFailedSliceWriteKeepsEgressPorts(t *testing.T) {
 }
 
 func testFailedSliceWriteKeepsEgressPorts(t *testing.T, o fixtureOptions, addrs int) {
-	for _, tc := range []struct {
-		name   string
-		remote []runtime.Object
-		key    string
-		change []runtime.Object
-		verb   string
-		slice  string
-	}{{
-		name:   "port changed, slice update fails",
+	ports := PortRange{First: 40000, Last: 40001}
+	testFailedWrite(t, o, "endpointslices", []failedWrite{{
+		name: "port changed, slice update fails", ports: ports,
 		remote: []runtime.Object{exported("default", "web", "true", false, tcp("http", 80))}, key: "west/default/web",
-		change: []runtime.Object{exported("default", "web", "true", false, tcp("http", 8080))}, verb: "update", slice: "web-west",
+		change: []runtime.Object{exported("default", "web", "true", false, tcp("http", 8080))}, verb: "update", obj: "web-west",
 	}, {
-		name:   "pod gone, slice delete fails",
+		name: "pod gone, slice delete fails", ports: ports,
 		remote: []runtime.Object{exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1")},
-		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", slice: "db-1-west",
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			remote := append([]runtime.Object{exported("default", "api", "true", false, tcp("http", 80))}, tc.remote...)
-			o.ports = PortRange{First: 40000, Last: 40001}
-			f := newFixture(t, o, map[string][]runtime.Object{"west": remote})
-			f.converge(tc.key)
-			require.Len(t, f.slice("default", tc.slice).Endpoints, addrs)
-			recorded := *f.slice("default", tc.slice).Ports[0].Port
-			owner, ok := f.c.ports.Owner(recorded)
-			require.True(t, ok)
-
-			fail := f.failing(tc.verb, "endpointslices")
-			f.remote("west", tc.change...)
-			require.Error(t, f.c.sync(f.ctx, tc.key))
-			f.waitCaches()
-			assert.Equal(t, recorded, *f.slice("default", tc.slice).Ports[0].Port, "the slice still points at the port")
-			got, ok := f.c.ports.Owner(recorded)
-			assert.True(t, ok && got == owner, "port %d stays %s's while a slice points at it (owner now %q)", recorded, owner, got)
-			f.sync("west/default/api")
-			assert.Empty(t, f.service("default", "api-west").Annotations[EgressPorts], "no port free for api")
-
-			*fail = false
-			f.converge(tc.key)
-			f.converge("west/default/api")
-			f.assertEgressPortsUnique()
-			assert.NotEmpty(t, f.service("default", "api-west").Annotations[EgressPorts], "api gets the released port")
-		})
-	}
+		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", obj: "db-1-west",
+	}}, func(f *fixture, slice string) int32 {
+		es := f.slice("default", slice)
+		require.Len(f.t, es.Endpoints, addrs)
+		return *es.Ports[0].Port
+	})
 }

@@ -56,9 +56,8 @@ func TestPlanDualStack(t *testing.T) {
 		return dualRemote(exported("default", "web", "true", false, tcp("http", 80)), fams...)
 	}
 	existing := func(fams ...corev1.IPFamily) *corev1.Service {
-		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-west", Labels: map[string]string{}},
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web-west", Labels: map[string]string{}},
 			Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.1", IPFamilies: fams}}
-		return s
 	}
 	for _, tc := range []struct {
 		name     string
@@ -211,7 +210,7 @@ func dualStackAPI(f *fixture) {
 	})
 	f.local.PrependReactor("update", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		svc := a.(k8stesting.UpdateAction).GetObject().(*corev1.Service)
-		obj, err := f.local.Tracker().Get(corev1.SchemeGroupVersion.WithResource("services"), svc.Namespace, svc.Name)
+		obj, err := f.local.Tracker().Get(svcGVR, svc.Namespace, svc.Name)
 		if err != nil || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 			return false, nil, nil
 		}
@@ -238,7 +237,7 @@ func dualFixture(t *testing.T, remote ...runtime.Object) *fixture {
 	f := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: []runtime.Object{
 		gatewaySlice("gw-4", discoveryv1.AddressTypeIPv4, "192.0.2.11", "192.0.2.10"),
 		gatewaySlice("gw-6", discoveryv1.AddressTypeIPv6, "2001:db8::10"),
-	}}, map[string][]runtime.Object{"west": remote})
+	}}, west(remote...))
 	f.waitEgress(dualEgress...)
 	dualStackAPI(f)
 	return f
@@ -349,7 +348,7 @@ func TestSyncDualStackRestart(t *testing.T) {
 	remote := []runtime.Object{dualRemote(exported("default", "web", "true", false, tcp("http", 80)), v4, v6)}
 	f := dualFixture(t, remote...)
 	f.converge("west/default/web")
-	g := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: f.mirrorState()}, map[string][]runtime.Object{"west": remote})
+	g := newFixture(t, fixtureOptions{egressService: gatewayEgress, local: f.mirrorState()}, west(remote...))
 	g.waitEgress(dualEgress...)
 	require.Eventually(t, func() bool { return len(g.c.ownedSlices()) == 2 }, 10*time.Second, time.Millisecond)
 	assert.Empty(t, g.sync("west/default/web"))

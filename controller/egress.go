@@ -139,7 +139,7 @@ func egressFamilies(addrs []netip.Addr) []corev1.IPFamily {
 	var out []corev1.IPFamily
 	for _, at := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
 		if slices.ContainsFunc(addrs, func(a netip.Addr) bool { return addressType(a) == at }) {
-			out = append(out, ipFamily(at))
+			out = append(out, corev1.IPFamily(at))
 		}
 	}
 	return out
@@ -159,28 +159,6 @@ func isEgressSlice(es *discoveryv1.EndpointSlice) bool {
 		}
 	}
 	return true
-}
-
-// egressEndpoints is one endpoint per address, all with the same readiness.
-func egressEndpoints(addrs []netip.Addr, ready bool) []discoveryv1.Endpoint {
-	var eps []discoveryv1.Endpoint
-	for _, a := range addrs {
-		eps = append(eps, discoveryv1.Endpoint{
-			Addresses:  []string{a.String()},
-			Conditions: discoveryv1.EndpointConditions{Ready: new(ready)},
-		})
-	}
-	return eps
-}
-
-// egressAddressType is the address type of the egress EndpointSlice of a
-// mirror whose IP family is not known: that of the first of addrs (IPv4
-// first, and when there are none).
-func egressAddressType(addrs []netip.Addr) discoveryv1.AddressType {
-	if len(addrs) == 0 {
-		return discoveryv1.AddressTypeIPv4
-	}
-	return addressType(addrs[0])
 }
 
 // Effects: the informer on the egress Service's EndpointSlices, and the

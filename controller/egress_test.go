@@ -133,10 +133,10 @@ func egressFixture(t *testing.T, local ...runtime.Object) *fixture {
 // egressRemote is west with a ClusterIP export (web) and a headless one
 // (db, two pods).
 func egressRemote() map[string][]runtime.Object {
-	return map[string][]runtime.Object{"west": {
+	return west(
 		exported("default", "web", "true", false, tcp("http", 80)),
 		exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1"),
-	}}
+	)
 }
 
 var egressSliceNames = []string{"db-0-west", "db-1-west", "web-west"}
@@ -289,7 +289,7 @@ func TestEgressService(t *testing.T) {
 func TestEgressServiceNotReadyPod(t *testing.T) {
 	f := newFixture(t, fixtureOptions{egressService: gatewayEgress, podGrace: time.Minute,
 		local: []runtime.Object{gatewaySlice("gw-1", discoveryv1.AddressTypeIPv4, "10.244.0.1", "10.244.0.2")}},
-		map[string][]runtime.Object{"west": {exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1")}})
+		west(exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1")))
 	f.converge("west/default/db")
 	f.remote("west", endpoints("default", "db", "db-0"))
 	f.converge("west/default/db")
@@ -329,7 +329,7 @@ func TestEgressServiceStartup(t *testing.T) {
 
 // A fixed --egress-address is what every egress slice lists, as before.
 func TestEgressFixedAddress(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{"west": {exported("default", "web", "true", false, tcp("http", 80))}})
+	f := newFixture(t, fixtureOptions{}, west(exported("default", "web", "true", false, tcp("http", 80))))
 	f.converge("west/default/web")
 	es := f.slice("default", "web-west")
 	require.Len(t, es.Endpoints, 1)

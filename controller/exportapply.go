@@ -92,13 +92,10 @@ func ownedStamp(svc *corev1.Service) (stamp, error) {
 	if err != nil {
 		return stamp{}, fmt.Errorf("reading the fields %s owns on Service %s/%s: %w", ExportFieldManager, svc.Namespace, svc.Name, err)
 	}
-	var s stamp
-	if ac.ObjectMetaApplyConfiguration != nil {
-		s.mode = ac.Labels[labels.ServiceExportMode]
-		s.created = ac.Annotations[labels.ServiceExportCreated]
-		s.metadata = ac.Annotations[labels.ServiceExportMetadata]
+	if ac.ObjectMetaApplyConfiguration == nil {
+		return stamp{}, nil
 	}
-	return s, nil
+	return stampOf(ac.Labels, ac.Annotations), nil
 }
 
 // writeStamp makes the stamp on svc exactly s. A stamp is applied, with

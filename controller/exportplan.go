@@ -154,7 +154,7 @@ func stampChange(in exportInput, want stamp) (write bool, foreign stamp) {
 	if in.service == nil {
 		return false, stamp{}
 	}
-	carried := carriedStamp(in.service)
+	carried := stampOf(in.service.Labels, in.service.Annotations) // whoever wrote it
 	if carried != (stamp{}) && carried != in.owned && carried != want {
 		foreign = carried
 	}
@@ -164,13 +164,9 @@ func stampChange(in exportInput, want stamp) (write bool, foreign stamp) {
 	return want != in.owned, foreign
 }
 
-// carriedStamp is the stamp svc carries, whoever wrote it.
-func carriedStamp(svc *corev1.Service) stamp {
-	return stamp{
-		mode:     svc.Labels[labels.ServiceExportMode],
-		created:  svc.Annotations[labels.ServiceExportCreated],
-		metadata: svc.Annotations[labels.ServiceExportMetadata],
-	}
+// stampOf is the stamp that the labels l and annotations a carry.
+func stampOf(l, a map[string]string) stamp {
+	return stamp{mode: l[labels.ServiceExportMode], created: a[labels.ServiceExportCreated], metadata: a[labels.ServiceExportMetadata]}
 }
 
 // exportTime is when an export of svc began, for the specification's

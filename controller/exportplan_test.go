@@ -159,14 +159,13 @@ func TestPlanExport(t *testing.T) {
 			assert.Equal(t, tc.valid, v.Reason)
 			assert.Equal(t, tc.valid == "Valid", v.Status == metav1.ConditionTrue)
 			assert.Equal(t, tc.ready, condition(t, p, mcsv1beta1.ServiceExportConditionReady).Status)
-			c := meta.FindStatusCondition(p.conditions, string(mcsv1beta1.ServiceExportConditionConflict))
 			if tc.conflict == "" {
-				assert.Nil(t, c, "an invalid export has no Conflict condition")
-			} else {
-				require.NotNil(t, c)
-				assert.Equal(t, tc.conflict, c.Reason)
-				assert.Equal(t, tc.conflict != "NoConflicts", c.Status == metav1.ConditionTrue)
+				assert.Nil(t, meta.FindStatusCondition(p.conditions, string(mcsv1beta1.ServiceExportConditionConflict)), "an invalid export has no Conflict condition")
+				return
 			}
+			c := condition(t, p, mcsv1beta1.ServiceExportConditionConflict)
+			assert.Equal(t, tc.conflict, c.Reason)
+			assert.Equal(t, tc.conflict != "NoConflicts", c.Status == metav1.ConditionTrue)
 		})
 	}
 }

@@ -47,10 +47,10 @@ func (f *fixture) mirrorState() []runtime.Object {
 // removed one: its mirrors and per-pod mirrors stay. Once the Secret is
 // deleted, they are swept.
 func TestRefusedLinkKeepsMirrors(t *testing.T) {
-	remote := map[string][]runtime.Object{"west": {
+	remote := west(
 		exported("default", "web", "true", false, tcp("http", 80)),
 		exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0"),
-	}}
+	)
 	f := newFixture(t, fixtureOptions{}, remote)
 	f.convergeAll("west/default/web", "west/default/db")
 	before := f.serviceNames("default")
@@ -87,9 +87,7 @@ func TestRefusedLinkKeepsMirrors(t *testing.T) {
 // mirrors stay while the Secret exists, and go once it is deleted.
 func TestRefusedUpdateOfRunningLink(t *testing.T) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "links", Name: labels.LinkSecretNamePrefix + "west"}}
-	f := newFixture(t, fixtureOptions{local: []runtime.Object{secret}}, map[string][]runtime.Object{
-		"west": {exported("default", "web", "true", false, tcp("http", 80))},
-	})
+	f := newFixture(t, fixtureOptions{local: []runtime.Object{secret}}, west(exported("default", "web", "true", false, tcp("http", 80))))
 	f.converge("west/default/web")
 	f.c.LinkRefused(secret, link.ReasonInvalid, errors.New("bad"))
 	assert.Empty(t, f.sync("west/default/web"), "the running link is used")
@@ -111,7 +109,7 @@ func TestRefusedUpdateOfRunningLink(t *testing.T) {
 // up) leaves the Service's state unknown: its EndpointSlice is neither
 // skipped-then-deleted nor touched, and the sync is retried.
 func TestStaleCacheKeepsSlice(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{"west": {exported("default", "web", "true", false, tcp("http", 80))}})
+	f := newFixture(t, fixtureOptions{}, west(exported("default", "web", "true", false, tcp("http", 80))))
 	f.converge("west/default/web")
 	svc, ok, _ := f.c.services.GetStore().GetByKey("default/web-west")
 	require.True(t, ok)
@@ -135,9 +133,7 @@ func TestStaleCacheKeepsSlice(t *testing.T) {
 // rewrites one slice.
 func TestSyncHeadlessSplit(t *testing.T) {
 	hosts := []string{"db-0", "db-1", "db-2", "db-3", "db-4", "db-5", "db-6"}
-	f := newFixture(t, fixtureOptions{maxEndpoints: 3}, map[string][]runtime.Object{
-		"west": {exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", hosts...)},
-	})
+	f := newFixture(t, fixtureOptions{maxEndpoints: 3}, west(exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", hosts...)))
 	f.converge("west/default/db")
 	total := 0
 	for _, n := range []string{"db-west", "db-west.2", "db-west.3"} {
@@ -162,7 +158,7 @@ func TestSyncHeadlessSplit(t *testing.T) {
 // A write the API server keeps refusing is an Event on the mirror and a
 // metric, not only a log line at verbosity 2.
 func TestPersistentWriteFailureIsReported(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{"west": {exported("default", "web", "true", false, tcp("http", 80))}})
+	f := newFixture(t, fixtureOptions{}, west(exported("default", "web", "true", false, tcp("http", 80))))
 	f.local.PrependReactor("create", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewInvalid(schema.GroupKind{Group: "discovery.k8s.io", Kind: "EndpointSlice"}, "web-west",
 			field.ErrorList{field.TooMany(field.NewPath("endpoints"), 1001, 1000)})
@@ -179,9 +175,7 @@ func TestPersistentWriteFailureIsReported(t *testing.T) {
 // Ports of a mirror whose namespace is gone (with everything in it) are
 // released: no object records them any more.
 func TestMissingNamespaceReleasesPorts(t *testing.T) {
-	f := newFixture(t, fixtureOptions{local: []runtime.Object{namespace("shop")}}, map[string][]runtime.Object{
-		"west": {exported("shop", "web", "true", false, tcp("http", 80))},
-	})
+	f := newFixture(t, fixtureOptions{local: []runtime.Object{namespace("shop")}}, west(exported("shop", "web", "true", false, tcp("http", 80))))
 	f.converge("west/shop/web")
 	require.Equal(t, 1, f.c.ports.Len())
 	// The namespace is deleted, and its objects with it.
@@ -212,7 +206,7 @@ func TestConflictBetweenClusters(t *testing.T) {
 	assert.Equal(t, "west", f.service("default", "foo-east-west").Labels[labels.ClusterName])
 
 	f.queued()
-	f.deleteRemote("west", "services", "default", "foo-east")
+	f.deleteRemoteService("west", "default", "foo-east")
 	f.converge("west/default/foo-east")
 	require.Eventually(t, func() bool { return slices.Contains(f.queued(), "east-west/default/foo") }, 5*time.Second, time.Millisecond, "the loser is synced again when the winner goes")
 	f.converge("east-west/default/foo")
@@ -226,9 +220,7 @@ func TestConflictForeignSlice(t *testing.T) {
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "web-west", Labels: map[string]string{"app": "mine"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 	}
-	f := newFixture(t, fixtureOptions{local: []runtime.Object{foreign}}, map[string][]runtime.Object{
-		"west": {exported("default", "web", "true", false, tcp("http", 80))},
-	})
+	f := newFixture(t, fixtureOptions{local: []runtime.Object{foreign}}, west(exported("default", "web", "true", false, tcp("http", 80))))
 	conflicts := conflictsTotal.WithLabelValues("endpointslices")
 	before := testutil.ToFloat64(conflicts)
 	f.sync("west/default/web")
@@ -240,7 +232,7 @@ func TestConflictForeignSlice(t *testing.T) {
 // Throttling (429) and conflicts (409) are retried with backoff by the
 // work queue until the writes go through.
 func TestRetriesThrottlingAndConflicts(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{"west": {exported("default", "web", "true", false, tcp("http", 80))}})
+	f := newFixture(t, fixtureOptions{}, west(exported("default", "web", "true", false, tcp("http", 80))))
 	var mu sync.Mutex
 	var attempts []time.Time
 	f.local.PrependReactor("create", "services", func(k8stesting.Action) (bool, runtime.Object, error) {

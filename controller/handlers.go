@@ -122,11 +122,7 @@ func (c *Controller) handleErr(ctx context.Context, err error, key string) {
 	utilruntime.HandleErrorWithContext(ctx, err, "Dropping mirror key out of the queue", "key", key)
 	// An operator sees it on the mirror, not only in the log.
 	if cluster, ns, name, kerr := splitKey(key); kerr == nil {
-		ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ns, Name: name}
-		if m, merr := labels.MirrorName(name, cluster); merr == nil {
-			ref.Name = m
-		}
-		c.recorder.Eventf(ref, corev1.EventTypeWarning, ReasonWriteFailed,
+		c.recorder.Eventf(mirrorRef(cluster, ns, name), corev1.EventTypeWarning, ReasonWriteFailed,
 			"Sync of remote Service %s failed %d times; retried at its next change or resync: %v", key, maxRetries, err)
 	}
 }
@@ -196,13 +192,13 @@ func indexByKey(obj any) ([]string, error) {
 	return nil, nil
 }
 
+// indexByCluster indexes by the cluster part of indexByKey's key.
 func indexByCluster(obj any) ([]string, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		if _, owned := ownedKey(m); owned {
-			return []string{m.GetLabels()[labels.ClusterName]}, nil
-		}
+	keys, err := indexByKey(obj)
+	for i, k := range keys {
+		keys[i], _, _ = strings.Cut(k, "/")
 	}
-	return nil, nil
+	return keys, err
 }
 
 func indexSliceByService(obj any) ([]string, error) {

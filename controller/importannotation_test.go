@@ -17,9 +17,9 @@ import (
 // implementations read to route a ServiceImport backendRef; one written
 // without it (by an older controller, or edited away) gets it back.
 func TestServiceImportNamesDerivedService(t *testing.T) {
-	f := newMCSFixture(t, []runtime.Object{namespace("shop")}, nil, map[string][]runtime.Object{"west": {
+	f := newMCSFixture(t, []runtime.Object{namespace("shop")}, nil, west(
 		exported("shop", "web", labels.ExportGateway, false, tcp("http", 80)), endpoints("shop", "web", ""),
-	}})
+	))
 	f.converge("west/shop/web")
 	f.convergeMCS("shop/web")
 	imports := f.mcs.MulticlusterV1beta1().ServiceImports("shop")

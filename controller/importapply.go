@@ -66,7 +66,7 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 		}
 		in.kept = keptSlices(held, existing)
 	}
-	if in.sources != nil && !c.namespaceExists(ns) {
+	if _, ok, _ := c.namespaces.GetIndexer().GetByKey(ns); in.sources != nil && !ok {
 		return nil
 	}
 	if in.derived, err = c.migrateDerived(ctx, ns, name, in.derived, len(in.sources) > 0); err != nil {
@@ -205,12 +205,6 @@ func appendSlices(out []*discoveryv1.EndpointSlice, inf cache.SharedIndexInforme
 		}
 	}
 	return out
-}
-
-// namespaceExists reports whether the local cluster has namespace ns.
-func (c *Controller) namespaceExists(ns string) bool {
-	_, ok, _ := c.namespaces.GetIndexer().GetByKey(ns)
-	return ok
 }
 
 // applyDerived makes the derived Service as p wants it and returns it as

@@ -140,11 +140,3 @@ func (c *Controller) linkStartupExpired(r *remoteCluster) {
 	klog.InfoS("Link has not synced within the start-up timeout: the imports it takes part in go on, keeping its part as it last was", "cluster", r.name, "timeout", c.opts.LinkStartupTimeout)
 	c.enqueueMCS()
 }
-
-// linkSyncedForImports forgets the notes of kept parts of cluster, whose
-// link has synced or gone.
-func (c *Controller) linkSyncedForImports(cluster string) {
-	c.mu.Lock()
-	delete(c.keptNoted, cluster)
-	c.mu.Unlock()
-}

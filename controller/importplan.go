@@ -234,11 +234,7 @@ func planImport(in importInput) importPlan {
 func sourcePorts(svc *corev1.Service, imported map[string]int32) map[string]bool {
 	out := map[string]bool{}
 	for _, p := range svc.Spec.Ports {
-		proto := p.Protocol
-		if proto == "" {
-			proto = corev1.ProtocolTCP
-		}
-		k := p.Name + "/" + string(proto)
+		k := p.Name + "/" + string(cmp.Or(p.Protocol, corev1.ProtocolTCP))
 		if port, ok := imported[k]; ok && port == p.Port {
 			out[k] = true
 		}

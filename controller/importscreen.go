@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 )
 
 // What an import carries of each source's endpoints (pure, for
@@ -86,13 +87,7 @@ func makeOffer(s importSource, wanted map[string]bool, policy *endpointpolicy.Po
 			o.eps[at] = nil
 		}
 		for _, port := range es.Ports {
-			name, proto := "", corev1.ProtocolTCP
-			if port.Name != nil {
-				name = *port.Name
-			}
-			if port.Protocol != nil {
-				proto = *port.Protocol
-			}
+			name, proto := ptr.Deref(port.Name, ""), ptr.Deref(port.Protocol, corev1.ProtocolTCP)
 			if k := name + "/" + string(proto); wanted[k] && port.Port != nil {
 				o.ports[at][k] = discoveryv1.EndpointPort{Name: new(name), Protocol: new(proto), Port: new(*port.Port), AppProtocol: port.AppProtocol}
 			}
@@ -135,14 +130,10 @@ func screen(svc *corev1.Service, es *discoveryv1.EndpointSlice, ep *discoveryv1.
 // others. An offer over its part keeps its ready endpoints first, then
 // the lowest addresses; what is cut is counted in refused.
 func bound(offers []*offer, max int, refused refusals) {
-	order := make([]int, len(offers))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(offers[a].len(), offers[b].len()) })
+	order := slices.Clone(offers)
+	slices.SortStableFunc(order, func(a, b *offer) int { return cmp.Compare(a.len(), b.len()) })
 	left := max
-	for i, j := range order {
-		o := offers[j]
+	for i, o := range order {
 		part := left / (len(order) - i)
 		n := o.len()
 		if n <= part {

@@ -186,18 +186,18 @@ func exportedService(ns, name string) corev1.Service {
 func TestLinkHealth(t *testing.T) {
 	defer func(d time.Duration) { remote.NoAnswerAfter = d }(remote.NoAnswerAfter)
 	remote.NoAnswerAfter = 300 * time.Millisecond
+	// failures is how many failures to wait for: a request that hangs is
+	// reported by its watchdog, every noAnswerAfter.
+	const failures = 6
 	for _, tc := range []struct {
 		name   string
 		mode   int32
 		reason string
-		// failures is how many failures to wait for: a request that
-		// hangs is reported by its watchdog, every noAnswerAfter.
-		failures float64
 	}{
-		{"refused401", answerUnauthorized, link.FailureUnauthorized, 6},
-		{"refused403", answerForbidden, link.FailureForbidden, 6},
-		{"unavailable", answerUnavailable, link.FailureUnreachable, 6},
-		{"hanging", answerHang, link.FailureUnreachable, 6},
+		{"refused401", answerUnauthorized, link.FailureUnauthorized},
+		{"refused403", answerForbidden, link.FailureForbidden},
+		{"unavailable", answerUnavailable, link.FailureUnreachable},
+		{"hanging", answerHang, link.FailureUnreachable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := captureLog(t)
@@ -208,7 +208,7 @@ func TestLinkHealth(t *testing.T) {
 
 			// Down: retried and counted, logged once per watch.
 			require.Eventually(t, func() bool {
-				return testutil.ToFloat64(linkErrors.WithLabelValues(cluster, tc.reason)) >= tc.failures
+				return testutil.ToFloat64(linkErrors.WithLabelValues(cluster, tc.reason)) >= failures
 			}, 20*time.Second, 10*time.Millisecond, "failures counted as %s", tc.reason)
 			assert.Equal(t, float64(0), testutil.ToFloat64(linkUp.WithLabelValues(cluster)))
 			for _, r := range link.FailureReasons {

@@ -19,24 +19,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Links returns the names of the linked clusters, sorted.
-func (c *Controller) Links() []string { return c.links.Names() }
-
 // Add links cluster name through cfg, narrowed to the namespaces ns; it
 // implements link.Handler.
 func (c *Controller) Add(name string, cfg *rest.Config, ns link.Namespaces) {
 	c.links.Add(name, cfg, ns)
-}
-
-// AddClient links cluster name through client, every namespace of it.
-func (c *Controller) AddClient(name string, client kubernetes.Interface) {
-	c.links.AddClient(name, client)
-}
-
-// AddNarrowed links cluster name through client, narrowed to the
-// namespaces ns: no mirror nor import of the others.
-func (c *Controller) AddNarrowed(name string, client kubernetes.Interface, ns link.Namespaces) {
-	c.links.AddNarrowed(name, client, ns)
 }
 
 // Remove unlinks cluster name; it implements link.Handler. Its mirrors are
@@ -143,7 +129,9 @@ func (r *remoteCluster) Start(ctx context.Context) {
 		}
 		r.synced.Store(true)
 		linkSynced.WithLabelValues(r.name).Set(1)
-		c.linkSyncedForImports(r.name)
+		c.mu.Lock()
+		delete(c.keptNoted, r.name) // its imports keep no part of it now
+		c.mu.Unlock()
 		klog.InfoS("Linked cluster synced", "cluster", r.name, "exported", len(r.exportedKeys()))
 		c.enqueueCluster(r)
 		r.enqueued.Store(true)

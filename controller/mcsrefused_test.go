@@ -167,10 +167,10 @@ func TestServiceExportOfDerivedServiceInvalid(t *testing.T) {
 func TestDerivedNamesOfCollidingImports(t *testing.T) {
 	const a, b = "svc-206765", "svc-2176644" // sha256("shop/"+name) share their first 40 bits
 	require.Equal(t, legacyDerivedName("shop", a), legacyDerivedName("shop", b), "the names collided before")
-	f := newMCSFixture(t, []runtime.Object{namespace("shop")}, nil, map[string][]runtime.Object{"west": {
+	f := newMCSFixture(t, []runtime.Object{namespace("shop")}, nil, west(
 		exported("shop", a, labels.ExportGateway, false, tcp("http", 80)), endpoints("shop", a, ""),
 		exported("shop", b, labels.ExportGateway, false, tcp("grpc", 9090)), endpoints("shop", b, ""),
-	}})
+	))
 	for _, n := range []string{a, b} {
 		f.converge("west/shop/" + n)
 		f.convergeMCS("shop/" + n)
@@ -202,9 +202,9 @@ func TestDerivedServiceOfAnotherImportLeftAlone(t *testing.T) {
 	name := DerivedName("default", "web")
 	held, heldSlice := derivedOf(name, "api", "10.1.2.3")
 	held.Spec.Ports = []corev1.ServicePort{tcp("grpc", 9090)}
-	f := newMCSFixture(t, []runtime.Object{held, heldSlice}, nil, map[string][]runtime.Object{"west": {
+	f := newMCSFixture(t, []runtime.Object{held, heldSlice}, nil, west(
 		exported("default", "web", labels.ExportGateway, false, tcp("http", 80)), endpoints("default", "web", ""),
-	}})
+	))
 	f.converge("west/default/web")
 	f.drainEvents()
 	before := mcsRefused(ReasonDerivedServiceTaken)
@@ -268,7 +268,7 @@ func TestDerivedServiceRenamedOnUpgrade(t *testing.T) {
 				remote = nil
 			}
 			f := newMCSFixture(t, []runtime.Object{oldSvc.DeepCopy(), oldSlice.DeepCopy()}, []runtime.Object{si.DeepCopy()},
-				map[string][]runtime.Object{"west": remote})
+				west(remote...))
 			if tc.taken {
 				f.local.PrependReactor("create", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
 					if a.(k8stesting.CreateAction).GetObject().(*corev1.Service).Spec.ClusterIP == "10.96.200.7" {

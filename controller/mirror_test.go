@@ -23,9 +23,9 @@ import (
 // EndpointSlice to the egress at allocated ports, Linkerd's labels; the
 // second sync writes nothing.
 func TestSyncClusterIP(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
-		"west": {exported("default", "web", "true", false, tcp("http", 80), corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})},
-	})
+	f := newFixture(t, fixtureOptions{}, west(
+		exported("default", "web", "true", false, tcp("http", 80), corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}),
+	))
 	writes := f.sync("west/default/web")
 	assert.Equal(t, []string{"create services web-west", "create endpointslices web-west"}, writes)
 
@@ -67,12 +67,10 @@ func TestSyncClusterIP(t *testing.T) {
 // endpoints are the per-pod mirrors' ClusterIPs under the remote hostnames;
 // the per-pod mirrors follow the remote pods.
 func TestSyncHeadless(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
-		"west": {
-			exported("default", "nginx-svc", "true", true, tcp("http", 80)),
-			endpoints("default", "nginx-svc", "nginx-set-0", "nginx-set-1", "nginx-set-2!"),
-		},
-	})
+	f := newFixture(t, fixtureOptions{}, west(
+		exported("default", "nginx-svc", "true", true, tcp("http", 80)),
+		endpoints("default", "nginx-svc", "nginx-set-0", "nginx-set-1", "nginx-set-2!"),
+	))
 	writes := f.converge("west/default/nginx-svc")
 	assert.ElementsMatch(t, []string{
 		"create services nginx-svc-west",
@@ -124,12 +122,10 @@ func TestSyncHeadless(t *testing.T) {
 // Linkerd #12499: a pod briefly absent during a rolling update keeps its
 // per-pod mirror (and so its ClusterIP) for PodGrace.
 func TestSyncPodGrace(t *testing.T) {
-	f := newFixture(t, fixtureOptions{podGrace: 30 * time.Second}, map[string][]runtime.Object{
-		"west": {
-			exported("default", "db", "true", true, tcp("http", 80)),
-			endpoints("default", "db", "db-0", "db-1"),
-		},
-	})
+	f := newFixture(t, fixtureOptions{podGrace: 30 * time.Second}, west(
+		exported("default", "db", "true", true, tcp("http", 80)),
+		endpoints("default", "db", "db-0", "db-1"),
+	))
 	f.converge("west/default/db")
 	before := f.service("default", "db-1-west")
 	require.NotNil(t, before)
@@ -161,13 +157,11 @@ func TestSyncPodGrace(t *testing.T) {
 // A headless Service without named endpoints is mirrored as ClusterIP; one
 // without ports is not mirrored, and says why.
 func TestSyncHeadlessRules(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
-		"west": {
-			exported("default", "anon", "true", true, tcp("http", 80)),
-			endpoints("default", "anon", "", ""),
-			exported("default", "portless", "true", true),
-		},
-	})
+	f := newFixture(t, fixtureOptions{}, west(
+		exported("default", "anon", "true", true, tcp("http", 80)),
+		endpoints("default", "anon", "", ""),
+		exported("default", "portless", "true", true),
+	))
 	f.converge("west/default/anon")
 	svc := f.service("default", "anon-west")
 	require.NotNil(t, svc)
@@ -185,12 +179,10 @@ func TestSyncHeadlessRules(t *testing.T) {
 // Flat mode: a headless mirror Service only, no EndpointSlice, no egress
 // port, no per-pod Service.
 func TestSyncFlat(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
-		"west": {
-			exported("default", "flat", "remote-discovery", true, tcp("http", 80)),
-			endpoints("default", "flat", "flat-0", "flat-1"),
-		},
-	})
+	f := newFixture(t, fixtureOptions{}, west(
+		exported("default", "flat", "remote-discovery", true, tcp("http", 80)),
+		endpoints("default", "flat", "flat-0", "flat-1"),
+	))
 	assert.Equal(t, []string{"create services flat-west"}, f.sync("west/default/flat"))
 	svc := f.service("default", "flat-west")
 	assert.Equal(t, corev1.ClusterIPNone, svc.Spec.ClusterIP)
@@ -217,12 +209,10 @@ func TestSyncForeignObject(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "db-west"},
 		Spec:       corev1.ServiceSpec{ClusterIP: "10.96.9.7", Ports: []corev1.ServicePort{tcp("x", 1)}},
 	}
-	f := newFixture(t, fixtureOptions{local: []runtime.Object{foreign, linkerd, headless}}, map[string][]runtime.Object{
-		"west": {
-			exported("default", "web", "true", false, tcp("http", 80)), exported("default", "api", "true", false, tcp("http", 80)),
-			exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0"),
-		},
-	})
+	f := newFixture(t, fixtureOptions{local: []runtime.Object{foreign, linkerd, headless}}, west(
+		exported("default", "web", "true", false, tcp("http", 80)), exported("default", "api", "true", false, tcp("http", 80)),
+		exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0"),
+	))
 	assert.Empty(t, f.sync("west/default/web"))
 	assert.Empty(t, f.sync("west/default/api"))
 	assert.Empty(t, f.sync("west/default/db"), "no per-pod mirrors when the mirror's name is taken")
@@ -248,12 +238,10 @@ func TestSyncForeignObject(t *testing.T) {
 // Linkerd #15200: same-named headless Services in two namespaces keep
 // their per-pod mirrors apart.
 func TestSyncSameNameOtherNamespace(t *testing.T) {
-	f := newFixture(t, fixtureOptions{local: []runtime.Object{namespace("a"), namespace("b")}}, map[string][]runtime.Object{
-		"west": {
-			exported("a", "db", "true", true, tcp("http", 80)), endpoints("a", "db", "db-0", "db-1"),
-			exported("b", "db", "true", true, tcp("http", 80)), endpoints("b", "db", "db-0"),
-		},
-	})
+	f := newFixture(t, fixtureOptions{local: []runtime.Object{namespace("a"), namespace("b")}}, west(
+		exported("a", "db", "true", true, tcp("http", 80)), endpoints("a", "db", "db-0", "db-1"),
+		exported("b", "db", "true", true, tcp("http", 80)), endpoints("b", "db", "db-0"),
+	))
 	f.convergeAll("west/a/db", "west/b/db")
 	assert.Equal(t, []string{"db-0-west", "db-1-west", "db-west"}, f.serviceNames("a"))
 	assert.Equal(t, []string{"db-0-west", "db-west"}, f.serviceNames("b"))
@@ -269,13 +257,11 @@ func TestSyncSameNameOtherNamespace(t *testing.T) {
 // Names longer than a DNS label are refused with a reason, not truncated.
 func TestSyncNameTooLong(t *testing.T) {
 	long := strings.Repeat("a", 60)
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
-		"west": {
-			exported("default", long, "true", false, tcp("http", 80)),
-			exported("default", "db", "true", true, tcp("http", 80)),
-			endpoints("default", "db", "db-0", strings.Repeat("p", 60)),
-		},
-	})
+	f := newFixture(t, fixtureOptions{}, west(
+		exported("default", long, "true", false, tcp("http", 80)),
+		exported("default", "db", "true", true, tcp("http", 80)),
+		endpoints("default", "db", "db-0", strings.Repeat("p", 60)),
+	))
 	assert.Empty(t, f.sync("west/default/"+long))
 	assert.Contains(t, f.drainEvents()[0], ReasonNameTooLong)
 	f.converge("west/default/db")
@@ -285,7 +271,7 @@ func TestSyncNameTooLong(t *testing.T) {
 
 // A missing namespace: an Event, unless namespaces may be created.
 func TestSyncNamespace(t *testing.T) {
-	objs := map[string][]runtime.Object{"west": {exported("shop", "web", "true", false, tcp("http", 80))}}
+	objs := west(exported("shop", "web", "true", false, tcp("http", 80)))
 	f := newFixture(t, fixtureOptions{}, objs)
 	assert.Empty(t, f.sync("west/shop/web"))
 	assert.Contains(t, f.drainEvents()[0], ReasonNamespaceMissing)
@@ -302,16 +288,16 @@ func TestSyncNamespace(t *testing.T) {
 // A full port range is an Event and a retry when a port is freed, not a
 // crash.
 func TestSyncPortsExhausted(t *testing.T) {
-	f := newFixture(t, fixtureOptions{ports: PortRange{First: 40000, Last: 40000}}, map[string][]runtime.Object{
-		"west": {exported("default", "one", "true", false, tcp("http", 80)), exported("default", "two", "true", false, tcp("http", 80))},
-	})
+	f := newFixture(t, fixtureOptions{ports: PortRange{First: 40000, Last: 40000}}, west(
+		exported("default", "one", "true", false, tcp("http", 80)), exported("default", "two", "true", false, tcp("http", 80)),
+	))
 	f.convergeAll("west/default/one", "west/default/two")
 	assert.Contains(t, strings.Join(f.drainEvents(), "\n"), ReasonPortsExhausted)
 	assert.NotNil(t, f.service("default", "two-west"), "the Service exists")
 	assert.Nil(t, f.slice("default", "two-west"), "but has no egress until a port is free")
 	assert.True(t, f.c.starved["west/default/two"])
 
-	f.deleteRemote("west", "services", "default", "one")
+	f.deleteRemoteService("west", "default", "one")
 	f.convergeAll("west/default/one", "west/default/two")
 	assert.Equal(t, "80/TCP=40000", f.service("default", "two-west").Annotations[EgressPorts])
 	assert.NotNil(t, f.slice("default", "two-west"))
@@ -342,7 +328,7 @@ func TestRestartKeepsPorts(t *testing.T) {
 // Mirrors of a cluster that is no longer linked are swept, after the
 // grace period; someone else's objects stay.
 func TestSweepUnlinked(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{"west": {exported("default", "web", "true", false, tcp("http", 80))}})
+	f := newFixture(t, fixtureOptions{}, west(exported("default", "web", "true", false, tcp("http", 80))))
 	f.converge("west/default/web")
 	require.NotNil(t, f.service("default", "web-west"))
 	f.c.Remove("west")
@@ -357,7 +343,7 @@ func TestSweepUnlinked(t *testing.T) {
 // of the linked clusters.
 func TestSweepKeys(t *testing.T) {
 	orphan := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "old-gone", Labels: mirrorLabels("gone", "old")}}
-	f := newFixture(t, fixtureOptions{local: []runtime.Object{orphan}}, map[string][]runtime.Object{"west": {exported("default", "web", "true", false, tcp("http", 80))}})
+	f := newFixture(t, fixtureOptions{local: []runtime.Object{orphan}}, west(exported("default", "web", "true", false, tcp("http", 80))))
 	assert.Equal(t, 2, f.c.sweep())
 	assert.Equal(t, []string{"delete services old-gone"}, f.sync("gone/default/old"))
 }
@@ -378,9 +364,9 @@ func TestNewValidates(t *testing.T) {
 // A headless mirror stays headless when its pods are all gone for a while
 // (a scale to zero); a mode switch follows the export label.
 func TestSyncShapeStability(t *testing.T) {
-	f := newFixture(t, fixtureOptions{headlessGrace: time.Hour}, map[string][]runtime.Object{
-		"west": {exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0")},
-	})
+	f := newFixture(t, fixtureOptions{headlessGrace: time.Hour}, west(
+		exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0"),
+	))
 	f.converge("west/default/db")
 	uid := f.service("default", "db-west").UID
 	f.remote("west", endpoints("default", "db"))

@@ -69,7 +69,7 @@ func TestForgedLabelsDoNotMakeAServiceTheControllers(t *testing.T) {
 		Annotations: map[string]string{EgressPorts: "80/TCP=30000"}},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
 	f := newFixture(t, fixtureOptions{local: []runtime.Object{forged}},
-		map[string][]runtime.Object{"west": {exported("default", "web", "true", false, tcp("http", 80))}})
+		west(exported("default", "web", "true", false, tcp("http", 80))))
 
 	_, claimed := f.c.ports.Owner(30000)
 	assert.False(t, claimed, "the forged Service's port is not claimed at start-up")

@@ -68,9 +68,8 @@ func TestPlanShapes(t *testing.T) {
 }
 
 // A pod whose hostname is its Service's name would have the Service's own
-// mirror as its per-pod mirror: it is refused with a reason, and the other
-// pods are mirrored (the old sync deleted and recreated the mirror
-// forever).
+// mirror as its per-pod mirror (a sync would delete and recreate it
+// forever): it is refused with a reason, and the other pods are mirrored.
 func TestPlanPodNamedLikeItsService(t *testing.T) {
 	p := planServices(planIn(exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db", "db-0")))
 	assert.Equal(t, []string{"db-west", "db-0-west"}, wantNames(p))

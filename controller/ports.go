@@ -48,11 +48,9 @@ func (a *portAllocator) Allocate(group, owner string, preferred int32) (int32, e
 	if p, ok := a.byOwner[owner]; ok {
 		return p, nil
 	}
-	if preferred != 0 && a.r.Contains(preferred) {
-		if _, taken := a.byPort[preferred]; !taken {
-			a.take(group, owner, preferred)
-			return preferred, nil
-		}
+	if _, taken := a.byPort[preferred]; !taken && preferred != 0 && a.r.Contains(preferred) {
+		a.take(group, owner, preferred)
+		return preferred, nil
 	}
 	size := int32(a.r.Size())
 	for i := range size {
@@ -79,10 +77,7 @@ func (a *portAllocator) Claim(group, owner string, port int32) bool {
 	if p, ok := a.byOwner[owner]; ok {
 		return p == port
 	}
-	if !a.r.Contains(port) {
-		return false
-	}
-	if _, taken := a.byPort[port]; taken {
+	if _, taken := a.byPort[port]; taken || !a.r.Contains(port) {
 		return false
 	}
 	a.take(group, owner, port)

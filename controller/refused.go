@@ -12,6 +12,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/mcmirror/mcmirror/internal/link"
@@ -82,12 +83,10 @@ func (c *Controller) heldByRefusedLink(ctx context.Context, cluster string) bool
 		klog.FromContext(ctx).V(2).Info("Cannot check a refused link Secret; keeping the cluster's mirrors", "cluster", cluster, "secret", rl.secret, "err", err)
 		return true
 	}
-	still := false
-	for i := range list.Items {
-		if n, ok := link.ClusterNameOf(&list.Items[i]); ok && n == cluster && list.Items[i].Name == rl.secret.Name {
-			still = true
-		}
-	}
+	still := slices.ContainsFunc(list.Items, func(s corev1.Secret) bool {
+		n, ok := link.ClusterNameOf(&s)
+		return ok && n == cluster && s.Name == rl.secret.Name
+	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cur, ok := c.refused[cluster]; !ok || cur.secret != rl.secret {

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Export by ServiceExport: the exporting cluster's controller stamps
@@ -35,13 +34,11 @@ func unlabelled(s *corev1.Service) *corev1.Service {
 // export gets: a ClusterIP Service and its EndpointSlice to the egress;
 // its slices' changes are followed; removing the stamp unexports it.
 func TestSyncServiceExportGateway(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
-		"west": {
-			stamped("default", "web", ModeGateway, false, tcp("http", 80)),
-			endpoints("default", "web", ""),
-			exported("default", "api", "true", false, tcp("http", 80)),
-		},
-	})
+	f := newFixture(t, fixtureOptions{}, west(
+		stamped("default", "web", ModeGateway, false, tcp("http", 80)),
+		endpoints("default", "web", ""),
+		exported("default", "api", "true", false, tcp("http", 80)),
+	))
 	r, _ := f.c.links.Get("west")
 	// Each Service informer lists by its own selector (the fake lists by
 	// label selector).
@@ -88,14 +85,12 @@ func TestSyncServiceExportGateway(t *testing.T) {
 // headless mirror only, no EndpointSlice, no egress port, no per-pod
 // mirror; the stamp removed, the mirror goes.
 func TestSyncServiceExportFlat(t *testing.T) {
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
-		"west": {
-			stamped("default", "db", ModeFlat, true, tcp("http", 80)),
-			endpoints("default", "db", "db-0", "db-1"),
-			exported("default", "linkerd", labels.ExportFlat, true, tcp("http", 80)),
-			endpoints("default", "linkerd", "linkerd-0", "linkerd-1"),
-		},
-	})
+	f := newFixture(t, fixtureOptions{}, west(
+		stamped("default", "db", ModeFlat, true, tcp("http", 80)),
+		endpoints("default", "db", "db-0", "db-1"),
+		exported("default", "linkerd", labels.ExportFlat, true, tcp("http", 80)),
+		endpoints("default", "linkerd", "linkerd-0", "linkerd-1"),
+	))
 	assert.Equal(t, []string{"create services db-west"}, f.sync("west/default/db"))
 	assert.Equal(t, []string{"create services linkerd-west"}, f.sync("west/default/linkerd"))
 	db, linkerd := f.service("default", "db-west"), f.service("default", "linkerd-west")
@@ -138,9 +133,7 @@ func TestSyncServiceExportAndLinkerd(t *testing.T) {
 		}
 		return s
 	}
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
-		"west": {both("true", ModeGateway), endpoints("default", "web", "")},
-	})
+	f := newFixture(t, fixtureOptions{}, west(both("true", ModeGateway), endpoints("default", "web", "")))
 	r, _ := f.c.links.Get("west")
 	_, bySelector, _ := r.ways[0].services.GetStore().GetByKey("default/web")
 	_, byStamp, _ := r.ways[1].services.GetStore().GetByKey("default/web")
@@ -189,9 +182,7 @@ func TestSyncServiceExportAndLinkerd(t *testing.T) {
 func TestSyncServiceExportNotStamped(t *testing.T) {
 	mirror := stamped("default", "mirror", ModeGateway, false, tcp("http", 80))
 	mirror.Labels[labels.MirroredService] = labels.MirroredServiceValue
-	f := newFixture(t, fixtureOptions{}, map[string][]runtime.Object{
-		"west": {stamped("default", "odd", "yes", false, tcp("http", 80)), mirror},
-	})
+	f := newFixture(t, fixtureOptions{}, west(stamped("default", "odd", "yes", false, tcp("http", 80)), mirror))
 	r, _ := f.c.links.Get("west")
 	// The fake watches everything: a Service its selector does not list
 	// still reaches the informer once it changes.

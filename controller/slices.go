@@ -136,7 +136,10 @@ func (in sliceInput) egressSlices(svc *corev1.Service, w want) []*discoveryv1.En
 			name = familySliceName(svc.Name, at)
 		}
 		es := in.sliceFor(name, svc, at)
-		es.Endpoints = egressEndpoints(addrs, w.host == "" || w.ready)
+		for _, a := range addrs {
+			es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{a.String()},
+				Conditions: discoveryv1.EndpointConditions{Ready: new(w.host == "" || w.ready)}})
+		}
 		es.Ports = slices.Clone(ports)
 		out = append(out, es)
 	}
@@ -152,12 +155,15 @@ func (in sliceInput) sliceTypes(svc *corev1.Service, w want) []discoveryv1.Addre
 	if len(fams) == 0 {
 		fams = w.svc.Spec.IPFamilies
 	}
+	if len(fams) == 0 && len(in.egress) > 0 {
+		return []discoveryv1.AddressType{addressType(in.egress[0])}
+	}
 	if len(fams) == 0 {
-		return []discoveryv1.AddressType{egressAddressType(in.egress)}
+		return []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4}
 	}
 	var out []discoveryv1.AddressType
 	for _, f := range fams[:min(len(fams), 2)] {
-		out = append(out, addressTypeOf(f))
+		out = append(out, discoveryv1.AddressType(f))
 	}
 	return out
 }
@@ -199,33 +205,24 @@ func (in sliceInput) headlessSlices(svc *corev1.Service) []*discoveryv1.Endpoint
 		if w.host == "" {
 			continue
 		}
-		pod := in.live[w.svc.Name]
-		if pod == nil {
-			if ep, ok := held[w.host]; ok {
-				if ip, err := netip.ParseAddr(ep.Addresses[0]); err == nil && (len(eps) == 0 || addressType(ip) == at) {
-					at = addressType(ip)
-					eps[w.host] = ep
-				}
-			}
+		ep, ok := held[w.host]
+		if pod := in.live[w.svc.Name]; pod != nil {
+			ep, ok = discoveryv1.Endpoint{
+				Addresses:  []string{pod.Spec.ClusterIP},
+				Hostname:   new(w.host),
+				Conditions: discoveryv1.EndpointConditions{Ready: new(w.ready && egressComplete(pod))},
+			}, true
+		}
+		if !ok {
 			continue
 		}
-		if pod.Spec.ClusterIP == "" || pod.Spec.ClusterIP == corev1.ClusterIPNone {
+		// A ClusterIP that is none ("", None) does not parse.
+		ip, err := netip.ParseAddr(ep.Addresses[0])
+		if err != nil || len(eps) > 0 && addressType(ip) != at {
 			continue
 		}
-		ip, err := netip.ParseAddr(pod.Spec.ClusterIP)
-		if err != nil {
-			continue
-		}
-		if len(eps) == 0 {
-			at = addressType(ip)
-		} else if addressType(ip) != at {
-			continue
-		}
-		eps[w.host] = discoveryv1.Endpoint{
-			Addresses:  []string{pod.Spec.ClusterIP},
-			Hostname:   new(w.host),
-			Conditions: discoveryv1.EndpointConditions{Ready: new(w.ready && egressComplete(pod))},
-		}
+		at = addressType(ip)
+		eps[w.host] = ep
 	}
 	max := in.maxEndpoints
 	if max <= 0 {
@@ -308,22 +305,6 @@ func addressType(a netip.Addr) discoveryv1.AddressType {
 		return discoveryv1.AddressTypeIPv4
 	}
 	return discoveryv1.AddressTypeIPv6
-}
-
-// addressTypeOf is the address type of a Service IP family.
-func addressTypeOf(f corev1.IPFamily) discoveryv1.AddressType {
-	if f == corev1.IPv6Protocol {
-		return discoveryv1.AddressTypeIPv6
-	}
-	return discoveryv1.AddressTypeIPv4
-}
-
-// ipFamily is the Service IP family of an address type.
-func ipFamily(at discoveryv1.AddressType) corev1.IPFamily {
-	if at == discoveryv1.AddressTypeIPv6 {
-		return corev1.IPv6Protocol
-	}
-	return corev1.IPv4Protocol
 }
 
 // garbage returns, sorted, the owned EndpointSlices and Services a sync

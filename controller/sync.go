@@ -131,7 +131,7 @@ func (s *syncer) run() error {
 		es := o.(*discoveryv1.EndpointSlice)
 		s.ownedSlices[es.Name] = es
 	}
-	s.final = newLedger(s.ownedServices, s.ownedSlices)
+	s.final = ledger{services: maps.Clone(s.ownedServices), slices: maps.Clone(s.ownedSlices)}
 
 	// Step 1: the plan, from the caches.
 	c.mu.Lock()
@@ -147,7 +147,11 @@ func (s *syncer) run() error {
 	in.egressFamilies = egressFamilies(s.egress)
 	p := planServices(in)
 	s.remember(p)
-	defer s.requeueIfAsked()
+	defer func() {
+		if s.requeueAfter > 0 {
+			c.queue.AddAfter(s.key, s.requeueAfter)
+		}
+	}()
 
 	if p.shape != shapeNone && !s.namespaceReady() {
 		// Nothing is written nor deleted: the namespace and what is in
@@ -242,12 +246,6 @@ func (s *syncer) remember(p plan) {
 func (s *syncer) requeue(d time.Duration) {
 	if d > 0 && (s.requeueAfter == 0 || d < s.requeueAfter) {
 		s.requeueAfter = d
-	}
-}
-
-func (s *syncer) requeueIfAsked() {
-	if s.requeueAfter > 0 {
-		s.c.queue.AddAfter(s.key, s.requeueAfter)
 	}
 }
 

@@ -34,6 +34,9 @@ import (
 
 var egressIP = netip.MustParseAddr("192.0.2.10")
 
+// The resources of the fake trackers.
+var svcGVR, esGVR = corev1.SchemeGroupVersion.WithResource("services"), discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+
 // fixture is a controller on a fake local cluster "east" linked to fake
 // remote clusters. Syncs are run by hand, one key at a time.
 type fixture struct {
@@ -96,7 +99,7 @@ func newFixture(t testing.TB, o fixtureOptions, remotes map[string][]runtime.Obj
 	f.c = c
 	for name, objs := range remotes {
 		f.remotes[name] = remotetest.NewClientset(objs...)
-		c.AddClient(name, f.remotes[name])
+		c.links.AddClient(name, f.remotes[name])
 	}
 	f.start()
 	return f
@@ -194,7 +197,7 @@ func (f *fixture) failing(verb, resource string) *bool {
 func (f *fixture) waitCaches() {
 	f.t.Helper()
 	require.Eventually(f.t, func() bool {
-		svcs, err := f.local.Tracker().List(corev1.SchemeGroupVersion.WithResource("services"), corev1.SchemeGroupVersion.WithKind("Service"), "")
+		svcs, err := f.local.Tracker().List(svcGVR, corev1.SchemeGroupVersion.WithKind("Service"), "")
 		if err != nil {
 			return false
 		}
@@ -203,32 +206,11 @@ func (f *fixture) waitCaches() {
 		}) {
 			return false
 		}
-		es, err := f.local.Tracker().List(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
-		if err != nil {
-			return false
-		}
-		sl := es.(*discoveryv1.EndpointSliceList).Items
-		owned := 0
-		for i := range sl {
-			if sl[i].Labels[discoveryv1.LabelManagedBy] != EndpointSliceManagedBy {
-				continue
-			}
-			owned++
-			got, ok, _ := f.c.slices.GetStore().Get(&sl[i])
-			if !ok || !apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Endpoints, sl[i].Endpoints) ||
-				!apiequality.Semantic.DeepEqual(got.(*discoveryv1.EndpointSlice).Ports, sl[i].Ports) {
-				return false
-			}
-		}
-		// The fake's watches ignore label selectors: count only the
-		// controller's slices in the cache too.
-		cached := 0
-		for _, o := range f.c.slices.GetStore().List() {
-			if o.(*discoveryv1.EndpointSlice).Labels[discoveryv1.LabelManagedBy] == EndpointSliceManagedBy {
-				cached++
-			}
-		}
-		if owned != cached {
+		es, err := f.local.Tracker().List(esGVR, discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), "")
+		if err != nil || !informed(f.local.Tracker(), esGVR, f.c.slices.GetStore(), ownedSliceSelector,
+			es.(*discoveryv1.EndpointSliceList).Items, func(got, want *discoveryv1.EndpointSlice) bool {
+				return semEqual(got.Endpoints, want.Endpoints) && semEqual(got.Ports, want.Ports)
+			}) {
 			return false
 		}
 		nss, _ := f.local.Tracker().List(corev1.SchemeGroupVersion.WithResource("namespaces"), corev1.SchemeGroupVersion.WithKind("Namespace"), "")
@@ -252,6 +234,9 @@ func holds[T any](store cache.Store, items []T, same func(got, want *T) bool) bo
 }
 
 var semEqual = apiequality.Semantic.DeepEqual
+
+// ownedSliceSelector selects the controller's EndpointSlices, as its informer does.
+var ownedSliceSelector = k8slabels.SelectorFromSet(k8slabels.Set{discoveryv1.LabelManagedBy: EndpointSliceManagedBy})
 
 // converge syncs key until a sync writes nothing, and returns every write.
 func (f *fixture) converge(key string) []string {
@@ -289,9 +274,9 @@ func (f *fixture) remote(cluster string, objs ...runtime.Object) {
 	cs := f.remotes[cluster]
 	for _, o := range objs {
 		m := o.(metav1.Object)
-		gvr := corev1.SchemeGroupVersion.WithResource("services")
+		gvr := svcGVR
 		if _, ok := o.(*discoveryv1.EndpointSlice); ok {
-			gvr = discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+			gvr = esGVR
 		}
 		err := cs.Tracker().Update(gvr, o, m.GetNamespace())
 		if apierrors.IsNotFound(err) {
@@ -306,13 +291,11 @@ func (f *fixture) remote(cluster string, objs ...runtime.Object) {
 	f.waitRemote(cluster)
 }
 
-func (f *fixture) deleteRemote(cluster string, gvr string, ns, name string) {
+// deleteRemoteService deletes a Service of a remote cluster and waits for
+// the informers.
+func (f *fixture) deleteRemoteService(cluster, ns, name string) {
 	f.t.Helper()
-	g := corev1.SchemeGroupVersion.WithResource(gvr)
-	if gvr == "endpointslices" {
-		g = discoveryv1.SchemeGroupVersion.WithResource(gvr)
-	}
-	require.NoError(f.t, f.remotes[cluster].Tracker().Delete(g, ns, name))
+	require.NoError(f.t, f.remotes[cluster].Tracker().Delete(svcGVR, ns, name))
 	f.waitRemote(cluster)
 }
 
@@ -320,7 +303,6 @@ func (f *fixture) waitRemote(cluster string) {
 	f.t.Helper()
 	r, _ := f.c.links.Get(cluster)
 	tr := f.remotes[cluster].Tracker()
-	svcGVR, esGVR := corev1.SchemeGroupVersion.WithResource("services"), discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
 	sameSvc := func(got, want *corev1.Service) bool {
 		return semEqual(got.Labels, want.Labels) && semEqual(got.Spec, want.Spec)
 	}
@@ -398,6 +380,11 @@ func (f *fixture) drainEvents() []string {
 			return out
 		}
 	}
+}
+
+// west is the remote objects of a fixture with one linked cluster, west.
+func west(objs ...runtime.Object) map[string][]runtime.Object {
+	return map[string][]runtime.Object{"west": objs}
 }
 
 func namespace(name string) *corev1.Namespace {

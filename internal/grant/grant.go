@@ -190,13 +190,10 @@ func Token(s *corev1.Secret) ([]byte, bool) {
 func OtherTokens(o Options, secrets []corev1.Secret) []string {
 	var out []string
 	for _, s := range secrets {
-		if s.Type != corev1.SecretTypeServiceAccountToken || s.Annotations[corev1.ServiceAccountNameKey] != ServiceAccount {
-			continue
+		if s.Type == corev1.SecretTypeServiceAccountToken && s.Annotations[corev1.ServiceAccountNameKey] == ServiceAccount &&
+			s.Name != o.TokenName() && s.DeletionTimestamp == nil {
+			out = append(out, s.Name)
 		}
-		if s.Name == o.TokenName() || s.DeletionTimestamp != nil {
-			continue
-		}
-		out = append(out, s.Name)
 	}
 	slices.Sort(out)
 	return out

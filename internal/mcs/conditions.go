@@ -82,9 +82,7 @@ func Apply(conditions []metav1.Condition, gen int64, desired ...metav1.Condition
 	changed := false
 	for _, d := range desired {
 		d.ObservedGeneration = gen
-		if meta.SetStatusCondition(&out, d) {
-			changed = true
-		}
+		changed = meta.SetStatusCondition(&out, d) || changed
 	}
 	return out, changed
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -223,11 +224,7 @@ func (e *Egress) apply(ctx context.Context, logger klog.Logger, svcs []*corev1.S
 		go e.serve(ctx, logger, p, ln)
 	}
 	for _, m := range []map[int32]string{e.failed, e.dead} {
-		for p := range m {
-			if _, want := routes[p]; !want {
-				delete(m, p)
-			}
-		}
+		maps.DeleteFunc(m, func(p int32, _ string) bool { _, want := routes[p]; return !want })
 	}
 	e.deadN.Store(int32(len(e.dead)))
 	egressListeners.Set(float64(len(e.ln)))

@@ -103,8 +103,7 @@ func TestIngressRefusesCertificatesNotFromTheirClustersIntermediate(t *testing.T
 			err := ingressRefuses(t, p.ingressAddr, clientTLS(t, tc.is))
 			require.ErrorContains(t, err, "bad certificate")
 			assert.Equal(t, before+1, refusals(tc.issuer, DirectionIngress, ReasonIssuerMismatch))
-			require.Eventually(t, func() bool { return value(handshakeFailures.WithLabelValues(DirectionIngress)) == failures+1 },
-				5*time.Second, 5*time.Millisecond)
+			requireValue(t, handshakeFailures.WithLabelValues(DirectionIngress), failures+1)
 		})
 	}
 

@@ -411,12 +411,12 @@ func connectRequest(authority string) string {
 
 func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
 
-// requireValue waits for a gauge to read want: the gauges of the egress
-// are set as it applies the mirrors.
-func requireValue(t *testing.T, g prometheus.Gauge, want float64) {
+// requireValue waits for a metric to read want: the gauges of the egress
+// are set as it applies the mirrors, counters move as handlers end.
+func requireValue(t *testing.T, g prometheus.Collector, want float64) {
 	t.Helper()
 	require.Eventually(t, func() bool { return value(g) == want }, 5*time.Second, 5*time.Millisecond,
-		"gauge: want %v, have %v", want, value(g))
+		"metric: want %v, have %v", want, value(g))
 }
 
 func refusals(peer, direction string, r Reason) float64 {

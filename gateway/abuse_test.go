@@ -37,8 +37,7 @@ func TestIngressRefusesClusterNotAllowed(t *testing.T) {
 
 	open, _ := exportsPair(t)
 	paris = issue(t, open.ca, "paris", gatewaytest.Options{})
-	c := dialIngress(t, open.ingressAddr, clientTLS(t, paris))
-	resp, _ := connect(t, c, connectRequest("web.default:80"))
+	resp, _ := connect(t, dialIngress(t, open.ingressAddr, clientTLS(t, paris)), connectRequest("web.default:80"))
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "without an allow-list, any cluster of the root")
 }
 

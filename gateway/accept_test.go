@@ -38,25 +38,28 @@ func (l *failingListener) Accept() (net.Conn, error) {
 // descriptors.
 var emfile = &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
 
+// failFirstListener has the first listener of eg fail its first fails
+// accepts with err; the next listeners work.
+func failFirstListener(eg *Egress, fails int, err error) {
+	var once sync.Once
+	eg.ListenFunc = func(network, addr string) (net.Listener, error) {
+		ln, lerr := net.Listen(network, addr)
+		if lerr == nil {
+			once.Do(func() { ln = &failingListener{Listener: ln, fails: fails, err: err} })
+		}
+		return ln, lerr
+	}
+}
+
 // An egress port whose Accept fails for a while (the process out of file
 // descriptors) goes on accepting once it can: a client that connects then
 // is carried, not left in the backlog of a listener nobody accepts on. The
 // failures are counted, and the egress stays ready.
 func TestEgressAcceptRetriesTemporaryErrors(t *testing.T) {
 	const fails = 4
-	p := newPair(t, func(_ *Ingress, eg *Egress) {
-		eg.ListenFunc = func(network, addr string) (net.Listener, error) {
-			ln, err := net.Listen(network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &failingListener{Listener: ln, fails: fails, err: emfile}, nil
-		}
-	})
-	echo := startEcho(t, "hi\n")
-	p.resolver.set(web, echo.addr)
+	p := newPair(t, func(_ *Ingress, eg *Egress) { failFirstListener(eg, fails, emfile) })
 	before := value(acceptErrors.WithLabelValues(DirectionEgress))
-	port := p.mirror(t, "web", "", 80)
+	port := p.serveWeb(t, startEcho(t, "hi\n").addr)
 	roundTrip(t, port, "hi\n")
 	assert.Equal(t, before+fails, value(acceptErrors.WithLabelValues(DirectionEgress)))
 	assert.True(t, p.egress.Ready())
@@ -66,23 +69,7 @@ func TestEgressAcceptRetriesTemporaryErrors(t *testing.T) {
 // are refused rather than left hanging; the egress is not ready while it
 // is, and listens on the port again by itself.
 func TestEgressAcceptFatalErrorIsNotSilent(t *testing.T) {
-	var mu sync.Mutex
-	broken := true
-	p := newPair(t, func(_ *Ingress, eg *Egress) {
-		eg.ListenFunc = func(network, addr string) (net.Listener, error) {
-			ln, err := net.Listen(network, addr)
-			if err != nil {
-				return nil, err
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if !broken {
-				return ln, nil
-			}
-			broken = false // the next listener works
-			return &failingListener{Listener: ln, fails: 1, err: errors.New("accept: the listener broke")}, nil
-		}
-	})
+	p := newPair(t, func(_ *Ingress, eg *Egress) { failFirstListener(eg, 1, errors.New("accept: the listener broke")) })
 	echo := startEcho(t, "hi\n")
 	p.resolver.set(web, echo.addr)
 	egressPort := freePort(t)
@@ -99,7 +86,9 @@ func TestEgressAcceptFatalErrorIsNotSilent(t *testing.T) {
 // The ingress's Accept failing for a while does not end Serve: a client
 // that connects afterwards is served, and the failures are counted.
 func TestIngressAcceptRetriesTemporaryErrors(t *testing.T) {
-	p, target := exportsPairForAccept(t)
+	p := newPair(t)
+	target := startEcho(t, "hi\n")
+	p.resolver.set(web, target.addr)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	const fails = 5
@@ -129,7 +118,7 @@ func TestIngressAcceptRetriesTemporaryErrors(t *testing.T) {
 // listener (clients are refused, not left hanging) and says so: the
 // ingress is no longer accepting, which /readyz tells.
 func TestIngressAcceptFatalError(t *testing.T) {
-	p, _ := exportsPairForAccept(t)
+	p := newPair(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	in := &Ingress{Certs: p.west, Resolver: p.resolver}
@@ -139,16 +128,6 @@ func TestIngressAcceptFatalError(t *testing.T) {
 	assert.False(t, in.Accepting())
 	_, err = net.Dial("tcp", ln.Addr().String())
 	assert.True(t, errors.Is(err, syscall.ECONNREFUSED), "want connection refused, got %v", err)
-}
-
-// exportsPairForAccept is a pair whose resolver sends web to an echo
-// server greeting "hi".
-func exportsPairForAccept(t *testing.T) (*pair, *server) {
-	t.Helper()
-	p := newPair(t)
-	echo := startEcho(t, "hi\n")
-	p.resolver.set(web, echo.addr)
-	return p, echo
 }
 
 func TestTemporaryAcceptError(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 // the memory limit of the process's cgroup, a container's limits.memory
 // (cgroup v2 or v1, as automemlimit finds it), else 256 MiB. A quarter,
 // because the streams themselves need the rest: each held about 29 KiB
-// idle (TLS state, goroutines, 1 KB buffers, which idle directions now give
+// idle (TLS state, goroutines, 1 KB buffers, which idle directions give
 // back), and under many stalled readers about 45 KiB was measured (9,000
 // streams through one gateway, deploy/README.md, Sizing).
 func DefaultBufferBudget() int64 {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -63,9 +64,7 @@ type Certs struct {
 
 // LoadCerts reads the files once; the error says which file is wrong.
 func LoadCerts(files CertFiles) (*Certs, error) {
-	if files.TrustDomain == "" {
-		files.TrustDomain = trust.DefaultTrustDomain
-	}
+	files.TrustDomain = cmp.Or(files.TrustDomain, trust.DefaultTrustDomain)
 	c := &Certs{files: files}
 	m, err := c.read()
 	if err != nil {
@@ -91,7 +90,7 @@ func (c *Certs) set(m *material) {
 	// skips verification, so none may outlive a rotation of the root.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.clients = nil
+	c.clients = map[string]*tls.Config{}
 	for _, cfg := range c.servers {
 		var key [32]byte
 		if _, err := rand.Read(key[:]); err == nil {
@@ -127,10 +126,8 @@ func (c *Certs) read() (*material, error) {
 // NotAfter, whichever comes first): what coredns-mc certs checks before it
 // writes a set.
 func CheckCertificates(certPEM, keyPEM, caPEM []byte, trustDomain string) (cluster string, expiry time.Time, err error) {
-	if trustDomain == "" {
-		trustDomain = trust.DefaultTrustDomain
-	}
-	m, err := parseMaterial(certPEM, keyPEM, caPEM, CertFiles{Cert: "certificate", Key: "key", CA: "trust root", TrustDomain: trustDomain})
+	m, err := parseMaterial(certPEM, keyPEM, caPEM, CertFiles{Cert: "certificate", Key: "key", CA: "trust root",
+		TrustDomain: cmp.Or(trustDomain, trust.DefaultTrustDomain)})
 	if err != nil {
 		return "", time.Time{}, err
 	}
@@ -259,18 +256,7 @@ func (c *Certs) Watch(ctx context.Context, interval time.Duration) {
 // verify checks a peer's chain against the current root, and that the
 // intermediate of the cluster it names issued it (trust.VerifyPeer), and
 // returns that cluster.
-func (c *Certs) verify(rawCerts [][]byte, usage x509.ExtKeyUsage) (string, error) {
-	if len(rawCerts) == 0 {
-		return "", errors.New("no certificate")
-	}
-	certs := make([]*x509.Certificate, len(rawCerts))
-	for i, der := range rawCerts {
-		cert, err := x509.ParseCertificate(der)
-		if err != nil {
-			return "", err
-		}
-		certs[i] = cert
-	}
+func (c *Certs) verify(certs []*x509.Certificate, usage x509.ExtKeyUsage) (string, error) {
 	return trust.VerifyPeer(certs, c.cur.Load().roots, c.files.TrustDomain, time.Time{}, usage)
 }
 
@@ -287,7 +273,11 @@ func (c *Certs) ServerConfig() *tls.Config {
 			return &c.cur.Load().cert, nil
 		},
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			_, err := c.verify(raw, x509.ExtKeyUsageClientAuth)
+			certs, err := x509.ParseCertificates(bytes.Join(raw, nil))
+			if err != nil {
+				return err
+			}
+			_, err = c.verify(certs, x509.ExtKeyUsageClientAuth)
 			var ie *trust.IssuerError
 			if errors.As(err, &ie) {
 				// Labelled with the cluster whose credentials made
@@ -316,9 +306,6 @@ func (c *Certs) PeerConfig(peer string) *tls.Config {
 	if cfg, ok := c.clients[peer]; ok {
 		return cfg
 	}
-	if c.clients == nil {
-		c.clients = map[string]*tls.Config{}
-	}
 	cfg := c.ClientConfig(peer, tls.NewLRUClientSessionCache(64))
 	c.clients[peer] = cfg
 	return cfg
@@ -342,11 +329,7 @@ func (c *Certs) ClientConfig(peer string, sessions tls.ClientSessionCache) *tls.
 			if cs.DidResume {
 				return nil // verified when the session was made
 			}
-			raw := make([][]byte, len(cs.PeerCertificates))
-			for i, cert := range cs.PeerCertificates {
-				raw[i] = cert.Raw
-			}
-			got, err := c.verify(raw, x509.ExtKeyUsageServerAuth)
+			got, err := c.verify(cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
 			if err != nil {
 				return err
 			}

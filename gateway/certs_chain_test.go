@@ -84,8 +84,7 @@ func TestIngressRefusesCertificatesNotFromTheirClustersIntermediate(t *testing.T
 
 	// The legitimate one, as positive evidence: the request is read and
 	// answered.
-	c := dialIngress(t, p.ingressAddr, clientTLS(t, legit))
-	resp, _ := connect(t, c, connectRequest("nothing.default:80"))
+	resp, _ := connect(t, dialIngress(t, p.ingressAddr, clientTLS(t, legit)), connectRequest("nothing.default:80"))
 	assert.Equal(t, 403, resp.StatusCode)
 	assert.Equal(t, string(ReasonNotExported), resp.Header.Get("X-Mcmirror-Reason"))
 
@@ -104,8 +103,7 @@ func TestIngressRefusesCertificatesNotFromTheirClustersIntermediate(t *testing.T
 			err := ingressRefuses(t, p.ingressAddr, clientTLS(t, tc.is))
 			require.ErrorContains(t, err, "bad certificate")
 			assert.Equal(t, before+1, refusals(tc.issuer, DirectionIngress, ReasonIssuerMismatch))
-			require.Eventually(t, func() bool { return value(handshakeFailures.WithLabelValues(DirectionIngress)) == failures+1 },
-				5*time.Second, 5*time.Millisecond)
+			requireValue(t, handshakeFailures.WithLabelValues(DirectionIngress), failures+1)
 		})
 	}
 
@@ -115,10 +113,8 @@ func TestIngressRefusesCertificatesNotFromTheirClustersIntermediate(t *testing.T
 		certPEM, keyPEM, rootPEM := deeperChain(t, "east")
 		writeFile(t, filepath.Join(p.dir, "ca.crt"), append(append([]byte{}, p.ca.CertPEM...), rootPEM...))
 		reloaded(t, p.west)
-		cert, err := tls.X509KeyPair(certPEM, keyPEM)
-		require.NoError(t, err)
 		before := refusals("east", DirectionIngress, ReasonIssuerMismatch)
-		err = ingressRefuses(t, p.ingressAddr, &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+		err := ingressRefuses(t, p.ingressAddr, clientTLS(t, &gatewaytest.Issued{CertPEM: certPEM, KeyPEM: keyPEM}))
 		require.ErrorContains(t, err, "bad certificate")
 		assert.Equal(t, before+1, refusals("east", DirectionIngress, ReasonIssuerMismatch))
 	})
@@ -258,14 +254,8 @@ func TestCertExpiryIsTheChains(t *testing.T) {
 	reloaded(t, c)
 	assert.Equal(t, float64(shortEnd.Unix()), value(certExpiry))
 
-	raw := func(path string) []byte {
-		b, err := os.ReadFile(path)
-		require.NoError(t, err)
-		return b
-	}
-	_, err = westCA.IssueFiles(dir, "west", gatewaytest.Options{NotAfter: leafEnd})
-	require.NoError(t, err)
-	cluster, expiry, err := CheckCertificates(raw(files.Cert), raw(files.Key), raw(files.CA), "")
+	is := issue(t, westCA, "west", gatewaytest.Options{NotAfter: leafEnd})
+	cluster, expiry, err := CheckCertificates(is.CertPEM, is.KeyPEM, ca.CertPEM, "")
 	require.NoError(t, err)
 	assert.Equal(t, "west", cluster)
 	assert.True(t, interEnd.Equal(expiry), "expiry %s, want %s", expiry, interEnd)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -64,11 +65,7 @@ func ParseDestination(authority string) (Destination, error) {
 		return Destination{}, fmt.Errorf("destination %q: want <svc>.<ns>:<port> or <host>.<svc>.<ns>:<port>", authority)
 	}
 	d.Port = int32(p)
-	labels := []string{d.Namespace, d.Service}
-	if d.Host != "" || len(parts) == 3 {
-		labels = append(labels, d.Host)
-	}
-	for _, l := range labels {
+	for _, l := range slices.Backward(parts) { // the namespace first
 		if errs := validation.IsDNS1123Label(l); len(errs) > 0 {
 			return Destination{}, fmt.Errorf("destination %q: %q: %s", authority, l, strings.Join(errs, "; "))
 		}

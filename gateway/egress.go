@@ -2,14 +2,17 @@ package gateway
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -109,8 +112,7 @@ func (e *Egress) Run(ctx context.Context, client kubernetes.Interface) error {
 	e.conflict = map[int32]string{}
 	e.dead = map[int32]string{}
 	e.kick = make(chan struct{}, 1)
-	empty := map[int32]Route{}
-	e.routes.Store(&empty)
+	e.routes.Store(&map[int32]Route{})
 
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = MirrorSelector }))
@@ -151,10 +153,7 @@ func (e *Egress) Active() int {
 func (e *Egress) init() {
 	e.once.Do(func() {
 		e.limit = newLimiter(orDefault(e.MaxConns, 16384))
-		e.perSource.max = e.MaxConnsPerSource
-		if e.perSource.max == 0 {
-			e.perSource.max = 1024
-		}
+		e.perSource.max = cmp.Or(e.MaxConnsPerSource, 1024)
 	})
 }
 
@@ -225,11 +224,7 @@ func (e *Egress) apply(ctx context.Context, logger klog.Logger, svcs []*corev1.S
 		go e.serve(ctx, logger, p, ln)
 	}
 	for _, m := range []map[int32]string{e.failed, e.dead} {
-		for p := range m {
-			if _, want := routes[p]; !want {
-				delete(m, p)
-			}
-		}
+		maps.DeleteFunc(m, func(p int32, _ string) bool { _, want := routes[p]; return !want })
 	}
 	e.deadN.Store(int32(len(e.dead)))
 	egressListeners.Set(float64(len(e.ln)))
@@ -377,12 +372,8 @@ type connectFailure struct {
 // retryable tells whether a try that failed so may be made once more: the
 // peer refused the connection, reset it, or closed it before it answered.
 func retryable(err error) bool {
-	for _, e := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE, io.EOF, io.ErrUnexpectedEOF} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE, io.EOF, io.ErrUnexpectedEOF},
+		func(e error) bool { return errors.Is(err, e) })
 }
 
 // tryConnect is one try of connect: the dial and handshake within

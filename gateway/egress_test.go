@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -48,7 +47,7 @@ func servedAgain(port int32, greeting string) func() bool {
 // A peer whose ingress is down: the client is reset at once, and the
 // failed dial is counted.
 func TestEgressPeerDownResets(t *testing.T) {
-	down := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(freePort(t))))
+	down := egressAddr(freePort(t)) // nothing listens there
 	p := newPair(t, func(_ *Ingress, eg *Egress) { eg.Peers = StaticPeers{"west": down} })
 	port := p.mirror(t, "web", "", 80)
 

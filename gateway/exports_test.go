@@ -291,64 +291,60 @@ func seen(t *testing.T, e *Exports, i int, name, key, value string) {
 func TestExportsServiceExportStamp(t *testing.T) {
 	for _, selecting := range []bool{false, true} {
 		t.Run(fmt.Sprintf("selecting watches %v", selecting), func(t *testing.T) {
-			testExportsServiceExportStamp(t, selecting)
+			http := corev1.ServicePort{Name: "http", Port: 80}
+			objs := []runtime.Object{}
+			for i, s := range []struct {
+				name string
+				lbls map[string]string
+			}{
+				{"web", map[string]string{labels.ServiceExportMode: labels.ModeGateway}},
+				{"toflat", map[string]string{labels.ServiceExportMode: labels.ModeGateway}},
+				{"gone", map[string]string{labels.ServiceExportMode: labels.ModeGateway}},
+				{"flat", map[string]string{labels.ServiceExportMode: labels.ModeFlat}},
+				{"both", map[string]string{labels.Exported: labels.ExportGateway, labels.ServiceExportMode: labels.ModeGateway}},
+				{"both2", map[string]string{labels.Exported: labels.ExportGateway, labels.ServiceExportMode: labels.ModeGateway}},
+				{"web-paris", map[string]string{labels.ServiceExportMode: labels.ModeGateway, labels.MirroredService: labels.MirroredServiceValue}},
+			} {
+				svc := exportedService(s.name, "10.96.1.1", http)
+				svc.Labels = s.lbls
+				objs = append(objs, svc, endpointSlice(s.name, s.name+"-a", "http", 8080, ep{addr: fmt.Sprintf("10.0.%d.1", i)}))
+			}
+			client := remotetest.NewClientset(objs...)
+			if selecting {
+				selectingWatches(client)
+			}
+			exports := runExports(t, client, EndpointPolicy{Selectorless: []string{"*"}})
+
+			resolves := func(name string) Reason {
+				_, r := exports.Resolve(Destination{Namespace: "default", Service: name, Port: 80})
+				return r
+			}
+			got, reason := exports.Resolve(Destination{Namespace: "default", Service: "web", Port: 80})
+			require.Empty(t, reason, "a Service only stamped, gateway mode")
+			assert.Equal(t, "10.0.0.1:8080", got.String())
+			assert.Empty(t, resolves("both"), "stamped and selected")
+			assert.Equal(t, ReasonNotExported, resolves("flat"), "stamped flat")
+			assert.Equal(t, ReasonNotExported, resolves("web-paris"), "a mirror, stamped")
+			// Every Service exported either way, once, flat ones too (as the
+			// selector's remote-discovery ones), mirrors never.
+			require.Eventually(t, func() bool { return value(exportedServices) == 6 }, 5*time.Second, 5*time.Millisecond)
+
+			relabel(t, client, "toflat", labels.ServiceExportMode, labels.ModeFlat)
+			require.Eventually(t, func() bool { return resolves("toflat") == ReasonNotExported }, 5*time.Second, time.Millisecond, "stamp turned flat")
+			relabel(t, client, "gone", labels.ServiceExportMode, "")
+			require.Eventually(t, func() bool { return resolves("gone") == ReasonNotExported }, 5*time.Second, time.Millisecond, "stamp removed")
+			require.Eventually(t, func() bool { return value(exportedServices) == 5 }, 5*time.Second, 5*time.Millisecond)
+
+			relabel(t, client, "both", labels.ServiceExportMode, "")
+			seen(t, exports, 1, "both", labels.ServiceExportMode, "")
+			assert.Empty(t, resolves("both"), "the stamp removed, the selector's label stays")
+			relabel(t, client, "both2", labels.Exported, "")
+			seen(t, exports, 0, "both2", labels.Exported, "")
+			assert.Empty(t, resolves("both2"), "the selector's label removed, the stamp stays")
+			assert.Equal(t, 5.0, value(exportedServices))
+			assert.Empty(t, resolves("web"))
 		})
 	}
-}
-
-func testExportsServiceExportStamp(t *testing.T, selecting bool) {
-	http := corev1.ServicePort{Name: "http", Port: 80}
-	objs := []runtime.Object{}
-	for i, s := range []struct {
-		name string
-		lbls map[string]string
-	}{
-		{"web", map[string]string{labels.ServiceExportMode: labels.ModeGateway}},
-		{"toflat", map[string]string{labels.ServiceExportMode: labels.ModeGateway}},
-		{"gone", map[string]string{labels.ServiceExportMode: labels.ModeGateway}},
-		{"flat", map[string]string{labels.ServiceExportMode: labels.ModeFlat}},
-		{"both", map[string]string{labels.Exported: labels.ExportGateway, labels.ServiceExportMode: labels.ModeGateway}},
-		{"both2", map[string]string{labels.Exported: labels.ExportGateway, labels.ServiceExportMode: labels.ModeGateway}},
-		{"web-paris", map[string]string{labels.ServiceExportMode: labels.ModeGateway, labels.MirroredService: labels.MirroredServiceValue}},
-	} {
-		svc := exportedService(s.name, "10.96.1.1", http)
-		svc.Labels = s.lbls
-		objs = append(objs, svc, endpointSlice(s.name, s.name+"-a", "http", 8080, ep{addr: fmt.Sprintf("10.0.%d.1", i)}))
-	}
-	client := remotetest.NewClientset(objs...)
-	if selecting {
-		selectingWatches(client)
-	}
-	exports := runExports(t, client, EndpointPolicy{Selectorless: []string{"*"}})
-
-	resolves := func(name string) Reason {
-		_, r := exports.Resolve(Destination{Namespace: "default", Service: name, Port: 80})
-		return r
-	}
-	got, reason := exports.Resolve(Destination{Namespace: "default", Service: "web", Port: 80})
-	require.Empty(t, reason, "a Service only stamped, gateway mode")
-	assert.Equal(t, "10.0.0.1:8080", got.String())
-	assert.Empty(t, resolves("both"), "stamped and selected")
-	assert.Equal(t, ReasonNotExported, resolves("flat"), "stamped flat")
-	assert.Equal(t, ReasonNotExported, resolves("web-paris"), "a mirror, stamped")
-	// Every Service exported either way, once, flat ones too (as the
-	// selector's remote-discovery ones), mirrors never.
-	require.Eventually(t, func() bool { return value(exportedServices) == 6 }, 5*time.Second, 5*time.Millisecond)
-
-	relabel(t, client, "toflat", labels.ServiceExportMode, labels.ModeFlat)
-	require.Eventually(t, func() bool { return resolves("toflat") == ReasonNotExported }, 5*time.Second, time.Millisecond, "stamp turned flat")
-	relabel(t, client, "gone", labels.ServiceExportMode, "")
-	require.Eventually(t, func() bool { return resolves("gone") == ReasonNotExported }, 5*time.Second, time.Millisecond, "stamp removed")
-	require.Eventually(t, func() bool { return value(exportedServices) == 5 }, 5*time.Second, 5*time.Millisecond)
-
-	relabel(t, client, "both", labels.ServiceExportMode, "")
-	seen(t, exports, 1, "both", labels.ServiceExportMode, "")
-	assert.Empty(t, resolves("both"), "the stamp removed, the selector's label stays")
-	relabel(t, client, "both2", labels.Exported, "")
-	seen(t, exports, 0, "both2", labels.Exported, "")
-	assert.Empty(t, resolves("both2"), "the selector's label removed, the stamp stays")
-	assert.Equal(t, 5.0, value(exportedServices))
-	assert.Empty(t, resolves("web"))
 }
 
 // The streams of a Service exported by the ServiceExport stamp are guarded
@@ -382,8 +378,7 @@ func TestServiceExportStampGuardsStreams(t *testing.T) {
 			if tc.ends {
 				requireEnded(t, c, start, tc.name)
 				require.Eventually(t, func() bool { return value(streamsEnded.WithLabelValues("east", streamNotExported)) == before+1 }, time.Second, time.Millisecond)
-				c2 := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-				resp, _ := connect(t, c2, connectRequest("web.default:80"))
+				resp, _ := connect(t, dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil)), connectRequest("web.default:80"))
 				assert.Equal(t, http.StatusForbidden, resp.StatusCode, "a new stream")
 				return
 			}

@@ -92,10 +92,7 @@ func (in *Ingress) init() {
 func (in *Ingress) Serve(ctx context.Context, ln net.Listener) error {
 	in.init()
 	logger := klog.FromContext(ctx)
-	go func() {
-		<-ctx.Done()
-		ln.Close()
-	}()
+	context.AfterFunc(ctx, func() { ln.Close() })
 	// A connection accepted goes on, handshake and dial included, after
 	// ctx ends: the listener closes, the connections drain.
 	connCtx := context.WithoutCancel(ctx)
@@ -330,11 +327,8 @@ func dialTCP(ctx context.Context, dial func(ctx context.Context, network, addr s
 }
 
 func idleOrDefault(d time.Duration) time.Duration {
-	switch {
-	case d < 0:
-		return 0
-	case d == 0:
+	if d == 0 {
 		return time.Hour
 	}
-	return d
+	return max(d, 0)
 }

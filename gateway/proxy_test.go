@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -169,7 +170,7 @@ func TestHTTPThroughEgress(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	port := p.serveWeb(t, mustAddrPort(t, srv.Listener.Addr().String()))
+	port := p.serveWeb(t, netip.MustParseAddrPort(srv.Listener.Addr().String()))
 
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -398,8 +399,7 @@ func TestOneWayTrafficIsNotIdle(t *testing.T) {
 				_, _ = c.Write(b)
 			}
 		})
-		dest := Destination{Namespace: "default", Service: "feed", Port: 80}
-		p.resolver.set(dest, target.addr)
+		p.resolver.set(Destination{Namespace: "default", Service: "feed", Port: 80}, target.addr)
 		port := p.mirror(t, "feed", "", 80)
 		c := dialEgress(t, port)
 		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -141,11 +142,7 @@ func (t *RouteTrust) record(ignored []ignoredClaim) {
 			t.w.ignored[ic.mirror] = ic.reason
 		}
 	}
-	for m := range t.w.ignored {
-		if !now[m] {
-			delete(t.w.ignored, m)
-		}
-	}
+	maps.DeleteFunc(t.w.ignored, func(m, _ string) bool { return !now[m] })
 }
 
 // routeTable is computeRoutes's result.

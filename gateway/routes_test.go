@@ -254,11 +254,10 @@ func TestRoutesForgedClaims(t *testing.T) {
 	}
 }
 
-// What a review found: one Service whose annotation claims every egress
-// port, kept by a finalizer while being deleted, took all 2,768 routes
-// down. It takes none now, and neither does the same Service alive (it
-// is newer than every mirror it collides with), in whatever order the
-// informer lists them.
+// One Service whose annotation claims every egress port takes none of the
+// 2,768 routes, kept by a finalizer while being deleted or alive (newer
+// than every mirror it collides with), in whatever order the informer
+// lists them.
 func TestRoutesOneServiceClaimsEveryPort(t *testing.T) {
 	const n = 2768
 	var mirrors []*corev1.Service

@@ -49,15 +49,11 @@ type pair struct {
 type fakeResolver struct {
 	mu      sync.Mutex
 	targets map[Destination]netip.AddrPort
-	refuse  map[Destination]Reason
 }
 
 func (r *fakeResolver) Resolve(d Destination) (netip.AddrPort, Reason) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if why, ok := r.refuse[d]; ok {
-		return netip.AddrPort{}, why
-	}
 	if t, ok := r.targets[d]; ok {
 		return t, ""
 	}
@@ -81,7 +77,7 @@ func newPair(t *testing.T, configure ...func(*Ingress, *Egress)) *pair {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	p := &pair{dir: t.TempDir(), resolver: &fakeResolver{targets: map[Destination]netip.AddrPort{}, refuse: map[Destination]Reason{}}}
+	p := &pair{dir: t.TempDir(), resolver: &fakeResolver{targets: map[Destination]netip.AddrPort{}}}
 	var err error
 	p.ca, err = gatewaytest.NewCA("test root")
 	require.NoError(t, err)
@@ -170,12 +166,16 @@ func (p *pair) create(t *testing.T, svc *corev1.Service) {
 // does), as it says itself: no connection is made, so that no metric moves.
 func (p *pair) waitListening(t *testing.T, port int32, want bool) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		p.egress.mu.Lock()
-		defer p.egress.mu.Unlock()
-		_, ok := p.egress.ln[port]
-		return ok == want
-	}, 5*time.Second, 5*time.Millisecond, "egress listening on %d: want %v", port, want)
+	require.Eventually(t, func() bool { return p.listening(port) == want },
+		5*time.Second, 5*time.Millisecond, "egress listening on %d: want %v", port, want)
+}
+
+// listening reports whether the egress listens on port.
+func (p *pair) listening(port int32) bool {
+	p.egress.mu.Lock()
+	defer p.egress.mu.Unlock()
+	_, ok := p.egress.ln[port]
+	return ok
 }
 
 // listen listens on a free loopback port until t ends.
@@ -200,8 +200,7 @@ func serveIngress(t *testing.T, in *Ingress) string {
 
 func freePort(t *testing.T) int32 {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	ln := listen(t)
 	defer ln.Close()
 	return int32(ln.Addr().(*net.TCPAddr).Port)
 }
@@ -412,12 +411,12 @@ func connectRequest(authority string) string {
 
 func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
 
-// requireValue waits for a gauge to read want: the gauges of the egress
-// are set as it applies the mirrors.
-func requireValue(t *testing.T, g prometheus.Gauge, want float64) {
+// requireValue waits for a metric to read want: the gauges of the egress
+// are set as it applies the mirrors, counters move as handlers end.
+func requireValue(t *testing.T, g prometheus.Collector, want float64) {
 	t.Helper()
 	require.Eventually(t, func() bool { return value(g) == want }, 5*time.Second, 5*time.Millisecond,
-		"gauge: want %v, have %v", want, value(g))
+		"metric: want %v, have %v", want, value(g))
 }
 
 func refusals(peer, direction string, r Reason) float64 {
@@ -429,11 +428,4 @@ func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
 	var m dto.Metric
 	require.NoError(t, o.(prometheus.Metric).Write(&m))
 	return m.GetHistogram().GetSampleCount()
-}
-
-func mustAddrPort(t *testing.T, s string) netip.AddrPort {
-	t.Helper()
-	ap, err := netip.ParseAddrPort(s)
-	require.NoError(t, err)
-	return ap
 }

@@ -43,11 +43,9 @@ func (l *sourceLimit[K]) release(k K) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.n[k] <= 1 {
+	if l.n[k]--; l.n[k] <= 0 {
 		delete(l.n, k)
-		return
 	}
-	l.n[k]--
 }
 
 // sourceIP is the address a connection comes from (the zero Addr for one

@@ -59,12 +59,10 @@ func TestIngressBoundsStreamsPerPeer(t *testing.T) {
 	p.requireRefusal(t, p.ingressAddr, nil, connectRequest("web.default:80"), "east",
 		http.StatusServiceUnavailable, ReasonTooManyFromPeer)
 
-	probe := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-	resp, _ := connect(t, probe, "GET "+ProbePath+" HTTP/1.1\r\nHost: west\r\n\r\n")
+	resp, _ := connect(t, dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil)), "GET "+ProbePath+" HTTP/1.1\r\nHost: west\r\n\r\n")
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "a peer at its bound is probed as alive")
 
 	paris := issue(t, p.ca, "paris", gatewaytest.Options{})
-	c := dialIngress(t, p.ingressAddr, clientTLS(t, paris))
-	resp, _ = connect(t, c, connectRequest("web.default:80"))
+	resp, _ = connect(t, dialIngress(t, p.ingressAddr, clientTLS(t, paris)), connectRequest("web.default:80"))
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "another cluster is served")
 }

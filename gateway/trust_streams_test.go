@@ -101,8 +101,7 @@ func TestWithdrawnExportEndsStreams(t *testing.T) {
 		requireEnded(t, c, start, "export withdrawn")
 		require.Eventually(t, func() bool { return value(streamsEnded.WithLabelValues("east", streamNotExported)) == before+1 }, time.Second, time.Millisecond)
 		// And nothing new gets in.
-		c2 := dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil))
-		resp, _ := connect(t, c2, connectRequest("web.default:80"))
+		resp, _ := connect(t, dialIngress(t, p.ingressAddr, p.east.ClientConfig("west", nil)), connectRequest("web.default:80"))
 		assert.Equal(t, http.StatusForbidden, resp.StatusCode)
 	})
 

@@ -10,6 +10,7 @@
 package gatewaytest
 
 import (
+	"cmp"
 	"crypto/ecdsa"
 	"crypto/x509"
 	"errors"
@@ -69,9 +70,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults(valid time.Duration) Options {
-	if o.TrustDomain == "" {
-		o.TrustDomain = trust.DefaultTrustDomain
-	}
+	o.TrustDomain = cmp.Or(o.TrustDomain, trust.DefaultTrustDomain)
 	if o.NotBefore.IsZero() {
 		o.NotBefore = time.Now().Add(-time.Hour)
 	}
@@ -137,12 +136,8 @@ func (ca *CA) Issue(cluster string, o Options) (*Issued, error) {
 			return nil, errors.New("gatewaytest: Issuer and FromRoot are options of a root's Issue")
 		}
 	case !o.FromRoot:
-		from := o.Issuer
-		if from == "" {
-			from = cluster
-		}
 		var err error
-		if signer, err = ca.intermediate(o.TrustDomain, from); err != nil {
+		if signer, err = ca.intermediate(o.TrustDomain, cmp.Or(o.Issuer, cluster)); err != nil {
 			return nil, err
 		}
 	}
@@ -175,15 +170,6 @@ func sign(tmpl *x509.Certificate, signer *CA, o Options) (*x509.Certificate, *ec
 	return cert, key, err
 }
 
-// Root returns the root: ca itself, or the one that made the intermediate
-// ca.
-func (ca *CA) Root() *CA {
-	if ca.root != nil {
-		return ca.root
-	}
-	return ca
-}
-
 // Files are the paths of a gateway's certificate, key and trust root.
 type Files struct {
 	Cert, Key, CA string
@@ -199,7 +185,7 @@ func (f Files) Args() []string {
 // never sees half a file.
 func (ca *CA) Write(dir, cluster string, is *Issued) (Files, error) {
 	f := Files{Cert: filepath.Join(dir, cluster+".crt"), Key: filepath.Join(dir, cluster+".key"), CA: filepath.Join(dir, "ca.crt")}
-	for path, data := range map[string][]byte{f.Cert: is.CertPEM, f.Key: is.KeyPEM, f.CA: ca.Root().CertPEM} {
+	for path, data := range map[string][]byte{f.Cert: is.CertPEM, f.Key: is.KeyPEM, f.CA: cmp.Or(ca.root, ca).CertPEM} {
 		if err := writeAtomic(path, data); err != nil {
 			return Files{}, err
 		}

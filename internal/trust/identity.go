@@ -50,16 +50,16 @@ func RootTrustDomain(root *x509.Certificate) (string, bool) {
 // ClusterOf returns the cluster a verified certificate belongs to: the one
 // named by its only spiffe URI SAN in trustDomain.
 func ClusterOf(cert *x509.Certificate, trustDomain string) (string, error) {
-	var found []string
+	var found []*url.URL
 	for _, u := range cert.URIs {
 		if u.Scheme == "spiffe" {
-			found = append(found, u.String())
+			found = append(found, u)
 		}
 	}
 	if len(found) != 1 {
 		return "", fmt.Errorf("certificate %q has %d spiffe URI SANs, want 1", cert.Subject.CommonName, len(found))
 	}
-	u, _ := url.Parse(found[0])
+	u := found[0]
 	if u.Host != trustDomain {
 		return "", fmt.Errorf("identity %s is not in trust domain %s", u, trustDomain)
 	}

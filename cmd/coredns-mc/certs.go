@@ -105,11 +105,10 @@ func (c *certsCmd) parse(fl *flag.FlagSet, args []string, required ...string) (c
 			return c.usage("--%s is required", name), false
 		}
 	}
-	if fl.Lookup("cluster") == nil { // root: its --trust-domain first
-		return 0, true
-	}
-	if err := labels.ValidateClusterName(fl.Lookup("cluster").Value.String()); err != nil {
-		return c.usage("--cluster: %v", err), false
+	if cl := fl.Lookup("cluster"); cl != nil {
+		if err := labels.ValidateClusterName(cl.Value.String()); err != nil {
+			return c.usage("--cluster: %v", err), false
+		}
 	}
 	if fl.Lookup("valid").Value.(flag.Getter).Get().(time.Duration) <= 0 {
 		return c.usage("--valid must be positive"), false
@@ -127,9 +126,6 @@ func (c *certsCmd) root(args []string) int {
 	}
 	if err := validTrustDomain(*trustDomain); err != nil {
 		return c.usage("--trust-domain: %v", err)
-	}
-	if *valid <= 0 {
-		return c.usage("--valid must be positive")
 	}
 	files, root, err := makeRoot(*trustDomain, c.now, *valid)
 	if err != nil {

@@ -53,8 +53,8 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		timeout    = fs.Duration("timeout", 10*time.Second, "bound on each check's calls and dials")
 	)
 	fs.StringVar(output, "output", "text", "same as -o")
-	var fc fleetCheck
-	fc.addFlags(fs)
+	var fc fleetFlags
+	fc.addFlags(fs, "check")
 	c := &cli{name: "check", stdout: stdout, stderr: stderr}
 	usage := c.usage
 	contexts, code, ok := c.parseFlags(fs, args, checkUsage, true)
@@ -70,7 +70,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return usage("--timeout must be positive")
 	}
 	if len(contexts) > 0 {
-		return fc.run(c, fs, contexts, *kubeconfig, check.Options{Timeout: *timeout}, *output == "json")
+		return runFleetCheck(c, fs, &fc, contexts, *kubeconfig, check.Options{Timeout: *timeout}, *output == "json")
 	}
 	if msg := onlyWithList(fs, "cluster-name", "topology"); msg != "" {
 		return usage("%s", msg)

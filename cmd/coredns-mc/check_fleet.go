@@ -15,37 +15,21 @@ import (
 // links side by side.
 const checkParallel = 8
 
-// fleetCheck is `coredns-mc check` over a list of contexts.
-type fleetCheck struct {
-	names    fleet.Assignments
-	topology string
-}
-
-func (fc *fleetCheck) addFlags(fs *flag.FlagSet) {
-	fs.Var(&fc.names, "cluster-name", "with a list of contexts: CONTEXT=NAME names the cluster of that context (default: the context's name); once per context to rename")
-	fs.StringVar(&fc.topology, "topology", "mesh", "with a list of contexts, "+fleet.TopologyHelp)
-}
-
-// run checks every pair of the fleet of contexts from its source's side,
-// writes one report, and returns the exit code.
-func (fc *fleetCheck) run(cl *cli, fs *flag.FlagSet, contexts []string, kubeconfig string, opts check.Options, json bool) int {
+// runFleetCheck checks every pair of the fleet of contexts from its
+// source's side, writes one report, and returns the exit code.
+func runFleetCheck(cl *cli, fs *flag.FlagSet, f *fleetFlags, contexts []string, kubeconfig string, opts check.Options, json bool) int {
 	usage := cl.usage
 	if single := givenFlags(fs, "context", "dns-server", "gateway-ca"); len(single) > 0 {
 		return usage("%s goes with one cluster, not with a list of contexts (%s)", strings.Join(single, ", "), strings.Join(contexts, " "))
 	}
-	members, err := fleet.Members(contexts, fc.names.Values)
-	if err != nil {
-		return usage("%v", err)
-	}
-	pairs, err := fleet.Pairs(members, fc.topology)
-	if err != nil {
+	if err := f.plan(contexts); err != nil {
 		return usage("%v", err)
 	}
 	// Each pair is judged from its source: only sources are read.
-	sources, _ := sides(pairs)
+	sources, _ := sides(f.pairs)
 	servers := map[string]string{}
 	clients := map[string]check.Options{}
-	for _, m := range members {
+	for _, m := range f.members {
 		c, err := loadCluster("cluster "+m.Name, kubeconfig, m.Context, "--kubeconfig", "context")
 		if err != nil {
 			return usage("%v", err)
@@ -66,5 +50,5 @@ func (fc *fleetCheck) run(cl *cli, fs *flag.FlagSet, contexts []string, kubeconf
 	for i, m := range sources {
 		byContext[m.Context] = facts[i]
 	}
-	return writeReport(check.NewFleetReport(fc.topology, members, servers, check.EvaluateFleet(pairs, byContext)), json, cl.stdout, cl.stderr)
+	return writeReport(check.NewFleetReport(f.topology, f.members, servers, check.EvaluateFleet(f.pairs, byContext)), json, cl.stdout, cl.stderr)
 }

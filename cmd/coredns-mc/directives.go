@@ -1,6 +1,8 @@
 package main
 
 import (
+	"slices"
+
 	"github.com/coredns/coredns/core/dnsserver"
 
 	_ "github.com/mcmirror/mcmirror/plugin/mcmirror" // registers mcmirror
@@ -17,13 +19,8 @@ func init() {
 // of before; it panics if before is missing, which only a change of CoreDNS
 // could cause and no binary should survive.
 func insertBefore(list []string, before, name string) []string {
-	for i, d := range list {
-		if d == before {
-			out := make([]string, 0, len(list)+1)
-			out = append(out, list[:i]...)
-			out = append(out, name)
-			return append(out, list[i:]...)
-		}
+	if i := slices.Index(list, before); i >= 0 {
+		return slices.Insert(slices.Clone(list), i, name)
 	}
 	panic("coredns-mc: no directive " + before)
 }

@@ -305,7 +305,7 @@ func TestShutdownIngressDrainsThenResets(t *testing.T) {
 		if err != nil {
 			return nil, nil, err
 		}
-		c := tlsClient(raw, eastCerts)
+		c := tls.Client(raw, eastCerts.ClientConfig("west", nil))
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		if _, err := io.WriteString(c, "CONNECT web.default:80 HTTP/1.1\r\nHost: web.default:80\r\n\r\n"); err != nil {
 			return nil, nil, err
@@ -346,11 +346,6 @@ func TestShutdownIngressDrainsThenResets(t *testing.T) {
 	require.False(t, err == nil, "the cut stream ended with a clean EOF")
 	require.True(t, errors.Is(err, syscall.ECONNRESET), "want a reset, got %v", err)
 	assert.Equal(t, 0, <-done)
-}
-
-// tlsClient is a client of west's ingress, as east's egress is.
-func tlsClient(raw net.Conn, certs *gateway.Certs) *tls.Conn {
-	return tls.Client(raw, certs.ClientConfig("west", nil))
 }
 
 // --drain-delay and --shutdown-grace may be 0, never negative.

@@ -21,21 +21,20 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
 )
 
 func init() {
-	subcommands["link"] = func(args []string) int { return runLink(args, os.Stdout, os.Stderr) }
-	subcommands["unlink"] = func(args []string) int { return runUnlink(args, os.Stdout, os.Stderr) }
+	for _, name := range []string{"link", "unlink"} {
+		subcommands[name] = func(args []string) int { return runLinkCmd(name, args, os.Stdout, os.Stderr) }
+	}
 }
 
 const (
@@ -137,15 +136,9 @@ func (c *linkCmd) print(obj runtime.Object) error {
 
 func (c *linkCmd) applySource() bool { return c.sourceKubeconfig != "" || c.sourceContext != "" }
 
-func runLink(args []string, stdout, stderr io.Writer) int {
-	return run(&linkCmd{cli: cli{name: "link", stdout: stdout, stderr: stderr}}, args)
-}
-
-func runUnlink(args []string, stdout, stderr io.Writer) int {
-	return run(&linkCmd{cli: cli{name: "unlink", stdout: stdout, stderr: stderr}}, args)
-}
-
-func run(c *linkCmd, args []string) int {
+// runLinkCmd runs `coredns-mc link` or `coredns-mc unlink`, by name.
+func runLinkCmd(name string, args []string, stdout, stderr io.Writer) int {
+	c := &linkCmd{cli: cli{name: name, stdout: stdout, stderr: stderr}}
 	if code, ok := c.parse(args); !ok {
 		return code
 	}
@@ -433,7 +426,7 @@ func (c *cluster) endpoint(server string) (grant.Endpoint, error) {
 	return grant.Endpoint{Server: server, CAData: tls.CAData, TLSServerName: tls.ServerName}, nil
 }
 
-// apply server-side applies obj, one of the kinds link writes, and returns
+// apply server-side applies obj, one of the kinds of gvrOf, and returns
 // the resourceVersion of the object as applied: the one it had when the
 // apply changed nothing.
 func (c *cluster) apply(ctx context.Context, obj runtime.Object) (string, error) {
@@ -441,29 +434,17 @@ func (c *cluster) apply(ctx context.Context, obj runtime.Object) (string, error)
 	if err != nil {
 		return "", err
 	}
-	data, err := u.MarshalJSON()
-	if err != nil {
-		return "", err
-	}
-	opts := metav1.PatchOptions{FieldManager: fieldManager, Force: ptr.To(true)}
-	name, ns := u.GetName(), u.GetNamespace()
-	var got metav1.Object
-	switch obj.(type) {
-	case *corev1.Namespace:
-		got, err = c.client.CoreV1().Namespaces().Patch(ctx, name, types.ApplyPatchType, data, opts)
-	case *corev1.ServiceAccount:
-		got, err = c.client.CoreV1().ServiceAccounts(ns).Patch(ctx, name, types.ApplyPatchType, data, opts)
-	case *corev1.Secret:
-		got, err = c.client.CoreV1().Secrets(ns).Patch(ctx, name, types.ApplyPatchType, data, opts)
-	case *rbacv1.ClusterRole:
-		got, err = c.client.RbacV1().ClusterRoles().Patch(ctx, name, types.ApplyPatchType, data, opts)
-	case *rbacv1.ClusterRoleBinding:
-		got, err = c.client.RbacV1().ClusterRoleBindings().Patch(ctx, name, types.ApplyPatchType, data, opts)
-	default:
+	gvr, ok := gvrOf[u.GetKind()]
+	if !ok {
 		return "", fmt.Errorf("cannot apply a %T", obj)
 	}
+	dc, err := dynamic.NewForConfig(c.config)
 	if err != nil {
-		return "", fmt.Errorf("%s: apply %s %s: %s", c, u.GetKind(), strings.TrimPrefix(ns+"/"+name, "/"), grant.Describe(err))
+		return "", fmt.Errorf("%s: %v", c, err)
+	}
+	got, err := dc.Resource(gvr).Namespace(u.GetNamespace()).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	if err != nil {
+		return "", fmt.Errorf("%s: apply %s %s: %s", c, u.GetKind(), strings.TrimPrefix(u.GetNamespace()+"/"+u.GetName(), "/"), grant.Describe(err))
 	}
 	return got.GetResourceVersion(), nil
 }

@@ -28,8 +28,8 @@ func fleetUsage(name string) string {
 		"linked, unchanged or failed; exit code 1 when a pair failed, the others done all the same."
 }
 
-// fleetFlags are the flags and arguments of link and unlink over a list
-// of contexts.
+// fleetFlags are the flags and arguments of link, unlink and check over a
+// list of contexts.
 type fleetFlags struct {
 	// contexts are the arguments: the kubeconfig's contexts of the fleet;
 	// nil for one link.
@@ -62,9 +62,14 @@ func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 // list of contexts.
 var oneLinkOnly = []string{"cluster", "context", "source-cluster", "source-context", "source-kubeconfig"}
 
+// addFlags adds the flags of name (link, unlink or check) over a list of
+// contexts.
 func (f *fleetFlags) addFlags(fs *flag.FlagSet, name string) {
 	fs.Var(&f.names, "cluster-name", "with a list of contexts: CONTEXT=NAME names the cluster of that context (default: the context's name); once per context to rename")
 	fs.StringVar(&f.topology, "topology", "mesh", "with a list of contexts, "+fleet.TopologyHelp)
+	if name == "check" {
+		return
+	}
 	fs.IntVar(&f.parallel, "parallel", 8, "with a list of contexts: how many pairs are worked on at once")
 	if name == "link" {
 		fs.Var(&f.servers, "api-server", "https URL of the target's API server as the source cluster's pods reach it (default: the kubeconfig's); "+
@@ -90,6 +95,14 @@ func onlyWithList(fs *flag.FlagSet, names ...string) string {
 	return fmt.Sprintf("%s goes with a list of contexts (%s CONTEXT CONTEXT... %s ...)", strings.Join(set, ", "), fs.Name(), set[0])
 }
 
+// plan computes the members of contexts and their pairs.
+func (f *fleetFlags) plan(contexts []string) (err error) {
+	if f.members, err = fleet.Members(contexts, f.names.Values); err == nil {
+		f.pairs, err = fleet.Pairs(f.members, f.topology)
+	}
+	return err
+}
+
 // parseFleet checks the flags of a run over a list of contexts and computes
 // its members and pairs; ok false means exit with code.
 func (c *linkCmd) parseFleet(fs *flag.FlagSet, contexts []string) (code int, ok bool) {
@@ -98,11 +111,7 @@ func (c *linkCmd) parseFleet(fs *flag.FlagSet, contexts []string) (code int, ok 
 			contexts, strings.Join(single, ", ")), false
 	}
 	f := &c.fleet
-	var err error
-	if f.members, err = fleet.Members(contexts, f.names.Values); err != nil {
-		return c.usage("%v", err), false
-	}
-	if f.pairs, err = fleet.Pairs(f.members, f.topology); err != nil {
+	if err := f.plan(contexts); err != nil {
 		return c.usage("%v", err), false
 	}
 	f.apiServers = map[string]string{}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/base64"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,10 +18,7 @@ import (
 
 // runCmd runs link or unlink and returns the exit code, stdout and stderr.
 func runCmd(name string, args ...string) (int, string, string) {
-	if name == "unlink" {
-		return runWith(runUnlink, args...)
-	}
-	return runWith(runLink, args...)
+	return runWith(func(args []string, stdout, stderr io.Writer) int { return runLinkCmd(name, args, stdout, stderr) }, args...)
 }
 
 // A mistake in the command line is one line on stderr and exit code 2,

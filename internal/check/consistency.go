@@ -24,30 +24,25 @@ func evalClusterName(in Install) Result {
 		names = append(names, named{"the Corefile's cluster (" + in.CorefileFrom + ")", d.Cluster})
 	}
 	if len(names) == 0 {
-		r.Status, r.Message = OK, "no mcmirror part installed here names this cluster"
-		return r
+		return r.judged(OK, "no mcmirror part installed here names this cluster", "")
 	}
 	for _, n := range names {
 		if n.name == "" {
-			r.Status, r.Message = Fail, n.who+" is not set"
-			r.Fix = "set the cluster's name: the chart's value cluster, or --cluster and the Corefile's cluster in your copy of deploy/*.yaml; apply"
-			return r
+			return r.judged(Fail, n.who+" is not set",
+				"set the cluster's name: the chart's value cluster, or --cluster and the Corefile's cluster in your copy of deploy/*.yaml; apply")
 		}
 	}
 	for _, n := range names[1:] {
 		if n.name != names[0].name {
-			r.Status = Fail
-			r.Message = fmt.Sprintf("%s is %q, but %s is %q: mirrors, certificates and DNS names disagree", names[0].who, names[0].name, n.who, n.name)
-			r.Fix = "one name everywhere: the chart's value cluster, or --cluster of controller.yaml and gateway.yaml and cluster in coredns.yaml's Corefile; apply"
-			return r
+			return r.judged(Fail, fmt.Sprintf("%s is %q, but %s is %q: mirrors, certificates and DNS names disagree", names[0].who, names[0].name, n.who, n.name),
+				"one name everywhere: the chart's value cluster, or --cluster of controller.yaml and gateway.yaml and cluster in coredns.yaml's Corefile; apply")
 		}
 	}
 	var who []string
 	for _, n := range names {
 		who = append(who, strings.TrimPrefix(n.who, "the "))
 	}
-	r.Status, r.Message = OK, fmt.Sprintf("%q, as %s say", names[0].name, strings.Join(who, ", "))
-	return r
+	return r.judged(OK, fmt.Sprintf("%q, as %s say", names[0].name, strings.Join(who, ", ")), "")
 }
 
 // evalSource checks that the DNS in import mode (source import) has what
@@ -57,23 +52,18 @@ func evalSource(in Install) Result {
 	d := ParseCorefile(in.Corefile)
 	switch {
 	case !d.Mcmirror || !d.Import:
-		r.Status, r.Message = OK, "direct: the DNS watches the linked clusters itself"
+		return r.judged(OK, "direct: the DNS watches the linked clusters itself", "")
 	case !in.Controller.Found:
-		r.Status = Fail
-		r.Message = "the Corefile's mcmirror reads the linked clusters from the controller's mirrors (source import), but no controller is installed: nothing of them is answered"
-		r.Fix = "install the controller (the chart's controller.enabled), or use source direct (the chart's dns.source=direct)"
+		return r.judged(Fail, "the Corefile's mcmirror reads the linked clusters from the controller's mirrors (source import), but no controller is installed: nothing of them is answered",
+			"install the controller (the chart's controller.enabled), or use source direct (the chart's dns.source=direct)")
 	case !ParseController(in.Controller.Args).MirrorFlatEndpoints:
-		r.Status = Fail
-		r.Message = "the Corefile's mcmirror reads the linked clusters from the controller's mirrors (source import), but the controller runs without --mirror-flat-endpoints: flat-mode names answer no address"
-		r.Fix = "add --mirror-flat-endpoints to the controller (the chart's dns.source=import sets both)"
+		return r.judged(Fail, "the Corefile's mcmirror reads the linked clusters from the controller's mirrors (source import), but the controller runs without --mirror-flat-endpoints: flat-mode names answer no address",
+			"add --mirror-flat-endpoints to the controller (the chart's dns.source=import sets both)")
 	case d.KubernetesSelectsCopies:
-		r.Status = Warn
-		r.Message = "import: the DNS reads the controller's mirrors, but its kubernetes plugin selects the controller's copies of the linked clusters' endpoints too, so every DNS pod holds each of them twice"
-		r.Fix = "add `labels " + labels.NotFlatEndpoints + "` to the kubernetes plugin's block (`coredns-mc dns apply` and the chart's dns.source=import add it)"
-	default:
-		r.Status, r.Message = OK, "import: the DNS reads the controller's mirrors, and the controller writes flat-mode endpoints (--mirror-flat-endpoints)"
+		return r.judged(Warn, "import: the DNS reads the controller's mirrors, but its kubernetes plugin selects the controller's copies of the linked clusters' endpoints too, so every DNS pod holds each of them twice",
+			"add `labels "+labels.NotFlatEndpoints+"` to the kubernetes plugin's block (`coredns-mc dns apply` and the chart's dns.source=import add it)")
 	}
-	return r
+	return r.judged(OK, "import: the DNS reads the controller's mirrors, and the controller writes flat-mode endpoints (--mirror-flat-endpoints)", "")
 }
 
 // evalVersions compares the images of the parts that run coredns-mc.
@@ -99,26 +89,21 @@ func evalVersions(in Install) Result {
 	}
 	switch len(parts) {
 	case 0:
-		r.Status, r.Message = OK, "no coredns-mc part installed here"+dnsNote
-		return r
+		return r.judged(OK, "no coredns-mc part installed here"+dnsNote, "")
 	case 1:
-		r.Status, r.Message = OK, fmt.Sprintf("only the %s runs coredns-mc: %s%s", parts[0].who, parts[0].image, dnsNote)
-		return r
+		return r.judged(OK, fmt.Sprintf("only the %s runs coredns-mc: %s%s", parts[0].who, parts[0].image, dnsNote), "")
 	}
 	if slices.ContainsFunc(parts, func(p part) bool { return p.image != parts[0].image }) {
 		var all []string
 		for _, p := range parts {
 			all = append(all, p.who+" "+p.image)
 		}
-		r.Status = Warn
-		r.Message = "the parts run different images: " + strings.Join(all, ", ")
-		r.Fix = "one image everywhere: the chart's value image, or the image of controller.yaml, gateway.yaml and patches/coredns.yaml; apply and patch"
-		return r
+		return r.judged(Warn, "the parts run different images: "+strings.Join(all, ", "),
+			"one image everywhere: the chart's value image, or the image of controller.yaml, gateway.yaml and patches/coredns.yaml; apply and patch")
 	}
 	var who []string
 	for _, p := range parts {
 		who = append(who, p.who)
 	}
-	r.Status, r.Message = OK, fmt.Sprintf("%s run %s%s", strings.Join(who, ", "), parts[0].image, dnsNote)
-	return r
+	return r.judged(OK, fmt.Sprintf("%s run %s%s", strings.Join(who, ", "), parts[0].image, dnsNote), "")
 }

@@ -98,35 +98,24 @@ func evalDNS(f DNSFacts) Result {
 	r := Result{ID: "dns"}
 	switch {
 	case f.MirrorsErr != "":
-		r.Status, r.Message = Warn, "could not list the mirror Services: "+f.MirrorsErr
-		r.Fix = "run check as a user who may list services in every namespace"
-		return r
+		return r.judged(Warn, "could not list the mirror Services: "+f.MirrorsErr, "run check as a user who may list services in every namespace")
 	case !f.HasQuery:
-		r.Status, r.Message = Warn, "no mirror Service yet, so no mirror name to ask the cluster DNS for"
-		r.Fix = "link a cluster that exports a Service (coredns-mc link), then run check again"
-		return r
+		return r.judged(Warn, "no mirror Service yet, so no mirror name to ask the cluster DNS for",
+			"link a cluster that exports a Service (coredns-mc link), then run check again")
 	case f.ReachErr != "":
-		r.Status, r.Message = Warn, fmt.Sprintf("could not ask the cluster DNS for %s: %s", f.Query.Name, f.ReachErr)
-		r.Fix = "give --dns-server HOST:PORT of a cluster DNS address this machine reaches, or allow port-forward to the kube-dns pods (create pods/portforward in kube-system)"
-		return r
+		return r.judged(Warn, fmt.Sprintf("could not ask the cluster DNS for %s: %s", f.Query.Name, f.ReachErr),
+			"give --dns-server HOST:PORT of a cluster DNS address this machine reaches, or allow port-forward to the kube-dns pods (create pods/portforward in kube-system)")
 	case f.Err != "":
-		r.Status, r.Message = Fail, fmt.Sprintf("%s did not answer %s: %s", f.Server, f.Query.Name, f.Err)
-		r.Fix = "kubectl -n kube-system get pods -l k8s-app=kube-dns; kubectl -n kube-system logs deploy/coredns"
-		return r
+		return r.judged(Fail, fmt.Sprintf("%s did not answer %s: %s", f.Server, f.Query.Name, f.Err),
+			"kubectl -n kube-system get pods -l k8s-app=kube-dns; kubectl -n kube-system logs deploy/coredns")
 	case f.Rcode != "NOERROR" || len(f.Answer) == 0:
-		r.Status = Fail
-		r.Message = fmt.Sprintf("%s answered %s with %s and %d addresses for mirror %s", f.Server, f.Query.Name, f.Rcode, len(f.Answer), f.Query.Mirror)
-		r.Fix = "kubectl -n kube-system logs deploy/coredns | grep -i mcmirror (is the Corefile's mcmirror block loaded, its links synced?)"
-		return r
+		return r.judged(Fail, fmt.Sprintf("%s answered %s with %s and %d addresses for mirror %s", f.Server, f.Query.Name, f.Rcode, len(f.Answer), f.Query.Mirror),
+			"kubectl -n kube-system logs deploy/coredns | grep -i mcmirror (is the Corefile's mcmirror block loaded, its links synced?)")
 	case f.Query.Want.IsValid() && !slices.Contains(f.Answer, f.Query.Want):
-		r.Status = Fail
-		r.Message = fmt.Sprintf("%s answered %s with %s, not the mirror's ClusterIP %s", f.Server, f.Query.Name, addrs(f.Answer), f.Query.Want)
-		r.Fix = "kubectl -n kube-system rollout restart deployment coredns, and check that the Corefile's cluster matches the controller's --cluster"
-		return r
+		return r.judged(Fail, fmt.Sprintf("%s answered %s with %s, not the mirror's ClusterIP %s", f.Server, f.Query.Name, addrs(f.Answer), f.Query.Want),
+			"kubectl -n kube-system rollout restart deployment coredns, and check that the Corefile's cluster matches the controller's --cluster")
 	}
-	r.Status = OK
-	r.Message = fmt.Sprintf("%s answers %s with %s", f.Server, strings.TrimSuffix(f.Query.Name, "."), addrs(f.Answer))
-	return r
+	return r.judged(OK, fmt.Sprintf("%s answers %s with %s", f.Server, strings.TrimSuffix(f.Query.Name, "."), addrs(f.Answer)), "")
 }
 
 func addrs(a []netip.Addr) string {

@@ -49,18 +49,14 @@ func ClaimsOf(mirrors []corev1.Service) map[string]map[string]int32 {
 func evalEgress(f EgressFacts) Result {
 	r := Result{ID: "egress-ports"}
 	if !f.Controller && !f.Gateway {
-		r.Status, r.Message = OK, "neither the controller nor the gateway is installed: no egress ports"
-		return r
+		return r.judged(OK, "neither the controller nor the gateway is installed: no egress ports", "")
 	}
 	if f.Controller && f.ControllerCfg.EgressPorts == "" {
-		r.Status, r.Message = Fail, "the controller has no --egress-ports: it cannot start"
-		r.Fix = "set --egress-ports LO-HI (the chart's value egressPorts, default 30000-32767), then apply"
-		return r
+		return r.judged(Fail, "the controller has no --egress-ports: it cannot start",
+			"set --egress-ports LO-HI (the chart's value egressPorts, default 30000-32767), then apply")
 	}
 	var problems []Result
-	add := func(s Status, msg, fix string) {
-		problems = append(problems, Result{Status: s, Message: msg, Fix: fix})
-	}
+	add := func(s Status, msg, fix string) { problems = append(problems, r.judged(s, msg, fix)) }
 
 	var rng labels.PortRange
 	var rangeErr error
@@ -141,22 +137,20 @@ func evalEgress(f EgressFacts) Result {
 		}
 	}
 	if len(problems) > 0 {
-		worst := mostSevere(problems)
-		r.Status, r.Message, r.Fix = worst.Status, worst.Message, worst.Fix
+		r = mostSevere(problems)
 		if len(problems) > 1 {
 			r.Message += fmt.Sprintf(" (and %d more problems)", len(problems)-1)
 		}
 		return r
 	}
-	r.Status = OK
-	r.Message = fmt.Sprintf("%s %s; %s claimed, none twice", src, rng, plural(claimed, "port"))
+	msg := fmt.Sprintf("%s %s; %s claimed, none twice", src, rng, plural(claimed, "port"))
 	if f.Controller && f.Gateway {
-		r.Message = fmt.Sprintf("controller and gateway agree on %s; %s claimed, none twice", rng, plural(claimed, "port"))
+		msg = fmt.Sprintf("controller and gateway agree on %s; %s claimed, none twice", rng, plural(claimed, "port"))
 	}
 	if nodeNote != "" {
-		r.Message += "; " + nodeNote
+		msg += "; " + nodeNote
 	}
-	return r
+	return r.judged(OK, msg, "")
 }
 
 func plural(n int, what string) string {

@@ -180,17 +180,12 @@ func evalPairSync(p fleet.Pair, d DNSLinks, now time.Time) (string, string, Resu
 	r := Result{ID: "synced", Status: OK}
 	switch {
 	case d.Unread != "":
-		r.Status, r.Message = Warn, fmt.Sprintf("not read: %s", d.Unread)
-		r.Fix = fmt.Sprintf("coredns-mc check --context %s says what is installed there", p.Source.Context)
-		return "-", "-", r
+		return "-", "-", r.judged(Warn, fmt.Sprintf("not read: %s", d.Unread), fmt.Sprintf("coredns-mc check --context %s says what is installed there", p.Source.Context))
 	case d.PodsErr != "":
-		r.Status, r.Message = Warn, fmt.Sprintf("could not list the pods of %s: %s", d.Deployment, d.PodsErr)
-		r.Fix = "run check as a user who may list pods in " + namespaceOf(d.Deployment)
-		return "?", "-", r
+		return "?", "-", r.judged(Warn, fmt.Sprintf("could not list the pods of %s: %s", d.Deployment, d.PodsErr), "run check as a user who may list pods in "+namespaceOf(d.Deployment))
 	case len(d.Replicas) == 0:
-		r.Status, r.Message = Fail, fmt.Sprintf("no pod of %s runs in %s: nothing answers %s's names there", d.Deployment, src, tgt)
-		r.Fix = fmt.Sprintf("kubectl --context %s -n %s describe deployment %s", p.Source.Context, namespaceOf(d.Deployment), nameOf(d.Deployment))
-		return "0/0", "-", r
+		return "0/0", "-", r.judged(Fail, fmt.Sprintf("no pod of %s runs in %s: nothing answers %s's names there", d.Deployment, src, tgt),
+			fmt.Sprintf("kubectl --context %s -n %s describe deployment %s", p.Source.Context, namespaceOf(d.Deployment), nameOf(d.Deployment)))
 	}
 	var bad, unread []string
 	synced, unlinked := 0, 0
@@ -224,16 +219,14 @@ func evalPairSync(p fleet.Pair, d DNSLinks, now time.Time) (string, string, Resu
 	}
 	switch {
 	case len(bad) > 0 && unlinked == len(bad):
-		r.Status, r.Message = Fail, strings.Join(append(bad, unread...), "; ")
-		r.Fix = fmt.Sprintf("the DNS links each cluster of a usable link Secret within seconds (see linked); with one there, kubectl --context %s -n %s logs <pod> | grep %s",
-			p.Source.Context, namespaceOf(d.Deployment), tgt)
+		r = r.judged(Fail, strings.Join(append(bad, unread...), "; "), fmt.Sprintf("the DNS links each cluster of a usable link Secret within seconds (see linked); with one there, kubectl --context %s -n %s logs <pod> | grep %s",
+			p.Source.Context, namespaceOf(d.Deployment), tgt))
 	case len(bad) > 0:
-		r.Status, r.Message = Fail, strings.Join(append(bad, unread...), "; ")
-		r.Fix = fmt.Sprintf("kubectl --context %s -n %s logs <pod> | grep %s (the link's errors: unreachable, unauthorized, forbidden); coredns-mc check --context %s",
-			p.Source.Context, namespaceOf(d.Deployment), tgt, p.Source.Context)
+		r = r.judged(Fail, strings.Join(append(bad, unread...), "; "), fmt.Sprintf("kubectl --context %s -n %s logs <pod> | grep %s (the link's errors: unreachable, unauthorized, forbidden); coredns-mc check --context %s",
+			p.Source.Context, namespaceOf(d.Deployment), tgt, p.Source.Context))
 	case len(unread) > 0:
-		r.Status, r.Message = Warn, "could not read the metrics of "+strings.Join(unread, "; ")
-		r.Fix = fmt.Sprintf("check needs get pods/proxy in %s, and the Corefile's prometheus plugin must listen on the pods' address", namespaceOf(d.Deployment))
+		r = r.judged(Warn, "could not read the metrics of "+strings.Join(unread, "; "),
+			fmt.Sprintf("check needs get pods/proxy in %s, and the Corefile's prometheus plugin must listen on the pods' address", namespaceOf(d.Deployment)))
 	}
 	return cell, last, r
 }
@@ -252,21 +245,14 @@ func evalPairGateway(p fleet.Pair, g GatewayFacts) (string, Result) {
 	st, known := g.Peers[tgt]
 	switch {
 	case g.Unserved:
-		r.Status, r.Message = Fail, fmt.Sprintf("no gateway pod of %s serves Service %s: %s", src, g.Service, g.ProxyErr)
-		r.Fix = fmt.Sprintf("kubectl --context %s -n mcmirror get pods -l app.kubernetes.io/name=mcmirror-gateway", p.Source.Context)
-		return "down", r
+		return "down", r.judged(Fail, fmt.Sprintf("no gateway pod of %s serves Service %s: %s", src, g.Service, g.ProxyErr),
+			fmt.Sprintf("kubectl --context %s -n mcmirror get pods -l app.kubernetes.io/name=mcmirror-gateway", p.Source.Context))
 	case g.PeersErr != "":
-		r.Status, r.Message = Warn, fmt.Sprintf("could not read %s's gateway's peers: %s", src, g.PeersErr)
-		r.Fix = "check needs get services/proxy in mcmirror"
-		return "?", r
+		return "?", r.judged(Warn, fmt.Sprintf("could not read %s's gateway's peers: %s", src, g.PeersErr), "check needs get services/proxy in mcmirror")
 	case !known || !st.Probed:
-		r.Status, r.Message = Warn, fmt.Sprintf("%s's gateway has not probed %s's ingress (%s) yet", src, tgt, addr)
-		r.Fix = fix
-		return "unprobed", r
+		return "unprobed", r.judged(Warn, fmt.Sprintf("%s's gateway has not probed %s's ingress (%s) yet", src, tgt, addr), fix)
 	case !st.Alive:
-		r.Status, r.Message = Fail, fmt.Sprintf("%s's gateway cannot reach %s's ingress at %s since %s: %s", src, tgt, addr, st.Since.UTC().Format(time.RFC3339), st.Error)
-		r.Fix = fix
-		return "down", r
+		return "down", r.judged(Fail, fmt.Sprintf("%s's gateway cannot reach %s's ingress at %s since %s: %s", src, tgt, addr, st.Since.UTC().Format(time.RFC3339), st.Error), fix)
 	}
 	return "alive", r
 }

@@ -27,34 +27,22 @@ func evalLeader(f LeaseFacts, now time.Time) Result {
 	fix := "kubectl -n mcmirror get pods -l app.kubernetes.io/name=mcmirror-controller; kubectl -n mcmirror logs deployment/mcmirror-controller"
 	switch {
 	case !f.Controller:
-		r.Status, r.Message = OK, "no controller installed, so no leader to elect"
+		return r.judged(OK, "no controller installed, so no leader to elect", "")
 	case !f.Cfg.LeaderElect && f.Replicas > 1:
-		r.Status = Fail
-		r.Message = fmt.Sprintf("the controller runs %d replicas without --leader-elect: they write at once, against each other", f.Replicas)
-		r.Fix = "add --leader-elect --leader-elect-namespace=mcmirror to its arguments (deploy/controller.yaml), or run one replica"
+		return r.judged(Fail, fmt.Sprintf("the controller runs %d replicas without --leader-elect: they write at once, against each other", f.Replicas),
+			"add --leader-elect --leader-elect-namespace=mcmirror to its arguments (deploy/controller.yaml), or run one replica")
 	case !f.Cfg.LeaderElect:
-		r.Status, r.Message = OK, "one controller replica, without leader election"
+		return r.judged(OK, "one controller replica, without leader election", "")
 	case f.Err != "":
-		r.Status = Warn
-		r.Message = fmt.Sprintf("could not read Lease %s: %s", lease, f.Err)
-		r.Fix = "run check as a user who may get leases in " + f.Cfg.LeaseNamespace
+		return r.judged(Warn, fmt.Sprintf("could not read Lease %s: %s", lease, f.Err), "run check as a user who may get leases in "+f.Cfg.LeaseNamespace)
 	case !f.Found:
-		r.Status = Fail
-		r.Message = fmt.Sprintf("no Lease %s: no controller replica has ever led", lease)
-		r.Fix = fix
+		return r.judged(Fail, fmt.Sprintf("no Lease %s: no controller replica has ever led", lease), fix)
 	case f.Holder == "":
-		r.Status = Fail
-		r.Message = fmt.Sprintf("Lease %s is held by nobody (released %s): no controller leads", lease, ago(f.RenewTime, now))
-		r.Fix = fix
+		return r.judged(Fail, fmt.Sprintf("Lease %s is held by nobody (released %s): no controller leads", lease, ago(f.RenewTime, now)), fix)
 	case f.RenewTime.IsZero() || now.Sub(f.RenewTime) > f.Duration:
-		r.Status = Fail
-		r.Message = fmt.Sprintf("Lease %s of %s was last renewed %s, longer than its %s: the leader is gone or stuck", lease, f.Holder, ago(f.RenewTime, now), f.Duration)
-		r.Fix = fix
-	default:
-		r.Status = OK
-		r.Message = fmt.Sprintf("%s leads (Lease %s renewed %s, within its %s)", f.Holder, lease, ago(f.RenewTime, now), f.Duration)
+		return r.judged(Fail, fmt.Sprintf("Lease %s of %s was last renewed %s, longer than its %s: the leader is gone or stuck", lease, f.Holder, ago(f.RenewTime, now), f.Duration), fix)
 	}
-	return r
+	return r.judged(OK, fmt.Sprintf("%s leads (Lease %s renewed %s, within its %s)", f.Holder, lease, ago(f.RenewTime, now), f.Duration), "")
 }
 
 func ago(t, now time.Time) string {

@@ -89,41 +89,27 @@ func evalLinkSecret(f LinkFacts, s LinkSecret, seen map[string]string) Result {
 	ref := f.Namespace + "/" + s.Name
 	switch {
 	case s.Refused != "":
-		r.Status = Fail
-		r.Message = fmt.Sprintf("Secret %s is refused (%s): %s", ref, s.Reason, s.Refused)
-		r.Fix = refusalFix(s, ref)
-		return r
+		return r.judged(Fail, fmt.Sprintf("Secret %s is refused (%s): %s", ref, s.Reason, s.Refused), refusalFix(s, ref))
 	case s.Cluster == f.Local && f.Local != "":
-		r.Status = Fail
-		r.Message = fmt.Sprintf("Secret %s links %q, which is this cluster's own name: it is refused", ref, s.Cluster)
-		r.Fix = fmt.Sprintf("kubectl -n %s delete secret %s (a cluster does not link itself), or fix the %s label", f.Namespace, s.Name, "multicluster.linkerd.io/cluster-name")
-		return r
+		return r.judged(Fail, fmt.Sprintf("Secret %s links %q, which is this cluster's own name: it is refused", ref, s.Cluster),
+			fmt.Sprintf("kubectl -n %s delete secret %s (a cluster does not link itself), or fix the %s label", f.Namespace, s.Name, "multicluster.linkerd.io/cluster-name"))
 	}
 	if first, dup := seen[s.Cluster]; dup {
-		r.Status = Warn
-		r.Message = fmt.Sprintf("Secret %s links %s, as %s/%s does: only one of them is used", ref, s.Cluster, f.Namespace, first)
-		r.Fix = fmt.Sprintf("kubectl -n %s delete secret %s (keep one link Secret per cluster)", f.Namespace, s.Name)
-		return r
+		return r.judged(Warn, fmt.Sprintf("Secret %s links %s, as %s/%s does: only one of them is used", ref, s.Cluster, f.Namespace, first),
+			fmt.Sprintf("kubectl -n %s delete secret %s (keep one link Secret per cluster)", f.Namespace, s.Name))
 	}
 	seen[s.Cluster] = s.Name
 	switch {
 	case s.NotProbed != "":
-		r.Status = Warn
-		r.Message = fmt.Sprintf("Secret %s (%s) is accepted by the configured policy; not tried from here: %s", ref, s.Server, s.NotProbed)
-		r.Fix = "try the kubeconfig of the Secret by hand: kubectl --kubeconfig <its kubeconfig> get services -A --limit 1"
+		return r.judged(Warn, fmt.Sprintf("Secret %s (%s) is accepted by the configured policy; not tried from here: %s", ref, s.Server, s.NotProbed),
+			"try the kubeconfig of the Secret by hand: kubectl --kubeconfig <its kubeconfig> get services -A --limit 1")
 	case s.ProbeErr != "":
-		r.Status = Fail
-		r.Message = fmt.Sprintf("Secret %s: %s answers %s: %s", ref, s.Server, s.ProbeReason, s.ProbeErr)
-		r.Fix = probeFix(s)
+		return r.judged(Fail, fmt.Sprintf("Secret %s: %s answers %s: %s", ref, s.Server, s.ProbeReason, s.ProbeErr), probeFix(s))
 	case len(s.Denied) > 0:
-		r.Status = Fail
-		r.Message = fmt.Sprintf("Secret %s: its token may not %s at %s", ref, strings.Join(s.Denied, ", "), s.Server)
-		r.Fix = fmt.Sprintf("kubectl --context %s apply -f deploy/remote-link.yaml, or run coredns-mc link --cluster %s again", s.Cluster, s.Cluster)
-	default:
-		r.Status = OK
-		r.Message = fmt.Sprintf("Secret %s: %s answers, and its token may list and watch Services and EndpointSlices", ref, s.Server)
+		return r.judged(Fail, fmt.Sprintf("Secret %s: its token may not %s at %s", ref, strings.Join(s.Denied, ", "), s.Server),
+			fmt.Sprintf("kubectl --context %s apply -f deploy/remote-link.yaml, or run coredns-mc link --cluster %s again", s.Cluster, s.Cluster))
 	}
-	return r
+	return r.judged(OK, fmt.Sprintf("Secret %s: %s answers, and its token may list and watch Services and EndpointSlices", ref, s.Server), "")
 }
 
 func refusalFix(s LinkSecret, ref string) string {

@@ -70,42 +70,33 @@ func evalGateway(f GatewayFacts, now time.Time) Result {
 	r := Result{ID: "gateway"}
 	switch {
 	case !f.Installed && f.Required != "":
-		r.Status, r.Message = Fail, f.NotInstalled+", but "+f.Required
-		r.Fix = "install the gateway (the chart's gateway.enabled, or deploy/gateway.yaml) after making Secret mcmirror/mcmirror-gateway-tls"
-		return r
+		return r.judged(Fail, f.NotInstalled+", but "+f.Required,
+			"install the gateway (the chart's gateway.enabled, or deploy/gateway.yaml) after making Secret mcmirror/mcmirror-gateway-tls")
 	case !f.Installed:
-		r.Status, r.Message = OK, f.NotInstalled
-		return r
+		return r.judged(OK, f.NotInstalled, "")
 	case f.Unserved:
-		r.Status, r.Message = Fail, fmt.Sprintf("no gateway pod serves Service %s: %s", f.Service, f.ProxyErr)
-		r.Fix = "kubectl -n mcmirror get pods -l app.kubernetes.io/name=mcmirror-gateway; kubectl -n mcmirror describe deployment mcmirror-gateway (Secret mcmirror-gateway-tls present?)"
-		return r
+		return r.judged(Fail, fmt.Sprintf("no gateway pod serves Service %s: %s", f.Service, f.ProxyErr),
+			"kubectl -n mcmirror get pods -l app.kubernetes.io/name=mcmirror-gateway; kubectl -n mcmirror describe deployment mcmirror-gateway (Secret mcmirror-gateway-tls present?)")
 	case f.ProxyErr != "":
-		r.Status, r.Message = Warn, fmt.Sprintf("could not read the gateway's /readyz through the API server (Service %s): %s", f.Service, f.ProxyErr)
-		r.Fix = "kubectl -n mcmirror port-forward service/mcmirror-gateway-metrics 9155 & curl localhost:9155/readyz; check needs get services/proxy in mcmirror"
-		return r
+		return r.judged(Warn, fmt.Sprintf("could not read the gateway's /readyz through the API server (Service %s): %s", f.Service, f.ProxyErr),
+			"kubectl -n mcmirror port-forward service/mcmirror-gateway-metrics 9155 & curl localhost:9155/readyz; check needs get services/proxy in mcmirror")
 	case !f.Ready:
-		r.Status, r.Message = Fail, fmt.Sprintf("the gateway is not ready: /readyz answers %s", f.ReadyAnswer)
-		r.Fix = "kubectl -n mcmirror logs deployment/mcmirror-gateway (informers not synced: its RBAC, its API server)"
-		return r
+		return r.judged(Fail, fmt.Sprintf("the gateway is not ready: /readyz answers %s", f.ReadyAnswer),
+			"kubectl -n mcmirror logs deployment/mcmirror-gateway (informers not synced: its RBAC, its API server)")
 	case f.CertErr != "":
-		r.Status, r.Message = Warn, "the gateway is ready; its certificate's expiry is unknown: "+f.CertErr
-		r.Fix = "openssl x509 -noout -enddate of tls.crt in Secret mcmirror/mcmirror-gateway-tls"
-		return r
+		return r.judged(Warn, "the gateway is ready; its certificate's expiry is unknown: "+f.CertErr,
+			"openssl x509 -noout -enddate of tls.crt in Secret mcmirror/mcmirror-gateway-tls")
 	}
 	left := f.CertExpiry.Sub(now)
 	msg := fmt.Sprintf("ready; its certificate (cluster %s) expires %s", f.Config.Cluster, when(f.CertExpiry, now))
 	switch {
 	case left <= 0:
-		r.Status, r.Message = Fail, fmt.Sprintf("the gateway's own certificate expired %s: peers refuse it", when(f.CertExpiry, now))
-		r.Fix = "renew Secret mcmirror/mcmirror-gateway-tls (deploy/README.md, The certificate); the gateway reloads it within a minute or two"
+		return r.judged(Fail, fmt.Sprintf("the gateway's own certificate expired %s: peers refuse it", when(f.CertExpiry, now)),
+			"renew Secret mcmirror/mcmirror-gateway-tls (deploy/README.md, The certificate); the gateway reloads it within a minute or two")
 	case left < ExpiryWarning:
-		r.Status, r.Message = Warn, msg
-		r.Fix = "renew Secret mcmirror/mcmirror-gateway-tls before it expires (cert-manager: renewBefore)"
-	default:
-		r.Status, r.Message = OK, msg
+		return r.judged(Warn, msg, "renew Secret mcmirror/mcmirror-gateway-tls before it expires (cert-manager: renewBefore)")
 	}
-	return r
+	return r.judged(OK, msg, "")
 }
 
 // when writes t and how far it is from now, in days or hours.
@@ -167,22 +158,15 @@ func evalReach(p string, d PeerDial, st peers.State, known bool, f GatewayFacts)
 	}
 	switch {
 	case known && st.Probed && !st.Alive:
-		r.Status, r.Fix = Fail, fix
-		r.Message = fmt.Sprintf("the gateway cannot reach %s's ingress at %s since %s: %s", p, addr, st.Since.UTC().Format(time.RFC3339), st.Error)
+		return r.judged(Fail, fmt.Sprintf("the gateway cannot reach %s's ingress at %s since %s: %s", p, addr, st.Since.UTC().Format(time.RFC3339), st.Error), fix)
 	case d.Err != "" && d.Answered:
-		r.Status, r.Fix = Fail, fix
-		r.Message = fmt.Sprintf("%s's ingress %s refuses from here: %s (%s)", p, addr, d.Err, gw)
+		return r.judged(Fail, fmt.Sprintf("%s's ingress %s refuses from here: %s (%s)", p, addr, d.Err, gw), fix)
 	case d.Err != "" && known && st.Probed:
-		r.Status = OK
-		r.Message = fmt.Sprintf("%s (%s); not reachable from this machine (%s), as an address inside the network may not be", gw, addr, d.Err)
+		return r.judged(OK, fmt.Sprintf("%s (%s); not reachable from this machine (%s), as an address inside the network may not be", gw, addr, d.Err), "")
 	case d.Err != "":
-		r.Status, r.Fix = Warn, fix
-		r.Message = fmt.Sprintf("%s's ingress %s does not answer from here: %s; %s", p, addr, d.Err, gw)
-	default:
-		r.Status = OK
-		r.Message = fmt.Sprintf("%s answers from here; %s", addr, gw)
+		return r.judged(Warn, fmt.Sprintf("%s's ingress %s does not answer from here: %s; %s", p, addr, d.Err, gw), fix)
 	}
-	return r
+	return r.judged(OK, fmt.Sprintf("%s answers from here; %s", addr, gw), "")
 }
 
 func evalCert(p string, d PeerDial, st peers.State, known bool, f GatewayFacts, now time.Time) Result {
@@ -193,44 +177,31 @@ func evalCert(p string, d PeerDial, st peers.State, known bool, f GatewayFacts, 
 	// the gateway's code of the version it runs (the root, the peer's
 	// intermediate, the identity): a certificate it refuses is refused.
 	if known && st.Error != "" && certificateError(st.Error) {
-		r.Status, r.Message = Fail, fmt.Sprintf("the gateway refuses %s's certificate (%s): %s", p, addr, st.Error)
-		r.Fix = renew
-		return r
+		return r.judged(Fail, fmt.Sprintf("the gateway refuses %s's certificate (%s): %s", p, addr, st.Error), renew)
 	}
 	if len(d.Chain) == 0 {
-		r.Status, r.Message = Warn, fmt.Sprintf("not checked: no certificate came from %s (see peer-reachable)", addr)
-		r.Fix = "make " + addr + " reachable from this machine, or read it where it is: openssl s_client -connect " + addr
-		return r
+		return r.judged(Warn, fmt.Sprintf("not checked: no certificate came from %s (see peer-reachable)", addr),
+			"make "+addr+" reachable from this machine, or read it where it is: openssl s_client -connect "+addr)
 	}
 	leaf := d.Chain[0]
 	got, err := trust.ClusterOf(leaf, f.Config.TrustDomain)
 	expiry, which := chainExpiry(d.Chain)
 	switch {
 	case err != nil:
-		r.Status, r.Message, r.Fix = Fail, fmt.Sprintf("%s presents a certificate that is no gateway identity: %v", addr, err), renew
-		return r
+		return r.judged(Fail, fmt.Sprintf("%s presents a certificate that is no gateway identity: %v", addr, err), renew)
 	case got != p:
-		r.Status = Fail
-		r.Message = fmt.Sprintf("%s presents the certificate of cluster %q, not %q: --peer %s points at another cluster's gateway, or %s's certificate names the wrong cluster", addr, got, p, p, p)
-		r.Fix = fmt.Sprintf("set --peer %s= to %s's own ingress address, or %s", p, p, renew)
-		return r
+		return r.judged(Fail, fmt.Sprintf("%s presents the certificate of cluster %q, not %q: --peer %s points at another cluster's gateway, or %s's certificate names the wrong cluster", addr, got, p, p, p),
+			fmt.Sprintf("set --peer %s= to %s's own ingress address, or %s", p, p, renew))
 	case now.After(expiry):
-		r.Status = Fail
-		r.Message = fmt.Sprintf("%s's gateway certificate (%s) expired %s (%s): every connection to it fails", p, addr, when(expiry, now), which)
-		r.Fix = "renew it: " + renew
-		return r
+		return r.judged(Fail, fmt.Sprintf("%s's gateway certificate (%s) expired %s (%s): every connection to it fails", p, addr, when(expiry, now), which), "renew it: "+renew)
 	case now.Before(leaf.NotBefore):
-		r.Status = Fail
-		r.Message = fmt.Sprintf("%s's gateway certificate (%s) is not valid before %s (is a clock wrong?)", p, addr, leaf.NotBefore.UTC().Format(time.RFC3339))
-		r.Fix = "check the clocks of both clusters and of the issuer; " + renew
-		return r
+		return r.judged(Fail, fmt.Sprintf("%s's gateway certificate (%s) is not valid before %s (is a clock wrong?)", p, addr, leaf.NotBefore.UTC().Format(time.RFC3339)),
+			"check the clocks of both clusters and of the issuer; "+renew)
 	}
 	if f.Roots != nil {
 		if _, err := VerifyChain(d.Chain, f.Roots, f.Config.TrustDomain, now); err != nil {
-			r.Status = Fail
-			r.Message = fmt.Sprintf("%s's gateway certificate is not one the gateways accept (trust root from %s): %v", p, f.RootsFrom, err)
-			r.Fix = "issue " + p + "'s gateway certificate from " + p + "'s intermediate, itself issued by the root in ca.crt of each Secret mcmirror-gateway-tls (deploy/certificates.md)"
-			return r
+			return r.judged(Fail, fmt.Sprintf("%s's gateway certificate is not one the gateways accept (trust root from %s): %v", p, f.RootsFrom, err),
+				"issue "+p+"'s gateway certificate from "+p+"'s intermediate, itself issued by the root in ca.crt of each Secret mcmirror-gateway-tls (deploy/certificates.md)")
 		}
 	}
 	msg := fmt.Sprintf("%s is %s, expires %s", addr, trust.Identity(f.Config.TrustDomain, p), when(expiry, now))
@@ -239,14 +210,12 @@ func evalCert(p string, d PeerDial, st peers.State, known bool, f GatewayFacts, 
 	}
 	switch {
 	case expiry.Sub(now) < ExpiryWarning:
-		r.Status, r.Message, r.Fix = Warn, msg, "renew it before it expires: "+renew
+		return r.judged(Warn, msg, "renew it before it expires: "+renew)
 	case f.Roots == nil:
-		r.Status, r.Message = Warn, msg+"; chain not checked: "+f.RootsErr
-		r.Fix = "give --gateway-ca FILE (the shared root), or run check as a user who may read Secret mcmirror/mcmirror-gateway-tls"
-	default:
-		r.Status, r.Message = OK, msg+", issued by its intermediate of the trust root"
+		return r.judged(Warn, msg+"; chain not checked: "+f.RootsErr,
+			"give --gateway-ca FILE (the shared root), or run check as a user who may read Secret mcmirror/mcmirror-gateway-tls")
 	}
-	return r
+	return r.judged(OK, msg+", issued by its intermediate of the trust root", "")
 }
 
 // chainExpiry is when a presented chain stops verifying: the earliest

@@ -73,7 +73,7 @@ func dialError(err error) string {
 	if err == nil {
 		return "no certificate"
 	}
-	if errors.Is(err, context.DeadlineExceeded) || timeout(err) {
+	if timeout(err) {
 		return "no answer within the timeout (--timeout)"
 	}
 	return err.Error()
@@ -232,15 +232,15 @@ func (b *syncBuffer) String() string {
 // server's proxy to its metrics Service: what the gateway itself sees, from
 // inside the cluster.
 func (c *collector) gateway(ctx context.Context, f *GatewayFacts) {
+	// unread: nothing of the gateway could be read.
+	unread := func(msg string, noPod bool) { f.ProxyErr, f.Unserved, f.PeersErr, f.CertErr = msg, noPod, msg, msg }
 	svc, err := c.client.CoreV1().Services(Namespace).Get(ctx, GatewayMetricsService, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		f.ProxyErr, f.Unserved = "the Service does not exist", true
-		f.PeersErr, f.CertErr = f.ProxyErr, f.ProxyErr
+		unread("the Service does not exist", true)
 		return
 	case err != nil:
-		f.ProxyErr = describe(err)
-		f.PeersErr, f.CertErr = f.ProxyErr, f.ProxyErr
+		unread(describe(err), false)
 		return
 	}
 	port := ""
@@ -268,8 +268,7 @@ func (c *collector) gateway(ctx context.Context, f *GatewayFacts) {
 	if err == nil {
 		f.Ready, f.ReadyAnswer = true, strings.TrimSpace(string(body))
 	} else if msg, own := apiServerError(body, err); own {
-		f.ProxyErr, f.Unserved = msg, unserved(msg)
-		f.PeersErr, f.CertErr = f.ProxyErr, f.ProxyErr
+		unread(msg, unserved(msg))
 		return
 	} else {
 		f.ReadyAnswer = fmt.Sprintf("%d %s", code, firstLine(body, err))

@@ -132,34 +132,21 @@ type RBACFacts struct {
 func evalRBAC(f RBACFacts) Result {
 	r := Result{ID: "rbac-" + f.Component}
 	sa := f.Namespace + "/" + f.ServiceAccount
-	if f.ReadErr != "" {
-		r.Status, r.Message = Warn, "could not tell whether it is installed: "+f.ReadErr
-		r.Fix = "run check as a user who may read deployments, configmaps and serviceaccounts (cluster-admin)"
-		return r
-	}
-	if !f.Installed {
-		if f.Wanted != "" {
-			r.Status, r.Message = Warn, f.Why+"; "+f.Wanted
-			r.Fix = f.Fix
-			return r
-		}
-		if f.Required != "" {
-			r.Status, r.Message = Fail, f.Why+", but "+f.Required
-			r.Fix = f.Fix
-			return r
-		}
-		r.Status, r.Message = OK, f.Why
-		return r
-	}
 	switch {
+	case f.ReadErr != "":
+		return r.judged(Warn, "could not tell whether it is installed: "+f.ReadErr,
+			"run check as a user who may read deployments, configmaps and serviceaccounts (cluster-admin)")
+	case !f.Installed && f.Wanted != "":
+		return r.judged(Warn, f.Why+"; "+f.Wanted, f.Fix)
+	case !f.Installed && f.Required != "":
+		return r.judged(Fail, f.Why+", but "+f.Required, f.Fix)
+	case !f.Installed:
+		return r.judged(OK, f.Why, "")
 	case f.AccountErr != "":
-		r.Status, r.Message = Warn, fmt.Sprintf("could not read ServiceAccount %s: %s", sa, f.AccountErr)
-		r.Fix = "run check as a user who may get serviceaccounts and create subjectaccessreviews (cluster-admin)"
-		return r
+		return r.judged(Warn, fmt.Sprintf("could not read ServiceAccount %s: %s", sa, f.AccountErr),
+			"run check as a user who may get serviceaccounts and create subjectaccessreviews (cluster-admin)")
 	case !f.AccountFound:
-		r.Status, r.Message = Fail, fmt.Sprintf("%s runs as ServiceAccount %s, which does not exist: its pods cannot start", f.Why, sa)
-		r.Fix = f.Fix
-		return r
+		return r.judged(Fail, fmt.Sprintf("%s runs as ServiceAccount %s, which does not exist: its pods cannot start", f.Why, sa), f.Fix)
 	}
 	var denied, unknown []string
 	for _, a := range f.Access {
@@ -172,18 +159,12 @@ func evalRBAC(f RBACFacts) Result {
 	}
 	switch {
 	case len(denied) > 0:
-		r.Status = Fail
-		r.Message = fmt.Sprintf("ServiceAccount %s may not %s", sa, strings.Join(denied, ", "))
-		r.Fix = f.Fix
+		return r.judged(Fail, fmt.Sprintf("ServiceAccount %s may not %s", sa, strings.Join(denied, ", ")), f.Fix)
 	case len(unknown) > 0:
-		r.Status = Warn
-		r.Message = fmt.Sprintf("could not review %d of %d permissions of ServiceAccount %s: %s", len(unknown), len(f.Access), sa, unknown[0])
-		r.Fix = "run check as a user who may create subjectaccessreviews (cluster-admin)"
-	default:
-		r.Status = OK
-		r.Message = fmt.Sprintf("ServiceAccount %s may do all %s its code needs", sa, plural(len(f.Access), "thing"))
+		return r.judged(Warn, fmt.Sprintf("could not review %d of %d permissions of ServiceAccount %s: %s", len(unknown), len(f.Access), sa, unknown[0]),
+			"run check as a user who may create subjectaccessreviews (cluster-admin)")
 	}
-	return r
+	return r.judged(OK, fmt.Sprintf("ServiceAccount %s may do all %s its code needs", sa, plural(len(f.Access), "thing")), "")
 }
 
 // PlanRBAC lists each component's ServiceAccount and what it needs, as

@@ -61,6 +61,12 @@ type Result struct {
 	Fix string `json:"fix,omitempty"`
 }
 
+// judged is r with its status, message and fix.
+func (r Result) judged(s Status, msg, fix string) Result {
+	r.Status, r.Message, r.Fix = s, msg, fix
+	return r
+}
+
 // Name is the ID with the subject, as the text report prints it.
 func (r Result) Name() string {
 	if r.Subject == "" {

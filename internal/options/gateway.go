@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -256,10 +257,7 @@ func (o *Gateway) allowedClusters() map[string]bool {
 		return nil
 	}
 	out := map[string]bool{}
-	for _, c := range o.AllowClusters {
-		out[c] = true
-	}
-	for c := range o.Peers {
+	for _, c := range append(slices.Collect(maps.Keys(o.Peers)), o.AllowClusters...) {
 		out[c] = true
 	}
 	return out

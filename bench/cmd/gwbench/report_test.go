@@ -1,9 +1,7 @@
 package main
 
 import (
-	"math"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -45,27 +43,5 @@ func TestMemoryTargetPerRun(t *testing.T) {
 	}
 	if got := mem.verdict(); got != "on the line (1 of 2 runs met it)" {
 		t.Fatalf("verdict %q", got)
-	}
-}
-
-// abTable: a measure with direct's values has its column, and round trips
-// compare the time added to direct's; memory has no direct column.
-func TestABTable(t *testing.T) {
-	sides := []abSide{{"gateway", "gateway pair"}, {"haproxy", "HAProxy pair"}}
-	var b strings.Builder
-	abTable(&b, "rr", "round trip", "p50 µs", map[string][]float64{
-		"direct": {10}, "gateway": {110}, "haproxy": {210},
-	}, sides, 1)
-	want := "round trip (p50 µs):\n\n| run | direct | gateway | haproxy | added gateway ÷ HAProxy |\n|---|---:|---:|---:|---:|\n" +
-		"| 1 | 10.0 | 110.0 | 210.0 | 0.500 |\n\n- rr, gateway pair ÷ HAProxy: median 0.500 (0.500–0.500) over 1 runs\n\n"
-	if b.String() != want {
-		t.Fatalf("rr table:\n%s\nwant:\n%s", b.String(), want)
-	}
-	b.Reset()
-	abTable(&b, "mem", "memory", "KiB", map[string][]float64{"gateway": {52, math.NaN()}, "haproxy": {58, 58}}, sides, 2)
-	want = "memory (KiB):\n\n| run | gateway | haproxy | gateway ÷ HAProxy |\n|---|---:|---:|---:|\n" +
-		"| 1 | 52.0 | 58.0 | 0.897 |\n| 2 | NaN | 58.0 | NaN |\n\n- mem, gateway pair ÷ HAProxy: median 0.897 (0.897–0.897) over 1 runs\n\n"
-	if b.String() != want {
-		t.Fatalf("mem table:\n%s\nwant:\n%s", b.String(), want)
 	}
 }

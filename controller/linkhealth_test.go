@@ -72,6 +72,7 @@ func (s *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 		s.status(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized)
 		return
 	case answerForbidden:
+		time.Sleep(400 * time.Millisecond) // TEMP: a slow answer
 		s.status(w, http.StatusForbidden, metav1.StatusReasonForbidden)
 		return
 	case answerUnavailable:
@@ -185,21 +186,25 @@ func exportedService(ns, name string) corev1.Service {
 // once more, and its exports are seen; once removed, its series go.
 func TestLinkHealth(t *testing.T) {
 	defer func(d time.Duration) { remote.NoAnswerAfter = d }(remote.NoAnswerAfter)
-	remote.NoAnswerAfter = 300 * time.Millisecond
 	// failures is how many failures to wait for: a request that hangs is
-	// reported by its watchdog, every noAnswerAfter.
+	// reported by its watchdog, every noAnswer.
 	const failures = 6
 	for _, tc := range []struct {
 		name   string
 		mode   int32
 		reason string
+		// noAnswer is the watchdog's wait: short where the server hangs,
+		// longer than the test where it answers, so that an answer slowed
+		// by a loaded machine is never counted unreachable.
+		noAnswer time.Duration
 	}{
-		{"refused401", answerUnauthorized, link.FailureUnauthorized},
-		{"refused403", answerForbidden, link.FailureForbidden},
-		{"unavailable", answerUnavailable, link.FailureUnreachable},
-		{"hanging", answerHang, link.FailureUnreachable},
+		{"refused401", answerUnauthorized, link.FailureUnauthorized, time.Minute},
+		{"refused403", answerForbidden, link.FailureForbidden, time.Minute},
+		{"unavailable", answerUnavailable, link.FailureUnreachable, time.Minute},
+		{"hanging", answerHang, link.FailureUnreachable, 300 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			remote.NoAnswerAfter = tc.noAnswer
 			logs := captureLog(t)
 			api := newFakeAPIServer(t, tc.mode, exportedService("default", "web"))
 			f := newFixture(t, fixtureOptions{}, nil)

@@ -157,15 +157,6 @@ func httpOK(url string) func() error {
 	}
 }
 
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // start installs deploy/*.yaml as deploy/README.md has it (east links west
 // in gateway mode; each cluster is linked to by the other) and runs the
 // parts.
@@ -268,7 +259,7 @@ func start(ctx context.Context) (*fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	metricsPort, err := freePort(host.String())
+	metricsPort, err := harness.FreeTCPPort()
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +276,7 @@ func start(ctx context.Context) (*fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	eastIngress, err := freePort("127.0.0.1")
+	eastIngress, err := harness.FreeTCPPort()
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +394,7 @@ func startController(ctx context.Context, dir, bin string) error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort("127.0.0.1")
+	port, err := harness.FreeTCPPort()
 	if err != nil {
 		return err
 	}
@@ -446,7 +437,7 @@ func startDNS(ctx context.Context, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	health, err := freePort("127.0.0.1")
+	health, err := harness.FreeTCPPort()
 	if err != nil {
 		return "", err
 	}

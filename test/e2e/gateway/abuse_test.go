@@ -7,7 +7,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -25,10 +24,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
@@ -321,7 +316,6 @@ func expectRefusals(t *testing.T, west *harness.Gateway, c *ingressClient, peer 
 // bound, and its memory is logged before and after and stays under the
 // Deployment's limit (1 GiB).
 func TestIngressUnderAbuse(t *testing.T) {
-	ctx := context.Background()
 	ns := env.UniqueNamespace(t, "gw-abuse")
 	westC := env.Cluster("west")
 	pods := westC.RunEchoPods(t, podPort, "abuse-web-0")
@@ -336,18 +330,7 @@ func TestIngressUnderAbuse(t *testing.T) {
 	west, east := f.Gateways["west"], f.Gateways["east"]
 	exportService(t, ns, "web", false, pods)
 	// An unexported Service with a ready endpoint: the pod.
-	_, err := westC.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "secret", Namespace: ns},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: portName, Port: servicePort, Protocol: corev1.ProtocolTCP}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = westC.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "secret-pods", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: "secret"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(portName), Port: ptr.To(int32(podPort)), Protocol: ptr.To(corev1.ProtocolTCP)}},
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{pods[0].IP.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	westC.CreateSelectorless(t, ns, "secret", harness.SelectorlessService{Port: servicePort, TargetPort: podPort, Endpoints: harness.PodAddrs(pods)})
 	m := waitMirror(t, ns, "web-west")
 	addr := m.addr()
 	waitGreet(t, addr, wait, "web-west is reached before the abuse")

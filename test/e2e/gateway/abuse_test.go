@@ -170,46 +170,6 @@ func procStats(t require.TestingT, pid int) (rssKB, fds int) {
 	return rssKB, fds
 }
 
-// peakSampler samples a process's descriptors and memory every few
-// milliseconds until stopped, and keeps the largest.
-type peakSampler struct {
-	rssKB, fds atomic.Int64
-	stop, done chan struct{}
-}
-
-func samplePeaks(pid int) *peakSampler {
-	s := &peakSampler{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for {
-			rss, fds, err := readProcStats(pid)
-			if err != nil {
-				return // the process is gone: the test says so
-			}
-			if rss > int(s.rssKB.Load()) {
-				s.rssKB.Store(int64(rss))
-			}
-			if fds > int(s.fds.Load()) {
-				s.fds.Store(int64(fds))
-			}
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return s
-}
-
-func (s *peakSampler) end() (rssKB, fds int) {
-	close(s.stop)
-	<-s.done
-	return int(s.rssKB.Load()), int(s.fds.Load())
-}
-
 // ingressClient talks to west's ingress directly, as the gateway of the
 // cluster its certificate names.
 type ingressClient struct {
@@ -338,7 +298,8 @@ func TestIngressUnderAbuse(t *testing.T) {
 	pid := west.Process().PID
 	rssBefore, fdsBefore := procStats(t, pid)
 	t.Logf("west's gateway before: RSS %d KiB, %d fds", rssBefore, fdsBefore)
-	peaks := samplePeaks(pid)
+	rssPeaks := sampleMax(5*time.Millisecond, func() (float64, bool) { rss, _, err := readProcStats(pid); return float64(rss), err == nil })
+	fdsPeaks := sampleMax(5*time.Millisecond, func() (float64, bool) { _, fds, err := readProcStats(pid); return float64(fds), err == nil })
 	legit := startLegitLoop(addr)
 	defer legit.end()
 	asEast := newIngressClient(t, west.IngressAddr, clientTLS["east"])
@@ -472,7 +433,7 @@ func TestIngressUnderAbuse(t *testing.T) {
 		assert.GreaterOrEqual(t, evicted, float64(n-abuseMaxConns), "evictions")
 	})
 
-	rssPeak, fdsPeak := peaks.end()
+	rssPeak, fdsPeak := int(rssPeaks.end()), int(fdsPeaks.end())
 	env.RequireAlive(t, west.Process())
 	env.RequireAlive(t, east.Process())
 	// Every failure of the legitimate client was judged by the phase it

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -102,10 +101,11 @@ func setup(t *testing.T) *fleet {
 // proc is a process of the fleet that a test may stop and start again with
 // the same arguments, as a pod that dies and comes back.
 type proc struct {
-	name  string
-	argv  []string
-	env   []string
-	ready func() error
+	name string
+	argv []string
+	env  []string
+	// readyURL answers 200 once the process is ready.
+	readyURL string
 
 	mu sync.Mutex
 	p  *harness.Process
@@ -124,7 +124,7 @@ func (p *proc) start(ctx context.Context) error {
 		if done, err := p.p.Exited(); done {
 			return fmt.Errorf("%s exited: %v\n%s", p.name, err, p.p.Tail(30))
 		}
-		err := p.ready()
+		err := harness.GetOK(p.readyURL)
 		if err == nil {
 			return nil
 		}
@@ -140,21 +140,6 @@ func (p *proc) stop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.p.Stop()
-}
-
-// httpOK is a readiness test: url answers 200.
-func httpOK(url string) func() error {
-	return func() error {
-		resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(url)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", url, resp.Status)
-		}
-		return nil
-	}
 }
 
 // start installs deploy/*.yaml as deploy/README.md has it (east links west
@@ -300,7 +285,7 @@ func start(ctx context.Context) (*fleet, error) {
 		// A test stops it: no load balancer to drain from here.
 		"--drain-delay=0s")
 	f.eastGW = &proc{name: "east/gateway", argv: argv, env: []string{"POD_NAME=" + gatewayPod, "POD_NAMESPACE=mcmirror"},
-		ready: httpOK("http://" + metrics + "/readyz")}
+		readyURL: "http://" + metrics + "/readyz"}
 	if err := f.eastGW.start(ctx); err != nil {
 		return nil, err
 	}
@@ -410,7 +395,7 @@ func startController(ctx context.Context, dir, bin string) error {
 	// that relabels or deletes the link Secret leaves the next one less
 	// to wait for.
 	p := &proc{name: "east/controller", argv: append(argv, "--kubeconfig="+kc, "--link-removal-grace=1s"),
-		ready: httpOK("http://" + metrics + "/healthz")}
+		readyURL: "http://" + metrics + "/healthz"}
 	return p.start(ctx)
 }
 

@@ -3,9 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -185,32 +183,19 @@ func (s *DNSServer) Ready() error {
 	if !s.hasReady {
 		return fmt.Errorf("the Corefile runs no ready plugin")
 	}
-	return getOK(s.readyURL)
-}
-
-// getOK GETs url, which must answer 200.
-func getOK(url string) error {
-	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(url)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return nil
+	return GetOK(s.readyURL)
 }
 
 // answers reports why the server is not serving yet, or nil.
 func (s *DNSServer) answers() error {
 	if s.hasReady {
-		if err := getOK(s.readyURL); err != nil {
+		if err := GetOK(s.readyURL); err != nil {
 			return err
 		}
 	}
 	// CoreDNS serves on without metrics when their port is taken.
 	if s.hasMetrics {
-		if err := getOK(s.MetricsURL); err != nil {
+		if err := GetOK(s.MetricsURL); err != nil {
 			return err
 		}
 	}
@@ -306,10 +291,7 @@ func (s *DNSServer) Metric(t testing.TB, series string) (string, bool) {
 // Metrics returns the lines of the server's Prometheus exposition.
 func (s *DNSServer) Metrics(t testing.TB) []string {
 	t.Helper()
-	resp, err := http.Get(s.MetricsURL)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	body, err := getBody(s.MetricsURL, 5*time.Second)
 	require.NoError(t, err)
 	return strings.Split(string(body), "\n")
 }

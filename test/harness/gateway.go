@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"maps"
@@ -265,15 +266,11 @@ func (g *Gateway) Metric(name string, labels map[string]string) (float64, bool, 
 
 // Peers returns the gateway's /peers by cluster.
 func (g *Gateway) Peers() (map[string]peers.State, error) {
-	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(g.MetricsURL + "/peers")
+	body, err := getBody(g.MetricsURL+"/peers", 2*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/peers: %s", resp.Status)
-	}
-	states, err := peers.Decode(resp.Body)
+	states, err := peers.Decode(bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("/peers: %w", err)
 	}
@@ -284,15 +281,11 @@ func (g *Gateway) Peers() (map[string]peers.State, error) {
 // sum of the samples of metric name whose labels include every pair of
 // labels, and whether any sample matched.
 func ScrapeMetric(url, name string, labels map[string]string) (float64, bool, error) {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	body, err := getBody(url, 5*time.Second)
 	if err != nil {
 		return 0, false, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, false, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return sumSamples(resp.Body, name, labels)
+	return sumSamples(bytes.NewReader(body), name, labels)
 }
 
 // MetricIn is ScrapeMetric of an exposition already read (one fetched from

@@ -1,8 +1,8 @@
 package harness
 
 import (
-	"bufio"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -35,32 +35,45 @@ func RequireMetric(t require.TestingT, url, name string, lbl map[string]string) 
 // value of the sample whose name and labels are exactly series, e.g.
 // `coredns_mcmirror_link_up{cluster="west"}`, and whether there is one.
 func ScrapeSeries(url, series string) (float64, bool, error) {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	body, err := getBody(url, 5*time.Second)
 	if err != nil {
 		return 0, false, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, false, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), series+" ")
+	for _, line := range strings.Split(string(body), "\n") {
+		v, ok := strings.CutPrefix(line, series+" ")
 		if !ok {
 			continue
 		}
 		f := strings.Fields(v)
 		if len(f) == 0 {
-			return 0, false, fmt.Errorf("bad sample %q", sc.Text())
+			return 0, false, fmt.Errorf("bad sample %q", line)
 		}
 		n, err := strconv.ParseFloat(f[0], 64)
 		if err != nil {
-			return 0, false, fmt.Errorf("bad sample %q: %w", sc.Text(), err)
+			return 0, false, fmt.Errorf("bad sample %q: %w", line, err)
 		}
 		return n, true, nil
 	}
-	return 0, false, sc.Err()
+	return 0, false, nil
+}
+
+// GetOK GETs url, which must answer 200.
+func GetOK(url string) error {
+	_, err := getBody(url, 2*time.Second)
+	return err
+}
+
+// getBody GETs url within timeout and returns the body of its 200 answer.
+func getBody(url string, timeout time.Duration) ([]byte, error) {
+	resp, err := (&http.Client{Timeout: timeout}).Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return io.ReadAll(resp.Body)
 }
 
 // SeriesValue is ScrapeSeries for a test: the value of series at url, and

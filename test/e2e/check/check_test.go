@@ -148,7 +148,7 @@ func TestPeerCertificateOfAnotherCluster(t *testing.T) {
 	ingress, metrics := harness.LoopbackAddr(harness.FreePort(t)), harness.LoopbackAddr(harness.FreePort(t))
 	paris := &proc{name: "paris/gateway", argv: append([]string{bin, "gateway", "--cluster=paris", "--kubeconfig=" + env.Cluster("west").Kubeconfig,
 		"--ingress-address=" + ingress, "--metrics-addr=" + metrics, "--egress=false", "--allow-cluster=east", "--drain-delay=0s"}, parisTLS.Args()...),
-		ready: httpOK("http://" + metrics + "/readyz")}
+		readyURL: "http://" + metrics + "/readyz"}
 	require.NoError(t, paris.start(ctx))
 	t.Cleanup(paris.stop)
 

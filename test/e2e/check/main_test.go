@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -102,10 +101,11 @@ func setup(t *testing.T) *fleet {
 // proc is a process of the fleet that a test may stop and start again with
 // the same arguments, as a pod that dies and comes back.
 type proc struct {
-	name  string
-	argv  []string
-	env   []string
-	ready func() error
+	name string
+	argv []string
+	env  []string
+	// readyURL answers 200 once the process is ready.
+	readyURL string
 
 	mu sync.Mutex
 	p  *harness.Process
@@ -124,7 +124,7 @@ func (p *proc) start(ctx context.Context) error {
 		if done, err := p.p.Exited(); done {
 			return fmt.Errorf("%s exited: %v\n%s", p.name, err, p.p.Tail(30))
 		}
-		err := p.ready()
+		err := harness.GetOK(p.readyURL)
 		if err == nil {
 			return nil
 		}
@@ -140,30 +140,6 @@ func (p *proc) stop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.p.Stop()
-}
-
-// httpOK is a readiness test: url answers 200.
-func httpOK(url string) func() error {
-	return func() error {
-		resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(url)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", url, resp.Status)
-		}
-		return nil
-	}
-}
-
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // start installs deploy/*.yaml as deploy/README.md has it (east links west
@@ -268,7 +244,7 @@ func start(ctx context.Context) (*fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	metricsPort, err := freePort(host.String())
+	metricsPort, err := harness.FreeTCPPort()
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +261,7 @@ func start(ctx context.Context) (*fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	eastIngress, err := freePort("127.0.0.1")
+	eastIngress, err := harness.FreeTCPPort()
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +285,7 @@ func start(ctx context.Context) (*fleet, error) {
 		// A test stops it: no load balancer to drain from here.
 		"--drain-delay=0s")
 	f.eastGW = &proc{name: "east/gateway", argv: argv, env: []string{"POD_NAME=" + gatewayPod, "POD_NAMESPACE=mcmirror"},
-		ready: httpOK("http://" + metrics + "/readyz")}
+		readyURL: "http://" + metrics + "/readyz"}
 	if err := f.eastGW.start(ctx); err != nil {
 		return nil, err
 	}
@@ -403,7 +379,7 @@ func startController(ctx context.Context, dir, bin string) error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort("127.0.0.1")
+	port, err := harness.FreeTCPPort()
 	if err != nil {
 		return err
 	}
@@ -419,7 +395,7 @@ func startController(ctx context.Context, dir, bin string) error {
 	// that relabels or deletes the link Secret leaves the next one less
 	// to wait for.
 	p := &proc{name: "east/controller", argv: append(argv, "--kubeconfig="+kc, "--link-removal-grace=1s"),
-		ready: httpOK("http://" + metrics + "/healthz")}
+		readyURL: "http://" + metrics + "/healthz"}
 	return p.start(ctx)
 }
 
@@ -446,7 +422,7 @@ func startDNS(ctx context.Context, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	health, err := freePort("127.0.0.1")
+	health, err := harness.FreeTCPPort()
 	if err != nil {
 		return "", err
 	}

@@ -34,10 +34,12 @@ func deadKubeconfig(t *testing.T) string {
 	return path
 }
 
-// leftImport writes in east what a previous run left of the import ns/name
-// from cluster alone: the ServiceImport naming it, the derived Service, and
-// the cluster's slice with one endpoint at addr.
-func leftImport(t *testing.T, ns, name, cluster, addr string) {
+// leftImport writes in east what an earlier run left of the import
+// ns/name from cluster alone: the ServiceImport naming it, the derived
+// Service under derivedName with its ClusterSetIP on the ServiceImport, and
+// the cluster's slice of it (owned by the derived Service when owned) with
+// one endpoint at addr:port. It returns the derived Service.
+func leftImport(t *testing.T, ns, name, derivedName, cluster, addr string, port int32, owned bool) *corev1.Service {
 	t.Helper()
 	ctx := context.Background()
 	east := env.Cluster("east")
@@ -48,26 +50,36 @@ func leftImport(t *testing.T, ns, name, cluster, addr string) {
 			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	si.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: cluster}}
-	_, err = imports.UpdateStatus(ctx, si, metav1.UpdateOptions{})
-	require.NoError(t, err)
 	derived, err := east.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: controller.DerivedName(ns, name),
+		ObjectMeta: metav1.ObjectMeta{Name: derivedName,
 			Labels:          map[string]string{controller.ManagedBy: controller.ManagedByValue, labels.ServiceImport: name, mcsv1beta1.LabelServiceName: name},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1beta1.SchemeGroupVersion.String(), Kind: "ServiceImport", Name: name, UID: si.UID}}},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+	require.NotEmpty(t, derived.Spec.ClusterIPs)
+	si.Spec.IPs = derived.Spec.ClusterIPs
+	si, err = imports.Update(ctx, si, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	// Its status names the exporting cluster: the import waits for that
+	// cluster's link before it changes anything.
+	si.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: cluster}}
+	_, err = imports.UpdateStatus(ctx, si, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: derived.Name + "-" + cluster, Labels: map[string]string{
 			discoveryv1.LabelServiceName: derived.Name, discoveryv1.LabelManagedBy: controller.EndpointSliceManagedBy,
-			controller.ManagedBy: controller.ManagedByValue, mcsv1beta1.LabelServiceName: name, mcsv1beta1.LabelSourceCluster: cluster},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: derived.Name, UID: derived.UID}}},
+			controller.ManagedBy: controller.ManagedByValue, mcsv1beta1.LabelServiceName: name, mcsv1beta1.LabelSourceCluster: cluster}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(8080))}},
-	}, metav1.CreateOptions{})
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)}},
+	}
+	if owned {
+		slice.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: derived.Name, UID: derived.UID}}
+	}
+	_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
 	require.NoError(t, err)
+	return derived
 }
 
 // A link that never syncs holds up no import it takes no part in: east's
@@ -79,7 +91,7 @@ func TestImportsWithUnsyncedLink(t *testing.T) {
 	const ns = "e2e-mcs-unsynced"
 	ctx := setUp(t, ns, "east", "west")
 	west := env.Cluster("west")
-	leftImport(t, ns, "db", "tokyo", "10.250.0.7")
+	leftImport(t, ns, "db", controller.DerivedName(ns, "db"), "tokyo", "10.250.0.7", 8080, true)
 
 	ctl := env.StartFleet(t, harness.FleetOptions{Local: "east", Parts: harness.FleetController,
 		Links:      []harness.Link{{Name: "west", Kubeconfig: west.Kubeconfig}, {Name: "tokyo", Kubeconfig: deadKubeconfig(t)}},

@@ -290,37 +290,7 @@ func TestServiceImportDerivedNameUpgrade(t *testing.T) {
 	sum := sha256.Sum256([]byte(ns + "/api"))
 	former := "derived-" + hex.EncodeToString(sum[:])[:10]
 	require.NotEqual(t, former, controller.DerivedName(ns, "api"))
-	si, err := mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns).Create(ctx, &mcsv1beta1.ServiceImport{
-		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: ns, Labels: map[string]string{labels.ManagedBy: labels.ManagedByValue}},
-		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP,
-			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	old, err := east.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: former, Labels: map[string]string{
-			labels.ManagedBy: labels.ManagedByValue, labels.ServiceImport: "api", mcsv1beta1.LabelServiceName: "api"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1beta1.SchemeGroupVersion.String(), Kind: "ServiceImport", Name: "api", UID: si.UID}}},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	require.NotEmpty(t, old.Spec.ClusterIPs)
-	si.Spec.IPs = old.Spec.ClusterIPs
-	si, err = mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns).Update(ctx, si, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	// Its status names the exporting cluster, as that release wrote it:
-	// the import waits for west's link before it changes anything.
-	si.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: "west"}}
-	_, err = mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns).UpdateStatus(ctx, si, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: former + "-west", Labels: map[string]string{
-			discoveryv1.LabelServiceName: former, discoveryv1.LabelManagedBy: controller.EndpointSliceManagedBy,
-			labels.ManagedBy: labels.ManagedByValue, mcsv1beta1.LabelServiceName: "api", mcsv1beta1.LabelSourceCluster: "west"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{egress}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(31000))}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	old := leftImport(t, ns, "api", former, "west", egress, 31000, false)
 
 	p := startController(t, "controller")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

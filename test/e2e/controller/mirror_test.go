@@ -2,8 +2,6 @@ package controller_test
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"testing"
 
 	"github.com/mcmirror/mcmirror/controller"
@@ -139,15 +137,11 @@ spec: {clusterIP: None, selector: {app: x}}
 
 	// And the metrics say so.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		resp, err := http.Get("http://" + metrics + "/metrics")
-		require.NoError(c, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(c, err)
-		assert.Contains(c, string(body), `coredns_mcmirror_controller_not_mirrored{cluster="west",reason="HeadlessWithoutPorts"} 1`)
-		assert.Contains(c, string(body), `coredns_mcmirror_controller_not_mirrored{cluster="west",reason="MirrorNameInvalid"} 1`)
-		assert.Contains(c, string(body), `coredns_mcmirror_controller_links 2`)
-		assert.Contains(c, string(body), `coredns_mcmirror_controller_syncs_total{result="success"}`)
+		url := "http://" + metrics + "/metrics"
+		assert.Equal(c, 1.0, harness.RequireSeries(c, url, `coredns_mcmirror_controller_not_mirrored{cluster="west",reason="HeadlessWithoutPorts"}`))
+		assert.Equal(c, 1.0, harness.RequireSeries(c, url, `coredns_mcmirror_controller_not_mirrored{cluster="west",reason="MirrorNameInvalid"}`))
+		assert.Equal(c, 2.0, harness.RequireSeries(c, url, `coredns_mcmirror_controller_links`))
+		harness.RequireSeries(c, url, `coredns_mcmirror_controller_syncs_total{result="success"}`)
 	}, wait, tick)
 }
 

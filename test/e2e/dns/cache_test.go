@@ -2,8 +2,6 @@ package dns_test
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +33,7 @@ func TestCacheInFrontKeepsBigReplies(t *testing.T) {
 
 	const srvAnswers = `coredns_mcmirror_answers_total{kind="srv",rcode="NOERROR"}`
 	before := s.Value(t, srvAnswers)
-	hitsBefore := sumSeries(t, s, "coredns_cache_hits_total{")
+	hitsBefore := harness.MetricValue(t, s.MetricsURL, "coredns_cache_hits_total", nil)
 	name := "_http._tcp.peers-global." + ns + "." + zone
 	for i := range 2 {
 		r := s.Ask(t, "udp", name, dns.TypeSRV)
@@ -49,22 +47,6 @@ func TestCacheInFrontKeepsBigReplies(t *testing.T) {
 	assert.Len(t, glue(r), pods, "TCP: every glue record")
 
 	// Three replies came from the live server; the cache gave two of them.
-	assert.Equal(t, 2.0, sumSeries(t, s, "coredns_cache_hits_total{")-hitsBefore, "cache hits")
+	assert.Equal(t, 2.0, harness.MetricValue(t, s.MetricsURL, "coredns_cache_hits_total", nil)-hitsBefore, "cache hits")
 	assert.Equal(t, 1.0, s.Value(t, srvAnswers)-before, "queries mcmirror answered")
-}
-
-// sumSeries adds up every sample of s whose line starts with prefix (a
-// metric name and "{"): a counter over all its label sets.
-func sumSeries(t *testing.T, s *harness.DNSServer, prefix string) float64 {
-	t.Helper()
-	sum := 0.0
-	for _, line := range s.Metrics(t) {
-		if !strings.HasPrefix(line, prefix) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		require.NoError(t, err, line)
-		sum += v
-	}
-	return sum
 }

@@ -2,7 +2,6 @@ package dns_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -56,10 +55,7 @@ func TestControllerRefusesHostileLinkSecret(t *testing.T) {
 		assert.Equal(c, corev1.EventTypeWarning, e.Type)
 		assert.Contains(c, e.Message, `Link Secret refused (exec): kubeconfig refused: user "mcmirror-link" runs a command (exec "/bin/sh")`)
 	}, 30*time.Second, 100*time.Millisecond, "Event on the refused Secret")
-	require.Eventually(t, func() bool {
-		v, _, err := harness.ScrapeSeries(metrics, series)
-		return err == nil && v > before
-	}, 30*time.Second, 50*time.Millisecond, "%s did not move", series)
+	waitMetricAbove(t, metrics, series, before)
 	waitLogLine(t, p, "link secret "+linkNS+"/cluster-credentials-west refused (exec)")
 	env.RequireAlive(t, p)
 	assert.NoFileExists(t, marker, "the exec plugin ran")
@@ -67,12 +63,7 @@ func TestControllerRefusesHostileLinkSecret(t *testing.T) {
 
 	// Allowed, the command runs: the controller lists west through it.
 	p2, _ := startLinkController(t, linkNS, "--allow-insecure-kubeconfig", "exec")
-	require.Eventually(t, func() bool { return fileExists(marker) }, 30*time.Second, 50*time.Millisecond,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.FileExists(c, marker) }, 30*time.Second, 50*time.Millisecond,
 		"the allowed exec plugin did not run\n%s", p2.Tail(20))
 	waitLogLine(t, p2, "Linked cluster synced")
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -288,8 +287,7 @@ func TestUnreachableLink(t *testing.T) {
 
 	// A kubeconfig for an API server that is not there.
 	dead := strings.Replace(string(paris.LinkData(t)), paris.Server, fmt.Sprintf("https://127.0.0.1:%d", harness.FreePort(t)), 1)
-	deadPath := filepath.Join(t.TempDir(), "dead.kubeconfig")
-	require.NoError(t, os.WriteFile(deadPath, []byte(dead), 0o600))
+	deadPath := harness.TempFile(t, "dead.kubeconfig", []byte(dead))
 
 	s := startDNS(t, []string{"paris"}, "link moon "+deadPath, "startup_timeout 2s")
 	assert.Equal(t, values(eps), harness.Answers(s.Ask(t, "udp", "nginx-svc-paris."+ns+"."+zone, dns.TypeA)))

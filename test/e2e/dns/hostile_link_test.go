@@ -88,13 +88,13 @@ func (c *tokenCatcher) caPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.srv.Certificate().Raw})
 }
 
-// waitMetricAbove waits until series exceeds before. The metrics listener
-// may be away for a moment (a reload restarts it): a failed read is a
-// "not yet".
-func waitMetricAbove(t *testing.T, s *harness.DNSServer, series string, before float64) {
+// waitMetricAbove waits until series at url exceeds before. The metrics
+// listener may be away for a moment (a reload restarts it): a failed read
+// is a "not yet".
+func waitMetricAbove(t *testing.T, url, series string, before float64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		v, _, err := harness.ScrapeSeries(s.MetricsURL, series)
+		v, _, err := harness.ScrapeSeries(url, series)
 		return err == nil && v > before
 	}, 30*time.Second, 50*time.Millisecond, "%s did not move from %v", series, before)
 }
@@ -140,8 +140,8 @@ func TestHostileLinkSecrets(t *testing.T) {
 
 	// Positive evidence first: both refusals counted and logged, the good
 	// Secret linked, the process alive.
-	waitMetricAbove(t, s, execSeries, execBefore)
-	waitMetricAbove(t, s, filesSeries, filesBefore)
+	waitMetricAbove(t, s.MetricsURL, execSeries, execBefore)
+	waitMetricAbove(t, s.MetricsURL, filesSeries, filesBefore)
 	waitLogLine(t, s.Process, "link secret "+linkNS+`/cluster-credentials-west refused (exec): kubeconfig refused: user "mcmirror-link" runs a command (exec "/bin/sh")`)
 	waitLogLine(t, s.Process, "link secret "+linkNS+`/cluster-credentials-tokyo refused (files): kubeconfig refused: user "u" reads file "`+tokenFile+`" (tokenFile)`)
 	parisName := "nginx-svc-paris." + ns + "." + zone
@@ -160,7 +160,7 @@ func TestHostileLinkSecrets(t *testing.T) {
 	paris2.Data[labels.LinkSecretKey] = execKubeconfig(t, paris, parisMarker)
 	_, err = secrets.Update(ctx, paris2, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	waitMetricAbove(t, s, execSeries, execBefore)
+	waitMetricAbove(t, s.MetricsURL, execSeries, execBefore)
 	waitLogLine(t, s.Process, "link secret "+linkNS+`/cluster-credentials-paris refused (exec)`)
 	waitLogLine(t, s.Process, `keeping the running link to cluster "paris"`)
 	env.RequireAlive(t, s.Process)
@@ -229,7 +229,7 @@ func TestRefusalReasons(t *testing.T) {
 		series := `coredns_mcmirror_link_refused_total{reason="` + tc.reason + `"}`
 		before := s.Value(t, series)
 		east.CreateLinkSecret(t, linkNS, tc.cluster, tc.kc)
-		waitMetricAbove(t, s, series, before)
+		waitMetricAbove(t, s.MetricsURL, series, before)
 		waitLogLine(t, s.Process, "link secret "+linkNS+"/cluster-credentials-"+tc.cluster+" refused ("+tc.reason+")")
 	}
 	env.RequireAlive(t, s.Process)

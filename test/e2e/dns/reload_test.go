@@ -54,7 +54,7 @@ func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
 	badLine := 1 + strings.Count(bad[:strings.Index(bad, "ttl 99999")], "\n")
 
 	// Positive evidence: the reload was tried, failed, and said where.
-	waitMetricAbove(t, s, failed, before)
+	waitMetricAbove(t, s.MetricsURL, failed, before)
 	waitLogLine(t, s.Process, fmt.Sprintf("plugin/mcmirror: %s:%d - Error during parsing: ttl must be in range [0, 3600]: 99999", s.Corefile, badLine))
 	env.RequireAlive(t, s.Process)
 	got, ttl := ttlOf(t, s, name)

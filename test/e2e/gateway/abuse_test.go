@@ -7,7 +7,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -25,10 +24,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/mcmirror/mcmirror/gateway"
 	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
@@ -175,46 +170,6 @@ func procStats(t require.TestingT, pid int) (rssKB, fds int) {
 	return rssKB, fds
 }
 
-// peakSampler samples a process's descriptors and memory every few
-// milliseconds until stopped, and keeps the largest.
-type peakSampler struct {
-	rssKB, fds atomic.Int64
-	stop, done chan struct{}
-}
-
-func samplePeaks(pid int) *peakSampler {
-	s := &peakSampler{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for {
-			rss, fds, err := readProcStats(pid)
-			if err != nil {
-				return // the process is gone: the test says so
-			}
-			if rss > int(s.rssKB.Load()) {
-				s.rssKB.Store(int64(rss))
-			}
-			if fds > int(s.fds.Load()) {
-				s.fds.Store(int64(fds))
-			}
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return s
-}
-
-func (s *peakSampler) end() (rssKB, fds int) {
-	close(s.stop)
-	<-s.done
-	return int(s.rssKB.Load()), int(s.fds.Load())
-}
-
 // ingressClient talks to west's ingress directly, as the gateway of the
 // cluster its certificate names.
 type ingressClient struct {
@@ -321,7 +276,6 @@ func expectRefusals(t *testing.T, west *harness.Gateway, c *ingressClient, peer 
 // bound, and its memory is logged before and after and stays under the
 // Deployment's limit (1 GiB).
 func TestIngressUnderAbuse(t *testing.T) {
-	ctx := context.Background()
 	ns := env.UniqueNamespace(t, "gw-abuse")
 	westC := env.Cluster("west")
 	pods := westC.RunEchoPods(t, podPort, "abuse-web-0")
@@ -336,18 +290,7 @@ func TestIngressUnderAbuse(t *testing.T) {
 	west, east := f.Gateways["west"], f.Gateways["east"]
 	exportService(t, ns, "web", false, pods)
 	// An unexported Service with a ready endpoint: the pod.
-	_, err := westC.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "secret", Namespace: ns},
-		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: portName, Port: servicePort, Protocol: corev1.ProtocolTCP}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = westC.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "secret-pods", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: "secret"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(portName), Port: ptr.To(int32(podPort)), Protocol: ptr.To(corev1.ProtocolTCP)}},
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{pods[0].IP.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	westC.CreateSelectorless(t, ns, "secret", harness.SelectorlessService{Port: servicePort, TargetPort: podPort, Endpoints: harness.PodAddrs(pods)})
 	m := waitMirror(t, ns, "web-west")
 	addr := m.addr()
 	waitGreet(t, addr, wait, "web-west is reached before the abuse")
@@ -355,7 +298,8 @@ func TestIngressUnderAbuse(t *testing.T) {
 	pid := west.Process().PID
 	rssBefore, fdsBefore := procStats(t, pid)
 	t.Logf("west's gateway before: RSS %d KiB, %d fds", rssBefore, fdsBefore)
-	peaks := samplePeaks(pid)
+	rssPeaks := sampleMax(5*time.Millisecond, func() (float64, bool) { rss, _, err := readProcStats(pid); return float64(rss), err == nil })
+	fdsPeaks := sampleMax(5*time.Millisecond, func() (float64, bool) { _, fds, err := readProcStats(pid); return float64(fds), err == nil })
 	legit := startLegitLoop(addr)
 	defer legit.end()
 	asEast := newIngressClient(t, west.IngressAddr, clientTLS["east"])
@@ -489,7 +433,7 @@ func TestIngressUnderAbuse(t *testing.T) {
 		assert.GreaterOrEqual(t, evicted, float64(n-abuseMaxConns), "evictions")
 	})
 
-	rssPeak, fdsPeak := peaks.end()
+	rssPeak, fdsPeak := int(rssPeaks.end()), int(fdsPeaks.end())
 	env.RequireAlive(t, west.Process())
 	env.RequireAlive(t, east.Process())
 	// Every failure of the legitimate client was judged by the phase it

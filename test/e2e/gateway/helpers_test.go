@@ -137,6 +137,19 @@ func waitGreet(t *testing.T, addr string, d time.Duration, msg string) string {
 	return pod
 }
 
+// greetAll reaches addr connections times, the first within wait as
+// waitGreet does, and returns the pods that answered.
+func greetAll(t *testing.T, addr, msg string) []string {
+	t.Helper()
+	got := []string{waitGreet(t, addr, wait, msg)}
+	for range connections - 1 {
+		pod, err := greet(addr)
+		require.NoError(t, err)
+		got = append(got, pod)
+	}
+	return got
+}
+
 // expectReset connects to addr, where the egress must refuse what it
 // cannot carry with a TCP reset: it fails t unless the connection is reset
 // within limit with no byte of the target's. The reset may come before the

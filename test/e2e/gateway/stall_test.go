@@ -93,7 +93,7 @@ func TestStalledReadersWithinMemoryLimit(t *testing.T) {
 		return metric(t, eastGW, "coredns_mcmirror_gateway_refusals_total", map[string]string{"direction": "egress", "reason": reason})
 	}
 	fromSourceBefore, tooManyBefore := refused("too_many_from_source"), refused("too_many_connections")
-	peaks := map[*harness.Gateway]*reservedPeak{eastGW: sampleReserved(eastGW), westGW: sampleReserved(westGW)}
+	peaks := map[*harness.Gateway]*maxSampler{eastGW: sampleReserved(eastGW), westGW: sampleReserved(westGW)}
 
 	// The readers. A reader whose first bytes came is a stalled stream and
 	// stays open; one the egress reset is refused.
@@ -212,35 +212,44 @@ func echoWhole(t *testing.T, c net.Conn, n int) {
 	require.True(t, bytes.Equal(payload, got), "the legitimate stream echoed %d bytes of %d, or other bytes", len(got), len(payload))
 }
 
-// reservedPeak samples a gateway's copy_buffer_bytes_reserved until ended,
-// and keeps the largest.
-type reservedPeak struct {
+// maxSampler keeps the largest value a read gave until it is ended.
+type maxSampler struct {
 	max        atomic.Uint64 // math.Float64bits
 	stop, done chan struct{}
 }
 
-func sampleReserved(g *harness.Gateway) *reservedPeak {
-	p := &reservedPeak{stop: make(chan struct{}), done: make(chan struct{})}
+// sampleMax calls read every interval until end, and keeps the largest
+// value it reads (ok false: nothing read, e.g. the process is gone).
+func sampleMax(every time.Duration, read func() (v float64, ok bool)) *maxSampler {
+	s := &maxSampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
-		defer close(p.done)
+		defer close(s.done)
 		for {
-			if v, ok, err := g.Metric("coredns_mcmirror_gateway_copy_buffer_bytes_reserved", nil); err == nil && ok && v > math.Float64frombits(p.max.Load()) {
-				p.max.Store(math.Float64bits(v))
+			if v, ok := read(); ok && v > math.Float64frombits(s.max.Load()) {
+				s.max.Store(math.Float64bits(v))
 			}
 			select {
-			case <-p.stop:
+			case <-s.stop:
 				return
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(every):
 			}
 		}
 	}()
-	return p
+	return s
 }
 
-func (p *reservedPeak) end() float64 {
-	close(p.stop)
-	<-p.done
-	return math.Float64frombits(p.max.Load())
+func (s *maxSampler) end() float64 {
+	close(s.stop)
+	<-s.done
+	return math.Float64frombits(s.max.Load())
+}
+
+// sampleReserved samples a gateway's copy_buffer_bytes_reserved.
+func sampleReserved(g *harness.Gateway) *maxSampler {
+	return sampleMax(20*time.Millisecond, func() (float64, bool) {
+		v, ok, err := g.Metric("coredns_mcmirror_gateway_copy_buffer_bytes_reserved", nil)
+		return v, ok && err == nil
+	})
 }
 
 // smallReceiveBuffer shrinks a reader's receive buffer before it connects,

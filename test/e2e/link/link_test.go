@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -104,23 +105,15 @@ func assertLinkAccess(t *testing.T, ctx context.Context, link kubernetes.Interfa
 	assert.NotEmpty(t, svcs.Items)
 	_, err = link.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
 	require.NoError(t, err, "list EndpointSlices")
-	for name, open := range map[string]func() error{
-		"Services": func() error {
-			w, err := link.CoreV1().Services("").Watch(ctx, metav1.ListOptions{})
-			if err == nil {
-				w.Stop()
-			}
-			return err
-		},
-		"EndpointSlices": func() error {
-			w, err := link.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{})
-			if err == nil {
-				w.Stop()
-			}
-			return err
+	for name, open := range map[string]func() (watch.Interface, error){
+		"Services": func() (watch.Interface, error) { return link.CoreV1().Services("").Watch(ctx, metav1.ListOptions{}) },
+		"EndpointSlices": func() (watch.Interface, error) {
+			return link.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{})
 		},
 	} {
-		require.NoError(t, open(), "watch %s", name)
+		w, err := open()
+		require.NoError(t, err, "watch %s", name)
+		w.Stop()
 	}
 
 	svc, err := west.Client.CoreV1().Services(ns).Get(ctx, "nginx-svc", metav1.GetOptions{})
@@ -132,9 +125,7 @@ func assertLinkAccess(t *testing.T, ctx context.Context, link kubernetes.Interfa
 	edited.Labels["edited"] = "yes"
 	expiry := int64(3600)
 	for what, call := range map[string]func() error{
-		"get a Secret": func() error {
-			return errOf(link.CoreV1().Secrets("kube-system").Get(ctx, "any", metav1.GetOptions{}))
-		},
+		"get a Secret": func() error { return errOf(link.CoreV1().Secrets("kube-system").Get(ctx, "any", metav1.GetOptions{})) },
 		"list Secrets": func() error { _, err := link.CoreV1().Secrets("").List(ctx, metav1.ListOptions{}); return err },
 		"list its own token": func() error {
 			return errOf(link.CoreV1().Secrets(grant.DefaultNamespace).List(ctx, metav1.ListOptions{}))
@@ -144,9 +135,7 @@ func assertLinkAccess(t *testing.T, ctx context.Context, link kubernetes.Interfa
 		"create a Service": func() error {
 			return errOf(link.CoreV1().Services(ns).Create(ctx, newService(ns), metav1.CreateOptions{}))
 		},
-		"update a Service": func() error {
-			return errOf(link.CoreV1().Services(ns).Update(ctx, edited, metav1.UpdateOptions{}))
-		},
+		"update a Service": func() error { return errOf(link.CoreV1().Services(ns).Update(ctx, edited, metav1.UpdateOptions{})) },
 		"patch a Service":  func() error { return patchLabel(ctx, link, ns, svc.Name) },
 		"delete a Service": func() error { return link.CoreV1().Services(ns).Delete(ctx, svc.Name, metav1.DeleteOptions{}) },
 		"delete EndpointSlices": func() error {
@@ -161,14 +150,12 @@ func assertLinkAccess(t *testing.T, ctx context.Context, link kubernetes.Interfa
 		"get an EndpointSlice": func() error {
 			return errOf(link.DiscoveryV1().EndpointSlices(ns).Get(ctx, slices.Items[0].Name, metav1.GetOptions{}))
 		},
-		"list Pods":       func() error { _, err := link.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); return err },
-		"list ConfigMaps": func() error { _, err := link.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); return err },
-		"list Namespaces": func() error { _, err := link.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); return err },
-		"list Nodes":      func() error { _, err := link.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err },
-		"list Endpoints":  func() error { _, err := link.CoreV1().Endpoints("").List(ctx, metav1.ListOptions{}); return err },
-		"create a Pod": func() error {
-			return errOf(link.CoreV1().Pods(ns).Create(ctx, newPod(ns), metav1.CreateOptions{}))
-		},
+		"list Pods":            func() error { _, err := link.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); return err },
+		"list ConfigMaps":      func() error { _, err := link.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); return err },
+		"list Namespaces":      func() error { _, err := link.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); return err },
+		"list Nodes":           func() error { _, err := link.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err },
+		"list Endpoints":       func() error { _, err := link.CoreV1().Endpoints("").List(ctx, metav1.ListOptions{}); return err },
+		"create a Pod":         func() error { return errOf(link.CoreV1().Pods(ns).Create(ctx, newPod(ns), metav1.CreateOptions{})) },
 		"list ServiceAccounts": func() error { _, err := link.CoreV1().ServiceAccounts("").List(ctx, metav1.ListOptions{}); return err },
 		"list ClusterRoles":    func() error { _, err := link.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{}); return err },
 		"create a ClusterRoleBinding": func() error {

@@ -47,7 +47,7 @@ func (s *syncer) applyServices(wants []want) map[string]*corev1.Service {
 func (s *syncer) allocatePorts(existing, desired *corev1.Service) {
 	recorded := map[string]int32{}
 	if existing != nil {
-		recorded = labels.ParseEgressPorts(existing.Annotations[EgressPorts])
+		recorded = labels.ParseEgressPorts(existing.Annotations[labels.EgressPorts])
 	}
 	got := map[string]int32{}
 	for _, p := range desired.Spec.Ports {
@@ -61,7 +61,7 @@ func (s *syncer) allocatePorts(existing, desired *corev1.Service) {
 		}
 		got[pk] = port
 	}
-	desired.Annotations[EgressPorts] = labels.FormatEgressPorts(got)
+	desired.Annotations[labels.EgressPorts] = labels.FormatEgressPorts(got)
 }
 
 // applyService creates or updates one wanted Service; it returns the
@@ -127,7 +127,7 @@ func (s *syncer) applyService(w want) *corev1.Service {
 
 // optionalAnnotations are the controller's annotations a mirror has only
 // at times: removed when the desired mirror lacks them.
-var optionalAnnotations = []string{EgressPorts, RemoteHeadless}
+var optionalAnnotations = []string{labels.EgressPorts, labels.RemoteHeadless}
 
 // serviceNeedsUpdate compares the fields the controller owns.
 func serviceNeedsUpdate(existing, desired *corev1.Service) bool {

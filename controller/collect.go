@@ -36,7 +36,7 @@ func (s *syncer) collect(delSlices, delServices []string) {
 func (s *syncer) releasePorts() {
 	keep := maps.Clone(s.keepPorts)
 	for _, svc := range s.final.services {
-		for pk := range labels.ParseEgressPorts(svc.Annotations[EgressPorts]) {
+		for pk := range labels.ParseEgressPorts(svc.Annotations[labels.EgressPorts]) {
 			keep[portOwner(svc.Namespace, svc.Name, pk)] = true
 		}
 	}

@@ -117,7 +117,7 @@ type Options struct {
 	// Service the clusterset exports gets its ServiceImport here
 	// (mcsapi.go); nil leaves the API alone (its CRDs are not installed).
 	MCS mcsclient.Interface
-	// ServiceExportMode is the mode, labels.ModeGateway or ModeFlat, of a
+	// ServiceExportMode is the mode, labels.ModeGateway or labels.ModeFlat, of a
 	// ServiceExport without the mcmirror.dev/mode annotation (default
 	// gateway).
 	ServiceExportMode string
@@ -336,7 +336,7 @@ func New(opts Options) (*Controller, error) {
 	c.slices = discoveryinformers.NewFilteredEndpointSliceInformer(opts.Client, metav1.NamespaceAll, resyncPeriod,
 		cache.Indexers{byKey: indexByKey, byCluster: indexByCluster, byService: indexSliceByService},
 		func(o *metav1.ListOptions) {
-			o.LabelSelector = discoveryv1.LabelManagedBy + "=" + EndpointSliceManagedBy
+			o.LabelSelector = discoveryv1.LabelManagedBy + "=" + labels.EndpointSliceManagedBy
 		})
 	c.namespaces = coreinformers.NewNamespaceInformer(opts.Client, resyncPeriod, cache.Indexers{})
 	// The Services keep the controller's own managed fields: the stamp
@@ -462,7 +462,7 @@ func (c *Controller) restorePorts(logger klog.Logger) {
 		if !owned {
 			continue
 		}
-		for pk, p := range labels.ParseEgressPorts(s.Annotations[EgressPorts]) {
+		for pk, p := range labels.ParseEgressPorts(s.Annotations[labels.EgressPorts]) {
 			owner := portOwner(s.Namespace, s.Name, pk)
 			if !c.ports.Claim(key, owner, p) {
 				logger.Info("Egress port recorded on a mirror is out of range or taken; it will be reallocated", "service", klog.KObj(s), "port", pk, "egressPort", p)

@@ -79,7 +79,7 @@ func TestFailedWriteKeepsEgressPorts(t *testing.T) {
 		remote: []runtime.Object{exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "")},
 		key:    "west/default/db", change: []runtime.Object{endpoints("default", "db", "db-0")}, verb: "delete", obj: "db-west",
 	}}, func(f *fixture, svc string) int32 {
-		return labels.ParseEgressPorts(f.service("default", svc).Annotations[EgressPorts])["80/TCP"]
+		return labels.ParseEgressPorts(f.service("default", svc).Annotations[labels.EgressPorts])["80/TCP"]
 	})
 }
 
@@ -123,7 +123,7 @@ func testFailedWrite(t *testing.T, o fixtureOptions, resource string, cases []fa
 
 			f.sync("west/default/api")
 			f.assertEgressPortsUnique()
-			assert.Empty(t, f.service("default", "api-west").Annotations[EgressPorts], "no port free for api")
+			assert.Empty(t, f.service("default", "api-west").Annotations[labels.EgressPorts], "no port free for api")
 
 			// The write succeeds: the port is released and api gets it.
 			*fail = false
@@ -132,7 +132,7 @@ func testFailedWrite(t *testing.T, o fixtureOptions, resource string, cases []fa
 			assert.False(t, ok, "released")
 			f.converge("west/default/api")
 			f.assertEgressPortsUnique()
-			assert.Equal(t, labels.FormatEgressPorts(map[string]int32{"80/TCP": recorded}), f.service("default", "api-west").Annotations[EgressPorts])
+			assert.Equal(t, labels.FormatEgressPorts(map[string]int32{"80/TCP": recorded}), f.service("default", "api-west").Annotations[labels.EgressPorts])
 		})
 	}
 }
@@ -145,7 +145,7 @@ func (f *fixture) assertEgressPortsUnique() {
 	require.NoError(f.t, err)
 	by := map[int32]string{}
 	for _, s := range list.Items {
-		for pk, p := range labels.ParseEgressPorts(s.Annotations[EgressPorts]) {
+		for pk, p := range labels.ParseEgressPorts(s.Annotations[labels.EgressPorts]) {
 			if prev, dup := by[p]; dup {
 				f.t.Errorf("egress port %d recorded twice: %s and %s/%s", p, prev, s.Name, pk)
 			}

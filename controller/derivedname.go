@@ -53,7 +53,7 @@ func (c *Controller) migrateDerived(ctx context.Context, ns, name string, live *
 		return live, nil
 	}
 	old, _ := obj.(*corev1.Service)
-	if old == nil || old.Labels[ManagedBy] != ManagedByValue || old.Labels[labels.ServiceImport] != name {
+	if old == nil || old.Labels[labels.ManagedBy] != labels.ManagedByValue || old.Labels[labels.ServiceImport] != name {
 		// Not this import's: a user's Service, or another import's.
 		return live, nil
 	}

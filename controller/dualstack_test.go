@@ -115,7 +115,7 @@ func TestPlanSlicesDualStack(t *testing.T) {
 	in.egressFamilies = []corev1.IPFamily{v4, v6}
 	p := planServices(in)
 	live := p.wants[0].svc.DeepCopy()
-	live.Annotations[EgressPorts] = "80/TCP=30000"
+	live.Annotations[labels.EgressPorts] = "80/TCP=30000"
 	live.Spec.IPFamilies = []corev1.IPFamily{v6, v4} // as the API server makes it
 	slicesOf := func(egress []netip.Addr) map[string]*discoveryv1.EndpointSlice {
 		desired, known := planSlices(sliceInput{cluster: "west", ns: "default", name: "web", plan: p,
@@ -258,7 +258,7 @@ func (f *fixture) assertDualSlices(name string, want map[string]string) {
 		}
 		got[es.Name] = fmt.Sprintf("%s %v", es.AddressType, endpointsOf(&es))
 		require.Len(f.t, es.Ports, 1)
-		assert.Equal(f.t, labels.ParseEgressPorts(svc.Annotations[EgressPorts])["80/TCP"], *es.Ports[0].Port, es.Name)
+		assert.Equal(f.t, labels.ParseEgressPorts(svc.Annotations[labels.EgressPorts])["80/TCP"], *es.Ports[0].Port, es.Name)
 	}
 	assert.Equal(f.t, want, got, name)
 }

@@ -158,7 +158,7 @@ func (f *fixture) assertEgress(want ...string) {
 		}
 		assert.Equal(f.t, want, got, name)
 		require.Len(f.t, es.Ports, 1, name)
-		assert.Equal(f.t, labels.ParseEgressPorts(f.service("default", name).Annotations[EgressPorts])["80/TCP"], *es.Ports[0].Port, name)
+		assert.Equal(f.t, labels.ParseEgressPorts(f.service("default", name).Annotations[labels.EgressPorts])["80/TCP"], *es.Ports[0].Port, name)
 	}
 	hs := f.slice("default", "db-west")
 	require.Len(f.t, hs.Endpoints, 2)

@@ -143,11 +143,11 @@ func managedFields(t *testing.T, manager string, op metav1.ManagedFieldsOperatio
 func TestAppliedMetadata(t *testing.T) {
 	si := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{
 		Namespace: "shop", Name: "web",
-		Labels:      map[string]string{ManagedBy: ManagedByValue, "dummy-label": "true", "by-hand": "yes"},
+		Labels:      map[string]string{labels.ManagedBy: labels.ManagedByValue, "dummy-label": "true", "by-hand": "yes"},
 		Annotations: map[string]string{DerivedServiceAnnotation: "derived-x", "dummy-annotation": "true"},
 		ManagedFields: []metav1.ManagedFieldsEntry{
-			managedFields(t, ImportFieldManager, metav1.ManagedFieldsOperationApply, []string{ManagedBy, "dummy-label"}, []string{"dummy-annotation"}),
-			managedFields(t, ImportFieldManager, metav1.ManagedFieldsOperationUpdate, []string{ManagedBy}, []string{DerivedServiceAnnotation}),
+			managedFields(t, ImportFieldManager, metav1.ManagedFieldsOperationApply, []string{labels.ManagedBy, "dummy-label"}, []string{"dummy-annotation"}),
+			managedFields(t, ImportFieldManager, metav1.ManagedFieldsOperationUpdate, []string{labels.ManagedBy}, []string{DerivedServiceAnnotation}),
 			managedFields(t, "kubectl-label", metav1.ManagedFieldsOperationUpdate, []string{"by-hand"}, nil),
 		},
 	}}
@@ -156,7 +156,7 @@ func TestAppliedMetadata(t *testing.T) {
 	assert.Equal(t, mcs.Metadata{Labels: map[string]string{"dummy-label": "true"}, Annotations: map[string]string{"dummy-annotation": "true"}}, got)
 
 	// Only the owner label applied: nothing exported.
-	si.ManagedFields = []metav1.ManagedFieldsEntry{managedFields(t, ImportFieldManager, metav1.ManagedFieldsOperationApply, []string{ManagedBy}, nil)}
+	si.ManagedFields = []metav1.ManagedFieldsEntry{managedFields(t, ImportFieldManager, metav1.ManagedFieldsOperationApply, []string{labels.ManagedBy}, nil)}
 	got, err = appliedMetadata(si)
 	require.NoError(t, err)
 	assert.True(t, got.Empty(), "%+v", got)

@@ -29,7 +29,7 @@ func TestPlanFlatSlices(t *testing.T) {
 	p := planServices(planIn(remote, es, fqdn))
 	require.Equal(t, shapeFlat, p.shape)
 	main := p.wants[0].svc
-	assert.Equal(t, "true", main.Annotations[RemoteHeadless], "the remote is headless")
+	assert.Equal(t, "true", main.Annotations[labels.RemoteHeadless], "the remote is headless")
 	assert.True(t, main.Spec.PublishNotReadyAddresses, "as the remote")
 
 	in := sliceInput{cluster: "west", ns: "default", name: "db", plan: p, live: live(p), remoteSlices: []*discoveryv1.EndpointSlice{es, fqdn}}
@@ -44,10 +44,10 @@ func TestPlanFlatSlices(t *testing.T) {
 	require.NotNil(t, got)
 	assert.Equal(t, "db-west", got.Labels[discoveryv1.LabelServiceName])
 	assert.Equal(t, "west", got.Labels[labels.ClusterName])
-	assert.Equal(t, "db", got.Labels[RemoteService])
+	assert.Equal(t, "db", got.Labels[labels.RemoteService])
 	assert.Contains(t, got.Labels, corev1.IsHeadlessService)
 	assert.Equal(t, "true", got.Labels[labels.FlatEndpoints], "what the kubernetes plugin of a DNS in import mode does not select")
-	assert.Equal(t, EndpointSliceManagedBy, got.Labels[discoveryv1.LabelManagedBy])
+	assert.Equal(t, labels.EndpointSliceManagedBy, got.Labels[discoveryv1.LabelManagedBy])
 	assert.Equal(t, "2026-11-27T16:00:00Z", got.Annotations[labels.EndpointsLastChangeTriggerTime])
 	require.Len(t, got.Endpoints, 2)
 	assert.Equal(t, []string{"10.201.0.1"}, got.Endpoints[0].Addresses)
@@ -60,7 +60,7 @@ func TestPlanFlatSlices(t *testing.T) {
 
 	remote.Spec.ClusterIP = "10.97.0.10"
 	p = planServices(planIn(remote, es))
-	assert.NotContains(t, p.wants[0].svc.Annotations, RemoteHeadless, "a ClusterIP remote")
+	assert.NotContains(t, p.wants[0].svc.Annotations, labels.RemoteHeadless, "a ClusterIP remote")
 }
 
 func TestFlatSliceName(t *testing.T) {

@@ -152,7 +152,7 @@ func splitKey(key string) (cluster, ns, name string, err error) {
 // else is foreign, and left alone.
 func ownedKey(m metav1.Object) (string, bool) {
 	l := m.GetLabels()
-	if l[ManagedBy] != ManagedByValue || l[labels.ClusterName] == "" || l[RemoteService] == "" {
+	if l[labels.ManagedBy] != labels.ManagedByValue || l[labels.ClusterName] == "" || l[labels.RemoteService] == "" {
 		return "", false
 	}
 	switch obj := m.(type) {
@@ -162,14 +162,14 @@ func ownedKey(m metav1.Object) (string, bool) {
 		}
 	case *discoveryv1.EndpointSlice:
 		svc := l[discoveryv1.LabelServiceName]
-		if l[discoveryv1.LabelManagedBy] != EndpointSliceManagedBy || !ownSliceName(obj.Name, svc) {
+		if l[discoveryv1.LabelManagedBy] != labels.EndpointSliceManagedBy || !ownSliceName(obj.Name, svc) {
 			return "", false
 		}
 		if _, ok := labels.SplitMirrorName(svc, l[labels.ClusterName]); !ok {
 			return "", false
 		}
 	}
-	return makeKey(l[labels.ClusterName], m.GetNamespace(), l[RemoteService]), true
+	return makeKey(l[labels.ClusterName], m.GetNamespace(), l[labels.RemoteService]), true
 }
 
 // ownSliceName reports whether name is one the controller gives an

@@ -36,7 +36,7 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 	if obj, ok, _ := c.mcs.imports.GetIndexer().GetByKey(key); ok {
 		si, _ = obj.(*mcsv1beta1.ServiceImport)
 	}
-	if si != nil && si.Labels[ManagedBy] != ManagedByValue {
+	if si != nil && si.Labels[labels.ManagedBy] != labels.ManagedByValue {
 		// Another MCS implementation's: mcmirror stays out of its way.
 		return nil
 	}
@@ -44,7 +44,7 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 	if obj, ok, _ := c.services.GetIndexer().GetByKey(ns + "/" + derivedName); ok {
 		in.derived, _ = obj.(*corev1.Service)
 	}
-	if in.derived != nil && in.derived.Labels[ManagedBy] != ManagedByValue {
+	if in.derived != nil && in.derived.Labels[labels.ManagedBy] != labels.ManagedByValue {
 		c.recorder.Eventf(in.derived, corev1.EventTypeWarning, ReasonNameTaken,
 			"Service %s/%s holds the name of the derived Service of ServiceImport %s; it is left alone and %s is not imported", ns, derivedName, name, name)
 		conflictsTotal.WithLabelValues("services").Inc()
@@ -82,7 +82,7 @@ func (c *Controller) syncImport(ctx context.Context, key string, sources []impor
 	}
 	if si == nil {
 		si, err = c.mcs.client.MulticlusterV1beta1().ServiceImports(ns).Create(ctx, &mcsv1beta1.ServiceImport{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{ManagedBy: ManagedByValue},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{labels.ManagedBy: labels.ManagedByValue},
 				Annotations: map[string]string{DerivedServiceAnnotation: p.derived.Name}},
 			Spec: p.spec,
 		}, metav1.CreateOptions{})
@@ -304,7 +304,7 @@ func (c *Controller) derivedSlices(ns, derived, name string) map[string]*discove
 	out := map[string]*discoveryv1.EndpointSlice{}
 	objs, _ := c.slices.GetIndexer().ByIndex(byService, ns+"/"+derived)
 	for _, obj := range objs {
-		if es, ok := obj.(*discoveryv1.EndpointSlice); ok && es.Labels[ManagedBy] == ManagedByValue && es.Labels[mcsv1beta1.LabelServiceName] == name {
+		if es, ok := obj.(*discoveryv1.EndpointSlice); ok && es.Labels[labels.ManagedBy] == labels.ManagedByValue && es.Labels[mcsv1beta1.LabelServiceName] == name {
 			out[es.Name] = es
 		}
 	}

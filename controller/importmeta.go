@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/internal/mcs"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +32,7 @@ const ImportFieldManager = ExportFieldManager
 // appliedMetadata is what the controller has applied on si as
 // ImportFieldManager (from its managed fields, which the ServiceImports
 // informer keeps for that manager), with si's values: the exported labels
-// (but the owner label, ManagedBy, which every apply carries) and
+// (but the owner label, labels.ManagedBy, which every apply carries) and
 // annotations.
 func appliedMetadata(si *mcsv1beta1.ServiceImport) (mcs.Metadata, error) {
 	var out mcs.Metadata
@@ -50,7 +51,7 @@ func appliedMetadata(si *mcsv1beta1.ServiceImport) (mcs.Metadata, error) {
 		}
 		out.Labels = ownedValues(fields.Metadata.Labels, si.Labels)
 		out.Annotations = ownedValues(fields.Metadata.Annotations, si.Annotations)
-		delete(out.Labels, ManagedBy)
+		delete(out.Labels, labels.ManagedBy)
 		if len(out.Labels) == 0 {
 			out.Labels = nil
 		}
@@ -83,7 +84,7 @@ func ownedValues(owned map[string]json.RawMessage, have map[string]string) map[s
 // the controller's) and si's UID (so that it changes no other
 // ServiceImport of the name).
 func importMetadataApply(si *mcsv1beta1.ServiceImport, want mcs.Metadata) ([]byte, error) {
-	lbls := map[string]string{ManagedBy: ManagedByValue}
+	lbls := map[string]string{labels.ManagedBy: labels.ManagedByValue}
 	for k, v := range want.Labels {
 		lbls[k] = v
 	}

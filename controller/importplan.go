@@ -155,7 +155,7 @@ func planImport(in importInput) importPlan {
 			Name:      DerivedName(in.ns, in.name),
 			Namespace: in.ns,
 			Labels: map[string]string{
-				ManagedBy:                   ManagedByValue,
+				labels.ManagedBy:            labels.ManagedByValue,
 				labels.ServiceImport:        in.name,
 				mcsv1beta1.LabelServiceName: in.name,
 			},
@@ -283,8 +283,8 @@ func importSlice(in importInput, cluster, name string, at discoveryv1.AddressTyp
 			Namespace: in.ns,
 			Labels: map[string]string{
 				discoveryv1.LabelServiceName:  in.derived.Name,
-				discoveryv1.LabelManagedBy:    EndpointSliceManagedBy,
-				ManagedBy:                     ManagedByValue,
+				discoveryv1.LabelManagedBy:    labels.EndpointSliceManagedBy,
+				labels.ManagedBy:              labels.ManagedByValue,
 				mcsv1beta1.LabelServiceName:   in.name,
 				mcsv1beta1.LabelSourceCluster: cluster,
 			},

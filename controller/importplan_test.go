@@ -65,7 +65,7 @@ func TestPlanImport(t *testing.T) {
 		assert.Equal(t, []mcsv1beta1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}, p.clusters, "in order of precedence")
 		d := p.derived
 		assert.Equal(t, DerivedName("shop", "web"), d.Name)
-		assert.Equal(t, map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: "web", mcsv1beta1.LabelServiceName: "web"}, d.Labels)
+		assert.Equal(t, map[string]string{labels.ManagedBy: labels.ManagedByValue, labels.ServiceImport: "web", mcsv1beta1.LabelServiceName: "web"}, d.Labels)
 		assert.Empty(t, d.Spec.ClusterIP, "allocated")
 		assert.Nil(t, d.Spec.Selector)
 		assert.Equal(t, []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, d.Spec.Ports)
@@ -84,7 +84,7 @@ func TestPlanImport(t *testing.T) {
 		assert.Equal(t, "east", e.Labels[mcsv1beta1.LabelSourceCluster])
 		assert.Equal(t, "web", e.Labels[mcsv1beta1.LabelServiceName])
 		assert.Equal(t, base, e.Labels[discoveryv1.LabelServiceName])
-		assert.Equal(t, EndpointSliceManagedBy, e.Labels[discoveryv1.LabelManagedBy])
+		assert.Equal(t, labels.EndpointSliceManagedBy, e.Labels[discoveryv1.LabelManagedBy])
 		assert.Equal(t, []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(8080))}}, e.Ports,
 			"the import's ports only, at the source's port")
 		require.Len(t, e.Endpoints, 2)

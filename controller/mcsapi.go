@@ -111,7 +111,7 @@ func (c *Controller) localServiceChanged(svc metav1.Object) {
 		return
 	}
 	l := svc.GetLabels()
-	if name := l[labels.ServiceImport]; name != "" && l[ManagedBy] == ManagedByValue {
+	if name := l[labels.ServiceImport]; name != "" && l[labels.ManagedBy] == labels.ManagedByValue {
 		c.mcsChanged(svc.GetNamespace(), name)
 		return
 	}
@@ -138,8 +138,8 @@ func (c *Controller) ownedSliceChanged(m metav1.Object) {
 	switch {
 	case l[mcsv1beta1.LabelServiceName] != "":
 		c.mcsChanged(m.GetNamespace(), l[mcsv1beta1.LabelServiceName])
-	case l[RemoteService] != "":
-		c.mcsChanged(m.GetNamespace(), l[RemoteService])
+	case l[labels.RemoteService] != "":
+		c.mcsChanged(m.GetNamespace(), l[labels.RemoteService])
 	}
 }
 

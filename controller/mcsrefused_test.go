@@ -223,10 +223,10 @@ func TestDerivedServiceOfAnotherImportLeftAlone(t *testing.T) {
 // its slice of west with one endpoint at addr.
 func derivedOf(name, si, addr string) (*corev1.Service, *discoveryv1.EndpointSlice) {
 	svc := localService("default", name,
-		map[string]string{ManagedBy: ManagedByValue, labels.ServiceImport: si, mcsv1beta1.LabelServiceName: si}, nil)
+		map[string]string{labels.ManagedBy: labels.ManagedByValue, labels.ServiceImport: si, mcsv1beta1.LabelServiceName: si}, nil)
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-west", Labels: map[string]string{
-			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: EndpointSliceManagedBy, ManagedBy: ManagedByValue,
+			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: labels.EndpointSliceManagedBy, labels.ManagedBy: labels.ManagedByValue,
 			mcsv1beta1.LabelServiceName: si, mcsv1beta1.LabelSourceCluster: "west"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}}},
@@ -244,7 +244,7 @@ func TestDerivedServiceRenamedOnUpgrade(t *testing.T) {
 	oldSvc, oldSlice := derivedOf(legacyDerivedName("default", "web"), "web", egressIP.String())
 	oldSvc.Spec.ClusterIP, oldSvc.Spec.ClusterIPs = "10.96.200.7", []string{"10.96.200.7"}
 	si := &mcsv1beta1.ServiceImport{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", Labels: map[string]string{ManagedBy: ManagedByValue}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", Labels: map[string]string{labels.ManagedBy: labels.ManagedByValue}},
 		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPs: []string{"10.96.200.7"},
 			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}

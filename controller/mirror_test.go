@@ -32,10 +32,10 @@ func TestSyncClusterIP(t *testing.T) {
 	svc := f.service("default", "web-west")
 	require.NotNil(t, svc)
 	assert.Equal(t, map[string]string{
-		labels.MirroredService: "true", labels.ClusterName: "west", ManagedBy: ManagedByValue, RemoteService: "web", Mode: ModeGateway,
+		labels.MirroredService: "true", labels.ClusterName: "west", labels.ManagedBy: labels.ManagedByValue, labels.RemoteService: "web", labels.ModeLabel: labels.ModeGateway,
 	}, svc.Labels)
 	assert.Equal(t, "7", svc.Annotations[labels.RemoteResourceVersion])
-	assert.Equal(t, "53/UDP=30001,80/TCP=30000", svc.Annotations[EgressPorts])
+	assert.Equal(t, "53/UDP=30001,80/TCP=30000", svc.Annotations[labels.EgressPorts])
 	assert.Empty(t, svc.Spec.Selector)
 	assert.NotEqual(t, corev1.ClusterIPNone, svc.Spec.ClusterIP)
 	require.Len(t, svc.Spec.Ports, 2)
@@ -43,7 +43,7 @@ func TestSyncClusterIP(t *testing.T) {
 	es := f.slice("default", "web-west")
 	require.NotNil(t, es)
 	assert.Equal(t, "web-west", es.Labels[discoveryv1.LabelServiceName])
-	assert.Equal(t, EndpointSliceManagedBy, es.Labels[discoveryv1.LabelManagedBy])
+	assert.Equal(t, labels.EndpointSliceManagedBy, es.Labels[discoveryv1.LabelManagedBy])
 	require.Len(t, es.Endpoints, 1)
 	assert.Equal(t, []string{egressIP.String()}, es.Endpoints[0].Addresses)
 	require.Len(t, es.Ports, 2)
@@ -58,7 +58,7 @@ func TestSyncClusterIP(t *testing.T) {
 	// and the kept one is unchanged.
 	f.remote("west", exported("default", "web", "true", false, tcp("http", 8080), corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}))
 	assert.Equal(t, []string{"update services web-west", "update endpointslices web-west"}, f.sync("west/default/web"))
-	assert.Equal(t, "53/UDP=30001,8080/TCP=30002", f.service("default", "web-west").Annotations[EgressPorts])
+	assert.Equal(t, "53/UDP=30001,8080/TCP=30002", f.service("default", "web-west").Annotations[labels.EgressPorts])
 	assert.Equal(t, 2, f.c.ports.Len())
 	assert.Empty(t, f.sync("west/default/web"))
 }
@@ -82,13 +82,13 @@ func TestSyncHeadless(t *testing.T) {
 
 	mirror := f.service("default", "nginx-svc-west")
 	assert.Equal(t, corev1.ClusterIPNone, mirror.Spec.ClusterIP)
-	assert.Empty(t, mirror.Annotations[EgressPorts], "the headless mirror has no egress port")
+	assert.Empty(t, mirror.Annotations[labels.EgressPorts], "the headless mirror has no egress port")
 	pod := f.service("default", "nginx-set-1-west")
 	assert.Equal(t, "nginx-svc-west", pod.Labels[labels.HeadlessMirrorSvcName])
 	assert.Equal(t, "west", pod.Labels[labels.ClusterName])
 	assert.Equal(t, "true", pod.Labels[labels.MirroredService])
-	assert.Equal(t, "nginx-set-1", pod.Labels[RemoteHostname])
-	assert.NotEmpty(t, pod.Annotations[EgressPorts])
+	assert.Equal(t, "nginx-set-1", pod.Labels[labels.RemoteHostname])
+	assert.NotEmpty(t, pod.Annotations[labels.EgressPorts])
 
 	hs := f.slice("default", "nginx-svc-west")
 	require.Len(t, hs.Endpoints, 3)
@@ -186,8 +186,8 @@ func TestSyncFlat(t *testing.T) {
 	assert.Equal(t, []string{"create services flat-west"}, f.sync("west/default/flat"))
 	svc := f.service("default", "flat-west")
 	assert.Equal(t, corev1.ClusterIPNone, svc.Spec.ClusterIP)
-	assert.Equal(t, ModeFlat, svc.Labels[Mode])
-	assert.Empty(t, svc.Annotations[EgressPorts])
+	assert.Equal(t, labels.ModeFlat, svc.Labels[labels.ModeLabel])
+	assert.Empty(t, svc.Annotations[labels.EgressPorts])
 	assert.Nil(t, f.slice("default", "flat-west"))
 	assert.Empty(t, f.sync("west/default/flat"))
 	assert.Equal(t, 0, f.c.ports.Len())
@@ -232,7 +232,7 @@ func TestSyncForeignObject(t *testing.T) {
 	require.NoError(t, f.local.CoreV1().Services("default").Delete(f.ctx, "web-west", metav1.DeleteOptions{}))
 	f.waitCaches()
 	f.converge("west/default/web")
-	assert.Equal(t, ManagedByValue, f.service("default", "web-west").Labels[ManagedBy])
+	assert.Equal(t, labels.ManagedByValue, f.service("default", "web-west").Labels[labels.ManagedBy])
 }
 
 // Linkerd #15200: same-named headless Services in two namespaces keep
@@ -281,7 +281,7 @@ func TestSyncNamespace(t *testing.T) {
 	assert.Equal(t, "create namespaces shop", writes[0])
 	ns, err := f.local.CoreV1().Namespaces().Get(f.ctx, "shop", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, ManagedByValue, ns.Labels[ManagedBy])
+	assert.Equal(t, labels.ManagedByValue, ns.Labels[labels.ManagedBy])
 	assert.NotNil(t, f.service("shop", "web-west"))
 }
 
@@ -299,7 +299,7 @@ func TestSyncPortsExhausted(t *testing.T) {
 
 	f.deleteRemoteService("west", "default", "one")
 	f.convergeAll("west/default/one", "west/default/two")
-	assert.Equal(t, "80/TCP=40000", f.service("default", "two-west").Annotations[EgressPorts])
+	assert.Equal(t, "80/TCP=40000", f.service("default", "two-west").Annotations[labels.EgressPorts])
 	assert.NotNil(t, f.slice("default", "two-west"))
 }
 
@@ -312,7 +312,7 @@ func TestRestartKeepsPorts(t *testing.T) {
 	f.convergeAll("west/default/db", "west/default/web")
 	before := map[string]string{}
 	for _, name := range f.serviceNames("default") {
-		before[name] = f.service("default", name).Annotations[EgressPorts]
+		before[name] = f.service("default", name).Annotations[labels.EgressPorts]
 	}
 
 	// ...and restart, syncing in the other order.
@@ -320,7 +320,7 @@ func TestRestartKeepsPorts(t *testing.T) {
 	assert.Empty(t, g.sync("west/default/web"))
 	assert.Empty(t, g.sync("west/default/db"))
 	for name, ports := range before {
-		assert.Equal(t, ports, g.service("default", name).Annotations[EgressPorts], name)
+		assert.Equal(t, ports, g.service("default", name).Annotations[labels.EgressPorts], name)
 	}
 	assert.Equal(t, slices.Sorted(maps.Keys(f.c.ports.byOwner)), slices.Sorted(maps.Keys(g.c.ports.byOwner)))
 }
@@ -380,7 +380,7 @@ func TestSyncShapeStability(t *testing.T) {
 	f.remote("west", exported("default", "db", "remote-discovery", true, tcp("http", 80)))
 	f.converge("west/default/db")
 	assert.Equal(t, uid, f.service("default", "db-west").UID)
-	assert.Equal(t, ModeFlat, f.service("default", "db-west").Labels[Mode])
+	assert.Equal(t, labels.ModeFlat, f.service("default", "db-west").Labels[labels.ModeLabel])
 	assert.Nil(t, f.slice("default", "db-west"))
 
 	// Back to gateway mode without named endpoints: a ClusterIP mirror.
@@ -388,5 +388,5 @@ func TestSyncShapeStability(t *testing.T) {
 	f.converge("west/default/db")
 	svc := f.service("default", "db-west")
 	assert.NotEqual(t, corev1.ClusterIPNone, svc.Spec.ClusterIP)
-	assert.NotEmpty(t, svc.Annotations[EgressPorts])
+	assert.NotEmpty(t, svc.Annotations[labels.EgressPorts])
 }

@@ -16,7 +16,7 @@ import (
 // mirrorLabels are the labels the controller puts on a mirror of
 // cluster/namespace/svc.
 func mirrorLabels(cluster, svc string) map[string]string {
-	return map[string]string{labels.MirroredService: "true", labels.ClusterName: cluster, ManagedBy: ManagedByValue, RemoteService: svc}
+	return map[string]string{labels.MirroredService: "true", labels.ClusterName: cluster, labels.ManagedBy: labels.ManagedByValue, labels.RemoteService: svc}
 }
 
 // Labels alone do not make an object the controller's: its name must be
@@ -26,7 +26,7 @@ func TestOwnedKey(t *testing.T) {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: l}}
 	}
 	pod := mirrorLabels("west", "db")
-	pod[RemoteHostname] = "db-0"
+	pod[labels.RemoteHostname] = "db-0"
 	slice := func(name, svc, managedBy string) metav1.Object {
 		l := mirrorLabels("west", "web")
 		l[discoveryv1.LabelServiceName] = svc
@@ -43,12 +43,12 @@ func TestOwnedKey(t *testing.T) {
 		{"the labels of a mirror on a Service named otherwise", svc("innocent", mirrorLabels("west", "web")), ""},
 		{"named for another cluster", svc("web-paris", mirrorLabels("west", "web")), ""},
 		{"a per-pod mirror's labels, named as the Service mirror", svc("db-west", pod), ""},
-		{"no managed-by", svc("web-west", map[string]string{labels.ClusterName: "west", RemoteService: "web"}), ""},
-		{"the controller's EndpointSlice", slice("web-west", "web-west", EndpointSliceManagedBy), "west/shop/web"},
-		{"the controller's second EndpointSlice", slice("web-west.1", "web-west", EndpointSliceManagedBy), "west/shop/web"},
+		{"no managed-by", svc("web-west", map[string]string{labels.ClusterName: "west", labels.RemoteService: "web"}), ""},
+		{"the controller's EndpointSlice", slice("web-west", "web-west", labels.EndpointSliceManagedBy), "west/shop/web"},
+		{"the controller's second EndpointSlice", slice("web-west.1", "web-west", labels.EndpointSliceManagedBy), "west/shop/web"},
 		{"an EndpointSlice of another manager", slice("web-west", "web-west", labels.EndpointSliceControllerName), ""},
-		{"an EndpointSlice named otherwise", slice("web-west-x1", "web-west", EndpointSliceManagedBy), ""},
-		{"an EndpointSlice of a Service of no such cluster", slice("web", "web", EndpointSliceManagedBy), ""},
+		{"an EndpointSlice named otherwise", slice("web-west-x1", "web-west", labels.EndpointSliceManagedBy), ""},
+		{"an EndpointSlice of a Service of no such cluster", slice("web", "web", labels.EndpointSliceManagedBy), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key, owned := ownedKey(tc.obj)
@@ -66,7 +66,7 @@ func TestOwnedKey(t *testing.T) {
 func TestForgedLabelsDoNotMakeAServiceTheControllers(t *testing.T) {
 	forged := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "innocent",
 		Labels:      mirrorLabels("west", "web"),
-		Annotations: map[string]string{EgressPorts: "80/TCP=30000"}},
+		Annotations: map[string]string{labels.EgressPorts: "80/TCP=30000"}},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
 	f := newFixture(t, fixtureOptions{local: []runtime.Object{forged}},
 		west(exported("default", "web", "true", false, tcp("http", 80))))
@@ -79,7 +79,7 @@ func TestForgedLabelsDoNotMakeAServiceTheControllers(t *testing.T) {
 
 	real := f.service("default", "web-west")
 	require.NotNil(t, real)
-	assert.Equal(t, "80/TCP=30000", real.Annotations[EgressPorts], "the real mirror gets the first port of the range")
+	assert.Equal(t, "80/TCP=30000", real.Annotations[labels.EgressPorts], "the real mirror gets the first port of the range")
 	left := f.service("default", "innocent")
 	require.NotNil(t, left, "the foreign Service is left alone")
 	assert.Equal(t, forged.Labels, left.Labels)

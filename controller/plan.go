@@ -119,14 +119,14 @@ func planServices(in planInput) plan {
 	main := in.mirrorService(p.mirrorName, p.shape != shapeClusterIP, p.shape == shapeClusterIP)
 	main.Annotations[labels.RemoteResourceVersion] = in.remote.ResourceVersion
 	if in.remote.Spec.ClusterIP == corev1.ClusterIPNone {
-		main.Annotations[RemoteHeadless] = "true"
+		main.Annotations[labels.RemoteHeadless] = "true"
 	}
 	// As the remote: DNS in import mode, and the kubernetes plugin, read
 	// the endpoints' readiness through it.
 	main.Spec.PublishNotReadyAddresses = in.remote.Spec.PublishNotReadyAddresses
-	main.Labels[Mode] = ModeGateway
+	main.Labels[labels.ModeLabel] = labels.ModeGateway
 	if p.shape == shapeFlat {
-		main.Labels[Mode] = ModeFlat
+		main.Labels[labels.ModeLabel] = labels.ModeFlat
 	}
 	p.wants = []want{{svc: main, egress: p.shape == shapeClusterIP}}
 	if p.shape != shapeHeadless {
@@ -138,7 +138,7 @@ func planServices(in planInput) plan {
 	hosts := in.remoteHosts()
 	for _, name := range slices.Sorted(maps.Keys(in.owned)) {
 		svc := in.owned[name]
-		host := svc.Labels[RemoteHostname]
+		host := svc.Labels[labels.RemoteHostname]
 		if svc.Labels[labels.HeadlessMirrorSvcName] != p.mirrorName || host == "" {
 			continue
 		}
@@ -174,7 +174,7 @@ func planServices(in planInput) plan {
 		}
 		svc := in.mirrorService(podName, false, true)
 		svc.Labels[labels.HeadlessMirrorSvcName] = p.mirrorName
-		svc.Labels[RemoteHostname] = host
+		svc.Labels[labels.RemoteHostname] = host
 		p.wants = append(p.wants, want{svc: svc, egress: true, host: host, ready: hosts[host]})
 	}
 	return p
@@ -231,7 +231,7 @@ func (in planInput) shapeOf(p *plan) (string, shape) {
 		// switching would give every name a new address twice. After
 		// that (a StatefulSet replaced by a Deployment) it switches.
 		m := in.owned[mirrorName]
-		if m == nil || m.Spec.ClusterIP != corev1.ClusterIPNone || m.Labels[labels.HeadlessMirrorSvcName] != "" || m.Labels[Mode] != ModeGateway {
+		if m == nil || m.Spec.ClusterIP != corev1.ClusterIPNone || m.Labels[labels.HeadlessMirrorSvcName] != "" || m.Labels[labels.ModeLabel] != labels.ModeGateway {
 			return mirrorName, shapeClusterIP
 		}
 		since := in.hostlessSince
@@ -276,8 +276,8 @@ func (in planInput) mirrorService(name string, headless, egress bool) *corev1.Se
 			Labels: map[string]string{
 				labels.MirroredService: labels.MirroredServiceValue,
 				labels.ClusterName:     in.cluster,
-				ManagedBy:              ManagedByValue,
-				RemoteService:          in.name,
+				labels.ManagedBy:       labels.ManagedByValue,
+				labels.RemoteService:   in.name,
 			},
 			Annotations: map[string]string{},
 		},

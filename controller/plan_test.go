@@ -178,7 +178,7 @@ func live(p plan) map[string]*corev1.Service {
 			svc.Spec.ClusterIP = fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)
 		}
 		if w.egress {
-			svc.Annotations[EgressPorts] = labels.FormatEgressPorts(map[string]int32{"80/TCP": int32(30000 + i)})
+			svc.Annotations[labels.EgressPorts] = labels.FormatEgressPorts(map[string]int32{"80/TCP": int32(30000 + i)})
 		}
 		out[svc.Name] = svc
 	}
@@ -262,7 +262,7 @@ func TestPlanHeadlessSlicesSplit(t *testing.T) {
 func TestPlanPodWithoutEgressPortNotReady(t *testing.T) {
 	p := planServices(planIn(exported("default", "db", "true", true, tcp("http", 80)), endpoints("default", "db", "db-0", "db-1")))
 	l := live(p)
-	delete(l["db-1-west"].Annotations, EgressPorts)
+	delete(l["db-1-west"].Annotations, labels.EgressPorts)
 	desired, _ := planSlices(sliceInput{cluster: "west", ns: "default", name: "db", plan: p, live: l, egress: []netip.Addr{egressIP}})
 	require.Len(t, desired["db-west"].Endpoints, 2)
 	assert.True(t, *desired["db-west"].Endpoints[0].Conditions.Ready, "db-0")

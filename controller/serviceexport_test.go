@@ -35,7 +35,7 @@ func unlabelled(s *corev1.Service) *corev1.Service {
 // its slices' changes are followed; removing the stamp unexports it.
 func TestSyncServiceExportGateway(t *testing.T) {
 	f := newFixture(t, fixtureOptions{}, west(
-		stamped("default", "web", ModeGateway, false, tcp("http", 80)),
+		stamped("default", "web", labels.ModeGateway, false, tcp("http", 80)),
 		endpoints("default", "web", ""),
 		exported("default", "api", "true", false, tcp("http", 80)),
 	))
@@ -63,11 +63,11 @@ func TestSyncServiceExportGateway(t *testing.T) {
 	web, api := f.service("default", "web-west"), f.service("default", "api-west")
 	require.NotNil(t, web)
 	assert.Equal(t, map[string]string{
-		labels.MirroredService: "true", labels.ClusterName: "west", ManagedBy: ManagedByValue, RemoteService: "web", Mode: ModeGateway,
+		labels.MirroredService: "true", labels.ClusterName: "west", labels.ManagedBy: labels.ManagedByValue, labels.RemoteService: "web", labels.ModeLabel: labels.ModeGateway,
 	}, web.Labels)
 	assert.Equal(t, api.Spec.Ports, web.Spec.Ports)
 	assert.Equal(t, api.Spec.Type, web.Spec.Type)
-	assert.Equal(t, "80/TCP=30000", web.Annotations[EgressPorts])
+	assert.Equal(t, "80/TCP=30000", web.Annotations[labels.EgressPorts])
 	es := f.slice("default", "web-west")
 	require.NotNil(t, es)
 	require.Len(t, es.Endpoints, 1)
@@ -75,7 +75,7 @@ func TestSyncServiceExportGateway(t *testing.T) {
 	assert.Empty(t, f.sync("west/default/web"), "second sync of unchanged state")
 
 	// The stamp removed: unexported, as when Linkerd's label is removed.
-	f.remote("west", unlabelled(stamped("default", "web", ModeGateway, false, tcp("http", 80))))
+	f.remote("west", unlabelled(stamped("default", "web", labels.ModeGateway, false, tcp("http", 80))))
 	assert.ElementsMatch(t, []string{"delete services web-west", "delete endpointslices web-west"}, f.converge("west/default/web"))
 	assert.Equal(t, []string{"api-west"}, f.serviceNames("default"))
 	assert.Equal(t, 1, f.c.ports.Len(), "web's egress port is released")
@@ -86,7 +86,7 @@ func TestSyncServiceExportGateway(t *testing.T) {
 // mirror; the stamp removed, the mirror goes.
 func TestSyncServiceExportFlat(t *testing.T) {
 	f := newFixture(t, fixtureOptions{}, west(
-		stamped("default", "db", ModeFlat, true, tcp("http", 80)),
+		stamped("default", "db", labels.ModeFlat, true, tcp("http", 80)),
 		endpoints("default", "db", "db-0", "db-1"),
 		exported("default", "linkerd", labels.ExportFlat, true, tcp("http", 80)),
 		endpoints("default", "linkerd", "linkerd-0", "linkerd-1"),
@@ -95,25 +95,25 @@ func TestSyncServiceExportFlat(t *testing.T) {
 	assert.Equal(t, []string{"create services linkerd-west"}, f.sync("west/default/linkerd"))
 	db, linkerd := f.service("default", "db-west"), f.service("default", "linkerd-west")
 	require.NotNil(t, db)
-	assert.Equal(t, ModeFlat, db.Labels[Mode])
+	assert.Equal(t, labels.ModeFlat, db.Labels[labels.ModeLabel])
 	assert.Equal(t, corev1.ClusterIPNone, db.Spec.ClusterIP)
-	assert.Empty(t, db.Annotations[EgressPorts])
+	assert.Empty(t, db.Annotations[labels.EgressPorts])
 	assert.Nil(t, f.slice("default", "db-west"))
 	assert.Equal(t, linkerd.Spec, db.Spec, "as Linkerd's remote-discovery")
-	delete(linkerd.Labels, RemoteService)
-	delete(db.Labels, RemoteService)
+	delete(linkerd.Labels, labels.RemoteService)
+	delete(db.Labels, labels.RemoteService)
 	assert.Equal(t, linkerd.Labels, db.Labels, "as Linkerd's remote-discovery")
 	assert.Empty(t, f.sync("west/default/db"))
 	assert.Equal(t, 0, f.c.ports.Len())
 
 	// Stamped gateway instead: a ClusterIP mirror (no named endpoints
 	// after the headless grace; here the hostnames make it headless).
-	f.remote("west", stamped("default", "db", ModeGateway, true, tcp("http", 80)))
+	f.remote("west", stamped("default", "db", labels.ModeGateway, true, tcp("http", 80)))
 	f.converge("west/default/db")
-	assert.Equal(t, ModeGateway, f.service("default", "db-west").Labels[Mode])
+	assert.Equal(t, labels.ModeGateway, f.service("default", "db-west").Labels[labels.ModeLabel])
 	assert.Equal(t, []string{"db-0-west", "db-1-west", "db-west", "linkerd-west"}, f.serviceNames("default"))
 
-	f.remote("west", unlabelled(stamped("default", "db", ModeFlat, true, tcp("http", 80))))
+	f.remote("west", unlabelled(stamped("default", "db", labels.ModeFlat, true, tcp("http", 80))))
 	f.converge("west/default/db")
 	assert.Equal(t, []string{"linkerd-west"}, f.serviceNames("default"))
 	assert.Equal(t, 0, f.c.ports.Len())
@@ -133,7 +133,7 @@ func TestSyncServiceExportAndLinkerd(t *testing.T) {
 		}
 		return s
 	}
-	f := newFixture(t, fixtureOptions{}, west(both("true", ModeGateway), endpoints("default", "web", "")))
+	f := newFixture(t, fixtureOptions{}, west(both("true", labels.ModeGateway), endpoints("default", "web", "")))
 	r, _ := f.c.links.Get("west")
 	_, bySelector, _ := r.ways[0].services.GetStore().GetByKey("default/web")
 	_, byStamp, _ := r.ways[1].services.GetStore().GetByKey("default/web")
@@ -151,25 +151,25 @@ func TestSyncServiceExportAndLinkerd(t *testing.T) {
 		after := f.service("default", "web-west")
 		require.NotNil(t, after, what)
 		assert.Equal(t, before.Spec.ClusterIP, after.Spec.ClusterIP, what)
-		assert.Equal(t, before.Annotations[EgressPorts], after.Annotations[EgressPorts], what)
-		assert.Equal(t, ModeGateway, after.Labels[Mode], what)
+		assert.Equal(t, before.Annotations[labels.EgressPorts], after.Annotations[labels.EgressPorts], what)
+		assert.Equal(t, labels.ModeGateway, after.Labels[labels.ModeLabel], what)
 		es := f.slice("default", "web-west")
 		require.NotNil(t, es, what)
 		assert.Equal(t, []string{egressIP.String()}, es.Endpoints[0].Addresses, what)
 	}
 	// Linkerd's label removed, the stamp kept: still exported.
-	f.remote("west", both("", ModeGateway))
+	f.remote("west", both("", labels.ModeGateway))
 	unchanged("Linkerd's label removed")
 	// Back, then the stamp removed: still exported.
-	f.remote("west", both("true", ModeGateway))
+	f.remote("west", both("true", labels.ModeGateway))
 	unchanged("Linkerd's label back")
 	f.remote("west", both("true", ""))
 	unchanged("the stamp removed")
 
 	// Linkerd's label decides the mode when both are there.
-	f.remote("west", both(labels.ExportFlat, ModeGateway))
+	f.remote("west", both(labels.ExportFlat, labels.ModeGateway))
 	f.converge("west/default/web")
-	assert.Equal(t, ModeFlat, f.service("default", "web-west").Labels[Mode])
+	assert.Equal(t, labels.ModeFlat, f.service("default", "web-west").Labels[labels.ModeLabel])
 	assert.Nil(t, f.slice("default", "web-west"))
 
 	f.remote("west", both("", ""))
@@ -180,7 +180,7 @@ func TestSyncServiceExportAndLinkerd(t *testing.T) {
 
 // A stamp other than gateway or flat, or one on a mirror, exports nothing.
 func TestSyncServiceExportNotStamped(t *testing.T) {
-	mirror := stamped("default", "mirror", ModeGateway, false, tcp("http", 80))
+	mirror := stamped("default", "mirror", labels.ModeGateway, false, tcp("http", 80))
 	mirror.Labels[labels.MirroredService] = labels.MirroredServiceValue
 	f := newFixture(t, fixtureOptions{}, west(stamped("default", "odd", "yes", false, tcp("http", 80)), mirror))
 	r, _ := f.c.links.Get("west")

@@ -78,11 +78,11 @@ func (in sliceInput) sliceFor(name string, svc *corev1.Service, at discoveryv1.A
 			Namespace: in.ns,
 			Labels: map[string]string{
 				discoveryv1.LabelServiceName: svc.Name,
-				discoveryv1.LabelManagedBy:   EndpointSliceManagedBy,
+				discoveryv1.LabelManagedBy:   labels.EndpointSliceManagedBy,
 				labels.MirroredService:       labels.MirroredServiceValue,
 				labels.ClusterName:           in.cluster,
-				ManagedBy:                    ManagedByValue,
-				RemoteService:                in.name,
+				labels.ManagedBy:             labels.ManagedByValue,
+				labels.RemoteService:         in.name,
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID,
@@ -94,7 +94,7 @@ func (in sliceInput) sliceFor(name string, svc *corev1.Service, at discoveryv1.A
 
 // egressComplete reports whether every port of svc has an egress port.
 func egressComplete(svc *corev1.Service) bool {
-	allocated := labels.ParseEgressPorts(svc.Annotations[EgressPorts])
+	allocated := labels.ParseEgressPorts(svc.Annotations[labels.EgressPorts])
 	for _, p := range svc.Spec.Ports {
 		if _, ok := allocated[labels.EgressPortKey(p.Port, string(p.Protocol))]; !ok {
 			return false
@@ -111,7 +111,7 @@ func egressComplete(svc *corev1.Service) bool {
 // secondary's, <svc>.ipv6 or <svc>.ipv4 (familySliceName), only while the
 // egress has addresses of that family.
 func (in sliceInput) egressSlices(svc *corev1.Service, w want) []*discoveryv1.EndpointSlice {
-	allocated := labels.ParseEgressPorts(svc.Annotations[EgressPorts])
+	allocated := labels.ParseEgressPorts(svc.Annotations[labels.EgressPorts])
 	var ports []discoveryv1.EndpointPort
 	for _, p := range svc.Spec.Ports {
 		ep, ok := allocated[labels.EgressPortKey(p.Port, string(p.Protocol))]

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mcmirror/mcmirror/internal/labels"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -266,7 +268,7 @@ func (s *syncer) namespaceReady() bool {
 		s.notMirrored(notice{ReasonNamespaceMissing, fmt.Sprintf("Namespace %s does not exist (and --create-namespaces is off): remote Service %s/%s/%s is not mirrored", s.ns, s.cluster, s.ns, s.name), nsRef})
 		return false
 	}
-	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns, Labels: map[string]string{ManagedBy: ManagedByValue}}}
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns, Labels: map[string]string{labels.ManagedBy: labels.ManagedByValue}}}
 	_, err := c.client.CoreV1().Namespaces().Create(s.ctx, nsObj, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		err = nil

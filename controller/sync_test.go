@@ -236,7 +236,7 @@ func holds[T any](store cache.Store, items []T, same func(got, want *T) bool) bo
 var semEqual = apiequality.Semantic.DeepEqual
 
 // ownedSliceSelector selects the controller's EndpointSlices, as its informer does.
-var ownedSliceSelector = k8slabels.SelectorFromSet(k8slabels.Set{discoveryv1.LabelManagedBy: EndpointSliceManagedBy})
+var ownedSliceSelector = k8slabels.SelectorFromSet(k8slabels.Set{discoveryv1.LabelManagedBy: labels.EndpointSliceManagedBy})
 
 // converge syncs key until a sync writes nothing, and returns every write.
 func (f *fixture) converge(key string) []string {

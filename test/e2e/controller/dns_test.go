@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 
 	"github.com/miekg/dns"
@@ -67,7 +67,7 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 		var peers []string
 		for _, cl := range []string{"west", "paris"} {
 			for _, p := range podMirrors(m, "nginx-svc-"+cl) {
-				host := m[p].Labels[controller.RemoteHostname]
+				host := m[p].Labels[labels.RemoteHostname]
 				peers = append(peers, host+".nginx-svc-"+cl+"."+ns+"."+zone)
 			}
 		}

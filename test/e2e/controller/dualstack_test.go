@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 
@@ -135,7 +134,7 @@ func egressSlicesOf(c *assert.CollectT, ctx context.Context, s corev1.Service) m
 	list, err := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(s.Namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: discoveryv1.LabelServiceName + "=" + s.Name})
 	require.NoError(c, err)
-	_, port, _ := strings.Cut(s.Annotations[controller.EgressPorts], "=")
+	_, port, _ := strings.Cut(s.Annotations[labels.EgressPorts], "=")
 	out := map[string]string{}
 	for _, es := range list.Items {
 		var addrs []string

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 
 	"github.com/stretchr/testify/assert"
@@ -42,7 +42,7 @@ func gatewayEndpoints(gwNS string, addrs ...string) *discoveryv1.EndpointSlice {
 // still their per-pod mirrors'.
 func assertEgressSlices(c *assert.CollectT, ctx context.Context, ns string, m map[string]corev1.Service, want []string) {
 	list, err := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
-		LabelSelector: discoveryv1.LabelManagedBy + "=" + controller.EndpointSliceManagedBy})
+		LabelSelector: discoveryv1.LabelManagedBy + "=" + labels.EndpointSliceManagedBy})
 	require.NoError(c, err)
 	byService := map[string]discoveryv1.EndpointSlice{}
 	for _, s := range list.Items {

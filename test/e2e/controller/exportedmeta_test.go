@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -67,7 +68,7 @@ spec: {selector: {app: hello}, ports: [{name: http, port: 80}]}
 	// it is the older export, or of the same second and the lower
 	// cluster ID: the precedence is paris's either way).
 	parisSE := createExportedMeta(t, "paris", ns, "hello",
-		map[string]string{"dummy-label": "true", controller.ManagedBy: "someone"},
+		map[string]string{"dummy-label": "true", labels.ManagedBy: "someone"},
 		map[string]string{"dummy-annotation": "true"})
 	requireConditions(t, "paris", ns, "hello", map[string]string{"Valid": "True/Valid", "Ready": "True/Ready", "Conflict": "False/NoConflicts"})
 	siClient := mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns)
@@ -76,7 +77,7 @@ spec: {selector: {app: hello}, ports: [{name: http, port: 80}]}
 		require.NoError(c, err)
 		assert.Equal(c, "true", si.Labels["dummy-label"])
 		assert.Equal(c, "true", si.Annotations["dummy-annotation"])
-		assert.Equal(c, controller.ManagedByValue, si.Labels[controller.ManagedBy], "the owner label is the controller's")
+		assert.Equal(c, labels.ManagedByValue, si.Labels[labels.ManagedBy], "the owner label is the controller's")
 		assert.NotContains(c, si.Labels, "team", "the Service's own labels are not exported")
 		assert.NotContains(c, si.Annotations, "note", "the Service's own annotations are not exported")
 	}, wait, tick)

@@ -45,14 +45,14 @@ func leftImport(t *testing.T, ns, name, derivedName, cluster, addr string, port 
 	east := env.Cluster("east")
 	imports := mcsClient(t, "east").MulticlusterV1beta1().ServiceImports(ns)
 	si, err := imports.Create(ctx, &mcsv1beta1.ServiceImport{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{controller.ManagedBy: controller.ManagedByValue}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labels.ManagedBy: labels.ManagedByValue}},
 		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP,
 			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	derived, err := east.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: derivedName,
-			Labels:          map[string]string{controller.ManagedBy: controller.ManagedByValue, labels.ServiceImport: name, mcsv1beta1.LabelServiceName: name},
+			Labels:          map[string]string{labels.ManagedBy: labels.ManagedByValue, labels.ServiceImport: name, mcsv1beta1.LabelServiceName: name},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: mcsv1beta1.SchemeGroupVersion.String(), Kind: "ServiceImport", Name: name, UID: si.UID}}},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 	}, metav1.CreateOptions{})
@@ -68,8 +68,8 @@ func leftImport(t *testing.T, ns, name, derivedName, cluster, addr string, port 
 	require.NoError(t, err)
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: derived.Name + "-" + cluster, Labels: map[string]string{
-			discoveryv1.LabelServiceName: derived.Name, discoveryv1.LabelManagedBy: controller.EndpointSliceManagedBy,
-			controller.ManagedBy: controller.ManagedByValue, mcsv1beta1.LabelServiceName: name, mcsv1beta1.LabelSourceCluster: cluster}},
+			discoveryv1.LabelServiceName: derived.Name, discoveryv1.LabelManagedBy: labels.EndpointSliceManagedBy,
+			labels.ManagedBy: labels.ManagedByValue, mcsv1beta1.LabelServiceName: name, mcsv1beta1.LabelSourceCluster: cluster}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)}},

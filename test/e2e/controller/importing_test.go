@@ -125,7 +125,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 		m := mirrors(c, ns)
 		mirror, ok := m["api-west"]
 		require.True(c, ok, "mirror api-west")
-		port, ok := labels.ParseEgressPorts(mirror.Annotations[controller.EgressPorts])["80/TCP"]
+		port, ok := labels.ParseEgressPorts(mirror.Annotations[labels.EgressPorts])["80/TCP"]
 		require.True(c, ok)
 		imp, ok := readImport(c, ns, "api")
 		require.True(c, ok, "ServiceImport api")
@@ -140,7 +140,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 		assert.Nil(c, imp.derived.Spec.Selector)
 		require.Contains(c, imp.slices, "west")
 		assert.Equal(c, []string{fmt.Sprintf("http %s:%d", egress, port)}, endpointsOf(imp.slices["west"]), "west through the egress")
-		assert.Equal(c, controller.EndpointSliceManagedBy, imp.slices["west"].Labels[discoveryv1.LabelManagedBy])
+		assert.Equal(c, labels.EndpointSliceManagedBy, imp.slices["west"].Labels[discoveryv1.LabelManagedBy])
 		assert.Equal(c, imp.derived.Name, imp.slices["west"].Labels[discoveryv1.LabelServiceName])
 	}, wait, tick)
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcmirror/mcmirror/controller"
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 
 	"github.com/stretchr/testify/assert"
@@ -63,8 +63,8 @@ func TestRestartKeepsPorts(t *testing.T) {
 		a := after[name]
 		assert.Equal(t, b.UID, a.UID, "%s was not recreated", name)
 		assert.Equal(t, b.Spec.ClusterIP, a.Spec.ClusterIP, name)
-		if v := b.Annotations[controller.EgressPorts]; v != "" {
-			assert.Equal(t, v, a.Annotations[controller.EgressPorts], "%s keeps its egress ports", name)
+		if v := b.Annotations[labels.EgressPorts]; v != "" {
+			assert.Equal(t, v, a.Annotations[labels.EgressPorts], "%s keeps its egress ports", name)
 		}
 	}
 }
@@ -180,7 +180,7 @@ func TestNamespaces(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		got, err := east.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		require.NoError(c, err)
-		assert.Equal(c, controller.ManagedByValue, got.Labels[controller.ManagedBy])
+		assert.Equal(c, labels.ManagedByValue, got.Labels[labels.ManagedBy])
 		assert.Equal(c, []string{"db-set-0-west", "db-set-1-west", "db-west"}, names(mirrors(c, ns)))
 	}, wait, tick)
 

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 
@@ -150,7 +149,7 @@ func ordinals(prefix, cluster string, n int) []string {
 // ClusterIPs under their hostnames.
 func assertConsistent(c *assert.CollectT, ctx context.Context, ns string, m map[string]corev1.Service) {
 	east := env.Cluster("east")
-	list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + controller.EndpointSliceManagedBy})
+	list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + labels.EndpointSliceManagedBy})
 	require.NoError(c, err)
 	// A headless mirror of many pods has several slices; while a mirror
 	// changes shape, its slice may still be of the old shape for a moment:
@@ -179,7 +178,7 @@ func assertConsistent(c *assert.CollectT, ctx context.Context, ns string, m map[
 		var want, got []string
 		for _, p := range m {
 			if p.Labels[labels.HeadlessMirrorSvcName] == name {
-				want = append(want, p.Labels[controller.RemoteHostname]+"="+p.Spec.ClusterIP)
+				want = append(want, p.Labels[labels.RemoteHostname]+"="+p.Spec.ClusterIP)
 			}
 		}
 		for _, es := range all {
@@ -216,7 +215,7 @@ func assertSlicePorts(c *assert.CollectT, s corev1.Service, es discoveryv1.Endpo
 	for _, p := range es.Ports {
 		got = append(got, fmt.Sprint(*p.Port))
 	}
-	for _, kv := range strings.Split(s.Annotations[controller.EgressPorts], ",") {
+	for _, kv := range strings.Split(s.Annotations[labels.EgressPorts], ",") {
 		_, p, _ := strings.Cut(kv, "=")
 		want = append(want, p)
 	}

@@ -51,15 +51,15 @@ func TestExportScaleUnexport(t *testing.T) {
 
 	// Port change: the mirror's port follows, with an egress port of its
 	// own.
-	oldPorts := mirrors(t, ns)["web-west"].Annotations[controller.EgressPorts]
+	oldPorts := mirrors(t, ns)["web-west"].Annotations[labels.EgressPorts]
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 8080, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m := mirrors(c, ns)
 		web := m["web-west"]
 		require.Len(c, web.Spec.Ports, 1)
 		assert.Equal(c, int32(8080), web.Spec.Ports[0].Port)
-		assert.Contains(c, web.Annotations[controller.EgressPorts], "8080/TCP=")
-		assert.NotEqual(c, oldPorts, web.Annotations[controller.EgressPorts])
+		assert.Contains(c, web.Annotations[labels.EgressPorts], "8080/TCP=")
+		assert.NotEqual(c, oldPorts, web.Annotations[labels.EgressPorts])
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)
 
@@ -106,7 +106,7 @@ spec:
 	require.NoError(t, east.Client.CoreV1().Services(ns).Delete(ctx, "nginx-svc-west", metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m := mirrors(c, ns)
-		assert.Equal(c, controller.ManagedByValue, m["nginx-svc-west"].Labels[controller.ManagedBy])
+		assert.Equal(c, labels.ManagedByValue, m["nginx-svc-west"].Labels[labels.ManagedBy])
 		assert.Equal(c, ordinals("nginx-svc-set", "west", 2), podMirrors(m, "nginx-svc-west"))
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)

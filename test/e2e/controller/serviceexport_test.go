@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"github.com/stretchr/testify/assert"
@@ -55,12 +54,12 @@ func TestServiceExportStamp(t *testing.T) {
 		m := mirrors(c, ns)
 		assert.Equal(c, []string{"both-west", "flat-west", "web-west"}, names(m))
 		web := m["web-west"]
-		assert.Equal(c, controller.ModeGateway, web.Labels[controller.Mode])
+		assert.Equal(c, labels.ModeGateway, web.Labels[labels.ModeLabel])
 		assert.Equal(c, "west", web.Labels[labels.ClusterName])
-		assert.Equal(c, "web", web.Labels[controller.RemoteService])
+		assert.Equal(c, "web", web.Labels[labels.RemoteService])
 		assert.NotEqual(c, corev1.ClusterIPNone, web.Spec.ClusterIP)
-		assert.Contains(c, web.Annotations[controller.EgressPorts], "80/TCP=")
-		assert.Equal(c, controller.ModeFlat, m["flat-west"].Labels[controller.Mode])
+		assert.Contains(c, web.Annotations[labels.EgressPorts], "80/TCP=")
+		assert.Equal(c, labels.ModeFlat, m["flat-west"].Labels[labels.ModeLabel])
 		assert.Equal(c, corev1.ClusterIPNone, m["flat-west"].Spec.ClusterIP)
 		// The flat mirror has no EndpointSlice: check the others.
 		delete(m, "flat-west")
@@ -88,7 +87,7 @@ func TestServiceExportStamp(t *testing.T) {
 		assert.Equal(c, remote.ResourceVersion, b.Annotations[labels.RemoteResourceVersion])
 		assert.Equal(c, before["both-west"].UID, b.UID, "both-west was not recreated")
 		assert.Equal(c, before["both-west"].Spec.ClusterIP, b.Spec.ClusterIP)
-		assert.Equal(c, before["both-west"].Annotations[controller.EgressPorts], b.Annotations[controller.EgressPorts])
+		assert.Equal(c, before["both-west"].Annotations[labels.EgressPorts], b.Annotations[labels.EgressPorts])
 		delete(m, "flat-west")
 		assertConsistent(c, ctx, ns, m)
 	}, wait, tick)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
 
 	"github.com/stretchr/testify/assert"
@@ -30,7 +29,7 @@ metadata:
   namespace: %s
   labels: {%q: "true", %q: dead, %q: %q, %q: api}
 spec: {ports: [{name: http, port: 80}]}
-`, ns, labels.MirroredService, labels.ClusterName, controller.ManagedBy, controller.ManagedByValue, controller.RemoteService)))
+`, ns, labels.MirroredService, labels.ClusterName, labels.ManagedBy, labels.ManagedByValue, labels.RemoteService)))
 
 	p := startController(t, "controller", "--link", "dead="+path, "--v", "4")
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "web", 80, "true")))

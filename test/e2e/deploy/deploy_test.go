@@ -349,7 +349,7 @@ spec:
 		assert.ElementsMatch(c, []string{"nginx-svc-west", "nginx-set-0-west", "nginx-set-1-west"},
 			slices.Collect(maps.Keys(m)))
 		for name, s := range m {
-			assert.Equal(c, controller.ManagedByValue, s.Labels[controller.ManagedBy], name)
+			assert.Equal(c, labels.ManagedByValue, s.Labels[labels.ManagedBy], name)
 			assert.Equal(c, "west", s.Labels[labels.ClusterName], name)
 		}
 		es, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})

@@ -15,7 +15,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
@@ -138,7 +137,7 @@ func converged(t *assert.CollectT, ns string, want []string, recorded map[string
 	got := mirrorSet(t, ns)
 	assert.Len(t, got, len(want), "no mirror twice, none missing, none extra")
 	list, err := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).List(context.Background(),
-		metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + controller.EndpointSliceManagedBy})
+		metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + labels.EndpointSliceManagedBy})
 	require.NoError(t, err)
 	perService := map[string]int{}
 	for _, s := range list.Items {

@@ -27,7 +27,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/mcmirror/mcmirror/controller"
 	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 )
@@ -150,7 +149,7 @@ endpoints:
 // managed returns the Services east's controller made in ns.
 func managed(t require.TestingT, ns string) []corev1.Service {
 	list, err := env.Cluster("east").Client.CoreV1().Services(ns).List(context.Background(),
-		metav1.ListOptions{LabelSelector: controller.ManagedBy + "=" + controller.ManagedByValue})
+		metav1.ListOptions{LabelSelector: labels.ManagedBy + "=" + labels.ManagedByValue})
 	require.NoError(t, err)
 	return list.Items
 }
@@ -167,7 +166,7 @@ func mirrorSet(t require.TestingT, ns string) map[string]string {
 // mirrorSlices returns east's controller EndpointSlices of ns as name → UID.
 func mirrorSlices(t require.TestingT, ns string) map[string]string {
 	list, err := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(ns).List(context.Background(),
-		metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + controller.EndpointSliceManagedBy})
+		metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + labels.EndpointSliceManagedBy})
 	require.NoError(t, err)
 	out := map[string]string{}
 	for _, s := range list.Items {

@@ -2,7 +2,6 @@ package index
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -59,20 +58,7 @@ func addrs(x *Index, name string) ([]string, bool) {
 	if h == nil {
 		return nil, false
 	}
-	out := unpack(h.Addresses(false), 4)
-	out = append(out, unpack(h.Addresses(true), 16)...)
-	slices.Sort(out)
-	return out, true
-}
-
-// unpack returns the addresses of v, size octets each.
-func unpack(v []byte, size int) []string {
-	var out []string
-	for i := 0; i < len(v); i += size {
-		a, _ := netip.AddrFromSlice(v[i : i+size])
-		out = append(out, a.String())
-	}
-	return out
+	return indextest.Addresses(h), true
 }
 
 // targets returns the SRV targets of name, in order; nil when name is not

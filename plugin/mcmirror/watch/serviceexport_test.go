@@ -169,10 +169,7 @@ func TestServiceExportRelist(t *testing.T) {
 				slices.Equal(sliceKeys(cl), []string{"default/both-1", "default/lk-1", "default/mcs-1"})
 		})
 		for name, want := range map[string]string{"lk": "10.1.0.1", "mcs": "10.1.0.2", "both": "10.1.0.3"} {
-			if !answersA(t, m, name+"-west"+z, want)() {
-				_, got := askA(t, m, name+"-west"+z)
-				t.Errorf("%s-west answers %v %s, want %s", name, got, when, want)
-			}
+			assert.True(t, answersA(t, m, name+"-west"+z, want)(), "%s-west answers %v %s, want %s", name, second(askA(t, m, name+"-west"+z)), when, want)
 		}
 		wantKeys(t, "slices held "+when+":", sliceKeys(cl), "default/both-1", "default/lk-1", "default/mcs-1")
 		assert.False(t, held(cl.services, "lk") != lk, "the unchanged lk replaced in the export selector's store %s", when)

@@ -2,7 +2,6 @@ package watch
 
 import (
 	"context"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -139,10 +139,10 @@ func askA(t *testing.T, m *stack, name string) (int, []string) {
 		case what != index.CSName:
 			return dns.RcodeSuccess, nil
 		}
-		return dns.RcodeSuccess, addresses(&h)
+		return dns.RcodeSuccess, indextest.Addresses(&h)
 	}
 	if h := m.index.Lookup(name); h != nil {
-		return dns.RcodeSuccess, addresses(h)
+		return dns.RcodeSuccess, indextest.Addresses(h)
 	}
 	if _, ok := m.index.Claimed(name, "cluster.local."); ok {
 		return missing, nil
@@ -150,26 +150,18 @@ func askA(t *testing.T, m *stack, name string) (int, []string) {
 	return dns.RcodeSuccess, []string{passedOn}
 }
 
-// addresses returns the A and AAAA addresses of h, sorted.
-func addresses(h *index.Hit) []string {
-	var out []string
-	for _, fam := range []struct {
-		v    []byte
-		size int
-	}{{h.Addresses(false), net.IPv4len}, {h.Addresses(true), net.IPv6len}} {
-		for i := 0; i < len(fam.v); i += fam.size {
-			out = append(out, net.IP(fam.v[i:i+fam.size]).String())
-		}
-	}
-	slices.Sort(out)
-	return out
-}
+// rcode is the rcode of askA's answer, for one-line checks.
+func rcode(rc int, _ []string) string { return dns.RcodeToString[rc] }
+
+// first and second pick one of a call's results, for one-line checks.
+func first[A any](a A, _ ...any) A         { return a }
+func second[B any](_ any, b B, _ ...any) B { return b }
 
 // addrs returns the A and AAAA addresses of name in the index, sorted, and
 // whether the name is there at all.
 func addrs(m *stack, name string) ([]string, bool) {
 	if h := m.index.Lookup(name); h != nil {
-		return addresses(h), true
+		return indextest.Addresses(h), true
 	}
 	return nil, false
 }

@@ -154,10 +154,7 @@ func TestServiceExportRelist(t *testing.T) {
 		west.api.put(service("both", lbls, corev1.ClusterIPNone))
 		west.let()
 		relists++
-		waitFor(t, 10*time.Second, "the relist done", func() bool {
-			active, held := m.watch.relists.stats()
-			return active == 0 && held == relists
-		})
+		waitFor(t, 10*time.Second, "the relist done", func() bool { return gateStats(m.watch.relists) == [2]int{0, relists} })
 		waitFor(t, 5*time.Second, "the groups built", idle(m))
 	}
 	check := func(when string) {

@@ -157,32 +157,23 @@ func rcode(rc int, _ []string) string { return dns.RcodeToString[rc] }
 func first[A any](a A, _ ...any) A         { return a }
 func second[B any](_ any, b B, _ ...any) B { return b }
 
-// addrs returns the A and AAAA addresses of name in the index, sorted, and
-// whether the name is there at all.
-func addrs(m *stack, name string) ([]string, bool) {
-	if h := m.index.Lookup(name); h != nil {
-		return indextest.Addresses(h), true
-	}
-	return nil, false
-}
-
 // wantAddrs fails t unless name is in the index with the addresses want.
 func wantAddrs(t *testing.T, m *stack, name string, want ...string) {
 	t.Helper()
-	if got, ok := addrs(m, name); !ok || !slices.Equal(got, want) {
+	if got, ok := indextest.Addrs(m.index.Lookup(name)); !ok || !slices.Equal(got, want) {
 		t.Errorf("%s: %v (in the index: %t), want %v", name, got, ok, want)
 	}
 }
 
 // hasAddrs reports whether name is in the index with the addresses want.
 func hasAddrs(m *stack, name string, want ...string) func() bool {
-	return func() bool { got, _ := addrs(m, name); return slices.Equal(got, want) }
+	return func() bool { got, _ := indextest.Addrs(m.index.Lookup(name)); return slices.Equal(got, want) }
 }
 
 // wantAbsent fails t when name is in the index.
 func wantAbsent(t *testing.T, m *stack, name string) {
 	t.Helper()
-	if got, ok := addrs(m, name); ok {
+	if got, ok := indextest.Addrs(m.index.Lookup(name)); ok {
 		t.Errorf("%s: in the index (%v), want it gone", name, got)
 	}
 }
@@ -333,7 +324,7 @@ func TestControllerProgrammingLatency(t *testing.T) {
 	s := endpointSlice("web-1", "web", podEndpoint("", "10.1.0.1", true))
 	s.Annotations = map[string]string{labels.EndpointsLastChangeTriggerTime: time.Now().Add(-time.Second).Format(time.RFC3339Nano)}
 	west.DiscoveryV1().EndpointSlices("default").Create(ctx, s, metav1.CreateOptions{})
-	eventually(t, "the endpoint", func() bool { a, _ := addrs(m, "web-latency"+z); return len(a) == 1 })
+	eventually(t, "the endpoint", func() bool { a, _ := indextest.Addrs(m.index.Lookup("web-latency" + z)); return len(a) == 1 })
 	eventually(t, "a latency sample", func() bool { return count() == before+1 })
 }
 

@@ -12,6 +12,18 @@ func Addresses(h interface{ Addresses(v6 bool) []byte }) []string {
 	return out
 }
 
+// Addrs is Addresses of h, and whether there is an h: what a lookup found.
+func Addrs[H interface {
+	comparable
+	Addresses(v6 bool) []byte
+}](h H) ([]string, bool) {
+	var none H
+	if h == none {
+		return nil, false
+	}
+	return Addresses(h), true
+}
+
 // Unpack returns the addresses in v, size octets each, in order.
 func Unpack(v []byte, size int) []string {
 	var out []string

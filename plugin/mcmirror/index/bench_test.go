@@ -172,7 +172,7 @@ func BenchmarkSyncOneEndpoint(b *testing.B) {
 		f.EndpointSlices[key] = []*object.Slice{&sl}
 		x.Sync(k)
 	}
-	if got, _ := addrs(x, "big-7.big-c3"+z); len(got) != 1 || got[0] != fmt.Sprintf("10.3.99.%d", v%250) {
+	if got, _ := indextest.Addrs(x.Lookup("big-7.big-c3" + z)); len(got) != 1 || got[0] != fmt.Sprintf("10.3.99.%d", v%250) {
 		b.Fatalf("big-7.big-c3: %v", got)
 	}
 }

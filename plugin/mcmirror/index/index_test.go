@@ -2,7 +2,6 @@ package index
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -52,29 +51,6 @@ func syncKeys(x *Index, keys ...object.GroupKey) {
 	}
 }
 
-// addrs returns the A and AAAA addresses of name in the index, sorted, and
-// whether the name is there at all.
-func addrs(x *Index, name string) ([]string, bool) {
-	h := x.Lookup(name)
-	if h == nil {
-		return nil, false
-	}
-	out := unpack(h.Addresses(false), 4)
-	out = append(out, unpack(h.Addresses(true), 16)...)
-	slices.Sort(out)
-	return out, true
-}
-
-// unpack returns the addresses of v, size octets each.
-func unpack(v []byte, size int) []string {
-	var out []string
-	for i := 0; i < len(v); i += size {
-		a, _ := netip.AddrFromSlice(v[i : i+size])
-		out = append(out, a.String())
-	}
-	return out
-}
-
 // targets returns the SRV targets of name, in order; nil when name is not
 // in the index or has no SRV records.
 func targets(x *Index, name string) []string {
@@ -106,7 +82,7 @@ func owner(x *Index, name string) string {
 
 func wantAddrs(t *testing.T, x *Index, name string, want ...string) {
 	t.Helper()
-	if got, ok := addrs(x, name); assert.True(t, ok, "%s: not in the index, want %v", name, want) {
+	if got, ok := indextest.Addrs(x.Lookup(name)); assert.True(t, ok, "%s: not in the index, want %v", name, want) {
 		assert.True(t, slices.Equal(got, want), "%s: %v, want %v", name, got, want)
 	}
 }
@@ -114,7 +90,7 @@ func wantAddrs(t *testing.T, x *Index, name string, want ...string) {
 func wantAbsent(t *testing.T, x *Index, names ...string) {
 	t.Helper()
 	for _, name := range names {
-		if got, ok := addrs(x, name); ok {
+		if got, ok := indextest.Addrs(x.Lookup(name)); ok {
 			t.Errorf("%s: in the index (%v), want it gone", name, got)
 		}
 	}

@@ -57,9 +57,7 @@ func TestFederatedMembersWatch(t *testing.T) {
 		"web-global" + z:         {passedOn},
 		"plain-west" + z:         {passedOn},
 	} {
-		if _, got := askA(t, m, name); !slices.Equal(got, want) {
-			t.Errorf("%s: %v, want %v", name, got, want)
-		}
+		assert.Equal(t, want, second(askA(t, m, name)), name)
 	}
 	wantKeys(t, "federated members held", keys(cl.fedServices), "default/gw", "default/web")
 	wantKeys(t, "exported Services held", keys(cl.services), "default/gw")
@@ -98,7 +96,5 @@ func TestFederatedMembersWatch(t *testing.T) {
 	require.NoError(t, local.CoreV1().Services("default").Delete(ctx, "web-federated", metav1.DeleteOptions{}))
 	waitFor(t, eventBound, "web-federated gone", answersA(t, m, fed, passedOn))
 	waitFor(t, 5*time.Second, "the groups built", idle(m))
-	if _, got := askA(t, m, "west.web-federated"+z); !slices.Equal(got, []string{passedOn}) {
-		t.Errorf("west.web-federated: %v once the federated Service is gone", got)
-	}
+	assert.Equal(t, []string{passedOn}, second(askA(t, m, "west.web-federated"+z)), "west.web-federated once the federated Service is gone")
 }

@@ -112,6 +112,9 @@ func parseRV(s string) (int, error) {
 	return rv, err
 }
 
+// gateStats is g.stats() as one comparable value: active, held.
+func gateStats(g *relistGate) [2]int { a, h := g.stats(); return [2]int{a, h} }
+
 // proxyWatch is a watch the proxy serves.
 type proxyWatch struct {
 	cancel   context.CancelFunc
@@ -223,9 +226,7 @@ func TestRelistsOneAtATime(t *testing.T) {
 			answersA(t, m, "db-paris"+z, "10.2.0.5")()
 	})
 	waitFor(t, 5*time.Second, "the groups built", idle(m))
-	if active, held := m.watch.relists.stats(); active != 0 || held != 0 {
-		t.Fatalf("first lists went through the relist gate: %d active, %d held", active, held)
-	}
+	require.Equal(t, [2]int{0, 0}, gateStats(m.watch.relists), "first lists went through the relist gate: active, held")
 	pc := m.watch.cluster("paris")
 	dbSvc, dbSlice, webSlice := held(pc.services, "db"), held(pc.slices[0], "db-1"), held(pc.slices[0], "web-1")
 	before := map[object.GroupKey]int{}
@@ -251,10 +252,7 @@ func TestRelistsOneAtATime(t *testing.T) {
 	assert.True(t, answersA(t, m, "web-paris"+z, "10.2.0.1")(), "paris's last known state not answered while it waits")
 
 	west.let()
-	waitFor(t, 10*time.Second, "every relist done", func() bool {
-		active, held := m.watch.relists.stats()
-		return active == 0 && held == 2*linkWatches
-	})
+	waitFor(t, 10*time.Second, "every relist done", func() bool { return gateStats(m.watch.relists) == [2]int{0, 2 * linkWatches} })
 	waitFor(t, 5*time.Second, "paris's change answered", answersA(t, m, "web-paris"+z, "10.2.0.9"))
 	waitFor(t, 5*time.Second, "the groups built", idle(m))
 	assert.EqualValues(t, 0, testutil.ToFloat64(relistsActive), "relist_in_progress after the relists")
@@ -317,9 +315,7 @@ func TestRelistGate(t *testing.T) {
 	<-done
 	b := got.Load()
 	require.NotNil(t, b, "b got no slot")
-	if active, held := g.stats(); active != 1 || held != 2 {
-		t.Errorf("stats %d active, %d held; want 1, 2", active, held)
-	}
+	assert.Equal(t, [2]int{1, 2}, gateStats(g), "stats: active, held")
 	b.release()
 	mu.Lock()
 	assert.False(t, len(busy) != 2 || !busy[0] || busy[1], "busy told %v, want [true false]", busy)
@@ -333,9 +329,7 @@ func TestRelistGate(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond, "when next started after the hanging one: not before maxHold")
 	h.release() // late: gives back nothing twice
 	n.release()
-	if active, _ := g.stats(); active != 0 {
-		t.Errorf("%d active after every release", active)
-	}
+	assert.Zero(t, first(g.stats()), "active after every release")
 	// The slot is free.
 	select {
 	case g.slot <- struct{}{}:
@@ -371,10 +365,7 @@ func TestRelistRetryWaitsItsTurn(t *testing.T) {
 	plain := west.plainLists() + paris.plainLists()
 	westLists := west.listed()
 	west.expire()
-	waitFor(t, 10*time.Second, "the turn handed on, the failed relist back at the gate", func() bool {
-		active, held := m.watch.relists.stats()
-		return held == 2 && active == 2*linkWatches
-	})
+	waitFor(t, 10*time.Second, "the turn handed on, the failed relist back at the gate", func() bool { return gateStats(m.watch.relists) == [2]int{2 * linkWatches, 2} })
 	waitFor(t, 5*time.Second, "the next relist in its list", func() bool { return west.waiting()+paris.waiting() == 1 })
 	w, p := west.waiting(), paris.waiting()
 	if active, held := m.watch.relists.stats(); active != 2*linkWatches || held != 2 || w+p != 1 {

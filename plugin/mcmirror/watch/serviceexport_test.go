@@ -154,10 +154,7 @@ func TestServiceExportRelist(t *testing.T) {
 		west.api.put(service("both", lbls, corev1.ClusterIPNone))
 		west.let()
 		relists++
-		waitFor(t, 10*time.Second, "the relist done", func() bool {
-			active, held := m.watch.relists.stats()
-			return active == 0 && held == relists
-		})
+		waitFor(t, 10*time.Second, "the relist done", func() bool { return gateStats(m.watch.relists) == [2]int{0, relists} })
 		waitFor(t, 5*time.Second, "the groups built", idle(m))
 	}
 	check := func(when string) {
@@ -169,10 +166,7 @@ func TestServiceExportRelist(t *testing.T) {
 				slices.Equal(sliceKeys(cl), []string{"default/both-1", "default/lk-1", "default/mcs-1"})
 		})
 		for name, want := range map[string]string{"lk": "10.1.0.1", "mcs": "10.1.0.2", "both": "10.1.0.3"} {
-			if !answersA(t, m, name+"-west"+z, want)() {
-				_, got := askA(t, m, name+"-west"+z)
-				t.Errorf("%s-west answers %v %s, want %s", name, got, when, want)
-			}
+			assert.True(t, answersA(t, m, name+"-west"+z, want)(), "%s-west answers %v %s, want %s", name, second(askA(t, m, name+"-west"+z)), when, want)
 		}
 		wantKeys(t, "slices held "+when+":", sliceKeys(cl), "default/both-1", "default/lk-1", "default/mcs-1")
 		assert.False(t, held(cl.services, "lk") != lk, "the unchanged lk replaced in the export selector's store %s", when)

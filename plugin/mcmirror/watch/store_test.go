@@ -181,36 +181,25 @@ func TestReplaceKeepsUnchanged(t *testing.T) {
 	rec.events = nil
 
 	// The reflector trims a watch-list's objects as they come.
-	if got, _ := s.Transformer()(rawSlice("a-1", "a", "1")); got != held["default/a-1"] {
-		t.Error("trim of an unchanged object did not return the held one")
-	}
-	if got, _ := s.Transformer()(rawSlice("a-1", "a", "7")); got == held["default/a-1"] || got.(*object.Slice).Version != "7" {
-		t.Error("trim of a changed object returned the held one")
-	}
+	assert.Same(t, held["default/a-1"], first(s.Transformer()(rawSlice("a-1", "a", "1"))), "trim of an unchanged object did not return the held one")
+	got, _ := s.Transformer()(rawSlice("a-1", "a", "7"))
+	assert.True(t, got != held["default/a-1"] && got.(*object.Slice).Version == "7", "trim of a changed object returned the held one")
 
 	// Nothing changed: nothing told, the same objects held.
 	require.NoError(t, s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "2"), rawSlice("b-1", "b", "3")}, "3"))
 	assert.Empty(t, rec.events, "what a relist that changed nothing told")
 	for k, o := range held {
-		if got, _, _ := s.idx.GetByKey(k); got != o {
-			t.Errorf("%s replaced by a relist that did not change it", k)
-		}
+		assert.Same(t, o, first(s.idx.GetByKey(k)), "%s replaced by a relist that did not change it", k)
 	}
 
 	// a-2 changed, b-1 gone, c-1 new.
 	require.NoError(t, s.Replace([]any{rawSlice("a-1", "a", "1"), rawSlice("a-2", "a", "5"), rawSlice("c-1", "c", "6")}, "6"))
 	want := []string{"update a-2@5", "add c-1@6", "del b-1@3"}
 	wantKeys(t, "events", rec.events, want...)
-	if got, _, _ := s.idx.GetByKey("default/a-1"); got != held["default/a-1"] {
-		t.Error("unchanged a-1 replaced")
-	}
+	assert.Same(t, held["default/a-1"], first(s.idx.GetByKey("default/a-1")), "unchanged a-1 replaced")
 	wantKeys(t, "held", keys(s), "default/a-1", "default/a-2", "default/c-1")
-	if objs, _ := s.idx.ByIndex(sliceServiceIndex, "default/b"); len(objs) != 0 {
-		t.Errorf("the index still holds %d slices of b", len(objs))
-	}
-	if objs, _ := s.idx.ByIndex(sliceServiceIndex, "default/a"); len(objs) != 2 {
-		t.Errorf("the index holds %d slices of a, want 2", len(objs))
-	}
+	assert.Len(t, first(s.idx.ByIndex(sliceServiceIndex, "default/b")), 0, "the index still holds slices of b")
+	assert.Len(t, first(s.idx.ByIndex(sliceServiceIndex, "default/a")), 2, "the index's slices of a")
 }
 
 func TestServiceTransform(t *testing.T) {
@@ -235,24 +224,16 @@ func TestServiceTransform(t *testing.T) {
 	}
 	assert.Equal(t, want, out)
 	// Idempotent: a transform may see its own output again.
-	if again, _ := tr(out); again != out {
-		t.Error("transform of a trimmed Service made a new object")
-	}
+	assert.Same(t, out, first(tr(out)), "transform of a trimmed Service made a new object")
 	// Keys work on the trimmed object.
-	if k, err := cache.MetaNamespaceKeyFunc(out); err != nil || k != "default/web" {
-		t.Errorf("key %q, %v", k, err)
-	}
-	if c := out.(*object.Service).DeepCopyObject().(*object.Service); !reflect.DeepEqual(c, want) || &c.Ports[0] == &want.Ports[0] {
-		t.Error("DeepCopyObject is not a deep copy")
-	}
+	k, err := cache.MetaNamespaceKeyFunc(out)
+	assert.True(t, err == nil && k == "default/web", "key %q, %v", k, err)
+	c := out.(*object.Service).DeepCopyObject().(*object.Service)
+	assert.True(t, reflect.DeepEqual(c, want) && &c.Ports[0] != &want.Ports[0], "DeepCopyObject is not a deep copy")
 
-	headless, _ := tr(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "h", Labels: map[string]string{"other": "x"}}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone}})
-	if h := headless.(*object.Service); !h.Headless || h.ClusterIPs != nil || h.Exported || h.Mode != labels.Gateway {
-		t.Errorf("headless, unexported: %+v", h)
-	}
+	h := first(tr(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "h", Labels: map[string]string{"other": "x"}}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone}})).(*object.Service)
+	assert.True(t, h.Headless && h.ClusterIPs == nil && !h.Exported && h.Mode == labels.Gateway, "headless, unexported: %+v", h)
 	// Tombstones pass through.
 	tomb := cache.DeletedFinalStateUnknown{Key: "a/b"}
-	if got, _ := tr(tomb); got != tomb {
-		t.Error("tombstone changed")
-	}
+	assert.True(t, first(tr(tomb)) == tomb, "tombstone changed")
 }

@@ -2,7 +2,6 @@ package watch
 
 import (
 	"context"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/mcmirror/mcmirror/internal/link"
 	"github.com/mcmirror/mcmirror/internal/remote/remotetest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/index"
+	"github.com/mcmirror/mcmirror/plugin/mcmirror/index/indextest"
 	"github.com/mcmirror/mcmirror/plugin/mcmirror/watch/watchtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -139,10 +139,10 @@ func askA(t *testing.T, m *stack, name string) (int, []string) {
 		case what != index.CSName:
 			return dns.RcodeSuccess, nil
 		}
-		return dns.RcodeSuccess, addresses(&h)
+		return dns.RcodeSuccess, indextest.Addresses(&h)
 	}
 	if h := m.index.Lookup(name); h != nil {
-		return dns.RcodeSuccess, addresses(h)
+		return dns.RcodeSuccess, indextest.Addresses(h)
 	}
 	if _, ok := m.index.Claimed(name, "cluster.local."); ok {
 		return missing, nil
@@ -150,47 +150,30 @@ func askA(t *testing.T, m *stack, name string) (int, []string) {
 	return dns.RcodeSuccess, []string{passedOn}
 }
 
-// addresses returns the A and AAAA addresses of h, sorted.
-func addresses(h *index.Hit) []string {
-	var out []string
-	for _, fam := range []struct {
-		v    []byte
-		size int
-	}{{h.Addresses(false), net.IPv4len}, {h.Addresses(true), net.IPv6len}} {
-		for i := 0; i < len(fam.v); i += fam.size {
-			out = append(out, net.IP(fam.v[i:i+fam.size]).String())
-		}
-	}
-	slices.Sort(out)
-	return out
-}
+// rcode is the rcode of askA's answer, for one-line checks.
+func rcode(rc int, _ []string) string { return dns.RcodeToString[rc] }
 
-// addrs returns the A and AAAA addresses of name in the index, sorted, and
-// whether the name is there at all.
-func addrs(m *stack, name string) ([]string, bool) {
-	if h := m.index.Lookup(name); h != nil {
-		return addresses(h), true
-	}
-	return nil, false
-}
+// first and second pick one of a call's results, for one-line checks.
+func first[A any](a A, _ ...any) A         { return a }
+func second[B any](_ any, b B, _ ...any) B { return b }
 
 // wantAddrs fails t unless name is in the index with the addresses want.
 func wantAddrs(t *testing.T, m *stack, name string, want ...string) {
 	t.Helper()
-	if got, ok := addrs(m, name); !ok || !slices.Equal(got, want) {
+	if got, ok := indextest.Addrs(m.index.Lookup(name)); !ok || !slices.Equal(got, want) {
 		t.Errorf("%s: %v (in the index: %t), want %v", name, got, ok, want)
 	}
 }
 
 // hasAddrs reports whether name is in the index with the addresses want.
 func hasAddrs(m *stack, name string, want ...string) func() bool {
-	return func() bool { got, _ := addrs(m, name); return slices.Equal(got, want) }
+	return func() bool { got, _ := indextest.Addrs(m.index.Lookup(name)); return slices.Equal(got, want) }
 }
 
 // wantAbsent fails t when name is in the index.
 func wantAbsent(t *testing.T, m *stack, name string) {
 	t.Helper()
-	if got, ok := addrs(m, name); ok {
+	if got, ok := indextest.Addrs(m.index.Lookup(name)); ok {
 		t.Errorf("%s: in the index (%v), want it gone", name, got)
 	}
 }
@@ -341,7 +324,7 @@ func TestControllerProgrammingLatency(t *testing.T) {
 	s := endpointSlice("web-1", "web", podEndpoint("", "10.1.0.1", true))
 	s.Annotations = map[string]string{labels.EndpointsLastChangeTriggerTime: time.Now().Add(-time.Second).Format(time.RFC3339Nano)}
 	west.DiscoveryV1().EndpointSlices("default").Create(ctx, s, metav1.CreateOptions{})
-	eventually(t, "the endpoint", func() bool { a, _ := addrs(m, "web-latency"+z); return len(a) == 1 })
+	eventually(t, "the endpoint", func() bool { a, _ := indextest.Addrs(m.index.Lookup("web-latency" + z)); return len(a) == 1 })
 	eventually(t, "a latency sample", func() bool { return count() == before+1 })
 }
 

@@ -123,8 +123,7 @@ func startWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOption
 	opts.Logf, opts.OnRefused = lg.logf, lg.refuse
 	w, err := NewSecretWatcher(client, rec, opts)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	ctx := t.Context()
 	go w.Run(ctx)
 	waitFor(t, w.HasSynced, "secret watcher did not sync")
 	return rec, lg, w

@@ -128,24 +128,14 @@ func TestEgressRefusesIngressNotFromItsClustersIntermediate(t *testing.T) {
 	// The fake ingress presents whatever forged holds.
 	var forged atomic.Pointer[tls.Certificate]
 	p := newPair(t, func(_ *Ingress, e *Egress) {
-		ln := listen(t)
-		e.Peers = StaticPeers{"west": ln.Addr().String()}
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					srv := tls.Server(c, &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-						return forged.Load(), nil
-					}})
-					_ = srv.SetDeadline(time.Now().Add(10 * time.Second))
-					_, _ = io.Copy(io.Discard, srv)
-				}()
-			}
-		}()
+		fake := startServer(t, func(c net.Conn) {
+			srv := tls.Server(c, &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				return forged.Load(), nil
+			}})
+			_ = srv.SetDeadline(time.Now().Add(10 * time.Second))
+			_, _ = io.Copy(io.Discard, srv)
+		})
+		e.Peers = StaticPeers{"west": fake.addr.String()}
 	})
 	is := issue(t, p.ca, "west", gatewaytest.Options{Issuer: "east"})
 	cert, err := tls.X509KeyPair(is.CertPEM, is.KeyPEM)

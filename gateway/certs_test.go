@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -268,8 +267,7 @@ func writeFile(t *testing.T, path string, data []byte) {
 // Watch notices rewritten files by itself.
 func TestCertWatch(t *testing.T) {
 	p := newPair(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	go p.west.Watch(ctx, 20*time.Millisecond)
 	old := p.ingressSerial(t)
 	rotated := p.reissue(t, "west", gatewaytest.Options{})

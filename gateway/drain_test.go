@@ -157,33 +157,23 @@ func countDials(eg *Egress, n *atomic.Int32, to func(n int32, addr string) strin
 // accepts at once; it carries the others to addr.
 func resetFirstProxy(t *testing.T, addr string) string {
 	t.Helper()
-	ln := listen(t)
-	go func() {
-		for first := true; ; first = false {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if first {
-				abort(c)
-				continue
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go func() {
-					_, _ = io.Copy(up, c)
-					_ = up.(*net.TCPConn).CloseWrite()
-				}()
-				_, _ = io.Copy(c, up)
-			}()
+	var reset atomic.Bool
+	return startServer(t, func(c net.Conn) {
+		if !reset.Swap(true) {
+			abort(c)
+			return
 		}
-	}()
-	return ln.Addr().String()
+		up, err := net.Dial("tcp", addr)
+		if err != nil {
+			return
+		}
+		defer up.Close()
+		go func() {
+			_, _ = io.Copy(up, c)
+			_ = up.(*net.TCPConn).CloseWrite()
+		}()
+		_, _ = io.Copy(c, up)
+	}).addr.String()
 }
 
 // A refusal of the destination is an answer: it is not tried again.

@@ -261,8 +261,7 @@ func runExports(t *testing.T, client *fake.Clientset, policy EndpointPolicy) *Ex
 	exports := newExports(t, client)
 	exports.SetPolicy(policy)
 	assert.False(t, exports.HasSynced())
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	ctx := t.Context()
 	require.NoError(t, exports.Run(ctx))
 	assert.True(t, exports.HasSynced())
 	return exports
@@ -405,8 +404,7 @@ func TestExportsNotSyncedUntilServiceExportsListed(t *testing.T) {
 		return false, nil, nil
 	})
 	exports := newExports(t, client)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	ran := make(chan error, 1)
 	go func() { ran <- exports.Run(ctx) }()
 	require.Eventually(t, func() bool { return exports.routes[0].services.HasSynced() && exports.routes[0].slices.HasSynced() }, 5*time.Second, time.Millisecond)

@@ -4,10 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -71,22 +67,12 @@ func TestCheckHelp(t *testing.T) {
 // An API server that does not answer is a failed check (exit code 1), in
 // the text report and in the JSON one, within the timeout.
 func TestCheckUnreachable(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close()) // nothing listens there now
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:`+strconv.Itoa(port)+`", insecure-skip-tls-verify: true}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600))
+	server := "https://" + freeAddr(t) // nothing listens there now
+	kc := writeKubeconfig(t, server, "insecure-skip-tls-verify: true", "west")
 
 	code, stdout, stderr := runCheckCmd("--kubeconfig", kc, "--timeout", "5s")
 	assert.Equal(t, 1, code, stderr)
-	assert.Contains(t, stdout, "fail  api  the API server https://127.0.0.1:"+strconv.Itoa(port)+" does not answer: unreachable:")
+	assert.Contains(t, stdout, "fail  api  the API server "+server+" does not answer: unreachable:")
 	assert.Contains(t, stdout, "fix: check --kubeconfig and --context")
 	assert.Contains(t, stdout, "0 ok, 0 warn, 1 fail")
 

@@ -201,8 +201,7 @@ func TestLeaderWatchdogStaleness(t *testing.T) {
 	lc := testLeaderConfig(client, nil)
 	lc.leaseDuration, lc.renewDeadline = lease, 3*time.Second
 	lc.watchdog = newLeaderWatchdog(stale, lc.leaseDuration)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	started := make(chan struct{})
 	go func() {
 		_, _ = runLeaderElected(ctx, lc, func(ctx context.Context) error { close(started); <-ctx.Done(); return nil }, klog.Background())

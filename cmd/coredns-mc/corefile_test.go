@@ -25,13 +25,9 @@ import (
 // plugin's own tests.)
 func TestCorefileExampleParses(t *testing.T) {
 	data, err := os.ReadFile("../../corefile.example")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	blocks, err := caddyfile.Parse("corefile.example", bytes.NewReader(data), dnsserver.Directives)
-	if err != nil {
-		t.Fatalf("corefile.example: %v", err)
-	}
+	require.NoError(t, err, "corefile.example")
 	seen := map[string]bool{}
 	for _, b := range blocks {
 		for d := range b.Tokens {
@@ -39,9 +35,7 @@ func TestCorefileExampleParses(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"mcmirror", "kubernetes", "ready"} {
-		if !seen[want] {
-			t.Errorf("corefile.example has no %s block", want)
-		}
+		assert.True(t, seen[want], "corefile.example has no %s block", want)
 	}
 }
 

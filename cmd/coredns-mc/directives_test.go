@@ -6,6 +6,7 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/stretchr/testify/require"
 )
 
 func TestMcmirrorRightBeforeKubernetes(t *testing.T) {
@@ -13,19 +14,12 @@ func TestMcmirrorRightBeforeKubernetes(t *testing.T) {
 	if i < 0 || dnsserver.Directives[i+1] != "kubernetes" {
 		t.Fatalf("mcmirror must come right before kubernetes: %v", dnsserver.Directives)
 	}
-	if slices.Contains(dnsserver.Directives[i+1:], "mcmirror") {
-		t.Fatal("mcmirror listed twice")
-	}
-	if !slices.Contains(caddy.ListPlugins()["others"], "dns.mcmirror") {
-		t.Fatalf("plugin mcmirror is not registered: %v", caddy.ListPlugins())
-	}
+	require.NotContains(t, dnsserver.Directives[i+1:], "mcmirror", "mcmirror listed twice")
+	require.Contains(t, caddy.ListPlugins()["others"], "dns.mcmirror", "plugin mcmirror is not registered: %v", caddy.ListPlugins())
 }
 
 func TestInsertBefore(t *testing.T) {
-	got := insertBefore([]string{"a", "b", "c"}, "b", "x")
-	if !slices.Equal(got, []string{"a", "x", "b", "c"}) {
-		t.Fatalf("got %v", got)
-	}
+	require.Equal(t, []string{"a", "x", "b", "c"}, insertBefore([]string{"a", "b", "c"}, "b", "x"))
 	defer func() {
 		if recover() == nil {
 			t.Fatal("no panic for a missing directive")

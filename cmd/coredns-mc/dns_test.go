@@ -81,14 +81,7 @@ func TestDNSNoCluster(t *testing.T) {
 	assert.Contains(t, stderr, "coredns-mc dns revert: unable to load in-cluster configuration")
 	assert.Contains(t, stderr, "outside a pod, give --kubeconfig or --context")
 
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600))
+	kc := writeKubeconfig(t, "https://127.0.0.1:1", "", "west")
 	code, _, stderr = runDNSCmd("apply", "--patch-file", projectPatchFile, "--kubeconfig", kc)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "coredns-mc dns apply: kube-system/coredns: get: ")

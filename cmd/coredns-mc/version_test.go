@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/coredns/coredns/coremain"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A binary built with -ldflags -X prints mcmirror's version and commit, then
@@ -20,22 +22,13 @@ func TestVersionLdflags(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "coredns-mc")
 	build := exec.Command("go", "build", "-o", bin,
 		"-ldflags", "-X main.version=v9.8.7-test -X main.commit=abc1234def56", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	want := []string{
-		"mcmirror v9.8.7-test (commit abc1234def56)\n",
-		"CoreDNS-" + coremain.CoreVersion + "\n",
-	}
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	want := "mcmirror v9.8.7-test (commit abc1234def56)\nCoreDNS-" + coremain.CoreVersion + "\n"
 	for _, args := range [][]string{{"-version"}, {"--version"}, {"version"}, {"-conf", "/nonexistent", "-version"}} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
-		if err != nil {
-			t.Errorf("coredns-mc %q: %v\n%s", args, err, out)
-			continue
-		}
-		lines := strings.SplitAfter(string(out), "\n")
-		if len(lines) < 2 || lines[0] != want[0] || lines[1] != want[1] {
-			t.Errorf("coredns-mc %q printed\n%s\nwant it to begin with\n%s", args, out, strings.Join(want, ""))
+		if assert.NoError(t, err, "coredns-mc %q: %s", args, out) {
+			assert.True(t, strings.HasPrefix(string(out), want), "coredns-mc %q printed\n%s\nwant it to begin with\n%s", args, out, want)
 		}
 	}
 }
@@ -46,12 +39,8 @@ func TestVersionDefault(t *testing.T) {
 	var b bytes.Buffer
 	printVersion(&b)
 	first, rest, _ := strings.Cut(b.String(), "\n")
-	if !strings.HasPrefix(first, "mcmirror ") || !strings.Contains(first, " (commit ") {
-		t.Errorf("first line %q", first)
-	}
-	if !strings.HasPrefix(rest, "CoreDNS-"+coremain.CoreVersion+"\n") {
-		t.Errorf("second line of %q", b.String())
-	}
+	assert.Regexp(t, `^mcmirror (.* )?\(commit `, first)
+	assert.True(t, strings.HasPrefix(rest, "CoreDNS-"+coremain.CoreVersion+"\n"), "second line of %q", b.String())
 	for _, c := range []struct {
 		args []string
 		want bool
@@ -62,8 +51,6 @@ func TestVersionDefault(t *testing.T) {
 		{[]string{"-conf", "x"}, false},
 		{[]string{"--", "-version"}, false},
 	} {
-		if got := versionFlag(c.args); got != c.want {
-			t.Errorf("versionFlag(%q) = %v", c.args, got)
-		}
+		assert.Equal(t, c.want, versionFlag(c.args), "versionFlag(%q)", c.args)
 	}
 }

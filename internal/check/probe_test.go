@@ -17,6 +17,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
+// serveEach hands each connection ln accepts to handle, until ln is closed.
+func serveEach(ln net.Listener, handle func(net.Conn)) {
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			handle(c)
+		}
+	}()
+}
+
 // A gateway's ingress asks for a client certificate, which check does not
 // have: the server's chain arrives first all the same.
 func TestDialPeerReadsTheServersChain(t *testing.T) {
@@ -29,16 +42,7 @@ func TestDialPeerReadsTheServersChain(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.(*tls.Conn).Handshake()
-			c.Close()
-		}
-	}()
+	serveEach(ln, func(c net.Conn) { _ = c.(*tls.Conn).Handshake(); c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	d := DialPeer(ctx, ln.Addr().String())
@@ -59,15 +63,7 @@ func TestDialPeerReadsTheServersChain(t *testing.T) {
 	quiet, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer quiet.Close()
-	go func() {
-		for {
-			c, err := quiet.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
+	serveEach(quiet, func(c net.Conn) { <-t.Context().Done(); c.Close() })
 	short, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel2()
 	d = DialPeer(short, quiet.Addr().String())

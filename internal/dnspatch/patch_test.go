@@ -62,9 +62,7 @@ func TestParseRefuses(t *testing.T) {
 		{"- {op: test, path: /spec/replicas, value: 2}\n- {op: remove, path: /status}", "operation 2 (remove /status): changes /status"},
 	} {
 		_, err := Parse([]byte(c.patch))
-		if assert.Error(t, err, "%q", c.patch) {
-			assert.Contains(t, err.Error(), c.want, "%q", c.patch)
-		}
+		assert.ErrorContains(t, err, c.want, "%q", c.patch)
 	}
 	// Tests look anywhere; copies may read anywhere.
 	_, err := Parse([]byte("- {op: test, path: /spec/replicas, value: 2}\n- {op: copy, from: /spec/replicas, path: /spec/template/metadata/labels/n}"))

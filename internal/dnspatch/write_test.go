@@ -71,14 +71,16 @@ func alone(t testing.TB, obj map[string]any, patch []Op) []byte {
 	return out
 }
 
-// written is obj after the plan, as the API server stores it: a new
-// resourceVersion.
-func written(t testing.TB, obj map[string]any, p Plan, rv string) map[string]any {
+// written is obj after the project's patch, as the API server stores it: a
+// new resourceVersion.
+func written(t testing.TB, obj map[string]any) map[string]any {
 	t.Helper()
+	p, err := Apply(obj, projectPatch(t))
+	require.NoError(t, err)
 	out, err := p.Preview(obj)
 	require.NoError(t, err)
 	w := decode(t, out)
-	w["metadata"].(map[string]any)["resourceVersion"] = rv
+	w["metadata"].(map[string]any)["resourceVersion"] = "1240"
 	return w
 }
 
@@ -156,11 +158,9 @@ func TestApplyKeepsAnnotations(t *testing.T) {
 // owes nothing to the old one.
 func TestApplyAgain(t *testing.T) {
 	obj, patch := fixture(t), projectPatch(t)
-	p, err := Apply(obj, patch)
-	require.NoError(t, err)
-	applied := written(t, obj, p, "1240")
+	applied := written(t, obj)
 
-	p, err = Apply(applied, patch)
+	p, err := Apply(applied, patch)
 	require.NoError(t, err)
 	assert.False(t, p.Records, "the original is kept")
 	assert.Equal(t, Op{Op: "test", Path: "/metadata/resourceVersion", Value: str("1240")}, p.Ops[0])
@@ -202,9 +202,7 @@ func TestRevert(t *testing.T) {
 		if annotations != nil {
 			obj["metadata"].(map[string]any)["annotations"] = annotations
 		}
-		p, err := Apply(obj, projectPatch(t))
-		require.NoError(t, err)
-		applied := written(t, obj, p, "1240")
+		applied := written(t, obj)
 
 		p, found, err := Revert(applied)
 		require.NoError(t, err)
@@ -234,12 +232,10 @@ func TestRevertAbsentFields(t *testing.T) {
 	spec := obj["spec"].(map[string]any)
 	delete(spec, "strategy")
 	spec["minReadySeconds"] = int64(5)
-	p, err := Apply(obj, projectPatch(t))
-	require.NoError(t, err)
-	applied := written(t, obj, p, "1240")
+	applied := written(t, obj)
 	assert.Equal(t, int64(35), applied["spec"].(map[string]any)["minReadySeconds"])
 
-	p, _, err = Revert(applied)
+	p, _, err := Revert(applied)
 	require.NoError(t, err)
 	assert.Equal(t, Op{Op: "remove", Path: "/spec/strategy"}, p.Ops[2])
 	assert.Equal(t, Op{Op: "add", Path: "/spec/minReadySeconds", Value: json.RawMessage("5")}, p.Ops[3])

@@ -34,9 +34,7 @@ func TestMembers(t *testing.T) {
 		{[]string{"east", "west"}, map[string]string{"paris": "paris"}, `--cluster-name paris=paris: context "paris" is not in the list`},
 	} {
 		_, err := Members(c.contexts, c.names)
-		if assert.Error(t, err, "%q %v", c.contexts, c.names) {
-			assert.Contains(t, err.Error(), c.want)
-		}
+		assert.ErrorContains(t, err, c.want, "%q %v", c.contexts, c.names)
 	}
 }
 
@@ -81,9 +79,7 @@ func TestPairs(t *testing.T) {
 		{"east->west,,paris->east", `"": want mesh`},
 	} {
 		_, err := Pairs(ms, c.topology)
-		if assert.Error(t, err, c.topology) {
-			assert.Contains(t, err.Error(), c.want)
-		}
+		assert.ErrorContains(t, err, c.want, c.topology)
 	}
 }
 

@@ -107,9 +107,7 @@ func TestValidate(t *testing.T) {
 		{Options{Cluster: "west", LinkNamespace: "Links"}, `invalid namespace "Links"`},
 	} {
 		err := c.o.Validate()
-		if assert.Error(t, err, "%+v", c.o) {
-			assert.Contains(t, err.Error(), c.want)
-		}
+		assert.ErrorContains(t, err, c.want, "%+v", c.o)
 	}
 }
 

@@ -89,10 +89,8 @@ func FuzzFromSecret(f *testing.F) {
 		// Monotonic: the strictest policy accepts less.
 		if strictErr == nil {
 			require.NoError(t, err, "accepted with no feature allowed, refused with %s", allow)
-			if name != strictName || cfg.Host != strict.Host || cfg.BearerToken != strict.BearerToken ||
-				cfg.Username != strict.Username || cfg.Password != strict.Password {
-				t.Fatalf("allowing %s changed a clean link: %q %q, strict %q %q", allow, name, cfg.Host, strictName, strict.Host)
-			}
+			require.Equal(t, [5]string{strictName, strict.Host, strict.BearerToken, strict.Username, strict.Password},
+				[5]string{name, cfg.Host, cfg.BearerToken, cfg.Username, cfg.Password}, "allowing %s changed a clean link", allow)
 			// What a client of it would load must not panic; bad inline
 			// data only fails the link when it is dialled.
 			_, _ = rest.TLSConfigFor(strict)
@@ -120,12 +118,8 @@ func checkOutcome(t *testing.T, s *corev1.Secret, allow Allow, name string, cfg 
 	want, ok := ClusterNameOf(s)
 	require.True(t, ok && name == want, "cluster %q, the Secret names %q (%t)", name, want, ok)
 	require.NoError(t, labels.ValidateClusterName(name), "accepted an invalid cluster name")
-	if cfg.ExecProvider != nil && !allow.Exec {
-		t.Fatalf("exec plugin %q accepted with %s", cfg.ExecProvider.Command, allow)
-	}
-	if cfg.AuthProvider != nil && !allow.AuthProvider {
-		t.Fatalf("auth-provider %q accepted with %s", cfg.AuthProvider.Name, allow)
-	}
+	require.False(t, cfg.ExecProvider != nil && !allow.Exec, "exec plugin %+v accepted with %s", cfg.ExecProvider, allow)
+	require.False(t, cfg.AuthProvider != nil && !allow.AuthProvider, "auth-provider %+v accepted with %s", cfg.AuthProvider, allow)
 	if !allow.Files {
 		for field, path := range map[string]string{
 			"tokenFile": cfg.BearerTokenFile, "client-certificate": cfg.CertFile,

@@ -94,8 +94,7 @@ func TestControllerValidate(t *testing.T) {
 		o := NewController()
 		require.NoError(t, parse(o.AddFlags, tc.args...), "%q", tc.args)
 		_, err := o.Complete()
-		require.Error(t, err, "%q", tc.args)
-		assert.Contains(t, err.Error(), tc.want, "%q", tc.args)
+		assert.ErrorContains(t, err, tc.want, "%q", tc.args)
 	}
 }
 
@@ -182,8 +181,7 @@ func TestGatewayValidate(t *testing.T) {
 		o := NewGateway()
 		require.NoError(t, parse(o.AddFlags, tc.args...), "%q", tc.args)
 		_, err := o.Complete()
-		require.Error(t, err, "%q", tc.args)
-		assert.Contains(t, err.Error(), tc.want, "%q", tc.args)
+		assert.ErrorContains(t, err, tc.want, "%q", tc.args)
 	}
 }
 
@@ -265,8 +263,7 @@ func TestVerbosity(t *testing.T) {
 	assert.Equal(t, "7", fs.Lookup("v").Value.String())
 
 	err := parse(NewGateway().AddFlags, "-v", "loud")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), `invalid value "loud" for flag -v`)
+	assert.ErrorContains(t, err, `invalid value "loud" for flag -v`)
 	require.NoError(t, Verbosity{}.Apply(), "no -v: nothing to set")
 }
 

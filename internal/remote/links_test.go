@@ -84,8 +84,7 @@ func (r *record) gen(id int) *gen {
 func started(t *testing.T) (*record, *Links[*gen]) {
 	r := &record{}
 	l := NewLinks[*gen]("east", r)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	ctx := t.Context()
 	l.Start(ctx)
 	return r, l
 }
@@ -103,8 +102,7 @@ func TestLinksLifecycle(t *testing.T) {
 	assert.Equal(t, []string{"paris", "west"}, l.Names())
 	assert.False(t, r.gen(1).started.Load(), "nothing runs before Start")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 	l.Start(ctx)
 	assert.True(t, r.gen(1).started.Load())
 	assert.True(t, r.gen(2).started.Load())

@@ -1,8 +1,9 @@
 package main
 
 import (
-	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestChangedCode(t *testing.T) {
@@ -10,17 +11,9 @@ func TestChangedCode(t *testing.T) {
 	// README changed and not staged, a source file changed and staged, a
 	// new file, and a test.
 	out := " M gateway/README.md\nM  gateway/egress.go\n?? gateway/h2.go\n M gateway/egress_test.go\n"
-	got := changedCode(out)
-	want := []string{"gateway/egress.go", "gateway/h2.go"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("changedCode = %q, want %q", got, want)
-	}
-	if got := changedCode(" M gateway/proxy.go\n"); !slices.Equal(got, []string{"gateway/proxy.go"}) {
-		t.Fatalf("an unstaged change first: changedCode = %q, want [gateway/proxy.go]", got)
-	}
-	if got := changedCode(""); len(got) != 0 {
-		t.Fatalf("a clean tree: changedCode = %q, want none", got)
-	}
+	require.Equal(t, []string{"gateway/egress.go", "gateway/h2.go"}, changedCode(out))
+	require.Equal(t, []string{"gateway/proxy.go"}, changedCode(" M gateway/proxy.go\n"), "an unstaged change first")
+	require.Empty(t, changedCode(""), "a clean tree")
 }
 
 // The memory target is the gateway pair's RSS per idle connection against
@@ -41,7 +34,5 @@ func TestMemoryTargetPerRun(t *testing.T) {
 	if len(mem.values) != 2 || mem.values[0] >= 1 || mem.values[1] <= 1 {
 		t.Fatalf("memory ratios per run = %v, want [52/58 60/58]", mem.values)
 	}
-	if got := mem.verdict(); got != "on the line (1 of 2 runs met it)" {
-		t.Fatalf("verdict %q", got)
-	}
+	require.Equal(t, "on the line (1 of 2 runs met it)", mem.verdict())
 }

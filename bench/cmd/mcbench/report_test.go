@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The per-query rows count every form, name each one that misses, and
@@ -21,29 +24,17 @@ BenchmarkWriteReply/global/SRV-2      	  347606	      3354 ns/op	    1424 B/op	 
 BenchmarkLookup-2                     	24618786	        48.18 ns/op	       0 B/op	       0 allocs/op
 `
 	path := filepath.Join(t.TempDir(), "gobench.txt")
-	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
 	rows := perQueryRows(readGoBench(path))
-	if len(rows) != 2 {
-		t.Fatalf("rows %q, want 2", rows)
-	}
+	require.Len(t, rows, 2)
 	for _, want := range []string{"met by 1 of 3 forms", "cluster/SRV 1219 ns, 3 allocs", "global/SRV 4279 ns, 13 allocs", "**missed**"} {
-		if !strings.Contains(rows[0], want) {
-			t.Errorf("row %q lacks %q", rows[0], want)
-		}
+		assert.Contains(t, rows[0], want)
 	}
-	if strings.Contains(rows[0], "cluster/A ") {
-		t.Errorf("row %q names a form that meets the target", rows[0])
-	}
+	assert.NotContains(t, rows[0], "cluster/A ", "names a form that meets the target")
 	for _, want := range []string{"over 1 µs: global/SRV 3354 ns.", "at most 925 ns (global/SRV)", "3 allocs (cluster/SRV)"} {
-		if !strings.Contains(rows[1], want) {
-			t.Errorf("row %q lacks %q", rows[1], want)
-		}
+		assert.Contains(t, rows[1], want)
 	}
-	if perQueryRows(nil) != nil {
-		t.Error("rows without benchmarks")
-	}
+	assert.Nil(t, perQueryRows(nil), "rows without benchmarks")
 }
 
 // cumShares reads the cum% column of `pprof -top -cum` by function name,
@@ -56,16 +47,11 @@ Showing top 60 nodes out of 145
      1.86s 39.41% 40.89%      1.86s 39.41%  internal/runtime/syscall/linux.Syscall6
      0.04s  0.85% 45.76%      0.34s  7.20%  runtime.newstack
 `
-	got := cumShares(top)
-	for f, want := range map[string]float64{
+	assert.Equal(t, map[string]float64{
 		"mcmirror.(*MCMirror).ServeDNS":           55.08,
 		"internal/runtime/syscall/linux.Syscall6": 39.41,
 		"runtime.newstack":                        7.20,
-	} {
-		if got[f] != want {
-			t.Errorf("%s: %v, want %v (all: %v)", f, got[f], want, got)
-		}
-	}
+	}, cumShares(top))
 }
 
 // A memory point is the median of each figure of its processes.
@@ -75,9 +61,7 @@ func TestMedianPoint(t *testing.T) {
 		{eps: 10, inuse: 10, alloc: 6, rss: 9},
 		{eps: 10, inuse: 20, alloc: 4, rss: 8},
 	})
-	if m.inuse != 20 || m.alloc != 5 || m.rss != 8 || m.eps != 10 || m.repeats != 3 {
-		t.Errorf("median %+v, want inuse 20, alloc 5, rss 8 of 3", m)
-	}
+	assert.Equal(t, memPoint{eps: 10, inuse: 20, alloc: 5, rss: 8, repeats: 3}, m)
 }
 
 // The forms that miss are profiled each alone, from the plugin's real test
@@ -91,31 +75,23 @@ func TestProfileForms(t *testing.T) {
 	// reuses that one's packages instead of compiling CoreDNS once more.
 	build := exec.Command("go", "test", "-c", "-trimpath", "-o", bin, "../../../plugin/mcmirror")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go test -c: %v: %s", err, b)
-	}
+	b, err := build.CombinedOutput()
+	require.NoError(t, err, "go test -c: %s", b)
 	gb := []goBench{
 		{name: "BenchmarkServeDNS/cluster/A", ns: 420, allocs: 1},
 		{name: "BenchmarkServeDNS/global/SRV-port-edns", ns: 2500, allocs: 3},
 		{name: "BenchmarkServeDNS/no/such-form", ns: 1200, allocs: 1},
 	}
 	forms := missedForms(gb)
-	if len(forms) != 2 || forms[0].name != "global/SRV-port-edns" {
-		t.Fatalf("missed forms %+v, want global/SRV-port-edns and no/such-form", forms)
-	}
+	require.Len(t, forms, 2, "want global/SRV-port-edns and no/such-form")
+	require.Equal(t, "global/SRV-port-edns", forms[0].name)
 	// A second of the benchmark: enough CPU samples for both shares to show
 	// on a loaded machine (200 ms gave 6 samples at load 6).
 	profs := profileForms(bin, dir, "1s", forms)
-	if len(profs) != 2 {
-		t.Fatalf("%d profiles, want 2", len(profs))
-	}
+	require.Len(t, profs, 2)
 	p := profs[0]
-	if p.err != "" {
-		t.Fatalf("global/SRV-port-edns: %s", p.err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "perquery.global_SRV-port-edns.cpu.pprof")); err != nil {
-		t.Error(err)
-	}
+	require.Empty(t, p.err, "global/SRV-port-edns")
+	assert.FileExists(t, filepath.Join(dir, "perquery.global_SRV-port-edns.cpu.pprof"))
 	total, writer := p.shares["mcmirror.(*MCMirror).ServeDNS"], p.shares["request.(*ScrubWriter).WriteMsg"]
 	// The writer runs inside ServeDNS: its share is at most ServeDNS's. They
 	// are equal only when every sample of ServeDNS fell in the writer, which
@@ -128,9 +104,7 @@ func TestProfileForms(t *testing.T) {
 	if !strings.HasPrefix(rows[0], "| global/SRV-port-edns | 2500 ns, 3 allocs | ") || !strings.Contains(rows[0], " ns) |") {
 		t.Errorf("row %q", rows[0])
 	}
-	if !strings.Contains(rows[1], "not profiled") {
-		t.Errorf("row of a form with no benchmark %q, want not profiled", rows[1])
-	}
+	assert.Contains(t, rows[1], "not profiled", "row of a form with no benchmark")
 }
 
 // A form's parts are shares of ServeDNS's samples, and the nanoseconds of
@@ -144,8 +118,5 @@ func TestFormProfileRows(t *testing.T) {
 			"mcmirror.answer":                 20,
 		},
 	}})
-	want := "| cluster/SRV | 1200 ns, 3 allocs | 50 % (600 ns) | 0 % (0 ns) | 0 % (0 ns) | 0 % (0 ns) | 25 % (300 ns) | 0 % (0 ns) |"
-	if len(rows) != 1 || rows[0] != want {
-		t.Errorf("rows %q, want %q", rows, want)
-	}
+	assert.Equal(t, []string{"| cluster/SRV | 1200 ns, 3 allocs | 50 % (600 ns) | 0 % (0 ns) | 0 % (0 ns) | 0 % (0 ns) | 25 % (300 ns) | 0 % (0 ns) |"}, rows)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"maps"
 	"net"
 	"os"
 	"slices"
@@ -257,7 +256,10 @@ func (o *Gateway) allowedClusters() map[string]bool {
 		return nil
 	}
 	out := map[string]bool{}
-	for _, c := range append(slices.Collect(maps.Keys(o.Peers)), o.AllowClusters...) {
+	for _, c := range o.AllowClusters {
+		out[c] = true
+	}
+	for c := range o.Peers {
 		out[c] = true
 	}
 	return out

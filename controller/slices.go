@@ -148,22 +148,22 @@ func (in sliceInput) egressSlices(svc *corev1.Service, w want) []*discoveryv1.En
 
 // sliceTypes are the address types of the egress slices of svc, primary
 // first: those of its IP families as the API server has them, else as
-// planned, else (the egress family not known when it was made) the
-// egress addresses' first.
+// planned, else (the egress family not known when it was made) that of
+// the first egress address (IPv4 first), IPv4 when there is none.
 func (in sliceInput) sliceTypes(svc *corev1.Service, w want) []discoveryv1.AddressType {
 	fams := svc.Spec.IPFamilies
 	if len(fams) == 0 {
 		fams = w.svc.Spec.IPFamilies
 	}
-	if len(fams) == 0 && len(in.egress) > 0 {
-		return []discoveryv1.AddressType{addressType(in.egress[0])}
-	}
 	if len(fams) == 0 {
-		return []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4}
+		if len(in.egress) == 0 {
+			return []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4}
+		}
+		return []discoveryv1.AddressType{addressType(in.egress[0])}
 	}
 	var out []discoveryv1.AddressType
 	for _, f := range fams[:min(len(fams), 2)] {
-		out = append(out, discoveryv1.AddressType(f))
+		out = append(out, discoveryv1.AddressType(f)) // IPv4 and IPv6 in both APIs
 	}
 	return out
 }

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -321,6 +322,10 @@ type cluster struct {
 	what   string // "target cluster" or "source cluster"
 	config *rest.Config
 	client kubernetes.Interface
+	// dynamic applies the kinds of gvrOf; metadata reads and deletes them
+	// by their metadata alone.
+	dynamic  dynamic.Interface
+	metadata metadata.Interface
 }
 
 func (c *cluster) String() string { return c.what + " " + c.config.Host }
@@ -361,11 +366,16 @@ func loadCluster(what, path, context, pathFlag, contextFlag string) (*cluster, e
 		return nil, fmt.Errorf("%s: kubeconfig %s: %v", what, where, err)
 	}
 	cfg.Timeout = requestTimeout
-	client, err := kubernetes.NewForConfig(cfg)
+	c := &cluster{what: what, config: cfg}
+	if c.client, err = kubernetes.NewForConfig(cfg); err == nil {
+		if c.dynamic, err = dynamic.NewForConfig(cfg); err == nil {
+			c.metadata, err = metadata.NewForConfig(cfg)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", what, err)
 	}
-	return &cluster{what: what, config: cfg, client: client}, nil
+	return c, nil
 }
 
 // reach checks that the API server answers and takes the credentials.
@@ -438,11 +448,7 @@ func (c *cluster) apply(ctx context.Context, obj runtime.Object) (string, error)
 	if !ok {
 		return "", fmt.Errorf("cannot apply a %T", obj)
 	}
-	dc, err := dynamic.NewForConfig(c.config)
-	if err != nil {
-		return "", fmt.Errorf("%s: %v", c, err)
-	}
-	got, err := dc.Resource(gvr).Namespace(u.GetNamespace()).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	got, err := c.dynamic.Resource(gvr).Namespace(u.GetNamespace()).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
 	if err != nil {
 		return "", fmt.Errorf("%s: apply %s %s: %s", c, u.GetKind(), strings.TrimPrefix(u.GetNamespace()+"/"+u.GetName(), "/"), grant.Describe(err))
 	}

@@ -300,11 +300,7 @@ func (c *cluster) metadataOf(obj runtime.Object) (metadata.ResourceInterface, st
 	if !ok {
 		return nil, "", fmt.Errorf("no resource for a %T", obj)
 	}
-	mc, err := metadata.NewForConfig(c.config)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: %v", c, err)
-	}
-	return mc.Resource(gvr).Namespace(u.GetNamespace()), u.GetName(), nil
+	return c.metadata.Resource(gvr).Namespace(u.GetNamespace()), u.GetName(), nil
 }
 
 // applyTracked applies obj and says what that did: "" when nothing

@@ -105,9 +105,7 @@ func TestStalledReadersStayWithinBufferBudget(t *testing.T) {
 	errs := make(chan error, stalled)
 	next := make(chan int)
 	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range next {
 				c, err := net.DialTimeout("tcp", egressAddr(port), time.Minute)
 				if err != nil {
@@ -120,7 +118,7 @@ func TestStalledReadersStayWithinBufferBudget(t *testing.T) {
 					errs <- err
 				}
 			}
-		}()
+		})
 	}
 	start := time.Now()
 	for i := range stalled {

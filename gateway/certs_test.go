@@ -129,9 +129,7 @@ func TestCertRotationUnderLoad(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range streams {
 		c := dialEgress(t, port)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			results <- func() error {
 				h := sha256.New()
 				src := prng(byte(100 + i))
@@ -163,7 +161,7 @@ func TestCertRotationUnderLoad(t *testing.T) {
 					written[i].Store(n)
 				}
 			}()
-		}()
+		})
 	}
 	moving := func(from [streams]int64, by int64) func() bool {
 		return func() bool {

@@ -56,13 +56,11 @@ func (p *Prober) Run(ctx context.Context) {
 		p.forget(listed)
 		var wg sync.WaitGroup
 		for cluster, addr := range listed {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				start := time.Now()
 				err := p.probe(ctx, cluster, addr)
 				p.record(logger, cluster, time.Since(start), err)
-			}()
+			})
 		}
 		wg.Wait()
 		select {

@@ -159,9 +159,7 @@ func TestRawConnFullDuplexAndBackpressure(t *testing.T) {
 	want := sha256.Sum256(data)
 
 	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { // c writes, in pieces of several sizes
-		defer wg.Done()
+	wg.Go(func() { // c writes, in pieces of several sizes
 		for off, i := 0, 0; off < size; i++ {
 			n := []int{100, rawMax, rawMax + 1, 3000, 64 << 10}[i%5]
 			n = min(n, size-off)
@@ -174,13 +172,12 @@ func TestRawConnFullDuplexAndBackpressure(t *testing.T) {
 		if err := c.CloseWrite(); err != nil {
 			t.Error(err)
 		}
-	}()
+	})
 	// Small socket buffers, so that c's writes find them full while the
 	// peer does not read.
 	require.NoError(t, c.SetWriteBuffer(64<<10))
 	require.NoError(t, peer.SetReadBuffer(64<<10))
-	go func() { // the peer reads late, then slowly at first
-		defer wg.Done()
+	wg.Go(func() { // the peer reads late, then slowly at first
 		time.Sleep(100 * time.Millisecond)
 		h := sha256.New()
 		buf := make([]byte, 4096)
@@ -203,14 +200,13 @@ func TestRawConnFullDuplexAndBackpressure(t *testing.T) {
 		if got := h.Sum(nil); total != size || !bytes.Equal(got, want[:]) {
 			t.Errorf("peer got %d bytes, checksum match %v", total, bytes.Equal(got, want[:]))
 		}
-	}()
-	go func() { // the peer writes the same back, in one go
-		defer wg.Done()
+	})
+	wg.Go(func() { // the peer writes the same back, in one go
 		if _, err := peer.Write(data); err != nil {
 			t.Error(err)
 		}
 		_ = peer.CloseWrite()
-	}()
+	})
 
 	h := sha256.New()
 	total, bulkSeen, small := 0, false, make([]byte, bulkRead)

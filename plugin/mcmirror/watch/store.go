@@ -146,12 +146,18 @@ func (s *objectStore) Bookmark(string) error {
 	return nil
 }
 
-func (s *objectStore) upsert(obj any) error {
+// transformed returns obj trimmed, and its key.
+func (s *objectStore) transformed(obj any) (any, string, error) {
 	t, err := s.transform(obj)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	key, err := cache.MetaNamespaceKeyFunc(t)
+	return t, key, err
+}
+
+func (s *objectStore) upsert(obj any) error {
+	t, key, err := s.transformed(obj)
 	if err != nil {
 		return err
 	}
@@ -179,11 +185,7 @@ func (s *objectStore) Delete(obj any) error {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	t, err := s.transform(obj)
-	if err != nil {
-		return err
-	}
-	key, err := cache.MetaNamespaceKeyFunc(t)
+	_, key, err := s.transformed(obj)
 	if err != nil {
 		return err
 	}

@@ -111,26 +111,19 @@ var csTestCases = []test.Case{
 	testCase("nginx-svc"+cs, dns.TypeA,
 		a("nginx-svc"+cs, "10.0.0.10"), a("nginx-svc"+cs, "10.96.0.10"), a("nginx-svc"+cs, "10.96.0.11"), a("nginx-svc"+cs, "10.96.1.10")),
 	csNODATA("nginx-svc"+cs, dns.TypeAAAA),
-	{Qname: "_http._tcp.nginx-svc" + cs, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{
-			srv("_http._tcp.nginx-svc"+cs, 25, 80, "nginx-set-0.east.nginx-svc"+cs),
-			srv("_http._tcp.nginx-svc"+cs, 25, 80, "nginx-set-0.paris.nginx-svc"+cs),
-			srv("_http._tcp.nginx-svc"+cs, 25, 80, "nginx-set-0.west.nginx-svc"+cs),
-			srv("_http._tcp.nginx-svc"+cs, 25, 80, "nginx-set-1.west.nginx-svc"+cs)},
-		Extra: []dns.RR{
-			a("nginx-set-0.east.nginx-svc"+cs, "10.0.0.10"),
-			a("nginx-set-0.paris.nginx-svc"+cs, "10.96.1.10"),
-			a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10"),
-			a("nginx-set-1.west.nginx-svc"+cs, "10.96.0.11")}},
+	srvCase("_http._tcp.nginx-svc"+cs, 25, 80,
+		"nginx-set-0.east.nginx-svc"+cs, "10.0.0.10",
+		"nginx-set-0.paris.nginx-svc"+cs, "10.96.1.10",
+		"nginx-set-0.west.nginx-svc"+cs, "10.96.0.10",
+		"nginx-set-1.west.nginx-svc"+cs, "10.96.0.11"),
 	// <hostname>.<clusterid>: what <host>.<svc>-<cluster> answers; the
 	// local pod's own address.
 	testCase("nginx-set-0.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10")),
 	testCase("nginx-set-1.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-1.west.nginx-svc"+cs, "10.96.0.11")),
 	testCase("nginx-set-0.paris.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.paris.nginx-svc"+cs, "10.96.1.10")),
 	testCase("nginx-set-0.east.nginx-svc"+cs, dns.TypeA, a("nginx-set-0.east.nginx-svc"+cs, "10.0.0.10")),
-	{Qname: "_http._tcp.nginx-set-0.west.nginx-svc" + cs, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{srv("_http._tcp.nginx-set-0.west.nginx-svc"+cs, 100, 80, "nginx-set-0.west.nginx-svc"+cs)},
-		Extra:  []dns.RR{a("nginx-set-0.west.nginx-svc"+cs, "10.96.0.10")}},
+	srvCase("_http._tcp.nginx-set-0.west.nginx-svc"+cs, 100, 80,
+		"nginx-set-0.west.nginx-svc"+cs, "10.96.0.10"),
 	csNODATA("nginx-set-0.west.nginx-svc"+cs, dns.TypeAAAA),
 	csNXDOMAIN("nginx-set-1.paris.nginx-svc"+cs, dns.TypeA), // its mirror does not exist yet
 	csNXDOMAIN("nginx-set-2.west.nginx-svc"+cs, dns.TypeA),  // not ready
@@ -144,9 +137,7 @@ var csTestCases = []test.Case{
 	// Flat mode, no hostname: the pod named by its address with dashes.
 	testCase("db"+cs, dns.TypeA, a("db"+cs, "10.2.0.5")),
 	testCase("10-2-0-5.paris.db"+cs, dns.TypeA, a("10-2-0-5.paris.db"+cs, "10.2.0.5")),
-	{Qname: "db" + cs, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{srv("db"+cs, 100, 80, "10-2-0-5.paris.db"+cs)},
-		Extra:  []dns.RR{a("10-2-0-5.paris.db"+cs, "10.2.0.5")}},
+	srvCase("db"+cs, 100, 80, "10-2-0-5.paris.db"+cs, "10.2.0.5"),
 	// PTR of a flat-mode pod of a Headless import: its clusterset name
 	// (2.4.3); a local pod's is the kubernetes plugin's, a not ready
 	// one has none.
@@ -252,8 +243,7 @@ func TestClusterSetDerivedChanges(t *testing.T) {
 	src.AddImport("default", "web", []string{"10.97.0.10"}, httpPort)
 	m.syncNow(web)
 	runCase(t, m, testCase("web"+cs, dns.TypeA, a("web"+cs, "10.97.0.10")), false)
-	runCase(t, m, test.Case{Qname: "web" + cs, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{srv("web"+cs, 100, 80, "web"+cs)}, Extra: []dns.RR{a("web"+cs, "10.97.0.10")}}, false)
+	runCase(t, m, srvCase("web"+cs, 100, 80, "web"+cs, "10.97.0.10"), false)
 	runCase(t, m, csNODATA("default.svc.clusterset.local.", dns.TypeA), false)
 	runCase(t, m, csNODATA("svc.clusterset.local.", dns.TypeA), false)
 	runCase(t, m, testCase("10.0.97.10.in-addr.arpa.", dns.TypePTR, ptrRR("10.0.97.10.in-addr.arpa.", "web"+cs)), false)
@@ -362,13 +352,9 @@ func TestClusterSetHidden(t *testing.T) {
 	m.gatewaysChanged(map[string]bool{"west": true}, []string{"west"})
 	m.syncNow(object.ServiceKey("default", "nginx-svc")) // the index keeps no gateway groups without gateway_health
 	runCase(t, m, testCase("nginx-svc"+cs, dns.TypeA, a("nginx-svc"+cs, "10.0.0.10"), a("nginx-svc"+cs, "10.96.1.10")), false)
-	runCase(t, m, test.Case{Qname: "_http._tcp.nginx-svc" + cs, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{
-			srv("_http._tcp.nginx-svc"+cs, 50, 80, "nginx-set-0.east.nginx-svc"+cs),
-			srv("_http._tcp.nginx-svc"+cs, 50, 80, "nginx-set-0.paris.nginx-svc"+cs)},
-		Extra: []dns.RR{
-			a("nginx-set-0.east.nginx-svc"+cs, "10.0.0.10"),
-			a("nginx-set-0.paris.nginx-svc"+cs, "10.96.1.10")}}, false)
+	runCase(t, m, srvCase("_http._tcp.nginx-svc"+cs, 50, 80,
+		"nginx-set-0.east.nginx-svc"+cs, "10.0.0.10",
+		"nginx-set-0.paris.nginx-svc"+cs, "10.96.1.10"), false)
 	runCase(t, m, testCase("nginx-set-1.west.nginx-svc"+cs, dns.TypeA, a("nginx-set-1.west.nginx-svc"+cs, "10.96.0.11")), false)
 }
 

@@ -259,15 +259,10 @@ func TestGatewayHealthGlobal(t *testing.T) {
 	peers.set("west", false)
 	answersEventually(t, m, global, globalNoWest)
 	t.Logf("west out of -global %s after the flip (interval %s)", time.Since(down).Round(time.Millisecond), interval)
-	runCase(t, m, test.Case{Qname: srvGlobal, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{
-			srv(srvGlobal, 33, 80, "nginx-set-0.nginx-svc-paris"+z),
-			srv(srvGlobal, 33, 80, "nginx-set-0.nginx-svc-tokyo"+z),
-			srv(srvGlobal, 33, 80, "nginx-set-0.nginx-svc"+z)},
-		Extra: []dns.RR{
-			a("nginx-set-0.nginx-svc-paris"+z, "10.96.1.10"),
-			a("nginx-set-0.nginx-svc-tokyo"+z, "10.3.0.10"),
-			a("nginx-set-0.nginx-svc"+z, "10.0.0.10")}}, true)
+	runCase(t, m, srvCase(srvGlobal, 33, 80,
+		"nginx-set-0.nginx-svc-paris"+z, "10.96.1.10",
+		"nginx-set-0.nginx-svc-tokyo"+z, "10.3.0.10",
+		"nginx-set-0.nginx-svc"+z, "10.0.0.10"), true)
 	assert.Equal(t, []string{"10.96.0.10", "10.96.0.11"}, answerA(t, m, "nginx-svc-west"+z), "per-cluster names keep answering")
 	assert.Equal(t, []string{"10.96.0.10"}, answerA(t, m, "nginx-set-0.nginx-svc-west"+z))
 	// web's group is requeued on its own, maybe after nginx-svc's.

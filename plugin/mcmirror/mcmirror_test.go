@@ -84,25 +84,28 @@ func srv(name string, weight, port int, target string) dns.RR {
 	return test.SRV(fmt.Sprintf("%s 5 IN SRV 0 %d %d %s", name, weight, port, target))
 }
 
+// srvCase is the SRV query of name, answered each target at port with
+// weight, and its A glue: targetAddrs holds each target, then its address.
+func srvCase(name string, weight, port int, targetAddrs ...string) test.Case {
+	tc := test.Case{Qname: name, Qtype: dns.TypeSRV}
+	for i := 0; i < len(targetAddrs); i += 2 {
+		tc.Answer = append(tc.Answer, srv(name, weight, port, targetAddrs[i]))
+		tc.Extra = append(tc.Extra, a(targetAddrs[i], targetAddrs[i+1]))
+	}
+	return tc
+}
+
 var dnsTestCases = []test.Case{
 	// Gateway mode, headless: per-pod mirror ClusterIPs of ready pods.
 	{Qname: "nginx-svc-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{
 		a("nginx-svc-west"+z, "10.96.0.10"), a("nginx-svc-west"+z, "10.96.0.11")}},
 	nodata("nginx-svc-west"+z, dns.TypeAAAA),
-	{Qname: "nginx-svc-west" + z, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{
-			srv("nginx-svc-west"+z, 50, 80, "nginx-set-0.nginx-svc-west"+z),
-			srv("nginx-svc-west"+z, 50, 80, "nginx-set-1.nginx-svc-west"+z)},
-		Extra: []dns.RR{
-			a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10"),
-			a("nginx-set-1.nginx-svc-west"+z, "10.96.0.11")}},
-	{Qname: "_http._tcp.nginx-svc-west" + z, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{
-			srv("_http._tcp.nginx-svc-west"+z, 50, 80, "nginx-set-0.nginx-svc-west"+z),
-			srv("_http._tcp.nginx-svc-west"+z, 50, 80, "nginx-set-1.nginx-svc-west"+z)},
-		Extra: []dns.RR{
-			a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10"),
-			a("nginx-set-1.nginx-svc-west"+z, "10.96.0.11")}},
+	srvCase("nginx-svc-west"+z, 50, 80,
+		"nginx-set-0.nginx-svc-west"+z, "10.96.0.10",
+		"nginx-set-1.nginx-svc-west"+z, "10.96.0.11"),
+	srvCase("_http._tcp.nginx-svc-west"+z, 50, 80,
+		"nginx-set-0.nginx-svc-west"+z, "10.96.0.10",
+		"nginx-set-1.nginx-svc-west"+z, "10.96.0.11"),
 	nodata("_http._tcp.nginx-svc-west"+z, dns.TypeA),
 	nodata("_tcp.nginx-svc-west"+z, dns.TypeSRV), // empty non-terminal
 	nxdomain("_http._udp.nginx-svc-west"+z, dns.TypeSRV),
@@ -111,12 +114,9 @@ var dnsTestCases = []test.Case{
 	// One pod.
 	{Qname: "nginx-set-0.nginx-svc-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10")}},
 	nodata("nginx-set-0.nginx-svc-west"+z, dns.TypeAAAA),
-	{Qname: "nginx-set-0.nginx-svc-west" + z, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{srv("nginx-set-0.nginx-svc-west"+z, 100, 80, "nginx-set-0.nginx-svc-west"+z)},
-		Extra:  []dns.RR{a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10")}},
-	{Qname: "_http._tcp.nginx-set-1.nginx-svc-west" + z, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{srv("_http._tcp.nginx-set-1.nginx-svc-west"+z, 100, 80, "nginx-set-1.nginx-svc-west"+z)},
-		Extra:  []dns.RR{a("nginx-set-1.nginx-svc-west"+z, "10.96.0.11")}},
+	srvCase("nginx-set-0.nginx-svc-west"+z, 100, 80, "nginx-set-0.nginx-svc-west"+z, "10.96.0.10"),
+	srvCase("_http._tcp.nginx-set-1.nginx-svc-west"+z, 100, 80,
+		"nginx-set-1.nginx-svc-west"+z, "10.96.0.11"),
 	nxdomain("nginx-set-2.nginx-svc-west"+z, dns.TypeA), // not ready
 	nxdomain("nginx-set-9.nginx-svc-west"+z, dns.TypeA), // no such pod
 	nxdomain("a.b.nginx-set-0.nginx-svc-west"+z, dns.TypeA),
@@ -131,17 +131,11 @@ var dnsTestCases = []test.Case{
 		a("nginx-svc-global"+z, "10.96.0.10"),
 		a("nginx-svc-global"+z, "10.96.0.11"),
 		a("nginx-svc-global"+z, "10.96.1.10")}},
-	{Qname: "_http._tcp.nginx-svc-global" + z, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{
-			srv("_http._tcp.nginx-svc-global"+z, 25, 80, "nginx-set-0.nginx-svc-paris"+z),
-			srv("_http._tcp.nginx-svc-global"+z, 25, 80, "nginx-set-0.nginx-svc-west"+z),
-			srv("_http._tcp.nginx-svc-global"+z, 25, 80, "nginx-set-0.nginx-svc"+z), // the local pod
-			srv("_http._tcp.nginx-svc-global"+z, 25, 80, "nginx-set-1.nginx-svc-west"+z)},
-		Extra: []dns.RR{
-			a("nginx-set-0.nginx-svc-paris"+z, "10.96.1.10"),
-			a("nginx-set-0.nginx-svc-west"+z, "10.96.0.10"),
-			a("nginx-set-0.nginx-svc"+z, "10.0.0.10"),
-			a("nginx-set-1.nginx-svc-west"+z, "10.96.0.11")}},
+	srvCase("_http._tcp.nginx-svc-global"+z, 25, 80,
+		"nginx-set-0.nginx-svc-paris"+z, "10.96.1.10",
+		"nginx-set-0.nginx-svc-west"+z, "10.96.0.10",
+		"nginx-set-0.nginx-svc"+z, "10.0.0.10", // the local pod
+		"nginx-set-1.nginx-svc-west"+z, "10.96.0.11"),
 	nodata("nginx-svc-global"+z, dns.TypeAAAA),
 	nxdomain("nginx-set-0.nginx-svc-global"+z, dns.TypeA),
 
@@ -168,9 +162,7 @@ var dnsTestCases = []test.Case{
 
 	// Flat mode: ready endpoint IPs and ports.
 	{Qname: "flat-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{a("flat-west"+z, "10.1.0.30")}},
-	{Qname: "_http._tcp.flat-west" + z, Qtype: dns.TypeSRV,
-		Answer: []dns.RR{srv("_http._tcp.flat-west"+z, 100, 8080, "flat-west"+z)},
-		Extra:  []dns.RR{a("flat-west"+z, "10.1.0.30")}},
+	srvCase("_http._tcp.flat-west"+z, 100, 8080, "flat-west"+z, "10.1.0.30"),
 	// Flat, headless, publishing not-ready addresses: every endpoint, by
 	// hostname or dashed address.
 	{Qname: "pub-west" + z, Qtype: dns.TypeA, Answer: []dns.RR{

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -62,9 +63,8 @@ func TestRawConnShortReadsAndDataBetweenReads(t *testing.T) {
 				// Arrives while the read below is waiting on the poller.
 				time.Sleep(20 * time.Millisecond)
 			}
-			if _, err := peer.Write([]byte(msg)); err != nil {
-				t.Error(err)
-			}
+			_, err := peer.Write([]byte(msg))
+			assert.NoError(t, err)
 		}()
 		n, err := c.Read(buf)
 		<-done
@@ -169,9 +169,7 @@ func TestRawConnFullDuplexAndBackpressure(t *testing.T) {
 			}
 			off += n
 		}
-		if err := c.CloseWrite(); err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, c.CloseWrite())
 	})
 	// Small socket buffers, so that c's writes find them full while the
 	// peer does not read.
@@ -197,14 +195,13 @@ func TestRawConnFullDuplexAndBackpressure(t *testing.T) {
 				return
 			}
 		}
-		if got := h.Sum(nil); total != size || !bytes.Equal(got, want[:]) {
-			t.Errorf("peer got %d bytes, checksum match %v", total, bytes.Equal(got, want[:]))
-		}
+		got := h.Sum(nil)
+		assert.False(t, total != size || !bytes.Equal(got, want[:]),
+			"peer got %d bytes, checksum match %v", total, bytes.Equal(got, want[:]))
 	})
 	wg.Go(func() { // the peer writes the same back, in one go
-		if _, err := peer.Write(data); err != nil {
-			t.Error(err)
-		}
+		_, err := peer.Write(data)
+		assert.NoError(t, err)
 		_ = peer.CloseWrite()
 	})
 

@@ -75,9 +75,9 @@ func TestFederatedAnswers(t *testing.T) {
 		next(local), // the kubernetes plugin's
 	})
 	// The local member leads, as in -global.
-	if got := ask(t, m, fed, dns.TypeA); got == nil || got.Answer[0].(*dns.A).A.String() != "10.96.5.5" {
-		t.Errorf("the local member is not first: %v", got)
-	}
+	got := ask(t, m, fed, dns.TypeA)
+	assert.False(t, got == nil || got.Answer[0].(*dns.A).A.String() != "10.96.5.5",
+		"the local member is not first: %v", got)
 	counted := func() float64 {
 		return testutil.ToFloat64(answers.WithLabelValues(index.KindFederated.String(), "NOERROR"))
 	}

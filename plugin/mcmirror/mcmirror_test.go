@@ -352,9 +352,9 @@ func TestCacheInFrontKeepsWholeReply(t *testing.T) {
 		return rec.Msg
 	}
 	for i := range 2 {
-		if got := ask(false); !got.Truncated || len(got.Answer) == 0 {
-			t.Fatalf("UDP query %d: TC=%t, %d answers; want some, with TC", i+1, got.Truncated, len(got.Answer))
-		}
+		got := ask(false)
+		require.False(t, !got.Truncated || len(got.Answer) == 0,
+			"UDP query %d: TC=%t, %d answers; want some, with TC", i+1, got.Truncated, len(got.Answer))
 	}
 	whole := ask(true)
 	assert.False(t, whole.Truncated || len(whole.Answer) != 20, "TCP: TC=%t, %d answers; want all 20 SRV records", whole.Truncated, len(whole.Answer))

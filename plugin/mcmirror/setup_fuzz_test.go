@@ -147,9 +147,8 @@ func checkConfig(t *testing.T, cfg *config) {
 	require.NoError(t, labels.ValidateClusterName(cfg.cluster), "accepted cluster")
 	require.True(t, slices.ContainsFunc(cfg.zones, func(z string) bool { return !isReverse(z) }), "zones %q: none outside the reverse zones", cfg.zones)
 	for _, z := range cfg.zones {
-		if _, ok := dns.IsDomainName(z); !ok || z == "." || !dns.IsFqdn(z) {
-			t.Fatalf("zone %q accepted", z)
-		}
+		_, ok := dns.IsDomainName(z)
+		require.False(t, !ok || z == "." || !dns.IsFqdn(z), "zone %q accepted", z)
 	}
 	require.Len(t, cfg.linksAt, len(cfg.links), "the places of the links")
 	names := map[string]bool{}
@@ -162,9 +161,8 @@ func checkConfig(t *testing.T, cfg *config) {
 	require.False(t, cfg.ttl > 3600, "ttl %d", cfg.ttl)
 	require.False(t, cfg.startupTimeout <= 0 || cfg.staleMaxAge < 0, "startup_timeout %s, stale_max_age %s", cfg.startupTimeout, cfg.staleMaxAge)
 	if cfg.secrets {
-		if errs := validation.IsDNS1123Label(cfg.secretsNS); len(errs) > 0 {
-			t.Fatalf("link_secrets namespace %q: %v", cfg.secretsNS, errs)
-		}
+		errs := validation.IsDNS1123Label(cfg.secretsNS)
+		require.False(t, len(errs) > 0, "link_secrets namespace %q: %v", cfg.secretsNS, errs)
 	} else if cfg.secretsNS != "" || cfg.secretsSel != nil {
 		t.Fatalf("link_secrets settings without link_secrets: %q %v", cfg.secretsNS, cfg.secretsSel)
 	}

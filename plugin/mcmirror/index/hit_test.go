@@ -141,7 +141,7 @@ func TestGlobalLocalFirst(t *testing.T) {
 	h := x.Lookup("db-global" + z)
 	require.NotNil(t, h, "db-global: not in the index")
 	assert.Equal(t, []string{"10.0.0.1", "10.1.0.1", "10.2.0.1"}, indextest.Unpack(h.Addresses(false), 4), "A: the local 10.0.0.1 first, then the links in order")
-	if ts := targets(x, "_http._tcp.db-global"+z); len(ts) != 3 || ts[0] != "db-0.db"+z {
-		t.Errorf("SRV targets %v, want the local db-0.db first", ts)
-	}
+	ts := targets(x, "_http._tcp.db-global"+z)
+	assert.False(t, len(ts) != 3 || ts[0] != "db-0.db"+z,
+		"SRV targets %v, want the local db-0.db first", ts)
 }

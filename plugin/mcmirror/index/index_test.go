@@ -90,9 +90,8 @@ func wantAddrs(t *testing.T, x *Index, name string, want ...string) {
 func wantAbsent(t *testing.T, x *Index, names ...string) {
 	t.Helper()
 	for _, name := range names {
-		if got, ok := indextest.Addrs(x.Lookup(name)); ok {
-			t.Errorf("%s: in the index (%v), want it gone", name, got)
-		}
+		got, ok := indextest.Addrs(x.Lookup(name))
+		assert.False(t, ok, "%s: in the index (%v), want it gone", name, got)
 	}
 }
 
@@ -337,7 +336,7 @@ func TestSyncReusesUnchangedMembers(t *testing.T) {
 	wantAddrs(t, x, "db-1.db-c1"+z, "10.1.0.99")
 	wantAddrs(t, x, "db-global"+z, "10.0.0.1", "10.0.0.2", "10.1.0.1", "10.1.0.99", "10.2.0.1", "10.2.0.2")
 	// The pod names of the rebuilt part are the old strings.
-	if a, b := before.member("c1").podNames[0], after.member("c1").podNames[0]; unsafe.StringData(a) != unsafe.StringData(b) {
-		t.Errorf("pod name %q copied, want the old string reused", b)
-	}
+	a, b := before.member("c1").podNames[0], after.member("c1").podNames[0]
+	assert.False(t, unsafe.StringData(a) != unsafe.StringData(b),
+		"pod name %q copied, want the old string reused", b)
 }

@@ -1,6 +1,10 @@
 package object
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
 
 func TestMirrorGroup(t *testing.T) {
 	tests := []struct {
@@ -16,25 +20,21 @@ func TestMirrorGroup(t *testing.T) {
 	}
 	for _, tc := range tests {
 		got, ok := MirrorGroup(&tc.m)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("MirrorGroup(%s) = %v, %t; want %v, %t", tc.m.Name, got, ok, tc.want, tc.ok)
-		}
+		assert.False(t, got != tc.want || ok != tc.ok,
+			"MirrorGroup(%s) = %v, %t; want %v, %t", tc.m.Name, got, ok, tc.want, tc.ok)
 	}
 }
 
 // A federated Service's group is its own, not a cluster's mirror's.
 func TestFederatedGroup(t *testing.T) {
 	m, _ := ToMirror(fedService("web-federated", "web@west", "web"))
-	if k, ok := FederatedGroup(m.(*Mirror)); !ok || k != FederatedKey("default", "web-federated") || k.String() != "default/web-federated (federated)" {
-		t.Errorf("FederatedGroup = %v, %t", k, ok)
-	}
-	if _, ok := MirrorGroup(m.(*Mirror)); ok {
-		t.Error("a federated Service counts as a cluster's mirror")
-	}
-	if name, ok := FederatedKey("default", "web-federated").Federated(); !ok || name != "web-federated" {
-		t.Errorf("Federated() = %q, %t", name, ok)
-	}
-	if _, ok := ServiceKey("default", "web").Federated(); ok {
-		t.Error("a Service's key is a federated one")
-	}
+	k, ok := FederatedGroup(m.(*Mirror))
+	assert.False(t, !ok || k != FederatedKey("default", "web-federated") || k.String() != "default/web-federated (federated)",
+		"FederatedGroup = %v, %t", k, ok)
+	_, ok = MirrorGroup(m.(*Mirror))
+	assert.False(t, ok, "a federated Service counts as a cluster's mirror")
+	name, ok := FederatedKey("default", "web-federated").Federated()
+	assert.False(t, !ok || name != "web-federated", "Federated() = %q, %t", name, ok)
+	_, ok = ServiceKey("default", "web").Federated()
+	assert.False(t, ok, "a Service's key is a federated one")
 }

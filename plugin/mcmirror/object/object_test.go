@@ -98,9 +98,9 @@ func TestFederationAnnotations(t *testing.T) {
 	want := &Federation{Remote: []FedMember{{"web", "west"}, {"api", "paris"}}, Local: "web"}
 	require.Equal(t, want, f, "federation")
 	assert.Equal(t, []string{"web", "api"}, f.MemberNames(), "MemberNames")
-	if f := federation(fedService("web-federated", "-", "web_1")); f == nil || f.Local != "" || len(f.Remote) != 0 {
-		t.Errorf("a malformed local member: %+v, want a federation without members", f)
-	}
+	f = federation(fedService("web-federated", "-", "web_1"))
+	assert.False(t, f == nil || f.Local != "" || len(f.Remote) != 0,
+		"a malformed local member: %+v, want a federation without members", f)
 	for what, s := range map[string]*corev1.Service{
 		"no annotation":   fedService("web-federated", "-", "-"),
 		"not -federated":  fedService("web", "web@west", "web"),

@@ -62,12 +62,10 @@ func TestFederatedMembersWatch(t *testing.T) {
 	wantKeys(t, "federated members held", keys(cl.fedServices), "default/gw", "default/web")
 	wantKeys(t, "exported Services held", keys(cl.services), "default/gw")
 	wantKeys(t, "slices held", sliceKeys(cl), "default/gw-1", "default/web-1")
-	if s := m.watch.Member("west", "default", "web"); s == nil || s.Mode != labels.Flat {
-		t.Errorf("Member(west, web) = %+v, want flat", s)
-	}
-	if s := m.watch.Member("west", "default", "gw"); s == nil || s.Mode != labels.Gateway {
-		t.Errorf("Member(west, gw) = %+v, want gateway", s)
-	}
+	s := m.watch.Member("west", "default", "web")
+	assert.False(t, s == nil || s.Mode != labels.Flat, "Member(west, web) = %+v, want flat", s)
+	s = m.watch.Member("west", "default", "gw")
+	assert.False(t, s == nil || s.Mode != labels.Gateway, "Member(west, gw) = %+v, want gateway", s)
 	assert.Equal(t, []string{"web-federated"}, m.watch.Federations("default", "web"), "Federations(web)")
 	waitFor(t, eventBound, "the members counted", func() bool {
 		return testutil.ToFloat64(linkObjects.WithLabelValues("west", "federated-service")) == 2 &&

@@ -368,9 +368,9 @@ func TestRelistRetryWaitsItsTurn(t *testing.T) {
 	waitFor(t, 10*time.Second, "the turn handed on, the failed relist back at the gate", func() bool { return gateStats(m.watch.relists) == [2]int{2 * linkWatches, 2} })
 	waitFor(t, 5*time.Second, "the next relist in its list", func() bool { return west.waiting()+paris.waiting() == 1 })
 	w, p := west.waiting(), paris.waiting()
-	if active, held := m.watch.relists.stats(); active != 2*linkWatches || held != 2 || w+p != 1 {
-		t.Errorf("%d relists active, %d given the turn, %d in their lists (west %d, paris %d); want %d, 2, 1", active, held, w+p, w, p, 2*linkWatches)
-	}
+	active, held := m.watch.relists.stats()
+	assert.False(t, active != 2*linkWatches || held != 2 || w+p != 1,
+		"%d relists active, %d given the turn, %d in their lists (west %d, paris %d); want %d, 2, 1", active, held, w+p, w, p, 2*linkWatches)
 	wl, pl := west.listed(), paris.listed()
 	plain = west.plainLists() + paris.plainLists() - plain
 	assert.False(t, plain != 0 || wl+pl-westLists-parisLists != 1, "%d lists and %d watch-lists asked since the failure, while one relist holds the turn; want 0 and 1", plain, wl+pl-westLists-parisLists)

@@ -67,12 +67,11 @@ func TestServiceExportStamp(t *testing.T) {
 	wantKeys(t, "export selector's store", keys(cl.services), "default/both", "default/lk")
 	wantKeys(t, "ServiceExport store", keys(cl.mcsServices), "default/both", "default/gw", "default/mcs")
 	// A Service in both is the export selector's.
-	if got := m.watch.Service("west", "default", "both"); got == nil || any(got) != held(cl.services, "both") {
-		t.Error("Service(both) is not the export selector's object")
-	}
-	if got := m.watch.Service("west", "default", "mcs"); got == nil || got.Mode != labels.Flat {
-		t.Errorf("Service(mcs) = %+v, want flat", got)
-	}
+	got := m.watch.Service("west", "default", "both")
+	assert.False(t, got == nil || any(got) != held(cl.services, "both"),
+		"Service(both) is not the export selector's object")
+	got = m.watch.Service("west", "default", "mcs")
+	assert.False(t, got == nil || got.Mode != labels.Flat, "Service(mcs) = %+v, want flat", got)
 	waitFor(t, 5*time.Second, "the objects counted by kind", func() bool {
 		return testutil.ToFloat64(linkObjects.WithLabelValues("west", "service")) == 2 &&
 			testutil.ToFloat64(linkObjects.WithLabelValues("west", "mcs-service")) == 3

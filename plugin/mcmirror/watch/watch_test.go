@@ -160,9 +160,9 @@ func second[B any](_ any, b B, _ ...any) B { return b }
 // wantAddrs fails t unless name is in the index with the addresses want.
 func wantAddrs(t *testing.T, m *stack, name string, want ...string) {
 	t.Helper()
-	if got, ok := indextest.Addrs(m.index.Lookup(name)); !ok || !slices.Equal(got, want) {
-		t.Errorf("%s: %v (in the index: %t), want %v", name, got, ok, want)
-	}
+	got, ok := indextest.Addrs(m.index.Lookup(name))
+	assert.False(t, !ok || !slices.Equal(got, want),
+		"%s: %v (in the index: %t), want %v", name, got, ok, want)
 }
 
 // hasAddrs reports whether name is in the index with the addresses want.
@@ -173,9 +173,8 @@ func hasAddrs(m *stack, name string, want ...string) func() bool {
 // wantAbsent fails t when name is in the index.
 func wantAbsent(t *testing.T, m *stack, name string) {
 	t.Helper()
-	if got, ok := indextest.Addrs(m.index.Lookup(name)); ok {
-		t.Errorf("%s: in the index (%v), want it gone", name, got)
-	}
+	got, ok := indextest.Addrs(m.index.Lookup(name))
+	assert.False(t, ok, "%s: in the index (%v), want it gone", name, got)
 }
 
 // answersA reports whether name is answered with the addresses want.

@@ -57,12 +57,8 @@ func TestAbortResetsStreams(t *testing.T) {
 			}
 			assert.Equal(t, 1, n, "connections reset")
 			requireCutByReset(t, c, 10*time.Second)
-			select {
-			case err := <-targetErr:
-				assert.True(t, errors.Is(err, syscall.ECONNRESET), "the target: want a reset, got %v", err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("the target's connection outlived the abort")
-			}
+			err = within(t, targetErr, 10*time.Second, "the target's connection outlived the abort")
+			assert.True(t, errors.Is(err, syscall.ECONNRESET), "the target: want a reset, got %v", err)
 			require.Eventually(t, func() bool { return p.ingress.Active() == 0 && p.egress.Active() == 0 },
 				10*time.Second, 10*time.Millisecond, "places still held after the abort")
 		})

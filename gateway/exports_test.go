@@ -410,11 +410,6 @@ func TestExportsNotSyncedUntilServiceExportsListed(t *testing.T) {
 	require.Eventually(t, func() bool { return exports.routes[0].services.HasSynced() && exports.routes[0].slices.HasSynced() }, 5*time.Second, time.Millisecond)
 	assert.False(t, exports.HasSynced(), "the ServiceExport's Services not listed yet")
 	failing.Store(false)
-	select {
-	case err := <-ran:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return once every informer could sync")
-	}
+	require.NoError(t, within(t, ran, 10*time.Second, "Run did not return once every informer could sync"))
 	assert.True(t, exports.HasSynced())
 }

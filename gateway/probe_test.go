@@ -207,12 +207,7 @@ func TestProberAliveBeforeFirstProbe(t *testing.T) {
 	prober := &Prober{Certs: p.east, Peers: func() map[string]string { return map[string]string{"south": ln.Addr().String()} },
 		Interval: time.Hour, Timeout: time.Hour}
 	stop := runProber(prober)
-	var c net.Conn
-	select {
-	case c = <-accepted: // the first probe is under way
-	case <-time.After(10 * time.Second):
-		t.Fatal("no probe started")
-	}
+	c := within(t, accepted, 10*time.Second, "no probe started") // the first probe is under way
 	st := prober.States()["south"]
 	assert.False(t, st.Probed)
 	assert.True(t, st.Alive)

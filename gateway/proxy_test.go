@@ -136,13 +136,9 @@ func TestResetPassesThrough(t *testing.T) {
 		readGreeting(t, c, "ok")
 		require.NoError(t, c.SetLinger(0))
 		require.NoError(t, c.Close())
-		select {
-		case err := <-targetErr:
-			require.Error(t, err, "the target saw an orderly end")
-			assert.ErrorIs(t, err, syscall.ECONNRESET)
-		case <-time.After(10 * time.Second):
-			t.Fatal("the target never saw the client go")
-		}
+		err = within(t, targetErr, 10*time.Second, "the target never saw the client go")
+		require.Error(t, err, "the target saw an orderly end")
+		assert.ErrorIs(t, err, syscall.ECONNRESET)
 	})
 }
 
@@ -252,12 +248,8 @@ func TestHalfCloseFromTarget(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.NoError(t, c.CloseWrite())
-	select {
-	case msg := <-received:
-		assert.Equal(t, "still here 0;still here 1;still here 2;", msg)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the target never saw the client's bytes and half-close")
-	}
+	msg := within(t, received, 10*time.Second, "the target never saw the client's bytes and half-close")
+	assert.Equal(t, "still here 0;still here 1;still here 2;", msg)
 }
 
 // startHashSink is a target that reads until the client's half-close and
@@ -335,11 +327,7 @@ func requireEndedBothEnds(t *testing.T, c net.Conn, ended <-chan error) {
 	_, err := c.Read(make([]byte, 1))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, os.ErrDeadlineExceeded, "the client's stream was never ended")
-	select {
-	case <-ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the target's connection was never ended")
-	}
+	within(t, ended, 10*time.Second, "the target's connection was never ended")
 }
 
 // A stream with traffic in one direction only is not idle: it outlives

@@ -409,6 +409,18 @@ func connectRequest(authority string) string {
 	return "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n"
 }
 
+// within returns what ch gives within d, and fails t, saying what never
+// came (format and args), when it gives nothing.
+func within[T any](t *testing.T, ch <-chan T, d time.Duration, format string, args ...any) (v T) {
+	t.Helper()
+	select {
+	case v = <-ch:
+	case <-time.After(d):
+		t.Fatalf(format, args...)
+	}
+	return v
+}
+
 func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
 
 // requireValue waits for a metric to read want: the gauges of the egress

@@ -47,11 +47,7 @@ func TestIdleTimeoutEndsStalledWrite(t *testing.T) {
 	// half-close reaches the target, and the client reads no more.
 	readGreeting(t, c, string(make([]byte, 1)))
 	require.NoError(t, c.CloseWrite())
-	select {
-	case <-halfClosed:
-	case <-time.After(eventBound):
-		t.Fatal("the client's half-close never reached the target")
-	}
+	within(t, halfClosed, eventBound, "the client's half-close never reached the target")
 	// Stuck: what the target wrote stops growing. (The stream may end
 	// before this sees it on a loaded machine: what matters is that it
 	// ends.)
@@ -63,12 +59,8 @@ func TestIdleTimeoutEndsStalledWrite(t *testing.T) {
 		return written.Load() == before
 	}, eventBound, time.Millisecond, "the target's writes never stalled")
 
-	select {
-	case err := <-writeFailed:
-		t.Logf("stream ended %v after it stalled (idle timeout %v): the target's write failed: %v", time.Since(stuckAt).Round(time.Millisecond), idle, err)
-	case <-time.After(20 * idle):
-		t.Fatalf("a stream stuck in Write outlived the idle timeout %v by %v", idle, 20*idle)
-	}
+	err := within(t, writeFailed, 20*idle, "a stream stuck in Write outlived the idle timeout %v by %v", idle, 20*idle)
+	t.Logf("stream ended %v after it stalled (idle timeout %v): the target's write failed: %v", time.Since(stuckAt).Round(time.Millisecond), idle, err)
 	noStreams(t)
 }
 

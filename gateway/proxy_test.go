@@ -75,9 +75,7 @@ func TestEchoBothWays(t *testing.T) {
 		}
 		sent <- err
 	}()
-	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	got, err := io.ReadAll(c)
-	require.NoError(t, err)
+	got := readAll(t, c, 30*time.Second)
 	require.NoError(t, <-sent)
 	require.True(t, bytes.Equal(payload, got), "echo differs: sent %d bytes, got %d", len(payload), len(got))
 	assert.Equal(t, 1, echo.count())
@@ -210,9 +208,7 @@ func TestHalfCloseFromClient(t *testing.T) {
 	_, err := c.Write(payload)
 	require.NoError(t, err)
 	require.NoError(t, c.CloseWrite())
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	got, err := io.ReadAll(c)
-	require.NoError(t, err)
+	got := readAll(t, c, 10*time.Second)
 	assert.Equal(t, fmt.Sprintf("got %d bytes\nsha256 %x\n", len(payload), sha256.Sum256(payload)), string(got))
 }
 
@@ -237,13 +233,11 @@ func TestHalfCloseFromTarget(t *testing.T) {
 	port := p.serveWeb(t, target.addr)
 
 	c := dialEgress(t, port)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	got, err := io.ReadAll(c) // ends with the target's half-close
-	require.NoError(t, err)
+	got := readAll(t, c, 10*time.Second) // ends with the target's half-close
 	require.Equal(t, "bye from west", string(got))
 	// Well after the EOF, the way to the target is still open.
 	for i := range 3 {
-		_, err = fmt.Fprintf(c, "still here %d;", i)
+		_, err := fmt.Fprintf(c, "still here %d;", i)
 		require.NoError(t, err)
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -280,9 +274,7 @@ func TestGigabyteIntact(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, size, n)
 	require.NoError(t, c.CloseWrite())
-	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
-	answer, err := io.ReadAll(c)
-	require.NoError(t, err)
+	answer := readAll(t, c, 60*time.Second)
 	elapsed := time.Since(start)
 	assert.Equal(t, fmt.Sprintf("%d %x", size, h.Sum(nil)), string(answer))
 	t.Logf("1 GiB through egress and ingress in %v (%.0f MB/s)", elapsed.Round(time.Millisecond), float64(size)/elapsed.Seconds()/1e6)
@@ -365,9 +357,7 @@ func TestOneWayTrafficIsNotIdle(t *testing.T) {
 		}
 		_, err := c.Write([]byte("."))
 		require.NoError(t, err)
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		got, err := io.ReadAll(c)
-		require.NoError(t, err)
+		got := readAll(t, c, 10*time.Second)
 		assert.Equal(t, fmt.Sprintf("got %d", n), string(got))
 	})
 

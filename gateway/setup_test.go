@@ -254,6 +254,15 @@ func dialEgress(t *testing.T, port int32) *net.TCPConn {
 	return c.(*net.TCPConn)
 }
 
+// readAll reads c until its end, within d, and fails t on an error.
+func readAll(t *testing.T, c net.Conn, d time.Duration) []byte {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	b, err := io.ReadAll(c)
+	require.NoError(t, err)
+	return b
+}
+
 // readGreeting reads len(want) bytes and checks them.
 func readGreeting(t *testing.T, c net.Conn, want string) {
 	t.Helper()

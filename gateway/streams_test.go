@@ -144,8 +144,7 @@ func TestThousandConcurrentStreams(t *testing.T) {
 	start := time.Now()
 	for i := range n {
 		wg.Go(func() {
-			var once sync.Once
-			up := func() { once.Do(established.Done) }
+			up := sync.OnceFunc(established.Done)
 			defer up()
 			errs <- func() error {
 				c, err := net.Dial("tcp", addr)

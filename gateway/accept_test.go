@@ -89,8 +89,7 @@ func TestIngressAcceptRetriesTemporaryErrors(t *testing.T) {
 	p := newPair(t)
 	target := startEcho(t, "hi\n")
 	p.resolver.set(web, target.addr)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	ln := listen(t)
 	const fails = 5
 	in := &Ingress{Certs: p.west, Resolver: p.resolver, HandshakeTimeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -119,11 +118,10 @@ func TestIngressAcceptRetriesTemporaryErrors(t *testing.T) {
 // ingress is no longer accepting, which /readyz tells.
 func TestIngressAcceptFatalError(t *testing.T) {
 	p := newPair(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	ln := listen(t)
 	in := &Ingress{Certs: p.west, Resolver: p.resolver}
 	broke := errors.New("accept: the listener broke")
-	err = in.Serve(context.Background(), &failingListener{Listener: ln, fails: 1, err: broke})
+	err := in.Serve(context.Background(), &failingListener{Listener: ln, fails: 1, err: broke})
 	require.ErrorIs(t, err, broke)
 	assert.False(t, in.Accepting())
 	_, err = net.Dial("tcp", ln.Addr().String())

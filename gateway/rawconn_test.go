@@ -34,8 +34,7 @@ func rawPair(t *testing.T) (*rawConn, *net.TCPConn) {
 // first; the dialled one is closed when t ends.
 func tcpPair(t *testing.T) (net.Conn, *net.TCPConn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	ln := listen(t)
 	defer ln.Close()
 	peer, err := net.Dial("tcp", ln.Addr().String())
 	require.NoError(t, err)

@@ -160,9 +160,7 @@ func writesOf(actions []k8stesting.Action) []string {
 	for _, a := range actions {
 		var name string
 		switch a := a.(type) {
-		case k8stesting.CreateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case k8stesting.UpdateAction:
+		case interface{ GetObject() runtime.Object }: // a create or an update
 			name = a.GetObject().(metav1.Object).GetName()
 		case k8stesting.DeleteAction:
 			name = a.GetName()

@@ -26,8 +26,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-func ptr[T any](v T) *T { return &v }
-
 func exportedService(name, clusterIP string, ports ...corev1.ServicePort) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{labels.Exported: labels.ExportGateway}},
@@ -44,15 +42,15 @@ func endpointSlice(svc, name, portName string, port int32, eps ...ep) *discovery
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Port: ptr(port), Protocol: ptr(corev1.ProtocolTCP)}},
+		Ports:       []discoveryv1.EndpointPort{{Port: new(port), Protocol: new(corev1.ProtocolTCP)}},
 	}
 	if portName != "" {
-		es.Ports[0].Name = ptr(portName)
+		es.Ports[0].Name = new(portName)
 	}
 	for _, e := range eps {
 		endpoint := discoveryv1.Endpoint{Addresses: []string{e.addr}, Conditions: discoveryv1.EndpointConditions{Ready: e.ready}}
 		if e.host != "" {
-			endpoint.Hostname = ptr(e.host)
+			endpoint.Hostname = new(e.host)
 		}
 		es.Endpoints = append(es.Endpoints, endpoint)
 	}
@@ -62,7 +60,7 @@ func endpointSlice(svc, name, portName string, port int32, eps ...ep) *discovery
 // resolve decides from a Service and its EndpointSlices alone.
 func TestResolve(t *testing.T) {
 	http := corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}
-	yes, no := ptr(true), ptr(false)
+	yes, no := new(true), new(false)
 	web := exportedService("web", "10.96.0.1", http, corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})
 	headless := exportedService("db", corev1.ClusterIPNone, http)
 	flat := exportedService("flat", "10.96.0.2", http)

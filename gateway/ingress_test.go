@@ -61,7 +61,7 @@ func westObjects(target, down int32) []runtime.Object {
 		case "web-paris":
 			svc.Labels[labels.MirroredService] = labels.MirroredServiceValue
 		}
-		endpoint := ep{addr: "127.0.0.1", host: o.host, ready: ptr(o.ready)}
+		endpoint := ep{addr: "127.0.0.1", host: o.host, ready: new(o.ready)}
 		objs = append(objs, svc, endpointSlice(o.name, o.name+"-x1", "http", o.port, endpoint))
 	}
 	return objs

@@ -41,7 +41,7 @@ func controllerSlice(svc *corev1.Service) *discoveryv1.EndpointSlice {
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.10"}}},
 	}
 	for _, p := range labels.ParseEgressPorts(svc.Annotations[labels.EgressPorts]) {
-		es.Ports = append(es.Ports, discoveryv1.EndpointPort{Port: ptr(p), Protocol: ptr(corev1.ProtocolTCP)})
+		es.Ports = append(es.Ports, discoveryv1.EndpointPort{Port: new(p), Protocol: new(corev1.ProtocolTCP)})
 	}
 	return es
 }

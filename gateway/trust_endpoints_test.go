@@ -25,7 +25,7 @@ func selected(name string) *corev1.Service {
 // podSlice is the EndpointSlice the EndpointSlice controller writes for
 // svc: its pods, each with its targetRef; edit changes it.
 func podSlice(svc *corev1.Service, addr string, edit ...func(*discoveryv1.EndpointSlice)) *discoveryv1.EndpointSlice {
-	es := endpointSlice(svc.Name, svc.Name+"-abcde", "http", 8080, ep{addr: addr, ready: ptr(true)})
+	es := endpointSlice(svc.Name, svc.Name+"-abcde", "http", 8080, ep{addr: addr, ready: new(true)})
 	es.Namespace = svc.Namespace
 	es.Labels[discoveryv1.LabelManagedBy] = labels.EndpointSliceControllerName
 	es.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: svc.Namespace, Name: svc.Name + "-7d9f-x2x4q"}

@@ -46,8 +46,8 @@ func guardedPairLabelled(t *testing.T, lbls map[string]string, setup ...func(*fa
 	a, b := startEcho(t, "west a\n"), startEcho(t, "west b\n")
 	svc := exportedService("web", "10.96.0.10", corev1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP})
 	svc.Labels = lbls
-	esA := endpointSlice("web", "web-a", "http", int32(a.addr.Port()), ep{addr: "127.0.0.1", ready: ptr(true)})
-	esB := endpointSlice("web", "web-b", "http", int32(b.addr.Port()), ep{addr: "127.0.0.1", ready: ptr(true)})
+	esA := endpointSlice("web", "web-a", "http", int32(a.addr.Port()), ep{addr: "127.0.0.1", ready: new(true)})
+	esB := endpointSlice("web", "web-b", "http", int32(b.addr.Port()), ep{addr: "127.0.0.1", ready: new(true)})
 	client := remotetest.NewClientset(svc, esA, esB)
 	for _, f := range setup {
 		f(client)
@@ -143,7 +143,7 @@ func TestWithdrawnExportEndsStreams(t *testing.T) {
 			es, err := client.DiscoveryV1().EndpointSlices("default").Get(ctx, name, metav1.GetOptions{})
 			require.NoError(t, err)
 			for i := range es.Endpoints {
-				es.Endpoints[i].Conditions = discoveryv1.EndpointConditions{Ready: ptr(false), Terminating: ptr(true)}
+				es.Endpoints[i].Conditions = discoveryv1.EndpointConditions{Ready: new(false), Terminating: new(true)}
 			}
 			_, err = client.DiscoveryV1().EndpointSlices("default").Update(ctx, es, metav1.UpdateOptions{})
 			require.NoError(t, err)

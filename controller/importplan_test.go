@@ -13,17 +13,16 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 func sourceSlice(at discoveryv1.AddressType, port int32, addrs ...string) *discoveryv1.EndpointSlice {
 	es := &discoveryv1.EndpointSlice{AddressType: at, Ports: []discoveryv1.EndpointPort{
-		{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)},
-		{Name: ptr.To("debug"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(6060))},
+		{Name: new("http"), Protocol: new(corev1.ProtocolTCP), Port: new(port)},
+		{Name: new("debug"), Protocol: new(corev1.ProtocolTCP), Port: new(int32(6060))},
 	}}
 	for _, a := range addrs {
-		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: new(true)}})
 	}
 	return es
 }
@@ -85,7 +84,7 @@ func TestPlanImport(t *testing.T) {
 		assert.Equal(t, "web", e.Labels[mcsv1beta1.LabelServiceName])
 		assert.Equal(t, base, e.Labels[discoveryv1.LabelServiceName])
 		assert.Equal(t, labels.EndpointSliceManagedBy, e.Labels[discoveryv1.LabelManagedBy])
-		assert.Equal(t, []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(8080))}}, e.Ports,
+		assert.Equal(t, []discoveryv1.EndpointPort{{Name: new("http"), Protocol: new(corev1.ProtocolTCP), Port: new(int32(8080))}}, e.Ports,
 			"the import's ports only, at the source's port")
 		require.Len(t, e.Endpoints, 2)
 		assert.Equal(t, "10.1.0.4", e.Endpoints[0].Addresses[0], "sorted")
@@ -101,7 +100,7 @@ func TestPlanImport(t *testing.T) {
 		src := west
 		src.service = testExportService(h)
 		src.slices = []*discoveryv1.EndpointSlice{sourceSlice(discoveryv1.AddressTypeIPv4, 80, "10.2.0.1")}
-		src.slices[0].Endpoints[0].Hostname = ptr.To("web-0")
+		src.slices[0].Endpoints[0].Hostname = new("web-0")
 		p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{src}})
 		assert.Equal(t, mcsv1beta1.Headless, p.spec.Type)
 		assert.Equal(t, corev1.ClusterIPNone, p.derived.Spec.ClusterIP)
@@ -109,7 +108,7 @@ func TestPlanImport(t *testing.T) {
 		assert.Empty(t, p.spec.IPs)
 		es := p.slices[DerivedName("shop", "web")+"-west"]
 		require.NotNil(t, es)
-		assert.Equal(t, ptr.To("web-0"), es.Endpoints[0].Hostname, "hostnames are kept")
+		assert.Equal(t, new("web-0"), es.Endpoints[0].Hostname, "hostnames are kept")
 
 		// A ClusterIP derived Service cannot become headless in place.
 		p = planImport(importInput{ns: "shop", name: "web", sources: []importSource{src}, derived: liveDerived(false)})
@@ -139,12 +138,12 @@ func TestPlanImport(t *testing.T) {
 		older.service = testExportService(func(s *corev1.Service) { s.Spec.Ports[0].Name, s.Spec.Ports[0].Port = "tcp", 42 })
 		older.slices = []*discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.10"}}},
-			Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(30042))}}}}
+			Ports:     []discoveryv1.EndpointPort{{Name: new("tcp"), Protocol: new(corev1.ProtocolTCP), Port: new(int32(30042))}}}}
 		newer := east
 		newer.service = testExportService(func(s *corev1.Service) { s.Spec.Ports[0].Name, s.Spec.Ports[0].Port = "tcp", 4242 })
 		newer.slices = []*discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.9"}}},
-			Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(4242))}}}}
+			Ports:     []discoveryv1.EndpointPort{{Name: new("tcp"), Protocol: new(corev1.ProtocolTCP), Port: new(int32(4242))}}}}
 		p := planImport(importInput{ns: "shop", name: "web", sources: []importSource{older, newer}, derived: liveDerived(false)})
 		assert.Equal(t, []mcsv1beta1.ServicePort{{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 42}}, p.spec.Ports)
 		base := DerivedName("shop", "web")

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -122,8 +121,8 @@ func TestPlanImportBound(t *testing.T) {
 	}
 	flood := podSlice(discoveryv1.AddressTypeIPv4, addrs("10.9.0", 20)...)
 	// The lowest addresses are not ready: they go first.
-	flood.Endpoints[0].Conditions.Ready = ptr.To(false)
-	flood.Endpoints[1].Conditions.Ready = ptr.To(false)
+	flood.Endpoints[0].Conditions.Ready = new(false)
+	flood.Endpoints[1].Conditions.Ready = new(false)
 	web := testExportService(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} })
 	west := importSource{cluster: "west", service: web, screened: true, slices: []*discoveryv1.EndpointSlice{flood}}
 	paris := importSource{cluster: "paris", service: web, screened: true,

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 )
 
 func TestToMirror(t *testing.T) {
@@ -58,12 +57,12 @@ func TestToSlice(t *testing.T) {
 			Annotations: map[string]string{labels.EndpointsLastChangeTriggerTime: at.Format(time.RFC3339Nano)}},
 		AddressType: discovery.AddressTypeIPv4,
 		Ports: []discovery.EndpointPort{
-			{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)},
-			{Name: ptr.To("all")}, // no port: left out
+			{Name: new("http"), Port: new(int32(8080)), Protocol: new(corev1.ProtocolTCP)},
+			{Name: new("all")}, // no port: left out
 		},
 		Endpoints: []discovery.Endpoint{
-			{Addresses: []string{"10.1.0.1"}, Hostname: ptr.To("DB-0")},                                                              // ready unknown: ready
-			{Addresses: []string{"10.1.0.2"}, Conditions: discovery.EndpointConditions{Ready: ptr.To(false)}, NodeName: ptr.To("n")}, // not ready
+			{Addresses: []string{"10.1.0.1"}, Hostname: new("DB-0")},                                                           // ready unknown: ready
+			{Addresses: []string{"10.1.0.2"}, Conditions: discovery.EndpointConditions{Ready: new(false)}, NodeName: new("n")}, // not ready
 		},
 	}
 	out, err := ToSlice(in)

@@ -114,12 +114,7 @@ func (f *fixture) start() {
 	// The handlers' first events, not only the stores: a late one would
 	// enqueue a key while a test runs it.
 	require.Eventually(f.t, func() bool {
-		for _, synced := range c.localSynced {
-			if !synced() {
-				return false
-			}
-		}
-		return true
+		return !slices.ContainsFunc(c.localSynced, func(synced cache.InformerSynced) bool { return !synced() })
 	}, 10*time.Second, time.Millisecond)
 	c.restorePorts(klog.Background())
 	c.initEgress()
@@ -131,15 +126,8 @@ func (f *fixture) start() {
 // linksSynced reports whether the link sources and every linked cluster
 // have synced, and the clusters' keys are in the queue.
 func (c *Controller) linksSynced() bool {
-	if !c.linkSourcesSynced() {
-		return false
-	}
-	for _, r := range c.links.Serving() {
-		if !r.enqueued.Load() {
-			return false
-		}
-	}
-	return true
+	return c.linkSourcesSynced() &&
+		!slices.ContainsFunc(c.links.Serving(), func(r *remoteCluster) bool { return !r.enqueued.Load() })
 }
 
 // sync runs one sync of key and returns the writes it made to the local

@@ -114,7 +114,8 @@ func (f *fixture) start() {
 	// The handlers' first events, not only the stores: a late one would
 	// enqueue a key while a test runs it.
 	require.Eventually(f.t, func() bool {
-		return !slices.ContainsFunc(c.localSynced, func(synced cache.InformerSynced) bool { return !synced() })
+		return !slices.ContainsFunc(c.localSynced,
+			func(synced cache.InformerSynced) bool { return !synced() })
 	}, 10*time.Second, time.Millisecond)
 	c.restorePorts(klog.Background())
 	c.initEgress()
@@ -127,7 +128,8 @@ func (f *fixture) start() {
 // have synced, and the clusters' keys are in the queue.
 func (c *Controller) linksSynced() bool {
 	return c.linkSourcesSynced() &&
-		!slices.ContainsFunc(c.links.Serving(), func(r *remoteCluster) bool { return !r.enqueued.Load() })
+		!slices.ContainsFunc(c.links.Serving(),
+			func(r *remoteCluster) bool { return !r.enqueued.Load() })
 }
 
 // sync runs one sync of key and returns the writes it made to the local

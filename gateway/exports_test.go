@@ -408,6 +408,7 @@ func TestExportsNotSyncedUntilServiceExportsListed(t *testing.T) {
 	require.Eventually(t, func() bool { return exports.routes[0].services.HasSynced() && exports.routes[0].slices.HasSynced() }, 5*time.Second, time.Millisecond)
 	assert.False(t, exports.HasSynced(), "the ServiceExport's Services not listed yet")
 	failing.Store(false)
-	require.NoError(t, within(t, ran, 10*time.Second, "Run did not return once every informer could sync"))
+	require.NoError(t, within(t, ran, 10*time.Second,
+		"Run did not return once every informer could sync"))
 	assert.True(t, exports.HasSynced())
 }

@@ -59,7 +59,8 @@ func TestIdleTimeoutEndsStalledWrite(t *testing.T) {
 		return written.Load() == before
 	}, eventBound, time.Millisecond, "the target's writes never stalled")
 
-	err := within(t, writeFailed, 20*idle, "a stream stuck in Write outlived the idle timeout %v by %v", idle, 20*idle)
+	err := within(t, writeFailed, 20*idle,
+		"a stream stuck in Write outlived the idle timeout %v by %v", idle, 20*idle)
 	t.Logf("stream ended %v after it stalled (idle timeout %v): the target's write failed: %v", time.Since(stuckAt).Round(time.Millisecond), idle, err)
 	noStreams(t)
 }

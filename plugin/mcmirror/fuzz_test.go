@@ -171,7 +171,8 @@ func seedPackets() [][]byte {
 	good, _ := q(probeName, dns.TypeA).Pack()
 	out = append(out, good[:5], good[:12], good[:len(good)-3])
 	out = append(out, append(slices.Clone(good[:12]), 0xc0, 12, 0, 1, 0, 1)) // the name points at itself
-	out = append(out, slices.Concat(good[:12], []byte{64}, []byte(strings.Repeat("a", 64)), []byte{0, 0, 1, 0, 1}))
+	out = append(out,
+		slices.Concat(good[:12], []byte{64}, []byte(strings.Repeat("a", 64)), []byte{0, 0, 1, 0, 1}))
 	out = append(out, append(slices.Clone(good), 0xde, 0xad, 0xbe, 0xef))
 	return out
 }

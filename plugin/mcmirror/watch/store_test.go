@@ -112,8 +112,10 @@ func TestLinkMetricsGenerations(t *testing.T) {
 	errs := unreachable("gen")
 	require.NoError(t, m.watch.ReplaceLink("gen", deadClient(t)))
 	waitFor(t, 5*time.Second, "the replacement tried", func() bool { return unreachable("gen") > errs })
-	assert.Equal(t, 1.0, testutil.ToFloat64(linkSynced.WithLabelValues("gen")), "link_synced while the old watches serve")
-	assert.Equal(t, 1.0, testutil.ToFloat64(linkUp.WithLabelValues("gen")), "link_up while the old watches serve")
+	assert.Equal(t, 1.0, testutil.ToFloat64(linkSynced.WithLabelValues("gen")),
+		"link_synced while the old watches serve")
+	assert.Equal(t, 1.0, testutil.ToFloat64(linkUp.WithLabelValues("gen")),
+		"link_up while the old watches serve")
 	for _, kind := range []string{"service", "endpointslice"} {
 		assert.Equal(t, 1.0, testutil.ToFloat64(linkObjects.WithLabelValues("gen", kind)),
 			"link_objects{%s} while the old watches serve", kind)

@@ -224,7 +224,6 @@ func TestDualStackMirrors(t *testing.T) {
 // both families the controller made; a single-stack mirror has no AAAA.
 func TestDualStackDNS(t *testing.T) {
 	const ns, gwNS = "e2e-dual-dns", "e2e-dual-dns-gw"
-	const zone = "svc.cluster.local."
 	ctx := setUp(t, ns, "east", "west")
 	namespace(t, gwNS, "east")
 	west := env.Cluster("west")
@@ -283,8 +282,7 @@ func TestDualStackImport(t *testing.T) {
 	// check reads the import of name and checks its derived Service's
 	// families and what the ServiceImport advertises.
 	check := func(c *assert.CollectT, name string, families ...corev1.IPFamily) corev1.Service {
-		imp, ok := readImport(c, ns, name)
-		require.True(c, ok, "ServiceImport %s", name)
+		imp := requireImport(c, ns, name, "ServiceImport %s", name)
 		assertFamilies(c, *imp.derived, families...)
 		assert.Equal(c, imp.derived.Spec.ClusterIPs, imp.si.Spec.IPs, "%s: the ClusterSetIPs there are", name)
 		assert.Equal(c, families, imp.si.Spec.IPFamilies, name)

@@ -53,6 +53,13 @@ func readImport(c *assert.CollectT, ns, name string) (imported, bool) {
 	return out, true
 }
 
+// requireImport is readImport's import of ns/name, which must exist.
+func requireImport(c *assert.CollectT, ns, name string, msgAndArgs ...any) imported {
+	imp, ok := readImport(c, ns, name)
+	require.True(c, ok, msgAndArgs...)
+	return imp
+}
+
 // endpointsOf renders a slice as "addr:port" for each ready endpoint and
 // port name, sorted.
 func endpointsOf(es discoveryv1.EndpointSlice) []string {
@@ -127,8 +134,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 		require.True(c, ok, "mirror api-west")
 		port, ok := labels.ParseEgressPorts(mirror.Annotations[labels.EgressPorts])["80/TCP"]
 		require.True(c, ok)
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok, "ServiceImport api")
+		imp := requireImport(c, ns, "api", "ServiceImport api")
 		assert.Equal(c, mcsv1beta1.ClusterSetIP, imp.si.Spec.Type)
 		assert.Equal(c, []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, imp.si.Spec.Ports)
 		assert.NotEmpty(c, imp.derived.Spec.ClusterIPs)
@@ -173,8 +179,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 		order = []mcsv1beta1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "api")
 		assert.Equal(c, order, imp.si.Status.Clusters, "the oldest export first")
 		assert.Equal(c, []string{"http 10.200.0.1:8080"}, endpointsOf(imp.slices["east"]), "east's own endpoints")
 		assert.Len(c, imp.slices, 2)
@@ -191,8 +196,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 		[]byte(`{"spec":{"ports":[{"name":"http","port":80},{"name":"grpc","port":9090}]}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "api")
 		assert.ElementsMatch(c, []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}, {Name: "grpc", Protocol: corev1.ProtocolTCP, Port: 9090}}, imp.si.Spec.Ports)
 		assert.Len(c, imp.derived.Spec.Ports, 2)
 		assert.Len(c, endpointsOf(imp.slices["west"]), 2)
@@ -203,8 +207,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 	// West unexports: its slice goes, east's stays.
 	require.NoError(t, west.LabelService(ctx, ns, "api", labels.Exported, ""))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "api")
 		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "east"}}, imp.si.Status.Clusters)
 		assert.NotContains(c, imp.slices, "west")
 		assert.Contains(c, imp.slices, "east")
@@ -236,8 +239,7 @@ func TestServiceImportHeadlessFlat(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		want := podIPs(c, paris, ns)
 		require.Len(c, want, 2)
-		imp, ok := readImport(c, ns, "db")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "db")
 		assert.Equal(c, mcsv1beta1.Headless, imp.si.Spec.Type)
 		assert.Empty(c, imp.si.Spec.IPs)
 		assert.Equal(c, corev1.ClusterIPNone, imp.derived.Spec.ClusterIP)
@@ -258,8 +260,7 @@ func TestServiceImportClusterUnlinked(t *testing.T) {
 	p := env.StartFleet(t, o).Controller.Process
 	require.NoError(t, paris.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "api")
 		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "paris"}}, imp.si.Status.Clusters)
 		assert.Contains(c, imp.slices, "paris")
 	}, wait, tick)
@@ -298,8 +299,7 @@ func TestServiceImportDerivedNameUpgrade(t *testing.T) {
 		assert.True(c, apierrors.IsNotFound(err), "the derived Service under its former name is gone: %v", err)
 		_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, former+"-west", metav1.GetOptions{})
 		assert.True(c, apierrors.IsNotFound(err), "and its slice: %v", err)
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "api")
 		assert.Equal(c, old.Spec.ClusterIPs, imp.derived.Spec.ClusterIPs, "the ClusterSetIP stays")
 		assert.Equal(c, old.Spec.ClusterIPs, imp.si.Spec.IPs)
 		assert.Equal(c, "api", imp.derived.Labels[labels.ServiceImport])

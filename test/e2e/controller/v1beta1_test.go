@@ -30,8 +30,7 @@ func TestMCSOnlyV1beta1Served(t *testing.T) {
 	createServiceExport(t, "west", ns, "api")
 	requireConditions(t, "west", ns, "api", map[string]string{"Valid": "True/Valid", "Ready": "True/Ready"})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		im, ok := readImport(c, ns, "api")
-		require.True(c, ok, "east's ServiceImport")
+		im := requireImport(c, ns, "api", "east's ServiceImport")
 		assert.Equal(c, mcsv1beta1.ClusterSetIP, im.si.Spec.Type)
 		assert.NotEmpty(c, im.si.Spec.IPs)
 		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "west"}}, im.si.Status.Clusters)

@@ -39,10 +39,7 @@ func mcsClient(t require.TestingT, cluster string) mcsclient.Interface {
 
 func createServiceExport(t *testing.T, cluster, ns, name string) *mcsv1beta1.ServiceExport {
 	t.Helper()
-	se, err := mcsClient(t, cluster).MulticlusterV1beta1().ServiceExports(ns).Create(context.Background(),
-		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	return se
+	return createExportedMeta(t, cluster, ns, name, nil, nil)
 }
 
 // requireConditions waits until the ServiceExport's conditions have the

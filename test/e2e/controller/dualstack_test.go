@@ -163,8 +163,7 @@ func TestDualStackMirrors(t *testing.T) {
 	// plain becomes dual-stack in west: its mirror gains IPv6 in place.
 	require.NoError(t, west.Apply(ctx, dualService(ns, "plain", "PreferDualStack")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		got, err := east.Client.CoreV1().Services(ns).Get(ctx, "plain-west", metav1.GetOptions{})
-		require.NoError(c, err)
+		got := service(c, east, ns, "plain-west")
 		assertFamilies(c, *got, v4, v6)
 		assert.Equal(c, plain.UID, got.UID, "the same mirror")
 		assert.Equal(c, plain.Spec.ClusterIP, got.Spec.ClusterIP, "the same primary ClusterIP")

@@ -67,8 +67,7 @@ func requireConditions(t *testing.T, cluster, ns, name string, want map[string]s
 func requireStamp(t *testing.T, cluster, ns, name, mode string, created time.Time) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		svc, err := env.Cluster(cluster).Client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
-		require.NoError(c, err)
+		svc := service(c, env.Cluster(cluster), ns, name)
 		assert.Equal(c, mode, svc.Labels[labels.ServiceExportMode], "stamp of %s/%s in %s", ns, name, cluster)
 		if mode == "" {
 			assert.NotContains(c, svc.Annotations, labels.ServiceExportCreated)
@@ -263,8 +262,7 @@ spec:
   selector: {app: api}
   ports: [{name: http, port: 80}]
 `, ns, labels.ServiceExportMode, labels.ServiceExportCreated)))
-	svc, err := west.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
-	require.NoError(t, err)
+	svc := service(t, west, ns, "api")
 	requireStamp(t, "west", ns, "api", "", time.Time{})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.True(c, hasEvent(c, "west", ns, func(e corev1.Event) bool {

@@ -41,8 +41,7 @@ func readImport(c *assert.CollectT, ns, name string) (imported, bool) {
 	}
 	require.NoError(c, err)
 	out.si = si
-	out.derived, err = east.Client.CoreV1().Services(ns).Get(ctx, controller.DerivedName(ns, name), metav1.GetOptions{})
-	require.NoError(c, err)
+	out.derived = service(c, east, ns, controller.DerivedName(ns, name))
 	list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
 		LabelSelector: mcsv1beta1.LabelServiceName + "=" + name})
 	require.NoError(c, err)
@@ -160,8 +159,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 			return e.Reason == controller.ReasonServiceExportInvalid && e.InvolvedObject.Kind == "ServiceExport" && e.InvolvedObject.Name == derivedName
 		}), "a %s Event on the ServiceExport", controller.ReasonServiceExportInvalid)
 	}, wait, tick)
-	d, err := east.Client.CoreV1().Services(ns).Get(ctx, derivedName, metav1.GetOptions{})
-	require.NoError(t, err)
+	d := service(t, east, ns, derivedName)
 	assert.NotContains(t, d.Labels, labels.ServiceExportMode, "the derived Service is not stamped")
 
 	// East exports its own api: its endpoints join, directly. East runs no
@@ -171,10 +169,8 @@ func TestServiceImportLifecycle(t *testing.T) {
 	// The oldest export first, by the Services' creation (a second's
 	// resolution), then the lowest cluster ID.
 	order := []mcsv1beta1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}
-	eastAPI, err := east.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
-	require.NoError(t, err)
-	westAPI, err := west.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
-	require.NoError(t, err)
+	eastAPI := service(t, east, ns, "api")
+	westAPI := service(t, west, ns, "api")
 	if westAPI.CreationTimestamp.Before(&eastAPI.CreationTimestamp) {
 		order = []mcsv1beta1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}
 	}
@@ -184,15 +180,11 @@ func TestServiceImportLifecycle(t *testing.T) {
 		assert.Equal(c, []string{"http 10.200.0.1:8080"}, endpointsOf(imp.slices["east"]), "east's own endpoints")
 		assert.Len(c, imp.slices, 2)
 	}, wait, tick)
-	derivedUID := func() types.UID {
-		d, err := east.Client.CoreV1().Services(ns).Get(ctx, controller.DerivedName(ns, "api"), metav1.GetOptions{})
-		require.NoError(t, err)
-		return d.UID
-	}
+	derivedUID := func() types.UID { return service(t, east, ns, controller.DerivedName(ns, "api")).UID }
 	uid := derivedUID()
 
 	// West adds a port: the import has the union, west's slice both.
-	_, err = west.Client.CoreV1().Services(ns).Patch(ctx, "api", types.StrategicMergePatchType,
+	_, err := west.Client.CoreV1().Services(ns).Patch(ctx, "api", types.StrategicMergePatchType,
 		[]byte(`{"spec":{"ports":[{"name":"http","port":80},{"name":"grpc","port":9090}]}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

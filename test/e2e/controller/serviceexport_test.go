@@ -78,8 +78,7 @@ func TestServiceExportStamp(t *testing.T) {
 	// object; it records the remote Service's new resourceVersion, so the
 	// change was seen.
 	require.NoError(t, west.LabelService(ctx, ns, "both", labels.Exported, ""))
-	remote, err := west.Client.CoreV1().Services(ns).Get(ctx, "both", metav1.GetOptions{})
-	require.NoError(t, err)
+	remote := service(t, west, ns, "both")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m := mirrors(c, ns)
 		b, ok := m["both-west"]

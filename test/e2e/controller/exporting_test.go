@@ -183,16 +183,8 @@ spec: {clusterIP: None, selector: {app: late}, ports: [{port: 5432}]}
 func TestServiceExportConflict(t *testing.T) {
 	const ns = "e2e-mcs-conflict"
 	ctx := setUp(t, ns, "west", "paris")
-	svc := func(port int) string {
-		return fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: db, namespace: %s}
-spec: {selector: {app: db}, ports: [{name: sql, port: %d}]}
-`, ns, port)
-	}
-	require.NoError(t, env.Cluster("west").Apply(ctx, svc(5432)))
-	require.NoError(t, env.Cluster("paris").Apply(ctx, svc(5433)))
+	require.NoError(t, env.Cluster("west").Apply(ctx, clusterIPService(ns, "db", 5432, "")))
+	require.NoError(t, env.Cluster("paris").Apply(ctx, clusterIPService(ns, "db", 5433, "")))
 	startExporter(t, "west", "paris")
 	startExporter(t, "paris", "west")
 	createServiceExport(t, "west", ns, "db")
@@ -202,7 +194,7 @@ spec: {selector: {app: db}, ports: [{name: sql, port: %d}]}
 	requireConditions(t, "west", ns, "db", conflict)
 	requireConditions(t, "paris", ns, "db", conflict)
 
-	require.NoError(t, env.Cluster("paris").Apply(ctx, svc(5432)))
+	require.NoError(t, env.Cluster("paris").Apply(ctx, clusterIPService(ns, "db", 5432, "")))
 	agree := map[string]string{"Conflict": "False/NoConflicts"}
 	requireConditions(t, "west", ns, "db", agree)
 	requireConditions(t, "paris", ns, "db", agree)

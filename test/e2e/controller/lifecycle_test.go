@@ -160,9 +160,7 @@ spec: {ports: [{port: 1}]}
 	bystander := service(t, east, ns, "bystander-paris")
 
 	require.NoError(t, east.Client.CoreV1().Secrets("e2e-link-secrets").Delete(ctx, secret.Name, metav1.DeleteOptions{}))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, []string{"web-west"}, names(mirrors(c, ns)))
-	}, wait, tick)
+	waitMirrors(t, ns, "web-west")
 	assert.Equal(t, bystander.ResourceVersion, service(t, east, ns, "bystander-paris").ResourceVersion)
 }
 

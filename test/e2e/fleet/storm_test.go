@@ -72,7 +72,9 @@ func TestUnexportedChurnIsNeverSent(t *testing.T) {
 	waitAnswers(t, f.DNS, name, 2, webAddrs)
 	wg.Wait()
 	require.Eventually(t, func() bool {
-		return podCount(t, west, ns, "noise") == 0 && len(podAddrs(t, west, ns, "noise")) == 0
+		pods, err := west.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=noise"})
+		require.NoError(t, err)
+		return len(pods.Items) == 0 && len(podAddrs(t, west, ns, "noise")) == 0
 	}, 3*time.Minute, 100*time.Millisecond, "the storm's pods gone from noise's slices")
 	// An exported change after the storm still arrives: the watches live.
 	require.NoError(t, west.Scale(ctx, ns, "web", 1))
@@ -205,13 +207,6 @@ func podAddrs(t *testing.T, c *harness.Cluster, ns, svc string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func podCount(t *testing.T, c *harness.Cluster, ns, app string) int {
-	t.Helper()
-	l, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
-	require.NoError(t, err)
-	return len(l.Items)
 }
 
 // waitAnswers waits until the Service has n ready pods and s answers name

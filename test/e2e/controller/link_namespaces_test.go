@@ -23,8 +23,9 @@ const zone = "svc.cluster.local."
 // asked for it.
 func exportBoth(t *testing.T, left, kept string) {
 	t.Helper()
+	west := env.Cluster("west")
 	for _, ns := range []string{left, kept} {
-		require.NoError(t, env.Cluster("west").Apply(context.Background(), statefulSet(ns, "db", 1, labels.ExportFlat)))
+		require.NoError(t, west.Apply(context.Background(), statefulSet(ns, "db", 1, labels.ExportFlat)))
 	}
 }
 

@@ -121,7 +121,8 @@ func TestAdmissionPolicy(t *testing.T) {
 		}},
 	})
 	stampedSvc := forged("stamped")
-	stampedSvc.Labels, stampedSvc.Annotations = map[string]string{labels.ServiceExportMode: labels.ModeFlat}, nil
+	stampedSvc.Labels = map[string]string{labels.ServiceExportMode: labels.ModeFlat}
+	stampedSvc.Annotations = nil
 	_, err = dev.CoreV1().Services(tenant).Create(ctx, stampedSvc, metav1.CreateOptions{})
 	requirePolicyRefusal(t, err, "edit in "+tenant+": create a Service with the ServiceExport stamp")
 	// The edit role writes no EndpointSlice at all (RBAC, before the

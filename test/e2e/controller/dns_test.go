@@ -19,7 +19,6 @@ import (
 // peers of every cluster, and follows a scale-down.
 func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 	const ns = "e2e-dns"
-	const zone = "svc.cluster.local."
 	ctx := setUp(t, ns, "east", "west", "paris")
 	west, paris := env.Cluster("west"), env.Cluster("paris")
 	startController(t, "controller")
@@ -38,18 +37,7 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 
 	s := startDNS(t, "west", "paris")
 	ask := func(c require.TestingT, name string, qtype uint16) []string {
-		r := s.Ask(c, "tcp", name, qtype)
-		var out []string
-		for _, rr := range r.Answer {
-			switch rr := rr.(type) {
-			case *dns.A:
-				out = append(out, rr.A.String())
-			case *dns.SRV:
-				out = append(out, rr.Target)
-			}
-		}
-		slices.Sort(out)
-		return out
+		return harness.Answers(s.Ask(c, "tcp", name, qtype))
 	}
 	ips := func(names ...string) []string {
 		var out []string
@@ -68,7 +56,7 @@ func TestDNSAnswersFromControllerMirrors(t *testing.T) {
 		for _, cl := range []string{"west", "paris"} {
 			for _, p := range podMirrors(m, "nginx-svc-"+cl) {
 				host := m[p].Labels[labels.RemoteHostname]
-				peers = append(peers, host+".nginx-svc-"+cl+"."+ns+"."+zone)
+				peers = append(peers, "80 "+host+".nginx-svc-"+cl+"."+ns+"."+zone)
 			}
 		}
 		slices.Sort(peers)

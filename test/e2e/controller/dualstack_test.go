@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -35,38 +34,13 @@ const (
 // for a dual-stack gateway pod; it returns the deletion of the IPv6 one.
 func dualGateway(t *testing.T, gwNS string) (dropV6 func()) {
 	t.Helper()
-	ctx := context.Background()
-	east := env.Cluster("east")
-	require.NoError(t, east.Apply(ctx, fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: gw-egress, namespace: %s}
-spec: {clusterIP: None, ipFamilyPolicy: RequireDualStack}
-`, gwNS)))
-	cl := east.Client.DiscoveryV1().EndpointSlices(gwNS)
-	for _, at := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
-		addr := egressV4
-		if at == discoveryv1.AddressTypeIPv6 {
-			addr = egressV6
-		}
-		es := &discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: "gw-egress-" + strings.ToLower(string(at)), Labels: map[string]string{
-				discoveryv1.LabelServiceName: "gw-egress", discoveryv1.LabelManagedBy: "e2e.mcmirror.dev",
-			}},
-			AddressType: at,
-			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: new(true)}}},
-		}
-		// A re-run (-count) finds the slices of the run before.
-		if err := cl.Delete(ctx, es.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			require.NoError(t, err)
-		}
-		_, err := cl.Create(ctx, es, metav1.CreateOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = cl.Delete(context.Background(), es.Name, metav1.DeleteOptions{}) })
-	}
+	gatewayEgress(t, gwNS, ", ipFamilyPolicy: RequireDualStack",
+		gatewaySlice(gwNS, "gw-egress-ipv4", discoveryv1.AddressTypeIPv4, egressV4),
+		gatewaySlice(gwNS, "gw-egress-ipv6", discoveryv1.AddressTypeIPv6, egressV6))
 	return func() {
 		t.Helper()
-		require.NoError(t, cl.Delete(ctx, "gw-egress-ipv6", metav1.DeleteOptions{}))
+		cl := env.Cluster("east").Client.DiscoveryV1().EndpointSlices(gwNS)
+		require.NoError(t, cl.Delete(context.Background(), "gw-egress-ipv6", metav1.DeleteOptions{}))
 	}
 }
 
@@ -189,8 +163,7 @@ func TestDualStackMirrors(t *testing.T) {
 	// plain becomes dual-stack in west: its mirror gains IPv6 in place.
 	require.NoError(t, west.Apply(ctx, dualService(ns, "plain", "PreferDualStack")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		got, err := east.Client.CoreV1().Services(ns).Get(ctx, "plain-west", metav1.GetOptions{})
-		require.NoError(c, err)
+		got := service(c, east, ns, "plain-west")
 		assertFamilies(c, *got, v4, v6)
 		assert.Equal(c, plain.UID, got.UID, "the same mirror")
 		assert.Equal(c, plain.Spec.ClusterIP, got.Spec.ClusterIP, "the same primary ClusterIP")
@@ -224,7 +197,6 @@ func TestDualStackMirrors(t *testing.T) {
 // both families the controller made; a single-stack mirror has no AAAA.
 func TestDualStackDNS(t *testing.T) {
 	const ns, gwNS = "e2e-dual-dns", "e2e-dual-dns-gw"
-	const zone = "svc.cluster.local."
 	ctx := setUp(t, ns, "east", "west")
 	namespace(t, gwNS, "east")
 	west := env.Cluster("west")
@@ -283,8 +255,7 @@ func TestDualStackImport(t *testing.T) {
 	// check reads the import of name and checks its derived Service's
 	// families and what the ServiceImport advertises.
 	check := func(c *assert.CollectT, name string, families ...corev1.IPFamily) corev1.Service {
-		imp, ok := readImport(c, ns, name)
-		require.True(c, ok, "ServiceImport %s", name)
+		imp := requireImport(c, ns, name, "ServiceImport %s", name)
 		assertFamilies(c, *imp.derived, families...)
 		assert.Equal(c, imp.derived.Spec.ClusterIPs, imp.si.Spec.IPs, "%s: the ClusterSetIPs there are", name)
 		assert.Equal(c, families, imp.si.Spec.IPFamilies, name)

@@ -17,15 +17,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// gatewayEndpoints is the hand-written EndpointSlice of east's headless
-// Service gwNS/gw-egress, as the EndpointSlice controller writes one for
-// the gateway's pods; an address ending in "!" is not ready.
-func gatewayEndpoints(gwNS string, addrs ...string) *discoveryv1.EndpointSlice {
+// gatewaySlice is a hand-written EndpointSlice of east's headless Service
+// gwNS/gw-egress, as the EndpointSlice controller writes one for the
+// gateway's pods; an address ending in "!" is not ready.
+func gatewaySlice(gwNS, name string, at discoveryv1.AddressType, addrs ...string) *discoveryv1.EndpointSlice {
 	es := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: "gw-egress-1", Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Namespace: gwNS, Name: name, Labels: map[string]string{
 			discoveryv1.LabelServiceName: "gw-egress", discoveryv1.LabelManagedBy: "e2e.mcmirror.dev",
 		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
+		AddressType: at,
 	}
 	for _, a := range addrs {
 		ready := !strings.HasSuffix(a, "!")
@@ -34,6 +34,34 @@ func gatewayEndpoints(gwNS string, addrs ...string) *discoveryv1.EndpointSlice {
 		})
 	}
 	return es
+}
+
+// gatewayEgress writes east's headless Service gwNS/gw-egress, its spec
+// given the fields extra, and its slices (east runs no EndpointSlice
+// controller). A re-run (-count) finds the slices of the run before: they
+// are made afresh, and deleted when t ends. It returns them as created.
+func gatewayEgress(t *testing.T, gwNS, extra string, slices ...*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
+	t.Helper()
+	ctx := context.Background()
+	east := env.Cluster("east")
+	require.NoError(t, east.Apply(ctx, fmt.Sprintf(`
+apiVersion: v1
+kind: Service
+metadata: {name: gw-egress, namespace: %s}
+spec: {clusterIP: None%s}
+`, gwNS, extra)))
+	cl := east.Client.DiscoveryV1().EndpointSlices(gwNS)
+	var out []*discoveryv1.EndpointSlice
+	for _, es := range slices {
+		if err := cl.Delete(ctx, es.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			require.NoError(t, err)
+		}
+		created, err := cl.Create(ctx, es, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cl.Delete(context.Background(), es.Name, metav1.DeleteOptions{}) })
+		out = append(out, created)
+	}
+	return out
 }
 
 // assertEgressSlices checks that every ClusterIP mirror of ns (per-pod
@@ -78,28 +106,17 @@ func TestEgressService(t *testing.T) {
 	namespace(t, gwNS, "east")
 	east, west := env.Cluster("east"), env.Cluster("west")
 
-	// The gateway's egress Service, headless, and its EndpointSlice,
-	// written by hand: east runs no EndpointSlice controller.
-	require.NoError(t, east.Apply(ctx, fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: gw-egress, namespace: %s}
-spec: {clusterIP: None}
-`, gwNS)))
-	gwSlices := east.Client.DiscoveryV1().EndpointSlices(gwNS)
-	// A re-run (-count) finds the slice of the run before: start afresh.
-	first := gatewayEndpoints(gwNS, "192.0.2.21", "192.0.2.22", "192.0.2.29!")
-	if err := gwSlices.Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		require.NoError(t, err)
+	// The gateway's egress Service, headless, and its EndpointSlice.
+	slice := func(addrs ...string) *discoveryv1.EndpointSlice {
+		return gatewaySlice(gwNS, "gw-egress-1", discoveryv1.AddressTypeIPv4, addrs...)
 	}
-	gw, err := gwSlices.Create(ctx, first, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = gwSlices.Delete(context.Background(), first.Name, metav1.DeleteOptions{}) })
+	gw := gatewayEgress(t, gwNS, "", slice("192.0.2.21", "192.0.2.22", "192.0.2.29!"))[0]
 	update := func(addrs ...string) {
 		t.Helper()
-		es := gatewayEndpoints(gwNS, addrs...)
+		es := slice(addrs...)
 		es.ResourceVersion = gw.ResourceVersion
-		gw, err = gwSlices.Update(ctx, es, metav1.UpdateOptions{})
+		var err error
+		gw, err = east.Client.DiscoveryV1().EndpointSlices(gwNS).Update(ctx, es, metav1.UpdateOptions{})
 		require.NoError(t, err)
 	}
 

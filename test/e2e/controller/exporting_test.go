@@ -39,10 +39,7 @@ func mcsClient(t require.TestingT, cluster string) mcsclient.Interface {
 
 func createServiceExport(t *testing.T, cluster, ns, name string) *mcsv1beta1.ServiceExport {
 	t.Helper()
-	se, err := mcsClient(t, cluster).MulticlusterV1beta1().ServiceExports(ns).Create(context.Background(),
-		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	return se
+	return createExportedMeta(t, cluster, ns, name, nil, nil)
 }
 
 // requireConditions waits until the ServiceExport's conditions have the
@@ -70,8 +67,7 @@ func requireConditions(t *testing.T, cluster, ns, name string, want map[string]s
 func requireStamp(t *testing.T, cluster, ns, name, mode string, created time.Time) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		svc, err := env.Cluster(cluster).Client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
-		require.NoError(c, err)
+		svc := service(c, env.Cluster(cluster), ns, name)
 		assert.Equal(c, mode, svc.Labels[labels.ServiceExportMode], "stamp of %s/%s in %s", ns, name, cluster)
 		if mode == "" {
 			assert.NotContains(c, svc.Annotations, labels.ServiceExportCreated)
@@ -187,16 +183,8 @@ spec: {clusterIP: None, selector: {app: late}, ports: [{port: 5432}]}
 func TestServiceExportConflict(t *testing.T) {
 	const ns = "e2e-mcs-conflict"
 	ctx := setUp(t, ns, "west", "paris")
-	svc := func(port int) string {
-		return fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: db, namespace: %s}
-spec: {selector: {app: db}, ports: [{name: sql, port: %d}]}
-`, ns, port)
-	}
-	require.NoError(t, env.Cluster("west").Apply(ctx, svc(5432)))
-	require.NoError(t, env.Cluster("paris").Apply(ctx, svc(5433)))
+	require.NoError(t, env.Cluster("west").Apply(ctx, clusterIPService(ns, "db", 5432, "")))
+	require.NoError(t, env.Cluster("paris").Apply(ctx, clusterIPService(ns, "db", 5433, "")))
 	startExporter(t, "west", "paris")
 	startExporter(t, "paris", "west")
 	createServiceExport(t, "west", ns, "db")
@@ -206,7 +194,7 @@ spec: {selector: {app: db}, ports: [{name: sql, port: %d}]}
 	requireConditions(t, "west", ns, "db", conflict)
 	requireConditions(t, "paris", ns, "db", conflict)
 
-	require.NoError(t, env.Cluster("paris").Apply(ctx, svc(5432)))
+	require.NoError(t, env.Cluster("paris").Apply(ctx, clusterIPService(ns, "db", 5432, "")))
 	agree := map[string]string{"Conflict": "False/NoConflicts"}
 	requireConditions(t, "west", ns, "db", agree)
 	requireConditions(t, "paris", ns, "db", agree)
@@ -266,8 +254,7 @@ spec:
   selector: {app: api}
   ports: [{name: http, port: 80}]
 `, ns, labels.ServiceExportMode, labels.ServiceExportCreated)))
-	svc, err := west.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
-	require.NoError(t, err)
+	svc := service(t, west, ns, "api")
 	requireStamp(t, "west", ns, "api", "", time.Time{})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.True(c, hasEvent(c, "west", ns, func(e corev1.Event) bool {

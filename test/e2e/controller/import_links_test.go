@@ -101,8 +101,7 @@ func TestImportsWithUnsyncedLink(t *testing.T) {
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "db", 80, labels.ExportGateway)))
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok, "ServiceImport api, whatever tokyo does")
+		imp := requireImport(c, ns, "api", "ServiceImport api, whatever tokyo does")
 		assert.Equal(c, []string{"http 10.200.0.1:8080"}, endpointsOf(imp.slices["east"]))
 	}, wait, tick)
 
@@ -115,8 +114,7 @@ func TestImportsWithUnsyncedLink(t *testing.T) {
 
 		msgs := importEvents(c, ns, "db", controller.ReasonImportSourceNotSynced)
 		assert.NotEmpty(c, msgs, "an Event on ServiceImport db")
-		imp, ok := readImport(c, ns, "db")
-		require.True(c, ok, "ServiceImport db kept")
+		imp := requireImport(c, ns, "db", "ServiceImport db kept")
 		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "west"}, {Cluster: "tokyo"}}, imp.si.Status.Clusters)
 		assert.Equal(c, []string{"http 10.250.0.7:8080"}, endpointsOf(imp.slices["tokyo"]), "tokyo's slice as it last was")
 		require.Contains(c, imp.slices, "west", "west joins")

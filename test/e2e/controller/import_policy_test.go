@@ -71,12 +71,10 @@ func TestServiceImportEndpointPolicy(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		want := podIPs(c, west, ns)
 		require.Len(c, want, 2)
-		imp, ok := readImport(c, ns, "db")
-		require.True(c, ok, "ServiceImport db")
+		imp := requireImport(c, ns, "db", "ServiceImport db")
 		assert.Equal(c, want, byHostname(imp.slices["west"]), "west's pods, and only them")
 
-		legacy, ok := readImport(c, ns, "legacy")
-		require.True(c, ok, "ServiceImport legacy")
+		legacy := requireImport(c, ns, "legacy", "ServiceImport legacy")
 		require.Contains(c, legacy.slices, "west")
 		assert.Empty(c, legacy.slices["west"].Endpoints, "a selector-less Service not opted in: nothing")
 

@@ -41,8 +41,7 @@ func readImport(c *assert.CollectT, ns, name string) (imported, bool) {
 	}
 	require.NoError(c, err)
 	out.si = si
-	out.derived, err = east.Client.CoreV1().Services(ns).Get(ctx, controller.DerivedName(ns, name), metav1.GetOptions{})
-	require.NoError(c, err)
+	out.derived = service(c, east, ns, controller.DerivedName(ns, name))
 	list, err := east.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
 		LabelSelector: mcsv1beta1.LabelServiceName + "=" + name})
 	require.NoError(c, err)
@@ -51,6 +50,13 @@ func readImport(c *assert.CollectT, ns, name string) (imported, bool) {
 		out.slices[es.Labels[mcsv1beta1.LabelSourceCluster]] = es
 	}
 	return out, true
+}
+
+// requireImport is readImport's import of ns/name, which must exist.
+func requireImport(c *assert.CollectT, ns, name string, msgAndArgs ...any) imported {
+	imp, ok := readImport(c, ns, name)
+	require.True(c, ok, msgAndArgs...)
+	return imp
 }
 
 // endpointsOf renders a slice as "addr:port" for each ready endpoint and
@@ -127,8 +133,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 		require.True(c, ok, "mirror api-west")
 		port, ok := labels.ParseEgressPorts(mirror.Annotations[labels.EgressPorts])["80/TCP"]
 		require.True(c, ok)
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok, "ServiceImport api")
+		imp := requireImport(c, ns, "api", "ServiceImport api")
 		assert.Equal(c, mcsv1beta1.ClusterSetIP, imp.si.Spec.Type)
 		assert.Equal(c, []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, imp.si.Spec.Ports)
 		assert.NotEmpty(c, imp.derived.Spec.ClusterIPs)
@@ -154,8 +159,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 			return e.Reason == controller.ReasonServiceExportInvalid && e.InvolvedObject.Kind == "ServiceExport" && e.InvolvedObject.Name == derivedName
 		}), "a %s Event on the ServiceExport", controller.ReasonServiceExportInvalid)
 	}, wait, tick)
-	d, err := east.Client.CoreV1().Services(ns).Get(ctx, derivedName, metav1.GetOptions{})
-	require.NoError(t, err)
+	d := service(t, east, ns, derivedName)
 	assert.NotContains(t, d.Labels, labels.ServiceExportMode, "the derived Service is not stamped")
 
 	// East exports its own api: its endpoints join, directly. East runs no
@@ -165,34 +169,26 @@ func TestServiceImportLifecycle(t *testing.T) {
 	// The oldest export first, by the Services' creation (a second's
 	// resolution), then the lowest cluster ID.
 	order := []mcsv1beta1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}
-	eastAPI, err := east.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
-	require.NoError(t, err)
-	westAPI, err := west.Client.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
-	require.NoError(t, err)
+	eastAPI := service(t, east, ns, "api")
+	westAPI := service(t, west, ns, "api")
 	if westAPI.CreationTimestamp.Before(&eastAPI.CreationTimestamp) {
 		order = []mcsv1beta1.ClusterStatus{{Cluster: "west"}, {Cluster: "east"}}
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "api")
 		assert.Equal(c, order, imp.si.Status.Clusters, "the oldest export first")
 		assert.Equal(c, []string{"http 10.200.0.1:8080"}, endpointsOf(imp.slices["east"]), "east's own endpoints")
 		assert.Len(c, imp.slices, 2)
 	}, wait, tick)
-	derivedUID := func() types.UID {
-		d, err := east.Client.CoreV1().Services(ns).Get(ctx, controller.DerivedName(ns, "api"), metav1.GetOptions{})
-		require.NoError(t, err)
-		return d.UID
-	}
+	derivedUID := func() types.UID { return service(t, east, ns, controller.DerivedName(ns, "api")).UID }
 	uid := derivedUID()
 
 	// West adds a port: the import has the union, west's slice both.
-	_, err = west.Client.CoreV1().Services(ns).Patch(ctx, "api", types.StrategicMergePatchType,
+	_, err := west.Client.CoreV1().Services(ns).Patch(ctx, "api", types.StrategicMergePatchType,
 		[]byte(`{"spec":{"ports":[{"name":"http","port":80},{"name":"grpc","port":9090}]}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "api")
 		assert.ElementsMatch(c, []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}, {Name: "grpc", Protocol: corev1.ProtocolTCP, Port: 9090}}, imp.si.Spec.Ports)
 		assert.Len(c, imp.derived.Spec.Ports, 2)
 		assert.Len(c, endpointsOf(imp.slices["west"]), 2)
@@ -203,8 +199,7 @@ func TestServiceImportLifecycle(t *testing.T) {
 	// West unexports: its slice goes, east's stays.
 	require.NoError(t, west.LabelService(ctx, ns, "api", labels.Exported, ""))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "api")
 		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "east"}}, imp.si.Status.Clusters)
 		assert.NotContains(c, imp.slices, "west")
 		assert.Contains(c, imp.slices, "east")
@@ -236,8 +231,7 @@ func TestServiceImportHeadlessFlat(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		want := podIPs(c, paris, ns)
 		require.Len(c, want, 2)
-		imp, ok := readImport(c, ns, "db")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "db")
 		assert.Equal(c, mcsv1beta1.Headless, imp.si.Spec.Type)
 		assert.Empty(c, imp.si.Spec.IPs)
 		assert.Equal(c, corev1.ClusterIPNone, imp.derived.Spec.ClusterIP)
@@ -258,8 +252,7 @@ func TestServiceImportClusterUnlinked(t *testing.T) {
 	p := env.StartFleet(t, o).Controller.Process
 	require.NoError(t, paris.Apply(ctx, clusterIPService(ns, "api", 80, labels.ExportGateway)))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "api")
 		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "paris"}}, imp.si.Status.Clusters)
 		assert.Contains(c, imp.slices, "paris")
 	}, wait, tick)
@@ -298,8 +291,7 @@ func TestServiceImportDerivedNameUpgrade(t *testing.T) {
 		assert.True(c, apierrors.IsNotFound(err), "the derived Service under its former name is gone: %v", err)
 		_, err = east.Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, former+"-west", metav1.GetOptions{})
 		assert.True(c, apierrors.IsNotFound(err), "and its slice: %v", err)
-		imp, ok := readImport(c, ns, "api")
-		require.True(c, ok)
+		imp := requireImport(c, ns, "api")
 		assert.Equal(c, old.Spec.ClusterIPs, imp.derived.Spec.ClusterIPs, "the ClusterSetIP stays")
 		assert.Equal(c, old.Spec.ClusterIPs, imp.si.Spec.IPs)
 		assert.Equal(c, "api", imp.derived.Labels[labels.ServiceImport])

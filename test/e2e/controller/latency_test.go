@@ -30,8 +30,7 @@ func TestExportLatency(t *testing.T) {
 	// A first export proves the controller is up and synced.
 	require.NoError(t, west.Apply(ctx, clusterIPService(ns, "warmup", 80, "true")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, err := east.Client.CoreV1().Services(ns).Get(ctx, "warmup-west", metav1.GetOptions{})
-		require.NoError(c, err)
+		service(c, east, ns, "warmup-west")
 	}, wait, tick)
 
 	w, err := east.Client.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{LabelSelector: labels.MirrorSelector})

@@ -121,6 +121,13 @@ func mirrors(t require.TestingT, ns string) map[string]corev1.Service {
 	return m
 }
 
+// service reads Service ns/name of cluster.
+func service(t require.TestingT, cluster *harness.Cluster, ns, name string) *corev1.Service {
+	s, err := cluster.Client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return s
+}
+
 // podMirrors lists the per-pod mirror names of headless mirror hm in ns.
 func podMirrors(m map[string]corev1.Service, hm string) []string {
 	var out []string

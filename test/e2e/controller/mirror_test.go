@@ -84,8 +84,7 @@ spec:
   selector: {app: mine}
   ports: [{name: x, port: 1234}]
 `, ns)))
-	foreign, err := east.Client.CoreV1().Services(ns).Get(ctx, "nginx-svc-west", metav1.GetOptions{})
-	require.NoError(t, err)
+	foreign := service(t, east, ns, "nginx-svc-west")
 
 	startController(t, "controller")
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, "nginx-svc", 2, "true")))
@@ -97,8 +96,7 @@ spec:
 		}), "a %s Event on the foreign Service", controller.ReasonNameTaken)
 		assert.Contains(c, mirrors(c, ns), "other-west", "other exports are mirrored meanwhile")
 	}, wait, tick)
-	now, err := east.Client.CoreV1().Services(ns).Get(ctx, "nginx-svc-west", metav1.GetOptions{})
-	require.NoError(t, err)
+	now := service(t, east, ns, "nginx-svc-west")
 	assert.Equal(t, foreign.ResourceVersion, now.ResourceVersion, "the foreign Service is untouched")
 	assert.Empty(t, podMirrors(mirrors(t, ns), "nginx-svc-west"), "no per-pod mirrors for a mirror that cannot exist")
 

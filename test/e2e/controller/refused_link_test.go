@@ -62,7 +62,5 @@ func TestRefusedLinkSecretKeepsMirrorsAcrossRestart(t *testing.T) {
 
 	// The Secret goes: paris is unlinked, its mirrors are swept.
 	require.NoError(t, east.Client.CoreV1().Secrets(secretNS).Delete(ctx, secret.Name, metav1.DeleteOptions{}))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Empty(c, mirrors(c, ns))
-	}, wait, tick)
+	waitMirrors(t, ns)
 }

@@ -1,10 +1,10 @@
 package controller_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/mcmirror/mcmirror/internal/labels"
+	"github.com/mcmirror/mcmirror/test/harness"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,20 +15,7 @@ import (
 
 // labelledService is a ClusterIP Service (no pods needed) with the given
 // labels.
-func labelledService(ns, svc string, port int, lbl map[string]string) string {
-	l := ""
-	for k, v := range lbl {
-		l += fmt.Sprintf("%q: %q, ", k, v)
-	}
-	return fmt.Sprintf(`
-apiVersion: v1
-kind: Service
-metadata: {name: %[2]s, namespace: %[1]s, labels: {%[4]s}}
-spec:
-  selector: {app: %[2]s}
-  ports: [{name: http, port: %[3]d}]
-`, ns, svc, port, l)
-}
+var labelledService = harness.ClusterIPService
 
 // Export by ServiceExport: a Service of west stamped with
 // serviceexport.mcmirror.dev/mode, without Linkerd's label, gets its mirror
@@ -78,8 +65,7 @@ func TestServiceExportStamp(t *testing.T) {
 	// object; it records the remote Service's new resourceVersion, so the
 	// change was seen.
 	require.NoError(t, west.LabelService(ctx, ns, "both", labels.Exported, ""))
-	remote, err := west.Client.CoreV1().Services(ns).Get(ctx, "both", metav1.GetOptions{})
-	require.NoError(t, err)
+	remote := service(t, west, ns, "both")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m := mirrors(c, ns)
 		b, ok := m["both-west"]

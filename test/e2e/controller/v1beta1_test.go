@@ -20,9 +20,8 @@ import (
 func TestMCSOnlyV1beta1Served(t *testing.T) {
 	const ns = "e2e-mcs-v1beta1"
 	ctx := setUp(t, ns, "east", "west")
-	for _, c := range []string{"east", "west"} {
-		serveV1alpha1(t, c, false)
-	}
+	serveV1alpha1(t, "east", false)
+	serveV1alpha1(t, "west", false)
 	require.NoError(t, env.Cluster("west").Apply(ctx, labelledService(ns, "api", 80, map[string]string{"team": "a"})))
 	startExporter(t, "west", "paris")
 	startController(t, "controller")
@@ -30,8 +29,7 @@ func TestMCSOnlyV1beta1Served(t *testing.T) {
 	createServiceExport(t, "west", ns, "api")
 	requireConditions(t, "west", ns, "api", map[string]string{"Valid": "True/Valid", "Ready": "True/Ready"})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		im, ok := readImport(c, ns, "api")
-		require.True(c, ok, "east's ServiceImport")
+		im := requireImport(c, ns, "api", "east's ServiceImport")
 		assert.Equal(c, mcsv1beta1.ClusterSetIP, im.si.Spec.Type)
 		assert.NotEmpty(c, im.si.Spec.IPs)
 		assert.Equal(c, []mcsv1beta1.ClusterStatus{{Cluster: "west"}}, im.si.Status.Clusters)

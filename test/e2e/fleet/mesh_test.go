@@ -79,26 +79,22 @@ func TestFullMesh(t *testing.T) {
 	restarted := clusters[3]
 	wrong := watchAnswers(t, servers, clusters, 3)
 	restart := restarted.APIServerOutage(t)
-	for i, s := range servers {
-		if i == 3 {
-			continue
+	others := func(do func(s *harness.DNSServer, in string)) {
+		for i, s := range servers {
+			if i != 3 {
+				do(s, clusters[i].Name)
+			}
 		}
-		waitMetric(t, s, fmt.Sprintf(`coredns_mcmirror_link_up{cluster=%q}`, restarted.Name), 0, "%s sees c3 down", clusters[i].Name)
 	}
+	up := fmt.Sprintf(`coredns_mcmirror_link_up{cluster=%q}`, restarted.Name)
+	others(func(s *harness.DNSServer, in string) { waitMetric(t, s, up, 0, "%s sees c3 down", in) })
 	restart()
-	for i, s := range servers {
-		if i == 3 {
-			continue
-		}
-		waitMetric(t, s, fmt.Sprintf(`coredns_mcmirror_link_up{cluster=%q}`, restarted.Name), 1, "%s sees c3 up again", clusters[i].Name)
-	}
+	others(func(s *harness.DNSServer, in string) { waitMetric(t, s, up, 1, "%s sees c3 up again", in) })
 	// A change in c3 after its restart reaches every cluster.
 	exportWeb(t, restarted, "10.210.3.2")
-	for i, s := range servers {
-		if i != 3 {
-			waitA(t, s, webName(restarted), []string{"10.210.3.2"}, "%s answers c3's change", clusters[i].Name)
-		}
-	}
+	others(func(s *harness.DNSServer, in string) {
+		waitA(t, s, webName(restarted), []string{"10.210.3.2"}, "%s answers c3's change", in)
+	})
 	asked, bad := wrong()
 	t.Logf("%d answers of c3's web during its restart, %d wrong", asked, len(bad))
 	assert.Positive(t, asked)

@@ -47,13 +47,11 @@ func TestUnexportedChurnIsNeverSent(t *testing.T) {
 	// from west's side, every event of the exported Service's slices from
 	// now on (w), and of the unexported one's (noise).
 	westSlices := map[string]string{"cluster": "west", "kind": "endpointslice"}
-	received := map[string]func() float64{
-		"dns": func() float64 {
-			return harness.RequireMetric(t, f.DNS.MetricsURL, "coredns_mcmirror_remote_events_received_total", westSlices)
-		},
-		"controller": func() float64 {
-			return harness.RequireMetric(t, f.Controller.MetricsURL(), "coredns_mcmirror_remote_events_received_total", westSlices)
-		},
+	received := map[string]func() float64{}
+	for who, url := range map[string]string{"dns": f.DNS.MetricsURL, "controller": f.Controller.MetricsURL()} {
+		received[who] = func() float64 {
+			return harness.RequireMetric(t, url, "coredns_mcmirror_remote_events_received_total", westSlices)
+		}
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, 1.0, harness.RequireMetric(c, f.Controller.MetricsURL(), "coredns_mcmirror_controller_link_up", map[string]string{"cluster": "west"}))
@@ -69,16 +67,14 @@ func TestUnexportedChurnIsNeverSent(t *testing.T) {
 	// The storm: pods of noise created as fast as west takes them, then
 	// deleted; meanwhile web scales to 2.
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		storm(t, west, ns)
-	}()
+	wg.Go(func() { storm(t, west, ns) })
 	require.NoError(t, west.Scale(ctx, ns, "web", 2))
 	waitAnswers(t, f.DNS, name, 2, webAddrs)
 	wg.Wait()
 	require.Eventually(t, func() bool {
-		return podCount(t, west, ns, "noise") == 0 && readyEndpoints(t, west, ns, "noise") == 0
+		pods, err := west.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=noise"})
+		require.NoError(t, err)
+		return len(pods.Items) == 0 && len(podAddrs(t, west, ns, "noise")) == 0
 	}, 3*time.Minute, 100*time.Millisecond, "the storm's pods gone from noise's slices")
 	// An exported change after the storm still arrives: the watches live.
 	require.NoError(t, west.Scale(ctx, ns, "web", 1))
@@ -106,24 +102,18 @@ func TestUnexportedChurnIsNeverSent(t *testing.T) {
 // them, as fast as the API server takes them.
 func storm(t *testing.T, c *harness.Cluster, ns string) {
 	ctx := context.Background()
-	names := make([]string, stormPods)
-	for i := range names {
-		names[i] = fmt.Sprintf("noise-%d", i)
-	}
 	each := func(f func(name string) error) {
 		var wg sync.WaitGroup
 		next := make(chan string)
 		for range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for n := range next {
 					assert.NoError(t, f(n))
 				}
-			}()
+			})
 		}
-		for _, n := range names {
-			next <- n
+		for i := range stormPods {
+			next <- fmt.Sprintf("noise-%d", i)
 		}
 		close(next)
 		wg.Wait()
@@ -217,17 +207,6 @@ func podAddrs(t *testing.T, c *harness.Cluster, ns, svc string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func readyEndpoints(t *testing.T, c *harness.Cluster, ns, svc string) int {
-	return len(podAddrs(t, c, ns, svc))
-}
-
-func podCount(t *testing.T, c *harness.Cluster, ns, app string) int {
-	t.Helper()
-	l, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
-	require.NoError(t, err)
-	return len(l.Items)
 }
 
 // waitAnswers waits until the Service has n ready pods and s answers name

@@ -8,9 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -36,14 +34,11 @@ func TestForgedIdentityRefusedByEveryIngress(t *testing.T) {
 	east, guarded := env.Cluster("east"), env.Cluster("guarded")
 	files := env.GatewayTLS(t, "east", "west") // from the package's root ca
 	ca := env.GatewayCA(t)
-	dir := t.TempDir()
-	guardedTLS, err := ca.IssueFiles(dir, "guarded", gatewaytest.Options{})
+	guardedTLS, err := ca.IssueFiles(t.TempDir(), "guarded", gatewaytest.Options{})
 	require.NoError(t, err)
-	forgedDir := filepath.Join(dir, "forged")
 	forged, err := ca.Issue("west", gatewaytest.Options{Issuer: "east"})
 	require.NoError(t, err)
-	require.NoError(t, os.MkdirAll(forgedDir, 0o700))
-	forgedTLS, err := ca.Write(forgedDir, "west", forged)
+	forgedTLS, err := ca.Write(t.TempDir(), "west", forged)
 	require.NoError(t, err)
 
 	// A pod of east behind an exported Service, for west's stream.

@@ -458,14 +458,10 @@ func check(t testing.TB, c *harness.Cluster, f *fleet, args ...string) (int, rep
 	began := time.Now()
 	out, err := cmd.Output()
 	t.Logf("coredns-mc check of %s: %s (%.1fs)", c.Name, cmd.ProcessState, time.Since(began).Seconds())
-	code := 0
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
+	if _, exited := errors.AsType[*exec.ExitError](err); err != nil && !exited {
 		t.Fatalf("coredns-mc %s: %v\n%s", strings.Join(argv, " "), err, stderr.String())
 	}
+	code := cmd.ProcessState.ExitCode()
 	if stderr.Len() > 0 {
 		t.Logf("coredns-mc check's stderr:\n%s", stderr.String())
 	}

@@ -3,6 +3,7 @@ package check_test
 import (
 	"context"
 	"crypto/tls"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -73,12 +74,10 @@ func TestHealthy(t *testing.T) {
 		if r.Subject != "" {
 			name += " " + r.Subject
 		}
-		found := false
-		for _, l := range ls {
+		assert.True(t, slices.ContainsFunc(ls, func(l string) bool {
 			fields := strings.Fields(l)
-			found = found || len(fields) > 2 && fields[0] == "ok" && strings.Contains(l, "  "+name+"  ")
-		}
-		assert.True(t, found, "a line `ok  %s  ...`:\n%s", name, text)
+			return len(fields) > 2 && fields[0] == "ok" && strings.Contains(l, "  "+name+"  ")
+		}), "a line `ok  %s  ...`:\n%s", name, text)
 	}
 	assert.Equal(t, "15 ok, 0 warn, 0 fail", ls[len(ls)-1])
 }
@@ -159,11 +158,9 @@ func TestPeerCertificateOfAnotherCluster(t *testing.T) {
 	assert.Contains(t, res.Message, ingress+` presents the certificate of cluster "paris", not "west"`)
 	assert.Contains(t, res.Fix, "--peer west=")
 	// The rest holds: the fault is named, not a cascade.
-	for _, id := range []string{"link", "dns", "controller-leader", "rbac-gateway"} {
-		for _, r := range rep.Results {
-			if r.ID == id {
-				assert.Equal(t, "ok", r.Status, "%s %s: %s", r.ID, r.Subject, r.Message)
-			}
+	for _, r := range rep.Results {
+		if slices.Contains([]string{"link", "dns", "controller-leader", "rbac-gateway"}, r.ID) {
+			assert.Equal(t, "ok", r.Status, "%s %s: %s", r.ID, r.Subject, r.Message)
 		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,10 +93,36 @@ func setup(t *testing.T) *fleet {
 	fleetOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		theFleet, fleetErr = start(ctx)
+		// start runs on a goroutine of its own, which its first failure
+		// ends, as a test's does; that failure is every test's.
+		var failed setupFailure
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			theFleet = start(ctx, &failed)
+		}()
+		<-done
+		fleetErr = failed.err
 	})
 	require.NoError(t, fleetErr)
 	return theFleet
+}
+
+// setupFailure is the require.TestingT of the fleet's set-up: it keeps the
+// first failure and ends the goroutine that failed.
+type setupFailure struct{ err error }
+
+func (f *setupFailure) Errorf(format string, args ...any) {
+	if f.err == nil {
+		f.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (f *setupFailure) FailNow() {
+	if f.err == nil {
+		f.err = errors.New("failed")
+	}
+	runtime.Goexit()
 }
 
 // proc is a process of the fleet that a test may stop and start again with
@@ -145,49 +172,35 @@ func (p *proc) stop() {
 // start installs deploy/*.yaml as deploy/README.md has it (east links west
 // in gateway mode; each cluster is linked to by the other) and runs the
 // parts.
-func start(ctx context.Context) (*fleet, error) {
+func start(ctx context.Context, t require.TestingT) *fleet {
 	east, west := env.Cluster("east"), env.Cluster("west")
 	f := &fleet{dir: filepath.Join(env.Dir, "check-fleet")}
-	if err := os.MkdirAll(f.dir, 0o755); err != nil {
-		return nil, err
-	}
+	require.NoError(t, os.MkdirAll(f.dir, 0o755))
 	bin, err := harness.CorednsMC()
-	if err != nil {
-		return nil, err
-	}
+	require.NoError(t, err)
 	// Certificates valid for 30 days: more than the 14 that check warns at.
-	if f.ca, err = gatewaytest.NewCA("mcmirror e2e root"); err != nil {
-		return nil, err
-	}
+	f.ca, err = gatewaytest.NewCA("mcmirror e2e root")
+	require.NoError(t, err)
 	valid := gatewaytest.Options{NotAfter: time.Now().Add(30 * 24 * time.Hour)}
 	var eastTLS, westTLS gatewaytest.Files
 	for c, files := range map[string]*gatewaytest.Files{"east": &eastTLS, "west": &westTLS} {
-		if err := os.MkdirAll(filepath.Join(f.dir, c), 0o755); err != nil {
-			return nil, err
-		}
-		if *files, err = f.ca.IssueFiles(filepath.Join(f.dir, c), c, valid); err != nil {
-			return nil, err
-		}
+		require.NoError(t, os.MkdirAll(filepath.Join(f.dir, c), 0o755))
+		*files, err = f.ca.IssueFiles(filepath.Join(f.dir, c), c, valid)
+		require.NoError(t, err)
 	}
 
 	// West: linked to (remote-link.yaml), exports a StatefulSet, runs its
 	// gateway's ingress.
 	westLink, err := west.LinkKubeconfig(ctx)
-	if err != nil {
-		return nil, err
-	}
+	require.NoError(t, err)
 	for _, c := range []*harness.Cluster{east, west} {
-		if err := c.Apply(ctx, harness.Namespace(ns)); err != nil {
-			return nil, err
-		}
+		require.NoError(t, c.Apply(ctx, harness.Namespace(ns)))
 	}
-	if err := west.Apply(ctx, harness.StatefulSet(ns, "nginx-svc", "nginx-set", 1, map[string]string{labels.Exported: labels.ExportGateway})); err != nil {
-		return nil, err
-	}
-	if f.westGW, err = env.LaunchGateway(west, harness.GatewayOptions{TLS: westTLS, Ingress: true,
-		Args: []string{"--allow-cluster=east", "--drain-delay=0s"}}); err != nil {
-		return nil, err
-	}
+	require.NoError(t, west.Apply(ctx, harness.StatefulSet(ns, "nginx-svc", "nginx-set", 1,
+		map[string]string{labels.Exported: labels.ExportGateway})))
+	f.westGW, err = env.LaunchGateway(west, harness.GatewayOptions{TLS: westTLS, Ingress: true,
+		Args: []string{"--allow-cluster=east", "--drain-delay=0s"}})
+	require.NoError(t, err)
 	f.westIngress = f.westGW.IngressAddr
 
 	// East: every file of deploy/, the DNS patched as kubeadm's CoreDNS
@@ -195,76 +208,47 @@ func start(ctx context.Context) (*fleet, error) {
 	// gateway's --peer west.
 	for _, file := range []string{"remote-link.yaml", "controller.yaml", "coredns.yaml", "gateway.yaml"} {
 		text, err := os.ReadFile(harness.RepoPath("deploy", file))
-		if err != nil {
-			return nil, err
-		}
-		if err := east.Apply(ctx, string(text)); err != nil {
-			return nil, err
-		}
+		require.NoError(t, err)
+		require.NoError(t, east.Apply(ctx, string(text)))
 	}
 	if _, err := east.Client.CoreV1().ServiceAccounts("kube-system").Create(ctx,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: "kube-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, err
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: "kube-system"}}, metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
 	}
-	if err := east.Apply(ctx, harness.KubeadmCoreDNSDeployment("kube-system", "registry.k8s.io/coredns/coredns:v1.11.3")); err != nil {
-		return nil, err
-	}
+	require.NoError(t, east.Apply(ctx, harness.KubeadmCoreDNSDeployment("kube-system", "registry.k8s.io/coredns/coredns:v1.11.3")))
 	patch, err := os.ReadFile(harness.RepoPath("deploy", "patches", "coredns.yaml"))
-	if err != nil {
-		return nil, err
-	}
+	require.NoError(t, err)
 	patchJSON, err := utilyaml.ToJSON(patch)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := east.Client.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", types.JSONPatchType, patchJSON, metav1.PatchOptions{}); err != nil {
-		return nil, fmt.Errorf("the DNS patch: %w", err)
-	}
+	require.NoError(t, err)
+	_, err = east.Client.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", types.JSONPatchType, patchJSON, metav1.PatchOptions{})
+	require.NoError(t, err, "the DNS patch")
 	tlsData := map[string][]byte{}
 	for key, file := range map[string]string{"tls.crt": eastTLS.Cert, "tls.key": eastTLS.Key, "ca.crt": eastTLS.CA} {
-		if tlsData[key], err = os.ReadFile(file); err != nil {
-			return nil, err
-		}
+		tlsData[key], err = os.ReadFile(file)
+		require.NoError(t, err)
 	}
-	if _, err := east.Client.CoreV1().Secrets("mcmirror").Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "mcmirror-gateway-tls", Namespace: "mcmirror"}, Data: tlsData}, metav1.CreateOptions{}); err != nil {
-		return nil, err
-	}
-	if err := createLinkSecret(ctx, westLink); err != nil {
-		return nil, err
-	}
-	if err := setPeer(ctx, "west", f.westIngress); err != nil {
-		return nil, err
-	}
+	_, err = east.Client.CoreV1().Secrets("mcmirror").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "mcmirror-gateway-tls", Namespace: "mcmirror"}, Data: tlsData}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, createLinkSecret(ctx, westLink))
+	require.NoError(t, setPeer(ctx, "west", f.westIngress))
 
 	// What a gateway pod would be: a Pod at a non-loopback address of
 	// this machine, behind the metrics Service's Endpoints, where east's
 	// gateway process serves its metrics.
 	host, err := env.HostAddress()
-	if err != nil {
-		return nil, err
-	}
+	require.NoError(t, err)
 	metricsPort, err := harness.FreeTCPPort()
-	if err != nil {
-		return nil, err
-	}
-	if err := gatewayEndpoints(ctx, host, metricsPort); err != nil {
-		return nil, err
-	}
+	require.NoError(t, err)
+	gatewayEndpoints(ctx, t, host, metricsPort)
 
 	// The parts, as their Deployments run them.
 	d, err := east.Client.AppsV1().Deployments("mcmirror").Get(ctx, "mcmirror-gateway", metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
+	require.NoError(t, err)
 	kc, err := east.ServiceAccountKubeconfigFile(ctx, f.dir, "mcmirror", d.Spec.Template.Spec.ServiceAccountName)
-	if err != nil {
-		return nil, err
-	}
+	require.NoError(t, err)
 	eastIngress, err := harness.FreeTCPPort()
-	if err != nil {
-		return nil, err
-	}
+	require.NoError(t, err)
 	metrics := net.JoinHostPort(host.String(), strconv.Itoa(metricsPort))
 	argv := []string{bin}
 	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
@@ -286,17 +270,11 @@ func start(ctx context.Context) (*fleet, error) {
 		"--drain-delay=0s")
 	f.eastGW = &proc{name: "east/gateway", argv: argv, env: []string{"POD_NAME=" + gatewayPod, "POD_NAMESPACE=mcmirror"},
 		readyURL: "http://" + metrics + "/readyz"}
-	if err := f.eastGW.start(ctx); err != nil {
-		return nil, err
-	}
+	require.NoError(t, f.eastGW.start(ctx))
 
-	if err := startController(ctx, f.dir, bin); err != nil {
-		return nil, err
-	}
-	if f.dnsAddr, err = startDNS(ctx, f.dir); err != nil {
-		return nil, err
-	}
-	return f, nil
+	startController(ctx, t, f.dir, bin)
+	f.dnsAddr = startDNS(ctx, t, f.dir)
+	return f
 }
 
 // createLinkSecret writes east's link Secret for west, in the Linkerd
@@ -342,21 +320,18 @@ func editGatewayArgs(ctx context.Context, edit func([]string) []string) error {
 // holds the address, and the Endpoints that the endpoints controller would
 // write for it (east runs no kube-controller-manager, so nothing rewrites
 // them).
-func gatewayEndpoints(ctx context.Context, host netip.Addr, port int) error {
+func gatewayEndpoints(ctx context.Context, t require.TestingT, host netip.Addr, port int) {
 	c := env.Cluster("east").Client.CoreV1()
 	pod, err := c.Pods("mcmirror").Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: gatewayPod, Namespace: "mcmirror"},
 		Spec: corev1.PodSpec{NodeName: "no-node", ServiceAccountName: "mcmirror-gateway",
 			Containers: []corev1.Container{{Name: "gateway", Image: "ghcr.io/mcmirror/coredns-mc:latest"}}},
 	}, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
+	require.NoError(t, err)
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: host.String(), PodIPs: []corev1.PodIP{{IP: host.String()}},
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	if pod, err = c.Pods("mcmirror").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
-		return err
-	}
+	pod, err = c.Pods("mcmirror").UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	require.NoError(t, err)
 	_, err = c.Endpoints("mcmirror").Create(ctx, &corev1.Endpoints{ //nolint:staticcheck // the API server's Service proxy reads Endpoints
 		ObjectMeta: metav1.ObjectMeta{Name: "mcmirror-gateway-metrics", Namespace: "mcmirror"},
 		Subsets: []corev1.EndpointSubset{{
@@ -365,24 +340,18 @@ func gatewayEndpoints(ctx context.Context, host netip.Addr, port int) error {
 			Ports: []corev1.EndpointPort{{Name: "metrics", Port: int32(port), Protocol: corev1.ProtocolTCP}},
 		}},
 	}, metav1.CreateOptions{})
-	return err
+	require.NoError(t, err)
 }
 
 // startController runs the controller as its Deployment does.
-func startController(ctx context.Context, dir, bin string) error {
+func startController(ctx context.Context, t require.TestingT, dir, bin string) {
 	east := env.Cluster("east")
 	d, err := east.Client.AppsV1().Deployments("mcmirror").Get(ctx, "mcmirror-controller", metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
+	require.NoError(t, err)
 	kc, err := east.ServiceAccountKubeconfigFile(ctx, dir, d.Namespace, d.Spec.Template.Spec.ServiceAccountName)
-	if err != nil {
-		return err
-	}
+	require.NoError(t, err)
 	port, err := harness.FreeTCPPort()
-	if err != nil {
-		return err
-	}
+	require.NoError(t, err)
 	metrics := "127.0.0.1:" + strconv.Itoa(port)
 	argv := []string{bin}
 	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
@@ -396,18 +365,16 @@ func startController(ctx context.Context, dir, bin string) error {
 	// to wait for.
 	p := &proc{name: "east/controller", argv: append(argv, "--kubeconfig="+kc, "--link-removal-grace=1s"),
 		readyURL: "http://" + metrics + "/healthz"}
-	return p.start(ctx)
+	require.NoError(t, p.start(ctx))
 }
 
 // startDNS runs coredns-mc with the Corefile of the ConfigMap the patched
 // DNS Deployment mounts, adapted to a process on this host (loopback and
 // free ports, the ServiceAccount's kubeconfig), and returns its address.
-func startDNS(ctx context.Context, dir string) (string, error) {
+func startDNS(ctx context.Context, t require.TestingT, dir string) string {
 	east := env.Cluster("east")
 	d, err := east.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
+	require.NoError(t, err)
 	var cmName string
 	for _, v := range d.Spec.Template.Spec.Volumes {
 		if v.ConfigMap != nil {
@@ -415,26 +382,16 @@ func startDNS(ctx context.Context, dir string) (string, error) {
 		}
 	}
 	cm, err := east.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, cmName, metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
+	require.NoError(t, err)
 	kc, err := east.ServiceAccountKubeconfigFile(ctx, dir, "kube-system", d.Spec.Template.Spec.ServiceAccountName)
-	if err != nil {
-		return "", err
-	}
+	require.NoError(t, err)
 	health, err := harness.FreeTCPPort()
-	if err != nil {
-		return "", err
-	}
+	require.NoError(t, err)
 	cf, err := harness.HostCorefile(cm.Data["Corefile"], kc, health)
-	if err != nil {
-		return "", fmt.Errorf("ConfigMap kube-system/%s: %w", cmName, err)
-	}
+	require.NoError(t, err, "ConfigMap kube-system/%s", cmName)
 	s, err := env.LaunchDNS(ctx, "east/coredns", cf)
-	if err != nil {
-		return "", err
-	}
-	return s.Addr, nil
+	require.NoError(t, err)
+	return s.Addr
 }
 
 // ---- running check ----
@@ -501,14 +458,10 @@ func check(t testing.TB, c *harness.Cluster, f *fleet, args ...string) (int, rep
 	began := time.Now()
 	out, err := cmd.Output()
 	t.Logf("coredns-mc check of %s: %s (%.1fs)", c.Name, cmd.ProcessState, time.Since(began).Seconds())
-	code := 0
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
+	if _, exited := errors.AsType[*exec.ExitError](err); err != nil && !exited {
 		t.Fatalf("coredns-mc %s: %v\n%s", strings.Join(argv, " "), err, stderr.String())
 	}
+	code := cmd.ProcessState.ExitCode()
 	if stderr.Len() > 0 {
 		t.Logf("coredns-mc check's stderr:\n%s", stderr.String())
 	}

@@ -142,6 +142,11 @@ func (l *legitLoop) duringEvicting(t *testing.T, what string, f func() (evictUnt
 	require.Empty(t, wrong[:min(len(wrong), 5)], "%s: the legitimate client failed %d times (a cut stream, or an attempt refused while places were free); the first ones", what, len(wrong))
 }
 
+// subtest runs f as t's subtest name, during which the loop must carry on.
+func (l *legitLoop) subtest(t *testing.T, name string, f func(t *testing.T)) {
+	t.Run(name, func(t *testing.T) { l.during(t, name, func() { f(t) }) })
+}
+
 func (l *legitLoop) end() {
 	close(l.stop)
 	<-l.done
@@ -288,7 +293,7 @@ func TestIngressUnderAbuse(t *testing.T) {
 		"--max-header-bytes", strconv.Itoa(abuseMaxHeader),
 		"--v", "1")
 	west, east := f.Gateways["west"], f.Gateways["east"]
-	exportService(t, ns, "web", false, pods)
+	exportService(t, ns, "web", false, pods, nil)
 	// An unexported Service with a ready endpoint: the pod.
 	westC.CreateSelectorless(t, ns, "secret", harness.SelectorlessService{Port: servicePort, TargetPort: podPort, Endpoints: harness.PodAddrs(pods)})
 	m := waitMirror(t, ns, "web-west")
@@ -304,48 +309,40 @@ func TestIngressUnderAbuse(t *testing.T) {
 	defer legit.end()
 	asEast := newIngressClient(t, west.IngressAddr, clientTLS["east"])
 
-	t.Run("unexported targets", func(t *testing.T) {
-		legit.during(t, "unexported targets", func() {
-			expectRefusals(t, west, asEast, "east", 200, http.StatusForbidden, gateway.ReasonNotExported, func(i int) string {
-				if i%2 == 0 {
-					return connectTo("secret." + ns + ":80")
-				}
-				return connectTo("kubernetes.default:443")
-			})
+	legit.subtest(t, "unexported targets", func(t *testing.T) {
+		expectRefusals(t, west, asEast, "east", 200, http.StatusForbidden, gateway.ReasonNotExported, func(i int) string {
+			if i%2 == 0 {
+				return connectTo("secret." + ns + ":80")
+			}
+			return connectTo("kubernetes.default:443")
 		})
 	})
 
 	// One client, 1,000 destinations: ports of the exported Service that
 	// it does not export, and Services that do not exist. Every one
 	// refused, told apart only as far as the README says.
-	t.Run("port scan", func(t *testing.T) {
-		legit.during(t, "port scan", func() {
-			expectRefusals(t, west, asEast, "east", 500, http.StatusForbidden, gateway.ReasonPortNotExposed, func(i int) string {
-				return connectTo(fmt.Sprintf("web.%s:%d", ns, 1000+i))
-			})
-			expectRefusals(t, west, asEast, "east", 500, http.StatusForbidden, gateway.ReasonNotExported, func(i int) string {
-				return connectTo(fmt.Sprintf("svc-%d.%s:80", i, ns))
-			})
+	legit.subtest(t, "port scan", func(t *testing.T) {
+		expectRefusals(t, west, asEast, "east", 500, http.StatusForbidden, gateway.ReasonPortNotExposed, func(i int) string {
+			return connectTo(fmt.Sprintf("web.%s:%d", ns, 1000+i))
+		})
+		expectRefusals(t, west, asEast, "east", 500, http.StatusForbidden, gateway.ReasonNotExported, func(i int) string {
+			return connectTo(fmt.Sprintf("svc-%d.%s:80", i, ns))
 		})
 	})
 
-	t.Run("cluster not linked", func(t *testing.T) {
+	legit.subtest(t, "cluster not linked", func(t *testing.T) {
 		asParis := newIngressClient(t, west.IngressAddr, clientTLS["paris"])
-		legit.during(t, "cluster not linked", func() {
-			expectRefusals(t, west, asParis, "paris", 100, http.StatusForbidden, gateway.ReasonClusterNotAllowed, func(i int) string {
-				if i%10 == 0 {
-					return "GET " + gateway.ProbePath + " HTTP/1.1\r\nHost: west\r\n\r\n"
-				}
-				return connectTo("web." + ns + ":80")
-			})
+		expectRefusals(t, west, asParis, "paris", 100, http.StatusForbidden, gateway.ReasonClusterNotAllowed, func(i int) string {
+			if i%10 == 0 {
+				return "GET " + gateway.ProbePath + " HTTP/1.1\r\nHost: west\r\n\r\n"
+			}
+			return connectTo("web." + ns + ":80")
 		})
 	})
 
-	t.Run("oversized requests", func(t *testing.T) {
-		legit.during(t, "oversized requests", func() {
-			expectRefusals(t, west, asEast, "east", 100, http.StatusRequestHeaderFieldsTooLarge, gateway.ReasonHeaderTooLarge, func(i int) string {
-				return "CONNECT web." + ns + ":80 HTTP/1.1\r\nHost: web." + ns + ":80\r\nX-Pad: " + strings.Repeat("a", 64<<10) + "\r\n\r\n"
-			})
+	legit.subtest(t, "oversized requests", func(t *testing.T) {
+		expectRefusals(t, west, asEast, "east", 100, http.StatusRequestHeaderFieldsTooLarge, gateway.ReasonHeaderTooLarge, func(i int) string {
+			return "CONNECT web." + ns + ":80 HTTP/1.1\r\nHost: web." + ns + ":80\r\nX-Pad: " + strings.Repeat("a", 64<<10) + "\r\n\r\n"
 		})
 	})
 
@@ -409,15 +406,7 @@ func TestIngressUnderAbuse(t *testing.T) {
 				if conns[i] == nil {
 					return nil
 				}
-				defer conns[i].Close()
-				_ = conns[i].SetReadDeadline(time.Now().Add(abuseHandshakeTimeout + 30*time.Second))
-				b := make([]byte, 1)
-				if _, err := conns[i].Read(b); errors.Is(err, os.ErrDeadlineExceeded) {
-					return errors.New("still open: the connection hangs")
-				} else if err == nil {
-					return fmt.Errorf("west sent %q to a client that said nothing", b)
-				}
-				return nil
+				return dropped(conns[i])
 			})
 			require.Empty(t, errs)
 			t.Logf("%d connections opened in %v, all closed by west after %v", n, opened.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
@@ -457,12 +446,19 @@ func silentClient(addr string) error {
 	if err != nil {
 		return err
 	}
+	return dropped(c)
+}
+
+// dropped waits for west to close c, a connection that sent nothing, at
+// the handshake timeout (with room to spare), and closes it.
+func dropped(c net.Conn) error {
 	defer c.Close()
 	_ = c.SetReadDeadline(time.Now().Add(abuseHandshakeTimeout + 30*time.Second))
-	if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
-		return errors.New("silent client never dropped")
+	b := make([]byte, 1)
+	if _, err := c.Read(b); errors.Is(err, os.ErrDeadlineExceeded) {
+		return errors.New("still open: the connection hangs")
 	} else if err == nil {
-		return errors.New("west sent bytes to a silent client")
+		return fmt.Errorf("west sent %q to a client that said nothing", b)
 	}
 	return nil
 }

@@ -22,33 +22,26 @@ import (
 )
 
 // exportService creates in west a selector-less Service ns/name, port http
-// 80 → 8080, exported in gateway mode, headless or not, and an
-// EndpointSlice with the pods' addresses, ready, with their names as
-// hostnames when headless. Both are deleted when t ends.
-func exportService(t *testing.T, ns, name string, headless bool, pods []*harness.Pod) {
+// 80 → 8080, labelled lbls (exported in gateway mode when nil), headless or
+// not, and an EndpointSlice with the pods' addresses, ready, with their
+// names as hostnames when headless. Both are deleted when t ends.
+func exportService(t *testing.T, ns, name string, headless bool, pods []*harness.Pod, lbls map[string]string) {
 	t.Helper()
-	exportServiceLabelled(t, ns, name, headless, pods, map[string]string{labels.Exported: labels.ExportGateway})
-}
-
-// exportServiceLabelled is exportService with the Service's labels lbls,
-// which say how it is exported.
-func exportServiceLabelled(t *testing.T, ns, name string, headless bool, pods []*harness.Pod, lbls map[string]string) {
-	t.Helper()
+	if lbls == nil {
+		lbls = map[string]string{labels.Exported: labels.ExportGateway}
+	}
 	env.Cluster("west").CreateSelectorless(t, ns, name, harness.SelectorlessService{Labels: lbls, Headless: headless,
 		Port: servicePort, TargetPort: podPort, Endpoints: harness.PodAddrs(pods)})
 }
 
 // exportWeb runs echo pods named pods in west and exports them as web,
-// labelled lbls (exported in gateway mode when nil), in a new namespace
-// named from base; it returns the namespace and east's mirror of web,
-// once east's controller has made it.
+// labelled lbls (exportService), in a new namespace named from base; it
+// returns the namespace and east's mirror of web, once east's controller
+// has made it.
 func exportWeb(t *testing.T, base string, lbls map[string]string, pods ...string) (string, mirror) {
 	t.Helper()
 	ns := env.UniqueNamespace(t, base)
-	if lbls == nil {
-		lbls = map[string]string{labels.Exported: labels.ExportGateway}
-	}
-	exportServiceLabelled(t, ns, "web", false, env.Cluster("west").RunEchoPods(t, podPort, pods...), lbls)
+	exportService(t, ns, "web", false, env.Cluster("west").RunEchoPods(t, podPort, pods...), lbls)
 	return ns, waitMirror(t, ns, "web-west")
 }
 
@@ -81,18 +74,12 @@ func waitMirror(t *testing.T, ns, name string) mirror {
 	return m
 }
 
-// greet connects to addr, reads the echo server's greeting and returns the
-// pod it names ("west/web-0"). It also proves the stream carries bytes both
-// ways and passes a half-close on: what it writes comes back, and once it
-// closes its side the server's side closes too.
-func greet(addr string) (string, error) {
-	pod, _, err := greetStream(addr)
-	return pod, err
-}
-
-// greetStream is greet, telling a failure before the pod's greeting (the
-// stream was not established) from one after (an established stream was
-// cut).
+// greetStream connects to addr, reads the echo server's greeting and
+// returns the pod it names ("west/web-0"). It also proves the stream
+// carries bytes both ways and passes a half-close on: what it writes comes
+// back, and once it closes its side the server's side closes too. It tells
+// a failure before the pod's greeting (the stream was not established)
+// from one after (an established stream was cut).
 func greetStream(addr string) (pod string, established bool, err error) {
 	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
@@ -125,13 +112,13 @@ func greetStream(addr string) (pod string, established bool, err error) {
 	return pod, true, nil
 }
 
-// waitGreet polls greet until it succeeds within d, and returns the pod.
+// waitGreet polls greetStream until it succeeds within d, and returns the pod.
 func waitGreet(t *testing.T, addr string, d time.Duration, msg string) string {
 	t.Helper()
 	var pod string
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
-		pod, err = greet(addr)
+		pod, _, err = greetStream(addr)
 		require.NoError(c, err)
 	}, d, tick, msg)
 	return pod
@@ -143,7 +130,7 @@ func greetAll(t *testing.T, addr, msg string) []string {
 	t.Helper()
 	got := []string{waitGreet(t, addr, wait, msg)}
 	for range connections - 1 {
-		pod, err := greet(addr)
+		pod, _, err := greetStream(addr)
 		require.NoError(t, err)
 		got = append(got, pod)
 	}

@@ -74,8 +74,8 @@ func TestStalledReadersWithinMemoryLimit(t *testing.T) {
 	westGW, eastGW := f.Gateways["west"], f.Gateways["east"]
 
 	flood := west.RunPod(t, "flood-0", harness.FloodServer(podPort, stallFlood))
-	exportService(t, ns, "flood", false, []*harness.Pod{flood})
-	exportService(t, ns, "echo", false, west.RunEchoPods(t, podPort, "echo-0"))
+	exportService(t, ns, "flood", false, []*harness.Pod{flood}, nil)
+	exportService(t, ns, "echo", false, west.RunEchoPods(t, podPort, "echo-0"), nil)
 	floodAddr, echoAddr := waitMirror(t, ns, "flood-west").addr(), waitMirror(t, ns, "echo-west").addr()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		conn, err := net.DialTimeout("tcp", floodAddr, 2*time.Second)
@@ -127,13 +127,15 @@ func TestStalledReadersWithinMemoryLimit(t *testing.T) {
 		perSource[i%sources].Add(1)
 		return nil
 	})
-	t.Cleanup(func() {
-		for _, c := range conns {
+	closeReaders := func() {
+		for i, c := range conns {
 			if c != nil {
 				c.Close()
+				conns[i] = nil
 			}
 		}
-	})
+	}
+	t.Cleanup(closeReaders)
 	require.Empty(t, errs, "readers that neither got their bytes nor were refused")
 	var stalled int64
 	for i := range perSource {
@@ -169,12 +171,7 @@ func TestStalledReadersWithinMemoryLimit(t *testing.T) {
 	}
 
 	// Given back as the readers go.
-	for i, c := range conns {
-		if c != nil {
-			c.Close()
-			conns[i] = nil
-		}
-	}
+	closeReaders()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Zero(c, metric(c, eastGW, "coredns_mcmirror_gateway_copy_buffer_bytes_reserved", nil))
 		assert.Zero(c, metric(c, eastGW, "coredns_mcmirror_gateway_connections_open", map[string]string{"direction": "egress"}))

@@ -52,7 +52,7 @@ func TestPodThroughGateway(t *testing.T) {
 	west := env.Cluster("west")
 	pods := west.RunEchoPods(t, podPort, "web-0", "web-1")
 	startFleet(t)
-	exportService(t, ns, "web", true, pods)
+	exportService(t, ns, "web", true, pods, nil)
 
 	byPod := map[string]mirror{}
 	for _, p := range []string{"web-0", "web-1"} {

@@ -22,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -85,13 +84,19 @@ func TestLinkUnlink(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, dns.RcodeNameError, dnsServer.Ask(c, "udp", name, dns.TypeA).Rcode)
 	}, wait, tick, "and the DNS drops the link")
-	// The API server refuses a token whose Secret is gone; it may accept
-	// it a few seconds more, from its cache of recent authentications.
+	requireRevoked(t, ctx, link, "old token")
+	t.Logf("old token refused %s after unlink returned", time.Since(unlinked).Round(time.Millisecond))
+}
+
+// requireRevoked waits until the API server refuses link's token, whose
+// Secret is gone: it may accept it a few seconds more, from its cache of
+// recent authentications.
+func requireRevoked(t *testing.T, ctx context.Context, link kubernetes.Interface, token string) {
+	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, err := link.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-		assert.True(c, apierrors.IsUnauthorized(err), "old token: %v", err)
+		assert.True(c, apierrors.IsUnauthorized(err), "%s: %v", token, err)
 	}, wait, tick)
-	t.Logf("old token refused %s after unlink returned", time.Since(unlinked).Round(time.Millisecond))
 }
 
 // assertLinkAccess proves, with the real API server, that the link's
@@ -105,16 +110,12 @@ func assertLinkAccess(t *testing.T, ctx context.Context, link kubernetes.Interfa
 	assert.NotEmpty(t, svcs.Items)
 	_, err = link.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
 	require.NoError(t, err, "list EndpointSlices")
-	for name, open := range map[string]func() (watch.Interface, error){
-		"Services": func() (watch.Interface, error) { return link.CoreV1().Services("").Watch(ctx, metav1.ListOptions{}) },
-		"EndpointSlices": func() (watch.Interface, error) {
-			return link.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{})
-		},
-	} {
-		w, err := open()
-		require.NoError(t, err, "watch %s", name)
-		w.Stop()
-	}
+	w, err := link.CoreV1().Services("").Watch(ctx, metav1.ListOptions{})
+	require.NoError(t, err, "watch Services")
+	w.Stop()
+	w, err = link.DiscoveryV1().EndpointSlices(ns).Watch(ctx, metav1.ListOptions{})
+	require.NoError(t, err, "watch EndpointSlices")
+	w.Stop()
 
 	svc, err := west.Client.CoreV1().Services(ns).Get(ctx, "nginx-svc", metav1.GetOptions{})
 	require.NoError(t, err)
@@ -254,10 +255,7 @@ func TestLinkIdempotentPerSource(t *testing.T) {
 	assert.Contains(t, r.stderr, "kept ServiceAccount mcmirror/mcmirror-link and its role: token Secrets mcmirror-link-token-paris still use them")
 	_, err = east.Client.CoreV1().Secrets(grant.DefaultLinkNamespace).Get(ctx, first.Name, metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "link Secret in east: %v", err)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, err := eastLink.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-		assert.True(c, apierrors.IsUnauthorized(err), "east's token: %v", err)
-	}, wait, tick)
+	requireRevoked(t, ctx, eastLink, "east's token")
 	_, err = parisLink.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	assert.NoError(t, err, "paris's link goes on")
 
@@ -268,10 +266,7 @@ func TestLinkIdempotentPerSource(t *testing.T) {
 	assert.Equal(t, grant.DefaultLinkNamespace, ref.Namespace)
 	assert.Empty(t, ref.Data)
 	assertGone(t, ctx, west)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, err := parisLink.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-		assert.True(c, apierrors.IsUnauthorized(err), "paris's token: %v", err)
-	}, wait, tick)
+	requireRevoked(t, ctx, parisLink, "paris's token")
 }
 
 // Each refusal is one line that says what is wrong, exit code 1, and,

@@ -58,12 +58,10 @@ func coredns(t *testing.T, args ...string) result {
 	err = cmd.Run()
 	r := result{stdout: out.String(), stderr: errb.String()}
 	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case assert.ErrorAs(t, err, &exit, "coredns-mc %q: %s", args, r.stderr):
-		r.code = exit.ExitCode()
-	default:
+	if err != nil && !assert.ErrorAs(t, err, &exit, "coredns-mc %q: %s", args, r.stderr) {
 		r.code = -1
+	} else {
+		r.code = cmd.ProcessState.ExitCode()
 	}
 	t.Logf("coredns-mc %q: exit %d\n%s", args, r.code, r.stderr)
 	return r
@@ -113,13 +111,8 @@ func badTokenKubeconfig(t *testing.T, c *harness.Cluster) string {
 func cleanLinks(t *testing.T, c *harness.Cluster) {
 	t.Cleanup(func() {
 		ctx := context.Background()
-		east := env.Cluster("east")
-		secrets, err := east.Client.CoreV1().Secrets(grant.DefaultLinkNamespace).List(ctx, metav1.ListOptions{})
-		if err == nil {
-			for _, s := range secrets.Items {
-				_ = east.Client.CoreV1().Secrets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{})
-			}
-		}
+		_ = env.Cluster("east").Client.CoreV1().Secrets(grant.DefaultLinkNamespace).DeleteCollection(ctx,
+			metav1.DeleteOptions{}, metav1.ListOptions{})
 		tokens, err := c.Client.CoreV1().Secrets(grant.DefaultNamespace).List(ctx, metav1.ListOptions{})
 		if err == nil {
 			for _, s := range tokens.Items {

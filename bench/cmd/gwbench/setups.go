@@ -171,7 +171,7 @@ func check(s *setup) error {
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	req, resp := payload(64), make([]byte, 64)
 	for range 3 {
-		if err := echo(c, req, resp); err != nil {
+		if _, err := echo(c, req, resp); err != nil {
 			return fmt.Errorf("echo %s: %w", s.echo, err)
 		}
 	}

@@ -223,10 +223,7 @@ func (g *Gateway) waitReady(p *Process) error {
 
 // Stop stops the gateway (SIGTERM) and returns once it has exited.
 func (g *Gateway) Stop() {
-	g.mu.Lock()
-	p := g.proc
-	g.mu.Unlock()
-	if p != nil {
+	if p := g.Process(); p != nil {
 		p.Stop()
 	}
 }

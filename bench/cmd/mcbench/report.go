@@ -110,17 +110,14 @@ func spread(v []float64) string {
 // not a result.
 func verdict(as []*series, b *series, lo, hi float64) string {
 	in, out := 0, 0
-	count := func(x float64) {
-		if x >= lo && (hi == 0 || x <= hi) {
-			in++
-		} else {
-			out++
-		}
-	}
 	for _, a := range as {
 		q, c := runRatios(a, b)
 		for _, x := range append(append([]float64{ratio(a, b), cpuRatio(a, b)}, q...), c...) {
-			count(x)
+			if x >= lo && (hi == 0 || x <= hi) {
+				in++
+			} else {
+				out++
+			}
 		}
 	}
 	switch {

@@ -141,11 +141,9 @@ func startGatewayPair(cfg *config, w *world, tag string) (*setup, error) {
 func waitWorking(s *setup, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
-		err := s.alive()
+		err := check(s) // s.alive() first
 		if err == nil {
-			if err = check(s); err == nil {
-				return nil
-			}
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s never carried a connection correctly: %w", s.name, err)

@@ -223,7 +223,10 @@ func (g *Gateway) waitReady(p *Process) error {
 
 // Stop stops the gateway (SIGTERM) and returns once it has exited.
 func (g *Gateway) Stop() {
-	if p := g.Process(); p != nil {
+	g.mu.Lock()
+	p := g.proc
+	g.mu.Unlock()
+	if p != nil {
 		p.Stop()
 	}
 }

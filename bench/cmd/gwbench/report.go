@@ -166,11 +166,8 @@ func (r *report) String() string {
 	b.WriteString("#### Targets (issues 8 and 22)\n\n| target | measured, per run: median (min–max) | |\n| --- | --- | --- |\n")
 	for _, t := range r.targets() {
 		st := stats.Of(t.values)
-		var m string
-		switch {
-		case st.N == 0:
-			m = "no valid run"
-		default:
+		m := "no valid run"
+		if st.N > 0 {
 			m = fmt.Sprintf("gateway ÷ HAProxy %.2f× (%.2f–%.2f)", st.Med, st.Min, st.Max)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", t.what, m, t.verdict())

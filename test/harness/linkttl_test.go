@@ -44,5 +44,6 @@ func TestLinkKubeconfigTTL(t *testing.T) {
 
 // EtcdURL serves etcd's metrics, its database size among them.
 func TestEtcdURL(t *testing.T) {
-	require.Positive(t, harness.RequireSeries(t, env.EtcdURL()+"/metrics", "etcd_mvcc_db_total_size_in_use_in_bytes"))
+	v := harness.RequireSeries(t, env.EtcdURL()+"/metrics", "etcd_mvcc_db_total_size_in_use_in_bytes")
+	require.Positive(t, v)
 }

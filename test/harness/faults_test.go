@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -111,7 +110,6 @@ func proxyClient(t *testing.T, kubeconfig, ua string, timeout time.Duration) kub
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	require.NoError(t, err)
 	cfg.UserAgent, cfg.Timeout = ua, timeout
-	cfg = rest.CopyConfig(cfg)
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	return cs

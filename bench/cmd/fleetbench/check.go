@@ -221,7 +221,5 @@ func percentile(l []time.Duration, p float64) time.Duration {
 	if len(l) == 0 {
 		return 0
 	}
-	s := slices.Clone(l)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
+	return slices.Sorted(slices.Values(l))[min(len(l)-1, int(p*float64(len(l))))]
 }

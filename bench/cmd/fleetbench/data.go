@@ -113,8 +113,7 @@ func (f *fleetData) link() error {
 	kcs := make([][]byte, len(f.clusters))
 	if err := f.each(func(c int) error {
 		var err error
-		kcs[c], err = f.clusters[c].LinkKubeconfigTTL(context.Background(), tokenTTL)
-		if err != nil {
+		if kcs[c], err = f.clusters[c].LinkKubeconfigTTL(context.Background(), tokenTTL); err != nil {
 			return err
 		}
 		for _, n := range []string{ns, churnNS} {

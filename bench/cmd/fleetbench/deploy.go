@@ -270,11 +270,10 @@ func (f *fleetData) emptyPoint(m mode) emptyResult {
 		return e
 	}
 	defer r.dns.Process.Stop()
-	if err := f.waitLinks(&deployment{m: m, replicas: []*replica{r}}, time.Minute); err != nil {
-		e.err = err.Error()
-		return e
+	if err = f.waitLinks(&deployment{m: m, replicas: []*replica{r}}, time.Minute); err == nil {
+		err = f.waitOwnNames(r, time.Minute)
 	}
-	if err := f.waitOwnNames(r, time.Minute); err != nil {
+	if err != nil {
 		e.err = err.Error()
 		return e
 	}

@@ -56,8 +56,6 @@ func api[T any](a []T, f func(T) float64) []float64 {
 
 func ints(v []int64) []float64 { return api(v, func(x int64) float64 { return float64(x) }) }
 
-func secs(d time.Duration) float64 { return d.Seconds() }
-
 // listed is d in seconds when the cold start's lists were timed alone,
 // else NaN.
 func listed(c coldResult, d time.Duration) float64 {
@@ -103,7 +101,7 @@ func (rep *report) rows() []row {
 	perSec := func(r *modeResult) float64 { return r.window.Seconds() }
 	changes := func(r *modeResult) float64 { return float64(len(r.prop)) }
 	rows := []row{
-		{"every replica holds every name, from the start of the processes (s)", "%.1f", func(r *modeResult) float64 { return secs(r.settle) }},
+		{"every replica holds every name, from the start of the processes (s)", "%.1f", func(r *modeResult) float64 { return r.settle.Seconds() }},
 		{"**Per API server** (median of the N; its own cluster's clients included)", "", nil},
 		{"watch connections, Services and EndpointSlices", "%.0f", func(r *modeResult) float64 {
 			return median(api(r.steady, func(a apiCounters) float64 { return a.watches }))
@@ -159,8 +157,8 @@ func (rep *report) rows() []row {
 		{"max (ms)", "%.0f", func(r *modeResult) float64 { return ms(percentile(r.prop, 1), len(r.prop)) }},
 		{"**Cold start** of one more replica in " + clusterName(0, cfg.clusters), "", nil},
 		{"its links", "%.0f", func(r *modeResult) float64 { return float64(r.cold.links) }},
-		{"serving (ready, and an answer) (s)", "%.2f", func(r *modeResult) float64 { return secs(r.cold.ready) }},
-		{"every name held (s)", "%.2f", func(r *modeResult) float64 { return secs(r.cold.names) }},
+		{"serving (ready, and an answer) (s)", "%.2f", func(r *modeResult) float64 { return r.cold.ready.Seconds() }},
+		{"every name held (s)", "%.2f", func(r *modeResult) float64 { return r.cold.names.Seconds() }},
 		{"the same lists alone, with client-go (s; with -cold-links)", "%.2f", func(r *modeResult) float64 { return listed(r.cold, r.cold.lists) }},
 		{"every name held, after the lists (s; with -cold-links)", "%.2f", func(r *modeResult) float64 { return listed(r.cold, r.cold.names-r.cold.lists) }},
 		{"HeapInuse then (MiB)", "%.1f", func(r *modeResult) float64 { return float64(r.cold.heap) / (1 << 20) }},

@@ -165,23 +165,9 @@ func roundTrips(addr string, size int, dur time.Duration) clientResult {
 	}
 	defer c.Close()
 	req, resp := payload(size), make([]byte, size)
-	rt := func() (time.Duration, error) {
-		t := time.Now()
-		if _, err := c.Write(req); err != nil {
-			return 0, err
-		}
-		if _, err := io.ReadFull(c, resp); err != nil {
-			return 0, err
-		}
-		d := time.Since(t)
-		if !bytes.Equal(req, resp) {
-			return 0, errors.New("echo differs from the request")
-		}
-		return d, nil
-	}
 	_ = c.SetDeadline(time.Now().Add(dur + 30*time.Second))
 	for range 200 {
-		if _, err := rt(); err != nil {
+		if _, err := echo(c, req, resp); err != nil {
 			r.fail(err)
 			return r
 		}
@@ -189,7 +175,7 @@ func roundTrips(addr string, size int, dur time.Duration) clientResult {
 	samples := make([]float64, 0, 1<<16)
 	start := time.Now()
 	for deadline := start.Add(dur); time.Now().Before(deadline); {
-		d, err := rt()
+		d, err := echo(c, req, resp)
 		if err != nil {
 			r.fail(err)
 			return r
@@ -207,18 +193,22 @@ func roundTrips(addr string, size int, dur time.Duration) clientResult {
 	return r
 }
 
-// echo writes req on c and reads its echo into resp.
-func echo(c net.Conn, req, resp []byte) error {
+// echo writes req on c and reads its echo into resp; it returns the time
+// from the write to the echo's last byte (the check of the echo not
+// counted).
+func echo(c net.Conn, req, resp []byte) (time.Duration, error) {
+	t := time.Now()
 	if _, err := c.Write(req); err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := io.ReadFull(c, resp); err != nil {
-		return err
+		return 0, err
 	}
+	d := time.Since(t)
 	if !bytes.Equal(req, resp) {
-		return errors.New("echo differs from the request")
+		return 0, errors.New("echo differs from the request")
 	}
-	return nil
+	return d, nil
 }
 
 func payload(size int) []byte {
@@ -305,7 +295,8 @@ func idle(addr string, n, size int) clientResult {
 	next := make(chan int)
 	rt := func(c *net.TCPConn) error {
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		return echo(c, req, make([]byte, size))
+		_, err := echo(c, req, make([]byte, size))
+		return err
 	}
 	start := time.Now()
 	for range 16 {

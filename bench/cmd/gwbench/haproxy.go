@@ -133,13 +133,11 @@ func startHAProxyPair(cfg *config, w *world, tag string) (*setup, error) {
 	}{{"west", w.pem["west"], haproxyIngress}, {"east", w.pem["east"], haproxyEgress}} {
 		conf := haproxyConf{Sock: hapSock(cfg, side.name), Crt: side.cert, CA: w.tls["west"].CA, MaxConn: maxConn, Routes: routes}
 		path := filepath.Join(cfg.out, "gw-haproxy-"+side.name+".cfg")
-		f, err := os.Create(path)
-		if err != nil {
+		var text strings.Builder
+		if err := side.tmpl.Execute(&text, conf); err != nil {
 			return nil, err
 		}
-		err = side.tmpl.Execute(f, conf)
-		f.Close()
-		if err != nil {
+		if err := os.WriteFile(path, []byte(text.String()), 0o666); err != nil {
 			return nil, err
 		}
 		if out, err := exec.Command(cfg.haproxy, "-c", "-q", "-f", path).CombinedOutput(); err != nil {

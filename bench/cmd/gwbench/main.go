@@ -81,9 +81,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	switch cfg.profile {
-	case "auto", "always", "never":
-	default:
+	if !slices.Contains([]string{"auto", "always", "never"}, cfg.profile) {
 		fatal(fmt.Errorf("-profile: want auto, always or never, not %q", cfg.profile))
 	}
 	if err := proc.Abs(&cfg.cmc, &cfg.out); err != nil {
@@ -171,12 +169,9 @@ func run(cfg *config, env *harness.Env, wp **world) int {
 			logf("%s: %s", s.name, c)
 		}
 	}
-	if info, err := haproxyInfo(hapSock(cfg, "west")); err == nil {
-		rep.hapInfo = info
-	}
-	if info, err := haproxyInfo(hapSock(cfg, "east")); err == nil {
-		rep.hapEgressInfo = info
-	}
+	// Nil when a socket does not answer.
+	rep.hapInfo, _ = haproxyInfo(hapSock(cfg, "west"))
+	rep.hapEgressInfo, _ = haproxyInfo(hapSock(cfg, "east"))
 	gw.stop()
 	hap.stop()
 

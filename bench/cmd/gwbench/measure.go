@@ -178,6 +178,12 @@ func (r *results) values(m, setup string, f func(sample) float64) []float64 {
 	return out
 }
 
+// ratios is f(gateway) ÷ f(haproxy) of measure m in every run where both
+// pairs are valid and f(haproxy) is not 0.
+func (r *results) ratios(m string, f func(sample) float64) []float64 {
+	return r.perRun(m, func(gw, hap, _ sample) (float64, bool) { return f(gw) / f(hap), f(hap) != 0 })
+}
+
 // perRun returns f(gateway, haproxy, direct) for every run where both pairs
 // are valid (and f says ok: a figure relative to direct needs direct's):
 // ratios from the same run's numbers.

@@ -55,19 +55,17 @@ func profileGateway(cfg *config, w *world, keys []string, mem bool) *profiles {
 			return out
 		}
 		defer s.stop()
-		if out.memBefore, err = getMemStats(base); err != nil {
-			out.memErr = err.Error()
-			return out
-		}
 		path := filepath.Join(cfg.out, "gw-inproc.idle.heap.pprof")
-		err = holdIdle(cfg, s.echo, func(r clientResult) error {
-			out.conns = r.Conns
-			var err error
-			if out.memWith, err = getMemStats(base); err != nil {
-				return err
-			}
-			return proc.Fetch(base+"/debug/pprof/heap?gc=1", path)
-		})
+		if out.memBefore, err = getMemStats(base); err == nil {
+			err = holdIdle(cfg, s.echo, func(r clientResult) error {
+				out.conns = r.Conns
+				var err error
+				if out.memWith, err = getMemStats(base); err != nil {
+					return err
+				}
+				return proc.Fetch(base+"/debug/pprof/heap?gc=1", path)
+			})
+		}
 		if err != nil {
 			out.memErr = err.Error()
 			return out

@@ -71,14 +71,6 @@ func (t target) verdict() string {
 
 func (r *report) targets() []target {
 	res := r.res
-	ratio := func(m string, f func(sample) float64) []float64 {
-		return res.perRun(m, func(gw, hap, _ sample) (float64, bool) {
-			if f(hap) == 0 {
-				return 0, false
-			}
-			return f(gw) / f(hap), true
-		})
-	}
 	added := res.perRun("rr", func(gw, hap, dir sample) (float64, bool) {
 		if !dir.ok || hap.res.P50-dir.res.P50 <= 0 {
 			return 0, false
@@ -89,10 +81,10 @@ func (r *report) targets() []target {
 	// the target issue 22 restated (issue 8's 16 KiB was below what
 	// crypto/tls alone holds for a connection).
 	return []target{
-		{what: "bulk throughput ≥ HAProxy pair's, 1 stream", key: "bulk1", values: ratio("bulk1", sample.mbps), bound: 1, atLeast: true, unit: "×"},
-		{what: "bulk throughput ≥ HAProxy pair's, 16 streams", key: "bulk16", values: ratio("bulk16", sample.mbps), bound: 1, atLeast: true, unit: "×"},
+		{what: "bulk throughput ≥ HAProxy pair's, 1 stream", key: "bulk1", values: res.ratios("bulk1", sample.mbps), bound: 1, atLeast: true, unit: "×"},
+		{what: "bulk throughput ≥ HAProxy pair's, 16 streams", key: "bulk16", values: res.ratios("bulk16", sample.mbps), bound: 1, atLeast: true, unit: "×"},
 		{what: "added round trip p50 ≤ HAProxy pair's", key: "rr", values: added, bound: 1, unit: "×"},
-		{what: "connection rate ≥ HAProxy pair's", key: "connrate", values: ratio("connrate", sample.connsPerSec), bound: 1, atLeast: true, unit: "×"},
+		{what: "connection rate ≥ HAProxy pair's", key: "connrate", values: res.ratios("connrate", sample.connsPerSec), bound: 1, atLeast: true, unit: "×"},
 		{what: "memory per idle connection ≤ HAProxy pair's (RSS of both proxies)", key: "memory", values: res.memRatios(), bound: 1, unit: "×"},
 	}
 }
@@ -123,9 +115,7 @@ func (r *report) String() string {
 			}
 			cells = append(cells, statCell(stats.Of(res.values(m, k, f)), format, res.runs))
 		}
-		cells = append(cells, ratioCell(stats.Of(res.perRun(m, func(gw, hap, _ sample) (float64, bool) {
-			return f(gw) / f(hap), f(hap) != 0
-		}))))
+		cells = append(cells, ratioCell(stats.Of(res.ratios(m, f))))
 		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 	}
 	row("bulk throughput, 1 stream (MB/s)", "bulk1", sample.mbps, "%.0f", true)
@@ -176,11 +166,8 @@ func (r *report) String() string {
 	b.WriteString("#### Targets (issues 8 and 22)\n\n| target | measured, per run: median (min–max) | |\n| --- | --- | --- |\n")
 	for _, t := range r.targets() {
 		st := stats.Of(t.values)
-		var m string
-		switch {
-		case st.N == 0:
-			m = "no valid run"
-		default:
+		m := "no valid run"
+		if st.N > 0 {
 			m = fmt.Sprintf("gateway ÷ HAProxy %.2f× (%.2f–%.2f)", st.Med, st.Min, st.Max)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", t.what, m, t.verdict())

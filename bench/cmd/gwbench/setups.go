@@ -141,11 +141,9 @@ func startGatewayPair(cfg *config, w *world, tag string) (*setup, error) {
 func waitWorking(s *setup, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
-		err := s.alive()
+		err := check(s) // s.alive() first
 		if err == nil {
-			if err = check(s); err == nil {
-				return nil
-			}
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s never carried a connection correctly: %w", s.name, err)
@@ -171,7 +169,7 @@ func check(s *setup) error {
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	req, resp := payload(64), make([]byte, 64)
 	for range 3 {
-		if err := echo(c, req, resp); err != nil {
+		if _, err := echo(c, req, resp); err != nil {
 			return fmt.Errorf("echo %s: %w", s.echo, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -193,15 +194,9 @@ func coldStart(env *harness.Env, cfg *config, n int) (*coldResult, error) {
 	if final <= 0 {
 		return nil, fmt.Errorf("no coredns_mcmirror_index_names from %s", metrics)
 	}
-	r.index = -1
-	for _, x := range samples {
-		if x.v == final {
-			r.index = x.at
-			break
-		}
-	}
-	if r.index < 0 {
-		r.index = r.correct // never sampled at the final value before the verification ended
+	r.index = r.correct // unless sampled at the final value before the verification ended
+	if i := slices.IndexFunc(samples, func(x sample) bool { return x.v == final }); i >= 0 {
+		r.index = samples[i].at
 	}
 	if r.inuse, _, _, err = s.heap(30 * time.Second); err != nil {
 		return nil, fmt.Errorf("heap: %w", err)

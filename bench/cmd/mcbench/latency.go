@@ -44,18 +44,14 @@ func (l *latencies) pct(p float64) time.Duration {
 	if len(l.d) == 0 {
 		return 0
 	}
-	s := slices.Clone(l.d)
-	slices.Sort(s)
-	return stats.Rank(s, p)
+	return stats.Rank(slices.Sorted(slices.Values(l.d)), p)
 }
 
 func apiMedian(l *latencies) time.Duration {
-	s := slices.Clone(l.api)
-	slices.Sort(s)
-	if len(s) == 0 {
+	if len(l.api) == 0 {
 		return 0
 	}
-	return s[len(s)/2]
+	return slices.Sorted(slices.Values(l.api))[len(l.api)/2]
 }
 
 // pollFor asks for name every interval until ok accepts the answer or

@@ -74,20 +74,8 @@ func main() {
 	flag.StringVar(&serverCPU, "server-cpu", serverCPU, "CPU the servers are pinned to")
 	flag.StringVar(&clientCPU, "client-cpu", clientCPU, "CPU dnsperf is pinned to")
 	flag.Parse()
-	for _, s := range splitList(sizes) {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 10 || n%10 != 0 {
-			fatal(fmt.Errorf("-sizes: bad size %q", s))
-		}
-		cfg.sizes = append(cfg.sizes, n)
-	}
-	for _, s := range splitList(mem) {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			fatal(fmt.Errorf("-mem: bad step %q", s))
-		}
-		cfg.memSteps = append(cfg.memSteps, n)
-	}
+	cfg.sizes = numbers(sizes, "-sizes: bad size", func(n int) bool { return n >= 10 && n%10 == 0 })
+	cfg.memSteps = numbers(mem, "-mem: bad step", func(n int) bool { return n > 0 })
 	if err := proc.Abs(&cfg.cmc, &cfg.ref, &cfg.out, &cfg.baseline, &cfg.pluginTest); err != nil {
 		fatal(err)
 	}
@@ -99,12 +87,21 @@ func main() {
 	proc.Main(env, logf, nil, func() int { return run(env, &cfg) })
 }
 
-// splitList splits a comma-separated flag; empty is no element.
-func splitList(s string) []string {
-	if s == "" {
+// numbers parses a comma-separated flag (empty: none) of numbers that ok
+// accepts, and exits, saying what of the first other, if there is one.
+func numbers(list, what string, ok func(int) bool) []int {
+	if list == "" {
 		return nil
 	}
-	return strings.Split(s, ",")
+	var out []int
+	for s := range strings.SplitSeq(list, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil || !ok(n) {
+			fatal(fmt.Errorf("%s %q", what, s))
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 func fatal(err error) {

@@ -124,11 +124,8 @@ func profileForms(testBin, out, benchtime string, forms []goBench) []formProfile
 		cmd := exec.Command(testBin, "-test.run", "^$", "-test.bench", pattern, "-test.benchtime", benchtime, "-test.cpuprofile", prof.path)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			prof.err = fmt.Sprintf("%v: %s", err, strings.TrimSpace(string(b)))
-			profs = append(profs, prof)
-			continue
-		}
-		top, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=500", testBin, prof.path).Output()
-		if err != nil {
+		} else if top, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=500",
+			testBin, prof.path).Output(); err != nil {
 			prof.err = fmt.Sprintf("pprof: %v", err)
 		} else {
 			prof.shares = cumShares(string(top))

@@ -110,17 +110,14 @@ func spread(v []float64) string {
 // not a result.
 func verdict(as []*series, b *series, lo, hi float64) string {
 	in, out := 0, 0
-	count := func(x float64) {
-		if x >= lo && (hi == 0 || x <= hi) {
-			in++
-		} else {
-			out++
-		}
-	}
 	for _, a := range as {
 		q, c := runRatios(a, b)
 		for _, x := range append(append([]float64{ratio(a, b), cpuRatio(a, b)}, q...), c...) {
-			count(x)
+			if x >= lo && (hi == 0 || x <= hi) {
+				in++
+			} else {
+				out++
+			}
 		}
 	}
 	switch {
@@ -200,22 +197,17 @@ func (r *report) String() string {
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	fence := func(text string) { p("```\n%s\n```\n", strings.TrimSpace(text)) }
 	cfg := r.cfg
-	p("## mcbench results, %s", r.start.Format("2006-01-02 15:04 MST"))
-	p("")
+	p("## mcbench results, %s\n", r.start.Format("2006-01-02 15:04 MST"))
 	p("- machine: %s", proc.Machine())
 	p("- command: `%s`, %.0f s for mcbench itself", strings.Join(os.Args, " "), time.Since(proc.Began).Seconds())
 	p("- dnsperf %s, UDP, A queries, `-c 4 -q 100 -T 1`, %d interleaved runs of %s per server and size (A10 A1 Agw B C D, A10 A1 Agw B C D, ...) after a 1 s warm-up",
 		dnsperfVersion(), cfg.runs, cfg.dur)
 	p("- servers pinned to CPU %s (`taskset`, `GOMAXPROCS=1`), dnsperf to CPU %s; the API servers and etcd float; the machine is shared, so only the ratios within one table mean much",
 		serverCPU, clientCPU)
-	p("- a run counts only if 200 random names answered NOERROR with exactly the expected addresses before it and 50 after it, and dnsperf saw only NOERROR with at most 0.1%% lost")
-	p("")
-	p("### Throughput")
-	p("")
-	p("A10: `coredns-mc`, plugin mcmirror alone, 10 linked clusters (flat-mode exports, `<host>.<svc>-<cluster>` and `<svc>-global`); A1: the same records in 1 linked cluster; Agw: 10 linked clusters in gateway mode, `<svc>-<cluster>` answered with the local mirror's ClusterIP and `<svc>-global` with the 10 mirror ClusterIPs (the mirrors made by mcbench with the controller's labels), as many names as A10; B: plugin kubernetes alone, `<host>.<svc>` and `<svc>` of headless Services in the local cluster; C: plugin file, a zone with A10's records; D: a bare miekg/dns server answering from a map. Each Service has %d endpoints; each query file lists every name of its server once (endpoint names + Service names).", perSvc)
-	p("")
-	p("qps is what dnsperf measured; q/CPU-s is answers per CPU second the server process used (from /proc, user+system), which corrects for the share of core %s the scheduler gave the server on a shared machine. The ratios are of the medians, qps first, q/CPU-s in brackets.", serverCPU)
-	p("")
+	p("- a run counts only if 200 random names answered NOERROR with exactly the expected addresses before it and 50 after it, and dnsperf saw only NOERROR with at most 0.1%% lost\n")
+	p("### Throughput\n")
+	p("A10: `coredns-mc`, plugin mcmirror alone, 10 linked clusters (flat-mode exports, `<host>.<svc>-<cluster>` and `<svc>-global`); A1: the same records in 1 linked cluster; Agw: 10 linked clusters in gateway mode, `<svc>-<cluster>` answered with the local mirror's ClusterIP and `<svc>-global` with the 10 mirror ClusterIPs (the mirrors made by mcbench with the controller's labels), as many names as A10; B: plugin kubernetes alone, `<host>.<svc>` and `<svc>` of headless Services in the local cluster; C: plugin file, a zone with A10's records; D: a bare miekg/dns server answering from a map. Each Service has %d endpoints; each query file lists every name of its server once (endpoint names + Service names).\n", perSvc)
+	p("qps is what dnsperf measured; q/CPU-s is answers per CPU second the server process used (from /proc, user+system), which corrects for the share of core %s the scheduler gave the server on a shared machine. The ratios are of the medians, qps first, q/CPU-s in brackets.\n", serverCPU)
 	p("| endpoints | names | server | median qps | min–max qps | median q/CPU-s | server CPU | dnsperf CPU | valid runs | avg latency | ÷ B | ÷ D |")
 	p("| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, sr := range r.sizes {
@@ -239,8 +231,7 @@ func (r *report) String() string {
 	}
 	p("")
 
-	p("### Targets")
-	p("")
+	p("### Targets\n")
 	p("| target | measured | |")
 	p("| --- | --- | --- |")
 	for _, sr := range r.sizes {
@@ -328,10 +319,8 @@ func (r *report) String() string {
 	}
 	p("")
 
-	p("### Memory")
-	p("")
-	p("Plugin mcmirror alone (A server, GOMAXPROCS=1), 10 linked clusters; Services of 100 named endpoints (one slice each). Every point is the median of %d fresh processes, each read through the pprof plugin after a forced GC (`/debug/pprof/heap?gc=1`). Per endpoint is the difference to the point with no endpoints, divided by the endpoints: the plugin's stores of Services and slices and its index.", max(r.memBase.repeats, 1))
-	p("")
+	p("### Memory\n")
+	p("Plugin mcmirror alone (A server, GOMAXPROCS=1), 10 linked clusters; Services of 100 named endpoints (one slice each). Every point is the median of %d fresh processes, each read through the pprof plugin after a forced GC (`/debug/pprof/heap?gc=1`). Per endpoint is the difference to the point with no endpoints, divided by the endpoints: the plugin's stores of Services and slices and its index.\n", max(r.memBase.repeats, 1))
 	if r.memErr != "" {
 		p("- not measured in full: %s", r.memErr)
 	}
@@ -365,14 +354,11 @@ func (r *report) String() string {
 		p("")
 	}
 	memTable(false)
-	p("The kubernetes plugin on the same records (one plugin per linked cluster, zones c0.local..c9.local, in one process), measured right after each point above:")
-	p("")
+	p("The kubernetes plugin on the same records (one plugin per linked cluster, zones c0.local..c9.local, in one process), measured right after each point above:\n")
 	memTable(true)
 
-	p("### Propagation latency")
-	p("")
-	p("From the API request that changes (or creates) a remote object to the first correct answer of a server polled every millisecond over UDP.")
-	p("")
+	p("### Propagation latency\n")
+	p("From the API request that changes (or creates) a remote object to the first correct answer of a server polled every millisecond over UDP.\n")
 	p("| what | samples | failed | p50 | p90 | p99 | max | API write (median) |")
 	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	row := func(what string, l *latencies, errs string) {
@@ -391,11 +377,9 @@ func (r *report) String() string {
 	if r.export != nil {
 		p("- the controller (`coredns-mc controller -v 2`) logged %d retried syncs (\"Sync failed, retrying\") during the %d new exports; see bench/out/logs/controller.log", r.exportRetries, r.cfg.exportN)
 	}
-	p("- the gateway data path (throughput, added latency) is measured by gwbench: see gateway.md")
-	p("")
+	p("- the gateway data path (throughput, added latency) is measured by gwbench: see gateway.md\n")
 
-	p("### Per-query cost (Go benchmarks of the plugin, `go test -bench . -benchmem ./plugin/...`)")
-	p("")
+	p("### Per-query cost (Go benchmarks of the plugin, `go test -bench . -benchmem ./plugin/...`)\n")
 	if len(gb) == 0 {
 		p("not measured: no Go benchmark output in %s", goBenchFile)
 	} else {
@@ -407,34 +391,28 @@ func (r *report) String() string {
 	}
 	p("")
 	if r.heapProfile != "" {
-		p("### Where the heap goes (in-use heap profile of the largest memory point, `go tool pprof -top -sample_index=inuse_space`)")
-		p("")
+		p("### Where the heap goes (in-use heap profile of the largest memory point, `go tool pprof -top -sample_index=inuse_space`)\n")
 		fence(r.heapProfile)
 	}
 	if c := r.cold; c != nil && c.profile != "" {
-		p("### Where the cold start's time goes (CPU profile from %.2f s after the process start, %s, GOMAXPROCS=1, `go tool pprof -top`)", c.profAt.Seconds(), cfg.coldProfile)
-		p("")
+		p("### Where the cold start's time goes (CPU profile from %.2f s after the process start, %s, GOMAXPROCS=1, `go tool pprof -top`)\n", c.profAt.Seconds(), cfg.coldProfile)
 		fence(c.profile)
 	}
 	if c := r.cold; c != nil && c.relist != nil {
-		p("Relist: the restarted API servers' counts of lists since their restart:")
-		p("")
+		p("Relist: the restarted API servers' counts of lists since their restart:\n")
 		for _, l := range c.relist.lists {
 			p("- %s", l)
 		}
 		p("")
-		p("Every 100 ms sample of the relist is in `bench/out/relist.tsv`. What the server holds after it (in-use heap profile after a forced GC, `go tool pprof -top -sample_index=inuse_space`):")
-		p("")
+		p("Every 100 ms sample of the relist is in `bench/out/relist.tsv`. What the server holds after it (in-use heap profile after a forced GC, `go tool pprof -top -sample_index=inuse_space`):\n")
 		fence(c.relist.heapProfile)
 	}
 	for _, prof := range r.profiles {
-		p("### Where %s's time goes (CPU profile, 5 s under dnsperf, `go tool pprof -top`, %s)", prof.key, filepath.Base(prof.path))
-		p("")
+		p("### Where %s's time goes (CPU profile, 5 s under dnsperf, `go tool pprof -top`, %s)\n", prof.key, filepath.Base(prof.path))
 		fence(prof.top)
 	}
 	if rows := profileShares(cfg.cmc, r.profiles); len(rows) > 0 {
-		p("### A10 against A1 in those profiles (share of each profile's samples, cumulative)")
-		p("")
+		p("### A10 against A1 in those profiles (share of each profile's samples, cumulative)\n")
 		p("| function | %s |", strings.Join(profileKeys(r.profiles), " | "))
 		p("| --- |%s", strings.Repeat(" ---: |", len(r.profiles)))
 		for _, row := range rows {
@@ -443,10 +421,8 @@ func (r *report) String() string {
 		p("")
 	}
 	if len(r.forms) > 0 {
-		p("### The per-query forms that miss the target, each profiled alone (BenchmarkServeDNS, `perquery.<form>.cpu.pprof`)")
-		p("")
-		p("Each part is its cumulative share of ServeDNS's samples, and the time per query that share is.")
-		p("")
+		p("### The per-query forms that miss the target, each profiled alone (BenchmarkServeDNS, `perquery.<form>.cpu.pprof`)\n")
+		p("Each part is its cumulative share of ServeDNS's samples, and the time per query that share is.\n")
 		head := "| form | per query |"
 		for _, part := range formParts {
 			head += " " + part.what + " |"

@@ -93,12 +93,10 @@ func (p *Proc) Exited() bool {
 // Err is what waiting for the process returned once it has exited, and nil
 // while it runs.
 func (p *Proc) Err() error {
-	select {
-	case <-p.done:
+	if p.Exited() {
 		return p.err
-	default:
-		return nil
 	}
+	return nil
 }
 
 // WaitHTTP waits until url answers 200 OK, for at most limit, and fails at

@@ -107,11 +107,7 @@ func applyManifests(t *testing.T) {
 	east, west := env.Cluster("east"), env.Cluster("west")
 	require.NoError(t, west.Apply(ctx, harness.RepoFile(t, "deploy", "remote-link.yaml")))
 	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "controller.yaml")))
-	_, err := east.Client.CoreV1().ServiceAccounts("kube-system").Create(ctx,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: "kube-system"}}, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
+	require.NoError(t, east.Apply(ctx, serviceAccount("kube-system", "coredns")))
 	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "coredns.yaml")))
 }
 

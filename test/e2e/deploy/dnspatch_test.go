@@ -39,14 +39,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// serviceAccount is the manifest of ServiceAccount ns/name.
+func serviceAccount(ns, name string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: %s, namespace: %s}\n", name, ns)
+}
+
 // accountWithRole is ServiceAccount ns/name bound to a Role of the same
 // name whose rules are rules (a YAML sequence).
 func accountWithRole(ns, name, rules string) string {
-	return fmt.Sprintf(`
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: %[2]s, namespace: %[1]s}
----
+	return serviceAccount(ns, name) + fmt.Sprintf(`---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {name: %[2]s, namespace: %[1]s}
@@ -350,8 +351,7 @@ func TestDNSHookRefuses(t *testing.T) {
 	// No Role: get is refused. A Role with get only: patch is.
 	before = recreateCoreDNS(t, east, ns, kubeadmDeployment(ns))
 	const nobody, reader = "mcmirror-dns-nobody", "mcmirror-dns-reader"
-	nobodyAccount := fmt.Sprintf("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: %s, namespace: %s}\n---\n", nobody, ns)
-	require.NoError(t, east.Apply(ctx, nobodyAccount+
+	require.NoError(t, east.Apply(ctx, serviceAccount(ns, nobody)+"---\n"+
 		accountWithRole(ns, reader, "[{apiGroups: [apps], resources: [deployments], resourceNames: [coredns], verbs: [get]}]")))
 	get := access{"get", "apps", "deployments", ns, "coredns"}
 	patch := access{"patch", "apps", "deployments", ns, "coredns"}
@@ -394,7 +394,7 @@ func TestDNSHookRollout(t *testing.T) {
 	kubeconfig := hookKubeconfig(t, west, ns)
 	// The pods' ServiceAccount: the ReplicaSet controller creates no pod
 	// of an account that does not exist.
-	require.NoError(t, west.Apply(ctx, fmt.Sprintf("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: coredns, namespace: %s}\n", ns)))
+	require.NoError(t, west.Apply(ctx, serviceAccount(ns, "coredns")))
 
 	// kubeadm returns kubeadm's Deployment in ns with each old replaced by
 	// its new, in pairs.

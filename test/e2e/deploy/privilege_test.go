@@ -346,11 +346,7 @@ func rulesOf(t require.TestingT, ctx context.Context, c kubernetes.Interface, ns
 // it: what every account may do (discovery, self reviews).
 func freshAccount(t *testing.T, c *harness.Cluster, ns, name string) kubernetes.Interface {
 	t.Helper()
-	_, err := c.Client.CoreV1().ServiceAccounts(ns).Create(context.Background(),
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
+	require.NoError(t, c.Apply(context.Background(), serviceAccount(ns, name)))
 	return saClient(t, c, ns, name)
 }
 

@@ -356,11 +356,9 @@ spec:
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		events, err := east.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 		require.NoError(c, err)
-		found := false
-		for _, e := range events.Items {
-			found = found || (e.Reason == controller.ReasonNamespaceMissing && e.InvolvedObject.Name == absent)
-		}
-		assert.True(c, found, "a %s Event on Namespace %s", controller.ReasonNamespaceMissing, absent)
+		assert.True(c, slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+			return e.Reason == controller.ReasonNamespaceMissing && e.InvolvedObject.Name == absent
+		}), "a %s Event on Namespace %s", controller.ReasonNamespaceMissing, absent)
 	}, wait, tick)
 
 	// One replica leads, holding the Lease the flags name; the other

@@ -456,6 +456,18 @@ func (a access) String() string {
 	return fmt.Sprintf("%s %s.%s ns=%q name=%q", a.verb, a.resource, a.group, a.ns, a.name)
 }
 
+// accesses are each of verbs (space-separated) on resource of group, in each
+// of namespaces.
+func accesses(verbs, group, resource string, namespaces ...string) []access {
+	var out []access
+	for _, ns := range namespaces {
+		for _, v := range strings.Fields(verbs) {
+			out = append(out, access{v, group, resource, ns, ""})
+		}
+	}
+	return out
+}
+
 // checkAccess asks east, as ServiceAccount ns/name, whether each of
 // allowed is allowed and each of denied is not.
 func checkAccess(t *testing.T, ns, name string, allowed, denied []access) kubernetes.Interface {
@@ -493,26 +505,18 @@ func TestRBACRefuses(t *testing.T) {
 	const disc = "discovery.k8s.io"
 	const coord = "coordination.k8s.io"
 
-	var allowed []access
-	for _, v := range []string{"list", "watch", "create", "update", "patch", "delete"} {
-		allowed = append(allowed, access{v, "", "services", "any-ns", ""})
-	}
 	const mcs = "multicluster.x-k8s.io"
-	allowed = append(allowed,
-		access{"list", mcs, "serviceexports", "any-ns", ""}, access{"watch", mcs, "serviceexports", "any-ns", ""},
-		access{"list", mcs, "serviceimports", "any-ns", ""}, access{"create", mcs, "serviceimports", "any-ns", ""},
-		access{"patch", mcs, "serviceimports", "any-ns", ""}, access{"delete", mcs, "serviceimports", "any-ns", ""})
-	for _, v := range []string{"get", "list", "watch", "create", "update", "delete"} {
-		allowed = append(allowed, access{v, disc, "endpointslices", "any-ns", ""})
-	}
-	allowed = append(allowed,
-		access{"list", "", "namespaces", "", ""}, access{"watch", "", "namespaces", "", ""},
-		access{"create", "", "events", "default", ""}, access{"patch", "", "events", "any-ns", ""},
-		access{"create", coord, "leases", "mcmirror", ""},
-		access{"get", coord, "leases", "mcmirror", "mcmirror-controller"},
-		access{"update", coord, "leases", "mcmirror", "mcmirror-controller"},
-		access{"list", "", "secrets", links, ""}, access{"watch", "", "secrets", links, ""},
-	)
+	allowed := slices.Concat(accesses("list watch create update patch delete", "", "services", "any-ns"),
+		accesses("list watch", mcs, "serviceexports", "any-ns"),
+		accesses("list create patch delete", mcs, "serviceimports", "any-ns"),
+		accesses("get list watch create update delete", disc, "endpointslices", "any-ns"),
+		accesses("list watch", "", "namespaces", ""), accesses("list watch", "", "secrets", links),
+		[]access{
+			{"create", "", "events", "default", ""}, {"patch", "", "events", "any-ns", ""},
+			{"create", coord, "leases", "mcmirror", ""},
+			{"get", coord, "leases", "mcmirror", "mcmirror-controller"},
+			{"update", coord, "leases", "mcmirror", "mcmirror-controller"},
+		})
 	client := checkAccess(t, "mcmirror", "mcmirror-controller", allowed, []access{
 		{"delete", "apps", "deployments", "default", ""},
 		{"create", "", "pods", "default", ""},
@@ -540,12 +544,9 @@ func TestRBACRefuses(t *testing.T) {
 	err = client.AppsV1().Deployments("mcmirror").Delete(ctx, "mcmirror-controller", metav1.DeleteOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "delete the Deployment: %v", err)
 
-	client = checkAccess(t, "kube-system", "coredns", []access{
-		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
-		{"list", disc, "endpointslices", "", ""}, {"watch", disc, "endpointslices", "", ""},
-		{"list", "", "namespaces", "", ""}, {"watch", "", "namespaces", "", ""},
-		{"list", "", "secrets", links, ""}, {"watch", "", "secrets", links, ""},
-	}, []access{
+	client = checkAccess(t, "kube-system", "coredns", slices.Concat(accesses("list watch", "", "services", ""),
+		accesses("list watch", disc, "endpointslices", ""), accesses("list watch", "", "namespaces", ""),
+		accesses("list watch", "", "secrets", links)), []access{
 		{"get", "", "secrets", links, "cluster-credentials-west"},
 		{"list", "", "secrets", "kube-system", ""},
 		{"list", "", "secrets", "", ""},

@@ -495,12 +495,8 @@ func TestGatewayRBACRefuses(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, env.Cluster("east").Apply(ctx, harness.RepoFile(t, "deploy", "gateway.yaml")))
 	const disc = "discovery.k8s.io"
-	allowed := []access{
-		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
-		{"list", "", "services", "any-ns", ""}, {"watch", "", "services", "any-ns", ""},
-		{"list", disc, "endpointslices", "", ""}, {"watch", disc, "endpointslices", "", ""},
-		{"create", "", "events", gatewayNS, ""}, {"patch", "", "events", gatewayNS, ""},
-	}
+	allowed := slices.Concat(accesses("list watch", "", "services", "", "any-ns"),
+		accesses("list watch", disc, "endpointslices", ""), accesses("create patch", "", "events", gatewayNS))
 	denied := []access{
 		{"get", "", "services", "default", "kubernetes"},
 		{"get", disc, "endpointslices", "default", "kubernetes"},
@@ -523,9 +519,9 @@ func TestGatewayRBACRefuses(t *testing.T) {
 		{"delete", "apps", "deployments", gatewayNS, gatewayName},
 		{"escalate", "rbac.authorization.k8s.io", "clusterroles", "", ""},
 	}
-	for _, v := range []string{"create", "update", "patch", "delete", "deletecollection"} {
-		denied = append(denied, access{v, "", "services", "default", ""}, access{v, disc, "endpointslices", "default", ""})
-	}
+	const writes = "create update patch delete deletecollection"
+	denied = slices.Concat(denied, accesses(writes, "", "services", "default"),
+		accesses(writes, disc, "endpointslices", "default"))
 	client := checkAccess(t, gatewayNS, gatewayName, allowed, denied)
 
 	// And really refused by the API server, not only said to be.

@@ -160,22 +160,39 @@ func startController(t *testing.T, name string) *controllerProc {
 	t.Helper()
 	d := controllerDeployment(t)
 	spec := d.Spec.Template.Spec
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
 	kubeconfig := accountKubeconfig(t, env.Cluster("east"), d.Namespace, spec.ServiceAccountName)
 	metrics := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
-	argv := []string{bin}
-	for _, a := range spec.Containers[0].Args {
-		if strings.HasPrefix(a, "--metrics-addr=") {
-			a = "--metrics-addr=" + metrics
-		}
-		argv = append(argv, a)
-	}
-	argv = append(argv, "--kubeconfig="+kubeconfig, "--v=2")
+	argv := append(localArgv(t, spec.Containers[0], map[string]string{"--metrics-addr": metrics}),
+		"--kubeconfig="+kubeconfig, "--v=2")
 	p := &controllerProc{proc: env.StartProcess(t, "east/"+name, nil, argv...), metrics: metrics}
 	// The probes of the Deployment: /healthz of --metrics-addr.
 	waitProbe(t, p.proc, metrics, spec.Containers[0].LivenessProbe)
 	return p
+}
+
+// localArgv is coredns-mc with the arguments of ctr, except that each flag
+// of values (which ctr must set once) takes its value there, or is left out
+// where that is empty.
+func localArgv(t *testing.T, ctr corev1.Container, values map[string]string) []string {
+	t.Helper()
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	argv := []string{bin}
+	seen := map[string]int{}
+	for _, a := range ctr.Args {
+		flag, _, _ := strings.Cut(a, "=")
+		v, ok := values[flag]
+		seen[flag]++
+		if !ok {
+			argv = append(argv, a)
+		} else if v != "" {
+			argv = append(argv, flag+"="+v)
+		}
+	}
+	for f := range values {
+		require.Equal(t, 1, seen[f], "the Deployment sets %s once", f)
+	}
+	return argv
 }
 
 // waitProbe waits until the process p, listening on addr, answers the

@@ -141,40 +141,17 @@ func startGateway(t *testing.T, pki gatewayPKI, peer string, extraEnv ...string)
 	spec := d.Spec.Template.Spec
 	require.Len(t, spec.Containers, 1)
 	ctr := spec.Containers[0]
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
 	p := &gatewayProc{
 		ingress: "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)),
 		metrics: "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)),
 		pod:     harness.UniqueName(gatewayName),
 	}
-	argv := []string{bin}
-	replaced := map[string]int{}
-	for _, a := range ctr.Args {
-		flag, value, _ := strings.Cut(a, "=")
-		switch flag {
-		case "--tls-cert", "--tls-key", "--tls-ca":
-			a = "" // pki.east's files, below
-		case "--ingress-address":
-			a = flag + "=" + p.ingress
-		case "--metrics-addr":
-			a = flag + "=" + p.metrics
-		case "--peer":
-			name, _, _ := strings.Cut(value, "=")
-			require.Equal(t, "west", name, "the Deployment's --peer")
-			a = flag + "=west=" + peer
-		default:
-			argv = append(argv, a)
-			continue
-		}
-		replaced[flag]++
-		if a != "" {
-			argv = append(argv, a)
-		}
-	}
-	for _, f := range []string{"--tls-cert", "--tls-key", "--tls-ca", "--ingress-address", "--metrics-addr", "--peer"} {
-		require.Equal(t, 1, replaced[f], "the Deployment sets %s once", f)
-	}
+	name, _, _ := strings.Cut(flagValue(t, ctr.Args, "peer"), "=")
+	require.Equal(t, "west", name, "the Deployment's --peer")
+	argv := localArgv(t, ctr, map[string]string{
+		"--tls-cert": "", "--tls-key": "", "--tls-ca": "", // pki.east's files, below
+		"--ingress-address": p.ingress, "--metrics-addr": p.metrics, "--peer": "west=" + peer,
+	})
 	argv = append(argv, pki.east.Args()...)
 	argv = append(argv,
 		"--kubeconfig="+accountKubeconfig(t, env.Cluster("east"), d.Namespace, spec.ServiceAccountName),

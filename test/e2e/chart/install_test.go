@@ -88,13 +88,10 @@ func decode(t *testing.T, manifest string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, doc := range strings.Split(manifest, "\n---") {
 		u := &unstructured.Unstructured{}
-		obj := map[string]any{}
-		require.NoError(t, yaml.Unmarshal([]byte(doc), &obj), doc)
-		if len(obj) == 0 {
-			continue
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &u.Object), doc)
+		if len(u.Object) > 0 {
+			out = append(out, u)
 		}
-		u.Object = obj
-		out = append(out, u)
 	}
 	return out
 }

@@ -353,17 +353,14 @@ func TestGatewayManifest(t *testing.T) {
 // does; elsewhere they list and then watch, which the second run forces.
 // The role must serve both, and each run fails without one of its rules.
 func TestGatewayRBACSuffices(t *testing.T) {
-	for _, mode := range []struct{ name, ns, env string }{
-		{"watch-list", "deploy-gw", ""},
-		{"list-then-watch", "deploy-gw-list", "KUBE_FEATURE_WatchListClient=false"},
+	for _, mode := range []struct {
+		name, ns string
+		env      []string
+	}{
+		{"watch-list", "deploy-gw", nil},
+		{"list-then-watch", "deploy-gw-list", []string{"KUBE_FEATURE_WatchListClient=false"}},
 	} {
-		t.Run(mode.name, func(t *testing.T) {
-			var extra []string
-			if mode.env != "" {
-				extra = append(extra, mode.env)
-			}
-			gatewaySuffices(t, mode.ns, extra...)
-		})
+		t.Run(mode.name, func(t *testing.T) { gatewaySuffices(t, mode.ns, mode.env...) })
 	}
 }
 

@@ -533,12 +533,7 @@ func TestREADMEGatewayCertRecipe(t *testing.T) {
 	// applied there: west runs pods).
 	require.NoError(t, west.Apply(ctx, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+gatewayNS+"}\n"))
 
-	var steps []string
-	for _, b := range shellBlocks(t) {
-		if strings.Contains(b, "coredns-mc certs") {
-			steps = append(steps, b)
-		}
-	}
+	steps := slices.DeleteFunc(shellBlocks(t), func(b string) bool { return !strings.Contains(b, "coredns-mc certs") })
 	require.Len(t, steps, 1, "the README's certificates: one block")
 	require.Contains(t, steps[0], "certs root")
 
@@ -640,21 +635,17 @@ func TestGatewayEgressService(t *testing.T) {
 		slices.Sort(podIPs)
 		esl, err := west.Client.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc.Name})
 		require.NoError(c, err)
+		var slicePtrs []*discoveryv1.EndpointSlice
+		for i := range esl.Items {
+			slicePtrs = append(slicePtrs, &esl.Items[i])
+		}
 		var got []string
-		for _, a := range controller.EgressAddresses(svc.Namespace, svc.Name, ptrs(esl.Items)) {
+		for _, a := range controller.EgressAddresses(svc.Namespace, svc.Name, slicePtrs) {
 			got = append(got, a.String())
 		}
 		slices.Sort(got) // as strings, like podIPs
 		assert.Equal(c, podIPs, got, "the controller's egress addresses are every gateway pod's")
 	}, wait, tick)
-}
-
-func ptrs[T any](items []T) []*T {
-	out := make([]*T, len(items))
-	for i := range items {
-		out[i] = &items[i]
-	}
-	return out
 }
 
 // freePortInRange returns a TCP port of [lo, hi] free on 127.0.0.1 a

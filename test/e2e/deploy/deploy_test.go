@@ -317,13 +317,10 @@ func TestManifests(t *testing.T) {
 	assert.Contains(t, cf, "\n        cluster "+flagValue(t, ctr.Args, "cluster")+"\n")
 	linkNS := flagValue(t, ctr.Args, "link-secrets")
 	assert.Contains(t, cf, "\n        link_secrets "+linkNS+"\n")
-	for _, f := range []struct{ file, role string }{
-		{"controller.yaml", "mcmirror-controller-link-secrets"},
-		{"coredns.yaml", "mcmirror-coredns-link-secrets"},
-	} {
-		r := &rbacv1.Role{}
-		object(t, harness.RepoFile(t, "deploy", f.file), "Role", linkNS, f.role, r)
-	}
+	object(t, harness.RepoFile(t, "deploy", "controller.yaml"), "Role", linkNS, "mcmirror-controller-link-secrets",
+		&rbacv1.Role{})
+	object(t, harness.RepoFile(t, "deploy", "coredns.yaml"), "Role", linkNS, "mcmirror-coredns-link-secrets",
+		&rbacv1.Role{})
 }
 
 // The controller, run as the ServiceAccount of deploy/controller.yaml with

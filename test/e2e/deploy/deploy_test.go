@@ -382,18 +382,16 @@ spec:
 	require.NoError(t, err)
 	require.NotNil(t, lease.Spec.HolderIdentity)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		leading, following := 0, 0
+		roles := map[string]int{} // replicas whose log says so
 		for _, r := range replicas {
 			l := r.proc.Log(t)
-			if strings.Contains(l, `"Leading"`) {
-				leading++
-			}
-			if strings.Contains(l, `"Following"`) {
-				following++
+			for _, role := range []string{`"Leading"`, `"Following"`} {
+				if strings.Contains(l, role) {
+					roles[role]++
+				}
 			}
 		}
-		assert.Equal(c, 1, leading, "leaders")
-		assert.Equal(c, 1, following, "followers")
+		assert.Equal(c, map[string]int{`"Leading"`: 1, `"Following"`: 1}, roles, "leaders and followers")
 	}, wait, tick)
 
 	// The leader's metrics show the link.

@@ -622,10 +622,8 @@ func TestREADMELinkRecipe(t *testing.T) {
 	require.Len(t, steps, 3, "the README's recipe")
 
 	// Earlier tests wrote that Secret their own way.
-	err := east.Client.CoreV1().Secrets("mcmirror-links").Delete(ctx, "cluster-credentials-west", metav1.DeleteOptions{})
-	if !apierrors.IsNotFound(err) {
-		require.NoError(t, err)
-	}
+	require.NoError(t, east.Delete(ctx, "apiVersion: v1\nkind: Secret\n"+
+		"metadata: {name: cluster-credentials-west, namespace: mcmirror-links}\n"))
 	run := func(script string) {
 		t.Helper()
 		out, err := shell(t, dir, kubeconfig, script)

@@ -96,8 +96,7 @@ func TestDNSHookKeepsTheClusterCorefile(t *testing.T) {
 
 	// A node whose resolver is local: refused, nothing written.
 	require.NoError(t, os.WriteFile(resolv, []byte("nameserver 127.0.0.53\noptions edns0\n"), 0o644))
-	var code int
-	var out string
+	code, out := 0, ""
 	require.EventuallyWithT(t, func(ct *assert.CollectT) { // the binding takes a moment to count
 		code, out = dnsHook(t, kubeconfig, apply...)
 		assert.NotRegexp(ct, rbacRefused, out, "RBAC not in force yet")

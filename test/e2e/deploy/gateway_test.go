@@ -331,8 +331,7 @@ func TestGatewayManifest(t *testing.T) {
 	for _, r := range cr.Rules {
 		assert.Equal(t, []string{"list", "watch"}, r.Verbs, "cluster-wide, the gateway only reads: %v", r)
 	}
-	role := &rbacv1.Role{}
-	object(t, text, "Role", d.Namespace, gatewayName+"-events", role)
+	object(t, text, "Role", d.Namespace, gatewayName+"-events", &rbacv1.Role{})
 	for _, name := range []string{"POD_NAME", "POD_NAMESPACE"} {
 		i := slices.IndexFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == name })
 		require.GreaterOrEqual(t, i, 0, "env %s", name)

@@ -43,7 +43,6 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
@@ -569,88 +568,4 @@ func TestRBACRefuses(t *testing.T) {
 	})
 	_, err = client.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "list Secrets in kube-system: %v", err)
-}
-
-// shellBlocks returns the ```sh blocks of deploy/README.md, unindented.
-func shellBlocks(t *testing.T) []string {
-	t.Helper()
-	var blocks []string
-	var cur []string
-	in, indent := false, ""
-	for _, line := range strings.Split(harness.RepoFile(t, "deploy", "README.md"), "\n") {
-		trimmed := strings.TrimLeft(line, " ")
-		switch {
-		case !in && trimmed == "```sh":
-			in, indent, cur = true, line[:len(line)-len(trimmed)], nil
-		case in && trimmed == "```":
-			in = false
-			blocks = append(blocks, strings.Join(cur, "\n")+"\n")
-		case in:
-			cur = append(cur, strings.TrimPrefix(line, indent))
-		}
-	}
-	return blocks
-}
-
-// The recipe of deploy/README.md, run as written with kubectl: a
-// long-lived token of west's mcmirror-link, a kubeconfig made of it, and
-// the link Secret in east. The kubeconfig reads Services of west and
-// nothing else, and the Secret is the one the components look for.
-func TestREADMELinkRecipe(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	applyManifests(t)
-	east, west := env.Cluster("east"), env.Cluster("west")
-
-	// One kubeconfig with a context per cluster, named after it, as the
-	// README's --context flags expect.
-	dir := t.TempDir()
-	kubeconfig := contextsKubeconfig(t, dir)
-
-	var steps []string
-	for _, b := range shellBlocks(t) {
-		for _, marker := range []string{
-			"name: mcmirror-link-token",                      // the token
-			"set-cluster west",                               // the kubeconfig
-			"create secret generic cluster-credentials-west", // the link Secret
-		} {
-			if strings.Contains(b, marker) {
-				steps = append(steps, b)
-			}
-		}
-	}
-	require.Len(t, steps, 3, "the README's recipe")
-
-	// Earlier tests wrote that Secret their own way.
-	require.NoError(t, east.Delete(ctx, "apiVersion: v1\nkind: Secret\n"+
-		"metadata: {name: cluster-credentials-west, namespace: mcmirror-links}\n"))
-	run := func(script string) {
-		t.Helper()
-		out, err := shell(t, dir, kubeconfig, script)
-		require.NoError(t, err, "%s\n%s", script, out)
-	}
-	// The token controller of west fills the token Secret in.
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		run(steps[0])
-		s, err := west.Client.CoreV1().Secrets("mcmirror").Get(ctx, "mcmirror-link-token", metav1.GetOptions{})
-		require.NoError(c, err)
-		assert.NotEmpty(c, s.Data["token"])
-	}, wait, tick)
-	run(steps[0] + steps[1] + steps[2])
-
-	s, err := east.Client.CoreV1().Secrets("mcmirror-links").Get(ctx, "cluster-credentials-west", metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, corev1.SecretType(labels.LinkSecretType), s.Type)
-	assert.Equal(t, "west", s.Labels[labels.LinkClusterName])
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[labels.LinkSecretKey])
-	require.NoError(t, err)
-	assert.Equal(t, west.Server, cfg.Host, "the kubeconfig names west")
-	client, err := kubernetes.NewForConfig(cfg)
-	require.NoError(t, err)
-	_, err = client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-	assert.NoError(t, err, "the link reads west's Services")
-	_, err = client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
-	assert.NoError(t, err, "and EndpointSlices")
-	_, err = client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
-	assert.True(t, apierrors.IsForbidden(err), "and not Secrets: %v", err)
 }

@@ -16,9 +16,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -510,88 +508,6 @@ func TestGatewayRBACRefuses(t *testing.T) {
 	// What it may do, it can.
 	_, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	assert.NoError(t, err, "list Services")
-}
-
-// The certificates of deploy/README.md (step 3 of "Install, step by
-// step"), run as written with the real coredns-mc and kubectl: a root,
-// then for east and west an intermediate and the gateway's certificate,
-// as the Secret the Deployment mounts. Each Secret has the file names its
-// flags give, and its certificate is one the gateway takes for --cluster:
-// it loads, names its cluster (east's Deployment, as deploy/ has it, and
-// west's, as the chart renders it), and completes a mutual handshake with
-// itself. The root's key stays in the working directory: no cluster
-// receives it.
-func TestREADMEGatewayCertRecipe(t *testing.T) {
-	env.LogOnFailure(t)
-	mc, err := harness.CorednsMC()
-	require.NoError(t, err)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
-	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "gateway.yaml")))
-	// The namespace of the Secret, in west (the Deployment is not
-	// applied there: west runs pods).
-	require.NoError(t, west.Apply(ctx, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+gatewayNS+"}\n"))
-
-	steps := slices.DeleteFunc(shellBlocks(t), func(b string) bool { return !strings.Contains(b, "coredns-mc certs") })
-	require.Len(t, steps, 1, "the README's certificates: one block")
-	require.Contains(t, steps[0], "certs root")
-
-	// A kubeconfig whose contexts "east" and "west" are those clusters,
-	// as --context expects; bin/coredns-mc, as `make build` leaves it.
-	dir := t.TempDir()
-	kubeconfig := contextsKubeconfig(t, dir)
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
-	require.NoError(t, os.Symlink(mc, filepath.Join(dir, "bin", "coredns-mc")))
-
-	out, err := shell(t, dir, kubeconfig, "make() { [ \"$*\" = build ]; }\n"+steps[0])
-	require.NoError(t, err, "%s\n%s", steps[0], out)
-
-	// No Secret in either cluster holds the root's key.
-	for _, c := range []*harness.Cluster{east, west} {
-		secrets, err := c.Client.CoreV1().Secrets(gatewayNS).List(ctx, metav1.ListOptions{})
-		require.NoError(t, err)
-		root, err := os.ReadFile(filepath.Join(dir, "fleet-root", "root.key"))
-		require.NoError(t, err)
-		for _, sec := range secrets.Items {
-			for k, v := range sec.Data {
-				assert.NotEqual(t, string(root), string(v), "%s: Secret %s key %s is the root's key", c.Name, sec.Name, k)
-			}
-		}
-	}
-
-	for _, c := range []struct {
-		cluster *harness.Cluster
-		d       *appsv1.Deployment
-	}{
-		{east, gatewayDeployment(t)},
-		{west, chartGatewayDeployment(t, "--set", "cluster=west", "--set", "gateway.allowClusters={east}",
-			"--set", "gateway.peers.east=192.0.2.1:4143")},
-	} {
-		// The Secret is the Deployment's, with the files its flags name.
-		ctr := c.d.Spec.Template.Spec.Containers[0]
-		secret, err := c.cluster.Client.CoreV1().Secrets(c.d.Namespace).Get(ctx, c.d.Spec.Template.Spec.Volumes[0].Secret.SecretName, metav1.GetOptions{})
-		require.NoError(t, err, "%s: the Secret the Deployment mounts", c.cluster.Name)
-		mounted := t.TempDir()
-		var files gatewaytest.Files
-		for flag, dst := range map[string]*string{"tls-cert": &files.Cert, "tls-key": &files.Key, "tls-ca": &files.CA} {
-			key := path.Base(flagValue(t, ctr.Args, flag))
-			require.Contains(t, secret.Data, key, "%s: --%s", c.cluster.Name, flag)
-			*dst = filepath.Join(mounted, key)
-			require.NoError(t, os.WriteFile(*dst, secret.Data[key], 0o600))
-		}
-		certs := loadCerts(t, files)
-		assert.Equal(t, c.cluster.Name, flagValue(t, ctr.Args, "cluster"))
-		assert.Equal(t, flagValue(t, ctr.Args, "cluster"), certs.Cluster(), "the certificate names --cluster")
-
-		// Server and client at once, as ingress and egress use it.
-		a, b := net.Pipe()
-		errc := make(chan error, 1)
-		go func() { errc <- tls.Server(a, certs.ServerConfig()).Handshake() }()
-		assert.NoError(t, tls.Client(b, certs.ClientConfig(c.cluster.Name, nil)).Handshake(), "%s: client side", c.cluster.Name)
-		assert.NoError(t, <-errc, "%s: server side", c.cluster.Name)
-		a.Close()
-		b.Close()
-	}
 }
 
 // The egress wiring of deploy/controller.yaml and deploy/gateway.yaml, in

@@ -99,13 +99,10 @@ func accountKubeconfig(t *testing.T, c *harness.Cluster, ns, name string) string
 func recreateCoreDNS(t *testing.T, c *harness.Cluster, ns, manifest string) *appsv1.Deployment {
 	t.Helper()
 	ctx := context.Background()
-	deployments := c.Client.AppsV1().Deployments(ns)
-	err := deployments.Delete(ctx, "coredns", metav1.DeleteOptions{})
-	if !apierrors.IsNotFound(err) {
-		require.NoError(t, err)
-	}
+	require.NoError(t, c.Delete(ctx, "apiVersion: apps/v1\nkind: Deployment\n"+
+		"metadata: {name: coredns, namespace: "+ns+"}\n"))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		_, err := deployments.Get(ctx, "coredns", metav1.GetOptions{})
+		_, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "coredns", metav1.GetOptions{})
 		assert.True(ct, apierrors.IsNotFound(err), "coredns in %s/%s deleted: %v", c.Name, ns, err)
 		if !c.Workloads {
 			return
@@ -136,10 +133,8 @@ func getCoreDNS(t *testing.T, c *harness.Cluster, ns string) *appsv1.Deployment 
 // --patch-file`, the real kubectl, as the cluster's admin.
 func kubectlPatch(t *testing.T, ns, patchFile string) {
 	t.Helper()
-	kubectl, err := harness.Binary("kubectl")
-	require.NoError(t, err)
-	out, err := exec.Command(kubectl, "--kubeconfig", env.Cluster("east").Kubeconfig,
-		"-n", ns, "patch", "deployment", "coredns", "--type=json", "--patch-file", patchFile).CombinedOutput()
+	out, err := env.Cluster("east").Kubectl(context.Background(),
+		"-n", ns, "patch", "deployment", "coredns", "--type=json", "--patch-file", patchFile)
 	require.NoError(t, err, "kubectl patch\n%s", out)
 }
 

@@ -59,8 +59,8 @@ const (
 
 // ---- manifests -----------------------------------------------------------
 
-// object decodes the object kind ns/name of a manifest into out.
-func object(t *testing.T, text, kind, ns, name string, out any) {
+// object decodes the object kind ns/name of a manifest.
+func object[T any](t *testing.T, text, kind, ns, name string) *T {
 	t.Helper()
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(text), 4096)
 	for {
@@ -71,19 +71,20 @@ func object(t *testing.T, text, kind, ns, name string, out any) {
 		}
 		require.NoError(t, err)
 		if u.GetKind() == kind && u.GetNamespace() == ns && u.GetName() == name {
+			out := new(T)
 			require.NoError(t, k8sruntime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, out, true))
-			return
+			return out
 		}
 	}
 	t.Fatalf("no %s %s/%s in the manifest", kind, ns, name)
+	return nil
 }
 
 // controllerDeployment is the Deployment of deploy/controller.yaml.
 func controllerDeployment(t *testing.T) *appsv1.Deployment {
 	t.Helper()
-	d := &appsv1.Deployment{}
-	object(t, harness.RepoFile(t, "deploy", "controller.yaml"), "Deployment", "mcmirror", "mcmirror-controller", d)
-	return d
+	return object[appsv1.Deployment](t, harness.RepoFile(t, "deploy", "controller.yaml"),
+		"Deployment", "mcmirror", "mcmirror-controller")
 }
 
 // flagValue returns the value of --name=value in args.
@@ -223,8 +224,8 @@ func assertHardened(t *testing.T, spec corev1.PodSpec) {
 // corefile returns the Corefile of deploy/coredns.yaml's ConfigMap.
 func corefile(t *testing.T) string {
 	t.Helper()
-	cm := &corev1.ConfigMap{}
-	object(t, harness.RepoFile(t, "deploy", "coredns.yaml"), "ConfigMap", "kube-system", "coredns-mcmirror", cm)
+	cm := object[corev1.ConfigMap](t, harness.RepoFile(t, "deploy", "coredns.yaml"),
+		"ConfigMap", "kube-system", "coredns-mcmirror")
 	require.Contains(t, cm.Data, "Corefile")
 	return cm.Data["Corefile"]
 }
@@ -302,8 +303,8 @@ func TestManifests(t *testing.T) {
 	}
 
 	// The Lease the Role lets it renew is the one the flags name.
-	role := &rbacv1.Role{}
-	object(t, harness.RepoFile(t, "deploy", "controller.yaml"), "Role", "mcmirror", "mcmirror-controller-leader-election", role)
+	role := object[rbacv1.Role](t, harness.RepoFile(t, "deploy", "controller.yaml"),
+		"Role", "mcmirror", "mcmirror-controller-leader-election")
 	var names []string
 	for _, r := range role.Rules {
 		names = append(names, r.ResourceNames...)
@@ -316,10 +317,10 @@ func TestManifests(t *testing.T) {
 	assert.Contains(t, cf, "\n        cluster "+flagValue(t, ctr.Args, "cluster")+"\n")
 	linkNS := flagValue(t, ctr.Args, "link-secrets")
 	assert.Contains(t, cf, "\n        link_secrets "+linkNS+"\n")
-	object(t, harness.RepoFile(t, "deploy", "controller.yaml"), "Role", linkNS, "mcmirror-controller-link-secrets",
-		&rbacv1.Role{})
-	object(t, harness.RepoFile(t, "deploy", "coredns.yaml"), "Role", linkNS, "mcmirror-coredns-link-secrets",
-		&rbacv1.Role{})
+	object[rbacv1.Role](t, harness.RepoFile(t, "deploy", "controller.yaml"),
+		"Role", linkNS, "mcmirror-controller-link-secrets")
+	object[rbacv1.Role](t, harness.RepoFile(t, "deploy", "coredns.yaml"),
+		"Role", linkNS, "mcmirror-coredns-link-secrets")
 }
 
 // The controller, run as the ServiceAccount of deploy/controller.yaml with

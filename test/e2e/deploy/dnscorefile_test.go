@@ -56,9 +56,8 @@ func chartDNSHook(t *testing.T) (rules []rbacv1.PolicyRule, stanza string) {
 	t.Helper()
 	out := helmTemplate(t, "--set", "cluster=east", "--set", "gateway.allowClusters={west}",
 		"--show-only", "templates/dns-patch.yaml")
-	role, cm := &rbacv1.Role{}, &corev1.ConfigMap{}
-	object(t, out, "Role", "kube-system", "mcmirror-dns-patch", role)
-	object(t, out, "ConfigMap", "mcmirror", "mcmirror-dns-patch", cm)
+	role := object[rbacv1.Role](t, out, "Role", "kube-system", "mcmirror-dns-patch")
+	cm := object[corev1.ConfigMap](t, out, "ConfigMap", "mcmirror", "mcmirror-dns-patch")
 	require.NotEmpty(t, role.Rules)
 	require.NotEmpty(t, cm.Data["mcmirror.stanza"])
 	return role.Rules, cm.Data["mcmirror.stanza"]

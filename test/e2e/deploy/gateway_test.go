@@ -50,9 +50,8 @@ const (
 // gatewayDeployment is the Deployment of deploy/gateway.yaml.
 func gatewayDeployment(t *testing.T) *appsv1.Deployment {
 	t.Helper()
-	d := &appsv1.Deployment{}
-	object(t, harness.RepoFile(t, "deploy", "gateway.yaml"), "Deployment", gatewayNS, gatewayName, d)
-	return d
+	return object[appsv1.Deployment](t, harness.RepoFile(t, "deploy", "gateway.yaml"),
+		"Deployment", gatewayNS, gatewayName)
 }
 
 // gatewayPKI is a trust root with the certificates of east (the gateway
@@ -324,12 +323,10 @@ func TestGatewayManifest(t *testing.T) {
 	assert.True(t, pdbSel.Matches(podLabels), "the PodDisruptionBudget covers the gateway's pods")
 
 	// RBAC: read-only cluster-wide; Events only in the pod's namespace.
-	cr := &rbacv1.ClusterRole{}
-	object(t, text, "ClusterRole", "", gatewayName, cr)
-	for _, r := range cr.Rules {
+	for _, r := range object[rbacv1.ClusterRole](t, text, "ClusterRole", "", gatewayName).Rules {
 		assert.Equal(t, []string{"list", "watch"}, r.Verbs, "cluster-wide, the gateway only reads: %v", r)
 	}
-	object(t, text, "Role", d.Namespace, gatewayName+"-events", &rbacv1.Role{})
+	object[rbacv1.Role](t, text, "Role", d.Namespace, gatewayName+"-events")
 	for _, name := range []string{"POD_NAME", "POD_NAMESPACE"} {
 		i := slices.IndexFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == name })
 		require.GreaterOrEqual(t, i, 0, "env %s", name)
@@ -524,8 +521,8 @@ func TestGatewayEgressService(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, gatewayNS, svc.Namespace)
 	assert.Equal(t, gatewayName+"-egress", svc.Name)
-	eg := &corev1.Service{}
-	object(t, harness.RepoFile(t, "deploy", "gateway.yaml"), "Service", svc.Namespace, svc.Name, eg)
+	eg := object[corev1.Service](t, harness.RepoFile(t, "deploy", "gateway.yaml"),
+		"Service", svc.Namespace, svc.Name)
 	assert.Equal(t, corev1.ClusterIPNone, eg.Spec.ClusterIP, "headless: its endpoints are the pods' IPs")
 	assert.True(t, k8slabels.SelectorFromSet(eg.Spec.Selector).Matches(k8slabels.Set(gatewayDeployment(t).Spec.Template.Labels)))
 

@@ -116,10 +116,8 @@ func helmTemplate(t *testing.T, args ...string) string {
 // with the values of args.
 func chartGatewayDeployment(t *testing.T, args ...string) *appsv1.Deployment {
 	t.Helper()
-	d := &appsv1.Deployment{}
 	out := helmTemplate(t, append([]string{"--show-only", "templates/gateway.yaml"}, args...)...)
-	object(t, out, "Deployment", gatewayNS, gatewayName, d)
-	return d
+	return object[appsv1.Deployment](t, out, "Deployment", gatewayNS, gatewayName)
 }
 
 // `kubectl apply -f deploy/`, as the README says, applies every object

@@ -8,9 +8,7 @@ package chart_test
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -26,7 +24,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/mcs-api/config/crd"
 
 	"github.com/mcmirror/mcmirror/internal/check"
@@ -87,18 +84,7 @@ func render(t *testing.T, args ...string) rendered {
 	out, err := template(t, args...)
 	require.NoError(t, err, out)
 	objs := rendered{}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			require.NoError(t, err, out)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
+	for _, u := range decode(t, out) {
 		k := key(u.GetKind(), u.GetNamespace(), u.GetName())
 		require.NotContains(t, objs, k, "rendered twice")
 		objs[k] = u
@@ -119,23 +105,27 @@ func (r rendered) deployment(t *testing.T, name string) *appsv1.Deployment {
 	return d
 }
 
+// data returns key k of the rendered ConfigMap ns/name.
+func (r rendered) data(t *testing.T, ns, name, k string) string {
+	t.Helper()
+	u, ok := r[key("ConfigMap", ns, name)]
+	require.True(t, ok, "ConfigMap %s/%s not rendered: %v", ns, name, r.kinds())
+	s, _, _ := unstructured.NestedString(u.Object, "data", k)
+	return s
+}
+
 // corefile returns the Corefile of the rendered ConfigMap
 // (dns.patchDeployment=false).
 func (r rendered) corefile(t *testing.T) string {
 	t.Helper()
-	u, ok := r[key("ConfigMap", "kube-system", "coredns-mcmirror")]
-	require.True(t, ok, "ConfigMap kube-system/coredns-mcmirror not rendered")
-	s, _, _ := unstructured.NestedString(u.Object, "data", "Corefile")
-	return s
+	return r.data(t, "kube-system", "coredns-mcmirror", "Corefile")
 }
 
 // stanza returns the mcmirror block the DNS hook Job adds to the
 // cluster's Corefile (dns.patchDeployment, the default).
 func (r rendered) stanza(t *testing.T) string {
 	t.Helper()
-	u, ok := r[key("ConfigMap", "mcmirror", "mcmirror-dns-patch")]
-	require.True(t, ok, "ConfigMap mcmirror/mcmirror-dns-patch not rendered")
-	s, _, _ := unstructured.NestedString(u.Object, "data", "mcmirror.stanza")
+	s := r.data(t, "mcmirror", "mcmirror-dns-patch", "mcmirror.stanza")
 	require.NotEmpty(t, s, "mcmirror-dns-patch has no key mcmirror.stanza")
 	return s
 }
@@ -171,12 +161,8 @@ func TestCRDsAreMCSAPIs(t *testing.T) {
 		"multicluster.x-k8s.io_serviceexports.yaml": crd.ServiceExportCRD,
 		"multicluster.x-k8s.io_serviceimports.yaml": crd.ServiceImportCRD,
 	}
-	entries, err := os.ReadDir(filepath.Join(chartDir(), "crds"))
+	files, err := filepath.Glob(filepath.Join(chartDir(), "crds", "*"))
 	require.NoError(t, err)
-	var files []string
-	for _, e := range entries {
-		files = append(files, e.Name())
-	}
 	assert.Len(t, files, len(want), "charts/mcmirror/crds/: %v", files)
 	for name, def := range want {
 		got, err := os.ReadFile(filepath.Join(chartDir(), "crds", name))
@@ -257,20 +243,14 @@ func TestRenderGatewayMode(t *testing.T) {
 	assert.Equal(t, "post-install,post-upgrade", r[key("Job", "mcmirror", "mcmirror-dns-apply")].GetAnnotations()["helm.sh/hook"])
 	assert.Equal(t, "pre-delete", r[key("Job", "mcmirror", "mcmirror-dns-revert")].GetAnnotations()["helm.sh/hook"])
 	// The patch the apply Job mounts sets this image.
-	patch, _, _ := unstructured.NestedString(r[key("ConfigMap", "mcmirror", "mcmirror-dns-patch")].Object, "data", "coredns.yaml")
+	patch := r.data(t, "mcmirror", "mcmirror-dns-patch", "coredns.yaml")
 	assert.Contains(t, patch, "value: "+image+"\n")
 	assert.Contains(t, patch, "{op: test, path: /spec/template/spec/serviceAccountName, value: coredns}")
 }
 
 // flagsOf returns the args that start with prefix.
 func flagsOf(args []string, prefix string) []string {
-	var out []string
-	for _, a := range args {
-		if strings.HasPrefix(a, prefix) {
-			out = append(out, a)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(args), func(a string) bool { return !strings.HasPrefix(a, prefix) })
 }
 
 // Flat mode alone: no gateway, and nothing that needs one.
@@ -295,9 +275,7 @@ func TestRenderForwardMode(t *testing.T) {
 	d := r.deployment(t, "mcmirror-dns")
 	assert.Equal(t, "mcmirror-dns", d.Spec.Template.Spec.ServiceAccountName)
 	assert.True(t, *d.Spec.Template.Spec.SecurityContext.RunAsNonRoot)
-	u, ok := r[key("ConfigMap", "mcmirror", "mcmirror-dns")]
-	require.True(t, ok, "%v", r.kinds())
-	corefile, _, _ := unstructured.NestedString(u.Object, "data", "Corefile")
+	corefile := r.data(t, "mcmirror", "mcmirror-dns", "Corefile")
 	assert.Contains(t, corefile, "clusterset.local:1053 {")
 	assert.Contains(t, corefile, "clusterset\n")
 	svc, ok := r[key("Service", "mcmirror", "mcmirror-dns")]
@@ -388,7 +366,7 @@ func TestRenderValues(t *testing.T) {
 	g := r.deployment(t, "mcmirror-gateway")
 	assert.Equal(t, image, g.Spec.Template.Spec.Containers[0].Image)
 	assert.Equal(t, image, r.deployment(t, "mcmirror-controller").Spec.Template.Spec.Containers[0].Image)
-	patch, _, _ := unstructured.NestedString(r[key("ConfigMap", "mcmirror", "mcmirror-dns-patch")].Object, "data", "coredns.yaml")
+	patch := r.data(t, "mcmirror", "mcmirror-dns-patch", "coredns.yaml")
 	assert.Contains(t, patch, "value: "+image+"\n")
 	assert.EqualValues(t, 3, *g.Spec.Replicas)
 	assert.EqualValues(t, 1, *r.deployment(t, "mcmirror-controller").Spec.Replicas)

@@ -43,7 +43,6 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 var env = harness.New(harness.Options{Clusters: []harness.ClusterOptions{
@@ -60,8 +59,8 @@ const (
 
 // ---- manifests -----------------------------------------------------------
 
-// object decodes the object kind ns/name of a manifest into out.
-func object(t *testing.T, text, kind, ns, name string, out any) {
+// object decodes the object kind ns/name of a manifest.
+func object[T any](t *testing.T, text, kind, ns, name string) *T {
 	t.Helper()
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(text), 4096)
 	for {
@@ -72,19 +71,20 @@ func object(t *testing.T, text, kind, ns, name string, out any) {
 		}
 		require.NoError(t, err)
 		if u.GetKind() == kind && u.GetNamespace() == ns && u.GetName() == name {
+			out := new(T)
 			require.NoError(t, k8sruntime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, out, true))
-			return
+			return out
 		}
 	}
 	t.Fatalf("no %s %s/%s in the manifest", kind, ns, name)
+	return nil
 }
 
 // controllerDeployment is the Deployment of deploy/controller.yaml.
 func controllerDeployment(t *testing.T) *appsv1.Deployment {
 	t.Helper()
-	d := &appsv1.Deployment{}
-	object(t, harness.RepoFile(t, "deploy", "controller.yaml"), "Deployment", "mcmirror", "mcmirror-controller", d)
-	return d
+	return object[appsv1.Deployment](t, harness.RepoFile(t, "deploy", "controller.yaml"),
+		"Deployment", "mcmirror", "mcmirror-controller")
 }
 
 // flagValue returns the value of --name=value in args.
@@ -107,11 +107,7 @@ func applyManifests(t *testing.T) {
 	east, west := env.Cluster("east"), env.Cluster("west")
 	require.NoError(t, west.Apply(ctx, harness.RepoFile(t, "deploy", "remote-link.yaml")))
 	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "controller.yaml")))
-	_, err := east.Client.CoreV1().ServiceAccounts("kube-system").Create(ctx,
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: "kube-system"}}, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
+	require.NoError(t, east.Apply(ctx, serviceAccount("kube-system", "coredns")))
 	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "coredns.yaml")))
 }
 
@@ -164,22 +160,39 @@ func startController(t *testing.T, name string) *controllerProc {
 	t.Helper()
 	d := controllerDeployment(t)
 	spec := d.Spec.Template.Spec
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
 	kubeconfig := accountKubeconfig(t, env.Cluster("east"), d.Namespace, spec.ServiceAccountName)
 	metrics := "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))
-	argv := []string{bin}
-	for _, a := range spec.Containers[0].Args {
-		if strings.HasPrefix(a, "--metrics-addr=") {
-			a = "--metrics-addr=" + metrics
-		}
-		argv = append(argv, a)
-	}
-	argv = append(argv, "--kubeconfig="+kubeconfig, "--v=2")
+	argv := append(localArgv(t, spec.Containers[0], map[string]string{"--metrics-addr": metrics}),
+		"--kubeconfig="+kubeconfig, "--v=2")
 	p := &controllerProc{proc: env.StartProcess(t, "east/"+name, nil, argv...), metrics: metrics}
 	// The probes of the Deployment: /healthz of --metrics-addr.
 	waitProbe(t, p.proc, metrics, spec.Containers[0].LivenessProbe)
 	return p
+}
+
+// localArgv is coredns-mc with the arguments of ctr, except that each flag
+// of values (which ctr must set once) takes its value there, or is left out
+// where that is empty.
+func localArgv(t *testing.T, ctr corev1.Container, values map[string]string) []string {
+	t.Helper()
+	bin, err := harness.CorednsMC()
+	require.NoError(t, err)
+	argv := []string{bin}
+	seen := map[string]int{}
+	for _, a := range ctr.Args {
+		flag, _, _ := strings.Cut(a, "=")
+		v, ok := values[flag]
+		seen[flag]++
+		if !ok {
+			argv = append(argv, a)
+		} else if v != "" {
+			argv = append(argv, flag+"="+v)
+		}
+	}
+	for f := range values {
+		require.Equal(t, 1, seen[f], "the Deployment sets %s once", f)
+	}
+	return argv
 }
 
 // waitProbe waits until the process p, listening on addr, answers the
@@ -211,8 +224,8 @@ func assertHardened(t *testing.T, spec corev1.PodSpec) {
 // corefile returns the Corefile of deploy/coredns.yaml's ConfigMap.
 func corefile(t *testing.T) string {
 	t.Helper()
-	cm := &corev1.ConfigMap{}
-	object(t, harness.RepoFile(t, "deploy", "coredns.yaml"), "ConfigMap", "kube-system", "coredns-mcmirror", cm)
+	cm := object[corev1.ConfigMap](t, harness.RepoFile(t, "deploy", "coredns.yaml"),
+		"ConfigMap", "kube-system", "coredns-mcmirror")
 	require.Contains(t, cm.Data, "Corefile")
 	return cm.Data["Corefile"]
 }
@@ -290,8 +303,8 @@ func TestManifests(t *testing.T) {
 	}
 
 	// The Lease the Role lets it renew is the one the flags name.
-	role := &rbacv1.Role{}
-	object(t, harness.RepoFile(t, "deploy", "controller.yaml"), "Role", "mcmirror", "mcmirror-controller-leader-election", role)
+	role := object[rbacv1.Role](t, harness.RepoFile(t, "deploy", "controller.yaml"),
+		"Role", "mcmirror", "mcmirror-controller-leader-election")
 	var names []string
 	for _, r := range role.Rules {
 		names = append(names, r.ResourceNames...)
@@ -304,13 +317,10 @@ func TestManifests(t *testing.T) {
 	assert.Contains(t, cf, "\n        cluster "+flagValue(t, ctr.Args, "cluster")+"\n")
 	linkNS := flagValue(t, ctr.Args, "link-secrets")
 	assert.Contains(t, cf, "\n        link_secrets "+linkNS+"\n")
-	for _, f := range []struct{ file, role string }{
-		{"controller.yaml", "mcmirror-controller-link-secrets"},
-		{"coredns.yaml", "mcmirror-coredns-link-secrets"},
-	} {
-		r := &rbacv1.Role{}
-		object(t, harness.RepoFile(t, "deploy", f.file), "Role", linkNS, f.role, r)
-	}
+	object[rbacv1.Role](t, harness.RepoFile(t, "deploy", "controller.yaml"),
+		"Role", linkNS, "mcmirror-controller-link-secrets")
+	object[rbacv1.Role](t, harness.RepoFile(t, "deploy", "coredns.yaml"),
+		"Role", linkNS, "mcmirror-coredns-link-secrets")
 }
 
 // The controller, run as the ServiceAccount of deploy/controller.yaml with
@@ -360,11 +370,9 @@ spec:
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		events, err := east.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 		require.NoError(c, err)
-		found := false
-		for _, e := range events.Items {
-			found = found || (e.Reason == controller.ReasonNamespaceMissing && e.InvolvedObject.Name == absent)
-		}
-		assert.True(c, found, "a %s Event on Namespace %s", controller.ReasonNamespaceMissing, absent)
+		assert.True(c, slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+			return e.Reason == controller.ReasonNamespaceMissing && e.InvolvedObject.Name == absent
+		}), "a %s Event on Namespace %s", controller.ReasonNamespaceMissing, absent)
 	}, wait, tick)
 
 	// One replica leads, holding the Lease the flags name; the other
@@ -374,18 +382,16 @@ spec:
 	require.NoError(t, err)
 	require.NotNil(t, lease.Spec.HolderIdentity)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		leading, following := 0, 0
+		roles := map[string]int{} // replicas whose log says so
 		for _, r := range replicas {
 			l := r.proc.Log(t)
-			if strings.Contains(l, `"Leading"`) {
-				leading++
-			}
-			if strings.Contains(l, `"Following"`) {
-				following++
+			for _, role := range []string{`"Leading"`, `"Following"`} {
+				if strings.Contains(l, role) {
+					roles[role]++
+				}
 			}
 		}
-		assert.Equal(c, 1, leading, "leaders")
-		assert.Equal(c, 1, following, "followers")
+		assert.Equal(c, map[string]int{`"Leading"`: 1, `"Following"`: 1}, roles, "leaders and followers")
 	}, wait, tick)
 
 	// The leader's metrics show the link.
@@ -462,6 +468,18 @@ func (a access) String() string {
 	return fmt.Sprintf("%s %s.%s ns=%q name=%q", a.verb, a.resource, a.group, a.ns, a.name)
 }
 
+// accesses are each of verbs (space-separated) on resource of group, in each
+// of namespaces.
+func accesses(verbs, group, resource string, namespaces ...string) []access {
+	var out []access
+	for _, ns := range namespaces {
+		for _, v := range strings.Fields(verbs) {
+			out = append(out, access{v, group, resource, ns, ""})
+		}
+	}
+	return out
+}
+
 // checkAccess asks east, as ServiceAccount ns/name, whether each of
 // allowed is allowed and each of denied is not.
 func checkAccess(t *testing.T, ns, name string, allowed, denied []access) kubernetes.Interface {
@@ -499,26 +517,18 @@ func TestRBACRefuses(t *testing.T) {
 	const disc = "discovery.k8s.io"
 	const coord = "coordination.k8s.io"
 
-	var allowed []access
-	for _, v := range []string{"list", "watch", "create", "update", "patch", "delete"} {
-		allowed = append(allowed, access{v, "", "services", "any-ns", ""})
-	}
 	const mcs = "multicluster.x-k8s.io"
-	allowed = append(allowed,
-		access{"list", mcs, "serviceexports", "any-ns", ""}, access{"watch", mcs, "serviceexports", "any-ns", ""},
-		access{"list", mcs, "serviceimports", "any-ns", ""}, access{"create", mcs, "serviceimports", "any-ns", ""},
-		access{"patch", mcs, "serviceimports", "any-ns", ""}, access{"delete", mcs, "serviceimports", "any-ns", ""})
-	for _, v := range []string{"get", "list", "watch", "create", "update", "delete"} {
-		allowed = append(allowed, access{v, disc, "endpointslices", "any-ns", ""})
-	}
-	allowed = append(allowed,
-		access{"list", "", "namespaces", "", ""}, access{"watch", "", "namespaces", "", ""},
-		access{"create", "", "events", "default", ""}, access{"patch", "", "events", "any-ns", ""},
-		access{"create", coord, "leases", "mcmirror", ""},
-		access{"get", coord, "leases", "mcmirror", "mcmirror-controller"},
-		access{"update", coord, "leases", "mcmirror", "mcmirror-controller"},
-		access{"list", "", "secrets", links, ""}, access{"watch", "", "secrets", links, ""},
-	)
+	allowed := slices.Concat(accesses("list watch create update patch delete", "", "services", "any-ns"),
+		accesses("list watch", mcs, "serviceexports", "any-ns"),
+		accesses("list create patch delete", mcs, "serviceimports", "any-ns"),
+		accesses("get list watch create update delete", disc, "endpointslices", "any-ns"),
+		accesses("list watch", "", "namespaces", ""), accesses("list watch", "", "secrets", links),
+		[]access{
+			{"create", "", "events", "default", ""}, {"patch", "", "events", "any-ns", ""},
+			{"create", coord, "leases", "mcmirror", ""},
+			{"get", coord, "leases", "mcmirror", "mcmirror-controller"},
+			{"update", coord, "leases", "mcmirror", "mcmirror-controller"},
+		})
 	client := checkAccess(t, "mcmirror", "mcmirror-controller", allowed, []access{
 		{"delete", "apps", "deployments", "default", ""},
 		{"create", "", "pods", "default", ""},
@@ -546,12 +556,9 @@ func TestRBACRefuses(t *testing.T) {
 	err = client.AppsV1().Deployments("mcmirror").Delete(ctx, "mcmirror-controller", metav1.DeleteOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "delete the Deployment: %v", err)
 
-	client = checkAccess(t, "kube-system", "coredns", []access{
-		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
-		{"list", disc, "endpointslices", "", ""}, {"watch", disc, "endpointslices", "", ""},
-		{"list", "", "namespaces", "", ""}, {"watch", "", "namespaces", "", ""},
-		{"list", "", "secrets", links, ""}, {"watch", "", "secrets", links, ""},
-	}, []access{
+	client = checkAccess(t, "kube-system", "coredns", slices.Concat(accesses("list watch", "", "services", ""),
+		accesses("list watch", disc, "endpointslices", ""), accesses("list watch", "", "namespaces", ""),
+		accesses("list watch", "", "secrets", links)), []access{
 		{"get", "", "secrets", links, "cluster-credentials-west"},
 		{"list", "", "secrets", "kube-system", ""},
 		{"list", "", "secrets", "", ""},
@@ -562,90 +569,4 @@ func TestRBACRefuses(t *testing.T) {
 	})
 	_, err = client.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "list Secrets in kube-system: %v", err)
-}
-
-// shellBlocks returns the ```sh blocks of deploy/README.md, unindented.
-func shellBlocks(t *testing.T) []string {
-	t.Helper()
-	var blocks []string
-	var cur []string
-	in, indent := false, ""
-	for _, line := range strings.Split(harness.RepoFile(t, "deploy", "README.md"), "\n") {
-		trimmed := strings.TrimLeft(line, " ")
-		switch {
-		case !in && trimmed == "```sh":
-			in, indent, cur = true, line[:len(line)-len(trimmed)], nil
-		case in && trimmed == "```":
-			in = false
-			blocks = append(blocks, strings.Join(cur, "\n")+"\n")
-		case in:
-			cur = append(cur, strings.TrimPrefix(line, indent))
-		}
-	}
-	return blocks
-}
-
-// The recipe of deploy/README.md, run as written with kubectl: a
-// long-lived token of west's mcmirror-link, a kubeconfig made of it, and
-// the link Secret in east. The kubeconfig reads Services of west and
-// nothing else, and the Secret is the one the components look for.
-func TestREADMELinkRecipe(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	applyManifests(t)
-	east, west := env.Cluster("east"), env.Cluster("west")
-
-	// One kubeconfig with a context per cluster, named after it, as the
-	// README's --context flags expect.
-	dir := t.TempDir()
-	kubeconfig := contextsKubeconfig(t, dir)
-
-	var steps []string
-	for _, b := range shellBlocks(t) {
-		for _, marker := range []string{
-			"name: mcmirror-link-token",                      // the token
-			"set-cluster west",                               // the kubeconfig
-			"create secret generic cluster-credentials-west", // the link Secret
-		} {
-			if strings.Contains(b, marker) {
-				steps = append(steps, b)
-			}
-		}
-	}
-	require.Len(t, steps, 3, "the README's recipe")
-
-	// Earlier tests wrote that Secret their own way.
-	err := east.Client.CoreV1().Secrets("mcmirror-links").Delete(ctx, "cluster-credentials-west", metav1.DeleteOptions{})
-	if !apierrors.IsNotFound(err) {
-		require.NoError(t, err)
-	}
-	run := func(script string) {
-		t.Helper()
-		out, err := shell(t, dir, kubeconfig, script)
-		require.NoError(t, err, "%s\n%s", script, out)
-	}
-	// The token controller of west fills the token Secret in.
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		run(steps[0])
-		s, err := west.Client.CoreV1().Secrets("mcmirror").Get(ctx, "mcmirror-link-token", metav1.GetOptions{})
-		require.NoError(c, err)
-		assert.NotEmpty(c, s.Data["token"])
-	}, wait, tick)
-	run(steps[0] + steps[1] + steps[2])
-
-	s, err := east.Client.CoreV1().Secrets("mcmirror-links").Get(ctx, "cluster-credentials-west", metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, corev1.SecretType(labels.LinkSecretType), s.Type)
-	assert.Equal(t, "west", s.Labels[labels.LinkClusterName])
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[labels.LinkSecretKey])
-	require.NoError(t, err)
-	assert.Equal(t, west.Server, cfg.Host, "the kubeconfig names west")
-	client, err := kubernetes.NewForConfig(cfg)
-	require.NoError(t, err)
-	_, err = client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-	assert.NoError(t, err, "the link reads west's Services")
-	_, err = client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
-	assert.NoError(t, err, "and EndpointSlices")
-	_, err = client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
-	assert.True(t, apierrors.IsForbidden(err), "and not Secrets: %v", err)
 }

@@ -56,9 +56,8 @@ func chartDNSHook(t *testing.T) (rules []rbacv1.PolicyRule, stanza string) {
 	t.Helper()
 	out := helmTemplate(t, "--set", "cluster=east", "--set", "gateway.allowClusters={west}",
 		"--show-only", "templates/dns-patch.yaml")
-	role, cm := &rbacv1.Role{}, &corev1.ConfigMap{}
-	object(t, out, "Role", "kube-system", "mcmirror-dns-patch", role)
-	object(t, out, "ConfigMap", "mcmirror", "mcmirror-dns-patch", cm)
+	role := object[rbacv1.Role](t, out, "Role", "kube-system", "mcmirror-dns-patch")
+	cm := object[corev1.ConfigMap](t, out, "ConfigMap", "mcmirror", "mcmirror-dns-patch")
 	require.NotEmpty(t, role.Rules)
 	require.NotEmpty(t, cm.Data["mcmirror.stanza"])
 	return role.Rules, cm.Data["mcmirror.stanza"]
@@ -96,8 +95,7 @@ func TestDNSHookKeepsTheClusterCorefile(t *testing.T) {
 
 	// A node whose resolver is local: refused, nothing written.
 	require.NoError(t, os.WriteFile(resolv, []byte("nameserver 127.0.0.53\noptions edns0\n"), 0o644))
-	var code int
-	var out string
+	code, out := 0, ""
 	require.EventuallyWithT(t, func(ct *assert.CollectT) { // the binding takes a moment to count
 		code, out = dnsHook(t, kubeconfig, apply...)
 		assert.NotRegexp(ct, rbacRefused, out, "RBAC not in force yet")

@@ -39,14 +39,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// serviceAccount is the manifest of ServiceAccount ns/name.
+func serviceAccount(ns, name string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: %s, namespace: %s}\n", name, ns)
+}
+
 // accountWithRole is ServiceAccount ns/name bound to a Role of the same
 // name whose rules are rules (a YAML sequence).
 func accountWithRole(ns, name, rules string) string {
-	return fmt.Sprintf(`
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: %[2]s, namespace: %[1]s}
----
+	return serviceAccount(ns, name) + fmt.Sprintf(`---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {name: %[2]s, namespace: %[1]s}
@@ -98,13 +99,10 @@ func accountKubeconfig(t *testing.T, c *harness.Cluster, ns, name string) string
 func recreateCoreDNS(t *testing.T, c *harness.Cluster, ns, manifest string) *appsv1.Deployment {
 	t.Helper()
 	ctx := context.Background()
-	deployments := c.Client.AppsV1().Deployments(ns)
-	err := deployments.Delete(ctx, "coredns", metav1.DeleteOptions{})
-	if !apierrors.IsNotFound(err) {
-		require.NoError(t, err)
-	}
+	require.NoError(t, c.Delete(ctx, "apiVersion: apps/v1\nkind: Deployment\n"+
+		"metadata: {name: coredns, namespace: "+ns+"}\n"))
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		_, err := deployments.Get(ctx, "coredns", metav1.GetOptions{})
+		_, err := c.Client.AppsV1().Deployments(ns).Get(ctx, "coredns", metav1.GetOptions{})
 		assert.True(ct, apierrors.IsNotFound(err), "coredns in %s/%s deleted: %v", c.Name, ns, err)
 		if !c.Workloads {
 			return
@@ -135,10 +133,8 @@ func getCoreDNS(t *testing.T, c *harness.Cluster, ns string) *appsv1.Deployment 
 // --patch-file`, the real kubectl, as the cluster's admin.
 func kubectlPatch(t *testing.T, ns, patchFile string) {
 	t.Helper()
-	kubectl, err := harness.Binary("kubectl")
-	require.NoError(t, err)
-	out, err := exec.Command(kubectl, "--kubeconfig", env.Cluster("east").Kubeconfig,
-		"-n", ns, "patch", "deployment", "coredns", "--type=json", "--patch-file", patchFile).CombinedOutput()
+	out, err := env.Cluster("east").Kubectl(context.Background(),
+		"-n", ns, "patch", "deployment", "coredns", "--type=json", "--patch-file", patchFile)
 	require.NoError(t, err, "kubectl patch\n%s", out)
 }
 
@@ -350,8 +346,7 @@ func TestDNSHookRefuses(t *testing.T) {
 	// No Role: get is refused. A Role with get only: patch is.
 	before = recreateCoreDNS(t, east, ns, kubeadmDeployment(ns))
 	const nobody, reader = "mcmirror-dns-nobody", "mcmirror-dns-reader"
-	nobodyAccount := fmt.Sprintf("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: %s, namespace: %s}\n---\n", nobody, ns)
-	require.NoError(t, east.Apply(ctx, nobodyAccount+
+	require.NoError(t, east.Apply(ctx, serviceAccount(ns, nobody)+"---\n"+
 		accountWithRole(ns, reader, "[{apiGroups: [apps], resources: [deployments], resourceNames: [coredns], verbs: [get]}]")))
 	get := access{"get", "apps", "deployments", ns, "coredns"}
 	patch := access{"patch", "apps", "deployments", ns, "coredns"}
@@ -394,7 +389,7 @@ func TestDNSHookRollout(t *testing.T) {
 	kubeconfig := hookKubeconfig(t, west, ns)
 	// The pods' ServiceAccount: the ReplicaSet controller creates no pod
 	// of an account that does not exist.
-	require.NoError(t, west.Apply(ctx, fmt.Sprintf("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: coredns, namespace: %s}\n", ns)))
+	require.NoError(t, west.Apply(ctx, serviceAccount(ns, "coredns")))
 
 	// kubeadm returns kubeadm's Deployment in ns with each old replaced by
 	// its new, in pairs.

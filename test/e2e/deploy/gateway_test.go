@@ -16,9 +16,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,9 +50,8 @@ const (
 // gatewayDeployment is the Deployment of deploy/gateway.yaml.
 func gatewayDeployment(t *testing.T) *appsv1.Deployment {
 	t.Helper()
-	d := &appsv1.Deployment{}
-	object(t, harness.RepoFile(t, "deploy", "gateway.yaml"), "Deployment", gatewayNS, gatewayName, d)
-	return d
+	return object[appsv1.Deployment](t, harness.RepoFile(t, "deploy", "gateway.yaml"),
+		"Deployment", gatewayNS, gatewayName)
 }
 
 // gatewayPKI is a trust root with the certificates of east (the gateway
@@ -141,40 +138,17 @@ func startGateway(t *testing.T, pki gatewayPKI, peer string, extraEnv ...string)
 	spec := d.Spec.Template.Spec
 	require.Len(t, spec.Containers, 1)
 	ctr := spec.Containers[0]
-	bin, err := harness.CorednsMC()
-	require.NoError(t, err)
 	p := &gatewayProc{
 		ingress: "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)),
 		metrics: "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)),
 		pod:     harness.UniqueName(gatewayName),
 	}
-	argv := []string{bin}
-	replaced := map[string]int{}
-	for _, a := range ctr.Args {
-		flag, value, _ := strings.Cut(a, "=")
-		switch flag {
-		case "--tls-cert", "--tls-key", "--tls-ca":
-			a = "" // pki.east's files, below
-		case "--ingress-address":
-			a = flag + "=" + p.ingress
-		case "--metrics-addr":
-			a = flag + "=" + p.metrics
-		case "--peer":
-			name, _, _ := strings.Cut(value, "=")
-			require.Equal(t, "west", name, "the Deployment's --peer")
-			a = flag + "=west=" + peer
-		default:
-			argv = append(argv, a)
-			continue
-		}
-		replaced[flag]++
-		if a != "" {
-			argv = append(argv, a)
-		}
-	}
-	for _, f := range []string{"--tls-cert", "--tls-key", "--tls-ca", "--ingress-address", "--metrics-addr", "--peer"} {
-		require.Equal(t, 1, replaced[f], "the Deployment sets %s once", f)
-	}
+	name, _, _ := strings.Cut(flagValue(t, ctr.Args, "peer"), "=")
+	require.Equal(t, "west", name, "the Deployment's --peer")
+	argv := localArgv(t, ctr, map[string]string{
+		"--tls-cert": "", "--tls-key": "", "--tls-ca": "", // pki.east's files, below
+		"--ingress-address": p.ingress, "--metrics-addr": p.metrics, "--peer": "west=" + peer,
+	})
 	argv = append(argv, pki.east.Args()...)
 	argv = append(argv,
 		"--kubeconfig="+accountKubeconfig(t, env.Cluster("east"), d.Namespace, spec.ServiceAccountName),
@@ -239,21 +213,6 @@ func connect(certs *gateway.Certs, addr, authority string) (status int, greeting
 	}
 	echo, err = br.ReadString('\n')
 	return resp.StatusCode, greeting, echo, err
-}
-
-// events returns east's Events of reason about Pod pod in ns.
-func events(ctx context.Context, ns, pod, reason string) ([]corev1.Event, error) {
-	list, err := env.Cluster("east").Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var out []corev1.Event
-	for _, e := range list.Items {
-		if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == pod && e.Reason == reason {
-			out = append(out, e)
-		}
-	}
-	return out, nil
 }
 
 // ---- tests ---------------------------------------------------------------
@@ -364,13 +323,10 @@ func TestGatewayManifest(t *testing.T) {
 	assert.True(t, pdbSel.Matches(podLabels), "the PodDisruptionBudget covers the gateway's pods")
 
 	// RBAC: read-only cluster-wide; Events only in the pod's namespace.
-	cr := &rbacv1.ClusterRole{}
-	object(t, text, "ClusterRole", "", gatewayName, cr)
-	for _, r := range cr.Rules {
+	for _, r := range object[rbacv1.ClusterRole](t, text, "ClusterRole", "", gatewayName).Rules {
 		assert.Equal(t, []string{"list", "watch"}, r.Verbs, "cluster-wide, the gateway only reads: %v", r)
 	}
-	role := &rbacv1.Role{}
-	object(t, text, "Role", d.Namespace, gatewayName+"-events", role)
+	object[rbacv1.Role](t, text, "Role", d.Namespace, gatewayName+"-events")
 	for _, name := range []string{"POD_NAME", "POD_NAMESPACE"} {
 		i := slices.IndexFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == name })
 		require.GreaterOrEqual(t, i, 0, "env %s", name)
@@ -391,17 +347,14 @@ func TestGatewayManifest(t *testing.T) {
 // does; elsewhere they list and then watch, which the second run forces.
 // The role must serve both, and each run fails without one of its rules.
 func TestGatewayRBACSuffices(t *testing.T) {
-	for _, mode := range []struct{ name, ns, env string }{
-		{"watch-list", "deploy-gw", ""},
-		{"list-then-watch", "deploy-gw-list", "KUBE_FEATURE_WatchListClient=false"},
+	for _, mode := range []struct {
+		name, ns string
+		env      []string
+	}{
+		{"watch-list", "deploy-gw", nil},
+		{"list-then-watch", "deploy-gw-list", []string{"KUBE_FEATURE_WatchListClient=false"}},
 	} {
-		t.Run(mode.name, func(t *testing.T) {
-			var extra []string
-			if mode.env != "" {
-				extra = append(extra, mode.env)
-			}
-			gatewaySuffices(t, mode.ns, extra...)
-		})
+		t.Run(mode.name, func(t *testing.T) { gatewaySuffices(t, mode.ns, mode.env...) })
 	}
 }
 
@@ -482,8 +435,11 @@ spec:
 	waitEvent := func(reason string, count int32) {
 		t.Helper()
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			evs, err := events(ctx, gatewayNS, gw.pod, reason)
+			list, err := east.Client.CoreV1().Events(gatewayNS).List(ctx, metav1.ListOptions{})
 			require.NoError(c, err)
+			evs := slices.DeleteFunc(list.Items, func(e corev1.Event) bool {
+				return e.InvolvedObject.Kind != "Pod" || e.InvolvedObject.Name != gw.pod || e.Reason != reason
+			})
 			require.Len(c, evs, 1)
 			assert.Equal(c, count, evs[0].Count)
 			assert.Contains(c, evs[0].Message, "cluster west")
@@ -507,12 +463,8 @@ func TestGatewayRBACRefuses(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, env.Cluster("east").Apply(ctx, harness.RepoFile(t, "deploy", "gateway.yaml")))
 	const disc = "discovery.k8s.io"
-	allowed := []access{
-		{"list", "", "services", "", ""}, {"watch", "", "services", "", ""},
-		{"list", "", "services", "any-ns", ""}, {"watch", "", "services", "any-ns", ""},
-		{"list", disc, "endpointslices", "", ""}, {"watch", disc, "endpointslices", "", ""},
-		{"create", "", "events", gatewayNS, ""}, {"patch", "", "events", gatewayNS, ""},
-	}
+	allowed := slices.Concat(accesses("list watch", "", "services", "", "any-ns"),
+		accesses("list watch", disc, "endpointslices", ""), accesses("create patch", "", "events", gatewayNS))
 	denied := []access{
 		{"get", "", "services", "default", "kubernetes"},
 		{"get", disc, "endpointslices", "default", "kubernetes"},
@@ -535,9 +487,9 @@ func TestGatewayRBACRefuses(t *testing.T) {
 		{"delete", "apps", "deployments", gatewayNS, gatewayName},
 		{"escalate", "rbac.authorization.k8s.io", "clusterroles", "", ""},
 	}
-	for _, v := range []string{"create", "update", "patch", "delete", "deletecollection"} {
-		denied = append(denied, access{v, "", "services", "default", ""}, access{v, disc, "endpointslices", "default", ""})
-	}
+	const writes = "create update patch delete deletecollection"
+	denied = slices.Concat(denied, accesses(writes, "", "services", "default"),
+		accesses(writes, disc, "endpointslices", "default"))
 	client := checkAccess(t, gatewayNS, gatewayName, allowed, denied)
 
 	// And really refused by the API server, not only said to be.
@@ -555,93 +507,6 @@ func TestGatewayRBACRefuses(t *testing.T) {
 	assert.NoError(t, err, "list Services")
 }
 
-// The certificates of deploy/README.md (step 3 of "Install, step by
-// step"), run as written with the real coredns-mc and kubectl: a root,
-// then for east and west an intermediate and the gateway's certificate,
-// as the Secret the Deployment mounts. Each Secret has the file names its
-// flags give, and its certificate is one the gateway takes for --cluster:
-// it loads, names its cluster (east's Deployment, as deploy/ has it, and
-// west's, as the chart renders it), and completes a mutual handshake with
-// itself. The root's key stays in the working directory: no cluster
-// receives it.
-func TestREADMEGatewayCertRecipe(t *testing.T) {
-	env.LogOnFailure(t)
-	mc, err := harness.CorednsMC()
-	require.NoError(t, err)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
-	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "gateway.yaml")))
-	// The namespace of the Secret, in west (the Deployment is not
-	// applied there: west runs pods).
-	require.NoError(t, west.Apply(ctx, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+gatewayNS+"}\n"))
-
-	var steps []string
-	for _, b := range shellBlocks(t) {
-		if strings.Contains(b, "coredns-mc certs") {
-			steps = append(steps, b)
-		}
-	}
-	require.Len(t, steps, 1, "the README's certificates: one block")
-	require.Contains(t, steps[0], "certs root")
-
-	// A kubeconfig whose contexts "east" and "west" are those clusters,
-	// as --context expects; bin/coredns-mc, as `make build` leaves it.
-	dir := t.TempDir()
-	kubeconfig := contextsKubeconfig(t, dir)
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
-	require.NoError(t, os.Symlink(mc, filepath.Join(dir, "bin", "coredns-mc")))
-
-	out, err := shell(t, dir, kubeconfig, "make() { [ \"$*\" = build ]; }\n"+steps[0])
-	require.NoError(t, err, "%s\n%s", steps[0], out)
-
-	// No Secret in either cluster holds the root's key.
-	for _, c := range []*harness.Cluster{east, west} {
-		secrets, err := c.Client.CoreV1().Secrets(gatewayNS).List(ctx, metav1.ListOptions{})
-		require.NoError(t, err)
-		root, err := os.ReadFile(filepath.Join(dir, "fleet-root", "root.key"))
-		require.NoError(t, err)
-		for _, sec := range secrets.Items {
-			for k, v := range sec.Data {
-				assert.NotEqual(t, string(root), string(v), "%s: Secret %s key %s is the root's key", c.Name, sec.Name, k)
-			}
-		}
-	}
-
-	for _, c := range []struct {
-		cluster *harness.Cluster
-		d       *appsv1.Deployment
-	}{
-		{east, gatewayDeployment(t)},
-		{west, chartGatewayDeployment(t, "--set", "cluster=west", "--set", "gateway.allowClusters={east}",
-			"--set", "gateway.peers.east=192.0.2.1:4143")},
-	} {
-		// The Secret is the Deployment's, with the files its flags name.
-		ctr := c.d.Spec.Template.Spec.Containers[0]
-		secret, err := c.cluster.Client.CoreV1().Secrets(c.d.Namespace).Get(ctx, c.d.Spec.Template.Spec.Volumes[0].Secret.SecretName, metav1.GetOptions{})
-		require.NoError(t, err, "%s: the Secret the Deployment mounts", c.cluster.Name)
-		mounted := t.TempDir()
-		var files gatewaytest.Files
-		for flag, dst := range map[string]*string{"tls-cert": &files.Cert, "tls-key": &files.Key, "tls-ca": &files.CA} {
-			key := path.Base(flagValue(t, ctr.Args, flag))
-			require.Contains(t, secret.Data, key, "%s: --%s", c.cluster.Name, flag)
-			*dst = filepath.Join(mounted, key)
-			require.NoError(t, os.WriteFile(*dst, secret.Data[key], 0o600))
-		}
-		certs := loadCerts(t, files)
-		assert.Equal(t, c.cluster.Name, flagValue(t, ctr.Args, "cluster"))
-		assert.Equal(t, flagValue(t, ctr.Args, "cluster"), certs.Cluster(), "the certificate names --cluster")
-
-		// Server and client at once, as ingress and egress use it.
-		a, b := net.Pipe()
-		errc := make(chan error, 1)
-		go func() { errc <- tls.Server(a, certs.ServerConfig()).Handshake() }()
-		assert.NoError(t, tls.Client(b, certs.ClientConfig(c.cluster.Name, nil)).Handshake(), "%s: client side", c.cluster.Name)
-		assert.NoError(t, <-errc, "%s: server side", c.cluster.Name)
-		a.Close()
-		b.Close()
-	}
-}
-
 // The egress wiring of deploy/controller.yaml and deploy/gateway.yaml, in
 // west, which runs pods (KWOK): the controller's --egress-service names
 // gateway.yaml's headless egress Service, whose EndpointSlice, selected as
@@ -656,8 +521,8 @@ func TestGatewayEgressService(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, gatewayNS, svc.Namespace)
 	assert.Equal(t, gatewayName+"-egress", svc.Name)
-	eg := &corev1.Service{}
-	object(t, harness.RepoFile(t, "deploy", "gateway.yaml"), "Service", svc.Namespace, svc.Name, eg)
+	eg := object[corev1.Service](t, harness.RepoFile(t, "deploy", "gateway.yaml"),
+		"Service", svc.Namespace, svc.Name)
 	assert.Equal(t, corev1.ClusterIPNone, eg.Spec.ClusterIP, "headless: its endpoints are the pods' IPs")
 	assert.True(t, k8slabels.SelectorFromSet(eg.Spec.Selector).Matches(k8slabels.Set(gatewayDeployment(t).Spec.Template.Labels)))
 
@@ -682,21 +547,17 @@ func TestGatewayEgressService(t *testing.T) {
 		slices.Sort(podIPs)
 		esl, err := west.Client.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc.Name})
 		require.NoError(c, err)
+		var slicePtrs []*discoveryv1.EndpointSlice
+		for i := range esl.Items {
+			slicePtrs = append(slicePtrs, &esl.Items[i])
+		}
 		var got []string
-		for _, a := range controller.EgressAddresses(svc.Namespace, svc.Name, ptrs(esl.Items)) {
+		for _, a := range controller.EgressAddresses(svc.Namespace, svc.Name, slicePtrs) {
 			got = append(got, a.String())
 		}
 		slices.Sort(got) // as strings, like podIPs
 		assert.Equal(c, podIPs, got, "the controller's egress addresses are every gateway pod's")
 	}, wait, tick)
-}
-
-func ptrs[T any](items []T) []*T {
-	out := make([]*T, len(items))
-	for i := range items {
-		out[i] = &items[i]
-	}
-	return out
 }
 
 // freePortInRange returns a TCP port of [lo, hi] free on 127.0.0.1 a

@@ -4,26 +4,36 @@ package deploy_test
 // servers with the real kubectl: `kubectl apply -f deploy/` applies (and
 // does not read the patch), and the cluster DNS's JSON patch takes effect
 // on a CoreDNS laid out as kubeadm lays it out and fails, changing nothing,
-// on one laid out otherwise. Whether the pods then run is for a real node
-// to tell; what the chart renders for other values is test/e2e/chart's.
+// on one laid out otherwise; its recipes for the link Secret and the
+// gateway's certificates, run as written, make what the components take.
+// Whether the pods then run is for a real node to tell; what the chart
+// renders for other values is test/e2e/chart's.
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/mcmirror/mcmirror/gateway/gatewaytest"
+	"github.com/mcmirror/mcmirror/internal/labels"
 	"github.com/mcmirror/mcmirror/test/harness"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -63,6 +73,27 @@ func shell(t *testing.T, dir, kubeconfig, script string) (string, error) {
 	return string(out), err
 }
 
+// shellBlocks returns the ```sh blocks of deploy/README.md, unindented.
+func shellBlocks(t *testing.T) []string {
+	t.Helper()
+	var blocks []string
+	var cur []string
+	in, indent := false, ""
+	for _, line := range strings.Split(harness.RepoFile(t, "deploy", "README.md"), "\n") {
+		trimmed := strings.TrimLeft(line, " ")
+		switch {
+		case !in && trimmed == "```sh":
+			in, indent, cur = true, line[:len(line)-len(trimmed)], nil
+		case in && trimmed == "```":
+			in = false
+			blocks = append(blocks, strings.Join(cur, "\n")+"\n")
+		case in:
+			cur = append(cur, strings.TrimPrefix(line, indent))
+		}
+	}
+	return blocks
+}
+
 // helmTemplate is the chart charts/mcmirror rendered by the project's helm
 // as release mcmirror in namespace mcmirror, with args (helm template's
 // --set, -f and --show-only).
@@ -85,10 +116,8 @@ func helmTemplate(t *testing.T, args ...string) string {
 // with the values of args.
 func chartGatewayDeployment(t *testing.T, args ...string) *appsv1.Deployment {
 	t.Helper()
-	d := &appsv1.Deployment{}
 	out := helmTemplate(t, append([]string{"--show-only", "templates/gateway.yaml"}, args...)...)
-	object(t, out, "Deployment", gatewayNS, gatewayName, d)
-	return d
+	return object[appsv1.Deployment](t, out, "Deployment", gatewayNS, gatewayName)
 }
 
 // `kubectl apply -f deploy/`, as the README says, applies every object
@@ -258,5 +287,150 @@ func TestCoreDNSPatch(t *testing.T) {
 			assert.Equal(t, before.ResourceVersion, after.ResourceVersion, "the Deployment is unchanged")
 			assert.Equal(t, before.Spec, after.Spec, "the Deployment is unchanged")
 		})
+	}
+}
+
+// The recipe of deploy/README.md, run as written with kubectl: a
+// long-lived token of west's mcmirror-link, a kubeconfig made of it, and
+// the link Secret in east. The kubeconfig reads Services of west and
+// nothing else, and the Secret is the one the components look for.
+func TestREADMELinkRecipe(t *testing.T) {
+	env.LogOnFailure(t)
+	ctx := context.Background()
+	applyManifests(t)
+	east, west := env.Cluster("east"), env.Cluster("west")
+
+	// One kubeconfig with a context per cluster, named after it, as the
+	// README's --context flags expect.
+	dir := t.TempDir()
+	kubeconfig := contextsKubeconfig(t, dir)
+
+	var steps []string
+	for _, b := range shellBlocks(t) {
+		for _, marker := range []string{
+			"name: mcmirror-link-token",                      // the token
+			"set-cluster west",                               // the kubeconfig
+			"create secret generic cluster-credentials-west", // the link Secret
+		} {
+			if strings.Contains(b, marker) {
+				steps = append(steps, b)
+			}
+		}
+	}
+	require.Len(t, steps, 3, "the README's recipe")
+
+	// Earlier tests wrote that Secret their own way.
+	require.NoError(t, east.Delete(ctx, "apiVersion: v1\nkind: Secret\n"+
+		"metadata: {name: cluster-credentials-west, namespace: mcmirror-links}\n"))
+	run := func(script string) {
+		t.Helper()
+		out, err := shell(t, dir, kubeconfig, script)
+		require.NoError(t, err, "%s\n%s", script, out)
+	}
+	// The token controller of west fills the token Secret in.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		run(steps[0])
+		s, err := west.Client.CoreV1().Secrets("mcmirror").Get(ctx, "mcmirror-link-token", metav1.GetOptions{})
+		require.NoError(c, err)
+		assert.NotEmpty(c, s.Data["token"])
+	}, wait, tick)
+	run(steps[0] + steps[1] + steps[2])
+
+	s, err := east.Client.CoreV1().Secrets("mcmirror-links").Get(ctx, "cluster-credentials-west", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, corev1.SecretType(labels.LinkSecretType), s.Type)
+	assert.Equal(t, "west", s.Labels[labels.LinkClusterName])
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[labels.LinkSecretKey])
+	require.NoError(t, err)
+	assert.Equal(t, west.Server, cfg.Host, "the kubeconfig names west")
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	_, err = client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	assert.NoError(t, err, "the link reads west's Services")
+	_, err = client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
+	assert.NoError(t, err, "and EndpointSlices")
+	_, err = client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "and not Secrets: %v", err)
+}
+
+// The certificates of deploy/README.md (step 3 of "Install, step by
+// step"), run as written with the real coredns-mc and kubectl: a root,
+// then for east and west an intermediate and the gateway's certificate,
+// as the Secret the Deployment mounts. Each Secret has the file names its
+// flags give, and its certificate is one the gateway takes for --cluster:
+// it loads, names its cluster (east's Deployment, as deploy/ has it, and
+// west's, as the chart renders it), and completes a mutual handshake with
+// itself. The root's key stays in the working directory: no cluster
+// receives it.
+func TestREADMEGatewayCertRecipe(t *testing.T) {
+	env.LogOnFailure(t)
+	mc, err := harness.CorednsMC()
+	require.NoError(t, err)
+	ctx := context.Background()
+	east, west := env.Cluster("east"), env.Cluster("west")
+	require.NoError(t, east.Apply(ctx, harness.RepoFile(t, "deploy", "gateway.yaml")))
+	// The namespace of the Secret, in west (the Deployment is not
+	// applied there: west runs pods).
+	require.NoError(t, west.Apply(ctx, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+gatewayNS+"}\n"))
+
+	steps := slices.DeleteFunc(shellBlocks(t), func(b string) bool { return !strings.Contains(b, "coredns-mc certs") })
+	require.Len(t, steps, 1, "the README's certificates: one block")
+	require.Contains(t, steps[0], "certs root")
+
+	// A kubeconfig whose contexts "east" and "west" are those clusters,
+	// as --context expects; bin/coredns-mc, as `make build` leaves it.
+	dir := t.TempDir()
+	kubeconfig := contextsKubeconfig(t, dir)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
+	require.NoError(t, os.Symlink(mc, filepath.Join(dir, "bin", "coredns-mc")))
+
+	out, err := shell(t, dir, kubeconfig, "make() { [ \"$*\" = build ]; }\n"+steps[0])
+	require.NoError(t, err, "%s\n%s", steps[0], out)
+
+	// No Secret in either cluster holds the root's key.
+	for _, c := range []*harness.Cluster{east, west} {
+		secrets, err := c.Client.CoreV1().Secrets(gatewayNS).List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		root, err := os.ReadFile(filepath.Join(dir, "fleet-root", "root.key"))
+		require.NoError(t, err)
+		for _, sec := range secrets.Items {
+			for k, v := range sec.Data {
+				assert.NotEqual(t, string(root), string(v), "%s: Secret %s key %s is the root's key", c.Name, sec.Name, k)
+			}
+		}
+	}
+
+	for _, c := range []struct {
+		cluster *harness.Cluster
+		d       *appsv1.Deployment
+	}{
+		{east, gatewayDeployment(t)},
+		{west, chartGatewayDeployment(t, "--set", "cluster=west", "--set", "gateway.allowClusters={east}",
+			"--set", "gateway.peers.east=192.0.2.1:4143")},
+	} {
+		// The Secret is the Deployment's, with the files its flags name.
+		ctr := c.d.Spec.Template.Spec.Containers[0]
+		secret, err := c.cluster.Client.CoreV1().Secrets(c.d.Namespace).Get(ctx, c.d.Spec.Template.Spec.Volumes[0].Secret.SecretName, metav1.GetOptions{})
+		require.NoError(t, err, "%s: the Secret the Deployment mounts", c.cluster.Name)
+		mounted := t.TempDir()
+		var files gatewaytest.Files
+		for flag, dst := range map[string]*string{"tls-cert": &files.Cert, "tls-key": &files.Key, "tls-ca": &files.CA} {
+			key := path.Base(flagValue(t, ctr.Args, flag))
+			require.Contains(t, secret.Data, key, "%s: --%s", c.cluster.Name, flag)
+			*dst = filepath.Join(mounted, key)
+			require.NoError(t, os.WriteFile(*dst, secret.Data[key], 0o600))
+		}
+		certs := loadCerts(t, files)
+		assert.Equal(t, c.cluster.Name, flagValue(t, ctr.Args, "cluster"))
+		assert.Equal(t, flagValue(t, ctr.Args, "cluster"), certs.Cluster(), "the certificate names --cluster")
+
+		// Server and client at once, as ingress and egress use it.
+		a, b := net.Pipe()
+		errc := make(chan error, 1)
+		go func() { errc <- tls.Server(a, certs.ServerConfig()).Handshake() }()
+		assert.NoError(t, tls.Client(b, certs.ClientConfig(c.cluster.Name, nil)).Handshake(), "%s: client side", c.cluster.Name)
+		assert.NoError(t, <-errc, "%s: server side", c.cluster.Name)
+		a.Close()
+		b.Close()
 	}
 }

@@ -9,9 +9,11 @@ package deploy_test
 // the test, as does a narrowed one.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -40,10 +42,7 @@ type action struct {
 
 // secretReads are the reads of Secrets in ns (all namespaces when empty).
 func secretReads(ns string) []action {
-	in := ns
-	if in == "" {
-		in = "every namespace"
-	}
+	in := cmp.Or(ns, "every namespace")
 	acts := []action{
 		{"list Secrets in " + in, func(ctx context.Context, c kubernetes.Interface) error {
 			return errOf(c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}))
@@ -190,8 +189,6 @@ func serviceGet(ns string) action {
 // errOf is the error of a call that returns a value too.
 func errOf[T any](_ T, err error) error { return err }
 
-func concat(lists ...[]action) []action { return slices.Concat(lists...) }
-
 // only returns the actions of acts named whats.
 func only(acts []action, whats ...string) []action {
 	var out []action
@@ -249,13 +246,13 @@ func accounts() []account {
 	return []account{{
 		cluster: "west", manifests: []string{"remote-link.yaml"}, ns: "mcmirror", name: "mcmirror-link",
 		rules: map[string][]string{"default": link, "mcmirror": link, "kube-system": link},
-		refused: concat(secretReads(""), secretReads("kube-system"), secretReads("mcmirror"),
+		refused: slices.Concat(secretReads(""), secretReads("kube-system"), secretReads("mcmirror"),
 			serviceWrites("default"), otherReads("default"), escalations("mcmirror-link", "mcmirror"),
 			[]action{eventCreate("default"), eventCreate("mcmirror"), serviceGet("default")}),
 	}, {
 		cluster: "east", manifests: []string{"gateway.yaml"}, ns: gatewayNS, name: gatewayName,
 		rules: map[string][]string{"default": gw, gatewayNS: slices.Concat(gw, read("create patch", "events"))},
-		refused: concat(secretReads(""), secretReads(gatewayNS), secretReads(links),
+		refused: slices.Concat(secretReads(""), secretReads(gatewayNS), secretReads(links),
 			serviceWrites("default"), serviceWrites(gatewayNS), otherReads(gatewayNS), escalations(gatewayName, gatewayNS),
 			[]action{eventCreate("default"), serviceGet("default")}),
 	}, {
@@ -269,7 +266,7 @@ func accounts() []account {
 		// Of Services and EndpointSlices, it may create, update and delete
 		// (any of them: RBAC cannot tell its mirrors from the others;
 		// deploy/README.md, "What each role can do"). The rest is refused.
-		refused: concat(secretReads(""), secretReads("kube-system"), secretReads("mcmirror"),
+		refused: slices.Concat(secretReads(""), secretReads("kube-system"), secretReads("mcmirror"),
 			otherReads("default"), escalations("mcmirror-controller", "mcmirror"),
 			only(serviceWrites("default"), "update a Service's status", "patch an EndpointSlice", "delete every EndpointSlice"),
 			[]action{serviceGet("default"), getLinkSecret,
@@ -288,7 +285,7 @@ func accounts() []account {
 	}, {
 		cluster: "east", manifests: []string{"coredns.yaml"}, ns: "kube-system", name: "coredns",
 		rules: map[string][]string{"default": dns, links: slices.Concat(dns, read("list watch", "secrets"))},
-		refused: concat(secretReads(""), secretReads("kube-system"),
+		refused: slices.Concat(secretReads(""), secretReads("kube-system"),
 			serviceWrites("default"), otherReads("default"), escalations("coredns", "kube-system"),
 			[]action{eventCreate("default"), getLinkSecret}),
 	}}
@@ -307,14 +304,7 @@ func ruleStrings(st authorizationv1.SubjectRulesReviewStatus) []string {
 			for _, res := range r.Resources {
 				for _, v := range r.Verbs {
 					for _, n := range names {
-						s := v + " " + res
-						if g != "" {
-							s = v + " " + g + "/" + res
-						}
-						if n != "" {
-							s += "/" + n
-						}
-						out = append(out, s)
+						out = append(out, v+" "+path.Join(g, res, n)) // "" parts left out
 					}
 				}
 			}
@@ -346,11 +336,7 @@ func rulesOf(t require.TestingT, ctx context.Context, c kubernetes.Interface, ns
 // it: what every account may do (discovery, self reviews).
 func freshAccount(t *testing.T, c *harness.Cluster, ns, name string) kubernetes.Interface {
 	t.Helper()
-	_, err := c.Client.CoreV1().ServiceAccounts(ns).Create(context.Background(),
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
+	require.NoError(t, c.Apply(context.Background(), serviceAccount(ns, name)))
 	return saClient(t, c, ns, name)
 }
 

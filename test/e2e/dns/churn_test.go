@@ -3,9 +3,6 @@ package dns_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,9 +46,7 @@ func TestNoServfailDuringChurn(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var writes atomic.Int64
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -66,7 +61,7 @@ func TestNoServfailDuringChurn(t *testing.T) {
 				writes.Add(1)
 			}
 		}
-	}()
+	})
 	defer func() { close(stop); wg.Wait() }()
 
 	// A link Secret for a cluster whose API server is not there: the link
@@ -78,18 +73,13 @@ func TestNoServfailDuringChurn(t *testing.T) {
 	// link added late used to hold the answers and readiness up for.
 	rcodes := map[string]int{}
 	seen := map[string]bool{} // distinct answers of the Service: the churn is seen
-	var notReady []int
-	readyURL := readyURLOf(t, s)
-	hc := &http.Client{Timeout: 2 * time.Second}
+	var notReady []string
 	for deadline := time.Now().Add(7 * time.Second); time.Now().Before(deadline); {
 		rcodes[dns.RcodeToString[s.Ask(t, "udp", missing, dns.TypeA).Rcode]]++
 		rcodes[dns.RcodeToString[s.Ask(t, "udp", "_http._tcp."+missing, dns.TypeSRV).Rcode]]++
 		seen[strings.Join(harness.Answers(s.Ask(t, "udp", name, dns.TypeA)), ",")] = true
-		resp, err := hc.Get(readyURL)
-		require.NoError(t, err)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			notReady = append(notReady, resp.StatusCode)
+		if err := s.Ready(); err != nil {
+			notReady = append(notReady, err.Error())
 		}
 	}
 	// The work was seen: west's changes were answered, and the moon link
@@ -212,20 +202,4 @@ func countSlices(t *testing.T, c *harness.Cluster) (exported, all int) {
 		}
 	}
 	return exported, all
-}
-
-// readyURLOf returns the URL of the ready plugin of s, read from the
-// Corefile its command line names.
-func readyURLOf(t *testing.T, s *harness.DNSServer) string {
-	t.Helper()
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.Process.PID))
-	require.NoError(t, err)
-	args := strings.Split(string(cmdline), "\x00")
-	i := slices.Index(args, "-conf")
-	require.True(t, i >= 0 && i+1 < len(args), "no -conf in %q", args)
-	corefile, err := os.ReadFile(args[i+1])
-	require.NoError(t, err)
-	m := regexp.MustCompile(`ready (127\.0\.0\.1:\d+)`).FindStringSubmatch(string(corefile))
-	require.NotNil(t, m, "no ready plugin in the Corefile")
-	return "http://" + m[1] + "/ready"
 }

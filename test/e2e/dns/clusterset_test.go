@@ -85,10 +85,7 @@ func applyClusterset(t *testing.T, ns string) string {
 	require.NoError(t, east.Apply(ctx, harness.Namespace(ns)+stampedService(ns, "db", labels.ModeFlat, "None")))
 	require.NoError(t, east.Apply(ctx, sliceOf(t, ns, "db", map[string]string{"db-0": "10.204.1.1"})))
 	require.NoError(t, east.Apply(ctx, derivedService(ns, "db", true)+"---\n"+derivedService(ns, "web", false)))
-	web, err := east.Client.CoreV1().Services(ns).Get(ctx, controller.DerivedName(ns, "web"), metav1.GetOptions{})
-	require.NoError(t, err)
-	require.NotEmpty(t, web.Spec.ClusterIP)
-	return web.Spec.ClusterIP
+	return clusterIP(t, east, ns, controller.DerivedName(ns, "web"))
 }
 
 // eventuallyNegative waits until name answers rcode for qtype with no

@@ -43,13 +43,7 @@ func TestFederatedService(t *testing.T) {
 	require.NoError(t, east.Apply(ctx, plainService(t, ns, "web-federated",
 		map[string]string{labels.MirroredService: labels.MirroredServiceValue},
 		map[string]string{labels.RemoteDiscoveryAnnotation: "web@west,web@paris", labels.LocalDiscoveryAnnotation: "web"})))
-	clusterIP := func(c *harness.Cluster, name string) string {
-		s, err := c.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		require.NoError(t, err)
-		require.NotEmpty(t, s.Spec.ClusterIP)
-		return s.Spec.ClusterIP
-	}
-	localWeb, fedIP := clusterIP(east, "web"), clusterIP(east, "web-federated")
+	localWeb, fedIP := clusterIP(t, east, ns, "web"), clusterIP(t, east, ns, "web-federated")
 
 	s := startDNS(t, []string{"west", "paris"})
 	name := func(n string) string { return n + "." + ns + "." + zone }

@@ -108,6 +108,16 @@ func waitMirrors(t *testing.T, local, remote *harness.Cluster, ns, svc string, n
 	return ips
 }
 
+// clusterIP returns the ClusterIP of Service ns/name in c, which must have
+// one.
+func clusterIP(t *testing.T, c *harness.Cluster, ns, name string) string {
+	t.Helper()
+	s, err := c.Client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, s.Spec.ClusterIP)
+	return s.Spec.ClusterIP
+}
+
 // glue returns the A records of the additional section as name → address.
 func glue(r *dns.Msg) map[string]string {
 	out := map[string]string{}

@@ -144,15 +144,13 @@ func TestClusterSetNames(t *testing.T) {
 	// NODATA for the empty non-terminals and a type without records;
 	// NXDOMAIN, authoritative, for what does not exist, mcmirror's own
 	// names included: nothing goes on to the kubernetes plugin.
-	eventuallyNegative(t, s, name("west.db"), dns.TypeA, dns.RcodeSuccess, "clusterset.local.")
-	eventuallyNegative(t, s, ns+"."+csZone, dns.TypeA, dns.RcodeSuccess, "clusterset.local.")
-	eventuallyNegative(t, s, csZone, dns.TypeA, dns.RcodeSuccess, "clusterset.local.")
+	for _, n := range []string{name("west.db"), ns + "." + csZone, csZone} {
+		eventuallyNegative(t, s, n, dns.TypeA, dns.RcodeSuccess, "clusterset.local.")
+	}
 	eventuallyNegative(t, s, name("db"), dns.TypeAAAA, dns.RcodeSuccess, "clusterset.local.")
-	eventuallyNegative(t, s, name("db-7.west.db"), dns.TypeA, dns.RcodeNameError, "clusterset.local.")
-	eventuallyNegative(t, s, name("nope"), dns.TypeA, dns.RcodeNameError, "clusterset.local.")
-	eventuallyNegative(t, s, name("db-west"), dns.TypeA, dns.RcodeNameError, "clusterset.local.")
-	eventuallyNegative(t, s, name("db-global"), dns.TypeA, dns.RcodeNameError, "clusterset.local.")
-	eventuallyNegative(t, s, "nope."+csZone, dns.TypeA, dns.RcodeNameError, "clusterset.local.")
+	for _, n := range []string{name("db-7.west.db"), name("nope"), name("db-west"), name("db-global"), "nope." + csZone} {
+		eventuallyNegative(t, s, n, dns.TypeA, dns.RcodeNameError, "clusterset.local.")
+	}
 
 	// The schema version.
 	r = s.Ask(t, "udp", "dns-version.clusterset.local.", dns.TypeTXT)

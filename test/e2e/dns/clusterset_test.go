@@ -148,7 +148,8 @@ func TestClusterSetNames(t *testing.T) {
 		eventuallyNegative(t, s, n, dns.TypeA, dns.RcodeSuccess, "clusterset.local.")
 	}
 	eventuallyNegative(t, s, name("db"), dns.TypeAAAA, dns.RcodeSuccess, "clusterset.local.")
-	for _, n := range []string{name("db-7.west.db"), name("nope"), name("db-west"), name("db-global"), "nope." + csZone} {
+	nx := []string{name("db-7.west.db"), name("nope"), name("db-west"), name("db-global"), "nope." + csZone}
+	for _, n := range nx {
 		eventuallyNegative(t, s, n, dns.TypeA, dns.RcodeNameError, "clusterset.local.")
 	}
 

@@ -43,7 +43,8 @@ func execKubeconfig(t *testing.T, remote *harness.Cluster, marker string) []byte
 
 // editKubeconfig returns kubeconfig with what edit makes of the user and
 // the cluster of its current context.
-func editKubeconfig(t *testing.T, kubeconfig []byte, edit func(u *clientcmdapi.AuthInfo, c *clientcmdapi.Cluster)) []byte {
+func editKubeconfig(t *testing.T, kubeconfig []byte,
+	edit func(u *clientcmdapi.AuthInfo, c *clientcmdapi.Cluster)) []byte {
 	t.Helper()
 	cfg, err := clientcmd.Load(kubeconfig)
 	require.NoError(t, err)
@@ -187,7 +188,8 @@ func TestHostileLinkSecrets(t *testing.T) {
 	eventuallyAnswers(t, s2, parisName, values(parisEPs))
 	assert.FileExists(t, westMarker)
 	assert.FileExists(t, parisMarker)
-	require.Eventually(t, func() bool { return slices.Contains(catcher.requests(), "Bearer pod-token") }, 30*time.Second, 50*time.Millisecond, "the token of the file was not sent: %q", catcher.requests())
+	require.Eventually(t, func() bool { return slices.Contains(catcher.requests(), "Bearer pod-token") },
+		30*time.Second, 50*time.Millisecond, "the token of the file was not sent: %q", catcher.requests())
 	env.RequireAlive(t, s2.Process)
 	assert.Zero(t, s2.Value(t, execSeries)+s2.Value(t, filesSeries), "nothing refused when allowed")
 	assert.NotContains(t, s2.Process.Log(t), "refused (")

@@ -16,13 +16,12 @@ import (
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
-// answersWithTTL checks that name answers want, the first record with TTL
-// ttl.
-func answersWithTTL(t require.TestingT, s *harness.DNSServer, name string, want []string, ttl uint32, msg string) {
+// hasTTL checks that name answers want, the first record with TTL ttl.
+func hasTTL(t require.TestingT, s *harness.DNSServer, name string, want []string, ttl uint32, msg ...any) {
 	r := s.Ask(t, "udp", name, dns.TypeA)
-	assert.Equal(t, want, harness.Answers(r), msg)
-	if assert.NotEmpty(t, r.Answer, msg) {
-		assert.EqualValues(t, ttl, r.Answer[0].Header().Ttl, msg)
+	assert.Equal(t, want, harness.Answers(r), msg...)
+	if assert.NotEmpty(t, r.Answer, msg...) {
+		assert.EqualValues(t, ttl, r.Answer[0].Header().Ttl, msg...)
 	}
 }
 
@@ -43,7 +42,7 @@ func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
 		return s.EditCorefile(t, func(cf string) string { return regexp.MustCompile(`ttl \d+`).ReplaceAllString(cf, "ttl "+ttl) })
 	}
 	name := "nginx-svc-west." + ns + "." + zone
-	require.EventuallyWithT(t, func(c *assert.CollectT) { answersWithTTL(c, s, name, values(eps), 11, "") },
+	require.EventuallyWithT(t, func(c *assert.CollectT) { hasTTL(c, s, name, values(eps), 11) },
 		30*time.Second, 50*time.Millisecond, "first configuration")
 
 	const failed = "coredns_reload_failed_total"
@@ -55,11 +54,11 @@ func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
 	waitMetricAbove(t, s.MetricsURL, failed, before)
 	waitLogLine(t, s.Process, fmt.Sprintf("plugin/mcmirror: %s:%d - Error during parsing: ttl must be in range [0, 3600]: 99999", s.Corefile, badLine))
 	env.RequireAlive(t, s.Process)
-	answersWithTTL(t, s, name, values(eps), 11, "the old configuration answers")
+	hasTTL(t, s, name, values(eps), 11, "the old configuration answers")
 
 	// A good Corefile is taken: the test would see a change.
 	withTTL("7")
-	require.EventuallyWithT(t, func(c *assert.CollectT) { answersWithTTL(c, s, name, values(eps), 7, "") },
+	require.EventuallyWithT(t, func(c *assert.CollectT) { hasTTL(c, s, name, values(eps), 7) },
 		30*time.Second, 50*time.Millisecond, "the good Corefile after the bad one")
 	env.RequireAlive(t, s.Process)
 }

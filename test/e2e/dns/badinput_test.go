@@ -1,7 +1,6 @@
 package dns_test
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -29,9 +28,7 @@ import (
 // makes CoreDNS pass classes other than IN down the plugin chain; on the
 // first one the server itself refuses them.
 func TestBadInputLikeKubernetes(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx, east, west, _ := setUp(t)
 	const ns = "badinput"
 	require.NoError(t, east.Apply(ctx, statefulSet(ns, 1, "")))
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))

@@ -28,9 +28,7 @@ import (
 // rebuilds the group the name is in) and while a link added by a Secret
 // cannot sync (its API server is not there).
 func TestNoServfailDuringChurn(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx, east, west, _ := setUp(t)
 	const ns = "churn"
 	require.NoError(t, west.Apply(ctx, selectorless(ns, "web")))
 	require.NoError(t, west.Apply(ctx, sliceOf(t, ns, "web", map[string]string{"web-0": "10.201.2.1"})))
@@ -104,9 +102,7 @@ func TestNoServfailDuringChurn(t *testing.T) {
 // hand, its slices labelled), a Service's three slices are sent and
 // answered; unexported again, they go.
 func TestOnlyExportedSlicesSent(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	west := env.Cluster("west")
+	ctx, _, west, _ := setUp(t)
 	const ns = "held"
 	require.NoError(t, west.Apply(ctx, selectorless(ns, "web")))
 	require.NoError(t, west.Apply(ctx, sliceOf(t, ns, "web", map[string]string{"web-0": "10.201.3.1"})))

@@ -105,9 +105,7 @@ func eventuallyNegative(t *testing.T, s *harness.DNSServer, name string, qtype u
 }
 
 func TestClusterSetNames(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx, east, west, _ := setUp(t)
 	const ns = "clusterset"
 	webIP := applyClusterset(t, ns)
 	s := env.StartDNS(t, "east/coredns-mc", clustersetCorefile(east, harness.LinkLines(t, west)))

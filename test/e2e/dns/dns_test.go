@@ -247,9 +247,7 @@ func noPodPTR(t *testing.T, s *harness.DNSServer, src source, ns, ip string) {
 // Links come and go with Linkerd-format kubeconfig Secrets in the local
 // cluster.
 func TestLinkSecrets(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx, east, west, _ := setUp(t)
 	const ns = "secrets"
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 2, labels.ExportFlat)))
 	eps := west.WaitEndpoints(t, ns, "nginx-svc", 2)
@@ -269,9 +267,7 @@ func TestLinkSecrets(t *testing.T) {
 // A link whose API server cannot be reached does not keep the server from
 // becoming ready and answering for the other links.
 func TestUnreachableLink(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	paris := env.Cluster("paris")
+	ctx, _, _, paris := setUp(t)
 	const ns = "dead"
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
 	eps := paris.WaitEndpoints(t, ns, "nginx-svc", 1)

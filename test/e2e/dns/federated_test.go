@@ -1,7 +1,6 @@
 package dns_test
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"testing"
@@ -28,9 +27,7 @@ import (
 // plugin, which answers the Service's own ClusterIP, as for Linkerd's
 // meshed clients.
 func TestFederatedService(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	ctx, east, west, paris := setUp(t)
 	const ns = "federated"
 	member := map[string]string{labels.Federated: labels.FederatedMember}
 	require.NoError(t, west.Apply(ctx, harness.Namespace(ns)+"---\n"+plainService(t, ns, "web", member, nil)))

@@ -40,6 +40,13 @@ func startDNS(t *testing.T, remotes []string, block ...string) *harness.DNSServe
 	return env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes, Parts: harness.FleetDNS, Block: block}).DNS
 }
 
+// setUp begins a test: t shows the logs of the fleet's processes if it
+// fails; it gets a context and the clusters east, west and paris.
+func setUp(t *testing.T) (ctx context.Context, east, west, paris *harness.Cluster) {
+	env.LogOnFailure(t)
+	return context.Background(), env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+}
+
 // source is how east's DNS learns what the linked clusters export: by
 // watching each of them (direct, the default), or from the mirrors east's
 // controller writes in east (import: `source import`, the controller with

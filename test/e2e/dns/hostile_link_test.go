@@ -1,7 +1,6 @@
 package dns_test
 
 import (
-	"context"
 	"encoding/pem"
 	"fmt"
 	"net/http"
@@ -124,9 +123,7 @@ func waitLogLine(t *testing.T, p *harness.Process, want string) {
 // allow_insecure_kubeconfig the same Secrets are used, which proves the
 // refusal is what stopped them.
 func TestHostileLinkSecrets(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	ctx, east, west, paris := setUp(t)
 	const ns, linkNS = "hostile", "hostile-links"
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
@@ -199,9 +196,7 @@ func TestHostileLinkSecrets(t *testing.T) {
 // certificate is not verified, an auth-provider. Each is counted under its
 // reason.
 func TestRefusalReasons(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx, east, west, _ := setUp(t)
 	const linkNS = "refused-links"
 	require.NoError(t, east.Apply(ctx, harness.Namespace(linkNS)))
 	s := startDNS(t, nil, "link_secrets "+linkNS)

@@ -1,7 +1,6 @@
 package dns_test
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -28,9 +27,7 @@ func hasTTL(t require.TestingT, s *harness.DNSServer, name string, want []string
 // A reload with a Corefile mistake keeps the running configuration
 // serving, and says where the mistake is; a good one is then taken.
 func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	west := env.Cluster("west")
+	ctx, _, west, _ := setUp(t)
 	const ns = "reload"
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
 	eps := west.WaitEndpoints(t, ns, "nginx-svc", 1)

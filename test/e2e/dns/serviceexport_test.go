@@ -1,7 +1,6 @@
 package dns_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
@@ -20,9 +19,7 @@ import (
 // east (made here as the controller makes one); api, stamped flat, by its
 // pod's address. Once the stamp goes, mcmirror claims neither any more.
 func TestServiceExportStamp(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx, east, west, _ := setUp(t)
 	const ns = "svcexport"
 	require.NoError(t, west.Apply(ctx, harness.Namespace(ns)+stampedService(ns, "web", labels.ModeGateway, "")+
 		"---\n"+stampedService(ns, "api", labels.ModeFlat, "None")))

@@ -1,7 +1,6 @@
 package dns_test
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -23,9 +22,7 @@ import (
 // west's allowed endpoints are; paris, linked without a list, is answered
 // whatever it publishes, as before.
 func TestAllowedCIDRs(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	ctx, east, west, paris := setUp(t)
 	const ns = "allowed"
 	apiSvc, err := east.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 	require.NoError(t, err)

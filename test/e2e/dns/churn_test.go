@@ -3,9 +3,6 @@ package dns_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,9 +28,7 @@ import (
 // rebuilds the group the name is in) and while a link added by a Secret
 // cannot sync (its API server is not there).
 func TestNoServfailDuringChurn(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx, east, west, _ := setUp(t)
 	const ns = "churn"
 	require.NoError(t, west.Apply(ctx, selectorless(ns, "web")))
 	require.NoError(t, west.Apply(ctx, sliceOf(t, ns, "web", map[string]string{"web-0": "10.201.2.1"})))
@@ -49,9 +44,7 @@ func TestNoServfailDuringChurn(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var writes atomic.Int64
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -66,7 +59,7 @@ func TestNoServfailDuringChurn(t *testing.T) {
 				writes.Add(1)
 			}
 		}
-	}()
+	})
 	defer func() { close(stop); wg.Wait() }()
 
 	// A link Secret for a cluster whose API server is not there: the link
@@ -78,18 +71,13 @@ func TestNoServfailDuringChurn(t *testing.T) {
 	// link added late used to hold the answers and readiness up for.
 	rcodes := map[string]int{}
 	seen := map[string]bool{} // distinct answers of the Service: the churn is seen
-	var notReady []int
-	readyURL := readyURLOf(t, s)
-	hc := &http.Client{Timeout: 2 * time.Second}
+	var notReady []string
 	for deadline := time.Now().Add(7 * time.Second); time.Now().Before(deadline); {
 		rcodes[dns.RcodeToString[s.Ask(t, "udp", missing, dns.TypeA).Rcode]]++
 		rcodes[dns.RcodeToString[s.Ask(t, "udp", "_http._tcp."+missing, dns.TypeSRV).Rcode]]++
 		seen[strings.Join(harness.Answers(s.Ask(t, "udp", name, dns.TypeA)), ",")] = true
-		resp, err := hc.Get(readyURL)
-		require.NoError(t, err)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			notReady = append(notReady, resp.StatusCode)
+		if err := s.Ready(); err != nil {
+			notReady = append(notReady, err.Error())
 		}
 	}
 	// The work was seen: west's changes were answered, and the moon link
@@ -114,9 +102,7 @@ func TestNoServfailDuringChurn(t *testing.T) {
 // hand, its slices labelled), a Service's three slices are sent and
 // answered; unexported again, they go.
 func TestOnlyExportedSlicesSent(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	west := env.Cluster("west")
+	ctx, _, west, _ := setUp(t)
 	const ns = "held"
 	require.NoError(t, west.Apply(ctx, selectorless(ns, "web")))
 	require.NoError(t, west.Apply(ctx, sliceOf(t, ns, "web", map[string]string{"web-0": "10.201.3.1"})))
@@ -212,20 +198,4 @@ func countSlices(t *testing.T, c *harness.Cluster) (exported, all int) {
 		}
 	}
 	return exported, all
-}
-
-// readyURLOf returns the URL of the ready plugin of s, read from the
-// Corefile its command line names.
-func readyURLOf(t *testing.T, s *harness.DNSServer) string {
-	t.Helper()
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.Process.PID))
-	require.NoError(t, err)
-	args := strings.Split(string(cmdline), "\x00")
-	i := slices.Index(args, "-conf")
-	require.True(t, i >= 0 && i+1 < len(args), "no -conf in %q", args)
-	corefile, err := os.ReadFile(args[i+1])
-	require.NoError(t, err)
-	m := regexp.MustCompile(`ready (127\.0\.0\.1:\d+)`).FindStringSubmatch(string(corefile))
-	require.NotNil(t, m, "no ready plugin in the Corefile")
-	return "http://" + m[1] + "/ready"
 }

@@ -85,10 +85,7 @@ func applyClusterset(t *testing.T, ns string) string {
 	require.NoError(t, east.Apply(ctx, harness.Namespace(ns)+stampedService(ns, "db", labels.ModeFlat, "None")))
 	require.NoError(t, east.Apply(ctx, sliceOf(t, ns, "db", map[string]string{"db-0": "10.204.1.1"})))
 	require.NoError(t, east.Apply(ctx, derivedService(ns, "db", true)+"---\n"+derivedService(ns, "web", false)))
-	web, err := east.Client.CoreV1().Services(ns).Get(ctx, controller.DerivedName(ns, "web"), metav1.GetOptions{})
-	require.NoError(t, err)
-	require.NotEmpty(t, web.Spec.ClusterIP)
-	return web.Spec.ClusterIP
+	return clusterIP(t, east, ns, controller.DerivedName(ns, "web"))
 }
 
 // eventuallyNegative waits until name answers rcode for qtype with no
@@ -108,9 +105,7 @@ func eventuallyNegative(t *testing.T, s *harness.DNSServer, name string, qtype u
 }
 
 func TestClusterSetNames(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx, east, west, _ := setUp(t)
 	const ns = "clusterset"
 	webIP := applyClusterset(t, ns)
 	s := env.StartDNS(t, "east/coredns-mc", clustersetCorefile(east, harness.LinkLines(t, west)))
@@ -147,15 +142,14 @@ func TestClusterSetNames(t *testing.T) {
 	// NODATA for the empty non-terminals and a type without records;
 	// NXDOMAIN, authoritative, for what does not exist, mcmirror's own
 	// names included: nothing goes on to the kubernetes plugin.
-	eventuallyNegative(t, s, name("west.db"), dns.TypeA, dns.RcodeSuccess, "clusterset.local.")
-	eventuallyNegative(t, s, ns+"."+csZone, dns.TypeA, dns.RcodeSuccess, "clusterset.local.")
-	eventuallyNegative(t, s, csZone, dns.TypeA, dns.RcodeSuccess, "clusterset.local.")
+	for _, n := range []string{name("west.db"), ns + "." + csZone, csZone} {
+		eventuallyNegative(t, s, n, dns.TypeA, dns.RcodeSuccess, "clusterset.local.")
+	}
 	eventuallyNegative(t, s, name("db"), dns.TypeAAAA, dns.RcodeSuccess, "clusterset.local.")
-	eventuallyNegative(t, s, name("db-7.west.db"), dns.TypeA, dns.RcodeNameError, "clusterset.local.")
-	eventuallyNegative(t, s, name("nope"), dns.TypeA, dns.RcodeNameError, "clusterset.local.")
-	eventuallyNegative(t, s, name("db-west"), dns.TypeA, dns.RcodeNameError, "clusterset.local.")
-	eventuallyNegative(t, s, name("db-global"), dns.TypeA, dns.RcodeNameError, "clusterset.local.")
-	eventuallyNegative(t, s, "nope."+csZone, dns.TypeA, dns.RcodeNameError, "clusterset.local.")
+	nx := []string{name("db-7.west.db"), name("nope"), name("db-west"), name("db-global"), "nope." + csZone}
+	for _, n := range nx {
+		eventuallyNegative(t, s, n, dns.TypeA, dns.RcodeNameError, "clusterset.local.")
+	}
 
 	// The schema version.
 	r = s.Ask(t, "udp", "dns-version.clusterset.local.", dns.TypeTXT)

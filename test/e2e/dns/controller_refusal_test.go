@@ -1,7 +1,6 @@
 package dns_test
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
 	"time"
@@ -27,9 +26,7 @@ func startLinkController(t *testing.T, linkNS string, extra ...string) (*harness
 // so with a warning Event on the Secret and its metric; allowed, the same
 // Secret's command runs.
 func TestControllerRefusesHostileLinkSecret(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx, east, west, _ := setUp(t)
 	const linkNS = "controller-hostile-links"
 	require.NoError(t, east.Apply(ctx, harness.Namespace(linkNS)))
 	marker := filepath.Join(t.TempDir(), "exec-ran")

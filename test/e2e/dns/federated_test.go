@@ -1,7 +1,6 @@
 package dns_test
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"testing"
@@ -28,9 +27,7 @@ import (
 // plugin, which answers the Service's own ClusterIP, as for Linkerd's
 // meshed clients.
 func TestFederatedService(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	ctx, east, west, paris := setUp(t)
 	const ns = "federated"
 	member := map[string]string{labels.Federated: labels.FederatedMember}
 	require.NoError(t, west.Apply(ctx, harness.Namespace(ns)+"---\n"+plainService(t, ns, "web", member, nil)))
@@ -43,13 +40,7 @@ func TestFederatedService(t *testing.T) {
 	require.NoError(t, east.Apply(ctx, plainService(t, ns, "web-federated",
 		map[string]string{labels.MirroredService: labels.MirroredServiceValue},
 		map[string]string{labels.RemoteDiscoveryAnnotation: "web@west,web@paris", labels.LocalDiscoveryAnnotation: "web"})))
-	clusterIP := func(c *harness.Cluster, name string) string {
-		s, err := c.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		require.NoError(t, err)
-		require.NotEmpty(t, s.Spec.ClusterIP)
-		return s.Spec.ClusterIP
-	}
-	localWeb, fedIP := clusterIP(east, "web"), clusterIP(east, "web-federated")
+	localWeb, fedIP := clusterIP(t, east, ns, "web"), clusterIP(t, east, ns, "web-federated")
 
 	s := startDNS(t, []string{"west", "paris"})
 	name := func(n string) string { return n + "." + ns + "." + zone }

@@ -40,6 +40,13 @@ func startDNS(t *testing.T, remotes []string, block ...string) *harness.DNSServe
 	return env.StartFleet(t, harness.FleetOptions{Local: "east", Remotes: remotes, Parts: harness.FleetDNS, Block: block}).DNS
 }
 
+// setUp begins a test: t shows the logs of the fleet's processes if it
+// fails; it gets a context and the clusters east, west and paris.
+func setUp(t *testing.T) (ctx context.Context, east, west, paris *harness.Cluster) {
+	env.LogOnFailure(t)
+	return context.Background(), env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+}
+
 // source is how east's DNS learns what the linked clusters export: by
 // watching each of them (direct, the default), or from the mirrors east's
 // controller writes in east (import: `source import`, the controller with
@@ -106,6 +113,16 @@ func waitMirrors(t *testing.T, local, remote *harness.Cluster, ns, svc string, n
 		assert.Len(c, ips, n)
 	}, 60*time.Second, 50*time.Millisecond, "%d mirrors of %s/%s in %s", n, ns, mirror, local.Name)
 	return ips
+}
+
+// clusterIP returns the ClusterIP of Service ns/name in c, which must have
+// one.
+func clusterIP(t *testing.T, c *harness.Cluster, ns, name string) string {
+	t.Helper()
+	s, err := c.Client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, s.Spec.ClusterIP)
+	return s.Spec.ClusterIP
 }
 
 // glue returns the A records of the additional section as name → address.

@@ -1,13 +1,13 @@
 package dns_test
 
 import (
-	"context"
 	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,16 +29,26 @@ import (
 // token. Used, it works; so only its refusal keeps the marker away.
 func execKubeconfig(t *testing.T, remote *harness.Cluster, marker string) []byte {
 	t.Helper()
-	cfg, err := clientcmd.Load(remote.LinkData(t))
+	return editKubeconfig(t, remote.LinkData(t), func(user *clientcmdapi.AuthInfo, _ *clientcmdapi.Cluster) {
+		cred := fmt.Sprintf(`{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":%q}}`, user.Token)
+		*user = clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
+			APIVersion:      "client.authentication.k8s.io/v1",
+			InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+			Command:         "/bin/sh",
+			Args:            []string{"-c", `touch "$0" && printf '%s' "$1"`, marker, cred},
+		}}
+	})
+}
+
+// editKubeconfig returns kubeconfig with what edit makes of the user and
+// the cluster of its current context.
+func editKubeconfig(t *testing.T, kubeconfig []byte,
+	edit func(u *clientcmdapi.AuthInfo, c *clientcmdapi.Cluster)) []byte {
+	t.Helper()
+	cfg, err := clientcmd.Load(kubeconfig)
 	require.NoError(t, err)
-	user := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
-	cred := fmt.Sprintf(`{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":%q}}`, user.Token)
-	*user = clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
-		APIVersion:      "client.authentication.k8s.io/v1",
-		InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
-		Command:         "/bin/sh",
-		Args:            []string{"-c", `touch "$0" && printf '%s' "$1"`, marker, cred},
-	}}
+	ctxt := cfg.Contexts[cfg.CurrentContext]
+	edit(cfg.AuthInfos[ctxt.AuthInfo], cfg.Clusters[ctxt.Cluster])
 	out, err := clientcmd.Write(*cfg)
 	require.NoError(t, err)
 	return out
@@ -113,9 +123,7 @@ func waitLogLine(t *testing.T, p *harness.Process, want string) {
 // allow_insecure_kubeconfig the same Secrets are used, which proves the
 // refusal is what stopped them.
 func TestHostileLinkSecrets(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west, paris := env.Cluster("east"), env.Cluster("west"), env.Cluster("paris")
+	ctx, east, west, paris := setUp(t)
 	const ns, linkNS = "hostile", "hostile-links"
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
@@ -177,40 +185,25 @@ func TestHostileLinkSecrets(t *testing.T) {
 	eventuallyAnswers(t, s2, parisName, values(parisEPs))
 	assert.FileExists(t, westMarker)
 	assert.FileExists(t, parisMarker)
-	require.Eventually(t, func() bool {
-		for _, h := range catcher.requests() {
-			if h == "Bearer pod-token" {
-				return true
-			}
-		}
-		return false
-	}, 30*time.Second, 50*time.Millisecond, "the token of the file was not sent: %q", catcher.requests())
+	require.Eventually(t, func() bool { return slices.Contains(catcher.requests(), "Bearer pod-token") },
+		30*time.Second, 50*time.Millisecond, "the token of the file was not sent: %q", catcher.requests())
 	env.RequireAlive(t, s2.Process)
 	assert.Zero(t, s2.Value(t, execSeries)+s2.Value(t, filesSeries), "nothing refused when allowed")
-	out := s2.Process.Log(t)
-	assert.NotContains(t, out, "refused (")
+	assert.NotContains(t, s2.Process.Log(t), "refused (")
 }
 
 // The other refusals, one Secret each: plain http, a server whose
 // certificate is not verified, an auth-provider. Each is counted under its
 // reason.
 func TestRefusalReasons(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx, east, west, _ := setUp(t)
 	const linkNS = "refused-links"
 	require.NoError(t, east.Apply(ctx, harness.Namespace(linkNS)))
 	s := startDNS(t, nil, "link_secrets "+linkNS)
 
 	good := west.LinkData(t)
 	edit := func(f func(u *clientcmdapi.AuthInfo, c *clientcmdapi.Cluster)) []byte {
-		cfg, err := clientcmd.Load(good)
-		require.NoError(t, err)
-		ctxt := cfg.Contexts[cfg.CurrentContext]
-		f(cfg.AuthInfos[ctxt.AuthInfo], cfg.Clusters[ctxt.Cluster])
-		out, err := clientcmd.Write(*cfg)
-		require.NoError(t, err)
-		return out
+		return editKubeconfig(t, good, f)
 	}
 	for _, tc := range []struct {
 		cluster, reason string

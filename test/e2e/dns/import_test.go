@@ -1,7 +1,6 @@
 package dns_test
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -26,9 +25,7 @@ import (
 // and the other replica takes over, and what changes in paris afterwards
 // comes through the new leader.
 func TestImportSourceControllerFailover(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, paris := env.Cluster("east"), env.Cluster("paris")
+	ctx, east, _, paris := setUp(t)
 	const ns, lease = "failover", "mcmirror-failover"
 	require.NoError(t, east.Apply(ctx, harness.Namespace(ns)))
 	require.NoError(t, paris.Apply(ctx, statefulSet(ns, 2, labels.ExportFlat)))

@@ -1,7 +1,6 @@
 package dns_test
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -16,21 +15,19 @@ import (
 	"github.com/mcmirror/mcmirror/test/harness"
 )
 
-// ttlOf asks name and returns the answers and the TTL of the first record.
-func ttlOf(t require.TestingT, s *harness.DNSServer, name string) ([]string, uint32) {
+// hasTTL checks that name answers want, the first record with TTL ttl.
+func hasTTL(t require.TestingT, s *harness.DNSServer, name string, want []string, ttl uint32, msg ...any) {
 	r := s.Ask(t, "udp", name, dns.TypeA)
-	if len(r.Answer) == 0 {
-		return nil, 0
+	assert.Equal(t, want, harness.Answers(r), msg...)
+	if assert.NotEmpty(t, r.Answer, msg...) {
+		assert.EqualValues(t, ttl, r.Answer[0].Header().Ttl, msg...)
 	}
-	return harness.Answers(r), r.Answer[0].Header().Ttl
 }
 
 // A reload with a Corefile mistake keeps the running configuration
 // serving, and says where the mistake is; a good one is then taken.
 func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	west := env.Cluster("west")
+	ctx, _, west, _ := setUp(t)
 	const ns = "reload"
 	require.NoError(t, west.Apply(ctx, statefulSet(ns, 1, labels.ExportFlat)))
 	eps := west.WaitEndpoints(t, ns, "nginx-svc", 1)
@@ -42,11 +39,8 @@ func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
 		return s.EditCorefile(t, func(cf string) string { return regexp.MustCompile(`ttl \d+`).ReplaceAllString(cf, "ttl "+ttl) })
 	}
 	name := "nginx-svc-west." + ns + "." + zone
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		got, ttl := ttlOf(c, s, name)
-		assert.Equal(c, values(eps), got)
-		assert.EqualValues(c, 11, ttl)
-	}, 30*time.Second, 50*time.Millisecond, "first configuration")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { hasTTL(c, s, name, values(eps), 11) },
+		30*time.Second, 50*time.Millisecond, "first configuration")
 
 	const failed = "coredns_reload_failed_total"
 	before := s.Value(t, failed)
@@ -57,17 +51,12 @@ func TestReloadWithBadCorefileKeepsServing(t *testing.T) {
 	waitMetricAbove(t, s.MetricsURL, failed, before)
 	waitLogLine(t, s.Process, fmt.Sprintf("plugin/mcmirror: %s:%d - Error during parsing: ttl must be in range [0, 3600]: 99999", s.Corefile, badLine))
 	env.RequireAlive(t, s.Process)
-	got, ttl := ttlOf(t, s, name)
-	assert.Equal(t, values(eps), got, "the old configuration answers")
-	assert.EqualValues(t, 11, ttl, "the old configuration answers")
+	hasTTL(t, s, name, values(eps), 11, "the old configuration answers")
 
 	// A good Corefile is taken: the test would see a change.
 	withTTL("7")
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		got, ttl := ttlOf(c, s, name)
-		assert.Equal(c, values(eps), got)
-		assert.EqualValues(c, 7, ttl)
-	}, 30*time.Second, 50*time.Millisecond, "the good Corefile after the bad one")
+	require.EventuallyWithT(t, func(c *assert.CollectT) { hasTTL(c, s, name, values(eps), 7) },
+		30*time.Second, 50*time.Millisecond, "the good Corefile after the bad one")
 	env.RequireAlive(t, s.Process)
 }
 

@@ -1,7 +1,6 @@
 package dns_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
@@ -20,9 +19,7 @@ import (
 // east (made here as the controller makes one); api, stamped flat, by its
 // pod's address. Once the stamp goes, mcmirror claims neither any more.
 func TestServiceExportStamp(t *testing.T) {
-	env.LogOnFailure(t)
-	ctx := context.Background()
-	east, west := env.Cluster("east"), env.Cluster("west")
+	ctx, east, west, _ := setUp(t)
 	const ns = "svcexport"
 	require.NoError(t, west.Apply(ctx, harness.Namespace(ns)+stampedService(ns, "web", labels.ModeGateway, "")+
 		"---\n"+stampedService(ns, "api", labels.ModeFlat, "None")))
@@ -38,21 +35,19 @@ metadata: {name: web-west, namespace: %s, labels: {%s: "true", %s: west}}
 spec:
   ports: [{name: http, port: 80}]
 `, ns, labels.MirroredService, labels.ClusterName)))
-	mirror, err := east.Client.CoreV1().Services(ns).Get(ctx, "web-west", metav1.GetOptions{})
-	require.NoError(t, err)
-	require.NotEmpty(t, mirror.Spec.ClusterIP)
+	mirrorIP := clusterIP(t, east, ns, "web-west")
 
 	s := startDNS(t, []string{"west"})
 	name := func(n string) string { return n + "." + ns + "." + zone }
-	eventuallyAnswers(t, s, name("web-west"), []string{mirror.Spec.ClusterIP})
+	eventuallyAnswers(t, s, name("web-west"), []string{mirrorIP})
 	// The kubernetes plugin would answer web-west from the mirror too; only
 	// mcmirror answers -global, and the pods of a flat export.
-	eventuallyAnswers(t, s, name("web-global"), []string{mirror.Spec.ClusterIP})
+	eventuallyAnswers(t, s, name("web-global"), []string{mirrorIP})
 	eventuallyAnswers(t, s, name("api-west"), []string{"10.203.0.1"})
 	eventuallyAnswers(t, s, name("api-0.api-west"), []string{"10.203.0.1"})
 	const claimed = `coredns_mcmirror_answers_total{kind="cluster",rcode="NOERROR"}`
 	before := s.Value(t, claimed)
-	require.Equal(t, []string{mirror.Spec.ClusterIP}, harness.Answers(s.Ask(t, "udp", name("web-west"), dns.TypeA)))
+	require.Equal(t, []string{mirrorIP}, harness.Answers(s.Ask(t, "udp", name("web-west"), dns.TypeA)))
 	require.Equal(t, before+1, s.Value(t, claimed), "web-west answered by mcmirror")
 
 	// The stamp goes.
@@ -65,7 +60,7 @@ spec:
 	// mirror that is still there (the controller would delete it), and
 	// mcmirror counts no answer.
 	before = s.Value(t, claimed)
-	assert.Equal(t, []string{mirror.Spec.ClusterIP}, harness.Answers(s.Ask(t, "udp", name("web-west"), dns.TypeA)))
+	assert.Equal(t, []string{mirrorIP}, harness.Answers(s.Ask(t, "udp", name("web-west"), dns.TypeA)))
 	assert.Equal(t, before, s.Value(t, claimed), "web-west no longer answered by mcmirror")
 	env.RequireAlive(t, s.Process)
 }

@@ -2,8 +2,6 @@ package faults_test
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"testing"
 	"time"
 
@@ -60,7 +58,7 @@ func TestLocalAPIServerDown(t *testing.T) {
 	// The controller resumes: a new export is mirrored and answered.
 	require.NoError(t, west.Apply(ctx, clusterIPExport(ns, "late", labels.ExportGateway)))
 	start := time.Now()
-	waitMirrors(t, ns, append(slices.Collect(maps.Keys(mirrorsBefore)), "late-west"), 60*time.Second)
+	waitKept(t, ns, mirrorsBefore, slicesBefore, "late-west", 60*time.Second)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		answered(c, dnsServer, "late-west."+ns+"."+zone)
 	}, 30*time.Second, 100*time.Millisecond)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -82,11 +83,7 @@ func query(s *harness.DNSServer, want map[string][]string) *querier {
 	ctx, cancel := context.WithCancel(context.Background())
 	q := &querier{server: s, want: want, cancel: cancel, done: make(chan struct{}), start: time.Now(),
 		lastOK: map[string]time.Time{}, firstNo: map[string]time.Time{}}
-	names := make([]string, 0, len(want))
-	for n := range want {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(want))
 	go func() {
 		defer close(q.done)
 		for ctx.Err() == nil {
@@ -112,9 +109,7 @@ func (q *querier) check(ctx context.Context, name string) {
 		timeout int
 	)
 	for try := 1; try <= queryTries; try++ {
-		m := new(dns.Msg)
-		m.SetQuestion(dns.Fqdn(name), dns.TypeA)
-		r, _, err = (&dns.Client{Timeout: queryTimeout}).Exchange(m, q.server.Addr)
+		r, err = ask(q.server, name, dns.TypeA)
 		if !timedOut(err) || ctx.Err() != nil {
 			break
 		}

@@ -220,11 +220,9 @@ func (c *collector) install(ctx context.Context) Install {
 			in.CorefileErr = "no ConfigMap volume mounted where its -conf file is"
 		} else {
 			in.CorefileFrom = fmt.Sprintf("ConfigMap %s/%s, key %s", in.DNS.Namespace, cm, key)
-			got, err := c.client.CoreV1().ConfigMaps(in.DNS.Namespace).Get(ctx, cm, metav1.GetOptions{})
-			switch {
-			case err != nil:
+			if got, err := c.client.CoreV1().ConfigMaps(in.DNS.Namespace).Get(ctx, cm, metav1.GetOptions{}); err != nil {
 				in.CorefileErr = in.CorefileFrom + ": " + describe(err)
-			default:
+			} else {
 				in.Corefile = got.Data[key]
 			}
 		}
@@ -396,13 +394,11 @@ func trimSecretPrefix(err error) string {
 // serverOf reads the server URL of a link Secret's kubeconfig, only
 // parsing it, for the report.
 func serverOf(s *corev1.Secret) string {
-	raw, err := clientcmd.Load(s.Data[labels.LinkSecretKey])
-	if err != nil {
-		return "its API server"
-	}
-	if ctx, ok := raw.Contexts[raw.CurrentContext]; ok && ctx != nil {
-		if cl, ok := raw.Clusters[ctx.Cluster]; ok && cl != nil {
-			return cl.Server
+	if raw, err := clientcmd.Load(s.Data[labels.LinkSecretKey]); err == nil {
+		if ctx := raw.Contexts[raw.CurrentContext]; ctx != nil {
+			if cl := raw.Clusters[ctx.Cluster]; cl != nil {
+				return cl.Server
+			}
 		}
 	}
 	return "its API server"

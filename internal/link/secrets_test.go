@@ -123,8 +123,7 @@ func startWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOption
 	opts.Logf, opts.OnRefused = lg.logf, lg.refuse
 	w, err := NewSecretWatcher(client, rec, opts)
 	require.NoError(t, err)
-	ctx := t.Context()
-	go w.Run(ctx)
+	go w.Run(t.Context())
 	waitFor(t, w.HasSynced, "secret watcher did not sync")
 	return rec, lg, w
 }

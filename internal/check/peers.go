@@ -106,11 +106,9 @@ func when(t, now time.Time) string {
 	if ago {
 		d = -d
 	}
-	var span string
+	span := d.Round(time.Minute).String()
 	if d >= 48*time.Hour {
 		span = fmt.Sprintf("%d days", int(math.Floor(d.Hours()/24)))
-	} else {
-		span = d.Round(time.Minute).String()
 	}
 	if ago {
 		return fmt.Sprintf("on %s, %s ago", t.UTC().Format(time.RFC3339), span)

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -81,11 +82,7 @@ func evalLinks(f LinkFacts) []Result {
 }
 
 func evalLinkSecret(f LinkFacts, s LinkSecret, seen map[string]string) Result {
-	subject := s.Cluster
-	if subject == "" {
-		subject = s.Name
-	}
-	r := Result{ID: "link", Subject: subject}
+	r := Result{ID: "link", Subject: cmp.Or(s.Cluster, s.Name)}
 	ref := f.Namespace + "/" + s.Name
 	switch {
 	case s.Refused != "":
@@ -113,10 +110,7 @@ func evalLinkSecret(f LinkFacts, s LinkSecret, seen map[string]string) Result {
 }
 
 func refusalFix(s LinkSecret, ref string) string {
-	c := s.Cluster
-	if c == "" {
-		c = "NAME"
-	}
+	c := cmp.Or(s.Cluster, "NAME")
 	switch s.Reason {
 	case link.ReasonExec, link.ReasonAuthProvider, link.ReasonFiles, link.ReasonHTTP, link.ReasonSkipTLSVerify:
 		return fmt.Sprintf("write the Secret with inline credentials over verified https (coredns-mc link --cluster %s), or allow %s with --allow-insecure-kubeconfig and allow_insecure_kubeconfig", c, s.Reason)

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"crypto/x509"
 	"fmt"
 	"math"
@@ -234,10 +235,7 @@ func chainExpiry(chain []*x509.Certificate) (time.Time, string) {
 // that cluster's intermediate. It returns the cluster the chain names. An
 // empty trustDomain is the gateway's default.
 func VerifyChain(chain []*x509.Certificate, roots *x509.CertPool, trustDomain string, now time.Time) (string, error) {
-	if trustDomain == "" {
-		trustDomain = trust.DefaultTrustDomain
-	}
-	return trust.VerifyPeer(chain, roots, trustDomain, now, x509.ExtKeyUsageServerAuth)
+	return trust.VerifyPeer(chain, roots, cmp.Or(trustDomain, trust.DefaultTrustDomain), now, x509.ExtKeyUsageServerAuth)
 }
 
 // certificateError tells a prober error that is about a certificate.

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -117,9 +118,7 @@ func (l *logs) contains(s string) bool {
 func startWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOptions) (*recorder, *logs, *SecretWatcher) {
 	t.Helper()
 	rec, lg := &recorder{}, &logs{}
-	if opts.Namespace == "" {
-		opts.Namespace = "linkerd-multicluster"
-	}
+	opts.Namespace = cmp.Or(opts.Namespace, "linkerd-multicluster")
 	opts.Logf, opts.OnRefused = lg.logf, lg.refuse
 	w, err := NewSecretWatcher(client, rec, opts)
 	require.NoError(t, err)

@@ -68,12 +68,11 @@ func evalLinks(f LinkFacts) []Result {
 		}
 	}
 	for _, p := range f.Peers {
-		if linked[p] {
-			continue
+		if !linked[p] {
+			out = append(out, Result{ID: "link", Subject: p, Status: Fail,
+				Message: fmt.Sprintf("the gateway has --peer %s, but no usable link Secret for %s in %s: its Services are not mirrored", p, p, f.Namespace),
+				Fix:     fmt.Sprintf("coredns-mc link --context %s --cluster %s | kubectl apply -f -   (or drop --peer %s from the gateway: the chart's gateway.peers)", p, p, p)})
 		}
-		out = append(out, Result{ID: "link", Subject: p, Status: Fail,
-			Message: fmt.Sprintf("the gateway has --peer %s, but no usable link Secret for %s in %s: its Services are not mirrored", p, p, f.Namespace),
-			Fix:     fmt.Sprintf("coredns-mc link --context %s --cluster %s | kubectl apply -f -   (or drop --peer %s from the gateway: the chart's gateway.peers)", p, p, p)})
 	}
 	if len(out) == 0 {
 		out = append(out, Result{ID: "link", Status: OK, Message: "no link Secrets in " + f.Namespace + ": this cluster links to no other yet"})

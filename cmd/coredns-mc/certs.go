@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -419,16 +421,11 @@ func parseIssuer(certPEM, keyPEM, rootsPEM []byte, name string) (*issuerSet, err
 		}
 		return nil, fmt.Errorf("%s does not chain to %s: %w", name, caCertFile, err)
 	}
-	var id string
-	for _, u := range ca.Cert.URIs {
-		if u.Scheme == "spiffe" {
-			id = u.Host
-			break
-		}
-	}
-	if id == "" {
+	i := slices.IndexFunc(ca.Cert.URIs, func(u *url.URL) bool { return u.Scheme == "spiffe" })
+	if i < 0 || ca.Cert.URIs[i].Host == "" {
 		return nil, fmt.Errorf("%s: intermediate %q names no cluster (no spiffe URI SAN): make one with coredns-mc certs cluster", name, ca.Cert.Subject.CommonName)
 	}
+	id := ca.Cert.URIs[i].Host
 	cluster, err := trust.ClusterOf(ca.Cert, id)
 	if err != nil {
 		return nil, fmt.Errorf("%s: intermediate %q: %w", name, ca.Cert.Subject.CommonName, err)

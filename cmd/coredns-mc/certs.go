@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -182,13 +184,8 @@ func (c *certsCmd) cluster(args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	if err := writeFiles(*out, files, *force, "give --force to replace them, or another --out"); err != nil {
+	if err := c.writeOut(*out, files, *force, *secretName != "", *secretFile, *namespace, *secretName); err != nil {
 		return c.fail(err)
-	}
-	if *secretName != "" {
-		if err := c.writeSecret(*secretFile, *namespace, *secretName, files); err != nil {
-			return c.fail(err)
-		}
 	}
 	fmt.Fprintf(c.stderr, "coredns-mc certs cluster: wrote %s: the intermediate of %s (%s), valid until %s. Its key may go into %s, and into no other cluster.\n",
 		filepath.Join(*out, "{"+tlsCertFile+","+tlsKeyFile+","+caCertFile+"}"), *cluster, trust.Identity(td, *cluster),
@@ -244,13 +241,8 @@ func (c *certsCmd) gateway(args []string) int {
 		}
 		return c.fail(err)
 	}
-	if err := writeFiles(*out, files, *force, "give --force to replace them, or another --out"); err != nil {
+	if err := c.writeOut(*out, files, *force, *secret, *secretFile, *namespace, *secretName); err != nil {
 		return c.fail(err)
-	}
-	if *secret {
-		if err := c.writeSecret(*secretFile, *namespace, *secretName, files); err != nil {
-			return c.fail(err)
-		}
 	}
 	fmt.Fprintf(c.stderr, "coredns-mc certs gateway: wrote %s: the gateway certificate of %s (%s), valid until %s.\n",
 		filepath.Join(*out, "{"+tlsCertFile+","+tlsKeyFile+","+caCertFile+"}"), *cluster, trust.Identity(in.trustDomain, *cluster),
@@ -258,8 +250,12 @@ func (c *certsCmd) gateway(args []string) int {
 	return 0
 }
 
-// writeSecret writes the Secret of files to path, or stdout when empty.
-func (c *certsCmd) writeSecret(path, namespace, name string, files []outFile) error {
+// writeOut writes files into out (force: replacing those there) and, when
+// secret, their Secret to path, or stdout when empty.
+func (c *certsCmd) writeOut(out string, files []outFile, force, secret bool, path, namespace, name string) error {
+	if err := writeFiles(out, files, force, "give --force to replace them, or another --out"); err != nil || !secret {
+		return err
+	}
 	manifest, err := secretManifest(namespace, name, files)
 	if err != nil {
 		return err
@@ -301,17 +297,20 @@ type outFile struct {
 // makeRoot makes a root of trustDomain valid for valid from now.
 func makeRoot(trustDomain string, now time.Time, valid time.Duration) ([]outFile, *x509.Certificate, error) {
 	root, err := trust.NewRoot(trustDomain, now.Add(-trust.Backdate), now.Add(valid))
+	return caFiles(root, err, rootCertFile, rootKeyFile)
+}
+
+// caFiles is ca, made with err, as the files certName and keyName, then
+// extra, and its certificate.
+func caFiles(ca *trust.CA, err error, certName, keyName string, extra ...outFile) ([]outFile, *x509.Certificate, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	key, err := trust.KeyPEM(root.Key)
+	key, err := trust.KeyPEM(ca.Key)
 	if err != nil {
 		return nil, nil, err
 	}
-	return []outFile{
-		{rootCertFile, trust.CertPEM(root.Cert), 0o644},
-		{rootKeyFile, key, 0o600},
-	}, root.Cert, nil
+	return append([]outFile{{certName, trust.CertPEM(ca.Cert), 0o644}, {keyName, key, 0o600}}, extra...), ca.Cert, nil
 }
 
 // loadRoot reads the root that 'certs root' wrote into dir.
@@ -376,18 +375,7 @@ func validUntil(now time.Time, valid time.Duration, issuerCert *x509.Certificate
 // gateway Secrets it writes get the root as ca.crt.
 func makeIntermediate(root *trust.CA, trustDomain, cluster string, now, notAfter time.Time) ([]outFile, *x509.Certificate, error) {
 	in, err := root.NewIntermediate(trustDomain, cluster, now.Add(-trust.Backdate), notAfter)
-	if err != nil {
-		return nil, nil, err
-	}
-	key, err := trust.KeyPEM(in.Key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return []outFile{
-		{tlsCertFile, trust.CertPEM(in.Cert), 0o644},
-		{tlsKeyFile, key, 0o600},
-		{caCertFile, trust.CertPEM(root.Cert), 0o644},
-	}, in.Cert, nil
+	return caFiles(in, err, tlsCertFile, tlsKeyFile, outFile{caCertFile, trust.CertPEM(root.Cert), 0o644})
 }
 
 // issuerSet is a cluster's intermediate as 'certs cluster' wrote it.
@@ -433,16 +421,11 @@ func parseIssuer(certPEM, keyPEM, rootsPEM []byte, name string) (*issuerSet, err
 		}
 		return nil, fmt.Errorf("%s does not chain to %s: %w", name, caCertFile, err)
 	}
-	var id string
-	for _, u := range ca.Cert.URIs {
-		if u.Scheme == "spiffe" {
-			id = u.Host
-			break
-		}
-	}
-	if id == "" {
+	i := slices.IndexFunc(ca.Cert.URIs, func(u *url.URL) bool { return u.Scheme == "spiffe" })
+	if i < 0 || ca.Cert.URIs[i].Host == "" {
 		return nil, fmt.Errorf("%s: intermediate %q names no cluster (no spiffe URI SAN): make one with coredns-mc certs cluster", name, ca.Cert.Subject.CommonName)
 	}
+	id := ca.Cert.URIs[i].Host
 	cluster, err := trust.ClusterOf(ca.Cert, id)
 	if err != nil {
 		return nil, fmt.Errorf("%s: intermediate %q: %w", name, ca.Cert.Subject.CommonName, err)

@@ -66,8 +66,9 @@ func certsOf(t *testing.T, path string) []*x509.Certificate {
 	return certs
 }
 
-// decodeSecret reads the one Secret of a manifest.
-func decodeSecret(t *testing.T, manifest string) *corev1.Secret {
+// secretHolds reads the one Secret of a manifest and wants it to be
+// mcmirror/name, holding the files of dir.
+func secretHolds(t *testing.T, manifest, name, dir string) {
 	t.Helper()
 	var s corev1.Secret
 	require.NoError(t, k8syaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096).Decode(&s), manifest)
@@ -75,7 +76,10 @@ func decodeSecret(t *testing.T, manifest string) *corev1.Secret {
 	assert.Equal(t, "Secret", s.Kind)
 	assert.Equal(t, corev1.SecretTypeTLS, s.Type)
 	assert.Equal(t, []string{"ca.crt", "tls.crt", "tls.key"}, slices.Sorted(maps.Keys(s.Data)))
-	return &s
+	assert.Equal(t, "mcmirror/"+name, s.Namespace+"/"+s.Name)
+	for _, k := range []string{"tls.crt", "tls.key", "ca.crt"} {
+		assert.Equal(t, readFile(t, filepath.Join(dir, k)), s.Data[k], k)
+	}
 }
 
 // fleetCerts is what deploy/certificates.md has a user run for east and
@@ -140,12 +144,7 @@ func TestCertsSteps(t *testing.T) {
 		assert.NoError(t, inter[0].CheckSignatureFrom(root[0]))
 		assert.WithinDuration(t, time.Now().Add(8760*time.Hour), inter[0].NotAfter, time.Minute)
 		assert.Equal(t, readFile(t, filepath.Join(f.root, "root.crt")), readFile(t, filepath.Join(f.ca[c], "ca.crt")))
-		s := decodeSecret(t, f.caSecret[c])
-		assert.Equal(t, "mcmirror-gateway-ca", s.Name)
-		assert.Equal(t, "mcmirror", s.Namespace)
-		for _, k := range []string{"tls.crt", "tls.key", "ca.crt"} {
-			assert.Equal(t, readFile(t, filepath.Join(f.ca[c], k)), s.Data[k], k)
-		}
+		secretHolds(t, f.caSecret[c], "mcmirror-gateway-ca", f.ca[c])
 
 		// The gateway's: the certificate then the intermediate, the
 		// root as ca.crt; it loads as a gateway's.
@@ -157,12 +156,7 @@ func TestCertsSteps(t *testing.T) {
 		assert.True(t, chain[1].Equal(inter[0]), "the intermediate follows the certificate")
 		assert.WithinDuration(t, time.Now().Add(2160*time.Hour), chain[0].NotAfter, time.Minute)
 		assert.Equal(t, readFile(t, filepath.Join(f.root, "root.crt")), readFile(t, filepath.Join(f.gw[c], "ca.crt")))
-		s = decodeSecret(t, f.gwSecret[c])
-		assert.Equal(t, "mcmirror-gateway-tls", s.Name, "the Secret deploy/gateway.yaml mounts")
-		assert.Equal(t, "mcmirror", s.Namespace)
-		for _, k := range []string{"tls.crt", "tls.key", "ca.crt"} {
-			assert.Equal(t, readFile(t, filepath.Join(f.gw[c], k)), s.Data[k], k)
-		}
+		secretHolds(t, f.gwSecret[c], "mcmirror-gateway-tls", f.gw[c]) // the Secret deploy/gateway.yaml mounts
 		certs, err := gateway.LoadCerts(f.files(c))
 		require.NoError(t, err)
 		assert.Equal(t, c, certs.Cluster())
@@ -176,7 +170,7 @@ func TestCertsSteps(t *testing.T) {
 	assert.Equal(t, map[string]os.FileMode{"east-gateway.yaml": 0o600}, dirFiles(t, filepath.Dir(secretFile)))
 	renewed := certsOf(t, filepath.Join(f.gw["east"], "tls.crt"))[0]
 	assert.NotEqual(t, old.SerialNumber, renewed.SerialNumber)
-	assert.Equal(t, readFile(t, filepath.Join(f.gw["east"], "tls.crt")), decodeSecret(t, string(readFile(t, secretFile))).Data["tls.crt"])
+	secretHolds(t, string(readFile(t, secretFile)), "mcmirror-gateway-tls", f.gw["east"])
 	assert.Equal(t, map[string]os.FileMode{"ca.crt": 0o644, "tls.crt": 0o644, "tls.key": 0o600}, dirFiles(t, f.gw["east"]))
 }
 

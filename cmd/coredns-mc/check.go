@@ -56,44 +56,43 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	var fc fleetFlags
 	fc.addFlags(fs, "check")
 	c := &cli{name: "check", stdout: stdout, stderr: stderr}
-	usage := c.usage
 	contexts, code, ok := c.parseFlags(fs, args, checkUsage, true)
 	if !ok {
 		return code
 	}
 	switch {
 	case len(contexts) == 1:
-		return usage("unexpected arguments %q: give --context for one cluster, or two contexts or more for a fleet", contexts)
+		return c.usage("unexpected arguments %q: give --context for one cluster, or two contexts or more for a fleet", contexts)
 	case *output != "text" && *output != "json":
-		return usage("-o %q: want text or json", *output)
+		return c.usage("-o %q: want text or json", *output)
 	case *timeout <= 0:
-		return usage("--timeout must be positive")
+		return c.usage("--timeout must be positive")
 	}
 	if len(contexts) > 0 {
 		return runFleetCheck(c, fs, &fc, contexts, *kubeconfig, check.Options{Timeout: *timeout}, *output == "json")
 	}
 	if msg := onlyWithList(fs, "cluster-name", "topology"); msg != "" {
-		return usage("%s", msg)
+		return c.usage("%s", msg)
 	}
 	if *dnsServer != "" {
 		if _, _, err := net.SplitHostPort(*dnsServer); err != nil {
-			return usage("--dns-server %q: want HOST:PORT (%v)", *dnsServer, err)
+			return c.usage("--dns-server %q: want HOST:PORT (%v)", *dnsServer, err)
 		}
 	}
 	opts := check.Options{DNSServer: *dnsServer, Timeout: *timeout}
 	if *gatewayCA != "" {
 		pem, err := os.ReadFile(*gatewayCA)
 		if err != nil {
-			return usage("--gateway-ca: %v", err)
+			return c.usage("--gateway-ca: %v", err)
 		}
 		opts.GatewayCA, opts.GatewayCAFrom = pem, *gatewayCA+" (--gateway-ca)"
 	}
 	cl, err := loadCluster("cluster", *kubeconfig, *kubeCtx, "--kubeconfig", "--context")
 	if err != nil {
-		return usage("%v", err)
+		return c.usage("%v", err)
 	}
 	if opts.Client, opts.Config, err = cl.checkClient(); err != nil {
-		return usage("%v", err)
+		return c.usage("%v", err)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -120,13 +119,11 @@ type report interface {
 
 // writeReport writes r as JSON or text and returns the exit code.
 func writeReport(r report, json bool, stdout, stderr io.Writer) int {
-	var err error
+	write := r.WriteText
 	if json {
-		err = r.WriteJSON(stdout)
-	} else {
-		err = r.WriteText(stdout)
+		write = r.WriteJSON
 	}
-	if err != nil {
+	if err := write(stdout); err != nil {
 		fmt.Fprintf(stderr, "coredns-mc check: %v\n", err)
 		return 1
 	}

@@ -18,12 +18,11 @@ const checkParallel = 8
 // runFleetCheck checks every pair of the fleet of contexts from its
 // source's side, writes one report, and returns the exit code.
 func runFleetCheck(cl *cli, fs *flag.FlagSet, f *fleetFlags, contexts []string, kubeconfig string, opts check.Options, json bool) int {
-	usage := cl.usage
 	if single := givenFlags(fs, "context", "dns-server", "gateway-ca"); len(single) > 0 {
-		return usage("%s goes with one cluster, not with a list of contexts (%s)", strings.Join(single, ", "), strings.Join(contexts, " "))
+		return cl.usage("%s goes with one cluster, not with a list of contexts (%s)", strings.Join(single, ", "), strings.Join(contexts, " "))
 	}
 	if err := f.plan(contexts); err != nil {
-		return usage("%v", err)
+		return cl.usage("%v", err)
 	}
 	// Each pair is judged from its source: only sources are read.
 	sources, _ := sides(f.pairs)
@@ -32,12 +31,12 @@ func runFleetCheck(cl *cli, fs *flag.FlagSet, f *fleetFlags, contexts []string, 
 	for _, m := range f.members {
 		c, err := loadCluster("cluster "+m.Name, kubeconfig, m.Context, "--kubeconfig", "context")
 		if err != nil {
-			return usage("%v", err)
+			return cl.usage("%v", err)
 		}
 		servers[m.Context] = c.config.Host
 		o := opts
 		if o.Client, o.Config, err = c.checkClient(); err != nil {
-			return usage("%v", err)
+			return cl.usage("%v", err)
 		}
 		clients[m.Context] = o
 	}

@@ -201,10 +201,9 @@ func TestLeaderWatchdogStaleness(t *testing.T) {
 	lc := testLeaderConfig(client, nil)
 	lc.leaseDuration, lc.renewDeadline = lease, 3*time.Second
 	lc.watchdog = newLeaderWatchdog(stale, lc.leaseDuration)
-	ctx := t.Context()
 	started := make(chan struct{})
 	go func() {
-		_, _ = runLeaderElected(ctx, lc, func(ctx context.Context) error { close(started); <-ctx.Done(); return nil }, klog.Background())
+		_, _ = runLeaderElected(t.Context(), lc, func(ctx context.Context) error { close(started); <-ctx.Done(); return nil }, klog.Background())
 	}()
 	<-started
 	// Renewed at least once (an update), then renewals hang.

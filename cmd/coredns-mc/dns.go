@@ -220,12 +220,8 @@ func (c *dnsCmd) connect() error {
 	// Unstructured: a field this binary's API types do not know is read,
 	// recorded and put back all the same.
 	c.deployments = client.Resource(deploymentsResource).Namespace(c.ns)
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	c.clients = cs
-	return nil
+	c.clients, err = kubernetes.NewForConfig(cfg)
+	return err
 }
 
 // apply writes the patch, with the original recorded the first time, and

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -176,10 +177,7 @@ func (g *gatewayConfig) run() int {
 	case <-signalled.Done():
 		return shutdown(logger, o.DrainDelay, o.ShutdownGrace, &p.draining, stopServing, p.errc, p.in, p.eg)
 	case err := <-p.errc:
-		if err == nil {
-			err = errors.New("stopped")
-		}
-		logger.Error(err, "Gateway failed")
+		logger.Error(cmp.Or(err, errors.New("stopped")), "Gateway failed")
 		return 1
 	}
 }
@@ -187,10 +185,7 @@ func (g *gatewayConfig) run() int {
 // idleTimeout is --idle-timeout as Ingress and Egress take it: negative is
 // none.
 func (g *gatewayConfig) idleTimeout() time.Duration {
-	if g.opts.IdleTimeout == 0 {
-		return -1
-	}
-	return g.opts.IdleTimeout
+	return cmp.Or(g.opts.IdleTimeout, -1)
 }
 
 // startIngress runs the exported Services' watch and the ingress on its

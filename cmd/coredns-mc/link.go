@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -427,9 +428,7 @@ func (c *cluster) endpoint(server string) (grant.Endpoint, error) {
 	if err := rest.LoadTLSFiles(tls); err != nil {
 		return grant.Endpoint{}, fmt.Errorf("%s: %v", c, err)
 	}
-	if server == "" {
-		server = c.config.Host
-	}
+	server = cmp.Or(server, c.config.Host)
 	if err := grant.CheckServer(server); err != nil {
 		return grant.Endpoint{}, fmt.Errorf("%s: %v", c, err)
 	}

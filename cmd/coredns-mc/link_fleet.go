@@ -156,12 +156,11 @@ func (c *linkCmd) runFleet(ctx context.Context) int {
 	if err != nil {
 		return c.usage("%v", err)
 	}
-	var outcomes []fleet.Outcome
-	if c.name == "link" {
-		outcomes = c.linkFleet(ctx, clusters)
-	} else {
-		outcomes = c.unlinkFleet(ctx, clusters)
+	do := c.linkFleet
+	if c.name == "unlink" {
+		do = c.unlinkFleet
 	}
+	outcomes := do(ctx, clusters)
 	if err := fleet.WriteOutcomes(c.stdout, outcomes); err != nil {
 		return c.fail(err)
 	}

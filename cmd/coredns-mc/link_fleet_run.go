@@ -64,15 +64,13 @@ func (c *linkCmd) linkFleet(ctx context.Context, clusters map[string]*cluster) [
 	outs := make([]fleet.Outcome, len(pairs))
 	fleet.Each(len(pairs), c.fleet.parallel, func(i int) {
 		p := pairs[i]
-		outs[i] = fleet.Outcome{Pair: p, Result: fleet.Linked}
 		detail, unchanged, err := c.linkPair(ctx, p, clusters[p.Source.Context], clusters[p.Target.Context], ss[p.Source.Context], ts[p.Target.Context])
+		outs[i] = fleet.Outcome{Pair: p, Result: fleet.Linked, Detail: detail}
 		switch {
 		case err != nil:
 			outs[i].Result, outs[i].Detail = fleet.Failed, err.Error()
 		case unchanged:
-			outs[i].Result, outs[i].Detail = fleet.Unchanged, detail
-		default:
-			outs[i].Detail = detail
+			outs[i].Result = fleet.Unchanged
 		}
 		c.fleetProgress("%s: %s", p, outs[i].Result)
 	})

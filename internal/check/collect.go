@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -22,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Options configure a run of the checks.
@@ -220,11 +220,9 @@ func (c *collector) install(ctx context.Context) Install {
 			in.CorefileErr = "no ConfigMap volume mounted where its -conf file is"
 		} else {
 			in.CorefileFrom = fmt.Sprintf("ConfigMap %s/%s, key %s", in.DNS.Namespace, cm, key)
-			got, err := c.client.CoreV1().ConfigMaps(in.DNS.Namespace).Get(ctx, cm, metav1.GetOptions{})
-			switch {
-			case err != nil:
+			if got, err := c.client.CoreV1().ConfigMaps(in.DNS.Namespace).Get(ctx, cm, metav1.GetOptions{}); err != nil {
 				in.CorefileErr = in.CorefileFrom + ": " + describe(err)
-			default:
+			} else {
 				in.Corefile = got.Data[key]
 			}
 		}
@@ -350,7 +348,7 @@ func (c *collector) probeLink(ctx context.Context, ls *LinkSecret, s *corev1.Sec
 	name, cfg, err := link.FromSecret(s, link.Allow{HTTP: policy.HTTP, SkipTLSVerify: policy.SkipTLSVerify})
 	if err != nil {
 		ls.NotProbed = "its kubeconfig runs a command, calls an auth-provider or reads files, which check never does on this machine"
-		ls.Server = serverOf(s)
+		ls.Server = cmp.Or(grant.ServerOf(s.Data[labels.LinkSecretKey]), "its API server")
 		return
 	}
 	ls.Cluster, ls.Server = name, cfg.Host
@@ -391,21 +389,6 @@ func trimSecretPrefix(err error) string {
 		return rest
 	}
 	return s
-}
-
-// serverOf reads the server URL of a link Secret's kubeconfig, only
-// parsing it, for the report.
-func serverOf(s *corev1.Secret) string {
-	raw, err := clientcmd.Load(s.Data[labels.LinkSecretKey])
-	if err != nil {
-		return "its API server"
-	}
-	if ctx, ok := raw.Contexts[raw.CurrentContext]; ok && ctx != nil {
-		if cl, ok := raw.Clusters[ctx.Cluster]; ok && cl != nil {
-			return cl.Server
-		}
-	}
-	return "its API server"
 }
 
 // review asks the API server, with SubjectAccessReviews, whether the

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -49,13 +50,9 @@ func PickMirrorQuery(mirrors []corev1.Service, domain string) (q DNSQuery, ok bo
 		ip, routable := hasIP(*s)
 		switch {
 		case s.Labels[labels.RemoteHostname] != "" && s.Labels[labels.HeadlessMirrorSvcName] != "" && routable:
-			if perPod == nil {
-				perPod = s
-			}
+			perPod = cmp.Or(perPod, s)
 		case s.Labels[labels.ModeLabel] == labels.ModeFlat:
-			if flat == nil {
-				flat = s
-			}
+			flat = cmp.Or(flat, s)
 		case routable && s.Labels[labels.RemoteHostname] == "":
 			return DNSQuery{Name: fqdn(s.Name, s.Namespace, domain), IPv6: ip.Is6(), Want: ip, Mirror: s.Namespace + "/" + s.Name}, true
 		}

@@ -102,14 +102,10 @@ func evalPair(p fleet.Pair, s *MemberFacts) PairCheck {
 			Fix:     fmt.Sprintf("kubectl --context %s cluster-info; check --kubeconfig and the context", p.Source.Context)}}
 		return pc
 	}
-	var rs []Result
-	var r Result
-	pc.Linked, r = evalPairLink(p, s.Links)
-	rs = append(rs, r)
-	pc.Synced, pc.LastChange, r = evalPairSync(p, s.DNS, s.Now)
-	rs = append(rs, r)
-	pc.Gateway, r = evalPairGateway(p, s.Gateway)
-	rs = append(rs, r)
+	var rs [3]Result
+	pc.Linked, rs[0] = evalPairLink(p, s.Links)
+	pc.Synced, pc.LastChange, rs[1] = evalPairSync(p, s.DNS, s.Now)
+	pc.Gateway, rs[2] = evalPairGateway(p, s.Gateway)
 	for _, r := range rs {
 		pc.Status = pc.Status.worse(r.Status)
 		if r.Status != OK {

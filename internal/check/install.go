@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"flag"
 	"io"
 	"path"
@@ -63,10 +64,7 @@ func WorkloadOf(d *appsv1.Deployment) Workload {
 		w.Replicas = *d.Spec.Replicas
 	}
 	spec := d.Spec.Template.Spec
-	w.ServiceAccount = spec.ServiceAccountName
-	if w.ServiceAccount == "" {
-		w.ServiceAccount = "default"
-	}
+	w.ServiceAccount = cmp.Or(spec.ServiceAccountName, "default")
 	w.HostNetwork = spec.HostNetwork
 	if len(spec.Containers) == 0 {
 		return w

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -67,12 +68,11 @@ func evalLinks(f LinkFacts) []Result {
 		}
 	}
 	for _, p := range f.Peers {
-		if linked[p] {
-			continue
+		if !linked[p] {
+			out = append(out, Result{ID: "link", Subject: p, Status: Fail,
+				Message: fmt.Sprintf("the gateway has --peer %s, but no usable link Secret for %s in %s: its Services are not mirrored", p, p, f.Namespace),
+				Fix:     fmt.Sprintf("coredns-mc link --context %s --cluster %s | kubectl apply -f -   (or drop --peer %s from the gateway: the chart's gateway.peers)", p, p, p)})
 		}
-		out = append(out, Result{ID: "link", Subject: p, Status: Fail,
-			Message: fmt.Sprintf("the gateway has --peer %s, but no usable link Secret for %s in %s: its Services are not mirrored", p, p, f.Namespace),
-			Fix:     fmt.Sprintf("coredns-mc link --context %s --cluster %s | kubectl apply -f -   (or drop --peer %s from the gateway: the chart's gateway.peers)", p, p, p)})
 	}
 	if len(out) == 0 {
 		out = append(out, Result{ID: "link", Status: OK, Message: "no link Secrets in " + f.Namespace + ": this cluster links to no other yet"})
@@ -81,11 +81,7 @@ func evalLinks(f LinkFacts) []Result {
 }
 
 func evalLinkSecret(f LinkFacts, s LinkSecret, seen map[string]string) Result {
-	subject := s.Cluster
-	if subject == "" {
-		subject = s.Name
-	}
-	r := Result{ID: "link", Subject: subject}
+	r := Result{ID: "link", Subject: cmp.Or(s.Cluster, s.Name)}
 	ref := f.Namespace + "/" + s.Name
 	switch {
 	case s.Refused != "":
@@ -113,10 +109,7 @@ func evalLinkSecret(f LinkFacts, s LinkSecret, seen map[string]string) Result {
 }
 
 func refusalFix(s LinkSecret, ref string) string {
-	c := s.Cluster
-	if c == "" {
-		c = "NAME"
-	}
+	c := cmp.Or(s.Cluster, "NAME")
 	switch s.Reason {
 	case link.ReasonExec, link.ReasonAuthProvider, link.ReasonFiles, link.ReasonHTTP, link.ReasonSkipTLSVerify:
 		return fmt.Sprintf("write the Secret with inline credentials over verified https (coredns-mc link --cluster %s), or allow %s with --allow-insecure-kubeconfig and allow_insecure_kubeconfig", c, s.Reason)

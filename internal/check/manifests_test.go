@@ -129,10 +129,8 @@ func (m *manifests) granted(ns, name string) []rule {
 		}
 	}
 	for _, b := range m.clusterBinds {
-		if subject(b.Subjects) {
-			if cr, ok := m.clusterRoles[b.RoleRef.Name]; ok {
-				expand(cr.Rules, "")
-			}
+		if cr, ok := m.clusterRoles[b.RoleRef.Name]; ok && subject(b.Subjects) {
+			expand(cr.Rules, "")
 		}
 	}
 	for _, b := range m.bindings {
@@ -150,9 +148,11 @@ func (m *manifests) granted(ns, name string) []rule {
 	return out
 }
 
-func needRules(ns []Need) []rule {
-	out := make([]rule, len(ns))
-	for i, n := range ns {
+// needRules are the needs of access as rules.
+func needRules(access []Access) []rule {
+	out := make([]rule, len(access))
+	for i, a := range access {
+		n := a.Need
 		out[i] = rule{n.Verb, n.Group, n.Resource, n.Namespace, n.Name}
 	}
 	return out
@@ -168,11 +168,7 @@ func TestNeedsAreTheManifestsRules(t *testing.T) {
 	require.Len(t, plan, 4)
 	for _, f := range plan {
 		require.True(t, f.Installed, "%s: %s", f.Component, f.Why)
-		var ns []Need
-		for _, a := range f.Access {
-			ns = append(ns, a.Need)
-		}
-		got, want := needRules(ns), m.granted(f.Namespace, f.ServiceAccount)
+		got, want := needRules(f.Access), m.granted(f.Namespace, f.ServiceAccount)
 		assert.ElementsMatch(t, want, got, "ServiceAccount %s/%s (%s): the manifests' rules and check's needs", f.Namespace, f.ServiceAccount, f.Component)
 	}
 }

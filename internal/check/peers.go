@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"crypto/x509"
 	"fmt"
 	"math"
@@ -106,11 +107,9 @@ func when(t, now time.Time) string {
 	if ago {
 		d = -d
 	}
-	var span string
+	span := d.Round(time.Minute).String()
 	if d >= 48*time.Hour {
 		span = fmt.Sprintf("%d days", int(math.Floor(d.Hours()/24)))
-	} else {
-		span = d.Round(time.Minute).String()
 	}
 	if ago {
 		return fmt.Sprintf("on %s, %s ago", t.UTC().Format(time.RFC3339), span)
@@ -236,10 +235,7 @@ func chainExpiry(chain []*x509.Certificate) (time.Time, string) {
 // that cluster's intermediate. It returns the cluster the chain names. An
 // empty trustDomain is the gateway's default.
 func VerifyChain(chain []*x509.Certificate, roots *x509.CertPool, trustDomain string, now time.Time) (string, error) {
-	if trustDomain == "" {
-		trustDomain = trust.DefaultTrustDomain
-	}
-	return trust.VerifyPeer(chain, roots, trustDomain, now, x509.ExtKeyUsageServerAuth)
+	return trust.VerifyPeer(chain, roots, cmp.Or(trustDomain, trust.DefaultTrustDomain), now, x509.ExtKeyUsageServerAuth)
 }
 
 // certificateError tells a prober error that is about a certificate.

@@ -3,6 +3,7 @@ package check
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -245,10 +246,7 @@ func (c *collector) gateway(ctx context.Context, f *GatewayFacts) {
 	}
 	port := ""
 	if len(svc.Spec.Ports) > 0 {
-		port = svc.Spec.Ports[0].Name
-		if port == "" {
-			port = strconv.Itoa(int(svc.Spec.Ports[0].Port))
-		}
+		port = cmp.Or(svc.Spec.Ports[0].Name, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
 		for _, p := range svc.Spec.Ports {
 			if p.Name == "metrics" {
 				port = p.Name

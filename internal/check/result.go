@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -149,11 +150,7 @@ func writeJSON(w io.Writer, v any) error {
 // WriteText writes one line per result, STATUS NAME MESSAGE, with a
 // "fix:" line under each result that is not ok, then the summary.
 func (r *Report) WriteText(w io.Writer) error {
-	name := r.Cluster
-	if name == "" {
-		name = "(no cluster name configured)"
-	}
-	fmt.Fprintf(w, "mcmirror check of %s at %s\n\n", name, r.Server)
+	fmt.Fprintf(w, "mcmirror check of %s at %s\n\n", cmp.Or(r.Cluster, "(no cluster name configured)"), r.Server)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, res := range r.Results {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", res.Status, res.Name(), oneLine(res.Message))

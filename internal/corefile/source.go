@@ -1,6 +1,7 @@
 package corefile
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"slices"
@@ -45,11 +46,7 @@ func SourceOf(spec corev1.PodSpec, container string) (Source, error) {
 		}
 	}
 	if !path.IsAbs(conf) {
-		dir := c.WorkingDir
-		if dir == "" {
-			dir = "/"
-		}
-		conf = path.Join(dir, conf)
+		conf = path.Join(cmp.Or(c.WorkingDir, "/"), conf)
 	}
 	var mount *corev1.VolumeMount
 	for i, m := range c.VolumeMounts {

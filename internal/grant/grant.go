@@ -15,6 +15,7 @@
 package grant
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -72,12 +73,8 @@ type Options struct {
 
 // WithDefaults returns o with its empty namespaces set to the defaults.
 func (o Options) WithDefaults() Options {
-	if o.Namespace == "" {
-		o.Namespace = DefaultNamespace
-	}
-	if o.LinkNamespace == "" {
-		o.LinkNamespace = DefaultLinkNamespace
-	}
+	o.Namespace = cmp.Or(o.Namespace, DefaultNamespace)
+	o.LinkNamespace = cmp.Or(o.LinkNamespace, DefaultLinkNamespace)
 	return o
 }
 

@@ -106,8 +106,7 @@ func TestValidate(t *testing.T) {
 		{Options{Cluster: "west", Namespace: "a/b"}, `invalid namespace "a/b"`},
 		{Options{Cluster: "west", LinkNamespace: "Links"}, `invalid namespace "Links"`},
 	} {
-		err := c.o.Validate()
-		assert.ErrorContains(t, err, c.want, "%+v", c.o)
+		assert.ErrorContains(t, c.o.Validate(), c.want, "%+v", c.o)
 	}
 }
 

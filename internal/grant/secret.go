@@ -126,22 +126,22 @@ func CheckSource(want *corev1.Secret, server string, existing []corev1.Secret) e
 		if s.Name != want.Name {
 			return fmt.Errorf("cluster %q is already linked by Secret %s/%s: unlink it first, or choose another name", cluster, s.Namespace, s.Name)
 		}
-		if old := serverOf(s.Data[labels.LinkSecretKey]); old != "" && old != server {
+		if old := ServerOf(s.Data[labels.LinkSecretKey]); old != "" && old != server {
 			return fmt.Errorf("link Secret %s/%s links %q to %s, not %s: unlink it first, or choose another name", s.Namespace, s.Name, cluster, old, server)
 		}
 	}
 	return nil
 }
 
-// serverOf returns the server of the current context of a kubeconfig, or
-// "" when there is none.
-func serverOf(kubeconfig []byte) string {
+// ServerOf returns the server of the current context of a kubeconfig, only
+// parsing it, or "" when there is none.
+func ServerOf(kubeconfig []byte) string {
 	cfg, err := clientcmd.Load(kubeconfig)
 	if err != nil {
 		return ""
 	}
-	if ctx, ok := cfg.Contexts[cfg.CurrentContext]; ok {
-		if c, ok := cfg.Clusters[ctx.Cluster]; ok {
+	if ctx := cfg.Contexts[cfg.CurrentContext]; ctx != nil {
+		if c := cfg.Clusters[ctx.Cluster]; c != nil {
 			return c.Server
 		}
 	}

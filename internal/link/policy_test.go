@@ -118,8 +118,7 @@ func TestAllowSet(t *testing.T) {
 	}
 	assert.Equal(t, Allow{Exec: true, AuthProvider: true, Files: true, HTTP: true, SkipTLSVerify: true}, a)
 	assert.Equal(t, "exec,auth-provider,files,http,skip-tls-verify", a.String())
-	err := a.Set("all")
-	assert.EqualError(t, err, `unknown value "all" (want exec, auth-provider, files, http, skip-tls-verify)`)
+	assert.EqualError(t, a.Set("all"), `unknown value "all" (want exec, auth-provider, files, http, skip-tls-verify)`)
 }
 
 func secretWith(t testing.TB, cfg *clientcmdapi.Config) []byte {

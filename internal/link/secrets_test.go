@@ -1,6 +1,7 @@
 package link
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -117,14 +118,11 @@ func (l *logs) contains(s string) bool {
 func startWatcher(t *testing.T, client *fake.Clientset, opts SecretWatcherOptions) (*recorder, *logs, *SecretWatcher) {
 	t.Helper()
 	rec, lg := &recorder{}, &logs{}
-	if opts.Namespace == "" {
-		opts.Namespace = "linkerd-multicluster"
-	}
+	opts.Namespace = cmp.Or(opts.Namespace, "linkerd-multicluster")
 	opts.Logf, opts.OnRefused = lg.logf, lg.refuse
 	w, err := NewSecretWatcher(client, rec, opts)
 	require.NoError(t, err)
-	ctx := t.Context()
-	go w.Run(ctx)
+	go w.Run(t.Context())
 	waitFor(t, w.HasSynced, "secret watcher did not sync")
 	return rec, lg, w
 }

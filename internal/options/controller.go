@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -196,10 +197,8 @@ func (o *Controller) Complete() (CompletedController, error) {
 			return c, fmt.Errorf("--link %s: that is this cluster's name", l.Name)
 		}
 	}
-	if c.Links, err = narrowLinks(o.Links, &o.LinkAllowedNamespaces, &o.LinkDeniedNamespaces); err != nil {
-		return c, err
-	}
-	return c, nil
+	c.Links, err = narrowLinks(o.Links, &o.LinkAllowedNamespaces, &o.LinkDeniedNamespaces)
+	return c, err
 }
 
 // validateScalars checks the flags that stand alone.
@@ -316,10 +315,8 @@ func (l *Links) Set(v string) error {
 			s.Kubeconfig, s.Context = rest[:i], rest[i+1:]
 		}
 	}
-	for _, o := range *l {
-		if o.Name == name {
-			return fmt.Errorf("link %q given twice", name)
-		}
+	if slices.ContainsFunc(*l, func(o link.Static) bool { return o.Name == name }) {
+		return fmt.Errorf("link %q given twice", name)
 	}
 	*l = append(*l, s)
 	return nil

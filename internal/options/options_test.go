@@ -262,8 +262,7 @@ func TestVerbosity(t *testing.T) {
 	require.NoError(t, o.Verbosity.Apply())
 	assert.Equal(t, "7", fs.Lookup("v").Value.String())
 
-	err := parse(NewGateway().AddFlags, "-v", "loud")
-	assert.ErrorContains(t, err, `invalid value "loud" for flag -v`)
+	assert.ErrorContains(t, parse(NewGateway().AddFlags, "-v", "loud"), `invalid value "loud" for flag -v`)
 	require.NoError(t, Verbosity{}.Apply(), "no -v: nothing to set")
 }
 

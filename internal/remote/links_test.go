@@ -84,8 +84,7 @@ func (r *record) gen(id int) *gen {
 func started(t *testing.T) (*record, *Links[*gen]) {
 	r := &record{}
 	l := NewLinks[*gen]("east", r)
-	ctx := t.Context()
-	l.Start(ctx)
+	l.Start(t.Context())
 	return r, l
 }
 
@@ -102,8 +101,7 @@ func TestLinksLifecycle(t *testing.T) {
 	assert.Equal(t, []string{"paris", "west"}, l.Names())
 	assert.False(t, r.gen(1).started.Load(), "nothing runs before Start")
 
-	ctx := t.Context()
-	l.Start(ctx)
+	l.Start(t.Context())
 	assert.True(t, r.gen(1).started.Load())
 	assert.True(t, r.gen(2).started.Load())
 

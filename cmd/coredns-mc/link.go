@@ -368,15 +368,24 @@ func loadCluster(what, path, context, pathFlag, contextFlag string) (*cluster, e
 	}
 	cfg.Timeout = requestTimeout
 	c := &cluster{what: what, config: cfg}
-	if c.client, err = kubernetes.NewForConfig(cfg); err == nil {
-		if c.dynamic, err = dynamic.NewForConfig(cfg); err == nil {
-			c.metadata, err = metadata.NewForConfig(cfg)
+	if err := c.connect(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// connect makes c's clients from c.config, anew after a change to it: each
+// client keeps the rate limit of the config it was made from.
+func (c *cluster) connect() (err error) {
+	if c.client, err = kubernetes.NewForConfig(c.config); err == nil {
+		if c.dynamic, err = dynamic.NewForConfig(c.config); err == nil {
+			c.metadata, err = metadata.NewForConfig(c.config)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", what, err)
+		return fmt.Errorf("%s: %v", c.what, err)
 	}
-	return c, nil
+	return nil
 }
 
 // reach checks that the API server answers and takes the credentials.

@@ -10,8 +10,6 @@ import (
 
 	"github.com/mcmirror/mcmirror/internal/fleet"
 	"github.com/mcmirror/mcmirror/internal/grant"
-
-	"k8s.io/client-go/kubernetes"
 )
 
 // fleetUsage says how link or unlink works over a list of contexts.
@@ -188,8 +186,8 @@ func (c *linkCmd) loadFleet() (map[string]*cluster, error) {
 		// Many pairs share each cluster: client-go's default 5 requests
 		// per second would queue them.
 		cl.config.QPS, cl.config.Burst = 50, 100
-		if cl.client, err = kubernetes.NewForConfig(cl.config); err != nil {
-			return nil, fmt.Errorf("%s: %v", cl, err)
+		if err := cl.connect(); err != nil {
+			return nil, err
 		}
 		out[m.Context] = cl
 	}

@@ -297,15 +297,15 @@ type outFile struct {
 // makeRoot makes a root of trustDomain valid for valid from now.
 func makeRoot(trustDomain string, now time.Time, valid time.Duration) ([]outFile, *x509.Certificate, error) {
 	root, err := trust.NewRoot(trustDomain, now.Add(-trust.Backdate), now.Add(valid))
-	return caFiles(root, err, rootCertFile, rootKeyFile)
-}
-
-// caFiles is ca, made with err, as the files certName and keyName, then
-// extra, and its certificate.
-func caFiles(ca *trust.CA, err error, certName, keyName string, extra ...outFile) ([]outFile, *x509.Certificate, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return caFiles(root, rootCertFile, rootKeyFile)
+}
+
+// caFiles is ca as the files certName and keyName, then extra, and its
+// certificate.
+func caFiles(ca *trust.CA, certName, keyName string, extra ...outFile) ([]outFile, *x509.Certificate, error) {
 	key, err := trust.KeyPEM(ca.Key)
 	if err != nil {
 		return nil, nil, err
@@ -375,7 +375,10 @@ func validUntil(now time.Time, valid time.Duration, issuerCert *x509.Certificate
 // gateway Secrets it writes get the root as ca.crt.
 func makeIntermediate(root *trust.CA, trustDomain, cluster string, now, notAfter time.Time) ([]outFile, *x509.Certificate, error) {
 	in, err := root.NewIntermediate(trustDomain, cluster, now.Add(-trust.Backdate), notAfter)
-	return caFiles(in, err, tlsCertFile, tlsKeyFile, outFile{caCertFile, trust.CertPEM(root.Cert), 0o644})
+	if err != nil {
+		return nil, nil, err
+	}
+	return caFiles(in, tlsCertFile, tlsKeyFile, outFile{caCertFile, trust.CertPEM(root.Cert), 0o644})
 }
 
 // issuerSet is a cluster's intermediate as 'certs cluster' wrote it.

@@ -122,10 +122,10 @@ func profileForms(testBin, out, benchtime string, forms []goBench) []formProfile
 			pattern += "/^" + regexp.QuoteMeta(part) + "$"
 		}
 		cmd := exec.Command(testBin, "-test.run", "^$", "-test.bench", pattern, "-test.benchtime", benchtime, "-test.cpuprofile", prof.path)
+		pprof := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=500", testBin, prof.path)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			prof.err = fmt.Sprintf("%v: %s", err, strings.TrimSpace(string(b)))
-		} else if top, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=500",
-			testBin, prof.path).Output(); err != nil {
+		} else if top, err := pprof.Output(); err != nil {
 			prof.err = fmt.Sprintf("pprof: %v", err)
 		} else {
 			prof.shares = cumShares(string(top))

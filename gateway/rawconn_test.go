@@ -194,9 +194,8 @@ func TestRawConnFullDuplexAndBackpressure(t *testing.T) {
 				return
 			}
 		}
-		got := h.Sum(nil)
-		assert.False(t, total != size || !bytes.Equal(got, want[:]),
-			"peer got %d bytes, checksum match %v", total, bytes.Equal(got, want[:]))
+		match := bytes.Equal(h.Sum(nil), want[:])
+		assert.True(t, total == size && match, "peer got %d bytes, checksum match %v", total, match)
 	})
 	wg.Go(func() { // the peer writes the same back, in one go
 		_, err := peer.Write(data)

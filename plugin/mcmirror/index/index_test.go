@@ -337,6 +337,5 @@ func TestSyncReusesUnchangedMembers(t *testing.T) {
 	wantAddrs(t, x, "db-global"+z, "10.0.0.1", "10.0.0.2", "10.1.0.1", "10.1.0.99", "10.2.0.1", "10.2.0.2")
 	// The pod names of the rebuilt part are the old strings.
 	a, b := before.member("c1").podNames[0], after.member("c1").podNames[0]
-	assert.False(t, unsafe.StringData(a) != unsafe.StringData(b),
-		"pod name %q copied, want the old string reused", b)
+	assert.Same(t, unsafe.StringData(a), unsafe.StringData(b), "pod name %q copied, want the old string reused", b)
 }

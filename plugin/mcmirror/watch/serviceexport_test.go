@@ -120,7 +120,7 @@ func TestServiceExportStamp(t *testing.T) {
 	require.NoError(t, err)
 	update("lk", stamp(labels.ModeFlat, flatExport)) // an event after the mirror's, to wait for
 	waitFor(t, 5*time.Second, "lk in the ServiceExport store", func() bool { return held(cl.mcsServices, "lk") != nil })
-	assert.False(t, held(cl.mcsServices, "db-paris") != nil, "a stamped mirror is held as exported")
+	assert.Nil(t, held(cl.mcsServices, "db-paris"), "a stamped mirror is held as exported")
 }
 
 // A relist of one Service watch drops what it no longer exports from its
@@ -168,8 +168,8 @@ func TestServiceExportRelist(t *testing.T) {
 			assert.True(t, answersA(t, m, name+"-west"+z, want)(), "%s-west answers %v %s, want %s", name, second(askA(t, m, name+"-west"+z)), when, want)
 		}
 		wantKeys(t, "slices held "+when+":", sliceKeys(cl), "default/both-1", "default/lk-1", "default/mcs-1")
-		assert.False(t, held(cl.services, "lk") != lk, "the unchanged lk replaced in the export selector's store %s", when)
-		assert.False(t, held(cl.mcsServices, "mcs") != mcs, "the unchanged mcs replaced in the ServiceExport store %s", when)
+		assert.Same(t, lk, held(cl.services, "lk"), "the unchanged lk replaced in the export selector's store %s", when)
+		assert.Same(t, mcs, held(cl.mcsServices, "mcs"), "the unchanged mcs replaced in the ServiceExport store %s", when)
 	}
 
 	// The ServiceExport watch relists; both has lost its stamp meanwhile.

@@ -230,5 +230,5 @@ func TestServiceTransform(t *testing.T) {
 	assert.True(t, h.Headless && h.ClusterIPs == nil && !h.Exported && h.Mode == labels.Gateway, "headless, unexported: %+v", h)
 	// Tombstones pass through.
 	tomb := cache.DeletedFinalStateUnknown{Key: "a/b"}
-	assert.True(t, first(tr(tomb)) == tomb, "tombstone changed")
+	assert.Equal(t, tomb, first(tr(tomb)), "tombstone changed")
 }

@@ -114,7 +114,7 @@ func TestServiceExportExports(t *testing.T) {
 	const ns = "e2e-mcs-export"
 	ctx := setUp(t, ns, "east", "west")
 	west := env.Cluster("west")
-	require.NoError(t, west.Apply(ctx, labelledService(ns, "api", 80, map[string]string{"team": "a"})))
+	require.NoError(t, west.Apply(ctx, harness.ClusterIPService(ns, "api", 80, map[string]string{"team": "a"})))
 	p, metrics := startExporter(t, "west", "paris")
 	startController(t, "controller")
 

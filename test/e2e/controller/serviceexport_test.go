@@ -13,10 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// labelledService is a ClusterIP Service (no pods needed) with the given
-// labels.
-var labelledService = harness.ClusterIPService
-
 // Export by ServiceExport: a Service of west stamped with
 // serviceexport.mcmirror.dev/mode, without Linkerd's label, gets its mirror
 // in east (gateway: an EndpointSlice to the egress; flat: a headless
@@ -29,12 +25,12 @@ func TestServiceExportStamp(t *testing.T) {
 	west := env.Cluster("west")
 	p := startController(t, "controller")
 
-	require.NoError(t, west.Apply(ctx, labelledService(ns, "web", 80, map[string]string{labels.ServiceExportMode: labels.ModeGateway})))
-	require.NoError(t, west.Apply(ctx, labelledService(ns, "flat", 80, map[string]string{labels.ServiceExportMode: labels.ModeFlat})))
-	require.NoError(t, west.Apply(ctx, labelledService(ns, "both", 80,
+	require.NoError(t, west.Apply(ctx, harness.ClusterIPService(ns, "web", 80, map[string]string{labels.ServiceExportMode: labels.ModeGateway})))
+	require.NoError(t, west.Apply(ctx, harness.ClusterIPService(ns, "flat", 80, map[string]string{labels.ServiceExportMode: labels.ModeFlat})))
+	require.NoError(t, west.Apply(ctx, harness.ClusterIPService(ns, "both", 80,
 		map[string]string{labels.ServiceExportMode: labels.ModeGateway, labels.Exported: labels.ExportGateway})))
 	// Neither gateway nor flat: not exported.
-	require.NoError(t, west.Apply(ctx, labelledService(ns, "odd", 80, map[string]string{labels.ServiceExportMode: "yes"})))
+	require.NoError(t, west.Apply(ctx, harness.ClusterIPService(ns, "odd", 80, map[string]string{labels.ServiceExportMode: "yes"})))
 
 	var before map[string]corev1.Service
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/mcmirror/mcmirror/test/harness"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +24,7 @@ func TestMCSOnlyV1beta1Served(t *testing.T) {
 	ctx := setUp(t, ns, "east", "west")
 	serveV1alpha1(t, "east", false)
 	serveV1alpha1(t, "west", false)
-	require.NoError(t, env.Cluster("west").Apply(ctx, labelledService(ns, "api", 80, map[string]string{"team": "a"})))
+	require.NoError(t, env.Cluster("west").Apply(ctx, harness.ClusterIPService(ns, "api", 80, map[string]string{"team": "a"})))
 	startExporter(t, "west", "paris")
 	startController(t, "controller")
 

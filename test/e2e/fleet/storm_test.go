@@ -40,7 +40,7 @@ func TestUnexportedChurnIsNeverSent(t *testing.T) {
 		Controller: harness.ControllerOptions{Metrics: true}})
 
 	name := "web-west." + ns + ".svc.cluster.local."
-	webAddrs := func() []string { return podAddrs(t, west, ns, "web") }
+	webAddrs := func(c require.TestingT) []string { return podAddrs(c, west, ns, "web") }
 	waitAnswers(t, f.DNS, name, 1, webAddrs)
 
 	// What each consumer has received of west's slices so far; and, seen
@@ -71,10 +71,11 @@ func TestUnexportedChurnIsNeverSent(t *testing.T) {
 	require.NoError(t, west.Scale(ctx, ns, "web", 2))
 	waitAnswers(t, f.DNS, name, 2, webAddrs)
 	wg.Wait()
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		pods, err := west.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=noise"})
-		require.NoError(t, err)
-		return len(pods.Items) == 0 && len(podAddrs(t, west, ns, "noise")) == 0
+		require.NoError(c, err)
+		assert.Empty(c, pods.Items)
+		assert.Empty(c, podAddrs(c, west, ns, "noise"))
 	}, 3*time.Minute, 100*time.Millisecond, "the storm's pods gone from noise's slices")
 	// An exported change after the storm still arrives: the watches live.
 	require.NoError(t, west.Scale(ctx, ns, "web", 1))
@@ -193,8 +194,7 @@ func (e *events) caughtUp(t *testing.T, c *harness.Cluster, ns, svc string) {
 	}, 30*time.Second, 10*time.Millisecond, "west's watch of %s's slices caught up", svc)
 }
 
-func podAddrs(t *testing.T, c *harness.Cluster, ns, svc string) []string {
-	t.Helper()
+func podAddrs(t require.TestingT, c *harness.Cluster, ns, svc string) []string {
 	l, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
 	require.NoError(t, err)
 	var out []string
@@ -211,10 +211,10 @@ func podAddrs(t *testing.T, c *harness.Cluster, ns, svc string) []string {
 
 // waitAnswers waits until the Service has n ready pods and s answers name
 // with exactly their addresses.
-func waitAnswers(t *testing.T, s *harness.DNSServer, name string, n int, addrs func() []string) {
+func waitAnswers(t *testing.T, s *harness.DNSServer, name string, n int, addrs func(require.TestingT) []string) {
 	t.Helper()
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		want := addrs()
+		want := addrs(ct)
 		require.Len(ct, want, n)
 		assert.Equal(ct, want, harness.Answers(s.Ask(ct, "udp", name, dns.TypeA)))
 	}, 2*time.Minute, 50*time.Millisecond, "%s answers %d addresses", name, n)

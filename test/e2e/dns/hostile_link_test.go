@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -185,8 +184,9 @@ func TestHostileLinkSecrets(t *testing.T) {
 	eventuallyAnswers(t, s2, parisName, values(parisEPs))
 	assert.FileExists(t, westMarker)
 	assert.FileExists(t, parisMarker)
-	require.Eventually(t, func() bool { return slices.Contains(catcher.requests(), "Bearer pod-token") },
-		30*time.Second, 50*time.Millisecond, "the token of the file was not sent: %q", catcher.requests())
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, catcher.requests(), "Bearer pod-token", "the token of the file sent")
+	}, 30*time.Second, 50*time.Millisecond)
 	env.RequireAlive(t, s2.Process)
 	assert.Zero(t, s2.Value(t, execSeries)+s2.Value(t, filesSeries), "nothing refused when allowed")
 	assert.NotContains(t, s2.Process.Log(t), "refused (")
